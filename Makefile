@@ -1,0 +1,40 @@
+# gtmcluster: `make demo` and `make test` each bootstrap .venv and what they need.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# command:Debian package, installed by tools/ensure-system-tools when missing
+TEST_TOOLS := dig:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf
+DEMO_TOOLS := dig:bind9-dnsutils
+
+.PHONY: demo test lint unit bench clean
+
+$(STAMP): setup.py pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@# twistd finds the `gtm` plugin of this checkout through this path file
+	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'gtmcluster-dev-plugins.pth').write_text('$(CURDIR)/twistd-plugins\n')"
+	@touch $@
+
+demo: $(STAMP)
+	@tools/ensure-system-tools $(DEMO_TOOLS)
+	$(BIN)/gtmcluster demo --config etc/cluster.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	@tools/ensure-system-tools $(TEST_TOOLS)
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not process"
+
+bench: $(STAMP)
+	@tools/ensure-system-tools $(TEST_TOOLS)
+	bench/dnsperf.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info var .pytest_cache .mypy_cache .ruff_cache .hypothesis

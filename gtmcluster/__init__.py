@@ -1,0 +1,1 @@
+"""gtmcluster: a global traffic manager on Twisted."""

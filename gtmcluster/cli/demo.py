@@ -1,0 +1,172 @@
+"""`gtmcluster demo`: run a node from the sample config and show topology answers with dig.
+
+Starts ``twistd gtm`` for one member as a real process, waits until it answers, then asks
+for the first wide IP from loopback addresses that the config's regions place in different
+ISPs (``dig -b``) and with EDNS client subnets, printing which virtual server and data
+center each asker gets. Runs until Ctrl-C (or once, with ``--once``), then stops the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dns.exception
+import dns.message
+import dns.query
+
+from gtmcluster.config.load import load
+from gtmcluster.config.model import Config, HostPort
+from gtmcluster.config.problems import ConfigError
+from gtmcluster.dns.zone import TYPE_A
+
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="run a node from the sample config and show answers", description=__doc__)
+    p.add_argument("--config", "-c", default="etc/cluster.yaml", metavar="FILE", help="config (default: %(default)s)")
+    p.add_argument("--node", "-n", default=None, metavar="NAME", help="member to run (default: the first)")
+    p.add_argument("--once", action="store_true", help="show the answers, then stop (no waiting for Ctrl-C)")
+    p.set_defaults(run=run)
+
+
+def twistd_command() -> list[str]:
+    """twistd from this Python, whatever PATH says."""
+    return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
+
+
+def wait_until_answering(address: HostPort, zone: str, deadline: float, proc: subprocess.Popen[bytes]) -> bool:
+    query = dns.message.make_query(zone, "SOA")
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            dns.query.udp(query, str(address.host), port=address.port, timeout=0.3)
+            return True
+        except (dns.exception.Timeout, OSError):
+            time.sleep(0.1)
+    return False
+
+
+def askers(config: Config) -> list[tuple[str, str, str | None]]:
+    """(label, source address, client subnet) for the demo queries."""
+    regions = sorted(config.regions.values(), key=lambda r: r.name)
+
+    def label(address: str) -> str:
+        ip = ipaddress.ip_address(address)
+        inside = [r.name for r in regions if any(ip in n for n in r.networks)]
+        return f"regions {', '.join(inside)}" if inside else "no region"
+
+    out: list[tuple[str, str, str | None]] = []
+    loopback = sorted(
+        {n for r in regions for n in r.networks if n.version == 4 and n.subnet_of(LOOPBACK) and n.num_addresses > 1},  # type: ignore[arg-type]
+        key=lambda n: int(n.network_address),
+    )
+    for net in loopback:
+        source = str(net.network_address + 1)
+        out.append((f"resolver {source} ({label(source)})", source, None))
+    out.append(("resolver 127.0.0.1 (no region)", "127.0.0.1", None))
+    seen: set[str] = set()
+    for region in regions:
+        public = [n for n in region.networks if n.version == 4 and not n.is_private and n.prefixlen <= 24]
+        if public:
+            subnet = f"{public[0].network_address}/24"
+            if subnet not in seen:
+                seen.add(subnet)
+                out.append((f"client {subnet} ({label(str(public[0].network_address))})", "127.0.0.1", subnet))
+    return out
+
+
+def dig(server: HostPort, name: str, source: str, subnet: str | None) -> list[str]:
+    cmd = ["dig", f"@{server.host}", "-p", str(server.port), "-b", source, name, "A", "+norec", "+noall", "+answer"]
+    if subnet:
+        cmd.append(f"+subnet={subnet}")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    return [line for line in result.stdout.splitlines() if line and not line.startswith(";")]
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load(args.config)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    if shutil.which("dig") is None:
+        print("gtmcluster demo: 'dig' is missing; install bind9-dnsutils (make demo does)", file=sys.stderr)
+        return 1
+    member = config.member(args.node) if args.node else config.sync_group.members[0]
+    wideip = next((w for w in config.wideips.values() if TYPE_A in w.types), None)
+    if wideip is None:
+        print(f"{args.config}: no wide IP of type A to show", file=sys.stderr)
+        return 1
+    run_dir = config.base_dir / "var" / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config.log_dir.mkdir(parents=True, exist_ok=True)
+    logfile = config.log_dir / f"{member.name}.log"
+    pidfile = run_dir / f"{member.name}.pid"
+    cmd = [
+        *twistd_command(),
+        "--nodaemon",
+        f"--logfile={logfile}",
+        f"--pidfile={pidfile}",
+        "gtm",
+        f"--config={Path(args.config).resolve()}",
+        f"--node={member.name}",
+    ]
+    print(f"starting {member.name} (data center {member.datacenter}); log: {logfile}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        zone = wideip.name.split(".", 1)[1] if "." in wideip.name else wideip.name
+        if not wait_until_answering(member.dns[0], zone, time.monotonic() + 20, proc):
+            out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None and proc.stdout else ""
+            print(f"the node did not start answering on {member.dns[0]}:\n{out}", file=sys.stderr)
+            return 1
+        show(config, member.dns[0], wideip.name)
+        if args.once:
+            return 0
+        print(f"\n{member.name} keeps answering on {', '.join(map(str, member.dns))}; try:")
+        print(f"  dig @{member.dns[0].host} -p {member.dns[0].port} -b 127.0.2.1 {wideip.name}")
+        print(f"  tail -f {logfile}")
+        print("Press Ctrl-C to stop.")
+        while proc.poll() is None:
+            time.sleep(0.5)
+        print(f"{member.name} exited with status {proc.returncode}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping")
+        return 0
+    finally:
+        stop(proc)
+
+
+def show(config: Config, server: HostPort, name: str) -> None:
+    by_address = {str(vs.address): vs for vs in config.virtual_servers.values()}
+    print(f"\n{name} A, asked by different LDNSes (topology):")
+    for label, source, subnet in askers(config):
+        lines = dig(server, name, source, subnet)
+        addresses = [line.split()[-1] for line in lines]
+        where = ", ".join(
+            f"{a} ({by_address[a].name} in {by_address[a].datacenter})" if a in by_address else a for a in addresses
+        )
+        via = f"dig -b {source}" + (f" +subnet={subnet}" if subnet else "")
+        print(f"  {label:<48} {via:<40} -> {where or 'no answer'}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

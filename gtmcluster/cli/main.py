@@ -1,0 +1,28 @@
+"""`gtmcluster`: the operator's command. Subcommands live in their own modules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gtmcluster.cli import check, demo
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gtmcluster", description="gtmcluster: a global traffic manager on Twisted.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    check.add_parser(sub)
+    demo.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

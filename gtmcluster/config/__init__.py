@@ -1,0 +1,1 @@
+"""Configuration: YAML loading, strict validation, and the frozen model (see `load`, `model`)."""

@@ -1,0 +1,351 @@
+"""Load and validate the sync group's YAML config into the frozen model.
+
+``load(path)`` reads the whole file, reports every problem at once as
+``FILE: key.path: problem`` (raising `ConfigError`), and otherwise returns a `Config`.
+This module owns the top level and the infrastructure sections (sync group, monitors,
+prober, zones, DNS listener settings); `traffic` owns the load-balancing objects.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from gtmcluster.config import traffic, yamlsrc
+from gtmcluster.config.model import (
+    Config,
+    DNSServer,
+    HostPort,
+    Member,
+    Monitor,
+    Prober,
+    SyncGroup,
+    TLSFiles,
+)
+from gtmcluster.config.problems import ConfigError, Problem, Problems
+from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.dns import names, zonefile
+from gtmcluster.dns.zone import ZoneSet
+
+DEFAULT_PEER_PORT = 4353
+DEFAULT_DNS_PORT = 53
+DEFAULT_API_PORT = 8053
+PROBE_PROTOCOLS = ("dns_dot", "dns_rev", "udp", "tcp", "icmp")
+MONITOR_TYPES = ("tcp", "tcp_half_open", "http", "https", "udp", "dns", "icmp")
+HTTP_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
+DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
+TOP_LEVEL = (
+    "base_dir",
+    "sync_group",
+    "state_dir",
+    "log_dir",
+    "datacenters",
+    "dns_server",
+    "monitors",
+    "virtual_servers",
+    "regions",
+    "topology",
+    "pools",
+    "wideips",
+    "prober",
+    "zones",
+)
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read and validate the config at *path*. Raises `ConfigError` listing every problem."""
+    file = os.fspath(path)
+    try:
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError([Problem(file, (), f"cannot read the config: {reason}")]) from None
+    data, lines = yamlsrc.load(file, text)
+    problems = Problems(file, lines)
+    r = Reader(problems)
+    top = r.mapping((), data, "a mapping of sections (sync_group, datacenters, ...)")
+    if top is None:
+        problems.raise_if_any()
+        raise AssertionError("unreachable")
+    for key in TOP_LEVEL:
+        top.has(key)
+
+    config_dir = Path(file).resolve().parent
+    base_dir = config_dir
+    if top.has("base_dir"):
+        value = r.string(top.at("base_dir"), top.get("base_dir"))
+        if value is not None:
+            base_dir = (config_dir / value).resolve()
+
+    def resolve(p: str) -> Path:
+        return Path(p) if os.path.isabs(p) else base_dir / p
+
+    datacenters = _datacenters(r, top)
+    sync_group = _sync_group(r, top, datacenters, resolve)
+    monitors = _monitors(r, top)
+    prober = _prober(r, top)
+    dns_server = _dns_server(r, top)
+    zone_data = _zones(r, top, resolve)
+    state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
+    log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
+
+    vss = traffic.read_virtual_servers(r, top.get("virtual_servers", {}), datacenters, monitors)
+    regions = traffic.read_regions(r, top.get("regions", {}), resolve)
+    raw_pools = top.get("pools", {})
+    pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []
+    topology = traffic.read_topology(r, top.get("topology"), regions, datacenters, pool_names, list(vss))
+    pools = traffic.read_pools(r, raw_pools, vss, topology)
+    lookup_zones = ZoneSet(z.build() for z in zone_data)
+    wideips = traffic.read_wideips(r, top.get("wideips", {}), pools, topology, lookup_zones)
+    top.done()
+    problems.raise_if_any()
+
+    zones = ZoneSet(
+        z.build(labels for labels in wideips if names.is_subdomain(labels, names.key(z.origin))) for z in zone_data
+    )
+    return Config(
+        path=Path(file),
+        base_dir=base_dir,
+        sync_group=sync_group,
+        state_dir=state_dir,
+        log_dir=log_dir,
+        datacenters=datacenters,
+        monitors=MappingProxyType(monitors),
+        virtual_servers=MappingProxyType(vss),
+        regions=MappingProxyType(regions),
+        topology=topology,
+        pools=MappingProxyType(pools),
+        wideips=MappingProxyType(wideips),
+        prober=prober,
+        zones=zones,
+        dns_server=dns_server,
+        raw=MappingProxyType(data),
+    )
+
+
+def _datacenters(r: Reader, top: Mapping) -> tuple[str, ...]:
+    raw = top.require("datacenters", "the list of data center names")
+    out: list[str] = []
+    for i, item in enumerate(r.list(top.at("datacenters"), raw) or [] if raw is not None else []):
+        name = r.name(("datacenters", i), item, "data center name")
+        if name is None:
+            continue
+        if name in out:
+            r.error(("datacenters", i), f"data center {name!r} is listed twice")
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+def _hostport(r: Reader, m: Mapping, key: str, default_port: int, default: str | None = None) -> HostPort | None:
+    value = m.get(key, default) if default is not None else m.require(key, "ADDRESS:PORT")
+    if value is None:
+        return None
+    parsed = r.hostport(m.at(key), value, default_port)
+    return None if parsed is None else HostPort(*parsed)
+
+
+def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any) -> SyncGroup:
+    empty = SyncGroup("", (), TLSFiles(Path(), Path(), Path()))
+    m = r.mapping(("sync_group",), top.require("sync_group", "the sync group: name, tls and members"))
+    if m is None:
+        return empty
+    name = r.name(m.at("name"), m.require("name", "the sync group's name"), "sync group name") or ""
+    tls = TLSFiles(resolve("certs/ca.pem"), resolve("certs/{node}.pem"), resolve("certs/{node}.key"))
+    if m.has("tls"):
+        t = r.mapping(m.at("tls"), m.get("tls"), "a mapping {ca, cert, key}")
+        if t is not None:
+            tls = TLSFiles(
+                *(resolve(t.string(k, str(getattr(tls, k))) or str(getattr(tls, k))) for k in ("ca", "cert", "key"))
+            )
+            t.done()
+    members: list[Member] = []
+    raw_members = r.list(m.at("members"), m.require("members", "the GTM nodes of the group"))
+    if raw_members is not None and not raw_members:
+        r.error(m.at("members"), "a sync group needs at least one member")
+    listeners: dict[str, str] = {}
+    for i, entry in enumerate(raw_members or []):
+        path = (*m.at("members"), i)
+        e = r.mapping(path, entry, "a mapping {name, datacenter, peer, dns, api}")
+        if e is None:
+            continue
+        member_name = r.name(
+            e.at("name"), e.require("name", "the node's name, also its certificate's DNS name"), "member name"
+        )
+        dc = e.require("datacenter", "the member's data center")
+        if dc is not None:
+            dc = r.string(e.at("datacenter"), dc, choices=datacenters)
+        peer = _hostport(r, e, "peer", DEFAULT_PEER_PORT)
+        api = _hostport(r, e, "api", DEFAULT_API_PORT, "127.0.0.1:8053")
+        dns: list[HostPort] = []
+        raw_dns = e.require("dns", "the addresses the node answers DNS on")
+        dns_list = (
+            r.list(e.at("dns"), raw_dns, "a list of ADDRESS:PORT", allow_scalar=True) if raw_dns is not None else None
+        )
+        if dns_list is not None and not dns_list:
+            r.error(e.at("dns"), "a member needs at least one DNS address")
+        for j, value in enumerate(dns_list or []):
+            at = (*e.at("dns"), j) if isinstance(raw_dns, list) else e.at("dns")
+            parsed = r.hostport(at, value, DEFAULT_DNS_PORT)
+            if parsed is not None:
+                dns.append(HostPort(*parsed))
+        e.done()
+        if member_name is None or dc is None or peer is None or api is None or not dns:
+            continue
+        if any(x.name == member_name for x in members):
+            r.error(e.at("name"), f"member {member_name!r} is listed twice")
+            continue
+        for what, hp in [("peer", peer), ("api", api)] + [("dns", d) for d in dns]:
+            owner = listeners.setdefault(f"{what}/{hp}", member_name)
+            if owner != member_name:
+                r.error(e.at(what), f"{what} address {hp} is also member {owner!r}'s")
+        members.append(Member(member_name, dc, peer, tuple(dns), api))
+    m.done()
+    return SyncGroup(name, tuple(members), tls)
+
+
+def _monitors(r: Reader, top: Mapping) -> dict[str, Monitor]:
+    out: dict[str, Monitor] = {}
+    section = r.mapping(("monitors",), top.get("monitors", {}), "a mapping of monitor names to settings")
+    if section is None:
+        return out
+    for name, value in section.items():
+        path = section.at(name)
+        m = r.mapping(path, value)
+        if r.name(path, name, "monitor name") is None or m is None:
+            continue
+        kind = r.string(m.at("type"), m.require("type", f"one of {', '.join(MONITOR_TYPES)}"), choices=MONITOR_TYPES)
+        interval = m.number("interval", 5.0, 0.1, 86400)
+        timeout = m.number("timeout", 2.0, 0.01, 3600)
+        up_after = m.integer("up_after", 2, 1, 100)
+        down_after = m.integer("down_after", 3, 1, 100)
+        params = _monitor_params(r, m, kind)
+        m.done()
+        if None in (kind, interval, timeout, up_after, down_after):
+            continue
+        assert kind and interval and timeout and up_after and down_after
+        out[name] = Monitor(name, kind, interval, timeout, up_after, down_after, MappingProxyType(params))
+    return out
+
+
+def _monitor_params(r: Reader, m: Mapping, kind: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if kind in ("http", "https"):
+        params["method"] = m.string("method", "GET", HTTP_METHODS)
+        params["path"] = m.string("path", "/")
+        if m.has("host"):
+            params["host"] = m.string("host", None)
+        statuses = m.get("expect_status", [200])
+        params["expect_status"] = tuple(
+            s
+            for i, s in enumerate(r.list(m.at("expect_status"), statuses, allow_scalar=True) or [])
+            if r.integer(
+                (*m.at("expect_status"), i) if isinstance(statuses, list) else m.at("expect_status"), s, 100, 599
+            )
+            is not None
+        )
+        if m.has("expect_body"):
+            params["expect_body"] = m.string("expect_body", None)
+        if m.has("expect_body_regex"):
+            pattern = m.string("expect_body_regex", None)
+            if pattern is not None:
+                try:
+                    re.compile(pattern)
+                except re.error as e:
+                    r.error(m.at("expect_body_regex"), f"bad regular expression: {e}")
+            params["expect_body_regex"] = pattern
+        params["max_response_bytes"] = m.integer("max_response_bytes", 65536, 1, 16 * 1024 * 1024)
+        if kind == "https":
+            params["verify_tls"] = m.boolean("verify_tls", True)
+            if m.has("ca_file"):
+                params["ca_file"] = m.string("ca_file", None)
+    elif kind == "udp":
+        params["send"] = r.string(m.at("send"), m.require("send", "the bytes to send"))
+        if m.has("expect"):
+            params["expect"] = m.string("expect", None)
+    elif kind == "dns":
+        query_name = m.require("query_name", "the name to ask the virtual server for")
+        if query_name is not None:
+            try:
+                names.from_text(str(query_name))
+            except names.BadName as e:
+                r.error(m.at("query_name"), str(e))
+        params["query_name"] = query_name
+        params["query_type"] = m.string("query_type", "A", ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME"))
+        params["expect_rcode"] = m.string("expect_rcode", "NOERROR", DNS_RCODES)
+        if m.has("expect_address"):
+            params["expect_address"] = r.address(m.at("expect_address"), m.get("expect_address"))
+    return params
+
+
+def _prober(r: Reader, top: Mapping) -> Prober:
+    default = Prober(PROBE_PROTOCOLS, 2419200)
+    if not top.has("prober"):
+        return default
+    m = r.mapping(("prober",), top.get("prober"), "a mapping {protocols, path_ttl}")
+    if m is None:
+        return default
+    protocols = []
+    raw = m.get("protocols", list(PROBE_PROTOCOLS))
+    for i, p in enumerate(r.list(m.at("protocols"), raw) or []):
+        proto = r.string((*m.at("protocols"), i), p, choices=PROBE_PROTOCOLS)
+        if proto is not None:
+            protocols.append(proto)
+    if isinstance(raw, list) and not raw:
+        r.error(m.at("protocols"), "at least one probe protocol is needed")
+    path_ttl = m.integer("path_ttl", 2419200, 60, 2**31 - 1)
+    m.done()
+    return Prober(tuple(protocols), path_ttl or 2419200)
+
+
+def _dns_server(r: Reader, top: Mapping) -> DNSServer:
+    default = DNSServer(1232, 10.0, 1000)
+    if not top.has("dns_server"):
+        return default
+    m = r.mapping(("dns_server",), top.get("dns_server"))
+    if m is None:
+        return default
+    size = m.integer("udp_payload_size", default.udp_payload_size, 512, 4096)
+    idle = m.number("tcp_idle_timeout", default.tcp_idle_timeout, 0.1, 3600)
+    clients = m.integer("tcp_max_clients", default.tcp_max_clients, 1, 1_000_000)
+    m.done()
+    return DNSServer(
+        size or default.udp_payload_size, idle or default.tcp_idle_timeout, clients or default.tcp_max_clients
+    )
+
+
+def _zones(r: Reader, top: Mapping, resolve: Any) -> list[zonefile.ZoneData]:
+    out: list[zonefile.ZoneData] = []
+    raw = top.require("zones", "the zones this sync group serves: [{origin, file}]")
+    origins: dict[tuple[bytes, ...], int] = {}
+    for i, entry in enumerate((r.list(top.at("zones"), raw) or []) if raw is not None else []):
+        path = ("zones", i)
+        m = r.mapping(path, entry, "a mapping {origin, file}")
+        if m is None:
+            continue
+        origin = r.string(m.at("origin"), m.require("origin", "the zone's name"))
+        file_name = r.string(m.at("file"), m.require("file", "the zone file"))
+        m.done()
+        if origin is None or file_name is None:
+            continue
+        try:
+            labels = names.key(names.from_text(origin))
+        except names.BadName as e:
+            r.error(m.at("origin"), str(e))
+            continue
+        if labels in origins:
+            r.error(m.at("origin"), f"zone {origin!r} is listed twice (also zones[{origins[labels]}])")
+            continue
+        origins[labels] = i
+        zone_path = resolve(file_name)
+        try:
+            out.append(zonefile.load(str(zone_path), origin))
+        except zonefile.ZoneFileError as e:
+            for p in e.problems:
+                where = f"{p.file}:{p.line}" if p.line else p.file
+                r.error(m.at("file"), f"{where}: {p.message}")
+    return out

@@ -1,0 +1,208 @@
+"""The loaded configuration: frozen objects with every name resolved.
+
+`gtmcluster.config.load` builds these from the YAML file after validating all of it; the
+rest of the code never sees the raw YAML. Cross references are object references (a pool
+member holds its `VirtualServer`), so nothing downstream looks names up or can dangle.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gtmcluster.dns.names import Name
+from gtmcluster.dns.zone import ZoneSet
+from gtmcluster.topology.records import Topology
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: IPAddress
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if self.host.version == 6 else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class TLSFiles:
+    """Paths of the sync group CA and of this node's certificate and key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    name: str
+    datacenter: str
+    peer: HostPort
+    dns: tuple[HostPort, ...]
+    api: HostPort
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroup:
+    name: str
+    members: tuple[Member, ...]
+    #: templates, with ``{node}`` still in them; see `Config.tls_for`
+    tls: TLSFiles
+
+
+@dataclass(frozen=True, slots=True)
+class Monitor:
+    """A health monitor's settings. Its probes arrive with the health issue."""
+
+    name: str
+    type: str
+    interval: float
+    timeout: float
+    up_after: int
+    down_after: int
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServer:
+    name: str
+    address: IPAddress
+    port: int
+    datacenter: str
+    monitor: Monitor | None
+    enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMember:
+    vs: VirtualServer
+    ratio: int
+    #: indexes of topology records whose server selector matches this member in this pool
+    topology_mask: frozenset[int]
+
+    @property
+    def name(self) -> str:
+        return self.vs.name
+
+
+@dataclass(frozen=True, slots=True)
+class Methods:
+    preferred: str
+    alternate: str
+    fallback: str
+
+    def chain(self) -> tuple[tuple[str, str], ...]:
+        return (("preferred", self.preferred), ("alternate", self.alternate), ("fallback", self.fallback))
+
+
+@dataclass(frozen=True, slots=True)
+class Prefixes:
+    """How much of a client address identifies it (persistence, static persist)."""
+
+    ipv4: int
+    ipv6: int
+
+    def for_version(self, version: int) -> int:
+        return self.ipv4 if version == 4 else self.ipv6
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: str
+    members: tuple[PoolMember, ...]
+    methods: Methods
+    ttl: int
+    max_answers: int
+    fallback_ips: tuple[IPAddress, ...]
+    static_persist: Prefixes
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRef:
+    """A pool as a wide IP uses it, with its ratio for ``pool_lb: ratio``."""
+
+    pool: Pool
+    ratio: int
+    topology_mask: frozenset[int]
+
+    @property
+    def name(self) -> str:
+        return self.pool.name
+
+
+@dataclass(frozen=True, slots=True)
+class Persistence:
+    ttl: int
+    prefixes: Prefixes
+
+
+@dataclass(frozen=True, slots=True)
+class WideIP:
+    name: str  # presentation form, lowercase, without the trailing dot
+    labels: Name  # lowercased
+    types: frozenset[int]  # DNS types answered by load balancing (A = 1, AAAA = 28)
+    pools: tuple[PoolRef, ...]
+    pool_lb: str
+    persistence: Persistence | None
+    last_resort: PoolRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    name: str
+    networks: tuple[IPNetwork, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Prober:
+    protocols: tuple[str, ...]
+    path_ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class DNSServer:
+    """Settings of the authoritative DNS listeners."""
+
+    udp_payload_size: int  # the most a UDP response may carry with EDNS (RFC 6891 6.2.5)
+    tcp_idle_timeout: float
+    tcp_max_clients: int
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    base_dir: Path
+    sync_group: SyncGroup
+    state_dir: str  # template with {node}
+    log_dir: Path
+    datacenters: tuple[str, ...]
+    monitors: Mapping[str, Monitor]
+    virtual_servers: Mapping[str, VirtualServer]
+    regions: Mapping[str, Region]
+    topology: Topology
+    pools: Mapping[str, Pool]
+    wideips: Mapping[Name, WideIP]  # by lowercased labels
+    prober: Prober
+    zones: ZoneSet
+    dns_server: DNSServer
+    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def member(self, name: str) -> Member:
+        for m in self.sync_group.members:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.sync_group.members)
+        raise KeyError(f"{name!r} is not a member of sync group {self.sync_group.name!r} (members: {known})")
+
+    def tls_for(self, node: str) -> TLSFiles:
+        t = self.sync_group.tls
+        return TLSFiles(*(Path(str(p).replace("{node}", node)) for p in (t.ca, t.cert, t.key)))
+
+    def state_dir_for(self, node: str) -> Path:
+        return self.base_dir / self.state_dir.replace("{node}", node)

@@ -1,0 +1,404 @@
+"""The traffic half of the config: virtual servers, regions, topology, pools and wide IPs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Mapping as MappingT
+from pathlib import Path
+from typing import Any
+
+from gtmcluster.config.model import (
+    Methods,
+    Monitor,
+    Persistence,
+    Pool,
+    PoolMember,
+    PoolRef,
+    Prefixes,
+    Region,
+    VirtualServer,
+    WideIP,
+)
+from gtmcluster.config.problems import KeyPath
+from gtmcluster.config.reader import IPNetwork, Mapping, Reader
+from gtmcluster.dns import names
+from gtmcluster.dns.names import Name
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
+from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
+from gtmcluster.topology import addrlist
+from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, Record, Selector, ServerFacts, Topology
+
+MAX_TTL = 2**31 - 1
+MAX_RATIO = 65535
+MAX_SCORE = 2**32 - 1
+MAX_ANSWERS = 16
+WIDEIP_TYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
+
+
+def read_virtual_servers(
+    r: Reader, raw: Any, datacenters: tuple[str, ...], monitors: MappingT[str, Monitor]
+) -> dict[str, VirtualServer]:
+    out: dict[str, VirtualServer] = {}
+    section = r.mapping(("virtual_servers",), raw, "a mapping of virtual server names to settings")
+    if section is None:
+        return out
+    seen: dict[tuple[Any, int], str] = {}
+    for name, value in section.items():
+        path = section.at(name)
+        vs = r.mapping(path, value)
+        if r.name(path, name, "virtual server name") is None or vs is None:
+            continue
+        address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
+        port = vs.integer("port", 80, 1, 65535)
+        dc = vs.require("datacenter", "one of the datacenters")
+        if dc is not None and r.string(vs.at("datacenter"), dc, choices=datacenters) is None:
+            dc = None
+        monitor = None
+        if vs.has("monitor"):
+            monitor_name = r.string(vs.at("monitor"), vs.get("monitor"))
+            if monitor_name is not None and monitor_name not in monitors:
+                r.error(vs.at("monitor"), f"no monitor named {monitor_name!r} under monitors")
+            monitor = monitors.get(monitor_name or "")
+        enabled = vs.boolean("enabled", True)
+        vs.done()
+        if address is None or port is None or dc is None:
+            r.broken.add(("virtual_server", name))
+            continue
+        other = seen.setdefault((address, port), name)
+        if other != name:
+            r.error(path, f"same address and port as virtual server {other!r}")
+        out[name] = VirtualServer(name, address, port, dc, monitor, enabled)
+    return out
+
+
+def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Region]:
+    """Regions: lists of networks, address list files, and other regions (no cycles)."""
+    section = r.mapping(("regions",), raw, "a mapping of region names to networks")
+    if section is None:
+        return {}
+    direct: dict[str, list[IPNetwork]] = {}
+    includes: dict[str, list[tuple[KeyPath, str]]] = {}
+    for name, value in section.items():
+        path = section.at(name)
+        if r.name(path, name, "region name") is None:
+            continue
+        entries = r.list(
+            path, [value] if isinstance(value, dict) else value, "a list of networks, {file: PATH} or {region: NAME}"
+        )
+        direct[name] = []
+        includes[name] = []
+        for i, entry in enumerate(entries or []):
+            at = (*path, i) if isinstance(value, list) else path
+            if isinstance(entry, dict):
+                m = Mapping(r, at, entry)
+                if m.has("file"):
+                    _read_region_file(r, m, resolve, direct[name])
+                elif m.has("region"):
+                    other = r.name(m.at("region"), m.get("region"), "region name")
+                    if other is not None:
+                        includes[name].append((m.at("region"), other))
+                else:
+                    r.error(at, "an entry is a network, {file: PATH} or {region: NAME}")
+                m.done()
+            else:
+                network = r.network(at, entry)
+                if network is not None:
+                    direct[name].append(network)
+    regions: dict[str, Region] = {}
+
+    def expand(name: str, stack: tuple[str, ...]) -> list[IPNetwork]:
+        networks = list(direct[name])
+        for at, other in includes[name]:
+            if other not in direct:
+                r.error(at, f"no region named {other!r}")
+            elif other in stack:
+                r.error(at, f"regions include each other in a cycle: {' -> '.join((*stack, other))}")
+            else:
+                networks.extend(expand(other, (*stack, other)))
+        return networks
+
+    for name in direct:
+        networks = list(dict.fromkeys(expand(name, (name,))))
+        regions[name] = Region(name, tuple(networks))
+    return regions
+
+
+def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork]) -> None:
+    file_name = r.string(m.at("file"), m.get("file"))
+    if file_name is None:
+        return
+    path = resolve(file_name)
+    try:
+        networks, bad = addrlist.read(str(path))
+    except OSError as e:
+        r.error(m.at("file"), f"cannot read {path}: {e.strerror or e}")
+        return
+    for b in bad[:20]:
+        r.error(m.at("file"), f"{path}:{b.line}: {b.message}")
+    if len(bad) > 20:
+        r.error(m.at("file"), f"{path}: {len(bad) - 20} more bad lines")
+    into.extend(networks)
+
+
+def _selector(r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: MappingT[str, Any]) -> Selector | None:
+    """Parse ``[not] KIND VALUE`` (or ``any``); *refs* maps kind to the names it may use."""
+    text = r.string(path, raw)
+    if text is None:
+        return None
+    words = text.split()
+    negate = bool(words) and words[0] == "not"
+    if negate:
+        words = words[1:]
+    if words == ["any"] and "any" in kinds:
+        return Selector("any", negate, "")
+    if len(words) != 2 or words[0] not in kinds:
+        shapes = ", ".join(f"'{k} NAME'" if k != "any" else "'any'" for k in kinds)
+        r.error(path, f"{text!r} is not a selector: use {shapes}, optionally after 'not'")
+        return None
+    kind, value = words
+    if kind == "subnet":
+        network = r.network(path, value)
+        return None if network is None else Selector(kind, negate, str(network), (network,))
+    known = refs[kind]
+    if value not in known:
+        word = kind.replace("_", " ")
+        r.error(
+            path, f"no {word} named {value!r}" + (f" (known: {', '.join(sorted(known))})" if len(known) < 20 else "")
+        )
+        return None
+    networks = known[value].networks if kind == "region" else ()
+    return Selector(kind, negate, value, networks)
+
+
+def read_topology(
+    r: Reader,
+    raw: Any,
+    regions: MappingT[str, Region],
+    datacenters: tuple[str, ...],
+    pool_names: list[str],
+    vs_names: list[str],
+) -> Topology:
+    records: list[Record] = []
+    entries = r.list(("topology",), raw, "a list of {ldns, server, score} records") if raw is not None else []
+    refs: dict[str, Any] = {
+        "region": regions,
+        "datacenter": dict.fromkeys(datacenters),
+        "pool": dict.fromkeys(pool_names),
+        "virtual_server": dict.fromkeys(vs_names),
+    }
+    for i, entry in enumerate(entries or []):
+        path = ("topology", i)
+        m = r.mapping(path, entry, "a mapping {ldns: SELECTOR, server: SELECTOR, score: N}")
+        if m is None:
+            continue
+        ldns = _selector(r, m.at("ldns"), m.require("ldns", "who asks, e.g. 'region cnc-nets'"), LDNS_KINDS, refs)
+        server = _selector(
+            r, m.at("server"), m.require("server", "what to answer, e.g. 'datacenter CNC'"), SERVER_KINDS, refs
+        )
+        score = m.integer("score", None, 0, MAX_SCORE) if m.has("score") else m.require("score", f"0 to {MAX_SCORE}")
+        m.done()
+        if ldns is not None and server is not None and isinstance(score, int):
+            records.append(Record(len(records), ldns, server, score))
+    return Topology.build(records)
+
+
+def _methods(r: Reader, pool: Mapping, has_fallback_ip: bool) -> Methods:
+    defaults = {"preferred": "round_robin", "alternate": "none", "fallback": "none"}
+    chosen = dict(defaults)
+    if pool.has("load_balancing"):
+        m = r.mapping(
+            pool.at("load_balancing"), pool.get("load_balancing"), "a mapping {preferred, alternate, fallback}"
+        )
+        if m is not None:
+            for slot, default in defaults.items():
+                value = m.string(slot, default, MEMBER_METHODS)
+                if value is not None:
+                    chosen[slot] = value
+                    if value == "fallback_ip" and not has_fallback_ip:
+                        r.error(m.at(slot), "fallback_ip needs the pool's 'fallback_ip' address(es)")
+            m.done()
+    return Methods(**chosen)
+
+
+def _prefixes(m: Mapping, v4: int, v6: int) -> Prefixes:
+    ipv4 = m.integer("ipv4_prefix", v4, 0, 32)
+    ipv6 = m.integer("ipv6_prefix", v6, 0, 128)
+    return Prefixes(v4 if ipv4 is None else ipv4, v6 if ipv6 is None else ipv6)
+
+
+def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology: Topology) -> dict[str, Pool]:
+    out: dict[str, Pool] = {}
+    section = r.mapping(("pools",), raw, "a mapping of pool names to settings")
+    if section is None:
+        return out
+    for name, value in section.items():
+        path = section.at(name)
+        m = r.mapping(path, value)
+        if r.name(path, name, "pool name") is None or m is None:
+            continue
+        members: list[PoolMember] = []
+        raw_members = r.list(m.at("members"), m.require("members", "the virtual servers of the pool"))
+        if raw_members is not None and not raw_members:
+            r.error(m.at("members"), "a pool needs at least one member")
+        for i, entry in enumerate(raw_members or []):
+            at = (*m.at("members"), i)
+            ratio: int | None = 1
+            if isinstance(entry, dict):
+                e = Mapping(r, at, entry)
+                vs_name = e.require("virtual_server", "a virtual server name")
+                ratio = e.integer("ratio", 1, 0, MAX_RATIO)
+                e.done()
+                at = (*at, "virtual_server")
+            else:
+                vs_name = entry
+            vs_name = r.name(at, vs_name, "virtual server name")
+            if vs_name is None or ratio is None:
+                continue
+            vs = vss.get(vs_name)
+            if vs is None:
+                if ("virtual_server", vs_name) not in r.broken:
+                    r.error(at, f"no virtual server named {vs_name!r}")
+                continue
+            if any(p.vs is vs for p in members):
+                r.error(at, f"virtual server {vs_name!r} is listed twice in this pool")
+                continue
+            facts = ServerFacts(vs.name, False, frozenset([name]), frozenset([vs.datacenter]), (vs.address,))
+            members.append(PoolMember(vs, ratio, topology.server_mask(facts)))
+        fallback_ips = []
+        if m.has("fallback_ip"):
+            items = r.list(m.at("fallback_ip"), m.get("fallback_ip"), allow_scalar=True) or []
+            for i, item in enumerate(items):
+                at = (*m.at("fallback_ip"), i) if isinstance(m.get("fallback_ip"), list) else m.at("fallback_ip")
+                address = r.address(at, item)
+                if address is not None:
+                    fallback_ips.append(address)
+        methods = _methods(r, m, bool(fallback_ips))
+        ttl = m.integer("ttl", 30, 0, MAX_TTL)
+        max_answers = m.integer("max_answers", 1, 1, MAX_ANSWERS)
+        static_persist = Prefixes(32, 128)
+        if m.has("static_persist"):
+            sp = r.mapping(m.at("static_persist"), m.get("static_persist"), "a mapping {ipv4_prefix, ipv6_prefix}")
+            if sp is not None:
+                static_persist = _prefixes(sp, 32, 128)
+                sp.done()
+        m.done()
+        if ttl is None or max_answers is None:
+            r.broken.add(("pool", name))
+            continue
+        out[name] = Pool(name, tuple(members), methods, ttl, max_answers, tuple(fallback_ips), static_persist)
+    return out
+
+
+def _pool_ref(r: Reader, at: KeyPath, entry: Any, pools: MappingT[str, Pool], topology: Topology) -> PoolRef | None:
+    ratio: int | None = 1
+    if isinstance(entry, dict):
+        e = Mapping(r, at, entry)
+        pool_name = e.require("pool", "a pool name")
+        ratio = e.integer("ratio", 1, 0, MAX_RATIO)
+        e.done()
+        at = (*at, "pool")
+    else:
+        pool_name = entry
+    pool_name = r.name(at, pool_name, "pool name")
+    if pool_name is None or ratio is None:
+        return None
+    pool = pools.get(pool_name)
+    if pool is None:
+        if ("pool", pool_name) not in r.broken:
+            r.error(at, f"no pool named {pool_name!r}")
+        return None
+    facts = ServerFacts(
+        pool.name,
+        True,
+        frozenset([pool.name]),
+        frozenset(m.vs.datacenter for m in pool.members),
+        tuple(m.vs.address for m in pool.members),
+    )
+    return PoolRef(pool, ratio, topology.server_mask(facts))
+
+
+def read_wideips(
+    r: Reader, raw: Any, pools: MappingT[str, Pool], topology: Topology, zones: ZoneSet
+) -> dict[Name, WideIP]:
+    out: dict[Name, WideIP] = {}
+    section = r.mapping(("wideips",), raw, "a mapping of wide IP names to settings")
+    if section is None:
+        return out
+    for name, value in section.items():
+        path = section.at(name)
+        m = r.mapping(path, value)
+        if m is None:
+            continue
+        labels = _wideip_name(r, path, name, zones)
+        types: set[int] = set()
+        type_value = m.get("type", "A")
+        for i, t in enumerate(r.list(m.at("type"), type_value, "A, AAAA or [A, AAAA]", allow_scalar=True) or []):
+            at = (*m.at("type"), i) if isinstance(type_value, list) else m.at("type")
+            t = r.string(at, t, choices=tuple(WIDEIP_TYPES))
+            if t is not None:
+                types.add(WIDEIP_TYPES[t])
+        refs: list[PoolRef] = []
+        raw_pools = r.list(m.at("pools"), m.require("pools", "the pools that answer this wide IP"))
+        if raw_pools is not None and not raw_pools:
+            r.error(m.at("pools"), "a wide IP needs at least one pool")
+        for i, entry in enumerate(raw_pools or []):
+            ref = _pool_ref(r, (*m.at("pools"), i), entry, pools, topology)
+            if ref is not None:
+                if any(x.pool is ref.pool for x in refs):
+                    r.error((*m.at("pools"), i), f"pool {ref.name!r} is listed twice")
+                else:
+                    refs.append(ref)
+        pool_lb = m.string("pool_lb", "round_robin", POOL_METHODS)
+        persistence = None
+        if m.has("persistence"):
+            p = r.mapping(m.at("persistence"), m.get("persistence"), "a mapping {ttl, ipv4_prefix, ipv6_prefix}")
+            if p is not None:
+                ttl = p.integer("ttl", 3600, 1, MAX_TTL)
+                prefixes = _prefixes(p, 32, 128)
+                if p.boolean("enabled", True) and ttl is not None:
+                    persistence = Persistence(ttl, prefixes)
+                p.done()
+        last_resort = None
+        if m.has("last_resort_pool"):
+            last_resort = _pool_ref(r, m.at("last_resort_pool"), m.get("last_resort_pool"), pools, topology)
+        m.done()
+        if labels is None or pool_lb is None or not types:
+            continue
+        for t in sorted(types):
+            version = 4 if t == TYPE_A else 6
+            family = {member.vs.address.version for ref in refs for member in ref.pool.members}
+            family |= {a.version for ref in refs for a in ref.pool.fallback_ips}
+            if refs and version not in family:
+                kind = "A" if t == TYPE_A else "AAAA"
+                r.error(m.at("type"), f"type {kind} but no pool has an IPv{version} virtual server or fallback_ip")
+        if labels in out:
+            r.error(path, f"duplicate wide IP (same name as {out[labels].name!r})")
+            continue
+        text = names.to_text(labels).rstrip(".")
+        out[labels] = WideIP(text, labels, frozenset(types), tuple(refs), pool_lb, persistence, last_resort)
+    return out
+
+
+def _wideip_name(r: Reader, path: KeyPath, name: str, zones: ZoneSet) -> Name | None:
+    try:
+        labels = names.key(names.from_text(str(name)))
+    except names.BadName as e:
+        r.error(path, str(e))
+        return None
+    if b"*" in labels:
+        r.error(path, "wildcard wide IP names are not supported")
+        return None
+    zone = zones.find(labels)
+    if zone is None:
+        origins = ", ".join(sorted(names.to_text(z.origin) for z in zones)) or "none"
+        r.error(path, f"not inside any served zone (zones: {origins})")
+        return None
+    cut = zone.delegation_for(labels)
+    if cut is not None:
+        r.error(path, f"at or below the delegation {names.to_text(cut)} in zone {names.to_text(zone.origin)}")
+        return None
+    node = zone.nodes.get(labels)
+    if node is not None and TYPE_CNAME in node.rrsets:
+        r.error(path, f"zone {names.to_text(zone.origin)} has a CNAME at this name")
+        return None
+    return labels

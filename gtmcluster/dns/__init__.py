@@ -1,0 +1,1 @@
+"""Authoritative DNS: wire format, zones, the responder and the Twisted transports."""

@@ -1,0 +1,218 @@
+"""The authoritative responder: query bytes in, response bytes (or silence) out.
+
+Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
+- AA on answers from our zones, NXDOMAIN and NODATA carry the zone SOA (negative TTL) in
+  authority; names outside every served zone get REFUSED; RA is never set; RD and CD are
+  copied; the question is echoed byte for byte, so its case is preserved.
+- Opcodes other than QUERY get NOTIMP; malformed queries and QDCOUNT != 1 get FORMERR;
+  responses (QR=1) and runts get nothing.
+- EDNS: OPT echoed (version 0, our payload size, DO copied), BADVERS for version > 0,
+  unknown options ignored, answers cut to the client's payload size (512 without EDNS) with
+  whole RRsets and TC; TCP carries up to 65535 bytes.
+- EDNS Client Subnet: the client subnet, not the LDNS address, is what topology and
+  persistence see; the reply echoes the option with the scope the decision depended on.
+- Wide IP names are answered by the load balancer for their types; other types at those
+  names, and `return_to_dns` decisions, come from the static zone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from twisted.logger import Logger
+
+from gtmcluster.config.model import WideIP
+from gtmcluster.dns import names, wire
+from gtmcluster.dns.names import Name
+from gtmcluster.dns.wire import Query, Section
+from gtmcluster.dns.zone import (
+    TYPE_A,
+    TYPE_AAAA,
+    TYPE_ANY,
+    TYPE_AXFR,
+    TYPE_CNAME,
+    TYPE_IXFR,
+    TYPE_NS,
+    TYPE_OPT,
+    Outcome,
+    RRset,
+    ZoneSet,
+)
+from gtmcluster.lb.context import Client, IPAddress
+from gtmcluster.lb.trace import Action, Decision
+
+log = Logger()
+
+MAX_CNAME_CHAIN = 8
+_REFUSED_TYPES = {TYPE_AXFR, TYPE_IXFR}
+_NOTIMP_TYPES = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
+
+Decide = Callable[[WideIP, int, Client], Decision]
+
+
+@dataclass(slots=True)
+class _Answer:
+    rcode: int = wire.NOERROR
+    aa: bool = True
+    drop: bool = False
+    scope: int = 0
+    answer: list[tuple[RRset, Name | None]] | None = None
+    authority: list[tuple[RRset, Name | None]] | None = None
+    additional: list[tuple[RRset, Name | None]] | None = None
+    glue_required: bool = True
+
+
+class Responder:
+    """Answers queries from the zones and the wide IPs of one config."""
+
+    def __init__(
+        self,
+        zones: ZoneSet,
+        wideips: Mapping[Name, WideIP],
+        decide: Decide,
+        udp_payload_size: int = 1232,
+    ):
+        self.zones = zones
+        self.wideips = wideips
+        self.decide = decide
+        self.udp_payload_size = udp_payload_size
+
+    def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
+        """The response to *data* from *source* (an IP address), or None for no reply."""
+        try:
+            query = wire.parse_query(data)
+        except wire.Drop:
+            return None
+        except wire.QueryError as e:
+            flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
+            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), None, 512)
+        try:
+            return self._respond(query, source, tcp)
+        except Exception:
+            log.failure(
+                "internal error answering {qname}/{qtype} from {source}",
+                qname=names.to_text(query.qname),
+                qtype=query.qtype,
+                source=source,
+            )
+            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp)
+
+    def _respond(self, query: Query, source: str, tcp: bool) -> bytes | None:
+        edns = query.edns
+        if edns is not None and edns.version > 0:
+            return self._write(query, _Answer(rcode=wire.BADVERS, aa=False), tcp)
+        if query.qclass not in (wire.CLASS_IN, wire.CLASS_ANY):
+            return self._write(query, _Answer(rcode=wire.REFUSED, aa=False), tcp)
+        qtype = query.qtype
+        if qtype == TYPE_OPT:
+            return self._write(query, _Answer(rcode=wire.FORMERR, aa=False), tcp)
+        if qtype in _NOTIMP_TYPES:
+            return self._write(query, _Answer(rcode=wire.NOTIMP, aa=False), tcp)
+        if self.zones.find(names.key(query.qname)) is None or qtype in _REFUSED_TYPES:
+            return self._write(query, _Answer(rcode=wire.REFUSED, aa=False), tcp)
+        answer = self._resolve(query, _client(source, query))
+        if answer.drop:
+            return None
+        return self._write(query, answer, tcp)
+
+    def _resolve(self, query: Query, client: Client) -> _Answer:
+        result = _Answer(answer=[])
+        assert result.answer is not None
+        name = query.qname
+        qtype = query.qtype
+        seen: set[Name] = set()
+        for _ in range(MAX_CNAME_CHAIN):
+            key = names.key(name)
+            zone = self.zones.find(key)
+            if zone is None or key in seen:  # a chain leaving our zones, or a loop, ends here
+                return result
+            seen.add(key)
+            found = zone.find(key, qtype)
+            if found.outcome is Outcome.REFERRAL:
+                assert found.cut is not None
+                result.aa = bool(result.answer)
+                result.authority = [(found.cut, None)]
+                result.additional = [(g, None) for g in zone.glue_for(found.cut)]
+                return result
+            if found.outcome is not Outcome.NODE:
+                if found.outcome is Outcome.NXDOMAIN:
+                    result.rcode = wire.NXDOMAIN
+                result.authority = [(zone.negative_soa, None)]
+                return result
+            assert found.node is not None
+            rrsets = found.node.rrsets
+            owner = name if found.wildcard else None
+            wideip = None if found.wildcard else self.wideips.get(key)
+            if wideip is not None:
+                wanted = min(wideip.types) if qtype == TYPE_ANY else qtype
+                if wanted in wideip.types:
+                    decision = self.decide(wideip, wanted, client)
+                    result.scope = max(result.scope, decision.scope)
+                    if decision.action is Action.DROP:
+                        result.drop = True
+                        return result
+                    if decision.action is Action.ANSWER:
+                        rdatas = tuple((a.packed,) for a in decision.addresses)
+                        rtype = TYPE_A if wanted == TYPE_A else TYPE_AAAA
+                        result.answer.append((RRset(name, rtype, decision.ttl, rdatas), None))
+                        return result
+                    # RETURN_TO_DNS or NOTHING: the static zone answers
+            if qtype == TYPE_ANY and rrsets:
+                # RFC 8482: one RRset is a complete answer to ANY
+                rtype = TYPE_A if TYPE_A in rrsets else TYPE_AAAA if TYPE_AAAA in rrsets else min(rrsets)
+                result.answer.append((rrsets[rtype], owner))
+                return result
+            rrset = rrsets.get(qtype)
+            if rrset is not None:
+                result.answer.append((rrset, owner))
+                if qtype == TYPE_NS:
+                    result.additional = [(g, None) for g in zone.glue_for(rrset)]
+                    result.glue_required = False
+                return result
+            cname = rrsets.get(TYPE_CNAME)
+            if cname is not None:
+                result.answer.append((cname, owner))
+                target = cname.rdatas[0][0]
+                assert isinstance(target, tuple)
+                name = target
+                continue
+            result.authority = [(zone.negative_soa, None)]
+            return result
+        return result
+
+    def _write(self, query: Query, answer: _Answer, tcp: bool) -> bytes:
+        edns = query.edns
+        flags = wire.QR | (query.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
+        if answer.aa:
+            flags |= wire.AA
+        opt = None
+        if edns is not None:
+            options = b""
+            if edns.ecs is not None:
+                scope = answer.scope if edns.ecs.source_prefix else 0
+                options += edns.ecs.option(scope)
+            opt = wire.opt_record(self.udp_payload_size, answer.rcode >> 4, edns.do, options)
+        if tcp:
+            limit = wire.MAX_MESSAGE
+        elif edns is not None:
+            limit = min(edns.udp_size, self.udp_payload_size)
+        else:
+            limit = wire.MIN_UDP
+        sections = [
+            Section(answer.answer or []),
+            Section(answer.authority or []),
+            Section(answer.additional or [], required=answer.glue_required),
+        ]
+        return wire.write_response(query.id, flags, answer.rcode, query.question, query.qname, sections, opt, limit)
+
+
+def _client(source: str, query: Query) -> Client:
+    ldns: IPAddress = ipaddress.ip_address(source.split("%", 1)[0])
+    if isinstance(ldns, ipaddress.IPv6Address) and ldns.ipv4_mapped is not None:
+        ldns = ldns.ipv4_mapped
+    ecs = query.edns.ecs if query.edns is not None else None
+    if ecs is None or ecs.source_prefix == 0:
+        return Client.from_ldns(ldns)
+    return Client(ecs.network.network_address, ecs.source_prefix, ldns, True)

@@ -1,0 +1,25 @@
+"""The names of the load-balancing methods, for config validation and dispatch.
+
+Kept apart from the implementations so the config loader can check names without importing
+the engine.
+"""
+
+#: choose among members on their own (static: no measurements needed)
+STATIC = ("round_robin", "ratio", "global_availability", "topology", "static_persist", "random")
+#: need measurements (paths, load) that arrive with later components; until then they yield
+#: nothing and the chain moves on
+DYNAMIC = (
+    "rtt",
+    "completion_rate",
+    "hops",
+    "qos",
+    "least_connections",
+    "packet_rate",
+    "kbps",
+    "vs_capacity",
+)
+#: end the search with a fixed outcome, or skip
+SPECIAL = ("fallback_ip", "return_to_dns", "drop_packet", "none")
+
+MEMBER_METHODS = STATIC + DYNAMIC + SPECIAL
+POOL_METHODS = ("round_robin", "ratio", "global_availability", "topology", "random", "static_persist")

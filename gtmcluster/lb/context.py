@@ -1,0 +1,110 @@
+"""What a load-balancing decision may consult: the client, time, randomness, rotations,
+availability, persistence and topology, all passed in (no globals, no I/O)."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gtmcluster.config.model import VirtualServer
+from gtmcluster.topology.records import Match, Topology
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Who is asking, as far as load balancing is concerned."""
+
+    #: the address topology and persistence key on: the EDNS client subnet's address when
+    #: the query carried one, else the LDNS address
+    address: IPAddress
+    #: how many leading bits of `address` are known (the ECS source prefix, or the full width)
+    prefix: int
+    #: the source address of the query (RTT paths are per LDNS, later)
+    ldns: IPAddress
+    from_ecs: bool = False
+
+    @classmethod
+    def from_ldns(cls, ldns: IPAddress) -> Client:
+        return cls(ldns, ldns.max_prefixlen, ldns, False)
+
+    def network(self, prefix: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        """The client's network at *prefix* bits (never more bits than are known)."""
+        bits = min(prefix, self.prefix)
+        return ipaddress.ip_network((self.address, bits), strict=False)
+
+
+class Rotations:
+    """Counters behind round robin, ratio and topology ties: the one thing methods advance.
+
+    Per node, like BIG-IP DNS's own rotation; they need not agree across the sync group.
+    """
+
+    def __init__(self) -> None:
+        self._counters: dict[tuple[str, ...], int] = {}
+
+    def next(self, key: tuple[str, ...]) -> int:
+        count = self._counters.get(key, 0)
+        self._counters[key] = count + 1
+        return count
+
+
+class Availability(Protocol):
+    def vs_up(self, vs: VirtualServer) -> bool:
+        """Whether *vs* may be handed out now."""
+
+
+class ConfiguredAvailability:
+    """Availability from configuration alone: ``enabled: false`` takes a server out."""
+
+    def vs_up(self, vs: VirtualServer) -> bool:
+        return vs.enabled
+
+
+@dataclass(frozen=True, slots=True)
+class PersistKey:
+    wideip: str
+    qtype: int
+    network: str  # the client's network at the persistence prefix, e.g. "202.106.1.0/24"
+
+
+@dataclass(frozen=True, slots=True)
+class PersistRecord:
+    """An LDNS persistence record: this client network keeps this pool and these members."""
+
+    key: PersistKey
+    pool: str
+    members: tuple[str, ...]
+    written: float
+    ttl: int
+
+    def live(self, now: float) -> bool:
+        return now < self.written + self.ttl
+
+
+class PersistenceView(Protocol):
+    def get(self, key: PersistKey, now: float) -> PersistRecord | None:
+        """The live record for *key*, if any."""
+
+
+@dataclass(slots=True)
+class Context:
+    """Everything one decision may read. Built per query by the engine."""
+
+    client: Client
+    now: float
+    rng: random.Random
+    rotations: Rotations
+    availability: Availability
+    persistence: PersistenceView
+    topology: Topology
+    _match: Match | None = field(default=None, repr=False)
+
+    def topology_match(self) -> Match:
+        """Topology records matching the client, computed once per decision."""
+        if self._match is None:
+            self._match = self.topology.match(self.client.address)
+        return self._match

@@ -1,0 +1,232 @@
+"""The decision for one wide IP query: persistence, pool choice, and each pool's
+preferred / alternate / fallback chain, with a trace of every step.
+
+A method that yields nothing passes to the next; a pool whose chain yields nothing passes
+to the next pool in the wide IP's ranking, then to the last resort pool. `return_to_dns`
+and `drop_packet` end the search with that outcome; `fallback_ip` answers with the pool's
+fallback addresses whatever their health.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, WideIP
+from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.lb.context import (
+    Availability,
+    Client,
+    Context,
+    PersistenceView,
+    PersistKey,
+    PersistRecord,
+    Rotations,
+)
+from gtmcluster.lb.methods import METHODS, Slot
+from gtmcluster.lb.trace import Action, Decision, Step
+from gtmcluster.topology.records import Topology
+
+
+@dataclass(slots=True)
+class _Run:
+    """The mutable part of one decision: the trace so far and the scope."""
+
+    ctx: Context
+    version: int
+    steps: list[Step] = field(default_factory=list)
+    scope: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolOutcome:
+    action: Action
+    members: tuple[PoolMember, ...] = ()
+    addresses: tuple[IPAddress, ...] = ()
+    method: str = ""
+
+
+_FULL = Prefixes(32, 128)
+
+
+class Balancer:
+    """Decides wide IP answers from the config and views of the node's state."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        availability: Availability,
+        persistence: PersistenceView,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+        rotations: Rotations | None = None,
+    ):
+        self.topology = topology
+        self.availability = availability
+        self.persistence = persistence
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.rotations = rotations or Rotations()
+
+    def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
+        ctx = Context(
+            client, self.clock(), self.rng, self.rotations, self.availability, self.persistence, self.topology
+        )
+        run = _Run(ctx, 4 if qtype == TYPE_A else 6)
+        key = None
+        if wideip.persistence is not None:
+            network = client.network(wideip.persistence.prefixes.for_version(client.address.version))
+            key = PersistKey(wideip.name, qtype, str(network))
+            run.scope = network.prefixlen
+            hit = self._persisted(wideip, key, run)
+            if hit is not None:
+                return hit
+        outcome, ref = self._choose(wideip, run)
+        if outcome.action is not Action.ANSWER:
+            return Decision(outcome.action, scope=run.scope, trace=tuple(run.steps), method=outcome.method)
+        assert ref is not None
+        pool = ref.pool
+        record = None
+        if key is not None and wideip.persistence is not None and outcome.members:
+            names = tuple(m.name for m in outcome.members)
+            record = PersistRecord(key, pool.name, names, ctx.now, wideip.persistence.ttl)
+        return Decision(
+            Action.ANSWER,
+            addresses=outcome.addresses,
+            ttl=pool.ttl,
+            pool=pool.name,
+            members=tuple(m.name for m in outcome.members),
+            scope=run.scope,
+            trace=tuple(run.steps),
+            persist=record,
+            method=outcome.method,
+        )
+
+    def _persisted(self, wideip: WideIP, key: PersistKey, run: _Run) -> Decision | None:
+        """Answer from a live persistence record whose members are all still available."""
+        ctx = run.ctx
+        record = self.persistence.get(key, ctx.now)
+        if record is None:
+            return None
+        refs = {r.name: r for r in wideip.pools}
+        if wideip.last_resort is not None:
+            refs.setdefault(wideip.last_resort.name, wideip.last_resort)
+        ref = refs.get(record.pool)
+        members = []
+        if ref is not None:
+            by_name = {m.name: m for m in ref.pool.members}
+            members = [by_name.get(n) for n in record.members]
+        usable = ref is not None and members and all(m is not None and self._usable(m, run) for m in members)
+        step = Step(
+            f"wideip {wideip.name}",
+            "persistence",
+            "persistence",
+            (key.network,),
+            tuple(record.members) if usable else (),
+            note=f"record for pool {record.pool}" + ("" if usable else ", no longer available: deciding anew"),
+        )
+        run.steps.append(step)
+        if not usable or ref is None:
+            return None
+        chosen = tuple(m for m in members if m is not None)
+        # Refresh a record past half its life, so an active client keeps it without a write
+        # on every query.
+        refresh = None
+        if ctx.now - record.written > record.ttl / 2:
+            refresh = PersistRecord(key, record.pool, record.members, ctx.now, record.ttl)
+        return Decision(
+            Action.ANSWER,
+            addresses=tuple(m.vs.address for m in chosen),
+            ttl=ref.pool.ttl,
+            pool=ref.pool.name,
+            members=record.members,
+            scope=run.scope,
+            trace=tuple(run.steps),
+            persist=refresh,
+            method="persistence",
+        )
+
+    def _usable(self, member: PoolMember, run: _Run) -> bool:
+        return member.vs.address.version == run.version and self.availability.vs_up(member.vs)
+
+    def _pool_up(self, pool: Pool, run: _Run) -> bool:
+        return any(self._usable(m, run) for m in pool.members) or any(
+            a.version == run.version for a in pool.fallback_ips
+        )
+
+    def _choose(self, wideip: WideIP, run: _Run) -> tuple[_PoolOutcome, PoolRef | None]:
+        subject = f"wideip {wideip.name}"
+        available = [r for r in wideip.pools if self._pool_up(r.pool, run)]
+        order: tuple[PoolRef, ...] = ()
+        if available:
+            slot = Slot(
+                ("wideip", wideip.name, "pool_lb"), wideip.persistence.prefixes if wideip.persistence else _FULL
+            )
+            ranking = METHODS[wideip.pool_lb](available, run.ctx, slot)
+            order = ranking.order  # type: ignore[assignment]
+            run.scope = max(run.scope, ranking.scope)
+            run.steps.append(
+                Step(
+                    subject,
+                    "pool_lb",
+                    wideip.pool_lb,
+                    tuple(r.name for r in available),
+                    tuple(r.name for r in order),
+                    ranking.scores,
+                    ranking.note,
+                )
+            )
+        else:
+            run.steps.append(Step(subject, "pool_lb", wideip.pool_lb, (), (), note="no pool has an available member"))
+        for ref in order:
+            outcome = self._run_pool(ref.pool, run)
+            if outcome.action is not Action.NOTHING:
+                return outcome, ref
+        last = wideip.last_resort
+        if last is not None and last not in order:
+            outcome = self._run_pool(last.pool, run, last_resort=True)
+            if outcome.action is not Action.NOTHING:
+                return outcome, last
+        return _PoolOutcome(Action.NOTHING), None
+
+    def _run_pool(self, pool: Pool, run: _Run, last_resort: bool = False) -> _PoolOutcome:
+        subject = f"pool {pool.name}" + (" (last resort)" if last_resort else "")
+        members = [m for m in pool.members if self._usable(m, run)]
+        names = tuple(m.name for m in members)
+        for slot_name, method in pool.methods.chain():
+            if method == "none":
+                continue
+            if method in ("return_to_dns", "drop_packet"):
+                run.steps.append(Step(subject, slot_name, method, names, (), note="ends the search"))
+                action = Action.RETURN_TO_DNS if method == "return_to_dns" else Action.DROP
+                return _PoolOutcome(action, method=method)
+            if method == "fallback_ip":
+                ips = tuple(a for a in pool.fallback_ips if a.version == run.version)[: pool.max_answers]
+                run.steps.append(
+                    Step(
+                        subject,
+                        slot_name,
+                        method,
+                        tuple(map(str, pool.fallback_ips)),
+                        tuple(map(str, ips)),
+                        note="regardless of health",
+                    )
+                )
+                if ips:
+                    return _PoolOutcome(Action.ANSWER, (), ips, method)
+                continue
+            if not members:
+                run.steps.append(Step(subject, slot_name, method, (), (), note="no available member"))
+                continue
+            slot = Slot(("pool", pool.name, slot_name), pool.static_persist)
+            ranking = METHODS[method](members, run.ctx, slot)
+            run.scope = max(run.scope, ranking.scope)
+            chosen = ranking.order[: pool.max_answers]
+            run.steps.append(
+                Step(subject, slot_name, method, names, tuple(c.name for c in chosen), ranking.scores, ranking.note)
+            )
+            if chosen:
+                picked = tuple(c for c in chosen if isinstance(c, PoolMember))
+                return _PoolOutcome(Action.ANSWER, picked, tuple(m.vs.address for m in picked), method)
+        return _PoolOutcome(Action.NOTHING)

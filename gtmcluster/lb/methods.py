@@ -1,0 +1,166 @@
+"""Load-balancing methods: pure functions ranking candidates for one client.
+
+Each method takes the *available* candidates (pool members, or pools at the wide IP level)
+in configured order and returns a `Ranking`: the candidates it would answer with, best
+first (empty when it has nothing to offer, so the chain moves on), the scores it used and
+the RFC 7871 scope of its choice. Methods read the `Context`; the only state they advance is
+the context's rotation counters.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from gtmcluster.config.model import Prefixes
+from gtmcluster.lb.catalog import DYNAMIC
+from gtmcluster.lb.context import Context
+
+
+class Candidate(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ratio(self) -> int: ...
+
+    @property
+    def topology_mask(self) -> frozenset[int]: ...
+
+
+C = TypeVar("C", bound=Candidate)
+
+#: the longest ratio cycle kept exactly; larger weight sums are scaled down to it
+MAX_CYCLE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where a method runs: its rotation counter and the static persist prefixes."""
+
+    rotation: tuple[str, ...]
+    static_persist: Prefixes
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    order: tuple[Candidate, ...]
+    scores: tuple[tuple[str, float], ...] = ()
+    scope: int = 0
+    note: str = ""
+
+
+def round_robin(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    start = ctx.rotations.next(slot.rotation) % len(cands)
+    return Ranking(tuple(cands[start:]) + tuple(cands[:start]))
+
+
+@functools.lru_cache(maxsize=4096)
+def ratio_schedule(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """One cycle of smooth weighted round robin: index i appears weights[i] times, spread out.
+
+    Slot k of member i sits at (2k+1)/(2w_i) of the cycle (Webster's divisor method), so a
+    3:1 pair gives 0,0,1,0 rather than 0,0,0,1.
+    """
+    total = sum(weights)
+    if total > MAX_CYCLE:
+        weights = tuple(max(1, round(w * MAX_CYCLE / total)) if w else 0 for w in weights)
+    divisor = math.gcd(*weights)
+    weights = tuple(w // divisor for w in weights)
+    slots = sorted(((2 * k + 1) / (2 * w), i) for i, w in enumerate(weights) for k in range(w))
+    return tuple(i for _, i in slots)
+
+
+def ratio(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    weighted = [c for c in cands if c.ratio > 0]
+    scores = tuple((c.name, float(c.ratio)) for c in cands)
+    if not weighted:
+        return Ranking((), scores, note="every ratio is 0")
+    schedule = ratio_schedule(tuple(c.ratio for c in weighted))
+    start = ctx.rotations.next(slot.rotation) % len(schedule)
+    order: list[Candidate] = []
+    for i in schedule[start:] + schedule[:start]:
+        if weighted[i] not in order:
+            order.append(weighted[i])
+            if len(order) == len(weighted):
+                break
+    return Ranking(tuple(order), scores)
+
+
+def global_availability(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    return Ranking(tuple(cands))
+
+
+def random_choice(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    order = list(cands)
+    ctx.rng.shuffle(order)
+    return Ranking(tuple(order))
+
+
+def topology(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    match = ctx.topology_match()
+    scored: list[tuple[int, int, Candidate]] = []
+    scores = []
+    for position, c in enumerate(cands):
+        hit = ctx.topology.score(match, c.topology_mask)
+        if hit is None:
+            continue
+        scores.append((c.name, float(hit[0])))
+        if hit[0] > 0:
+            scored.append((hit[0], position, c))
+    if not scored:
+        note = "no topology record matches" if not scores else "every matching record scores 0"
+        return Ranking((), tuple(scores), match.scope, note)
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    best = [c for s, _, c in scored if s == scored[0][0]]
+    rest = [c for s, _, c in scored if s != scored[0][0]]
+    note = ""
+    if len(best) > 1:  # equal best scores share the load in turn
+        start = ctx.rotations.next(slot.rotation) % len(best)
+        best = best[start:] + best[:start]
+        note = f"{len(best)} tied at the best score, taken in turn"
+    return Ranking(tuple(best + rest), tuple(scores), match.scope, note)
+
+
+def static_persist(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    """Weighted rendezvous hashing of the client network over the candidates.
+
+    Every candidate gets a score from a hash of (client network, candidate name); the
+    highest wins. The same client keeps its candidate while it is available, and when one
+    goes away only the clients it had move (to their second choice). Any node computes the
+    same ranking: the hash is fixed (BLAKE2b), not Python's per-process `hash`.
+    """
+    prefix = slot.static_persist.for_version(ctx.client.address.version)
+    network = ctx.client.network(prefix)
+    seed = network.network_address.packed + bytes([network.prefixlen])
+    ranked = []
+    for c in cands:
+        if c.ratio <= 0:
+            continue
+        digest = hashlib.blake2b(seed + c.name.encode(), digest_size=8).digest()
+        u = ((int.from_bytes(digest, "big") >> 12) + 0.5) / 2.0**52  # exactly inside (0, 1)
+        ranked.append((-c.ratio / math.log(u), c))
+    ranked.sort(key=lambda sc: -sc[0])
+    scores = tuple((c.name, round(s, 6)) for s, c in ranked)
+    return Ranking(tuple(c for _, c in ranked), scores, prefix, f"client network {network}")
+
+
+def _needs_measurements(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
+    return Ranking((), note="no measurements yet")
+
+
+Method = Callable[[Sequence[Candidate], Context, Slot], Ranking]
+
+METHODS: dict[str, Method] = {
+    "round_robin": round_robin,
+    "ratio": ratio,
+    "global_availability": global_availability,
+    "random": random_choice,
+    "topology": topology,
+    "static_persist": static_persist,
+    **dict.fromkeys(DYNAMIC, _needs_measurements),
+}

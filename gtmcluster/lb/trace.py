@@ -1,0 +1,55 @@
+"""The outcome of a load-balancing decision and the trace of how it was reached."""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from dataclasses import dataclass
+
+from gtmcluster.lb.context import PersistRecord
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class Action(enum.Enum):
+    ANSWER = "answer"  # answer with `addresses`
+    RETURN_TO_DNS = "return_to_dns"  # answer from the static zone as if there were no wide IP
+    DROP = "drop"  # send no reply
+    NOTHING = "nothing"  # every pool and method yielded nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One method tried: on what, with which scores, and what it returned."""
+
+    subject: str  # "wideip www.example.com" or "pool web"
+    slot: str  # pool_lb, preferred, alternate, fallback, last_resort, persistence
+    method: str
+    candidates: tuple[str, ...]
+    result: tuple[str, ...]
+    scores: tuple[tuple[str, float], ...] = ()
+    note: str = ""
+
+    def describe(self) -> str:
+        scores = ", ".join(f"{n}={s:g}" for n, s in self.scores)
+        out = f"{self.subject} {self.slot}={self.method}: candidates [{', '.join(self.candidates)}]"
+        if scores:
+            out += f" scores [{scores}]"
+        out += f" -> [{', '.join(self.result)}]" if self.result else " -> nothing"
+        return out + (f" ({self.note})" if self.note else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    addresses: tuple[IPAddress, ...] = ()
+    ttl: int = 0
+    pool: str | None = None
+    members: tuple[str, ...] = ()
+    #: RFC 7871 scope: how many leading bits of the client address this decision depends on
+    scope: int = 0
+    trace: tuple[Step, ...] = ()
+    #: a persistence record to store (new, or refreshed)
+    persist: PersistRecord | None = None
+    #: the method that produced the answer ("persistence" for a persistence hit)
+    method: str = ""

@@ -1,0 +1,51 @@
+"""One node's working parts and how a query's decision reaches them.
+
+`Node` holds the loaded config, this member's entry, the node's state (persistence table)
+and the balancer, and builds the responder that answers from them. Services (`service.py`)
+run it; tests can use it without a reactor.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from gtmcluster.config.model import Config, Member, WideIP
+from gtmcluster.dns.responder import Responder
+from gtmcluster.lb.context import Availability, Client, ConfiguredAvailability
+from gtmcluster.lb.engine import Balancer
+from gtmcluster.lb.trace import Decision
+from gtmcluster.state.persistence import PersistenceTable
+
+
+class Node:
+    def __init__(
+        self,
+        config: Config,
+        name: str,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+        availability: Availability | None = None,
+    ):
+        self.config = config
+        self.member: Member = config.member(name)
+        self.clock = clock
+        self.persistence = PersistenceTable()
+        self.balancer = Balancer(
+            config.topology,
+            availability or ConfiguredAvailability(),
+            self.persistence,
+            clock,
+            rng or random.Random(),
+        )
+        self.responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size)
+
+    def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
+        """Decide a wide IP answer and keep the persistence record it asks for."""
+        decision = self.balancer.decide(wideip, qtype, client)
+        if decision.persist is not None:
+            self.persistence.put(decision.persist)
+        return decision
+
+    def sweep(self) -> None:
+        self.persistence.sweep(self.clock())

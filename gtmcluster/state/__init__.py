@@ -1,0 +1,1 @@
+"""Node state: persistence records now; the replicated record store with the sync issue."""

@@ -1,0 +1,1 @@
+"""Static proximity: address lists, regions, topology records with longest-match ordering."""

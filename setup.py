@@ -1,0 +1,44 @@
+"""Packaging for gtmcluster: the package, the `gtmcluster` command and the twistd plugin `gtm`."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="gtmcluster",
+    version="0.1.0.dev0",
+    description="Global traffic manager (GSLB): authoritative DNS, probing and a TLS sync group, on Twisted",
+    long_description=Path("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.11",
+    packages=[*find_packages(include=["gtmcluster", "gtmcluster.*"]), "twisted.plugins"],
+    # twistd only finds plugins in a twisted/plugins folder that is not a package
+    # (no __init__.py); setuptools warns about that, which is expected.
+    package_dir={"twisted.plugins": "twistd-plugins/twisted/plugins"},
+    package_data={"gtmcluster": ["py.typed"]},
+    install_requires=[
+        "twisted[tls]>=24.7",
+        "pyopenssl>=24",
+        "service-identity>=24",
+        "pyyaml>=6",
+        # master-file (zone) syntax and RDATA text forms of every record type
+        "dnspython>=2.6",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "mypy>=1.10",
+            "mypy-zope",  # Twisted's zope.interface types (as Twisted itself checks them)
+            "ruff>=0.5",
+            "types-PyYAML",
+        ],
+    },
+    entry_points={"console_scripts": ["gtmcluster = gtmcluster.cli.main:main"]},
+    classifiers=[
+        "Framework :: Twisted",
+        "Programming Language :: Python :: 3",
+        "Topic :: Internet :: Name Service (DNS)",
+    ],
+)

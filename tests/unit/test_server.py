@@ -1,0 +1,147 @@
+"""The Twisted transports: UDP replies, TCP framing, pipelining, idle timeout, client cap."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+from ipaddress import ip_address
+from pathlib import Path
+
+import dns.message
+import pytest
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
+
+from gtmcluster.config.load import load
+from gtmcluster.config.model import HostPort
+from gtmcluster.dns import sockets
+from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
+from gtmcluster.node import Node
+from tests.support import configs
+from tests.support.dnsclient import addresses, query
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return Node(load(configs.write(tmp_path, configs.base())), "n1", clock=lambda: 0.0, rng=random.Random(1))
+
+
+def framed(wire: bytes) -> bytes:
+    return struct.pack("!H", len(wire)) + wire
+
+
+def replies(data: bytes) -> list[dns.message.Message]:
+    out = []
+    while data:
+        (n,) = struct.unpack("!H", data[:2])
+        out.append(dns.message.from_wire(data[2 : 2 + n]))
+        data = data[2 + n :]
+    return out
+
+
+def connect(
+    factory: DNSStreamFactory, host: str = "127.0.1.5"
+) -> tuple[DNSStreamProtocol, StringTransportWithDisconnection]:
+    proto = factory.buildProtocol(IPv4Address("TCP", host, 40000))
+    transport = StringTransportWithDisconnection(peerAddress=IPv4Address("TCP", host, 40000))
+    transport.protocol = proto
+    proto.makeConnection(transport)
+    return proto, transport
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_udp_reply_goes_back_to_the_sender(node: Node) -> None:
+    """A datagram is answered to the address it came from; a response packet is ignored."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.sent: list[tuple[bytes, tuple[str, int]]] = []
+
+        def write(self, data: bytes, addr: tuple[str, int]) -> None:
+            self.sent.append((data, addr))
+
+    proto = DNSDatagramProtocol(node.responder)
+    recorder = Recorder()
+    proto.transport = recorder  # type: ignore[assignment]
+    proto.datagramReceived(query("gslb.example.test"), ("127.0.2.3", 5000))
+    assert recorder.sent[0][1] == ("127.0.2.3", 5000)
+    assert addresses(dns.message.from_wire(recorder.sent[0][0])) == ["10.0.2.1"]
+    response = bytearray(query("gslb.example.test"))
+    response[2] |= 0x80
+    proto.datagramReceived(bytes(response), ("127.0.2.3", 5000))
+    assert len(recorder.sent) == 1
+
+
+def test_tcp_messages_split_and_pipelined(node: Node) -> None:
+    """Length-prefixed queries arriving in pieces and back to back are answered in order."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 100)
+    proto, transport = connect(factory)
+    stream = framed(query("gslb.example.test", qid=1)) + framed(query("www.example.test", qid=2))
+    for i in range(0, len(stream), 7):
+        proto.dataReceived(stream[i : i + 7])
+    got = replies(transport.value())
+    assert [m.id for m in got] == [1, 2]
+    assert addresses(got[0]) == ["10.0.1.1"]  # topology saw the TCP peer's address
+
+
+def test_tcp_idle_connection_closes_after_the_timeout(node: Node) -> None:
+    """A silent (or half-sent) connection is closed after tcp_idle_timeout; activity resets it."""
+    clock = MemoryReactorClock()
+    factory = DNSStreamFactory(node.responder, clock, 10, 100)
+    proto, transport = connect(factory)
+    clock.advance(9)
+    proto.dataReceived(b"\x00")  # half of a length prefix
+    clock.advance(9)
+    assert transport.connected
+    clock.advance(1.5)
+    assert not transport.connected
+    assert proto not in factory.connections
+
+
+def test_tcp_runt_message_closes_the_connection(node: Node) -> None:
+    """A framed message shorter than a DNS header ends the connection."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 100)
+    proto, transport = connect(factory)
+    proto.dataReceived(framed(b"\x00\x01"))
+    assert not transport.connected
+
+
+def test_tcp_client_cap_evicts_the_longest_idle(node: Node) -> None:
+    """Past tcp_max_clients, the connection idle the longest makes way."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 2)
+    first, t1 = connect(factory)
+    _second, t2 = connect(factory)
+    first.dataReceived(framed(query("www.example.test")))  # first is now the most recent
+    _, t3 = connect(factory)
+    assert t1.connected and not t2.connected and t3.connected
+    assert len(factory.connections) == 2
+
+
+def test_service_adopts_bound_sockets_and_stops_them(node: Node) -> None:
+    """The service hands the pre-bound sockets to the reactor and releases them on stop."""
+    listeners = sockets.bind([HostPort(ip_address("127.0.0.1"), free_port())])
+    reactor = MemoryReactorClock()
+    service = DNSService(reactor, listeners, node.responder, 10, 100)
+    service.startService()
+    assert [type(entry[2]) for entry in reactor.adoptedPorts] == [DNSDatagramProtocol, DNSStreamFactory]
+    assert listeners[0].udp.fileno() == -1  # our copies are closed; the reactor owns duplicates
+    service.stopService()
+    assert not service.running
+
+
+def test_bind_reports_the_address_in_use() -> None:
+    """Binding an address already taken names it and the protocol."""
+    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    taken.bind(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(sockets.ListenError, match=rf"127\.0\.0\.1:{port} \(UDP\): Address already in use"):
+            sockets.bind([HostPort(ip_address("127.0.0.1"), port)])
+    finally:
+        taken.close()

@@ -1,0 +1,143 @@
+"""The master-file reader: layout, directives, record types, and exact error lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gtmcluster.dns import names, zonefile
+from gtmcluster.dns.zone import TYPE_A, TYPE_MX, TYPE_NS, TYPE_SOA, TYPE_TXT, RRset
+
+HEAD = "$TTL 300\n@ IN SOA ns1 hostmaster 1 3600 600 86400 60\n  IN NS ns1\nns1 IN A 192.0.2.1\n"
+
+
+def load(tmp_path: Path, text: str, origin: str = "example.test") -> dict[tuple[str, int], RRset]:
+    path = tmp_path / "z.zone"
+    path.write_text(text)
+    data = zonefile.load(str(path), origin)
+    return {(names.to_text(r.owner), r.rtype): r for r in data.rrsets}
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "z.zone"
+    path.write_text(text)
+    with pytest.raises(zonefile.ZoneFileError) as caught:
+        zonefile.load(str(path), "example.test")
+    return [f"{p.line}: {p.message}" for p in caught.value.problems]
+
+
+def test_layout_parentheses_comments_quotes_and_blank_owners(tmp_path: Path) -> None:
+    """Multi-line records, comments, quoted ';' and inherited owners read as RFC 1035 says."""
+    rrsets = load(
+        tmp_path,
+        "$TTL 1h\n"
+        "@ IN SOA ns1 hostmaster ( 7 ; serial\n   3600 600\n   86400 60 )\n"
+        "  IN NS ns1\n"
+        "  IN MX 10 mail\n"
+        'txt 60 IN TXT "a; not a comment" "b"\n'
+        "ns1 IN A 192.0.2.1\n"
+        "    IN A 192.0.2.2 ; same owner\n",
+    )
+    soa = rrsets[("example.test.", TYPE_SOA)]
+    assert soa.ttl == 3600
+    assert soa.rdatas[0][-1][:4] == (7).to_bytes(4, "big")
+    assert rrsets[("txt.example.test.", TYPE_TXT)].ttl == 60
+    assert rrsets[("txt.example.test.", TYPE_TXT)].rdatas[0][0] == b"\x10a; not a comment\x01b"
+    assert len(rrsets[("ns1.example.test.", TYPE_A)].rdatas) == 2
+    assert ("example.test.", TYPE_MX) in rrsets
+
+
+def test_origin_ttl_class_order_and_generic_types(tmp_path: Path) -> None:
+    """$ORIGIN, class before TTL, relative and absolute names, and RFC 3597 TYPE syntax."""
+    rrsets = load(
+        tmp_path,
+        HEAD + "$ORIGIN sub.example.test.\nhost IN 120 A 192.0.2.9\nabs.example.test. A 192.0.2.10\n"
+        "gen TYPE1234 \\# 2 abcd\n",
+    )
+    assert rrsets[("host.sub.example.test.", TYPE_A)].ttl == 120
+    assert ("abs.example.test.", TYPE_A) in rrsets
+    assert rrsets[("gen.sub.example.test.", 1234)].rdatas == ((b"\xab\xcd",),)
+
+
+def test_names_in_rdata_stay_compressible(tmp_path: Path) -> None:
+    """NS, MX and SOA targets are kept as names so the encoder may compress them."""
+    rrsets = load(tmp_path, HEAD + "@ IN MX 10 mail\n")
+    assert rrsets[("example.test.", TYPE_NS)].rdatas[0] == ((b"ns1", b"example", b"test"),)
+    assert rrsets[("example.test.", TYPE_MX)].rdatas[0] == (b"\x00\x0a", (b"mail", b"example", b"test"))
+
+
+def test_include_is_relative_to_the_including_file(tmp_path: Path) -> None:
+    """$INCLUDE reads a file next to the zone file, with an optional origin."""
+    (tmp_path / "hosts.inc").write_text("www IN A 192.0.2.80\n")
+    rrsets = load(tmp_path, HEAD + "$INCLUDE hosts.inc lab.example.test.\n")
+    assert ("www.lab.example.test.", TYPE_A) in rrsets
+
+
+def test_duplicates_merge_and_rrset_takes_lowest_ttl(tmp_path: Path) -> None:
+    """Identical records count once; one RRset has one TTL (RFC 2181 5.2)."""
+    rrsets = load(tmp_path, HEAD + "www 300 IN A 192.0.2.1\nwww 60 IN A 192.0.2.2\nwww 30 IN A 192.0.2.1\n")
+    www = rrsets[("www.example.test.", TYPE_A)]
+    assert len(www.rdatas) == 2
+    assert www.ttl == 30
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        ("bad IN A 1.2.3\n", "5: bad A data '1.2.3'"),
+        ("x IN BOGUS 1\n", "5: unknown record type 'BOGUS'"),
+        ("www IN CNAME ns1\nwww IN A 192.0.2.1\n", "5: CNAME at www.example.test. beside other data (A)"),
+        ('t IN TXT "open\n', "5: unterminated quoted string"),
+        ("y IN A ( 192.0.2.1\n", "5: '(' is never closed"),
+        ("z IN A 192.0.2.1 )\n", "5: ')' without a matching '('"),
+        ("other.test. IN A 192.0.2.1\n", "5: other.test. is outside the zone example.test."),
+        ("c CH TXT x\n", "5: class CH is not served"),
+        ("d IN DNAME example.net.\n", "5: DNAME records are not supported"),
+        ("$GENERATE 1-2 h$ A 192.0.2.$\n", "5: unsupported directive $GENERATE"),
+        ("$INCLUDE missing.inc\n", "5: cannot read"),
+        ("t 99999999999 IN A 192.0.2.1\n", "5: bad TTL"),
+        ("q IN AXFR\n", "5: AXFR is not a record type that can be stored"),
+        ("\n\nlate IN MX x y\n", "7: bad MX data"),
+    ],
+)
+def test_errors_name_the_line(tmp_path: Path, tail: str, expected: str) -> None:
+    """Every problem names the line its record starts on."""
+    found = problems(tmp_path, HEAD + tail)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_multi_line_record_errors_name_the_first_line(tmp_path: Path) -> None:
+    """A record spread over lines is reported at the line it starts on."""
+    found = problems(tmp_path, HEAD + "mx IN MX (\n  10\n  bad..name )\n")
+    assert found[0].startswith("5: bad MX data")
+
+
+def test_all_problems_are_reported_together(tmp_path: Path) -> None:
+    """Several bad lines give several problems, in file order."""
+    found = problems(tmp_path, HEAD + "a IN A x\nb IN A y\nc IN A z\n")
+    assert [p.split(":")[0] for p in found] == ["5", "6", "7"]
+
+
+def test_missing_soa_and_ns_are_errors(tmp_path: Path) -> None:
+    """A zone needs exactly one SOA and NS records at its apex."""
+    found = problems(tmp_path, "$TTL 60\nwww IN A 192.0.2.1\n")
+    assert any("no SOA record" in p for p in found)
+    assert any("no NS records" in p for p in found)
+    two = problems(tmp_path, HEAD + "@ IN SOA ns2 hm 2 1 1 1 1\n")
+    assert any("more than one SOA" in p for p in two)
+
+
+def test_record_without_any_ttl_is_an_error(tmp_path: Path) -> None:
+    """Without $TTL or an earlier TTL a record has none; SOA falls back to its minimum."""
+    inherited = load(tmp_path, "@ IN SOA ns1 hm 1 1 1 1 60\n@ IN NS ns1\n")
+    assert inherited[("example.test.", TYPE_NS)].ttl == 60  # the previous record's TTL
+    found = problems(tmp_path, "@ IN NS ns1\n@ IN SOA ns1 hm 1 1 1 1 60\n")
+    assert any(p.startswith("1: no TTL") for p in found)
+
+
+def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
+    """A missing zone file is reported, not raised as OSError."""
+    with pytest.raises(zonefile.ZoneFileError) as caught:
+        zonefile.load(str(tmp_path / "nope.zone"), "example.test")
+    assert "cannot read" in str(caught.value)
