@@ -28,6 +28,7 @@ from gtmcluster.config.model import (
 from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.dns import names, zonefile
+from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 
 DEFAULT_PEER_PORT = 4353
@@ -64,8 +65,9 @@ def load(path: str | os.PathLike[str]) -> Config:
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError([Problem(file, (), f"cannot read the config: {reason}")]) from None
-    data, lines = yamlsrc.load(file, text)
+    data, lines, yaml_problems = yamlsrc.load(file, text)
     problems = Problems(file, lines)
+    problems.found.extend(yaml_problems)
     r = Reader(problems)
     top = r.mapping((), data, "a mapping of sections (sync_group, datacenters, ...)")
     if top is None:
@@ -89,7 +91,7 @@ def load(path: str | os.PathLike[str]) -> Config:
     monitors = _monitors(r, top)
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
-    zone_data = _zones(r, top, resolve)
+    zone_data, broken_zones = _zones(r, top, resolve)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -97,10 +99,12 @@ def load(path: str | os.PathLike[str]) -> Config:
     regions = traffic.read_regions(r, top.get("regions", {}), resolve)
     raw_pools = top.get("pools", {})
     pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []
-    topology = traffic.read_topology(r, top.get("topology"), regions, datacenters, pool_names, list(vss))
+    raw_vss = top.get("virtual_servers", {})
+    vs_names = [str(k) for k in raw_vss] if isinstance(raw_vss, dict) else []
+    topology = traffic.read_topology(r, top.get("topology"), regions, datacenters, pool_names, vs_names)
     pools = traffic.read_pools(r, raw_pools, vss, topology)
     lookup_zones = ZoneSet(z.build() for z in zone_data)
-    wideips = traffic.read_wideips(r, top.get("wideips", {}), pools, topology, lookup_zones)
+    wideips = traffic.read_wideips(r, top.get("wideips", {}), pools, topology, lookup_zones, broken_zones)
     top.done()
     problems.raise_if_any()
 
@@ -129,10 +133,14 @@ def load(path: str | os.PathLike[str]) -> Config:
 
 def _datacenters(r: Reader, top: Mapping) -> tuple[str, ...]:
     raw = top.require("datacenters", "the list of data center names")
+    items = r.list(top.at("datacenters"), raw)
+    if items is None:
+        r.broken.add(("datacenter", "*"))  # do not also report every reference to one
     out: list[str] = []
-    for i, item in enumerate(r.list(top.at("datacenters"), raw) or [] if raw is not None else []):
+    for i, item in enumerate(items or []):
         name = r.name(("datacenters", i), item, "data center name")
         if name is None:
+            r.broken.add(("datacenter", str(item)))
             continue
         if name in out:
             r.error(("datacenters", i), f"data center {name!r} is listed twice")
@@ -143,8 +151,6 @@ def _datacenters(r: Reader, top: Mapping) -> tuple[str, ...]:
 
 def _hostport(r: Reader, m: Mapping, key: str, default_port: int, default: str | None = None) -> HostPort | None:
     value = m.get(key, default) if default is not None else m.require(key, "ADDRESS:PORT")
-    if value is None:
-        return None
     parsed = r.hostport(m.at(key), value, default_port)
     return None if parsed is None else HostPort(*parsed)
 
@@ -176,22 +182,21 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
         member_name = r.name(
             e.at("name"), e.require("name", "the node's name, also its certificate's DNS name"), "member name"
         )
-        dc = e.require("datacenter", "the member's data center")
-        if dc is not None:
-            dc = r.string(e.at("datacenter"), dc, choices=datacenters)
+        dc = traffic.datacenter(r, e.at("datacenter"), e.require("datacenter", "the member's data center"), datacenters)
         peer = _hostport(r, e, "peer", DEFAULT_PEER_PORT)
         api = _hostport(r, e, "api", DEFAULT_API_PORT, "127.0.0.1:8053")
         dns: list[HostPort] = []
         raw_dns = e.require("dns", "the addresses the node answers DNS on")
-        dns_list = (
-            r.list(e.at("dns"), raw_dns, "a list of ADDRESS:PORT", allow_scalar=True) if raw_dns is not None else None
-        )
+        dns_list = r.list(e.at("dns"), raw_dns, "a list of ADDRESS:PORT", allow_scalar=True)
         if dns_list is not None and not dns_list:
             r.error(e.at("dns"), "a member needs at least one DNS address")
         for j, value in enumerate(dns_list or []):
             at = (*e.at("dns"), j) if isinstance(raw_dns, list) else e.at("dns")
             parsed = r.hostport(at, value, DEFAULT_DNS_PORT)
             if parsed is not None:
+                if HostPort(*parsed) in dns:
+                    r.error(at, f"{HostPort(*parsed)} is listed twice")
+                    continue
                 dns.append(HostPort(*parsed))
         e.done()
         if member_name is None or dc is None or peer is None or api is None or not dns:
@@ -217,7 +222,9 @@ def _monitors(r: Reader, top: Mapping) -> dict[str, Monitor]:
         path = section.at(name)
         m = r.mapping(path, value)
         if r.name(path, name, "monitor name") is None or m is None:
+            r.broken.add(("monitor", name))
             continue
+        before = len(r.problems.found)
         kind = r.string(m.at("type"), m.require("type", f"one of {', '.join(MONITOR_TYPES)}"), choices=MONITOR_TYPES)
         interval = m.number("interval", 5.0, 0.1, 86400)
         timeout = m.number("timeout", 2.0, 0.01, 3600)
@@ -225,7 +232,8 @@ def _monitors(r: Reader, top: Mapping) -> dict[str, Monitor]:
         down_after = m.integer("down_after", 3, 1, 100)
         params = _monitor_params(r, m, kind)
         m.done()
-        if None in (kind, interval, timeout, up_after, down_after):
+        if len(r.problems.found) > before or None in (kind, interval, timeout, up_after, down_after):
+            r.broken.add(("monitor", name))
             continue
         assert kind and interval and timeout and up_after and down_after
         out[name] = Monitor(name, kind, interval, timeout, up_after, down_after, MappingProxyType(params))
@@ -268,7 +276,7 @@ def _monitor_params(r: Reader, m: Mapping, kind: str | None) -> dict[str, Any]:
         if m.has("expect"):
             params["expect"] = m.string("expect", None)
     elif kind == "dns":
-        query_name = m.require("query_name", "the name to ask the virtual server for")
+        query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the virtual server for"))
         if query_name is not None:
             try:
                 names.from_text(str(query_name))
@@ -318,24 +326,34 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
     )
 
 
-def _zones(r: Reader, top: Mapping, resolve: Any) -> list[zonefile.ZoneData]:
+def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
+    """The zones that load, and the origins of those that do not (None: unknown ones too)."""
     out: list[zonefile.ZoneData] = []
+    broken: set[Name] | None = set()
     raw = top.require("zones", "the zones this sync group serves: [{origin, file}]")
-    origins: dict[tuple[bytes, ...], int] = {}
-    for i, entry in enumerate((r.list(top.at("zones"), raw) or []) if raw is not None else []):
+    entries = r.list(top.at("zones"), raw)
+    if entries is None:
+        return out, None
+    origins: dict[Name, int] = {}
+    for i, entry in enumerate(entries):
         path = ("zones", i)
         m = r.mapping(path, entry, "a mapping {origin, file}")
-        if m is None:
+        origin = r.string(m.at("origin"), m.require("origin", "the zone's name")) if m else None
+        file_name = r.string(m.at("file"), m.require("file", "the zone file")) if m else None
+        if m is not None:
+            m.done()
+        labels: Name | None = None
+        if origin is not None:
+            try:
+                labels = names.key(names.from_text(origin))
+            except names.BadName as e:
+                r.error(m.at("origin") if m else path, str(e))
+        if labels is None:
+            broken = None  # a zone we cannot even name: any wide IP might belong to it
             continue
-        origin = r.string(m.at("origin"), m.require("origin", "the zone's name"))
-        file_name = r.string(m.at("file"), m.require("file", "the zone file"))
-        m.done()
-        if origin is None or file_name is None:
-            continue
-        try:
-            labels = names.key(names.from_text(origin))
-        except names.BadName as e:
-            r.error(m.at("origin"), str(e))
+        if m is None or origin is None or file_name is None:
+            if broken is not None:
+                broken.add(labels)
             continue
         if labels in origins:
             r.error(m.at("origin"), f"zone {origin!r} is listed twice (also zones[{origins[labels]}])")
@@ -345,7 +363,9 @@ def _zones(r: Reader, top: Mapping, resolve: Any) -> list[zonefile.ZoneData]:
         try:
             out.append(zonefile.load(str(zone_path), origin))
         except zonefile.ZoneFileError as e:
+            if broken is not None:
+                broken.add(labels)
             for p in e.problems:
                 where = f"{p.file}:{p.line}" if p.line else p.file
                 r.error(m.at("file"), f"{where}: {p.message}")
-    return out
+    return out, broken

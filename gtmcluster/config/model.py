@@ -100,6 +100,9 @@ class Methods:
     def chain(self) -> tuple[tuple[str, str], ...]:
         return (("preferred", self.preferred), ("alternate", self.alternate), ("fallback", self.fallback))
 
+    def names(self) -> tuple[str, str, str]:
+        return (self.preferred, self.alternate, self.fallback)
+
 
 @dataclass(frozen=True, slots=True)
 class Prefixes:

@@ -17,6 +17,16 @@ from gtmcluster.config.problems import KeyPath, Problems
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+
+class _Missing:
+    """A required key that is absent (already reported); readers pass it on as None quietly."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
@@ -46,12 +56,16 @@ class Reader:
         self.problems.add(path, message)
 
     def mapping(self, path: KeyPath, value: Any, what: str = "a mapping") -> Mapping | None:
+        if value is MISSING:
+            return None
         if not isinstance(value, dict):
             self.error(path, f"must be {what}, not {type_name(value)}")
             return None
         return Mapping(self, path, value)
 
     def list(self, path: KeyPath, value: Any, what: str = "a list", allow_scalar: bool = False) -> list[Any] | None:
+        if value is MISSING:
+            return None
         if allow_scalar and not isinstance(value, (list, dict)) and value is not None:
             return [value]
         if not isinstance(value, list):
@@ -60,6 +74,8 @@ class Reader:
         return value
 
     def string(self, path: KeyPath, value: Any, *, choices: tuple[str, ...] | None = None) -> str | None:
+        if value is MISSING:
+            return None
         if not isinstance(value, str) or not value:
             self.error(path, f"must be a non-empty string, not {type_name(value)}")
             return None
@@ -69,6 +85,8 @@ class Reader:
         return value
 
     def name(self, path: KeyPath, value: Any, what: str = "name") -> str | None:
+        if value is MISSING:
+            return None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
         text = self.string(path, value)
@@ -80,6 +98,11 @@ class Reader:
         return text
 
     def integer(self, path: KeyPath, value: Any, lo: int, hi: int) -> int | None:
+        if value is MISSING:
+            return None
+        if isinstance(value, float) and not isinstance(value, bool):
+            self.error(path, f"{value:g} is not a whole number ({lo} to {hi})")
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(path, f"must be a whole number from {lo} to {hi}, not {type_name(value)}")
             return None
@@ -89,6 +112,8 @@ class Reader:
         return value
 
     def number(self, path: KeyPath, value: Any, lo: float, hi: float) -> float | None:
+        if value is MISSING:
+            return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.error(path, f"must be a number from {lo:g} to {hi:g}, not {type_name(value)}")
             return None
@@ -98,12 +123,35 @@ class Reader:
         return float(value)
 
     def boolean(self, path: KeyPath, value: Any) -> bool | None:
+        if value is MISSING:
+            return None
         if not isinstance(value, bool):
             self.error(path, f"must be true or false, not {type_name(value)}")
             return None
         return value
 
+    def known(self, path: KeyPath, value: Any, kind: str, names: Any, what: str) -> str | None:
+        """*value* must name one of *names* (objects of *kind*: "datacenter", "pool", ...).
+
+        Names of objects that are defined but broken, and every name when the whole
+        section is broken (``(kind, "*")`` in `broken`), are accepted quietly: their own
+        problem is already reported.
+        """
+        text = self.string(path, value)
+        if text is None:
+            return None
+        if text in names:
+            return text
+        if (kind, text) in self.broken or (kind, "*") in self.broken:
+            return None
+        listed = sorted(names)
+        hint = f" (known: {', '.join(listed)})" if 0 < len(listed) <= 20 else ""
+        self.error(path, f"no {what} named {text!r}{_did_you_mean(text, listed) or hint}")
+        return None
+
     def address(self, path: KeyPath, value: Any) -> IPAddress | None:
+        if value is MISSING:
+            return None
         if not isinstance(value, str):
             self.error(path, f"must be an IPv4 or IPv6 address, not {type_name(value)}")
             return None
@@ -114,6 +162,8 @@ class Reader:
             return None
 
     def network(self, path: KeyPath, value: Any) -> IPNetwork | None:
+        if value is MISSING:
+            return None
         if not isinstance(value, str):
             self.error(path, f"must be a network such as 192.0.2.0/24, not {type_name(value)}")
             return None
@@ -125,6 +175,8 @@ class Reader:
 
     def hostport(self, path: KeyPath, value: Any, default_port: int | None) -> tuple[IPAddress, int] | None:
         """``192.0.2.1:53``, ``[2001:db8::1]:53``, or (with a default port) just the address."""
+        if value is MISSING:
+            return None
         if not isinstance(value, str):
             self.error(path, f"must be ADDRESS:PORT, not {type_name(value)}")
             return None
@@ -137,8 +189,12 @@ class Reader:
             port_text = rest[1:] if rest else None
         elif text.count(":") == 1:
             host, _, port_text = text.partition(":")
+        elif ":" in text:
+            # "2001:db8::1:53" could be an address with a port or an address alone
+            self.error(path, f"{value!r}: an IPv6 address goes in brackets, as in [2001:db8::1]:53")
+            return None
         else:
-            host = text  # an address alone (IPv6 ones have several colons)
+            host = text
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
@@ -198,10 +254,11 @@ class Mapping:
         return self.raw.get(key, default)
 
     def require(self, key: str, what: str) -> Any:
+        """The value at *key*, or `MISSING` (reported here) when the key is absent."""
         self._know(key)
         if key not in self.raw:
             self.r.error(self.path, f"missing key {key!r} ({what})")
-            return None
+            return MISSING
         return self.raw[key]
 
     def items(self) -> Iterator[tuple[str, Any]]:

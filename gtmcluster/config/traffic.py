@@ -35,6 +35,16 @@ MAX_ANSWERS = 16
 WIDEIP_TYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
 
 
+def datacenter(r: Reader, path: KeyPath, value: Any, datacenters: tuple[str, ...]) -> str | None:
+    """A data center from the `datacenters` list (any valid name when that list is broken)."""
+    if ("datacenter", "*") in r.broken:
+        return r.name(path, value, "data center name")
+    text = r.string(path, value)
+    if text is None or ("datacenter", text) in r.broken:
+        return None
+    return r.string(path, text, choices=datacenters)
+
+
 def read_virtual_servers(
     r: Reader, raw: Any, datacenters: tuple[str, ...], monitors: MappingT[str, Monitor]
 ) -> dict[str, VirtualServer]:
@@ -47,17 +57,14 @@ def read_virtual_servers(
         path = section.at(name)
         vs = r.mapping(path, value)
         if r.name(path, name, "virtual server name") is None or vs is None:
+            r.broken.add(("virtual_server", name))
             continue
         address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
         port = vs.integer("port", 80, 1, 65535)
-        dc = vs.require("datacenter", "one of the datacenters")
-        if dc is not None and r.string(vs.at("datacenter"), dc, choices=datacenters) is None:
-            dc = None
+        dc = datacenter(r, vs.at("datacenter"), vs.require("datacenter", "one of the datacenters"), datacenters)
         monitor = None
         if vs.has("monitor"):
-            monitor_name = r.string(vs.at("monitor"), vs.get("monitor"))
-            if monitor_name is not None and monitor_name not in monitors:
-                r.error(vs.at("monitor"), f"no monitor named {monitor_name!r} under monitors")
+            monitor_name = r.known(vs.at("monitor"), vs.get("monitor"), "monitor", monitors, "monitor")
             monitor = monitors.get(monitor_name or "")
         enabled = vs.boolean("enabled", True)
         vs.done()
@@ -97,30 +104,36 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[st
                     other = r.name(m.at("region"), m.get("region"), "region name")
                     if other is not None:
                         includes[name].append((m.at("region"), other))
-                else:
+                elif not entry:
                     r.error(at, "an entry is a network, {file: PATH} or {region: NAME}")
-                m.done()
+                m.done()  # names the unknown key, with a suggestion
             else:
                 network = r.network(at, entry)
                 if network is not None:
                     direct[name].append(network)
-    regions: dict[str, Region] = {}
+    # Depth-first expansion, memoised, so each bad include is reported once, at its place.
+    expanded: dict[str, list[IPNetwork]] = {}
+    reported: set[KeyPath] = set()
 
     def expand(name: str, stack: tuple[str, ...]) -> list[IPNetwork]:
+        if name in expanded:
+            return expanded[name]
         networks = list(direct[name])
         for at, other in includes[name]:
             if other not in direct:
-                r.error(at, f"no region named {other!r}")
+                if at not in reported:
+                    r.known(at, other, "region", direct, "region")
             elif other in stack:
-                r.error(at, f"regions include each other in a cycle: {' -> '.join((*stack, other))}")
+                if at not in reported:
+                    cycle = stack[stack.index(other) :]
+                    r.error(at, f"regions include each other in a cycle: {' -> '.join((*cycle, other))}")
             else:
                 networks.extend(expand(other, (*stack, other)))
-        return networks
+            reported.add(at)
+        expanded[name] = list(dict.fromkeys(networks))
+        return expanded[name]
 
-    for name in direct:
-        networks = list(dict.fromkeys(expand(name, (name,))))
-        regions[name] = Region(name, tuple(networks))
-    return regions
+    return {name: Region(name, tuple(expand(name, (name,)))) for name in direct}
 
 
 def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork]) -> None:
@@ -160,11 +173,7 @@ def _selector(r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: 
         network = r.network(path, value)
         return None if network is None else Selector(kind, negate, str(network), (network,))
     known = refs[kind]
-    if value not in known:
-        word = kind.replace("_", " ")
-        r.error(
-            path, f"no {word} named {value!r}" + (f" (known: {', '.join(sorted(known))})" if len(known) < 20 else "")
-        )
+    if r.known(path, value, kind, known, kind.replace("_", " ")) is None:
         return None
     networks = known[value].networks if kind == "region" else ()
     return Selector(kind, negate, value, networks)
@@ -235,7 +244,9 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
         path = section.at(name)
         m = r.mapping(path, value)
         if r.name(path, name, "pool name") is None or m is None:
+            r.broken.add(("pool", name))
             continue
+        before = len(r.problems.found)
         members: list[PoolMember] = []
         raw_members = r.list(m.at("members"), m.require("members", "the virtual servers of the pool"))
         if raw_members is not None and not raw_members:
@@ -254,11 +265,10 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
             vs_name = r.name(at, vs_name, "virtual server name")
             if vs_name is None or ratio is None:
                 continue
-            vs = vss.get(vs_name)
-            if vs is None:
-                if ("virtual_server", vs_name) not in r.broken:
-                    r.error(at, f"no virtual server named {vs_name!r}")
+            if r.known(at, vs_name, "virtual_server", vss, "virtual server") is None:
+                r.broken.add(("pool-incomplete", name))
                 continue
+            vs = vss[vs_name]
             if any(p.vs is vs for p in members):
                 r.error(at, f"virtual server {vs_name!r} is listed twice in this pool")
                 continue
@@ -282,6 +292,8 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
                 static_persist = _prefixes(sp, 32, 128)
                 sp.done()
         m.done()
+        if len(r.problems.found) > before:
+            r.broken.add(("pool-incomplete", name))  # wide IPs cannot judge its address families
         if ttl is None or max_answers is None:
             r.broken.add(("pool", name))
             continue
@@ -302,11 +314,9 @@ def _pool_ref(r: Reader, at: KeyPath, entry: Any, pools: MappingT[str, Pool], to
     pool_name = r.name(at, pool_name, "pool name")
     if pool_name is None or ratio is None:
         return None
-    pool = pools.get(pool_name)
-    if pool is None:
-        if ("pool", pool_name) not in r.broken:
-            r.error(at, f"no pool named {pool_name!r}")
+    if r.known(at, pool_name, "pool", pools, "pool") is None:
         return None
+    pool = pools[pool_name]
     facts = ServerFacts(
         pool.name,
         True,
@@ -318,8 +328,15 @@ def _pool_ref(r: Reader, at: KeyPath, entry: Any, pools: MappingT[str, Pool], to
 
 
 def read_wideips(
-    r: Reader, raw: Any, pools: MappingT[str, Pool], topology: Topology, zones: ZoneSet
+    r: Reader,
+    raw: Any,
+    pools: MappingT[str, Pool],
+    topology: Topology,
+    zones: ZoneSet,
+    broken_zones: set[Name] | None,
 ) -> dict[Name, WideIP]:
+    """Wide IPs. *broken_zones*: origins of zones that failed to load (None: unknown), under
+    which a wide IP's placement cannot be checked."""
     out: dict[Name, WideIP] = {}
     section = r.mapping(("wideips",), raw, "a mapping of wide IP names to settings")
     if section is None:
@@ -329,7 +346,7 @@ def read_wideips(
         m = r.mapping(path, value)
         if m is None:
             continue
-        labels = _wideip_name(r, path, name, zones)
+        labels = _wideip_name(r, path, name, zones, broken_zones)
         types: set[int] = set()
         type_value = m.get("type", "A")
         for i, t in enumerate(r.list(m.at("type"), type_value, "A, AAAA or [A, AAAA]", allow_scalar=True) or []):
@@ -341,8 +358,11 @@ def read_wideips(
         raw_pools = r.list(m.at("pools"), m.require("pools", "the pools that answer this wide IP"))
         if raw_pools is not None and not raw_pools:
             r.error(m.at("pools"), "a wide IP needs at least one pool")
+        complete = bool(raw_pools)  # every pool (and every member) known: families can be checked
         for i, entry in enumerate(raw_pools or []):
             ref = _pool_ref(r, (*m.at("pools"), i), entry, pools, topology)
+            if ref is None or ("pool-incomplete", ref.name) in r.broken:
+                complete = False
             if ref is not None:
                 if any(x.pool is ref.pool for x in refs):
                     r.error((*m.at("pools"), i), f"pool {ref.name!r} is listed twice")
@@ -368,7 +388,7 @@ def read_wideips(
             version = 4 if t == TYPE_A else 6
             family = {member.vs.address.version for ref in refs for member in ref.pool.members}
             family |= {a.version for ref in refs for a in ref.pool.fallback_ips}
-            if refs and version not in family:
+            if complete and version not in family:
                 kind = "A" if t == TYPE_A else "AAAA"
                 r.error(m.at("type"), f"type {kind} but no pool has an IPv{version} virtual server or fallback_ip")
         if labels in out:
@@ -379,7 +399,7 @@ def read_wideips(
     return out
 
 
-def _wideip_name(r: Reader, path: KeyPath, name: str, zones: ZoneSet) -> Name | None:
+def _wideip_name(r: Reader, path: KeyPath, name: str, zones: ZoneSet, broken_zones: set[Name] | None) -> Name | None:
     try:
         labels = names.key(names.from_text(str(name)))
     except names.BadName as e:
@@ -389,6 +409,13 @@ def _wideip_name(r: Reader, path: KeyPath, name: str, zones: ZoneSet) -> Name | 
         r.error(path, "wildcard wide IP names are not supported")
         return None
     zone = zones.find(labels)
+    # When the zone that should hold this name failed to load, its problem is reported already.
+    loaded_depth = len(zone.origin_key) if zone is not None else -1
+    if broken_zones is None:
+        if zone is None:
+            return None
+    elif max((len(o) for o in broken_zones if names.is_subdomain(labels, o)), default=-1) > loaded_depth:
+        return None
     if zone is None:
         origins = ", ".join(sorted(names.to_text(z.origin) for z in zones)) or "none"
         r.error(path, f"not inside any served zone (zones: {origins})")

@@ -2,7 +2,9 @@
 
 PyYAML's safe loader silently keeps the last of two equal keys; for a config that is a
 silent loss (two virtual servers with one name), so mappings are built here from the node
-tree, which also gives every key path its line for error messages.
+tree, which also gives every key path its line for error messages. Keys brought in by a
+merge (``<<: *anchor``) may be overridden by keys written in the mapping itself, as YAML
+intends; two keys written in the same mapping are a problem.
 """
 
 from __future__ import annotations
@@ -13,19 +15,29 @@ import yaml
 
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
-def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int]]:
-    """Parse *text* (read from *path*). Returns the value and a key path -> line map."""
+
+def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
+    """Parse *text* (read from *path*).
+
+    Returns the value, a key path -> line map, and the duplicate-key problems (the rest of
+    the file is still read so they are reported with everything else). A syntax error
+    raises `ConfigError`.
+    """
     loader = yaml.SafeLoader(text)
     lines: dict[KeyPath, int] = {}
     problems: list[Problem] = []
     try:
         node = loader.get_single_node()
         if node is None:
-            return None, lines
+            return None, lines, problems
         value = _build(loader, node, (), lines, problems, path)
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
+        mark = e.problem_mark
+        last_line = text.count("\n")
+        if mark is None or (e.context_mark is not None and mark.line >= last_line):
+            mark = e.context_mark or mark  # an error found at the end points back to its start
         line = mark.line + 1 if mark else None
         message = " ".join(str(x) for x in (e.context, e.problem) if x) or str(e)
         raise ConfigError([Problem(path, (), f"YAML syntax: {message}", line)]) from None
@@ -33,9 +45,7 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int]]:
         raise ConfigError([Problem(path, (), f"YAML syntax: {e}")]) from None
     finally:
         loader.dispose()
-    if problems:
-        raise ConfigError(problems)
-    return value, lines
+    return value, lines, problems
 
 
 def _build(
@@ -48,8 +58,10 @@ def _build(
 ) -> Any:
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        explicit = {id(k) for k, _ in node.value if k.tag != _MERGE_TAG}
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
+        written: set[str] = set()  # keys written in this mapping, not merged in
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
@@ -58,7 +70,8 @@ def _build(
                 )
                 continue
             key = str(key) if not isinstance(key, str) else key
-            if key in out:
+            is_explicit = id(key_node) in explicit
+            if key in written and is_explicit:
                 problems.append(
                     Problem(
                         file,
@@ -68,6 +81,8 @@ def _build(
                     )
                 )
                 continue
+            if is_explicit:
+                written.add(key)
             child = (*path, key)
             lines[child] = key_node.start_mark.line + 1
             out[key] = _build(loader, value_node, child, lines, problems, file)

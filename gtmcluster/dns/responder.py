@@ -87,7 +87,11 @@ class Responder:
             return None
         except wire.QueryError as e:
             flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
-            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), None, 512)
+            opt = None
+            if e.edns is not None:
+                opt = wire.opt_record(self.udp_payload_size, e.rcode >> 4, e.edns.do, b"")
+            limit = self._limit(e.edns, tcp)
+            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit)
         try:
             return self._respond(query, source, tcp)
         except Exception:
@@ -182,6 +186,14 @@ class Responder:
             return result
         return result
 
+    def _limit(self, edns: wire.Edns | None, tcp: bool) -> int:
+        """The largest response: 65535 over TCP, else the client's EDNS size capped by ours, else 512."""
+        if tcp:
+            return wire.MAX_MESSAGE
+        if edns is not None:
+            return min(edns.udp_size, self.udp_payload_size)
+        return wire.MIN_UDP
+
     def _write(self, query: Query, answer: _Answer, tcp: bool) -> bytes:
         edns = query.edns
         flags = wire.QR | (query.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
@@ -194,12 +206,7 @@ class Responder:
                 scope = answer.scope if edns.ecs.source_prefix else 0
                 options += edns.ecs.option(scope)
             opt = wire.opt_record(self.udp_payload_size, answer.rcode >> 4, edns.do, options)
-        if tcp:
-            limit = wire.MAX_MESSAGE
-        elif edns is not None:
-            limit = min(edns.udp_size, self.udp_payload_size)
-        else:
-            limit = wire.MIN_UDP
+        limit = self._limit(edns, tcp)
         sections = [
             Section(answer.answer or []),
             Section(answer.authority or []),

@@ -54,13 +54,23 @@ class Drop(Exception):
 class QueryError(Exception):
     """A query answered only with an error rcode (FORMERR, NOTIMP)."""
 
-    def __init__(self, rcode: int, query_id: int, flags: int, question: bytes = b"", qname: Name = ()):
+    def __init__(
+        self,
+        rcode: int,
+        query_id: int,
+        flags: int,
+        question: bytes = b"",
+        qname: Name = (),
+        edns: Edns | None = None,
+    ):
         super().__init__(rcode)
         self.rcode = rcode
         self.query_id = query_id
         self.flags = flags
         self.question = question
         self.qname = qname
+        #: the query's EDNS when the message was well formed: the reply then carries OPT
+        self.edns = edns
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +194,33 @@ def _parse_ecs(data: bytes) -> ClientSubnet:
     return ClientSubnet(family, source, scope, address)
 
 
+def _read_records(data: bytes, offset: int, count: int, additional: bool) -> tuple[Edns | None, int]:
+    """Skip *count* records from *offset*; in the additional section, read the OPT."""
+    edns = None
+    end = len(data)
+    for _ in range(count):
+        is_root, offset = _skip_name(data, offset)
+        if offset + 10 > end:
+            raise ValueError("truncated record")
+        rtype, rclass, ttl, rdlength = _RR_FIXED.unpack_from(data, offset)
+        offset += 10
+        if offset + rdlength > end:
+            raise ValueError("truncated record data")
+        if additional and rtype == TYPE_OPT:
+            if edns is not None or not is_root:
+                raise ValueError("a second OPT record, or one not at the root")
+            ecs = _parse_options(data[offset : offset + rdlength])
+            edns = Edns(max(rclass, MIN_UDP), (ttl >> 16) & 0xFF, bool(ttl & EDNS_DO), ecs)
+        offset += rdlength
+    return edns, offset
+
+
 def parse_query(data: bytes) -> Query:
-    """Parse a query. Raises `Drop` or `QueryError`; never anything else for any input."""
+    """Parse a query. Raises `Drop` or `QueryError`; never anything else for any input.
+
+    The whole message is walked, so an error reply (NOTIMP for another opcode, FORMERR
+    for a second question) still knows the query's EDNS and answers with an OPT.
+    """
     if len(data) < 12:
         raise Drop("shorter than a DNS header")
     query_id, flags, qdcount, ancount, nscount, arcount = HEADER.unpack_from(data)
@@ -193,42 +228,35 @@ def parse_query(data: bytes) -> Query:
         raise Drop("a response, not a query")
     question = b""
     qname: Name = ()
+    qtype = qclass = 0
+    edns = None
+    offset = 12
     try:
-        if qdcount == 1:
-            qname, offset = _read_qname(data, 12)
+        for i in range(qdcount):
+            if i == 0:
+                qname, offset = _read_qname(data, offset)
+            else:
+                offset = _skip_name(data, offset)[1]
             if offset + 4 > len(data):
                 raise ValueError("truncated question")
-            qtype, qclass = struct.unpack_from("!HH", data, offset)
+            if i == 0:
+                qtype, qclass = struct.unpack_from("!HH", data, offset)
+                question = data[12 : offset + 4]
             offset += 4
-            question = data[12:offset]
-    except ValueError:
-        question, qname = b"", ()
-        if (flags >> OPCODE_SHIFT) & 0xF == 0:
-            raise QueryError(FORMERR, query_id, flags) from None
-    if (flags >> OPCODE_SHIFT) & 0xF != 0:
-        raise QueryError(NOTIMP, query_id, flags, question, qname)
-    if qdcount != 1 or ancount or nscount:
-        raise QueryError(FORMERR, query_id, flags)
-    edns = None
-    try:
-        for _ in range(arcount):
-            is_root, offset = _skip_name(data, offset)
-            if offset + 10 > len(data):
-                raise ValueError("truncated record")
-            rtype, rclass, ttl, rdlength = _RR_FIXED.unpack_from(data, offset)
-            offset += 10
-            if offset + rdlength > len(data):
-                raise ValueError("truncated record data")
-            if rtype == TYPE_OPT:
-                if edns is not None or not is_root:
-                    raise ValueError("a second OPT record, or one not at the root")
-                ecs = _parse_options(data[offset : offset + rdlength])
-                edns = Edns(max(rclass, MIN_UDP), (ttl >> 16) & 0xFF, bool(ttl & EDNS_DO), ecs)
-            offset += rdlength
+        offset = _read_records(data, offset, ancount + nscount, additional=False)[1]
+        edns, offset = _read_records(data, offset, arcount, additional=True)
         if offset != len(data):
             raise ValueError("trailing bytes after the message")
+        well_formed = True
     except ValueError:
-        raise QueryError(FORMERR, query_id, flags, question, qname) from None
+        well_formed = False
+        edns = None
+    if (flags >> OPCODE_SHIFT) & 0xF != 0:
+        raise QueryError(NOTIMP, query_id, flags, question, qname, edns)
+    if not well_formed:
+        raise QueryError(FORMERR, query_id, flags, question, qname)
+    if qdcount != 1 or ancount or nscount:
+        raise QueryError(FORMERR, query_id, flags, edns=edns)
     return Query(query_id, flags, question, qname, qtype, qclass, edns)
 
 

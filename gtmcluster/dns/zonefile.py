@@ -79,6 +79,7 @@ def _entries(path: str, text: str, problems: list[Problem]) -> Iterator[_Entry]:
     tokens: list[_Token] = []
     start_line = 0
     blank_owner = False
+    broken = False  # an entry with a layout error is reported once and not read further
     depth = 0
     line = 1
     i = 0
@@ -87,9 +88,10 @@ def _entries(path: str, text: str, problems: list[Problem]) -> Iterator[_Entry]:
     while i < n:
         c = text[i]
         if at_line_start and depth == 0:
-            if tokens:
+            if tokens and not broken:
                 yield _Entry(path, start_line, blank_owner, tokens)
-                tokens = []
+            tokens = []
+            broken = False
             start_line = line
             blank_owner = c in " \t"
             at_line_start = False
@@ -126,6 +128,7 @@ def _entries(path: str, text: str, problems: list[Problem]) -> Iterator[_Entry]:
                 j += 1
             if j >= n or text[j] != '"':
                 problems.append(Problem(path, line, "unterminated quoted string"))
+                broken = True
                 i = j
                 continue
             tokens.append(_Token(text[i : j + 1], True))
@@ -140,7 +143,8 @@ def _entries(path: str, text: str, problems: list[Problem]) -> Iterator[_Entry]:
         i = j
     if depth:
         problems.append(Problem(path, start_line, "'(' is never closed"))
-    if tokens:
+        broken = True
+    if tokens and not broken:
         yield _Entry(path, start_line, blank_owner, tokens)
 
 
@@ -176,6 +180,7 @@ class _Reader:
         # (owner, type) -> [ttl, line, [rdata wire forms], {seen}]
         self.sets: dict[tuple[dns.name.Name, int], tuple[list[int], list[RData], set[bytes]]] = {}
         self.lines: dict[tuple[dns.name.Name, int], int] = {}
+        self.unreadable = False
 
     def problem(self, entry: _Entry | tuple[str, int], message: str) -> None:
         file, line = (entry.file, entry.line) if isinstance(entry, _Entry) else entry
@@ -193,6 +198,8 @@ class _Reader:
             where = at or (path, 0)
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             self.problem(where, f"cannot read {path}: {reason}")
+            if depth == 0:
+                self.unreadable = True
             return ttl
         last_ttl: int | None = ttl
         owner: dns.name.Name | None = None
@@ -238,12 +245,14 @@ class _Reader:
             record_ttl: int | None = None
             rdclass = "IN"
             k = 0
+            bad_ttl = False
             for _ in range(2):
                 if k < len(tokens) and not tokens[k].quoted:
                     word = tokens[k].text
                     if record_ttl is None and _TTL_RE.match(word):
                         record_ttl = self.ttl(entry, word)
-                        if record_ttl is None:
+                        bad_ttl = record_ttl is None
+                        if bad_ttl:
                             break
                         k += 1
                         continue
@@ -252,6 +261,8 @@ class _Reader:
                         k += 1
                         continue
                 break
+            if bad_ttl:
+                continue
             if k >= len(tokens):
                 self.problem(entry, "record has no type")
                 continue
@@ -346,6 +357,8 @@ def load(path: str, origin: str) -> ZoneData:
         raise ZoneFileError([Problem(path, 0, f"bad origin {origin!r}: {e}")]) from None
     reader = _Reader(zone_origin, problems)
     reader.read(path, zone_origin, 0, None)
+    if reader.unreadable:
+        raise ZoneFileError(problems)
     rrsets = []
     by_owner: dict[dns.name.Name, set[int]] = {}
     for (owner, rtype), (ttls, rdatas, _) in reader.sets.items():

@@ -151,9 +151,11 @@ class Balancer:
         return member.vs.address.version == run.version and self.availability.vs_up(member.vs)
 
     def _pool_up(self, pool: Pool, run: _Run) -> bool:
-        return any(self._usable(m, run) for m in pool.members) or any(
-            a.version == run.version for a in pool.fallback_ips
-        )
+        """A pool is a candidate when a member is available, or when its chain has
+        `fallback_ip` and an address of the right family to answer with."""
+        if any(self._usable(m, run) for m in pool.members):
+            return True
+        return "fallback_ip" in pool.methods.names() and any(a.version == run.version for a in pool.fallback_ips)
 
     def _choose(self, wideip: WideIP, run: _Run) -> tuple[_PoolOutcome, PoolRef | None]:
         subject = f"wideip {wideip.name}"

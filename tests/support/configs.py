@@ -38,8 +38,13 @@ def base(address: str = "127.0.0.1", port: int = 5353) -> dict[str, Any]:
         "sync_group": {
             "name": "test",
             "members": [
-                {"name": "n1", "datacenter": "DC1", "peer": f"{address}:4353", "dns": [f"{address}:{port}"],
-                 "api": f"{address}:8053"},
+                {
+                    "name": "n1",
+                    "datacenter": "DC1",
+                    "peer": f"{address}:4353",
+                    "dns": [f"{address}:{port}"],
+                    "api": f"{address}:8053",
+                },
             ],
         },
         "datacenters": ["DC1", "DC2", "DC3"],

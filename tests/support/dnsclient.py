@@ -30,7 +30,9 @@ def query(
         address, prefix = ecs.split("/")
         opts.append(dns.edns.ECSOption(address, int(prefix)))
     use_edns = edns if edns is not None else (0 if opts else -1)
-    q = dns.message.make_query(name, rdtype, use_edns=use_edns, payload=payload, options=opts)
+    q = dns.message.make_query(
+        name, dns.rdatatype.RdataType.make(rdtype), use_edns=use_edns, payload=payload, options=opts
+    )
     q.id = qid
     if not rd:
         q.flags &= ~dns.flags.RD
@@ -53,7 +55,6 @@ def udp(wire: bytes, server: tuple[str, int], source: str | None = None, timeout
 
 
 def tcp(wire: bytes, server: tuple[str, int], timeout: float = 2.0) -> bytes:
-    family = socket.AF_INET6 if ":" in server[0] else socket.AF_INET
     with socket.create_connection(server, timeout=timeout) as s:
         s.sendall(struct.pack("!H", len(wire)) + wire)
         return read_framed(s)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,10 +41,8 @@ class FakeAvailability:
     """Every virtual server is up except those named in `down` (which tests may change)."""
 
     down: set[str] = field(default_factory=set)
-    asked: list[str] = field(default_factory=list)
 
     def vs_up(self, vs: VirtualServer) -> bool:
-        self.asked.append(vs.name)
         return vs.name not in self.down
 
 
@@ -117,7 +114,3 @@ def wideip(config: Config, name: str = "gslb.example.test") -> WideIP:
         if w.name == name:
             return w
     raise KeyError(name)
-
-
-def names_of(items: Iterable[Any]) -> list[str]:
-    return [i.name for i in items]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -54,7 +55,9 @@ def wait_answering(server: tuple[str, int], proc: subprocess.Popen[bytes], timeo
             dnsclient.udp(wire, server, timeout=0.2)
             return
         except OSError:
-            time.sleep(0.05)
+            # not listening yet: wait a little for the process (returns at once if it exits)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.05)
     raise AssertionError(f"node did not answer on {server} within {timeout}s")
 
 
@@ -62,8 +65,15 @@ def wait_answering(server: tuple[str, int], proc: subprocess.Popen[bytes], timeo
 def running_node(config: Path, node: str, address: str, port: int, workdir: Path) -> Iterator[RunningNode]:
     """Run ``twistd -n gtm`` for *node* and stop it (SIGTERM) afterwards."""
     log = workdir / f"{node}.log"
-    cmd = [*twistd(), "--nodaemon", f"--logfile={log}", f"--pidfile={workdir / (node + '.pid')}",
-           "gtm", f"--config={config}", f"--node={node}"]
+    cmd = [
+        *twistd(),
+        "--nodaemon",
+        f"--logfile={log}",
+        f"--pidfile={workdir / (node + '.pid')}",
+        "gtm",
+        f"--config={config}",
+        f"--node={node}",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir)
     running = RunningNode(address, port, log, proc)
     try:

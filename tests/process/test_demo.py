@@ -1,0 +1,113 @@
+"""`gtmcluster demo --once` with the sample config, run as a user runs it from the checkout.
+
+The demo starts member gtm-cnc of etc/cluster.yaml (127.0.0.11:5353 and [::1]:5353) as a real
+twistd process, asks for the wide IP with dig from resolvers of different ISPs, prints who got
+which virtual server, and stops the node. No other test uses those addresses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_DNS = [(socket.AF_INET, "127.0.0.11", 5353), (socket.AF_INET6, "::1", 5353)]
+PIDFILE = REPO / "var" / "run" / "gtm-cnc.pid"
+
+#: the wide IP's answer for each asker the demo shows, from the sample config's topology
+EXPECTED = {
+    "dig -b 127.0.1.1 ": ("202.106.83.177", "vs-cnc", "CNC"),
+    "dig -b 127.0.2.1 ": ("219.17.66.100", "vs-tel", "TEL"),
+    "dig -b 127.0.3.1 ": ("211.136.20.10", "vs-cmcc", "CMCC"),
+    "+subnet=202.106.0.0/24": ("202.106.83.177", "vs-cnc", "CNC"),
+    "+subnet=219.128.0.0/24": ("219.17.66.100", "vs-tel", "TEL"),
+    "+subnet=211.136.0.0/24": ("211.136.20.10", "vs-cmcc", "CMCC"),
+}
+
+
+def port_is_free(family: socket.AddressFamily, host: str, port: int) -> bool:
+    """Whether UDP and TCP *port* on *host* can be bound (nothing listens there)."""
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(family, kind) as s:
+            if kind == socket.SOCK_STREAM:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture(scope="module")
+def demo() -> subprocess.CompletedProcess[str]:
+    busy = [f"{host}:{port}" for family, host, port in DEMO_DNS if not port_is_free(family, host, port)]
+    if busy:
+        pytest.fail(f"the demo's DNS addresses are already in use before the test: {busy}")
+    return subprocess.run(
+        [sys.executable, "-m", "gtmcluster.cli.main", "demo", "--once", "--config", "etc/cluster.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def answer_lines(output: str) -> dict[str, str]:
+    """The demo's answer lines, by the asker part of each (``dig -b ... [+subnet=...]``)."""
+    lines: dict[str, str] = {}
+    for line in output.splitlines():
+        if "->" not in line:
+            continue
+        for asker in EXPECTED:
+            if asker in line:
+                lines[asker] = line.split("->", 1)[1].strip()
+    return lines
+
+
+def test_demo_exits_zero(demo: subprocess.CompletedProcess[str]) -> None:
+    """``gtmcluster demo --once`` starts the node, shows the answers and exits with status 0."""
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "www.wip.example.com A" in demo.stdout
+
+
+def test_demo_shows_answers_that_differ_by_asker(demo: subprocess.CompletedProcess[str]) -> None:
+    """Resolvers (and client subnets) of CNC, TEL and CMCC each get their own data center's
+    virtual server for the wide IP."""
+    lines = answer_lines(demo.stdout)
+    assert set(lines) == set(EXPECTED), demo.stdout
+    for asker, (address, vs, datacenter) in EXPECTED.items():
+        assert lines[asker] == f"{address} ({vs} in {datacenter})", f"{asker}: {lines[asker]}"
+    assert len({lines[a] for a in EXPECTED}) == 3
+
+
+def test_demo_leaves_no_node_running(demo: subprocess.CompletedProcess[str]) -> None:
+    """After the demo exits its twistd node is gone: the pid file names no live process (or is
+    removed) and the DNS addresses can be bound again."""
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    started = re.search(r"starting gtm-cnc", demo.stdout)
+    assert started, demo.stdout
+    if PIDFILE.exists():
+        with contextlib.suppress(ValueError):
+            assert not pid_alive(int(PIDFILE.read_text().strip()))
+    for family, host, port in DEMO_DNS:
+        assert port_is_free(family, host, port), f"{host}:{port} is still in use after the demo"
