@@ -9,6 +9,7 @@ center each asker gets. Runs until Ctrl-C (or once, with ``--once``), then stops
 from __future__ import annotations
 
 import argparse
+import io
 import ipaddress
 import os
 import shutil
@@ -94,7 +95,14 @@ def dig(server: HostPort, name: str, source: str, subnet: str | None) -> list[st
     return [line for line in result.stdout.splitlines() if line and not line.startswith(";")]
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # a `kill` stops the node the same way Ctrl-C does
+
+
 def run(args: argparse.Namespace) -> int:
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)  # show progress as it happens, piped or not
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         config = load(args.config)
     except ConfigError as e:

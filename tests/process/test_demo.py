@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,43 @@ def test_demo_leaves_no_node_running(demo: subprocess.CompletedProcess[str]) -> 
             assert not pid_alive(int(PIDFILE.read_text().strip()))
     for family, host, port in DEMO_DNS:
         assert port_is_free(family, host, port), f"{host}:{port} is still in use after the demo"
+
+
+def test_interactive_demo_stops_cleanly_on_ctrl_c(demo: subprocess.CompletedProcess[str]) -> None:
+    """Without --once the demo keeps the node answering until Ctrl-C (SIGINT), then stops it
+    and exits 0, leaving the DNS addresses free."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gtmcluster.cli.main", "demo", "--config", "etc/cluster.yaml"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
+            line = proc.stdout.readline() if ready else ""
+            if not line:
+                break
+            seen.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        assert any("Press Ctrl-C" in line for line in seen), "".join(seen)
+        assert not any(port_is_free(f, h, p) for f, h, p in DEMO_DNS)  # the node is answering
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()  # the demo stops its node on SIGTERM too
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, "".join(seen) + out
+    assert "stopping" in out
+    for family, host, port in DEMO_DNS:
+        assert port_is_free(family, host, port), f"{host}:{port} is still in use after Ctrl-C"
