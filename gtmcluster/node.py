@@ -1,8 +1,9 @@
 """One node's working parts and how a query's decision reaches them.
 
-`Node` holds the loaded config, this member's entry, the node's state (persistence table)
-and the balancer, and builds the responder that answers from them. Services (`service.py`)
-run it; tests can use it without a reactor.
+`Node` holds the loaded config, this member's entry, the node's record store, the health
+tracker (availability from the records), the persistence table and the balancer, and
+builds the responder that answers from them. Services (`service.py`) run it; tests can use
+it without a reactor.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from collections.abc import Callable
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
-from gtmcluster.lb.context import Availability, Client, ConfiguredAvailability
+from gtmcluster.health.tracker import HealthTracker
+from gtmcluster.lb.context import Availability, Client
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.state.persistence import PersistenceTable
+from gtmcluster.state.store import Store
 
 
 class Node:
@@ -30,10 +33,12 @@ class Node:
         self.config = config
         self.member: Member = config.member(name)
         self.clock = clock
+        self.store = Store(name, clock)
+        self.health = HealthTracker(config, self.store, clock, name)
         self.persistence = PersistenceTable()
         self.balancer = Balancer(
             config.topology,
-            availability or ConfiguredAvailability(),
+            availability or self.health,
             self.persistence,
             clock,
             rng or random.Random(),
@@ -47,5 +52,8 @@ class Node:
             self.persistence.put(decision.persist)
         return decision
 
-    def sweep(self) -> None:
-        self.persistence.sweep(self.clock())
+    def tick(self) -> None:
+        """Housekeeping, about once a second: expire records and persistence entries."""
+        now = self.clock()
+        self.store.expire()
+        self.persistence.sweep(now)

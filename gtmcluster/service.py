@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.internet import TimerService
-from twisted.application.service import MultiService
+from twisted.application.service import MultiService, Service
 from twisted.logger import Logger
 
 from gtmcluster.config.model import Config
 from gtmcluster.dns.server import DNSService
 from gtmcluster.dns.sockets import Listener
+from gtmcluster.health.checker import HealthChecker
 from gtmcluster.node import Node
+from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.icmp import IcmpPinger
 
 log = Logger()
 
-SWEEP_INTERVAL = 60.0
+TICK_INTERVAL = 1.0
 
 
 class NodeService(MultiService):
@@ -37,7 +41,20 @@ class NodeService(MultiService):
         super().startService()
 
 
-def make_service(config: Config, node_name: str, listeners: list[Listener], reactor: Any) -> NodeService:
+class CloseOnStop(Service):
+    """Runs *close* when the node stops (for resources opened before the reactor ran)."""
+
+    def __init__(self, close: Callable[[], None]):
+        self.close = close
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.close()
+
+
+def make_service(
+    config: Config, node_name: str, listeners: list[Listener], reactor: Any, pinger: IcmpPinger | None = None
+) -> NodeService:
     node = Node(config, node_name, reactor.seconds)
     top = NodeService(node)
     dns = DNSService(
@@ -49,8 +66,15 @@ def make_service(config: Config, node_name: str, listeners: list[Listener], reac
     )
     dns.setName("dns")
     dns.setServiceParent(top)
-    sweeper = TimerService(SWEEP_INTERVAL, node.sweep)
-    sweeper.clock = reactor
-    sweeper.setName("persistence-sweep")
-    sweeper.setServiceParent(top)
+    ticker = TimerService(TICK_INTERVAL, node.tick)
+    ticker.clock = reactor
+    ticker.setName("tick")
+    ticker.setServiceParent(top)
+    checker = HealthChecker(config, node.store, reactor, node_name, lambda m: make_check(m, reactor, pinger))
+    checker.setName("health")
+    checker.setServiceParent(top)
+    if pinger is not None:
+        closer = CloseOnStop(pinger.close)
+        closer.setName("icmp")
+        closer.setServiceParent(top)
     return top

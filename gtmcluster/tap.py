@@ -10,6 +10,14 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import sockets
+from gtmcluster.probe.base import IcmpUnavailable
+from gtmcluster.probe.icmp import IcmpPinger, open_pinger
+
+
+def uses_icmp(config: Config) -> bool:
+    """Whether any virtual server or link is checked with an icmp monitor."""
+    monitors = [vs.monitor for vs in config.virtual_servers.values()] + [link.monitor for link in config.links.values()]
+    return any(m is not None and m.type == "icmp" for m in monitors)
 
 
 class Options(usage.Options):
@@ -21,6 +29,7 @@ class Options(usage.Options):
     ]
 
     loaded: Config
+    pinger: IcmpPinger | None
     listeners: list[sockets.Listener]
 
     def postOptions(self) -> None:
@@ -44,6 +53,16 @@ class Options(usage.Options):
             self.listeners = sockets.bind(self.loaded.member(self["node"]).dns)
         except sockets.ListenError as e:
             raise usage.UsageError(str(e)) from None
+        self.pinger = None
+        if uses_icmp(self.loaded):
+            from twisted.internet import reactor
+
+            try:
+                self.pinger = open_pinger(reactor)
+            except IcmpUnavailable as e:
+                for listener in self.listeners:
+                    listener.close()
+                raise usage.UsageError(f"icmp monitors cannot run: {e}") from None
 
 
 def makeService(options: Options) -> Any:
@@ -51,4 +70,4 @@ def makeService(options: Options) -> Any:
 
     from gtmcluster.service import make_service
 
-    return make_service(options.loaded, options["node"], options.listeners, reactor)
+    return make_service(options.loaded, options["node"], options.listeners, reactor, options.pinger)

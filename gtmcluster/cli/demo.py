@@ -1,9 +1,12 @@
-"""`gtmcluster demo`: run a node from the sample config and show topology answers with dig.
+"""`gtmcluster demo`: run a node from the sample config and show it working with dig.
 
-Starts ``twistd gtm`` for one member as a real process, waits until it answers, then asks
-for the first wide IP from loopback addresses that the config's regions place in different
-ISPs (``dig -b``) and with EDNS client subnets, printing which virtual server and data
-center each asker gets. Runs until Ctrl-C (or once, with ``--once``), then stops the node.
+Starts a small HTTP backend for every loopback virtual server with an HTTP monitor, then
+``twistd gtm`` for one member as a real process. It asks for the first wide IP from
+loopback addresses that the config's regions place in different ISPs (``dig -b``) and with
+EDNS client subnets, printing which virtual server and data center each asker gets; then
+stops one backend and shows the answer moving away within the monitor's bound, restarts
+it and shows the answer coming back. Runs until Ctrl-C (or once, with ``--once``), then
+stops every process it started.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +29,13 @@ import dns.message
 import dns.query
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Config, HostPort
+from gtmcluster.config.model import Config, HostPort, VirtualServer
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.zone import TYPE_A
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+#: seconds to wait after the node answers, for its first health verdicts
+STARTUP_GRACE = 2.5
 
 
 def add_parser(sub: Any) -> None:
@@ -120,25 +126,29 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     config.log_dir.mkdir(parents=True, exist_ok=True)
     logfile = config.log_dir / f"{member.name}.log"
-    pidfile = run_dir / f"{member.name}.pid"
-    cmd = [
-        *twistd_command(),
-        "--nodaemon",
-        f"--logfile={logfile}",
-        f"--pidfile={pidfile}",
-        "gtm",
-        f"--config={Path(args.config).resolve()}",
-        f"--node={member.name}",
-    ]
-    print(f"starting {member.name} (data center {member.datacenter}); log: {logfile}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    backends = Backends(config)
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        backends.start_all()
+        cmd = [
+            *twistd_command(),
+            "--nodaemon",
+            f"--logfile={logfile}",
+            f"--pidfile={run_dir / (member.name + '.pid')}",
+            "gtm",
+            f"--config={Path(args.config).resolve()}",
+            f"--node={member.name}",
+        ]
+        print(f"starting {member.name} (data center {member.datacenter}); log: {logfile}")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         zone = wideip.name.split(".", 1)[1] if "." in wideip.name else wideip.name
         if not wait_until_answering(member.dns[0], zone, time.monotonic() + 20, proc):
             out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None and proc.stdout else ""
             print(f"the node did not start answering on {member.dns[0]}:\n{out}", file=sys.stderr)
             return 1
+        time.sleep(STARTUP_GRACE)  # let the first round of health checks land
         show(config, member.dns[0], wideip.name)
+        failover(config, member.dns[0], wideip.name, backends)
         if args.once:
             return 0
         print(f"\n{member.name} keeps answering on {', '.join(map(str, member.dns))}; try:")
@@ -153,18 +163,100 @@ def run(args: argparse.Namespace) -> int:
         print("\nstopping")
         return 0
     finally:
-        stop(proc)
+        if proc is not None:
+            stop(proc)
+        backends.stop_all()
+
+
+class Backends:
+    """The demo's HTTP backends: one per loopback virtual server with an HTTP monitor."""
+
+    def __init__(self, config: Config):
+        self.servers = [
+            vs
+            for vs in config.virtual_servers.values()
+            if vs.monitor is not None
+            and vs.monitor.type == "http"
+            and vs.address.is_loopback
+            and vs.admin_state != "disabled"
+        ]
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, vs: VirtualServer) -> None:
+        listen = f"[{vs.address}]:{vs.port}" if vs.address.version == 6 else f"{vs.address}:{vs.port}"
+        self.procs[vs.name] = subprocess.Popen(
+            [sys.executable, "-m", "gtmcluster.cli.backend", "--listen", listen, "--name", vs.name],
+            start_new_session=True,
+        )
+
+    def start_all(self) -> None:
+        for vs in self.servers:
+            self.start(vs)
+        if self.servers:
+            print(f"started HTTP backends for {', '.join(vs.name for vs in self.servers)}")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None:
+            stop(proc)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+
+def failover(config: Config, server: HostPort, name: str, backends: Backends) -> None:
+    """Stop one backend, show the answer moving away and back; print the bounds."""
+    by_address = {str(vs.address): vs for vs in config.virtual_servers.values()}
+    for _, source, subnet in askers(config):
+        lines = dig(server, name, source, subnet)
+        vs = by_address.get(lines[0].split()[-1]) if lines else None
+        if vs is not None and vs in backends.servers and vs.monitor is not None:
+            break
+    else:
+        return
+    m = vs.monitor
+    bound = m.interval * m.down_after + m.timeout
+    print(f"\nstopping {vs.name}'s backend; resolver {source} should move within")
+    print(f"  interval x down_after + timeout = {m.interval:g} x {m.down_after} + {m.timeout:g} = {bound:g} s")
+    start = time.monotonic()
+    backends.stop(vs.name)
+    moved = wait_for_answer(server, name, source, lambda a: a != str(vs.address), start + bound + 10)
+    took = time.monotonic() - start
+    print(f"  -> {describe(config, moved)} after {took:.1f} s" if moved else "  -> no move within the bound")
+    print(
+        f"restarting {vs.name}'s backend; it should be back after up_after x interval = {m.up_after * m.interval:g} s"
+    )
+    start = time.monotonic()
+    backends.start(vs)
+    back = wait_for_answer(server, name, source, lambda a: a == str(vs.address), start + bound + 10)
+    took = time.monotonic() - start
+    print(f"  -> {describe(config, back)} after {took:.1f} s" if back else "  -> not back yet")
+
+
+def wait_for_answer(
+    server: HostPort, name: str, source: str, wanted: Callable[[str], bool], deadline: float
+) -> str | None:
+    while time.monotonic() < deadline:
+        lines = dig(server, name, source, None)
+        if lines and wanted(lines[0].split()[-1]):
+            return lines[0].split()[-1]
+        time.sleep(0.2)
+    return None
+
+
+def describe(config: Config, address: str | None) -> str:
+    for vs in config.virtual_servers.values():
+        if str(vs.address) == address:
+            return f"{address} ({vs.name} in {vs.datacenter})"
+    return address or "no answer"
 
 
 def show(config: Config, server: HostPort, name: str) -> None:
-    by_address = {str(vs.address): vs for vs in config.virtual_servers.values()}
     print(f"\n{name} A, asked by different LDNSes (topology):")
     for label, source, subnet in askers(config):
         lines = dig(server, name, source, subnet)
-        addresses = [line.split()[-1] for line in lines]
-        where = ", ".join(
-            f"{a} ({by_address[a].name} in {by_address[a].datacenter})" if a in by_address else a for a in addresses
-        )
+        where = ", ".join(describe(config, line.split()[-1]) for line in lines)
         via = f"dig -b {source}" + (f" +subnet={subnet}" if subnet else "")
         print(f"  {label:<48} {via:<40} -> {where or 'no answer'}")
 

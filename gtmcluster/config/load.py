@@ -9,18 +9,16 @@ prober, zones, DNS listener settings); `traffic` owns the load-balancing objects
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gtmcluster.config import traffic, yamlsrc
+from gtmcluster.config import health, traffic, yamlsrc
 from gtmcluster.config.model import (
     Config,
     DNSServer,
     HostPort,
     Member,
-    Monitor,
     Prober,
     SyncGroup,
     TLSFiles,
@@ -35,9 +33,6 @@ DEFAULT_PEER_PORT = 4353
 DEFAULT_DNS_PORT = 53
 DEFAULT_API_PORT = 8053
 PROBE_PROTOCOLS = ("dns_dot", "dns_rev", "udp", "tcp", "icmp")
-MONITOR_TYPES = ("tcp", "tcp_half_open", "http", "https", "udp", "dns", "icmp")
-HTTP_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
-DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
 TOP_LEVEL = (
     "base_dir",
     "sync_group",
@@ -45,7 +40,9 @@ TOP_LEVEL = (
     "log_dir",
     "datacenters",
     "dns_server",
+    "health",
     "monitors",
+    "links",
     "virtual_servers",
     "regions",
     "topology",
@@ -88,14 +85,24 @@ def load(path: str | os.PathLike[str]) -> Config:
 
     datacenters = _datacenters(r, top)
     sync_group = _sync_group(r, top, datacenters, resolve)
-    monitors = _monitors(r, top)
+    monitors = health.read_monitors(r, top.get("monitors", {}), resolve)
+    links = health.read_links(
+        r, top.get("links", {}), lambda at, v: traffic.datacenter(r, at, v, datacenters), monitors
+    )
+    health_settings = health.read_health(r, top.get("health"))
+    for name, monitor in monitors.items():
+        if monitor.rule.kind == "quorum" and sync_group.members and monitor.rule.quorum > len(sync_group.members):
+            r.error(
+                ("monitors", name, "rule", "quorum"),
+                f"{monitor.rule.quorum} is more than the sync group's {len(sync_group.members)} members",
+            )
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
     zone_data, broken_zones = _zones(r, top, resolve)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
-    vss = traffic.read_virtual_servers(r, top.get("virtual_servers", {}), datacenters, monitors)
+    vss = traffic.read_virtual_servers(r, top.get("virtual_servers", {}), datacenters, monitors, links)
     regions = traffic.read_regions(r, top.get("regions", {}), resolve)
     raw_pools = top.get("pools", {})
     pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []
@@ -119,6 +126,8 @@ def load(path: str | os.PathLike[str]) -> Config:
         log_dir=log_dir,
         datacenters=datacenters,
         monitors=MappingProxyType(monitors),
+        links=MappingProxyType(links),
+        health=health_settings,
         virtual_servers=MappingProxyType(vss),
         regions=MappingProxyType(regions),
         topology=topology,
@@ -205,89 +214,14 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
             r.error(e.at("name"), f"member {member_name!r} is listed twice")
             continue
         for what, hp in [("peer", peer), ("api", api)] + [("dns", d) for d in dns]:
+            if hp.host.is_loopback or hp.host.is_unspecified:
+                continue  # the same on every host: members on different machines may share it
             owner = listeners.setdefault(f"{what}/{hp}", member_name)
             if owner != member_name:
                 r.error(e.at(what), f"{what} address {hp} is also member {owner!r}'s")
         members.append(Member(member_name, dc, peer, tuple(dns), api))
     m.done()
     return SyncGroup(name, tuple(members), tls)
-
-
-def _monitors(r: Reader, top: Mapping) -> dict[str, Monitor]:
-    out: dict[str, Monitor] = {}
-    section = r.mapping(("monitors",), top.get("monitors", {}), "a mapping of monitor names to settings")
-    if section is None:
-        return out
-    for name, value in section.items():
-        path = section.at(name)
-        m = r.mapping(path, value)
-        if r.name(path, name, "monitor name") is None or m is None:
-            r.broken.add(("monitor", name))
-            continue
-        before = len(r.problems.found)
-        kind = r.string(m.at("type"), m.require("type", f"one of {', '.join(MONITOR_TYPES)}"), choices=MONITOR_TYPES)
-        interval = m.number("interval", 5.0, 0.1, 86400)
-        timeout = m.number("timeout", 2.0, 0.01, 3600)
-        up_after = m.integer("up_after", 2, 1, 100)
-        down_after = m.integer("down_after", 3, 1, 100)
-        params = _monitor_params(r, m, kind)
-        m.done()
-        if len(r.problems.found) > before or None in (kind, interval, timeout, up_after, down_after):
-            r.broken.add(("monitor", name))
-            continue
-        assert kind and interval and timeout and up_after and down_after
-        out[name] = Monitor(name, kind, interval, timeout, up_after, down_after, MappingProxyType(params))
-    return out
-
-
-def _monitor_params(r: Reader, m: Mapping, kind: str | None) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if kind in ("http", "https"):
-        params["method"] = m.string("method", "GET", HTTP_METHODS)
-        params["path"] = m.string("path", "/")
-        if m.has("host"):
-            params["host"] = m.string("host", None)
-        statuses = m.get("expect_status", [200])
-        params["expect_status"] = tuple(
-            s
-            for i, s in enumerate(r.list(m.at("expect_status"), statuses, allow_scalar=True) or [])
-            if r.integer(
-                (*m.at("expect_status"), i) if isinstance(statuses, list) else m.at("expect_status"), s, 100, 599
-            )
-            is not None
-        )
-        if m.has("expect_body"):
-            params["expect_body"] = m.string("expect_body", None)
-        if m.has("expect_body_regex"):
-            pattern = m.string("expect_body_regex", None)
-            if pattern is not None:
-                try:
-                    re.compile(pattern)
-                except re.error as e:
-                    r.error(m.at("expect_body_regex"), f"bad regular expression: {e}")
-            params["expect_body_regex"] = pattern
-        params["max_response_bytes"] = m.integer("max_response_bytes", 65536, 1, 16 * 1024 * 1024)
-        if kind == "https":
-            params["verify_tls"] = m.boolean("verify_tls", True)
-            if m.has("ca_file"):
-                params["ca_file"] = m.string("ca_file", None)
-    elif kind == "udp":
-        params["send"] = r.string(m.at("send"), m.require("send", "the bytes to send"))
-        if m.has("expect"):
-            params["expect"] = m.string("expect", None)
-    elif kind == "dns":
-        query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the virtual server for"))
-        if query_name is not None:
-            try:
-                names.from_text(str(query_name))
-            except names.BadName as e:
-                r.error(m.at("query_name"), str(e))
-        params["query_name"] = query_name
-        params["query_type"] = m.string("query_type", "A", ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME"))
-        params["expect_rcode"] = m.string("expect_rcode", "NOERROR", DNS_RCODES)
-        if m.has("expect_address"):
-            params["expect_address"] = r.address(m.at("expect_address"), m.get("expect_address"))
-    return params
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:

@@ -57,16 +57,91 @@ class SyncGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class TcpCheck:
+    """Connect; optionally send bytes and expect bytes in the reply (send/receive)."""
+
+    send: bytes | None = None
+    expect: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpCheck:
+    """One HTTP/1.0 request; the status and (optionally) the body decide."""
+
+    tls: bool
+    method: str = "GET"
+    path: str = "/"
+    host: str | None = None  # Host header (and TLS server name); default: the address
+    expect_status: tuple[int, ...] = (200,)
+    expect_body: str | None = None  # a substring of the body
+    expect_body_regex: str | None = None
+    max_response_bytes: int = 65536
+    verify_tls: bool = True
+    ca_file: Path | None = None  # trust these CAs instead of the system's
+
+
+@dataclass(frozen=True, slots=True)
+class UdpCheck:
+    """Send a datagram; any reply (or one containing `expect`) is a success."""
+
+    send: bytes
+    expect: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DnsCheck:
+    """Ask the server a question; the rcode (and optionally an address) decide."""
+
+    query_name: str
+    query_type: int = 1
+    expect_rcode: int = 0
+    expect_address: IPAddress | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IcmpCheck:
+    """An echo request; the reply is the success."""
+
+
+Check = TcpCheck | HttpCheck | UdpCheck | DnsCheck | IcmpCheck
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRule:
+    """How observations of several GTM nodes combine: up if `any`, `all`, or at least
+    `quorum` of them see it up."""
+
+    kind: str  # "any" | "all" | "quorum"
+    quorum: int = 1
+
+    def __str__(self) -> str:
+        return f"quorum {self.quorum}" if self.kind == "quorum" else self.kind
+
+
+@dataclass(frozen=True, slots=True)
 class Monitor:
-    """A health monitor's settings. Its probes arrive with the health issue."""
+    """A health monitor: what to check, how often, and the anti-flap thresholds."""
 
     name: str
     type: str
     interval: float
     timeout: float
-    up_after: int
-    down_after: int
-    params: Mapping[str, Any]
+    up_after: int  # consecutive successes before a down (or unknown) target is up
+    down_after: int  # consecutive failures before an up (or unknown) target is down
+    check: Check
+    rule: HealthRule = HealthRule("any")
+    unknown_as_up: bool = True  # before the first verdict
+    port: int | None = None  # check this port instead of the virtual server's
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A data center's uplink: up while any of its targets answers the monitor."""
+
+    name: str
+    datacenter: str
+    targets: tuple[HostPort, ...]  # port 0 where the monitor needs none (icmp) or sets it
+    monitor: Monitor
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +151,22 @@ class VirtualServer:
     port: int
     datacenter: str
     monitor: Monitor | None
-    enabled: bool
+    admin_state: str = "enabled"  # enabled | disabled | drain (the configured default)
+    link: Link | None = None
+    depends_on: tuple[str, ...] = ()  # names of virtual servers this one needs
+    manual_resume: bool = False  # after going down, stay out until an operator enables it
+    slow_start: float = 0.0  # seconds over which a returning server's share ramps up
+
+    @property
+    def enabled(self) -> bool:
+        return self.admin_state != "disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Node-wide health checking settings."""
+
+    max_in_flight: int = 64  # checks running at once on one node
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +235,9 @@ class Persistence:
     prefixes: Prefixes
 
 
+FAILURE_RESPONSES = ("return_to_dns", "fallback_ip", "nxdomain", "servfail", "refused", "drop")
+
+
 @dataclass(frozen=True, slots=True)
 class WideIP:
     name: str  # presentation form, lowercase, without the trailing dot
@@ -154,6 +247,9 @@ class WideIP:
     pool_lb: str
     persistence: Persistence | None
     last_resort: PoolRef | None
+    #: what to answer when every pool (and the last resort) yields nothing
+    failure_response: str = "return_to_dns"
+    fallback_ips: tuple[IPAddress, ...] = ()  # for failure_response: fallback_ip
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +282,8 @@ class Config:
     log_dir: Path
     datacenters: tuple[str, ...]
     monitors: Mapping[str, Monitor]
+    links: Mapping[str, Link]
+    health: Health
     virtual_servers: Mapping[str, VirtualServer]
     regions: Mapping[str, Region]
     topology: Topology

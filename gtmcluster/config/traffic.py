@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.config.model import (
+    FAILURE_RESPONSES,
+    Link,
     Methods,
     Monitor,
     Persistence,
@@ -33,6 +35,7 @@ MAX_RATIO = 65535
 MAX_SCORE = 2**32 - 1
 MAX_ANSWERS = 16
 WIDEIP_TYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
+ADMIN_STATES = ("enabled", "disabled", "drain")
 
 
 def datacenter(r: Reader, path: KeyPath, value: Any, datacenters: tuple[str, ...]) -> str | None:
@@ -46,13 +49,18 @@ def datacenter(r: Reader, path: KeyPath, value: Any, datacenters: tuple[str, ...
 
 
 def read_virtual_servers(
-    r: Reader, raw: Any, datacenters: tuple[str, ...], monitors: MappingT[str, Monitor]
+    r: Reader,
+    raw: Any,
+    datacenters: tuple[str, ...],
+    monitors: MappingT[str, Monitor],
+    links: MappingT[str, Link],
 ) -> dict[str, VirtualServer]:
     out: dict[str, VirtualServer] = {}
     section = r.mapping(("virtual_servers",), raw, "a mapping of virtual server names to settings")
     if section is None:
         return out
     seen: dict[tuple[Any, int], str] = {}
+    dependency_paths: dict[tuple[str, str], KeyPath] = {}
     for name, value in section.items():
         path = section.at(name)
         vs = r.mapping(path, value)
@@ -66,16 +74,65 @@ def read_virtual_servers(
         if vs.has("monitor"):
             monitor_name = r.known(vs.at("monitor"), vs.get("monitor"), "monitor", monitors, "monitor")
             monitor = monitors.get(monitor_name or "")
-        enabled = vs.boolean("enabled", True)
+        link = None
+        if vs.has("link"):
+            link = links.get(r.known(vs.at("link"), vs.get("link"), "link", links, "link") or "")
+        admin = vs.string("admin_state", "enabled", ADMIN_STATES)
+        if vs.has("enabled"):
+            if vs.has("admin_state"):
+                r.error(vs.at("enabled"), "give 'admin_state' or 'enabled', not both")
+            elif not vs.boolean("enabled", True):
+                admin = "disabled"
+        depends: list[str] = []
+        raw_depends = vs.get("depends_on", [])
+        for i, dep in enumerate(r.list(vs.at("depends_on"), raw_depends, allow_scalar=True) or []):
+            at = (*vs.at("depends_on"), i) if isinstance(raw_depends, list) else vs.at("depends_on")
+            dep_name = r.name(at, dep, "virtual server name")
+            if dep_name is not None:
+                depends.append(dep_name)
+                dependency_paths[(name, dep_name)] = at
+        manual_resume = vs.boolean("manual_resume", False)
+        slow_start = vs.number("slow_start", 0.0, 0, 86400)
         vs.done()
-        if address is None or port is None or dc is None:
+        if address is None or port is None or dc is None or admin is None or slow_start is None:
             r.broken.add(("virtual_server", name))
             continue
         other = seen.setdefault((address, port), name)
         if other != name:
             r.error(path, f"same address and port as virtual server {other!r}")
-        out[name] = VirtualServer(name, address, port, dc, monitor, enabled)
+        out[name] = VirtualServer(
+            name, address, port, dc, monitor, admin, link, tuple(depends), manual_resume, slow_start
+        )
+    _check_dependencies(r, out, dependency_paths)
     return out
+
+
+def _check_dependencies(r: Reader, vss: dict[str, VirtualServer], paths: dict[tuple[str, str], KeyPath]) -> None:
+    """depends_on names existing virtual servers, without cycles."""
+    for (name, dep), at in paths.items():
+        if name in vss and dep not in vss:
+            r.known(at, dep, "virtual_server", vss, "virtual server")
+    reported: set[str] = set()
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        for dep in vss[name].depends_on:
+            if dep not in vss:
+                continue
+            if dep in stack:
+                cycle = (*stack[stack.index(dep) :], dep)
+                if not reported & set(cycle):
+                    r.error(
+                        paths[(name, dep)], f"virtual servers depend on each other in a cycle: {' -> '.join(cycle)}"
+                    )
+                    reported.update(cycle)
+            elif dep not in done:
+                visit(dep, (*stack, dep))
+        done.add(name)
+
+    done: set[str] = set()
+    for name in vss:
+        if name not in done:
+            visit(name, (name,))
 
 
 def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Region]:
@@ -381,6 +438,15 @@ def read_wideips(
         last_resort = None
         if m.has("last_resort_pool"):
             last_resort = _pool_ref(r, m.at("last_resort_pool"), m.get("last_resort_pool"), pools, topology)
+        failure = m.string("failure_response", "return_to_dns", FAILURE_RESPONSES) or "return_to_dns"
+        fallback_ips = []
+        raw_ips = m.get("fallback_ip", [])
+        for i, item in enumerate(r.list(m.at("fallback_ip"), raw_ips, allow_scalar=True) or []):
+            address = r.address((*m.at("fallback_ip"), i) if isinstance(raw_ips, list) else m.at("fallback_ip"), item)
+            if address is not None:
+                fallback_ips.append(address)
+        if failure == "fallback_ip" and not m.has("fallback_ip"):
+            r.error(m.at("failure_response"), "fallback_ip needs the wide IP's 'fallback_ip' address(es)")
         m.done()
         if labels is None or pool_lb is None or not types:
             continue
@@ -395,7 +461,9 @@ def read_wideips(
             r.error(path, f"duplicate wide IP (same name as {out[labels].name!r})")
             continue
         text = names.to_text(labels).rstrip(".")
-        out[labels] = WideIP(text, labels, frozenset(types), tuple(refs), pool_lb, persistence, last_resort)
+        out[labels] = WideIP(
+            text, labels, frozenset(types), tuple(refs), pool_lb, persistence, last_resort, failure, tuple(fallback_ips)
+        )
     return out
 
 

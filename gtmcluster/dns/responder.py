@@ -157,6 +157,13 @@ class Responder:
                     if decision.action is Action.DROP:
                         result.drop = True
                         return result
+                    if decision.action is Action.RCODE:
+                        result.rcode = decision.rcode
+                        if decision.rcode == wire.NXDOMAIN:
+                            result.authority = [(zone.negative_soa, None)]
+                        else:
+                            result.aa = False
+                        return result
                     if decision.action is Action.ANSWER:
                         rdatas = tuple((a.packed,) for a in decision.addresses)
                         rtype = TYPE_A if wanted == TYPE_A else TYPE_AAAA

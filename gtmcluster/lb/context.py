@@ -54,14 +54,26 @@ class Rotations:
 
 class Availability(Protocol):
     def vs_up(self, vs: VirtualServer) -> bool:
-        """Whether *vs* may be handed out now."""
+        """Whether *vs* may be handed to new clients now."""
+
+    def vs_serving(self, vs: VirtualServer) -> bool:
+        """Whether *vs* may keep answering clients held by persistence (true while draining)."""
+
+    def weight(self, vs: VirtualServer, now: float) -> float:
+        """Its share under ratio and round robin, below 1 while it ramps up (slow start)."""
 
 
 class ConfiguredAvailability:
-    """Availability from configuration alone: ``enabled: false`` takes a server out."""
+    """Availability from configuration alone: the configured admin state decides."""
 
     def vs_up(self, vs: VirtualServer) -> bool:
-        return vs.enabled
+        return vs.admin_state == "enabled"
+
+    def vs_serving(self, vs: VirtualServer) -> bool:
+        return vs.admin_state != "disabled"
+
+    def weight(self, vs: VirtualServer, now: float) -> float:
+        return 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, WideIP
 from gtmcluster.dns.zone import TYPE_A
@@ -48,6 +48,9 @@ class _PoolOutcome:
 
 
 _FULL = Prefixes(32, 128)
+_RCODES = {"nxdomain": 3, "servfail": 2, "refused": 5}
+#: resolution of slow-start shares: a ramping member's weight is in tenths
+_RAMP_SCALE = 10
 
 
 class Balancer:
@@ -83,6 +86,8 @@ class Balancer:
             if hit is not None:
                 return hit
         outcome, ref = self._choose(wideip, run)
+        if outcome.action is Action.NOTHING:
+            return self._failure(wideip, run)
         if outcome.action is not Action.ANSWER:
             return Decision(outcome.action, scope=run.scope, trace=tuple(run.steps), method=outcome.method)
         assert ref is not None
@@ -103,6 +108,46 @@ class Balancer:
             method=outcome.method,
         )
 
+    def _failure(self, wideip: WideIP, run: _Run) -> Decision:
+        """Every pool yielded nothing: the wide IP's configured failure response."""
+        response = wideip.failure_response
+        subject = f"wideip {wideip.name}"
+        if response == "fallback_ip":
+            ips = tuple(a for a in wideip.fallback_ips if a.version == run.version)
+            run.steps.append(
+                Step(
+                    subject,
+                    "failure_response",
+                    response,
+                    tuple(map(str, wideip.fallback_ips)),
+                    tuple(map(str, ips)),
+                    note="every pool yielded nothing",
+                )
+            )
+            if ips:
+                ttl = min((r.pool.ttl for r in wideip.pools), default=30)
+                return Decision(
+                    Action.ANSWER,
+                    addresses=ips,
+                    ttl=ttl,
+                    scope=run.scope,
+                    trace=tuple(run.steps),
+                    method="failure_response",
+                )
+            response = "return_to_dns"  # no address of this family: the zone answers
+        else:
+            run.steps.append(Step(subject, "failure_response", response, (), (), note="every pool yielded nothing"))
+        if response in _RCODES:
+            return Decision(
+                Action.RCODE,
+                scope=run.scope,
+                trace=tuple(run.steps),
+                method="failure_response",
+                rcode=_RCODES[response],
+            )
+        action = Action.DROP if response == "drop" else Action.RETURN_TO_DNS
+        return Decision(action, scope=run.scope, trace=tuple(run.steps), method="failure_response")
+
     def _persisted(self, wideip: WideIP, key: PersistKey, run: _Run) -> Decision | None:
         """Answer from a live persistence record whose members are all still available."""
         ctx = run.ctx
@@ -117,7 +162,14 @@ class Balancer:
         if ref is not None:
             by_name = {m.name: m for m in ref.pool.members}
             members = [by_name.get(n) for n in record.members]
-        usable = ref is not None and members and all(m is not None and self._usable(m, run) for m in members)
+        usable = (
+            ref is not None
+            and members
+            and all(
+                m is not None and m.vs.address.version == run.version and self.availability.vs_serving(m.vs)
+                for m in members
+            )
+        )
         step = Step(
             f"wideip {wideip.name}",
             "persistence",
@@ -156,6 +208,25 @@ class Balancer:
         if any(self._usable(m, run) for m in pool.members):
             return True
         return "fallback_ip" in pool.methods.names() and any(a.version == run.version for a in pool.fallback_ips)
+
+    def _slow_start(self, method: str, members: list[PoolMember], run: _Run) -> tuple[list[PoolMember], str, str]:
+        """Members in slow start get a smaller share under round robin and ratio.
+
+        Round robin becomes a ratio of equal weights with the ramping members' weights
+        reduced; ratio scales their weights. Other methods are not affected.
+        """
+        if method not in ("round_robin", "ratio"):
+            return members, method, ""
+        now = run.ctx.now
+        weights = [self.availability.weight(m.vs, now) for m in members]
+        if all(w >= 1 for w in weights):
+            return members, method, ""
+        scaled = []
+        for m, w in zip(members, weights, strict=True):
+            base = m.ratio if method == "ratio" else 1
+            scaled.append(replace(m, ratio=max(1, round(base * w * _RAMP_SCALE)) if base > 0 else 0))
+        ramping = ", ".join(f"{m.name} at {w:.0%}" for m, w in zip(members, weights, strict=True) if w < 1)
+        return scaled, "ratio", f"slow start: {ramping}"
 
     def _choose(self, wideip: WideIP, run: _Run) -> tuple[_PoolOutcome, PoolRef | None]:
         subject = f"wideip {wideip.name}"
@@ -222,11 +293,13 @@ class Balancer:
                 run.steps.append(Step(subject, slot_name, method, (), (), note="no available member"))
                 continue
             slot = Slot(("pool", pool.name, slot_name), pool.static_persist)
-            ranking = METHODS[method](members, run.ctx, slot)
+            candidates, impl, ramp_note = self._slow_start(method, members, run)
+            ranking = METHODS[impl](candidates, run.ctx, slot)
             run.scope = max(run.scope, ranking.scope)
             chosen = ranking.order[: pool.max_answers]
+            note = "; ".join(n for n in (ranking.note, ramp_note) if n)
             run.steps.append(
-                Step(subject, slot_name, method, names, tuple(c.name for c in chosen), ranking.scores, ranking.note)
+                Step(subject, slot_name, method, names, tuple(c.name for c in chosen), ranking.scores, note)
             )
             if chosen:
                 picked = tuple(c for c in chosen if isinstance(c, PoolMember))

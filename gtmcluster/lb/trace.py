@@ -15,6 +15,7 @@ class Action(enum.Enum):
     ANSWER = "answer"  # answer with `addresses`
     RETURN_TO_DNS = "return_to_dns"  # answer from the static zone as if there were no wide IP
     DROP = "drop"  # send no reply
+    RCODE = "rcode"  # answer with `rcode` (NXDOMAIN, SERVFAIL, REFUSED) and no records
     NOTHING = "nothing"  # every pool and method yielded nothing
 
 
@@ -53,3 +54,5 @@ class Decision:
     persist: PersistRecord | None = None
     #: the method that produced the answer ("persistence" for a persistence hit)
     method: str = ""
+    #: for Action.RCODE
+    rcode: int = 0

@@ -28,13 +28,19 @@ PIDFILE = REPO / "var" / "run" / "gtm-cnc.pid"
 
 #: the wide IP's answer for each asker the demo shows, from the sample config's topology
 EXPECTED = {
-    "dig -b 127.0.1.1 ": ("202.106.83.177", "vs-cnc", "CNC"),
-    "dig -b 127.0.2.1 ": ("219.17.66.100", "vs-tel", "TEL"),
-    "dig -b 127.0.3.1 ": ("211.136.20.10", "vs-cmcc", "CMCC"),
-    "+subnet=202.106.0.0/24": ("202.106.83.177", "vs-cnc", "CNC"),
-    "+subnet=219.128.0.0/24": ("219.17.66.100", "vs-tel", "TEL"),
-    "+subnet=211.136.0.0/24": ("211.136.20.10", "vs-cmcc", "CMCC"),
+    "dig -b 127.0.1.1 ": ("127.0.0.21", "vs-cnc", "CNC"),
+    "dig -b 127.0.2.1 ": ("127.0.0.22", "vs-tel", "TEL"),
+    "dig -b 127.0.3.1 ": ("127.0.0.23", "vs-cmcc", "CMCC"),
+    "+subnet=202.106.0.0/24": ("127.0.0.21", "vs-cnc", "CNC"),
+    "+subnet=219.128.0.0/24": ("127.0.0.22", "vs-tel", "TEL"),
+    "+subnet=211.136.0.0/24": ("127.0.0.23", "vs-cmcc", "CMCC"),
 }
+#: the demo's HTTP backends (one per data center's virtual server)
+BACKENDS = [
+    (socket.AF_INET, "127.0.0.21", 8081),
+    (socket.AF_INET, "127.0.0.22", 8082),
+    (socket.AF_INET, "127.0.0.23", 8083),
+]
 
 
 def port_is_free(family: socket.AddressFamily, host: str, port: int) -> bool:
@@ -103,6 +109,21 @@ def test_demo_shows_answers_that_differ_by_asker(demo: subprocess.CompletedProce
     assert len({lines[a] for a in EXPECTED}) == 3
 
 
+def test_demo_shows_failover_within_the_bound_and_the_return(demo: subprocess.CompletedProcess[str]) -> None:
+    """The demo stops the CNC backend: the CNC resolver's answer moves to another data center
+    within interval x down_after + timeout; restarted, the backend gets it back."""
+    out = demo.stdout
+    moved = re.search(
+        r"interval x down_after \+ timeout = .* = ([\d.]+) s\n  -> (\S+) \((\S+) in (\S+)\) after ([\d.]+) s", out
+    )
+    assert moved, out
+    bound, address, vs, _, took = moved.groups()
+    assert vs != "vs-cnc" and address != "127.0.0.21"
+    assert float(took) <= float(bound) + 1.0, out  # + the poll step and one check phase
+    back = re.search(r"it should be back after .*\n  -> 127\.0\.0\.21 \(vs-cnc in CNC\) after ([\d.]+) s", out)
+    assert back, out
+
+
 def test_demo_leaves_no_node_running(demo: subprocess.CompletedProcess[str]) -> None:
     """After the demo exits its twistd node is gone: the pid file names no live process (or is
     removed) and the DNS addresses can be bound again."""
@@ -112,7 +133,7 @@ def test_demo_leaves_no_node_running(demo: subprocess.CompletedProcess[str]) -> 
     if PIDFILE.exists():
         with contextlib.suppress(ValueError):
             assert not pid_alive(int(PIDFILE.read_text().strip()))
-    for family, host, port in DEMO_DNS:
+    for family, host, port in DEMO_DNS + BACKENDS:
         assert port_is_free(family, host, port), f"{host}:{port} is still in use after the demo"
 
 
@@ -124,24 +145,23 @@ def test_interactive_demo_stops_cleanly_on_ctrl_c(demo: subprocess.CompletedProc
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     assert proc.stdout is not None
-    seen = []
+    fd = proc.stdout.fileno()
+    seen = ""
     deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
-            line = proc.stdout.readline() if ready else ""
-            if not line:
+        while "Press Ctrl-C" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], deadline - time.monotonic())
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
                 break
-            seen.append(line)
-            if "Press Ctrl-C" in line:
-                break
-        assert any("Press Ctrl-C" in line for line in seen), "".join(seen)
+            seen += chunk.decode(errors="replace")
+        assert "Press Ctrl-C" in seen, seen
         assert not any(port_is_free(f, h, p) for f, h, p in DEMO_DNS)  # the node is answering
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        rest, _ = proc.communicate(timeout=30)
+        out = rest.decode(errors="replace")
     finally:
         if proc.poll() is None:
             proc.terminate()  # the demo stops its node on SIGTERM too
@@ -150,7 +170,7 @@ def test_interactive_demo_stops_cleanly_on_ctrl_c(demo: subprocess.CompletedProc
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    assert proc.returncode == 0, "".join(seen) + out
+    assert proc.returncode == 0, seen + out
     assert "stopping" in out
     for family, host, port in DEMO_DNS:
         assert port_is_free(family, host, port), f"{host}:{port} is still in use after Ctrl-C"

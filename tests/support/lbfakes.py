@@ -38,12 +38,21 @@ class FakeClock:
 
 @dataclass
 class FakeAvailability:
-    """Every virtual server is up except those named in `down` (which tests may change)."""
+    """Every virtual server is up except those named in `down` (which tests may change);
+    those in `draining` keep only persisted clients; `weights` sets slow-start shares."""
 
     down: set[str] = field(default_factory=set)
+    draining: set[str] = field(default_factory=set)
+    weights: dict[str, float] = field(default_factory=dict)
 
     def vs_up(self, vs: VirtualServer) -> bool:
+        return vs.name not in self.down and vs.name not in self.draining
+
+    def vs_serving(self, vs: VirtualServer) -> bool:
         return vs.name not in self.down
+
+    def weight(self, vs: VirtualServer, now: float) -> float:
+        return self.weights.get(vs.name, 1.0)
 
 
 class NoPersistence:

@@ -445,9 +445,12 @@ DUPLICATES = [
         id="member-name",
     ),
     pytest.param(
-        append("sync_group", "members", value={**SECOND_MEMBER, "peer": "127.0.0.1:4353"}),
+        combined(
+            put(*MEMBER, "peer", value="198.51.100.1:4353"),
+            append("sync_group", "members", value={**SECOND_MEMBER, "peer": "198.51.100.1:4353"}),
+        ),
         "sync_group.members[1].peer",
-        "peer address 127.0.0.1:4353 is also member 'n1'",
+        "peer address 198.51.100.1:4353 is also member 'n1'",
         id="member-peer-address",
     ),
     pytest.param(

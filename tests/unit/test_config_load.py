@@ -114,7 +114,10 @@ def test_sample_wideips(sample: Config) -> None:
     assert www.types == frozenset({TYPE_A})
     assert [ref.name for ref in www.pools] == ["web"]
     assert www.pool_lb == "round_robin"
-    assert www.persistence == Persistence(3600, Prefixes(24, 56))
+    assert www.persistence is None
+    assert www.failure_response == "return_to_dns"
+    api = sample.wideips[_key("api.wip.example.com")]
+    assert api.persistence == Persistence(3600, Prefixes(24, 56))
     assert www.last_resort is not None
     assert www.last_resort.pool is sample.pools["api"]
     dual = sample.wideips[_key("dual.wip.example.com")]
@@ -551,3 +554,25 @@ def test_yaml_merge_keys_with_overrides(tmp_path: Path) -> None:
     loaded = load(path)
     vs9 = loaded.virtual_servers["vs9"]
     assert (str(vs9.address), vs9.port, vs9.datacenter) == ("10.0.9.9", 8080, "DC1")
+
+
+def test_members_on_different_hosts_may_share_loopback_listeners(tmp_path: Path) -> None:
+    """An API on 127.0.0.1:8053 on every node is no clash: each node is its own host."""
+    config = configs.base()
+    second = {
+        **config["sync_group"]["members"][0],
+        "name": "n2",
+        "peer": "198.51.100.2:4353",
+        "dns": ["198.51.100.2:53"],
+    }
+    config["sync_group"]["members"][0]["api"] = second["api"] = "127.0.0.1:8053"
+    config["sync_group"]["members"].append(second)
+    loaded = _load(tmp_path, config)
+    assert {str(m.api) for m in loaded.sync_group.members} == {"127.0.0.1:8053"}
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "two-datacenters.yaml"])
+def test_every_example_in_etc_is_valid(name: str) -> None:
+    """The configs shipped in etc/ load without a problem."""
+    loaded = load(Path(__file__).resolve().parents[2] / "etc" / name)
+    assert loaded.wideips

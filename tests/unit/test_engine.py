@@ -204,7 +204,7 @@ def test_each_method_offers_only_available_members(tmp_path: Path, method: str) 
     assert {d.members for d in answered if d.action is Action.ANSWER} <= {("vs2",)}
     assert ask(b, config, R2).members == ("vs2",)
     d = ask(balancer(config, FakeAvailability({"vs1", "vs2"})), config, R2)
-    assert (d.action, d.members) == (Action.NOTHING, ())
+    assert (d.action, d.members) == (Action.RETURN_TO_DNS, ())  # the default failure response
 
 
 def test_pool_with_every_member_down_is_skipped(tmp_path: Path) -> None:
@@ -243,19 +243,21 @@ def test_last_resort_pool_after_chains_yield_nothing(tmp_path: Path) -> None:
 
 
 def test_every_pool_down_is_nothing(tmp_path: Path) -> None:
-    """With every pool (last resort too) down the decision is NOTHING, without addresses."""
+    """With every pool (last resort too) down the decision is the failure response (by default
+    return_to_dns), without addresses."""
     config = load_config(tmp_path, cfg(ONE_EACH, {"pools": ["pa", "pb"], "last_resort_pool": "pc"}))
     d = ask(balancer(config, FakeAvailability({"vs1", "vs2", "vs3"})), config, R1)
-    assert (d.action, d.addresses, d.pool, d.members) == (Action.NOTHING, (), None, ())
+    assert (d.action, d.addresses, d.pool, d.members) == (Action.RETURN_TO_DNS, (), None, ())
+    assert d.trace[-1].slot == "failure_response"
     assert d.trace[0].note == "no pool has an available member"
-    assert d.trace[-1].note == "no available member"
+    assert d.trace[-2].note == "no available member"
 
 
 def test_every_member_down_in_the_sample_is_nothing(tmp_path: Path) -> None:
     """The sample wide IP with all its IPv4 members down has no A answer."""
     config = load_config(tmp_path, configs.base())
     d = ask(balancer(config, FakeAvailability({"vs1", "vs2", "vs3"})), config, R1)
-    assert d.action is Action.NOTHING
+    assert d.action is Action.RETURN_TO_DNS
 
 
 # -- special methods ------------------------------------------------------------------------
@@ -384,8 +386,9 @@ def test_aaaa_with_no_ipv6_choice_is_nothing(tmp_path: Path) -> None:
     """An IPv6 client topology sends to DC3 (no IPv6 member there) gets no AAAA answer."""
     config = load_config(tmp_path, configs.base())
     d = ask(balancer(config), config, "2001:db8:bbbb::1", TYPE_AAAA)
-    assert d.action is Action.NOTHING
-    assert d.trace[-1].note == "no topology record matches"
+    assert d.action is Action.RETURN_TO_DNS
+    assert d.trace[-2].note == "no topology record matches"
+    assert d.trace[-1].slot == "failure_response"
 
 
 # -- pool_lb --------------------------------------------------------------------------------

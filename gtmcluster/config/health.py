@@ -1,0 +1,221 @@
+"""The health half of the config: monitors, links and node-wide health settings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dns.rcode
+import dns.rdatatype
+
+from gtmcluster.config.model import (
+    Check,
+    DnsCheck,
+    Health,
+    HealthRule,
+    HostPort,
+    HttpCheck,
+    IcmpCheck,
+    Link,
+    Monitor,
+    TcpCheck,
+    UdpCheck,
+)
+from gtmcluster.config.problems import KeyPath
+from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.dns import names
+
+MONITOR_TYPES = ("tcp", "http", "https", "udp", "dns", "icmp")
+HTTP_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
+DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
+DNS_QTYPES = ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME", "SRV", "PTR")
+#: checks that connect to a port (icmp does not)
+PORTED = ("tcp", "http", "https", "udp", "dns")
+
+
+def read_monitors(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Monitor]:
+    out: dict[str, Monitor] = {}
+    section = r.mapping(("monitors",), raw, "a mapping of monitor names to settings")
+    if section is None:
+        return out
+    for name, value in section.items():
+        path = section.at(name)
+        m = r.mapping(path, value)
+        if r.name(path, name, "monitor name") is None or m is None:
+            r.broken.add(("monitor", name))
+            continue
+        before = len(r.problems.found)
+        kind = m.require("type", f"one of {', '.join(MONITOR_TYPES)}")
+        if kind == "tcp_half_open":
+            r.error(m.at("type"), "tcp_half_open is not supported (it needs raw TCP); use tcp")
+            kind = None
+        else:
+            kind = r.string(m.at("type"), kind, choices=MONITOR_TYPES)
+        interval = m.number("interval", 5.0, 0.1, 86400)
+        timeout = m.number("timeout", 2.0, 0.01, 3600)
+        up_after = m.integer("up_after", 2, 1, 100)
+        down_after = m.integer("down_after", 3, 1, 100)
+        rule = _rule(r, m)
+        unknown_as = m.string("unknown_as", "up", ("up", "down"))
+        port = m.integer("port", None, 1, 65535) if m.has("port") else None
+        check = _check(r, m, kind, resolve)
+        m.done()
+        if interval is not None and timeout is not None and timeout > interval:
+            r.error(m.at("timeout"), f"{timeout:g} is longer than the interval ({interval:g}): checks would overlap")
+        if len(r.problems.found) > before or None in (kind, interval, timeout, up_after, down_after, check):
+            r.broken.add(("monitor", name))
+            continue
+        assert kind and interval and timeout and up_after and down_after and check is not None and rule
+        out[name] = Monitor(name, kind, interval, timeout, up_after, down_after, check, rule, unknown_as == "up", port)
+    return out
+
+
+def _rule(r: Reader, m: Mapping) -> HealthRule | None:
+    """``rule: any`` (default), ``rule: all`` or ``rule: {quorum: N}``."""
+    if not m.has("rule"):
+        return HealthRule("any")
+    value = m.get("rule")
+    if isinstance(value, dict):
+        q = Mapping(r, m.at("rule"), value)
+        quorum = q.integer("quorum", None, 1, 1000) if q.has("quorum") else q.require("quorum", "how many nodes")
+        q.done()
+        return HealthRule("quorum", quorum) if isinstance(quorum, int) else None
+    kind = r.string(m.at("rule"), value, choices=("any", "all"))
+    return None if kind is None else HealthRule(kind)
+
+
+def _payload(r: Reader, m: Mapping, key: str, required: bool) -> bytes | None:
+    """Bytes from ``KEY`` (text, sent as UTF-8) or ``KEY_hex`` (hex digits)."""
+    hex_key = f"{key}_hex"
+    if m.has(key) and m.has(hex_key):
+        r.error(m.at(hex_key), f"give {key!r} or {hex_key!r}, not both")
+        return None
+    if m.has(hex_key):
+        text = r.string(m.at(hex_key), m.get(hex_key))
+        if text is None:
+            return None
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            r.error(m.at(hex_key), f"{text!r} is not hex digits")
+            return None
+    if m.has(key):
+        text = r.string(m.at(key), m.get(key))
+        return None if text is None else text.encode()
+    if required:
+        m.require(key, "the bytes to send (or KEY_hex)")
+    return None
+
+
+def _check(r: Reader, m: Mapping, kind: str | None, resolve: Callable[[str], Path]) -> Check | None:
+    if kind == "tcp":
+        send = _payload(r, m, "send", required=False)
+        expect = _payload(r, m, "expect", required=False)
+        return TcpCheck(send, expect)
+    if kind == "icmp":
+        return IcmpCheck()
+    if kind == "udp":
+        send = _payload(r, m, "send", required=True)
+        expect = _payload(r, m, "expect", required=False)
+        return None if send is None else UdpCheck(send, expect)
+    if kind in ("http", "https"):
+        return _http(r, m, kind == "https", resolve)
+    if kind == "dns":
+        query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the server for"))
+        if query_name is not None:
+            try:
+                names.from_text(query_name)
+            except names.BadName as e:
+                r.error(m.at("query_name"), str(e))
+                query_name = None
+        qtype = m.string("query_type", "A", DNS_QTYPES)
+        rcode = m.string("expect_rcode", "NOERROR", DNS_RCODES)
+        address = r.address(m.at("expect_address"), m.get("expect_address")) if m.has("expect_address") else None
+        if query_name is None or qtype is None or rcode is None:
+            return None
+        return DnsCheck(query_name, int(dns.rdatatype.from_text(qtype)), int(dns.rcode.from_text(rcode)), address)
+    return None
+
+
+def _http(r: Reader, m: Mapping, tls: bool, resolve: Callable[[str], Path]) -> HttpCheck | None:
+    method = m.string("method", "GET", HTTP_METHODS)
+    path = m.string("path", "/")
+    if path is not None and not path.startswith("/"):
+        r.error(m.at("path"), f"{path!r} must start with '/'")
+    host = m.string("host", None) if m.has("host") else None
+    statuses: list[int] = []
+    raw = m.get("expect_status", [200])
+    for i, s in enumerate(r.list(m.at("expect_status"), raw, allow_scalar=True) or []):
+        at: KeyPath = (*m.at("expect_status"), i) if isinstance(raw, list) else m.at("expect_status")
+        code = r.integer(at, s, 100, 599)
+        if code is not None:
+            statuses.append(code)
+    body = m.string("expect_body", None) if m.has("expect_body") else None
+    regex = m.string("expect_body_regex", None) if m.has("expect_body_regex") else None
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error as e:
+            r.error(m.at("expect_body_regex"), f"bad regular expression: {e}")
+    cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
+    verify = True
+    ca_file = None
+    if tls:
+        verify = m.boolean("verify_tls", True)
+        if m.has("ca_file"):
+            text = r.string(m.at("ca_file"), m.get("ca_file"))
+            if text is not None:
+                ca_file = resolve(text)
+                if not ca_file.is_file():
+                    r.error(m.at("ca_file"), f"{ca_file} is not a readable file")
+    if method is None or path is None or cap is None:
+        return None
+    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file)
+
+
+def read_links(
+    r: Reader, raw: Any, datacenter: Callable[[KeyPath, Any], str | None], monitors: dict[str, Monitor]
+) -> dict[str, Link]:
+    out: dict[str, Link] = {}
+    section = r.mapping(("links",), raw, "a mapping of link names to {datacenter, targets, monitor}")
+    if section is None:
+        return out
+    for name, value in section.items():
+        path = section.at(name)
+        m = r.mapping(path, value)
+        if r.name(path, name, "link name") is None or m is None:
+            r.broken.add(("link", name))
+            continue
+        dc = datacenter(m.at("datacenter"), m.require("datacenter", "the data center this link serves"))
+        monitor_name = r.known(
+            m.at("monitor"), m.require("monitor", "how to check its targets"), "monitor", monitors, "monitor"
+        )
+        monitor = monitors.get(monitor_name or "")
+        needs_port = monitor is not None and monitor.type in PORTED and monitor.port is None
+        targets: list[HostPort] = []
+        raw_targets = r.list(m.at("targets"), m.require("targets", "addresses reached through the link"))
+        if raw_targets is not None and not raw_targets:
+            r.error(m.at("targets"), "a link needs at least one target")
+        for i, t in enumerate(raw_targets or []):
+            parsed = r.hostport((*m.at("targets"), i), t, None if needs_port else 0)
+            if parsed is not None:
+                targets.append(HostPort(*parsed))
+        m.done()
+        if dc is None or monitor is None or not targets or len(targets) != len(raw_targets or []):
+            r.broken.add(("link", name))
+            continue
+        out[name] = Link(name, dc, tuple(targets), monitor)
+    return out
+
+
+def read_health(r: Reader, raw: Any) -> Health:
+    if raw is None:
+        return Health()
+    m = r.mapping(("health",), raw, "a mapping {max_in_flight}")
+    if m is None:
+        return Health()
+    in_flight = m.integer("max_in_flight", 64, 1, 10000)
+    m.done()
+    return Health(in_flight or 64)

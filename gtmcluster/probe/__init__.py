@@ -1,0 +1,1 @@
+"""Probes: health checks of virtual servers and links (and, later, LDNS path probers)."""

@@ -1,0 +1,276 @@
+"""The ``http`` and ``https`` checks: one HTTP/1.0 request, judged on status and body.
+
+The request is ``METHOD path HTTP/1.0`` with ``Host`` (the monitor's `host`, else the
+address), ``User-Agent: gtmcluster-monitor`` and ``Connection: close``. At most
+`HttpCheck.max_response_bytes` are read: beyond that the connection is closed and the verdict
+is made on what was read (the reason says so). The verdict comes as soon as it is certain:
+a status outside `expect_status` fails at once, a good status without body conditions
+succeeds at once, and body conditions are judged when the body is complete (the peer closed,
+``Content-Length`` bytes arrived, or the cap was reached).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from OpenSSL import SSL
+from twisted.internet import ssl
+from twisted.internet._sslverify import IOpenSSLTrustRoot  # the type platformTrust() returns
+from twisted.internet.abstract import isIPAddress, isIPv6Address
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IHandshakeListener, IOpenSSLClientConnectionCreator, IReactorTime
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.protocols.tls import TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gtmcluster.config.model import HttpCheck
+from gtmcluster.probe.attempt import Attempt, show
+from gtmcluster.probe.base import IPAddress, Result, Target
+from gtmcluster.probe.stream import connect, lost_reason
+from gtmcluster.probe.tcp import close
+
+USER_AGENT = "gtmcluster-monitor"
+STATUS_LINE = re.compile(rb"HTTP/\d\.\d (\d{3})(?: [^\r\n]*)?\r?")
+CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+#: statuses (and the method) whose response has no body
+BODYLESS = frozenset({204, 304})
+
+
+def request_bytes(settings: HttpCheck, address: IPAddress, port: int) -> bytes:
+    """The request for one check of *address*:*port*."""
+    path = quote(settings.path, safe="/:@!$&'()*+,;=?%~-._")
+    lines = [
+        f"{settings.method} {path} HTTP/1.0",
+        f"Host: {host_header(settings, address, port)}",
+        f"User-Agent: {USER_AGENT}",
+        "Accept: */*",
+        "Connection: close",
+    ]
+    if settings.method == "POST":
+        lines.append("Content-Length: 0")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
+
+
+def host_header(settings: HttpCheck, address: IPAddress, port: int) -> str:
+    """The configured host as given; else the address, with the port unless it is the default."""
+    if settings.host:
+        return settings.host
+    host = f"[{address}]" if address.version == 6 else str(address)
+    default = 443 if settings.tls else 80
+    return host if port == default else f"{host}:{port}"
+
+
+def server_name(settings: HttpCheck, address: IPAddress) -> str:
+    """The name the certificate must carry (and SNI sends): the host without a port, else the address."""
+    host = settings.host
+    if not host:
+        return str(address)
+    if host.startswith("["):
+        return host[1 : host.index("]")] if "]" in host else host
+    if not isIPv6Address(host) and re.fullmatch(r"[^:]+:\d+", host):
+        return host.rsplit(":", 1)[0]
+    return host
+
+
+@implementer(IOpenSSLClientConnectionCreator)
+class Unverified:
+    """TLS without certificate verification (``verify_tls: false``), still sending SNI."""
+
+    def __init__(self, name: str) -> None:
+        self._context = ssl.CertificateOptions(verify=False).getContext()
+        self._sni: bytes | None = None
+        if not (isIPAddress(name) or isIPv6Address(name)):
+            try:
+                self._sni = name.encode("idna")
+            except UnicodeError:
+                self._sni = None  # not a valid DNS name: connect without SNI
+
+    def clientConnectionForTLS(self, tlsProtocol: TLSMemoryBIOProtocol) -> SSL.Connection:
+        connection = SSL.Connection(self._context, None)
+        connection.set_app_data(tlsProtocol)
+        if self._sni:
+            connection.set_tlsext_host_name(self._sni)
+        return connection
+
+
+def load_trust(ca_file: Path) -> IOpenSSLTrustRoot:
+    """Every certificate in a PEM file, as the trust root of a verified check."""
+    pem = ca_file.read_bytes()
+    certificates = [ssl.Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in x509.load_pem_x509_certificates(pem)]
+    root: IOpenSSLTrustRoot = ssl.trustRootFromCertificates(certificates)
+    return root
+
+
+@implementer(IHandshakeListener)
+class HttpProbe(Protocol):
+    """One request and its response."""
+
+    def __init__(self, settings: HttpCheck, request: bytes, attempt: Attempt, name: str | None) -> None:
+        self._settings = settings
+        self._request = request
+        self._attempt = attempt
+        self._name = name  # TLS server name, None without TLS
+        self._buffer = bytearray()
+        self._capped = False
+        self._status: int | None = None
+        self._scanned = 0  # bytes already searched for the marker looked for now
+        self._body_start: int | None = None
+        self._length: int | None = None
+        self._ok = False
+
+    # -- Twisted callbacks
+
+    def connectionMade(self) -> None:
+        # TLS is closed at once: a graceful TLS close would wait for the peer's close_notify.
+        self._attempt.closing(lambda: close(self.transport, self._ok and self._name is None))
+        self._attempt.waiting_for = "response" if self._name is None else "TLS handshake"
+        assert self.transport is not None
+        self.transport.write(self._request)
+
+    def handshakeCompleted(self) -> None:
+        if self._attempt.waiting_for == "TLS handshake":
+            self._attempt.waiting_for = "response"
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._attempt.done:
+            return
+        room = self._settings.max_response_bytes - len(self._buffer)
+        if len(data) > room:
+            self._capped = True
+            data = data[:room]
+        self._buffer += data
+        self._attempt.waiting_for = "complete response"
+        self._progress(final=self._capped)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._attempt.done:
+            return
+        problem = lost_reason(reason, self._name)
+        if problem is not None and self._status is None:
+            self._verdict(False, problem)
+            return
+        self._progress(final=True)
+
+    # -- the verdict
+
+    def _progress(self, final: bool) -> None:
+        """Judge as far as the bytes so far allow; *final*: no more bytes will come."""
+        s = self._settings
+        buf = self._buffer
+        if self._status is None:
+            end = buf.find(b"\n", self._scanned)
+            if end < 0:
+                self._scanned = len(buf)
+                if not b"HTTP/".startswith(bytes(buf[:5])):
+                    self._verdict(False, f"not an HTTP response: {show(bytes(buf))}")
+                elif final:
+                    if not buf:
+                        self._verdict(False, "connection closed without a response")
+                    elif self._capped:
+                        self._verdict(False, f"no status line in {s.max_response_bytes} bytes")
+                    else:
+                        self._verdict(False, f"connection closed inside the status line {show(bytes(buf))}")
+                return
+            line = bytes(buf[:end])
+            m = STATUS_LINE.fullmatch(line)
+            if m is None:
+                self._verdict(False, f"malformed status line {show(line)}")
+                return
+            self._status = int(m.group(1))
+            if self._status not in s.expect_status:
+                wanted = ", ".join(str(c) for c in s.expect_status)
+                self._verdict(False, f"HTTP {self._status} not in [{wanted}]")
+                return
+            if s.expect_body is None and s.expect_body_regex is None:
+                self._verdict(True, f"HTTP {self._status}")
+                return
+            self._scanned = end
+        if self._body_start is None:
+            # search only what is new (and the 3 bytes before it, for a split marker)
+            start = max(self._scanned - 3, 0)
+            crlf, lf = buf.find(b"\r\n\r\n", start), buf.find(b"\n\n", start)
+            ends = [i + 4 for i in (crlf,) if i >= 0] + [i + 2 for i in (lf,) if i >= 0]
+            if not ends:
+                self._scanned = len(buf)
+                if final:
+                    where = f"in {s.max_response_bytes} bytes" if self._capped else "before the connection closed"
+                    self._verdict(False, f"HTTP {self._status}: no end of headers {where}")
+                return
+            self._body_start = min(ends)
+            header = bytes(buf[: self._body_start])
+            if s.method == "HEAD" or self._status in BODYLESS:
+                self._length = 0
+            elif (m := CONTENT_LENGTH.search(header)) is not None:
+                self._length = int(m.group(1))
+        body = bytes(buf[self._body_start :])
+        if self._length is not None and len(body) >= self._length:
+            body = body[: self._length]
+            final = True
+        if final:
+            self._judge_body(body)
+
+    def _judge_body(self, body: bytes) -> None:
+        s = self._settings
+        capped = f" (read capped at {s.max_response_bytes} bytes)" if self._capped else ""
+        if s.expect_body is not None and s.expect_body.encode("utf-8") not in body:
+            self._verdict(False, f"HTTP {self._status}, body lacks {show(s.expect_body)}{capped}")
+        elif s.expect_body_regex is not None and not re.search(
+            s.expect_body_regex, body.decode("utf-8", errors="replace")
+        ):
+            pattern = s.expect_body_regex if len(s.expect_body_regex) <= 40 else s.expect_body_regex[:40] + "…"
+            self._verdict(False, f"HTTP {self._status}, body does not match /{pattern}/{capped}")
+        else:
+            self._verdict(True, f"HTTP {self._status}{capped}")
+
+    def _verdict(self, ok: bool, reason: str) -> None:
+        self._ok = ok
+        self._attempt.finish(ok, reason)
+
+
+class HttpChecker:
+    """``check(target)`` for an http or https monitor."""
+
+    def __init__(self, settings: HttpCheck, reactor: Any, timeout: float, port: int | None = None) -> None:
+        self._settings = settings
+        self._reactor = reactor
+        self._timeout = timeout
+        self._port = port
+        self._trust: IOpenSSLTrustRoot | None = None
+        self._trust_problem: str | None = None
+        self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}
+        if settings.tls and settings.verify_tls and settings.ca_file is not None:
+            try:
+                self._trust = load_trust(settings.ca_file)
+            except (OSError, ValueError) as e:
+                self._trust_problem = f"cannot use ca_file {settings.ca_file}: {e}"
+
+    def __call__(self, target: Target) -> Deferred[Result]:
+        clock: IReactorTime = self._reactor
+        attempt = Attempt(clock, self._timeout)
+        s = self._settings
+        if self._trust_problem is not None:
+            attempt.finish(False, self._trust_problem)
+            return attempt.deferred
+        port = self._port or target.port
+        name = server_name(s, target.address) if s.tls else None
+        probe = HttpProbe(s, request_bytes(s, target.address, port), attempt, name)
+        tls = self._creator(name) if name is not None else None
+        connect(self._reactor, target.address, port, probe, attempt, self._timeout, tls)
+        return attempt.deferred
+
+    def _creator(self, name: str) -> IOpenSSLClientConnectionCreator:
+        """TLS settings for one server name, made once (loading trust reads files)."""
+        creator = self._creators.get(name)
+        if creator is None:
+            if self._settings.verify_tls:
+                creator = ssl.optionsForClientTLS(name, self._trust if self._trust is not None else ssl.platformTrust())
+            else:
+                creator = Unverified(name)
+            self._creators[name] = creator
+        return creator
