@@ -13,9 +13,9 @@ from typing import Any
 from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet import error
-from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint, connectProtocol, wrapClientTLS
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IStreamClientEndpoint
-from twisted.internet.protocol import Protocol
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
+from twisted.internet.interfaces import IAddress, IOpenSSLClientConnectionCreator, IStreamClientEndpoint
+from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
 from gtmcluster.probe.attempt import Attempt, seconds
@@ -43,7 +43,7 @@ def connect(
     if tls is not None:
         endpoint = wrapClientTLS(tls, endpoint)
     attempt.waiting_for = "connection"
-    connecting = connectProtocol(endpoint, protocol)
+    connecting = endpoint.connect(_QuietFactory(protocol))
 
     def stop_connecting() -> None:
         # Only while the connection is still being made: once the protocol has its
@@ -95,3 +95,16 @@ def tls_error_text(e: SSL.Error) -> str:
     if parts:
         return "; ".join(dict.fromkeys(parts))
     return str(e) or type(e).__name__
+
+
+class _QuietFactory(Factory[Protocol]):
+    """Hands out one protocol, without logging "Starting factory" for every check
+    (connectProtocol's factory would, burying the state changes in the log)."""
+
+    noisy = False
+
+    def __init__(self, protocol: Protocol):
+        self._protocol = protocol
+
+    def buildProtocol(self, addr: IAddress | None) -> Protocol:
+        return self._protocol

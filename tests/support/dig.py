@@ -40,7 +40,8 @@ def dig(server: str, port: int, name: str, rdtype: str = "A", *args: str, source
     if source:
         cmd[1:1] = ["-b", source]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
-    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    text = "\n".join(line for line in out.stdout.splitlines() if not line.startswith(";"))
+    docs = [d for d in yaml.safe_load_all(text) if d]
     messages = [m for doc in docs for m in doc if m.get("type") == "MESSAGE"]
     if not messages:
         raise AssertionError(f"dig got no answer: {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
