@@ -22,6 +22,8 @@ setup(
         "pyopenssl>=24",
         "service-identity>=24",
         "pyyaml>=6",
+        # certificates for the sync group (not_valid_after_utc and friends arrived in 42)
+        "cryptography>=42",
         # master-file (zone) syntax and RDATA text forms of every record type
         "dnspython>=2.6",
     ],

@@ -4,7 +4,8 @@
 #   bench/dnsperf.sh [SECONDS] [CLIENTS]        (make bench runs it with the defaults)
 #
 # Runs member gtm-cnc of etc/cluster.yaml on 127.0.0.250:5399 as a real twistd process and
-# sends `www.wip.example.com A` (preferred rtt -> alternate topology, LDNS persistence on)
+# sends `www.wip.example.com A` (preferred rtt -> alternate topology; health checks are off
+# since no backends run, so every server is up)
 # and `mail.wip.example.com A` (a static record) at unlimited rate, like the runs in
 # shared/PERF-BASELINE.md (dnsperf -c 4 -T 1). Prints queries/s, lost queries, average
 # latency and the node's CPU time per query (user+system from /proc). Not a test: figures
@@ -22,6 +23,9 @@ import sys, pathlib, yaml
 work = pathlib.Path(sys.argv[1])
 config = yaml.safe_load(open("etc/cluster.yaml"))
 config["base_dir"] = str(pathlib.Path("etc/cluster.yaml").resolve().parent.parent)
+for vs in config["virtual_servers"].values():  # no backends here: health checks off, all up
+    vs.pop("monitor", None)
+    vs.pop("link", None)
 member = config["sync_group"]["members"][0]
 member["dns"] = ["127.0.0.250:5399"]
 member["api"] = "127.0.0.250:8053"
@@ -57,5 +61,6 @@ run() {  # name, query line
                n, q, l, lat * 1000, (c > 0 ? d / t * 1e6 / c : 0) }'
 }
 echo "dnsperf -c $clients -T 1 -l $seconds against one node (twistd, $("$py" -c 'import platform; print(platform.python_implementation(), platform.python_version())'))"
-run "wide IP (topology+persist)" "www.wip.example.com A"
+run "wide IP (rtt->topology)" "www.wip.example.com A"
+run "wide IP (ratio, persist)" "api.wip.example.com A"
 run "static A record" "mail.wip.example.com A"

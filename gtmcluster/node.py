@@ -1,7 +1,7 @@
 """One node's working parts and how a query's decision reaches them.
 
 `Node` holds the loaded config, this member's entry, the node's record store, the health
-tracker (availability from the records), the persistence table and the balancer, and
+tracker (availability from the records), persistence (records too) and the balancer, and
 builds the responder that answers from them. Services (`service.py`) run it; tests can use
 it without a reactor.
 """
@@ -17,7 +17,7 @@ from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.context import Availability, Client
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
-from gtmcluster.state.persistence import PersistenceTable
+from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
 
 
@@ -35,7 +35,7 @@ class Node:
         self.clock = clock
         self.store = Store(name, clock)
         self.health = HealthTracker(config, self.store, clock, name)
-        self.persistence = PersistenceTable()
+        self.persistence = StorePersistence(self.store)
         self.balancer = Balancer(
             config.topology,
             availability or self.health,
@@ -44,6 +44,9 @@ class Node:
             rng or random.Random(),
         )
         self.responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size)
+        #: measured methods (RTT, ...) are used only once the state is reconciled with the
+        #: reachable peers (or the cold start wait is over), not from an empty table
+        self.ready = False
 
     def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
         """Decide a wide IP answer and keep the persistence record it asks for."""
@@ -53,7 +56,5 @@ class Node:
         return decision
 
     def tick(self) -> None:
-        """Housekeeping, about once a second: expire records and persistence entries."""
-        now = self.clock()
+        """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
         self.store.expire()
-        self.persistence.sweep(now)

@@ -1,17 +1,24 @@
-"""`twistd gtm`: options and the service for one node. Only the tap touches the reactor."""
+"""`twistd gtm`: options and the service for one node. Only the tap touches the reactor.
+
+Everything that can fail because of the environment (a config problem, an address in use,
+missing certificates, no ICMP sockets) fails here, while twistd can still print a clear
+usage error, and while still privileged (so port 53 works with --uid).
+"""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from twisted.python import usage
 
+from gtmcluster import sockets
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.dns import sockets
 from gtmcluster.probe.base import IcmpUnavailable
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
+from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 
 def uses_icmp(config: Config) -> bool:
@@ -29,8 +36,11 @@ class Options(usage.Options):
     ]
 
     loaded: Config
-    pinger: IcmpPinger | None
     listeners: list[sockets.Listener]
+    peer_socket: socket.socket | None
+    api_socket: socket.socket | None
+    credentials: Credentials | None
+    pinger: IcmpPinger | None
 
     def postOptions(self) -> None:
         if not self["config"]:
@@ -39,35 +49,62 @@ class Options(usage.Options):
             self.loaded = load(self["config"])
         except ConfigError as e:
             raise usage.UsageError(f"the config has problems:\n{e}") from None
-        members = [m.name for m in self.loaded.sync_group.members]
+        config = self.loaded
+        members = [m.name for m in config.sync_group.members]
         if not self["node"]:
             if len(members) != 1:
                 raise usage.UsageError(f"--node NAME is required; members: {', '.join(members)}")
             self["node"] = members[0]
         if self["node"] not in members:
             raise usage.UsageError(
-                f"{self['node']!r} is not a member of sync group {self.loaded.sync_group.name!r}; "
+                f"{self['node']!r} is not a member of sync group {config.sync_group.name!r}; "
                 f"members: {', '.join(members)}"
             )
-        try:
-            self.listeners = sockets.bind(self.loaded.member(self["node"]).dns)
-        except sockets.ListenError as e:
-            raise usage.UsageError(str(e)) from None
+        node = self["node"]
+        member = config.member(node)
+        self.credentials = None
+        self.peer_socket = None
+        self.api_socket = None
         self.pinger = None
-        if uses_icmp(self.loaded):
-            from twisted.internet import reactor
+        self.listeners = []
+        try:
+            if len(members) > 1:
+                # a group of one has no peers: no certificates needed, no listener opened
+                self.credentials = load_credentials(config.tls_for(node), node)
+            self.listeners = sockets.bind(member.dns)
+            if self.credentials is not None:
+                self.peer_socket = sockets.bind_tcp(member.peer, "sync group peers")
+            self.api_socket = sockets.bind_tcp(member.api, "the HTTP API")
+            if uses_icmp(config):
+                from twisted.internet import reactor
 
-            try:
                 self.pinger = open_pinger(reactor)
-            except IcmpUnavailable as e:
-                for listener in self.listeners:
-                    listener.close()
-                raise usage.UsageError(f"icmp monitors cannot run: {e}") from None
+        except CredentialError as e:
+            self._release()
+            raise usage.UsageError(f"sync group TLS: {e}") from None
+        except sockets.ListenError as e:
+            self._release()
+            raise usage.UsageError(str(e)) from None
+        except IcmpUnavailable as e:
+            self._release()
+            raise usage.UsageError(f"icmp monitors cannot run: {e}") from None
+
+    def _release(self) -> None:
+        for listener in self.listeners:
+            listener.close()
+        for sock in (self.peer_socket, self.api_socket):
+            if sock is not None:
+                sock.close()
 
 
 def makeService(options: Options) -> Any:
     from twisted.internet import reactor
 
-    from gtmcluster.service import make_service
+    from gtmcluster.service import Sockets, make_service
 
-    return make_service(options.loaded, options["node"], options.listeners, reactor, options.pinger)
+    return make_service(
+        options.loaded,
+        options["node"],
+        reactor,
+        Sockets(options.listeners, options.peer_socket, options.credentials, options.pinger, options.api_socket),
+    )

@@ -32,6 +32,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, HostPort, VirtualServer
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.sync import certs
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 #: seconds to wait after the node answers, for its first health verdicts
@@ -126,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     config.log_dir.mkdir(parents=True, exist_ok=True)
     logfile = config.log_dir / f"{member.name}.log"
+    problem = ensure_certificates(config, member.name)
+    if problem:
+        print(f"gtmcluster demo: {problem}", file=sys.stderr)
+        return 1
     backends = Backends(config)
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -166,6 +171,29 @@ def run(args: argparse.Namespace) -> int:
         if proc is not None:
             stop(proc)
         backends.stop_all()
+
+
+def ensure_certificates(config: Config, node: str) -> str | None:
+    """Create the sync group CA and *node*'s certificate where the config expects them, when
+    missing (a group of one member needs none). Returns a problem, or None."""
+    if len(config.sync_group.members) < 2:
+        return None
+    files = config.tls_for(node)
+    directory = files.ca.parent
+    if (files.cert.parent, files.key.parent) != (directory, directory) or files.ca.name != "ca.pem":
+        if files.ca.exists() and files.cert.exists() and files.key.exists():
+            return None
+        return f"create the certificates first (gtmcluster certs init / issue): {files.ca}, {files.cert}"
+    try:
+        if not files.ca.exists():
+            certs.init_ca(directory)
+            print(f"created the sync group CA in {directory}")
+        if not files.cert.exists() or not files.key.exists():
+            certs.issue(directory, node)
+            print(f"issued a certificate for {node} in {directory}")
+    except certs.CertError as e:
+        return str(e)
+    return None
 
 
 class Backends:

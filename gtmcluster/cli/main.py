@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import check, demo
+from gtmcluster.cli import certs, check, demo
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gtmcluster", description="gtmcluster: a global traffic manager on Twisted.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    certs.add_parser(sub)
     check.add_parser(sub)
     demo.add_parser(sub)
     return p

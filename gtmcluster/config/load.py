@@ -8,6 +8,8 @@ prober, zones, DNS listener settings); `traffic` owns the load-balancing objects
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from types import MappingProxyType
@@ -21,6 +23,7 @@ from gtmcluster.config.model import (
     Member,
     Prober,
     SyncGroup,
+    SyncSettings,
     TLSFiles,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
@@ -28,6 +31,7 @@ from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
+from gtmcluster.sync import certs
 
 DEFAULT_PEER_PORT = 4353
 DEFAULT_DNS_PORT = 53
@@ -137,7 +141,18 @@ def load(path: str | os.PathLike[str]) -> Config:
         zones=zones,
         dns_server=dns_server,
         raw=MappingProxyType(data),
+        digest=_digest(data, zone_data, regions),
     )
+
+
+def _digest(data: Any, zones: list[zonefile.ZoneData], regions: dict[str, Any]) -> str:
+    """A short hash of everything that decides answers: the YAML, zone data, address lists."""
+    h = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
+    for zone in sorted(zones, key=lambda z: z.origin):
+        h.update(repr((zone.origin, sorted(zone.rrsets, key=repr))).encode())
+    for name in sorted(regions):
+        h.update(repr((name, [str(n) for n in regions[name].networks])).encode())
+    return h.hexdigest()[:16]
 
 
 def _datacenters(r: Reader, top: Mapping) -> tuple[str, ...]:
@@ -178,6 +193,18 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
                 *(resolve(t.string(k, str(getattr(tls, k))) or str(getattr(tls, k))) for k in ("ca", "cert", "key"))
             )
             t.done()
+    settings = SyncSettings()
+    values = {}
+    for key, default, lo, hi in (
+        ("idle_timeout", settings.idle_timeout, 3, 3600),
+        ("handshake_timeout", settings.handshake_timeout, 1, 600),
+        ("reconcile_interval", settings.reconcile_interval, 1, 86400),
+        ("cold_start_wait", settings.cold_start_wait, 0, 600),
+        ("snapshot_interval", settings.snapshot_interval, 1, 3600),
+    ):
+        value = m.number(key, default, lo, hi)
+        values[key] = default if value is None else value
+    settings = SyncSettings(**values)
     members: list[Member] = []
     raw_members = r.list(m.at("members"), m.require("members", "the GTM nodes of the group"))
     if raw_members is not None and not raw_members:
@@ -191,9 +218,20 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
         member_name = r.name(
             e.at("name"), e.require("name", "the node's name, also its certificate's DNS name"), "member name"
         )
+        if member_name is not None:
+            try:
+                certs.node_name(member_name)
+            except certs.CertError as err:
+                r.error(e.at("name"), str(err))
+                member_name = None
         dc = traffic.datacenter(r, e.at("datacenter"), e.require("datacenter", "the member's data center"), datacenters)
         peer = _hostport(r, e, "peer", DEFAULT_PEER_PORT)
         api = _hostport(r, e, "api", DEFAULT_API_PORT, "127.0.0.1:8053")
+        if api is not None and not api.host.is_loopback:
+            r.error(
+                e.at("api"), f"{api}: the API listens on loopback only (a bearer token for other addresses comes later)"
+            )
+            api = None
         dns: list[HostPort] = []
         raw_dns = e.require("dns", "the addresses the node answers DNS on")
         dns_list = r.list(e.at("dns"), raw_dns, "a list of ADDRESS:PORT", allow_scalar=True)
@@ -221,7 +259,7 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
                 r.error(e.at(what), f"{what} address {hp} is also member {owner!r}'s")
         members.append(Member(member_name, dc, peer, tuple(dns), api))
     m.done()
-    return SyncGroup(name, tuple(members), tls)
+    return SyncGroup(name, tuple(members), tls, settings)
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:

@@ -49,11 +49,23 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncSettings:
+    """Timers of the peer protocol and of the state snapshot."""
+
+    idle_timeout: float = 30.0  # a silent peer connection is closed after this
+    handshake_timeout: float = 10.0  # TLS handshake and Hello must be done within this
+    reconcile_interval: float = 60.0  # anti-entropy with every peer this often
+    cold_start_wait: float = 5.0  # at start, wait this long for peers before using measurements
+    snapshot_interval: float = 10.0  # write the state snapshot this often (when changed)
+
+
+@dataclass(frozen=True, slots=True)
 class SyncGroup:
     name: str
     members: tuple[Member, ...]
     #: templates, with ``{node}`` still in them; see `Config.tls_for`
     tls: TLSFiles
+    settings: SyncSettings = SyncSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +305,9 @@ class Config:
     zones: ZoneSet
     dns_server: DNSServer
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    #: identifies what this config makes nodes do (its YAML, zones and address lists):
+    #: nodes of one group compare it to notice different configs
+    digest: str = ""
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.sockets import Listener
+from gtmcluster.sockets import Listener
 
 log = Logger()
 

@@ -91,7 +91,7 @@ class PersistRecord:
     pool: str
     members: tuple[str, ...]
     written: float
-    ttl: int
+    ttl: float
 
     def live(self, now: float) -> bool:
         return now < self.written + self.ttl

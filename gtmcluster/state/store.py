@@ -12,10 +12,19 @@ server), ``obs/link/<link>/<observer>``, ``admin/vs/<vs>`` (an operator's admin 
 ``held/vs/<vs>`` (a server kept out after going down, for manual resume). A value of
 None is a deletion (a tombstone), kept until its TTL ends so that it wins over older
 copies of the record arriving later.
+
+For anti-entropy the store keeps, per origin and per bucket of keys, the XOR of a hash of
+each record's (key, version): two stores hold the same records exactly when these agree
+(up to hash collisions), and a difference narrows down to a bucket whose (key, version)
+listing is small. The live-state digest is the count and XOR over all of them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import json
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +34,8 @@ from twisted.logger import Logger
 log = Logger()
 
 TOMBSTONE_TTL = 3600.0
+#: keys are spread over this many buckets per origin for anti-entropy
+BUCKETS = 1024
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -52,6 +63,32 @@ class Record:
     def expires(self) -> float | None:
         return None if self.ttl is None else self.born + self.ttl
 
+    def remaining(self, now: float) -> float | None:
+        return None if self.ttl is None else self.born + self.ttl - now
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def bucket_of(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % BUCKETS
+
+
+def fingerprint(key: str, version: Version) -> int:
+    """A 64-bit hash of (key, version): what the digests are made of."""
+    data = key.encode() + b"\0" + struct.pack("!QI", version.wall_ms, version.logical) + version.origin.encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+@dataclass(slots=True)
+class OriginSummary:
+    """What a store holds of one origin: how many records, the newest version, their XOR."""
+
+    count: int = 0
+    newest: Version | None = None
+    xor: int = 0
+
 
 Listener = Callable[[Record], None]
 
@@ -65,6 +102,39 @@ class Store:
         self._records: dict[str, Record] = {}
         self._last = Version(0, 0, origin)
         self._listeners: list[Listener] = []
+        # origin -> bucket -> XOR of fingerprints; origin -> record count
+        self._buckets: dict[str, list[int]] = {}
+        self._counts: dict[str, int] = {}
+        self._xor = 0
+        #: (expiry, key, version) of records with a TTL, soonest first; stale entries
+        #: (records replaced since) are skipped when they come up
+        self._expiries: list[tuple[float, str, Version]] = []
+
+    def _account(self, record: Record, sign: int) -> None:
+        """Add (sign=1) or remove (sign=-1) a record from the digests."""
+        origin = record.version.origin
+        fp = fingerprint(record.key, record.version)
+        buckets = self._buckets.get(origin)
+        if buckets is None:
+            buckets = self._buckets[origin] = [0] * BUCKETS
+        buckets[bucket_of(record.key)] ^= fp
+        self._xor ^= fp
+        count = self._counts.get(origin, 0) + sign
+        if count:
+            self._counts[origin] = count
+        else:
+            del self._counts[origin]
+            del self._buckets[origin]
+
+    def _replace(self, record: Record) -> None:
+        old = self._records.get(record.key)
+        if old is not None:
+            self._account(old, -1)
+        self._records[record.key] = record
+        self._account(record, 1)
+        expires = record.expires()
+        if expires is not None:
+            heapq.heappush(self._expiries, (expires, record.key, record.version))
 
     def _next_version(self) -> Version:
         wall = max(int(self.clock() * 1000), self._last.wall_ms)
@@ -75,7 +145,7 @@ class Store:
     def put(self, key: str, value: Any, ttl: float | None = None) -> Record:
         """Write *key* as this node, with a version newer than anything seen."""
         record = Record(key, value, self._next_version(), ttl, self.clock())
-        self._records[key] = record
+        self._replace(record)
         self._notify(record)
         return record
 
@@ -86,17 +156,34 @@ class Store:
         return self.put(key, None, TOMBSTONE_TTL)
 
     def merge(self, record: Record) -> bool:
-        """Keep *record* if it is newer than ours; True if it changed the store."""
+        """Keep *record* if it is newer than ours; True if it changed the store.
+
+        Versions are unique per write, so equal versions normally mean the same record.
+        Should two differ in value anyway (a node that lost its state and its clock went
+        back), the larger value (in canonical JSON) wins, so merging stays commutative.
+        """
         mine = self._records.get(record.key)
-        if mine is not None and mine.version >= record.version:
-            return False
+        if mine is not None:
+            if mine.version > record.version:
+                return False
+            if mine.version == record.version and _canonical(mine.value) >= _canonical(record.value):
+                return False
         if record.version.wall_ms > self._last.wall_ms or (
             record.version.wall_ms == self._last.wall_ms and record.version.logical > self._last.logical
         ):
             self._last = Version(record.version.wall_ms, record.version.logical, self.origin)
-        self._records[record.key] = record
+        self._replace(record)
         self._notify(record)
         return True
+
+    def version_of(self, key: str) -> Version | None:
+        """The version held at *key* (live or not, deleted or not)."""
+        record = self._records.get(key)
+        return None if record is None else record.version
+
+    def raw(self, key: str) -> Record | None:
+        """The record held at *key*, tombstones included (for replication)."""
+        return self._records.get(key)
 
     def get(self, key: str) -> Record | None:
         """The live, non-deleted record at *key*."""
@@ -115,9 +202,15 @@ class Store:
     def expire(self) -> list[Record]:
         """Drop records whose TTL has ended; listeners hear of each (as it was)."""
         now = self.clock()
-        dead = [r for r in self._records.values() if not r.live(now)]
-        for record in dead:
-            del self._records[record.key]
+        dead = []
+        heap = self._expiries
+        while heap and heap[0][0] <= now:
+            _, key, version = heapq.heappop(heap)
+            record = self._records.get(key)
+            if record is not None and record.version == version and not record.live(now):
+                del self._records[key]
+                self._account(record, -1)
+                dead.append(record)
         for record in dead:
             if record.value is not None:
                 self._notify(record)
@@ -135,3 +228,44 @@ class Store:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    # --- anti-entropy and digests -------------------------------------------------------
+
+    def digest(self) -> str:
+        """The held state in one word: equal on two nodes that hold the same records."""
+        return f"{len(self._records)}-{self._xor:016x}"
+
+    def summaries(self) -> dict[str, OriginSummary]:
+        out: dict[str, OriginSummary] = {}
+        for origin, count in self._counts.items():
+            xor = 0
+            for value in self._buckets[origin]:
+                xor ^= value
+            out[origin] = OriginSummary(count, None, xor)
+        for record in self._records.values():
+            summary = out[record.version.origin]
+            if summary.newest is None or record.version > summary.newest:
+                summary.newest = record.version
+        return out
+
+    def buckets(self, origin: str) -> list[int]:
+        return list(self._buckets.get(origin, [0] * BUCKETS))
+
+    def listing(self, origin: str, buckets: set[int]) -> dict[int, list[tuple[str, Version]]]:
+        """(key, version) of every record of *origin* in each of *buckets* (one pass)."""
+        out: dict[int, list[tuple[str, Version]]] = {b: [] for b in buckets}
+        for record in self._records.values():
+            if record.version.origin == origin:
+                entries = out.get(bucket_of(record.key))
+                if entries is not None:
+                    entries.append((record.key, record.version))
+        for entries in out.values():
+            entries.sort()
+        return out
+
+    def records_of(self, origin: str) -> Iterator[Record]:
+        """Every record (tombstones too) written by *origin*."""
+        return (r for r in list(self._records.values()) if r.version.origin == origin)
+
+    def all_records(self) -> Iterator[Record]:
+        return iter(list(self._records.values()))

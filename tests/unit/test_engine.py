@@ -16,7 +16,8 @@ from gtmcluster.lb.context import Availability, Client, ConfiguredAvailability
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, Step
 from gtmcluster.node import Node
-from gtmcluster.state.persistence import PersistenceTable
+from gtmcluster.state.persistence import StorePersistence
+from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.lbfakes import FakeAvailability, FakeClock, client, ecs_client, load_config, wideip
 
@@ -54,11 +55,12 @@ def cfg(
 def balancer(
     config: Config, availability: Availability | None = None, clock: FakeClock | None = None, seed: int = 1
 ) -> Balancer:
+    clock = clock or FakeClock()
     return Balancer(
         config.topology,
         availability or FakeAvailability(),
-        PersistenceTable(),
-        clock or FakeClock(),
+        StorePersistence(Store("n1", clock)),
+        clock,
         random.Random(seed),
     )
 

@@ -17,7 +17,8 @@ from gtmcluster.lb.catalog import DYNAMIC, MEMBER_METHODS, POOL_METHODS, SPECIAL
 from gtmcluster.lb.context import Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.methods import METHODS, Ranking, ratio_schedule
-from gtmcluster.state.persistence import PersistenceTable
+from gtmcluster.state.persistence import StorePersistence
+from gtmcluster.state.store import Store
 from gtmcluster.topology.records import Record, Selector, Topology
 from tests.support import configs
 from tests.support.lbfakes import (
@@ -86,7 +87,10 @@ def test_round_robin_with_max_answers_through_the_engine(tmp_path: Path) -> None
     config["pools"]["p"] = {"members": ["vs1", "vs2", "vs3"], "max_answers": 2}
     config["wideips"]["gslb.example.test"] = {"type": "A", "pools": ["p"]}
     loaded = load_config(tmp_path, config)
-    balancer = Balancer(loaded.topology, FakeAvailability(), PersistenceTable(), FakeClock(), random.Random(1))
+    clock = FakeClock()
+    balancer = Balancer(
+        loaded.topology, FakeAvailability(), StorePersistence(Store("n1", clock)), clock, random.Random(1)
+    )
     wip = wideip(loaded)
     answers = [balancer.decide(wip, TYPE_A, client("192.0.2.9")).members for _ in range(4)]
     assert answers == [("vs1", "vs2"), ("vs2", "vs3"), ("vs3", "vs1"), ("vs1", "vs2")]

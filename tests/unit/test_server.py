@@ -13,9 +13,9 @@ import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
 
+from gtmcluster import sockets
 from gtmcluster.config.load import load
 from gtmcluster.config.model import HostPort
-from gtmcluster.dns import sockets
 from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.node import Node
 from tests.support import configs

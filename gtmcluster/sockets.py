@@ -1,4 +1,4 @@
-"""Binding the DNS sockets before the reactor adopts them.
+"""Binding the node's listening sockets before the reactor adopts them.
 
 Binding early (in the twistd options step, while still privileged) turns "address in use"
 into a clear usage error instead of a traceback, and keeps port 53 working with ``--uid``.
@@ -20,7 +20,7 @@ TCP_BACKLOG = 256
 
 
 class ListenError(Exception):
-    """A DNS address could not be bound; the message says which and why."""
+    """An address could not be bound; the message says which and why."""
 
 
 @dataclass(slots=True)
@@ -73,3 +73,18 @@ def bind(addresses: Iterable[HostPort]) -> list[Listener]:
             listener.close()
         raise
     return listeners
+
+
+def bind_tcp(address: HostPort, what: str) -> socket.socket:
+    """A listening TCP socket on *address* (for the peer listener, the API)."""
+    family = socket.AddressFamily.AF_INET6 if address.host.version == 6 else socket.AddressFamily.AF_INET
+    sock = _socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((str(address.host), address.port))
+        sock.listen(TCP_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise ListenError(f"cannot listen for {what} on {address} (TCP): {e.strerror or e}") from None
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,54 @@
+"""What a node reports about itself: identity, peers, state digest, health. Pure: built from
+the node's parts, no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gtmcluster.node import Node
+from gtmcluster.sync.replicator import Replicator
+
+
+def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
+    config = node.config
+    store = node.store
+    origins = {origin: s.count for origin, s in sorted(store.summaries().items())}
+    peers = []
+    for peer in replicator.peers.values():
+        peers.append(
+            {
+                "name": peer.name,
+                "datacenter": peer.datacenter,
+                "connected": peer.connected,
+                "connected_for": None if peer.connected_since is None else round(now - peer.connected_since, 3),
+                "last_contact_ago": None if peer.last_contact is None else round(now - peer.last_contact, 3),
+                "config_digest": peer.config_digest,
+                "config_matches": peer.config_digest == config.digest if peer.config_digest else None,
+                "synced": peer.synced,
+                "protocol": peer.version,
+            }
+        )
+    snapshot = node.health.snapshot
+    return {
+        "node": node.member.name,
+        "datacenter": node.member.datacenter,
+        "group": config.sync_group.name,
+        "config_digest": config.digest,
+        "ready": node.ready,
+        "state": {"digest": store.digest(), "records": len(store), "by_origin": origins},
+        "peers": peers,
+        "health": {
+            "virtual_servers": {
+                name: {
+                    "available": s.available,
+                    "serving": s.serving,
+                    "health": s.health,
+                    "admin": s.admin,
+                    "held": s.held,
+                    "reason": s.reason,
+                }
+                for name, s in sorted(snapshot.vs.items())
+            },
+            "links": {name: {"state": o.state, "reason": o.reason} for name, o in sorted(snapshot.links.items())},
+        },
+    }

@@ -1,0 +1,1 @@
+"""The sync group: certificates, TLS identity, the peer protocol and replication."""

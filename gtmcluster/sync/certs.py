@@ -1,0 +1,493 @@
+"""Sync group certificates: one private CA per group, one key and certificate per node.
+
+`init_ca` makes the CA (``ca.pem``, ``ca.key``); `issue` makes ``NODE.pem`` and ``NODE.key``
+signed by it, with NODE as the certificate's only DNS name (SAN), which the TLS layer checks
+against the config's member names. Keys are EC P-256, unencrypted PKCS8 PEM. Every file is
+written to a temporary name in the same directory, created with its final mode (keys 0600,
+certificates 0644), synced and then renamed into place, so a crash never leaves a half-written
+or readable key; nothing is overwritten unless asked (``force``). Uses `cryptography` only:
+no ``openssl`` command is run.
+
+The loaders and `describe` are for the TLS layer and its logs. Every failure is a `CertError`
+whose message says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import os
+import re
+import secrets
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, CertificatePublicKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from gtmcluster.config.reader import NAME_RE
+
+CA_CERT = "ca.pem"
+CA_KEY = "ca.key"
+CA_NAME = "gtmcluster sync group CA"
+#: default lifetimes in days: ten years for the CA; 825 days (the old CA/Browser Forum
+#: maximum) for node certificates, which are cheap to reissue
+CA_DAYS = 3650
+NODE_DAYS = 825
+MAX_DAYS = 36500
+#: certificates start this long before "now", so a peer whose clock is a little behind
+#: does not reject a certificate issued a moment ago
+CLOCK_SKEW = datetime.timedelta(minutes=5)
+KEY_MODE = 0o600
+CERT_MODE = 0o644
+DIR_MODE = 0o700
+
+#: one DNS label (RFC 1123): letters, digits and inner hyphens; lower case only, see `node_name`
+_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
+
+
+class CertError(Exception):
+    """A certificate operation that cannot be done; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class CaFiles:
+    """The CA files `init_ca` wrote and the certificate in them."""
+
+    cert: Path
+    key: Path
+    certificate: x509.Certificate
+
+    @property
+    def written(self) -> tuple[Path, ...]:
+        """The files, in the order they were written."""
+        return (self.key, self.cert)
+
+
+@dataclass(frozen=True)
+class NodeFiles:
+    """A node's files that `issue` wrote and the certificate in them."""
+
+    node: str
+    cert: Path
+    key: Path
+    certificate: x509.Certificate
+    #: the requested lifetime would have outlived the CA, so the certificate ends with it
+    capped: bool
+
+    @property
+    def written(self) -> tuple[Path, ...]:
+        """The files, in the order they were written."""
+        return (self.key, self.cert)
+
+
+# -- names and numbers --------------------------------------------------------------------
+
+
+def node_name(text: str) -> str:
+    """Return `text` if it can be a node certificate's DNS name and file name, else raise.
+
+    The rule is the config's member-name rule (`NAME_RE`) narrowed to a host name usable as
+    a certificate's DNS name: dot-separated labels of lower-case letters, digits and inner
+    hyphens. Upper case is refused rather than folded: the name is also the file name that
+    the config's ``certs/{node}.pem`` expands to, and the name a peer's hello must claim.
+    """
+    if not isinstance(text, str) or not text:
+        raise CertError("the node name is empty: give the member's name from the config")
+    shown = repr(text)
+    # NAME_RE ends in "$", which also matches before a final newline
+    if not NAME_RE.match(text) or "\n" in text:
+        raise CertError(
+            f"{shown} is not a valid node name: use the member's name from the config "
+            "(letters, digits, '-' and '.', starting with a letter or digit; at most 63)"
+        )
+    if text != text.lower():
+        raise CertError(
+            f"{shown} has upper-case letters: use {text.lower()!r}, here and as the member name in the "
+            "config (DNS names ignore case, but the name is also the file name certs/{node}.pem)"
+        )
+    if "_" in text:
+        raise CertError(
+            f"{shown} contains '_', which a certificate's DNS name cannot: use {text.replace('_', '-')!r}, "
+            "here and as the member name in the config"
+        )
+    for label in text.split("."):
+        if not label:
+            raise CertError(f"{shown} has an empty label (a leading, trailing or doubled '.')")
+        if not _LABEL_RE.fullmatch(label):
+            raise CertError(f"{shown}: the label {label!r} starts or ends with '-'")
+    if text.rsplit(".", 1)[-1].isdigit():
+        raise CertError(f"{shown} ends in a number, so it reads as an IP address: a node name must be a DNS name")
+    if text == Path(CA_CERT).stem:
+        raise CertError(f"{shown} is reserved: {CA_CERT} and {CA_KEY} are the CA's own files")
+    return text
+
+
+def _check_days(days: int) -> int:
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
+        raise CertError(f"--days must be a whole number of days from 1 to {MAX_DAYS}, not {days!r}")
+    return days
+
+
+def _now(now: datetime.datetime | None) -> datetime.datetime:
+    if now is None:
+        now = datetime.datetime.now(datetime.UTC)
+    elif now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    # certificates keep whole seconds; keep the same here so callers can compare exactly
+    return now.astimezone(datetime.UTC).replace(microsecond=0)
+
+
+def _init_command(directory: Path, *, force: bool = False) -> str:
+    return f"gtmcluster certs init --dir {shlex.quote(str(directory))}" + (" --force" if force else "")
+
+
+# -- the CA and node certificates ---------------------------------------------------------
+
+
+def init_ca(
+    directory: Path,
+    *,
+    days: int = CA_DAYS,
+    force: bool = False,
+    name: str = CA_NAME,
+    now: datetime.datetime | None = None,
+) -> CaFiles:
+    """Create the sync group CA in `directory`: ``ca.key`` (0600) and ``ca.pem`` (0644).
+
+    The certificate is self-signed, may sign only end-entity certificates (path length 0)
+    and is valid from `now` (minus `CLOCK_SKEW`) for `days`. The directory is created (0700)
+    when missing. Existing CA files are replaced only with `force`, after which every node
+    certificate must be issued again.
+    """
+    directory = Path(directory)
+    _check_days(days)
+    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 64:
+        raise CertError(f"the CA name must be 1 to 64 characters, not {name!r}")
+    now = _now(now)
+    cert_path, key_path = directory / CA_CERT, directory / CA_KEY
+    if not force:
+        _refuse_existing(
+            [key_path, cert_path], "pass --force to replace the CA (every node certificate must then be issued again)"
+        )
+    _make_directory(directory)
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name.strip())])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(key_cert_sign=True, crl_sign=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _write_pair(key_path, _key_pem(key), cert_path, certificate.public_bytes(serialization.Encoding.PEM), force)
+    return CaFiles(cert=cert_path, key=key_path, certificate=certificate)
+
+
+def issue(
+    directory: Path,
+    node: str,
+    *,
+    days: int = NODE_DAYS,
+    force: bool = False,
+    now: datetime.datetime | None = None,
+) -> NodeFiles:
+    """Create ``NODE.key`` (0600) and ``NODE.pem`` (0644) in `directory`, signed by its CA.
+
+    The certificate names NODE as subject CN and as its only DNS name, is good for TLS
+    servers and clients alike, and is valid from `now` (minus `CLOCK_SKEW`) for `days`, but
+    never beyond the CA's own expiry (`NodeFiles.capped` says when that shortened it).
+    Existing files are replaced only with `force`.
+    """
+    directory = Path(directory)
+    _check_days(days)
+    node = node_name(node)
+    now = _now(now)
+    ca_cert, ca_key = load_ca(directory)
+    ca_end = ca_cert.not_valid_after_utc
+    if ca_end <= now:
+        raise CertError(
+            f"the CA in {directory} expired on {_when(ca_end)}: make a new one with "
+            f"{_init_command(directory, force=True)}, then issue every node again"
+        )
+    cert_path, key_path = directory / f"{node}.pem", directory / f"{node}.key"
+    if not force:
+        _refuse_existing([key_path, cert_path], f"pass --force to replace {node}'s key and certificate")
+
+    wanted_end = now + datetime.timedelta(days=days)
+    not_after = min(wanted_end, ca_end)
+    not_before = max(now - CLOCK_SKEW, ca_cert.not_valid_before_utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(node)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(digital_signature=True), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(_authority_key_identifier(ca_cert, ca_key), critical=False)
+        .sign(ca_key, _signature_hash(ca_key))
+    )
+    _write_pair(key_path, _key_pem(key), cert_path, certificate.public_bytes(serialization.Encoding.PEM), force)
+    return NodeFiles(node=node, cert=cert_path, key=key_path, certificate=certificate, capped=not_after < wanted_end)
+
+
+def _key_usage(
+    *, digital_signature: bool = False, key_cert_sign: bool = False, crl_sign: bool = False
+) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=digital_signature,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=key_cert_sign,
+        crl_sign=crl_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _authority_key_identifier(
+    ca_cert: x509.Certificate, ca_key: CertificateIssuerPrivateKeyTypes
+) -> x509.AuthorityKeyIdentifier:
+    try:
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:  # a CA made elsewhere
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+
+
+def _signature_hash(key: CertificateIssuerPrivateKeyTypes) -> hashes.SHA256 | None:
+    # Ed25519 and Ed448 sign whole messages and take no separate hash
+    return None if isinstance(key, (ed25519.Ed25519PrivateKey, ed448.Ed448PrivateKey)) else hashes.SHA256()
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def load_certificate(path: Path | str) -> x509.Certificate:
+    """The PEM certificate in `path` (the first one, if it holds a chain)."""
+    data = _read(Path(path))
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError as e:
+        raise CertError(f"{path} is not a PEM certificate ({e})") from e
+
+
+def load_private_key(path: Path | str) -> CertificateIssuerPrivateKeyTypes:
+    """The unencrypted PEM private key in `path`, of a type that can sign certificates."""
+    data = _read(Path(path))
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError as e:  # a password was needed
+        raise CertError(f"{path} is encrypted: gtmcluster needs an unencrypted key (keep it mode 0600)") from e
+    except (ValueError, UnsupportedAlgorithm) as e:
+        raise CertError(f"{path} is not a PEM private key ({e})") from e
+    signing = (
+        ec.EllipticCurvePrivateKey,
+        rsa.RSAPrivateKey,
+        dsa.DSAPrivateKey,
+        ed25519.Ed25519PrivateKey,
+        ed448.Ed448PrivateKey,
+    )
+    if not isinstance(key, signing):
+        raise CertError(f"{path} holds a {type(key).__name__}, which cannot sign certificates")
+    return key
+
+
+def load_ca(directory: Path) -> tuple[x509.Certificate, CertificateIssuerPrivateKeyTypes]:
+    """The CA certificate and key in `directory`, checked to be a CA and to belong together."""
+    directory = Path(directory)
+    cert_path, key_path = directory / CA_CERT, directory / CA_KEY
+    missing = [p for p in (cert_path, key_path) if not _exists(p)]
+    if len(missing) == 2:
+        raise CertError(f"no CA in {directory}: run {_init_command(directory)} first")
+    if missing:
+        present = cert_path if missing[0] == key_path else key_path
+        raise CertError(
+            f"no CA in {directory}: {missing[0].name} is missing ({present.name} is there): restore it, or make a "
+            f"new CA with {_init_command(directory, force=True)} and issue every node again"
+        )
+    certificate = load_certificate(cert_path)
+    key = load_private_key(key_path)
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.ca:
+        raise CertError(
+            f"{cert_path} is not a CA certificate (no basicConstraints CA=true): "
+            f"make the group CA with {_init_command(directory, force=True)}"
+        )
+    if _public_der(key.public_key()) != _public_der(certificate.public_key()):
+        raise CertError(
+            f"{key_path} does not belong to {cert_path}: restore the CA's own key, or make a new CA with "
+            f"{_init_command(directory, force=True)} and issue every node again"
+        )
+    return certificate, key
+
+
+def _public_der(key: CertificatePublicKeyTypes) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def dns_names(cert: x509.Certificate) -> list[str]:
+    """The certificate's DNS names (subjectAltName), in order; empty when it has none."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return list(san.get_values_for_type(x509.DNSName))
+
+
+def describe(cert: x509.Certificate) -> str:
+    """One line for logs: subject, DNS names, validity, issuer, serial and fingerprint."""
+    names = ", ".join(dns_names(cert)) or "none"
+    return (
+        f"subject {cert.subject.rfc4514_string()}; DNS names {names}; "
+        f"valid {_when(cert.not_valid_before_utc)} to {_when(cert.not_valid_after_utc)}; "
+        f"issuer {cert.issuer.rfc4514_string()}; serial {cert.serial_number:x}; "
+        f"sha256 {cert.fingerprint(hashes.SHA256()).hex()}"
+    )
+
+
+def _when(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as e:
+        raise CertError(f"{path} does not exist") from e
+    except OSError as e:
+        raise CertError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def _refuse_existing(paths: Iterable[Path], hint: str) -> None:
+    existing = [str(p) for p in paths if _exists(p)]
+    if existing:
+        verb = "exists" if len(existing) == 1 else "exist"
+        raise CertError(f"{' and '.join(existing)} already {verb}: {hint}")
+
+
+def _make_directory(directory: Path) -> None:
+    try:
+        directory.mkdir(mode=DIR_MODE, parents=True)
+    except FileExistsError:
+        if not directory.is_dir():
+            raise CertError(f"{directory} exists and is not a directory: choose another --dir") from None
+        return
+    except OSError as e:
+        raise CertError(f"cannot create {directory}: {e.strerror or e}") from e
+    with contextlib.suppress(OSError):
+        os.chmod(directory, DIR_MODE)  # exactly 0700, whatever the umask
+
+
+def _write_pair(key_path: Path, key_data: bytes, cert_path: Path, cert_data: bytes, force: bool) -> None:
+    """Write a key, then its certificate. Without `force`, a failure removes the new key again."""
+    _write(key_path, key_data, KEY_MODE, force)
+    try:
+        _write(cert_path, cert_data, CERT_MODE, force)
+    except BaseException:
+        if not force:
+            with contextlib.suppress(OSError):
+                key_path.unlink()
+        raise
+
+
+def _write(path: Path, data: bytes, mode: int, replace: bool) -> None:
+    """Write `data` to `path` with `mode` through a temporary file in the same directory.
+
+    The temporary file is created with `mode` (O_EXCL, so never an existing file) and fixed
+    to exactly `mode` before any byte is written, then synced and moved into place: by
+    rename when `replace`, else by hard link, which fails rather than overwrite a file that
+    appeared meanwhile.
+    """
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(temp, flags, mode)
+        try:
+            try:
+                os.fchmod(fd, mode)  # the umask may have taken bits away (or, for certificates, we want 0644)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if replace:
+                os.replace(temp, path)
+            else:
+                _link_new(temp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    except FileExistsError as e:
+        raise CertError(f"{path} already exists: pass --force to replace it") from e
+    except OSError as e:
+        raise CertError(f"cannot write {path}: {e.strerror or e}") from e
+    _sync_directory(path.parent)
+
+
+def _link_new(temp: Path, path: Path) -> None:
+    try:
+        os.link(temp, path)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            raise
+        # a file system without hard links: check, then rename (a small window, no worse)
+        if _exists(path):
+            raise FileExistsError(errno.EEXIST, "File exists", str(path)) from e
+        os.rename(temp, path)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the rename durable; best effort (not every platform can open a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,111 @@
+"""Records on the peer wire: compact JSON batches under AMP's 64 KiB value limit.
+
+A record travels as ``[key, value, wall_ms, logical, origin, ttl, age]``: its TTL and how
+old it is at sending, not when it was born, so the receiver computes its expiry from its
+own clock (born = now - age) and clock skew between nodes neither kills nor resurrects
+records. Batches are JSON arrays of such entries, each batch at most `MAX_BATCH` bytes.
+Decoding validates everything and raises `BadMessage` for anything malformed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from gtmcluster.state.store import Record, Version
+
+MAX_BATCH = 60_000
+MAX_KEY = 512
+#: a version further than this ahead of our clock is refused (it would drag every
+#: node's hybrid clock into the future)
+MAX_FUTURE_MS = 24 * 3600 * 1000
+MAX_TTL = 10 * 365 * 24 * 3600.0
+
+
+class BadMessage(Exception):
+    """A peer sent something malformed; the connection is dropped."""
+
+
+def encode(record: Record, now: float) -> bytes:
+    age = max(0.0, now - record.born)
+    entry = [
+        record.key,
+        record.value,
+        record.version.wall_ms,
+        record.version.logical,
+        record.version.origin,
+        record.ttl,
+        round(age, 3),
+    ]
+    return json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def batches(records: Iterable[Record], now: float, limit: int = MAX_BATCH) -> Iterator[tuple[bytes, list[str]]]:
+    """(JSON array, keys in it) batches of encoded records, each at most *limit* bytes.
+
+    A record never splits across batches; expired records are left out.
+    """
+    parts: list[bytes] = []
+    keys: list[str] = []
+    size = 2
+    for record in records:
+        if record.ttl is not None and now - record.born >= record.ttl:
+            continue  # expired on the way
+        data = encode(record, now)
+        if len(data) + 2 > limit:
+            raise ValueError(f"record {record.key!r} is larger than a batch ({len(data)} bytes)")
+        if parts and size + len(data) + 1 > limit:
+            yield b"[" + b",".join(parts) + b"]", keys
+            parts, keys, size = [], [], 2
+        parts.append(data)
+        keys.append(record.key)
+        size += len(data) + 1
+    if parts:
+        yield b"[" + b",".join(parts) + b"]", keys
+
+
+def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> list[Record]:
+    """Records from a batch; *origins*, when given, are the only writers accepted."""
+    try:
+        entries = json.loads(batch)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise BadMessage(f"records are not JSON: {type(e).__name__}") from None
+    if not isinstance(entries, list):
+        raise BadMessage("records are not a list")
+    out = []
+    for entry in entries:
+        record = _record(entry, now, origins)
+        if record is not None:
+            out.append(record)
+    return out
+
+
+def _record(entry: Any, now: float, origins: frozenset[str] | None) -> Record | None:
+    if not isinstance(entry, list) or len(entry) != 7:
+        raise BadMessage("a record is not a list of 7 fields")
+    key, value, wall_ms, logical, origin, ttl, age = entry
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise BadMessage(f"bad record key {str(key)[:40]!r}")
+    if not _int(wall_ms) or not _int(logical) or logical >= 2**31:
+        raise BadMessage(f"bad version for {key!r}")
+    if wall_ms > now * 1000 + MAX_FUTURE_MS:
+        raise BadMessage(f"version of {key!r} is more than a day ahead of this node's clock")
+    if not isinstance(origin, str) or not origin or (origins is not None and origin not in origins):
+        raise BadMessage(f"record {key!r} from {origin!r}, which is not a member")
+    if ttl is not None and (not _number(ttl) or not 0 < ttl <= MAX_TTL):
+        raise BadMessage(f"bad TTL for {key!r}")
+    if not _number(age) or age < 0:
+        raise BadMessage(f"bad age for {key!r}")
+    if ttl is not None and age >= ttl:
+        return None  # expired in transit
+    return Record(key, value, Version(wall_ms, logical, origin), ttl, now - age)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

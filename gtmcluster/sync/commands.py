@@ -1,0 +1,81 @@
+"""The peer protocol's commands (Twisted AMP), and its version.
+
+    Hello       who I am (node, group, data center), the protocol versions I speak and
+                my config's digest; the first command on a connection, from its initiator
+    Publish     a batch of records (new ones, relayed ones, or answers to a pull)
+    Summary     per-origin (count, XOR) of what I hold; answered with the peer's
+    Buckets     the 1024 bucket XORs of one origin
+    Listing     (key, version) of one origin's records in some buckets
+    Pull        the records at these keys (answered with as many as fit, and the rest)
+    SendAll     stream me every record of one origin (as Publish batches), then answer
+    Heartbeat   nothing; keeps an idle connection alive and proves the peer is there
+
+Values stay under AMP's 64 KiB limit: record batches, listings and key lists are cut to
+fit. Version 1 is the first; a node refuses a peer whose range does not overlap its own.
+"""
+
+from __future__ import annotations
+
+from twisted.protocols import amp
+
+PROTOCOL_VERSION = 1
+MIN_PROTOCOL_VERSION = 1
+
+
+class Refused(Exception):
+    """The peer will not talk to us (wrong group, name, or protocol version)."""
+
+
+class Hello(amp.Command):
+    arguments = [
+        (b"node", amp.Unicode()),
+        (b"group", amp.Unicode()),
+        (b"datacenter", amp.Unicode()),
+        (b"version", amp.Integer()),
+        (b"min_version", amp.Integer()),
+        (b"config_digest", amp.Unicode()),
+    ]
+    response = [
+        (b"node", amp.Unicode()),
+        (b"group", amp.Unicode()),
+        (b"datacenter", amp.Unicode()),
+        (b"version", amp.Integer()),
+        (b"config_digest", amp.Unicode()),
+    ]
+    errors = {Refused: b"REFUSED"}
+    fatalErrors = {Refused: b"REFUSED"}
+
+
+class Publish(amp.Command):
+    arguments = [(b"records", amp.String())]
+    response = [(b"merged", amp.Integer())]
+
+
+class Summary(amp.Command):
+    arguments = [(b"summary", amp.String())]
+    response = [(b"summary", amp.String())]
+
+
+class Buckets(amp.Command):
+    arguments = [(b"origin", amp.Unicode())]
+    response = [(b"buckets", amp.String())]
+
+
+class Listing(amp.Command):
+    arguments = [(b"origin", amp.Unicode()), (b"buckets", amp.String())]
+    response = [(b"entries", amp.String()), (b"rest", amp.String())]
+
+
+class Pull(amp.Command):
+    arguments = [(b"keys", amp.String())]
+    response = [(b"records", amp.String()), (b"rest", amp.String())]
+
+
+class SendAll(amp.Command):
+    arguments = [(b"origin", amp.Unicode())]
+    response = [(b"sent", amp.Integer())]
+
+
+class Heartbeat(amp.Command):
+    arguments = []
+    response = []

@@ -1,0 +1,301 @@
+"""One connection to a peer: TLS identity, the Hello exchange, then the commands.
+
+State machine (inputs on the left, what happens on the right):
+
+    handshake --TLS done, certificate names a member-->  hello
+    handshake --certificate refused / timeout-------->   closed (logged)
+    hello     --initiator: our Hello answered OK----->   established
+    hello     --responder: their Hello is right------>   established
+    hello     --wrong name/group/version, timeout---->   closed (logged)
+    established --any command--------------------->   (dispatched; idle timer reset)
+    established --silence for idle_timeout--------->   closed
+    any       --a command before established, a box
+                too large, too many commands/second -->  closed (logged)
+
+Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
+this connection only: the replicator and the other peers are not disturbed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
+from twisted.internet.protocol import connectionDone
+from twisted.logger import Logger
+from twisted.protocols import amp
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gtmcluster.sync import commands
+from gtmcluster.sync.codec import BadMessage
+from gtmcluster.sync.tls import IdentityError, peer_identity
+
+if TYPE_CHECKING:
+    from gtmcluster.sync.replicator import Replicator
+
+log = Logger()
+
+HANDSHAKE = "handshake"
+HELLO = "hello"
+ESTABLISHED = "established"
+CLOSED = "closed"
+
+#: a box (one command or answer) larger than this ends the connection
+MAX_BOX = 256 * 1024
+#: commands a peer may send per second (averaged over a few seconds) before it is dropped
+MAX_COMMAND_RATE = 2000.0
+RATE_BURST = 4000.0
+
+
+@implementer(IHandshakeListener)
+class PeerProtocol(amp.AMP):
+    def __init__(self, replicator: Replicator, expected: str | None = None):
+        super().__init__()
+        self.replicator = replicator
+        self.expected = expected  # the member we dialled (None: they dialled us)
+        self.initiator = expected is not None
+        #: the connection's phase (not `state`: AMP's string parser owns that attribute)
+        self.phase = HANDSHAKE
+        self.peer: str | None = None
+        self.datacenter = ""
+        self.version = 0
+        self.config_digest = ""
+        self.outstanding = 0  # our Publish commands not yet answered
+        self._timer: IDelayedCall | None = None
+        self._heartbeat: IDelayedCall | None = None
+        self._box_bytes = 0
+        self._announced = False  # the replicator knows this connection (and must hear of its end)
+        self._why = ""  # why we closed it, when we did
+        self._tokens = RATE_BURST
+        self._tokens_at = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self._tokens_at = self.replicator.clock.seconds()
+        self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
+
+    def handshakeCompleted(self) -> None:
+        r = self.replicator
+        try:
+            self.peer = peer_identity(self.transport, r.members, r.node, self.expected)
+        except IdentityError as e:
+            self.violation(f"certificate refused: {e}")
+            return
+        self.phase = HELLO
+        if self.initiator:
+            d = self.callRemote(
+                commands.Hello,
+                node=r.node,
+                group=r.group,
+                datacenter=r.datacenter,
+                version=commands.PROTOCOL_VERSION,
+                min_version=commands.MIN_PROTOCOL_VERSION,
+                config_digest=r.config_digest,
+            )
+            d.addCallbacks(self._hello_answered, self._hello_failed)
+
+    def _hello_answered(self, answer: dict[str, Any]) -> None:
+        if self.phase != HELLO:
+            return
+        problem = self.replicator.check_hello(
+            self.peer or "", answer["node"], answer["group"], answer["version"], answer["version"]
+        )
+        if problem:
+            self.violation(problem)
+            return
+        self._establish(answer["datacenter"], answer["version"], answer["config_digest"])
+
+    def _hello_failed(self, failure: Failure) -> None:
+        if self.phase != CLOSED:
+            self.violation(f"our Hello was refused: {failure.getErrorMessage()}")
+
+    @commands.Hello.responder
+    def hello(
+        self, node: str, group: str, datacenter: str, version: int, min_version: int, config_digest: str
+    ) -> dict[str, Any]:
+        r = self.replicator
+        if self.initiator or self.phase != HELLO:
+            self._close_soon("an unexpected Hello")
+            raise commands.Refused("unexpected Hello")
+        problem = r.check_hello(self.peer or "", node, group, version, min_version)
+        if problem:
+            self._close_soon(problem)
+            raise commands.Refused(problem)
+        agreed = min(version, commands.PROTOCOL_VERSION)
+        self._establish(datacenter, agreed, config_digest)
+        return {
+            "node": r.node,
+            "group": r.group,
+            "datacenter": r.datacenter,
+            "version": agreed,
+            "config_digest": r.config_digest,
+        }
+
+    def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
+        self.phase = ESTABLISHED
+        self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
+        self._arm(self.replicator.idle_timeout, "silent for too long")
+        self._schedule_heartbeat()
+        if self.initiator:
+            self._announced = True
+            self.replicator.established(self)
+        else:
+            # After our answer to their Hello has gone out: nothing of ours may reach the
+            # initiator before it knows the Hello succeeded.
+            self.replicator.clock.callLater(0, self._announce)
+
+    def _announce(self) -> None:
+        if self.phase == ESTABLISHED:
+            self._announced = True
+            self.replicator.established(self)
+
+    def _schedule_heartbeat(self) -> None:
+        self._heartbeat = self.replicator.clock.callLater(self.replicator.idle_timeout / 3, self._beat)
+
+    def _beat(self) -> None:
+        self._heartbeat = None
+        if self.phase == ESTABLISHED:
+            self.callRemote(commands.Heartbeat).addErrback(lambda _: None)
+            self._schedule_heartbeat()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.phase = CLOSED
+        for timer in (self._timer, self._heartbeat):
+            if timer is not None and timer.active():
+                timer.cancel()
+        self._timer = self._heartbeat = None
+        if self._announced:
+            self.replicator.lost(self, self._why or reason.getErrorMessage())
+        super().connectionLost(reason)
+
+    # -- limits ---------------------------------------------------------------------------
+
+    def _arm(self, seconds: float, why: str) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = self.replicator.clock.callLater(seconds, self._expired, why)
+
+    def _expired(self, why: str) -> None:
+        self._timer = None
+        self.violation(why)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.phase == ESTABLISHED:
+            self._arm(self.replicator.idle_timeout, "silent for too long")
+        super().dataReceived(data)
+
+    def proto_key(self, string: bytes) -> str:
+        if not string:
+            self._box_bytes = 0
+        return str(super().proto_key(string))
+
+    def proto_value(self, string: bytes) -> str:
+        self._box_bytes += len(string) + 256
+        if self._box_bytes > MAX_BOX:
+            self.violation(f"a message larger than {MAX_BOX} bytes")
+            return "value"
+        return str(super().proto_value(string))
+
+    def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:
+        return super_dispatch(self, box).addErrback(_swallow_dropped)
+
+    def _dispatch(self, box: amp.AmpBox) -> Deferred[Any]:
+        command = box.get(amp.COMMAND)
+        if self.phase == CLOSED:
+            return Deferred()
+        if self.phase != ESTABLISHED and command != b"Hello":
+            self.violation(f"command {command!r} before Hello")
+            return Deferred()
+        now = self.replicator.clock.seconds()
+        self._tokens = min(RATE_BURST, self._tokens + (now - self._tokens_at) * MAX_COMMAND_RATE)
+        self._tokens_at = now
+        self._tokens -= 1
+        if self._tokens < 0:
+            self.violation(f"more than {MAX_COMMAND_RATE:g} commands per second")
+            return Deferred()
+        return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
+
+    def violation(self, reason: str) -> None:
+        """Drop this peer for *reason* (logged); nothing else is disturbed."""
+        if self.phase == CLOSED:
+            return
+        log.warn(
+            "dropping peer connection {peer} ({direction}): {reason}",
+            peer=self.peer or self.expected or self._address(),
+            direction="outgoing" if self.initiator else "incoming",
+            reason=reason,
+            event="peer_refused",
+        )
+        self.phase = CLOSED
+        self._why = reason
+        if self.transport is not None:
+            cast(Any, self.transport).abortConnection()
+
+    def _close_soon(self, reason: str) -> None:
+        """Close after the current answer goes out (so the peer learns why)."""
+        self.replicator.clock.callLater(0, self.violation, reason)
+
+    def _address(self) -> str:
+        try:
+            address: Any = self.transport.getPeer() if self.transport else None
+        except Exception:
+            address = None
+        return f"{address.host}:{address.port}" if hasattr(address, "host") else "unknown"
+
+    # -- commands -----------------------------------------------------------------------
+
+    def _guard(self, call: Any, *args: Any) -> Any:
+        """Run a replicator call for a command; a malformed message drops the peer."""
+        try:
+            return call(self, *args)
+        except BadMessage as e:
+            self.violation(f"malformed {getattr(call, '__name__', 'message')}: {e}")
+            raise _Dropped() from None
+
+    @commands.Publish.responder
+    def publish(self, records: bytes) -> dict[str, Any]:
+        return {"merged": self._guard(self.replicator.receive, records)}
+
+    @commands.Summary.responder
+    def summary(self, summary: bytes) -> dict[str, Any]:
+        return {"summary": self.replicator.summary_message()}
+
+    @commands.Buckets.responder
+    def buckets(self, origin: str) -> dict[str, Any]:
+        return {"buckets": self.replicator.buckets_message(origin)}
+
+    @commands.Listing.responder
+    def listing(self, origin: str, buckets: bytes) -> dict[str, Any]:
+        entries, rest = self._guard(self.replicator.listing_message, origin, buckets)
+        return {"entries": entries, "rest": rest}
+
+    @commands.Pull.responder
+    def pull(self, keys: bytes) -> dict[str, Any]:
+        records, rest = self._guard(self.replicator.pull_message, keys)
+        return {"records": records, "rest": rest}
+
+    @commands.SendAll.responder
+    def send_all(self, origin: str) -> Deferred[dict[str, Any]]:
+        return self.replicator.send_all(self, origin).addCallback(lambda n: {"sent": n})
+
+    @commands.Heartbeat.responder
+    def heartbeat(self) -> dict[str, Any]:
+        return {}
+
+
+class _Dropped(Exception):
+    """A command whose peer was just dropped: no answer is sent."""
+
+
+def super_dispatch(proto: PeerProtocol, box: amp.AmpBox) -> Deferred[Any]:
+    return proto._dispatch(box)
+
+
+def _swallow_dropped(failure: Failure) -> Any:
+    if failure.check(_Dropped):
+        return Deferred()  # never answered: the connection is closing
+    return failure

@@ -1,0 +1,404 @@
+"""The sync group logic of one node: peers, relaying records, and anti-entropy.
+
+Every record this node writes, and every record new to it that a peer sends, is pushed at
+once to every other connected peer (batched per reactor turn), so a node that reaches only
+one peer still converges: its peer relays. Merging keeps the newest version per key, so
+duplicates and loops die out (a peer that already has a record does not relay it again).
+
+On every new connection both sides reconcile: they exchange per-origin summaries (count and
+XOR of (key, version) hashes); for an origin that differs, a side that holds none of it asks
+for all of it (`SendAll`), otherwise it compares the origin's 1024 bucket hashes, lists the
+(key, version) pairs of the differing buckets and pulls the keys where the peer is newer.
+Each side pulls what it lacks, so one round in each direction brings both to the same state.
+The same reconciliation runs now and then on every connection, and after a peer fell behind.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gtmcluster.state.store import BUCKETS, Record, Store, Version
+from gtmcluster.sync import codec, commands
+from gtmcluster.sync.codec import BadMessage
+from gtmcluster.sync.peer import PeerProtocol
+
+log = Logger()
+
+#: unanswered Publish commands per connection before pushes to it pause (it reconciles later)
+MAX_OUTSTANDING = 64
+#: keys per Pull request and buckets per Listing request
+PULL_KEYS = 500
+LISTING_BUCKETS = 64
+RECONCILE_INTERVAL = 60.0
+
+
+@dataclass(slots=True)
+class PeerState:
+    """What this node knows of one member, for status and for choosing a channel."""
+
+    name: str
+    datacenter: str = ""
+    channels: list[PeerProtocol] = field(default_factory=list)
+    connected_since: float | None = None
+    last_contact: float | None = None
+    config_digest: str = ""
+    version: int = 0
+    behind: bool = False  # pushes were dropped: reconcile when it catches up
+    synced: bool = False  # one full reconciliation has completed
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.channels)
+
+
+class Replicator:
+    def __init__(
+        self,
+        store: Store,
+        clock: IReactorTime,
+        *,
+        node: str,
+        group: str,
+        datacenter: str,
+        members: Iterable[str],
+        config_digest: str,
+        idle_timeout: float = 30.0,
+        handshake_timeout: float = 10.0,
+    ):
+        self.store = store
+        self.clock = clock
+        self.node = node
+        self.group = group
+        self.datacenter = datacenter
+        self.members = frozenset(members)
+        self.config_digest = config_digest
+        self.idle_timeout = idle_timeout
+        self.handshake_timeout = handshake_timeout
+        self.peers = {name: PeerState(name) for name in sorted(self.members) if name != node}
+        self._outbox: dict[str, list[Record]] = {}
+        self._flush: IDelayedCall | None = None
+        self._merging_from: str | None = None
+        self._reconciling: set[PeerProtocol] = set()
+        store.subscribe(self._changed)
+
+    # -- connections ----------------------------------------------------------------------
+
+    def check_hello(self, identity: str, node: str, group: str, version: int, min_version: int) -> str | None:
+        """Why a Hello is refused, or None when it is right."""
+        if node != identity:
+            return f"certificate names {identity} but its Hello claims to be {node}"
+        if group != self.group:
+            return f"{node} is in sync group {group!r}, not {self.group!r}"
+        if version < commands.MIN_PROTOCOL_VERSION or min_version > commands.PROTOCOL_VERSION:
+            return (
+                f"{node} speaks protocol versions {min_version}..{version}; this node speaks "
+                f"{commands.MIN_PROTOCOL_VERSION}..{commands.PROTOCOL_VERSION}"
+            )
+        return None
+
+    def established(self, proto: PeerProtocol) -> None:
+        assert proto.peer is not None
+        peer = self.peers[proto.peer]
+        first = not peer.channels
+        peer.channels.append(proto)
+        peer.datacenter = proto.datacenter
+        peer.version = proto.version
+        peer.config_digest = proto.config_digest
+        now = self.clock.seconds()
+        peer.last_contact = now
+        if first:
+            peer.connected_since = now
+            log.info(
+                "peer {peer} (data center {datacenter}) connected, protocol {version}",
+                peer=peer.name,
+                datacenter=peer.datacenter,
+                version=peer.version,
+                event="peer_up",
+            )
+        if not first:
+            return  # a second connection (both dialled at once): harmless, no new round
+        if peer.config_digest != self.config_digest:
+            log.warn(
+                "peer {peer} runs a different config (digest {theirs}, ours {ours}): answers may differ",
+                peer=peer.name,
+                theirs=peer.config_digest,
+                ours=self.config_digest,
+                event="config_mismatch",
+            )
+        self.reconcile(proto)
+
+    def lost(self, proto: PeerProtocol, why: str) -> None:
+        peer = self.peers.get(proto.peer or "")
+        if peer is None or proto not in peer.channels:
+            return
+        peer.channels.remove(proto)
+        if not peer.channels:
+            peer.connected_since = None
+            log.info("peer {peer} disconnected: {why}", peer=peer.name, why=why, event="peer_down")
+
+    def channel(self, name: str) -> PeerProtocol | None:
+        peer = self.peers.get(name)
+        return peer.channels[0] if peer and peer.channels else None
+
+    # -- pushing and relaying -------------------------------------------------------------
+
+    def _changed(self, record: Record) -> None:
+        if not record.live(self.clock.seconds()):
+            return  # an expiry, not news
+        for name, peer in self.peers.items():
+            if name != self._merging_from and peer.channels:
+                self._outbox.setdefault(name, []).append(record)
+        if self._outbox and self._flush is None:
+            self._flush = self.clock.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        """Send what is queued for each peer, in batches."""
+        self._flush = None
+        outbox, self._outbox = self._outbox, {}
+        now = self.clock.seconds()
+        for name, records in outbox.items():
+            proto = self.channel(name)
+            if proto is None:
+                continue
+            latest = {r.key: r for r in records}.values()  # only the newest per key
+            for batch, _ in codec.batches(latest, now):
+                self._publish(proto, batch)
+
+    def _publish(self, proto: PeerProtocol, batch: bytes) -> defer.Deferred[Any] | None:
+        peer = self.peers[proto.peer or ""]
+        if proto.outstanding >= MAX_OUTSTANDING:
+            peer.behind = True  # anti-entropy will bring it what it missed
+            return None
+        proto.outstanding += 1
+
+        def answered(result: Any) -> Any:
+            proto.outstanding -= 1
+            if peer.behind and proto.outstanding == 0:
+                peer.behind = False
+                self.reconcile(proto)
+            return result
+
+        d: defer.Deferred[Any] = proto.callRemote(commands.Publish, records=batch)
+        d.addBoth(answered)
+        d.addErrback(lambda _: None)
+        return d
+
+    def receive(self, proto: PeerProtocol, batch: bytes) -> int:
+        """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""
+        records = codec.decode(batch, self.clock.seconds(), self.members)
+        peer = self.peers[proto.peer or ""]
+        peer.last_contact = self.clock.seconds()
+        merged = 0
+        self._merging_from = proto.peer
+        try:
+            for record in records:
+                if self.store.merge(record):
+                    merged += 1
+        finally:
+            self._merging_from = None
+        return merged
+
+    # -- anti-entropy: the answering side -----------------------------------------------------
+
+    def summary_message(self) -> bytes:
+        summaries = self.store.summaries()
+        return json.dumps({o: [s.count, f"{s.xor:016x}"] for o, s in summaries.items()}).encode()
+
+    def buckets_message(self, origin: str) -> bytes:
+        return struct.pack(f"!{BUCKETS}Q", *self.store.buckets(origin))
+
+    def listing_message(self, proto: PeerProtocol, origin: str, request: bytes) -> tuple[bytes, bytes]:
+        wanted = _bucket_cursors(request)
+        listing = self.store.listing(origin, {b for b, _ in wanted})
+        entries: list[Any] = []
+        size = 2
+        rest: list[list[Any]] = []
+        for bucket, after in wanted:
+            if rest:
+                rest.append([bucket, after])
+                continue
+            for key, version in listing[bucket]:
+                if key <= after:
+                    continue
+                entry = [key, version.wall_ms, version.logical, version.origin]
+                cost = len(json.dumps(entry)) + 1
+                if size + cost > codec.MAX_BATCH:
+                    rest.append([bucket, entries[-1][0] if entries and entries[-1][0] > after else after])
+                    break
+                entries.append(entry)
+                size += cost
+        return json.dumps(entries).encode(), json.dumps(rest).encode()
+
+    def pull_message(self, proto: PeerProtocol, request: bytes) -> tuple[bytes, bytes]:
+        keys = _string_list(request, "keys")
+        if len(keys) > 4 * PULL_KEYS:
+            raise BadMessage(f"a Pull of {len(keys)} keys")
+        now = self.clock.seconds()
+        records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now)]
+        for batch, included in codec.batches(records, now):
+            rest = [r.key for r in records[len(included) :]]
+            return batch, json.dumps(rest).encode()
+        return b"[]", b"[]"
+
+    def send_all(self, proto: PeerProtocol, origin: str) -> defer.Deferred[int]:
+        """Stream every record of *origin* to the peer as Publish batches, one at a time."""
+        return defer.ensureDeferred(self._send_all(proto, origin))
+
+    async def _send_all(self, proto: PeerProtocol, origin: str) -> int:
+        sent = 0
+        now = self.clock.seconds()
+        records = [r for r in self.store.records_of(origin) if r.live(now)]
+        for batch, keys in codec.batches(records, now):
+            if proto.phase != "established":
+                break
+            await proto.callRemote(commands.Publish, records=batch)
+            sent += len(keys)
+        return sent
+
+    # -- anti-entropy: the asking side --------------------------------------------------------
+
+    def reconcile(self, proto: PeerProtocol) -> defer.Deferred[None]:
+        """Pull from *proto*'s peer whatever it has newer than we do."""
+        if proto in self._reconciling:
+            return defer.succeed(None)
+        self._reconciling.add(proto)
+        d = defer.ensureDeferred(self._reconcile(proto))
+
+        def done(result: Any) -> None:
+            self._reconciling.discard(proto)
+            if isinstance(result, Failure):
+                if result.check(BadMessage):
+                    proto.violation(f"malformed reconciliation answer: {result.getErrorMessage()}")
+                elif proto.phase == "established":
+                    log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
+
+        d.addBoth(done)
+        return d
+
+    async def _reconcile(self, proto: PeerProtocol) -> None:
+        answer = await proto.callRemote(commands.Summary, summary=self.summary_message())
+        theirs = _summary(answer["summary"])
+        mine = self.store.summaries()
+        for origin, (count, xor) in sorted(theirs.items()):
+            held = mine.get(origin)
+            if held is not None and (held.count, held.xor) == (count, xor):
+                continue
+            if held is None:
+                await proto.callRemote(commands.SendAll, origin=origin)
+                continue
+            raw = (await proto.callRemote(commands.Buckets, origin=origin))["buckets"]
+            if len(raw) != 8 * BUCKETS:
+                raise BadMessage("bucket list of the wrong size")
+            their_buckets = struct.unpack(f"!{BUCKETS}Q", raw)
+            my_buckets = self.store.buckets(origin)
+            differing = [i for i in range(BUCKETS) if their_buckets[i] != my_buckets[i]]
+            await self._pull_buckets(proto, origin, differing)
+        peer = self.peers.get(proto.peer or "")
+        if peer is not None and not peer.synced:
+            peer.synced = True
+            log.info("reconciled with {peer}: digest {digest}", peer=peer.name, digest=self.store.digest())
+
+    async def _pull_buckets(self, proto: PeerProtocol, origin: str, buckets: list[int]) -> None:
+        pending: list[list[Any]] = [[b, ""] for b in buckets]
+        wanted: list[str] = []
+        while pending:
+            request, pending = pending[:LISTING_BUCKETS], pending[LISTING_BUCKETS:]
+            answer = await proto.callRemote(commands.Listing, origin=origin, buckets=json.dumps(request).encode())
+            for key, version in _entries(answer["entries"]):
+                mine = self.store.version_of(key)
+                if mine is None or mine < version:
+                    wanted.append(key)
+            pending = _bucket_list(answer["rest"]) + pending
+        while wanted:
+            keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
+            answer = await proto.callRemote(commands.Pull, keys=json.dumps(keys).encode())
+            self.receive(proto, answer["records"])
+            wanted = _string_list(answer["rest"], "rest") + wanted
+
+    def reconcile_all(self) -> None:
+        for peer in self.peers.values():
+            if peer.channels:
+                self.reconcile(peer.channels[0])
+
+    @property
+    def synced(self) -> bool:
+        """Every connected peer has been reconciled with at least once."""
+        return all(p.synced for p in self.peers.values() if p.connected)
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise BadMessage(f"{what} is not JSON") from None
+
+
+def _string_list(data: bytes, what: str) -> list[str]:
+    value = _json(data, what)
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise BadMessage(f"{what} is not a list of strings")
+    return value
+
+
+def _bucket_cursors(data: bytes) -> list[tuple[int, str]]:
+    value = _bucket_list(data)
+    return [(b, after) for b, after in value]
+
+
+def _bucket_list(data: bytes) -> list[list[Any]]:
+    value = _json(data, "bucket list")
+    if not isinstance(value, list) or len(value) > BUCKETS:
+        raise BadMessage("bucket list is not a list of at most 1024 entries")
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], int)
+            or not 0 <= item[0] < BUCKETS
+            or not isinstance(item[1], str)
+        ):
+            raise BadMessage("bucket list entries are [bucket, after-key]")
+    return value
+
+
+def _entries(data: bytes) -> list[tuple[str, Version]]:
+    value = _json(data, "listing")
+    out = []
+    if not isinstance(value, list):
+        raise BadMessage("listing is not a list")
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], int)
+            or not isinstance(item[2], int)
+            or not isinstance(item[3], str)
+        ):
+            raise BadMessage("listing entries are [key, wall_ms, logical, origin]")
+        out.append((item[0], Version(item[1], item[2], item[3])))
+    return out
+
+
+def _summary(data: bytes) -> dict[str, tuple[int, int]]:
+    value = _json(data, "summary")
+    if not isinstance(value, dict):
+        raise BadMessage("summary is not a mapping")
+    out = {}
+    for origin, item in value.items():
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int) or not isinstance(item[1], str):
+            raise BadMessage("summary entries are [count, xor]")
+        try:
+            out[origin] = (item[0], int(item[1], 16))
+        except ValueError:
+            raise BadMessage("summary xor is not hex") from None
+    return out

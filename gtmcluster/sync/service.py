@@ -1,0 +1,111 @@
+"""The peer service: the TLS listener, a connection to every other member, anti-entropy.
+
+Outgoing connections are Twisted `ClientService`s: they reconnect with capped exponential
+backoff (0.5 s doubling to 30 s, with jitter). Both members of a pair dial each other; two
+connections between the same pair are harmless (one carries the pushes).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from typing import Any
+
+from twisted.application.internet import ClientService, backoffPolicy
+from twisted.application.service import MultiService
+from twisted.internet import defer, task
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
+from twisted.internet.interfaces import IAddress, IListeningPort
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from gtmcluster.config.model import Member
+from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.replicator import Replicator
+from gtmcluster.sync.tls import Credentials, client_options, server_options
+
+log = Logger()
+
+CONNECT_TIMEOUT = 10.0
+
+
+class PeerFactory(Factory[Protocol]):
+    noisy = False
+
+    def __init__(self, replicator: Replicator, expected: str | None = None):
+        self.replicator = replicator
+        self.expected = expected
+
+    def buildProtocol(self, addr: IAddress | None) -> Protocol:
+        proto = PeerProtocol(self.replicator, self.expected)
+        proto.factory = self
+        return proto
+
+
+def server_factory(replicator: Replicator, creds: Credentials) -> TLSMemoryBIOFactory:
+    factory = TLSMemoryBIOFactory(server_options(creds), False, PeerFactory(replicator), replicator.clock)
+    factory.noisy = False
+    return factory
+
+
+class PeerService(MultiService):
+    def __init__(
+        self,
+        replicator: Replicator,
+        creds: Credentials,
+        listener: socket.socket,
+        others: list[Member],
+        reactor: Any,
+        reconcile_interval: float = 60.0,
+    ):
+        super().__init__()
+        self.replicator = replicator
+        self.creds = creds
+        self.listener = listener
+        self.reactor = reactor
+        self.reconcile_interval = reconcile_interval
+        self.port: IListeningPort | None = None
+        self._loop: task.LoopingCall | None = None
+        for member in others:
+            host = str(member.peer.host)
+            if member.peer.host.version == 6:
+                tcp: Any = TCP6ClientEndpoint(reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
+            else:
+                tcp = TCP4ClientEndpoint(reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
+            endpoint = wrapClientTLS(client_options(creds, member.name), tcp)
+            client = ClientService(
+                endpoint,
+                PeerFactory(replicator, member.name),
+                retryPolicy=backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random),
+                clock=reactor,
+            )
+            client.setName(f"peer {member.name}")
+            client.setServiceParent(self)
+
+    def startService(self) -> None:
+        family = self.listener.family
+        self.port = self.reactor.adoptStreamPort(
+            self.listener.fileno(), family, server_factory(self.replicator, self.creds)
+        )
+        address = self.listener.getsockname()
+        self.listener.close()  # the reactor holds its own duplicate
+        log.info("sync group listener on {host}:{port} (mutual TLS)", host=address[0], port=address[1])
+        self._loop = task.LoopingCall(self.replicator.reconcile_all)
+        self._loop.clock = self.reactor
+        self._loop.start(self.reconcile_interval, now=False)
+        super().startService()
+
+    def stopService(self) -> defer.Deferred[Any]:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        stopped = super().stopService()
+        for peer in self.replicator.peers.values():
+            for proto in list(peer.channels):
+                if proto.transport is not None:
+                    proto.transport.loseConnection()
+        port, self.port = self.port, None
+        waits: list[defer.Deferred[Any]] = [defer.maybeDeferred(lambda: stopped)]
+        if port is not None:
+            waits.append(defer.maybeDeferred(port.stopListening))
+        return defer.gatherResults(waits)

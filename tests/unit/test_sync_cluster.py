@@ -1,0 +1,203 @@
+"""Three nodes in memory, over real TLS and the real protocol: push, relay, anti-entropy,
+restart from a snapshot, and the refusals of peers that are not who they should be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from twisted.logger import capturedLogs
+
+from gtmcluster.state import snapshot
+from gtmcluster.state.store import Store
+from gtmcluster.sync import certs
+from gtmcluster.sync.tls import load_credentials
+from tests.support.cluster import MemoryCluster
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def trio(tmp_path: Path) -> MemoryCluster:
+    return MemoryCluster(["gtm-a", "gtm-b", "gtm-c"], tmp_path)
+
+
+def established(cluster: MemoryCluster, name: str) -> set[str]:
+    return {peer for peer, state in cluster.replicators[name].peers.items() if state.connected}
+
+
+def test_connected_peers_know_each_other(trio: MemoryCluster) -> None:
+    """After the TLS handshake and Hello both sides list the other as connected."""
+    trio.connect("gtm-a", "gtm-b")
+    assert established(trio, "gtm-a") == {"gtm-b"}
+    assert established(trio, "gtm-b") == {"gtm-a"}
+    peer = trio.replicators["gtm-b"].peers["gtm-a"]
+    assert (peer.datacenter, peer.version, peer.config_digest) == ("DC-gtm-a", 1, "digest")
+
+
+def test_a_write_reaches_every_peer_at_once(trio: MemoryCluster) -> None:
+    """A new local record is pushed to every connected peer."""
+    trio.connect("gtm-a", "gtm-b")
+    trio.connect("gtm-a", "gtm-c")
+    trio.write("gtm-a", "obs/vs/web/gtm-a", {"up": False, "reason": "refused"})
+    for name in ("gtm-b", "gtm-c"):
+        record = trio.stores[name].get("obs/vs/web/gtm-a")
+        assert record is not None and record.value == {"up": False, "reason": "refused"}
+        assert record.origin == "gtm-a"
+    assert trio.converged()
+
+
+def test_records_are_relayed_through_a_middle_node(trio: MemoryCluster) -> None:
+    """A node that reaches only one peer still gets everything: the middle node relays."""
+    trio.connect("gtm-a", "gtm-b")
+    trio.connect("gtm-b", "gtm-c")  # a and c never meet
+    trio.write("gtm-a", "k/from-a", 1)
+    trio.write("gtm-c", "k/from-c", 2)
+    assert trio.stores["gtm-c"].get("k/from-a") is not None
+    assert trio.stores["gtm-a"].get("k/from-c") is not None
+    assert trio.converged()
+
+
+def test_newest_version_wins_for_keys_written_on_two_nodes(trio: MemoryCluster) -> None:
+    """An admin record written on two nodes ends the same everywhere: the newer write."""
+    trio.connect("gtm-a", "gtm-b")
+    trio.connect("gtm-b", "gtm-c")
+    trio.write("gtm-a", "admin/vs/web", {"state": "disabled"})
+    trio.clock.advance(1)
+    trio.write("gtm-c", "admin/vs/web", {"state": "enabled"})
+    for store in trio.stores.values():
+        record = store.get("admin/vs/web")
+        assert record is not None and record.value == {"state": "enabled"}
+
+
+def test_reconnect_pulls_what_was_missed_in_both_directions(trio: MemoryCluster) -> None:
+    """Records written while two nodes were apart are exchanged when they reconnect."""
+    link = trio.connect("gtm-a", "gtm-b")
+    trio.write("gtm-a", "before", 0)
+    link.cut()
+    assert established(trio, "gtm-a") == set()
+    for i in range(300):
+        trio.stores["gtm-a"].put(f"a/{i}", i)
+        trio.stores["gtm-b"].put(f"b/{i}", i)
+    trio.stores["gtm-b"].put("before", "changed on b")
+    assert not trio.converged()
+    trio.connect("gtm-b", "gtm-a")
+    a, b = trio.stores["gtm-a"], trio.stores["gtm-b"]
+    assert a.digest() == b.digest()
+    assert a.get("b/299") is not None and b.get("a/299") is not None
+    assert a.get("before").value == "changed on b"  # type: ignore[union-attr]
+
+
+def test_a_fresh_node_pulls_everything_in_batches(trio: MemoryCluster) -> None:
+    """A node with an empty store receives a large state (many AMP messages) on connect."""
+    big = trio.stores["gtm-a"]
+    for i in range(5000):
+        big.put(f"path/{i}/CNC", {"rtt": i, "pad": "x" * 40})
+    trio.connect("gtm-c", "gtm-a")
+    assert len(trio.stores["gtm-c"]) == 5000
+    assert trio.stores["gtm-c"].digest() == big.digest()
+
+
+def test_expiry_counts_age_on_receipt_not_the_senders_clock(trio: MemoryCluster) -> None:
+    """A record received half way through its life lives only the other half on the receiver."""
+    trio.stores["gtm-a"].put("persist/www/1/192.0.2.0/24", {"pool": "p", "members": ["v"]}, ttl=100)
+    trio.clock.advance(60)
+    trio.connect("gtm-b", "gtm-a")
+    received = trio.stores["gtm-b"].get("persist/www/1/192.0.2.0/24")
+    assert received is not None
+    assert received.remaining(trio.clock.seconds()) == pytest.approx(40, abs=0.01)
+    trio.clock.advance(41)
+    assert trio.stores["gtm-b"].get("persist/www/1/192.0.2.0/24") is None
+
+
+def test_restart_from_snapshot_then_catch_up(trio: MemoryCluster, tmp_path: Path) -> None:
+    """A node restarted from its snapshot keeps its records, never reuses a version, and
+    pulls what it missed while down."""
+    trio.connect("gtm-a", "gtm-b")
+    trio.write("gtm-b", "mine", 1)
+    trio.write("gtm-a", "theirs", 1)
+    old_version = trio.stores["gtm-b"].version_of("mine")
+    path = tmp_path / "b-state" / snapshot.FILENAME
+    snapshot.write(path, snapshot.rows(trio.stores["gtm-b"], 5000.0, trio.clock.seconds()), "gtm-b")
+    trio.links[0].cut()
+    trio.write("gtm-a", "while-b-was-down", 1)
+    fresh = Store("gtm-b", trio.clock.seconds)
+    assert snapshot.read(path, fresh, 5000.0) == 2
+    trio.add("gtm-b", fresh)
+    rewritten = fresh.put("mine", 2)
+    assert old_version is not None and rewritten.version > old_version
+    trio.connect("gtm-b", "gtm-a")
+    assert fresh.get("while-b-was-down") is not None
+    assert trio.stores["gtm-a"].get("mine").value == 2  # type: ignore[union-attr]
+    assert trio.stores["gtm-a"].digest() == fresh.digest()
+
+
+def test_a_certificate_from_another_ca_is_refused(trio: MemoryCluster, tmp_path: Path) -> None:
+    """A server certificate from a foreign CA never gets past TLS; nothing is exchanged."""
+    rogue_dir = tmp_path / "rogue"
+    certs.init_ca(rogue_dir)
+    certs.issue(rogue_dir, "gtm-b")
+    rogue = load_credentials(
+        trio.files("gtm-b").__class__(rogue_dir / "ca.pem", rogue_dir / "gtm-b.pem", rogue_dir / "gtm-b.key"), "gtm-b"
+    )
+    trio.connect("gtm-a", "gtm-b", server_creds=rogue)
+    assert established(trio, "gtm-a") == set()
+    assert established(trio, "gtm-b") == set()
+
+
+def test_a_member_claiming_another_name_in_hello_is_dropped(trio: MemoryCluster) -> None:
+    """The certificate says gtm-a; a Hello claiming gtm-c is refused and logged."""
+    replicator = trio.replicators["gtm-a"]
+    replicator.node = "gtm-c"  # a's Hello will now lie about its name
+    with capturedLogs() as events:
+        trio.connect("gtm-a", "gtm-b")
+    assert established(trio, "gtm-b") == set()
+    reasons = [e.get("reason", "") for e in events if e.get("event") == "peer_refused"]
+    assert any("certificate names gtm-a but its Hello claims to be gtm-c" in r for r in reasons), reasons
+
+
+def test_a_peer_from_another_group_is_refused(trio: MemoryCluster) -> None:
+    """Same CA, right names, but another sync group: refused."""
+    trio.replicators["gtm-a"].group = "other"
+    with capturedLogs() as events:
+        trio.connect("gtm-a", "gtm-b")
+    assert established(trio, "gtm-b") == set()
+    assert any("sync group 'other'" in e.get("reason", "") for e in events if e.get("event") == "peer_refused")
+
+
+def test_a_certificate_for_a_non_member_is_refused(trio: MemoryCluster) -> None:
+    """A valid certificate of the group CA whose name is not a member gets nothing."""
+    certs.issue(trio.directory, "intruder")
+    trio.credentials["gtm-a"] = load_credentials(trio.files("intruder"), "intruder")
+    with capturedLogs() as events:
+        trio.connect("gtm-a", "gtm-b")
+    assert established(trio, "gtm-b") == set()
+    assert any("not a member" in e.get("reason", "") for e in events if e.get("event") == "peer_refused")
+
+
+def test_a_misbehaving_peer_is_dropped_and_the_others_carry_on(trio: MemoryCluster) -> None:
+    """Garbage from one peer ends that connection only; the others keep replicating."""
+    bad = trio.connect("gtm-a", "gtm-b")
+    trio.connect("gtm-c", "gtm-b")
+    from gtmcluster.sync import commands
+
+    with capturedLogs() as events:
+        bad.client.wrappedProtocol.callRemote(commands.Publish, records=b"[[1,2,3]]").addErrback(lambda _: None)
+        trio.settle()
+    assert established(trio, "gtm-b") == {"gtm-c"}
+    assert any("malformed" in e.get("reason", "") for e in events if e.get("event") == "peer_refused")
+    trio.write("gtm-c", "still", "working")
+    assert trio.stores["gtm-b"].get("still") is not None
+
+
+def test_a_silent_peer_is_dropped_after_the_idle_timeout(trio: MemoryCluster) -> None:
+    """Heartbeats keep a quiet connection up; a peer that stops answering is dropped."""
+    link = trio.connect("gtm-a", "gtm-b")
+    trio.advance(120)  # heartbeats flow: still connected
+    assert established(trio, "gtm-a") == {"gtm-b"}
+    trio.links.remove(link)  # stop moving bytes: the peer goes silent
+    with capturedLogs() as events:
+        trio.clock.advance(31)
+    assert any("silent for too long" in e.get("reason", "") for e in events)
+    link.pump.flush()  # let the transports see the abort
+    assert established(trio, "gtm-a") == set()

@@ -1,0 +1,65 @@
+"""Records on the peer wire: round trips, batch limits, validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gtmcluster.state.store import Record, Version
+from gtmcluster.sync import codec
+
+
+def rec(key: str = "k", value: object = 1, ttl: float | None = 60.0, born: float = 100.0) -> Record:
+    return Record(key, value, Version(5000, 2, "gtm-a"), ttl, born)
+
+
+def test_round_trip_carries_age_not_birth() -> None:
+    """The receiver computes birth from the age it was sent with, on its own clock."""
+    batch, keys = next(codec.batches([rec(born=100.0)], now=130.0))
+    assert keys == ["k"]
+    (back,) = codec.decode(batch, now=9000.0)
+    assert back.version == Version(5000, 2, "gtm-a")
+    assert back.born == pytest.approx(8970.0)
+    assert back.remaining(9000.0) == pytest.approx(30.0)
+
+
+def test_expired_records_are_not_sent_nor_kept() -> None:
+    """A record past its TTL is left out of batches; one that expires in transit is dropped."""
+    assert list(codec.batches([rec(ttl=10, born=0)], now=20)) == []
+    stale = json.dumps([["k", 1, 5000, 0, "gtm-a", 10, 11]]).encode()
+    assert codec.decode(stale, now=50) == []
+
+
+def test_batches_stay_under_the_limit_and_never_split_a_record() -> None:
+    """Many records make several batches, each within the limit, together holding all."""
+    records = [rec(f"key/{i}", "x" * 100) for i in range(2000)]
+    out = list(codec.batches(records, now=100.0))
+    assert len(out) > 1
+    assert all(len(batch) <= codec.MAX_BATCH for batch, _ in out)
+    assert sum(len(keys) for _, keys in out) == 2000
+    assert sum(len(codec.decode(b, 100.0)) for b, _ in out) == 2000
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (b"not json", "not JSON"),
+        (b"{}", "not a list"),
+        (b"[[1,2,3]]", "7 fields"),
+        (json.dumps([["", 1, 5, 0, "gtm-a", None, 0]]).encode(), "bad record key"),
+        (json.dumps([["k" * 600, 1, 5, 0, "gtm-a", None, 0]]).encode(), "bad record key"),
+        (json.dumps([["k", 1, -5, 0, "gtm-a", None, 0]]).encode(), "bad version"),
+        (json.dumps([["k", 1, 5, True, "gtm-a", None, 0]]).encode(), "bad version"),
+        (json.dumps([["k", 1, 5, 0, "stranger", None, 0]]).encode(), "not a member"),
+        (json.dumps([["k", 1, 5, 0, "gtm-a", -1, 0]]).encode(), "bad TTL"),
+        (b'[["k", 1, 5, 0, "gtm-a", NaN, 0]]', "bad TTL"),
+        (json.dumps([["k", 1, 5, 0, "gtm-a", None, -1]]).encode(), "bad age"),
+        (json.dumps([["k", 1, 10**15, 0, "gtm-a", None, 0]]).encode(), "a day ahead"),
+        (b"[" * 50000 + b"]" * 50000, "not JSON"),
+    ],
+)
+def test_malformed_batches_raise_bad_message(payload: bytes, why: str) -> None:
+    """Anything malformed is one declared error, naming what is wrong."""
+    with pytest.raises(codec.BadMessage, match=why):
+        codec.decode(payload, now=1000.0, origins=frozenset({"gtm-a", "gtm-b"}))
