@@ -25,6 +25,7 @@ import hashlib
 import heapq
 import json
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +73,7 @@ def _canonical(value: Any) -> str:
 
 
 def bucket_of(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % BUCKETS
+    return zlib.crc32(key.encode()) % BUCKETS
 
 
 def fingerprint(key: str, version: Version) -> int:
@@ -166,7 +167,9 @@ class Store:
         if mine is not None:
             if mine.version > record.version:
                 return False
-            if mine.version == record.version and _canonical(mine.value) >= _canonical(record.value):
+            if mine.version == record.version and (
+                mine.value == record.value or _canonical(mine.value) >= _canonical(record.value)
+            ):
                 return False
         if record.version.wall_ms > self._last.wall_ms or (
             record.version.wall_ms == self._last.wall_ms and record.version.logical > self._last.logical

@@ -47,7 +47,9 @@ class Hello(amp.Command):
 
 
 class Publish(amp.Command):
-    arguments = [(b"records", amp.String())]
+    #: bulk: part of a reconciliation transfer (the receiver does not relay it record by
+    #: record; it reconciles with its other peers afterwards instead)
+    arguments = [(b"records", amp.String()), (b"bulk", amp.Boolean(optional=True))]
     response = [(b"merged", amp.Integer())]
 
 
@@ -76,6 +78,15 @@ class SendAll(amp.Command):
     response = [(b"sent", amp.Integer())]
 
 
-class Heartbeat(amp.Command):
+class Changed(amp.Command):
+    """I took in a bulk transfer: reconcile with me (you may lack what I pulled)."""
+
     arguments = []
+    response = []
+
+
+class Heartbeat(amp.Command):
+    #: the members the sender is connected to: a record whose origin is among them reaches
+    #: the sender directly, so nobody needs to relay it there
+    arguments = [(b"connected", amp.Unicode(optional=True))]
     response = []

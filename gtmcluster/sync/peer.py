@@ -159,8 +159,12 @@ class PeerProtocol(amp.AMP):
     def _beat(self) -> None:
         self._heartbeat = None
         if self.phase == ESTABLISHED:
-            self.callRemote(commands.Heartbeat).addErrback(lambda _: None)
+            self.send_heartbeat()
             self._schedule_heartbeat()
+
+    def send_heartbeat(self) -> None:
+        connected = ",".join(self.replicator.connected_names())
+        self.callRemote(commands.Heartbeat, connected=connected).addErrback(lambda _: None)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.phase = CLOSED
@@ -257,8 +261,8 @@ class PeerProtocol(amp.AMP):
             raise _Dropped() from None
 
     @commands.Publish.responder
-    def publish(self, records: bytes) -> dict[str, Any]:
-        return {"merged": self._guard(self.replicator.receive, records)}
+    def publish(self, records: bytes, bulk: bool | None = None) -> dict[str, Any]:
+        return {"merged": self._guard(self.replicator.receive, records, bool(bulk))}
 
     @commands.Summary.responder
     def summary(self, summary: bytes) -> dict[str, Any]:
@@ -282,8 +286,15 @@ class PeerProtocol(amp.AMP):
     def send_all(self, origin: str) -> Deferred[dict[str, Any]]:
         return self.replicator.send_all(self, origin).addCallback(lambda n: {"sent": n})
 
+    @commands.Changed.responder
+    def changed(self) -> dict[str, Any]:
+        self.replicator.reconcile(self)
+        return {}
+
     @commands.Heartbeat.responder
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self, connected: str | None = None) -> dict[str, Any]:
+        if connected is not None:
+            self.replicator.heard_connections(self, connected)
         return {}
 
 

@@ -53,6 +53,7 @@ class PeerState:
     config_digest: str = ""
     version: int = 0
     behind: bool = False  # pushes were dropped: reconcile when it catches up
+    their_peers: frozenset[str] = frozenset()  # members it says it is connected to
     synced: bool = False  # one full reconciliation has completed
 
     @property
@@ -87,7 +88,12 @@ class Replicator:
         self._outbox: dict[str, list[Record]] = {}
         self._flush: IDelayedCall | None = None
         self._merging_from: str | None = None
+        self._bulk = False  # merging a reconciliation transfer: no record-by-record relay
+        self._bulk_merged = 0
         self._reconciling: set[PeerProtocol] = set()
+        #: one reconciliation at a time: a fresh node fills up from its first peer, and the
+        #: rounds with the others then find little to pull
+        self._lock = defer.DeferredLock()
         store.subscribe(self._changed)
 
     # -- connections ----------------------------------------------------------------------
@@ -117,6 +123,7 @@ class Replicator:
         peer.last_contact = now
         if first:
             peer.connected_since = now
+            self._announce_connections()
             log.info(
                 "peer {peer} (data center {datacenter}) connected, protocol {version}",
                 peer=peer.name,
@@ -143,7 +150,23 @@ class Replicator:
         peer.channels.remove(proto)
         if not peer.channels:
             peer.connected_since = None
+            peer.their_peers = frozenset()
+            self._announce_connections()
             log.info("peer {peer} disconnected: {why}", peer=peer.name, why=why, event="peer_down")
+
+    def connected_names(self) -> list[str]:
+        return [name for name, peer in self.peers.items() if peer.connected]
+
+    def _announce_connections(self) -> None:
+        """Tell every peer whom we now reach (so they know what not to relay to us)."""
+        for peer in self.peers.values():
+            if peer.channels:
+                peer.channels[0].send_heartbeat()
+
+    def heard_connections(self, proto: PeerProtocol, connected: str) -> None:
+        peer = self.peers.get(proto.peer or "")
+        if peer is not None:
+            peer.their_peers = frozenset(n for n in connected.split(",") if n in self.members)
 
     def channel(self, name: str) -> PeerProtocol | None:
         peer = self.peers.get(name)
@@ -152,11 +175,18 @@ class Replicator:
     # -- pushing and relaying -------------------------------------------------------------
 
     def _changed(self, record: Record) -> None:
+        if self._bulk:
+            self._bulk_merged += 1
+            return  # the other peers catch up by reconciling with us (see _reconciled)
         if not record.live(self.clock.seconds()):
             return  # an expiry, not news
+        origin = record.version.origin
         for name, peer in self.peers.items():
-            if name != self._merging_from and peer.channels:
-                self._outbox.setdefault(name, []).append(record)
+            if name == self._merging_from or not peer.channels or name == origin:
+                continue
+            if origin != self.node and origin in peer.their_peers:
+                continue  # it hears from the origin directly
+            self._outbox.setdefault(name, []).append(record)
         if self._outbox and self._flush is None:
             self._flush = self.clock.callLater(0, self.flush)
 
@@ -192,19 +222,21 @@ class Replicator:
         d.addErrback(lambda _: None)
         return d
 
-    def receive(self, proto: PeerProtocol, batch: bytes) -> int:
+    def receive(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> int:
         """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""
         records = codec.decode(batch, self.clock.seconds(), self.members)
         peer = self.peers[proto.peer or ""]
         peer.last_contact = self.clock.seconds()
         merged = 0
         self._merging_from = proto.peer
+        self._bulk = bulk
         try:
             for record in records:
                 if self.store.merge(record):
                     merged += 1
         finally:
             self._merging_from = None
+            self._bulk = False
         return merged
 
     # -- anti-entropy: the answering side -----------------------------------------------------
@@ -260,7 +292,7 @@ class Replicator:
         for batch, keys in codec.batches(records, now):
             if proto.phase != "established":
                 break
-            await proto.callRemote(commands.Publish, records=batch)
+            await proto.callRemote(commands.Publish, records=batch, bulk=True)
             sent += len(keys)
         return sent
 
@@ -271,7 +303,7 @@ class Replicator:
         if proto in self._reconciling:
             return defer.succeed(None)
         self._reconciling.add(proto)
-        d = defer.ensureDeferred(self._reconcile(proto))
+        d = self._lock.run(lambda: defer.ensureDeferred(self._reconcile_counted(proto)))
 
         def done(result: Any) -> None:
             self._reconciling.discard(proto)
@@ -283,6 +315,22 @@ class Replicator:
 
         d.addBoth(done)
         return d
+
+    async def _reconcile_counted(self, proto: PeerProtocol) -> None:
+        if proto.phase != "established":
+            return
+        before = self._bulk_merged
+        await self._reconcile(proto)
+        if self._bulk_merged > before:
+            # What we pulled was not relayed record by record: let the others pull it.
+            for peer in self.peers.values():
+                if peer.name != proto.peer and peer.channels:
+                    self.clock.callLater(0, self._ask_to_reconcile, peer.channels[0])
+
+    def _ask_to_reconcile(self, proto: PeerProtocol) -> None:
+        """Have *proto*'s peer pull from us (it reconciles when told we changed)."""
+        if proto.phase == "established":
+            proto.callRemote(commands.Changed).addErrback(lambda _: None)
 
     async def _reconcile(self, proto: PeerProtocol) -> None:
         answer = await proto.callRemote(commands.Summary, summary=self.summary_message())
@@ -321,7 +369,7 @@ class Replicator:
         while wanted:
             keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
             answer = await proto.callRemote(commands.Pull, keys=json.dumps(keys).encode())
-            self.receive(proto, answer["records"])
+            self.receive(proto, answer["records"], bulk=True)
             wanted = _string_list(answer["rest"], "rest") + wanted
 
     def reconcile_all(self) -> None:
