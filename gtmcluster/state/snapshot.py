@@ -1,11 +1,13 @@
 """The store on disk: an SQLite snapshot in the node's state directory.
 
-Written every few seconds when something changed, and when the node stops, in one
-transaction (a crash mid-write leaves the previous snapshot whole); read when the node
-starts. On disk a record's expiry is a wall-clock time, so after a restart it lives only
-for what is left of its TTL, and expired records are dropped on load. Loading also moves
-the store's hybrid clock past every version it held, so a restarted node never reuses a
-version. Writing happens in a thread, from a copy taken on the reactor thread.
+Every few seconds the keys changed since the last write are written (inserted, replaced
+or deleted) in one transaction, so a crash mid-write leaves the previous snapshot whole
+and the cost follows the rate of change, not the size of the table; at stop the same
+happens once more. The snapshot is read when the node starts. On disk a record's expiry
+is a wall-clock time, so after a restart it lives only for what is left of its TTL, and
+expired records are dropped on load. Loading also moves the store's hybrid clock past
+every version it held, so a restarted node never reuses a version. Writing happens in a
+thread, from rows made on the reactor thread.
 """
 
 from __future__ import annotations
@@ -41,27 +43,33 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT);
 Row = tuple[str, str, int, int, str, float | None]
 
 
+def row(record: Record, wall_now: float, local_now: float) -> Row | None:
+    """A record as a table row (expiry as wall-clock time), or None when it has expired."""
+    remaining = record.remaining(local_now)
+    if remaining is not None and remaining <= 0:
+        return None
+    expires = None if remaining is None else wall_now + remaining
+    v = record.version
+    return (record.key, json.dumps(record.value), v.wall_ms, v.logical, v.origin, expires)
+
+
 def rows(store: Store, wall_now: float, local_now: float) -> list[Row]:
-    """The store as table rows; expiry converted from the local clock to wall-clock time."""
-    out = []
-    for r in store.all_records():
-        remaining = r.remaining(local_now)
-        if remaining is not None and remaining <= 0:
-            continue
-        expires = None if remaining is None else wall_now + remaining
-        out.append((r.key, json.dumps(r.value), r.version.wall_ms, r.version.logical, r.version.origin, expires))
-    return out
+    """The whole store as table rows."""
+    return [r for record in store.all_records() if (r := row(record, wall_now, local_now)) is not None]
 
 
-def write(path: Path, data: list[Row], node: str) -> int:
-    """Replace the snapshot at *path* with *data*, atomically (one transaction)."""
+def write(path: Path, data: list[Row], node: str, deleted: list[str] | None = None, full: bool = True) -> int:
+    """Write *data* to the snapshot at *path* in one transaction: all of it (*full*:
+    replacing what was there), or as changes (*data* replaced, *deleted* removed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path)
     try:
         db.executescript(SCHEMA)
         with db:
-            db.execute("DELETE FROM records")
-            db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)", data)
+            if full:
+                db.execute("DELETE FROM records")
+            db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?)", data)
+            db.executemany("DELETE FROM records WHERE key = ?", [(k,) for k in deleted or ()])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('node', ?)", (node,))
     finally:
         db.close()
@@ -103,17 +111,17 @@ class Snapshotter(Service):
         self.reactor = reactor
         self.wall = wall
         self.interval = interval
-        self._dirty = False
+        self._dirty: set[str] = set()  # keys changed since the last write
         self._writing: defer.Deferred[Any] | None = None
         self._loop: task.LoopingCall | None = None
         store.subscribe(self._changed)
 
     def _changed(self, record: Record) -> None:
-        self._dirty = True
+        self._dirty.add(record.key)
 
     def load(self) -> int:
         loaded = read(self.path, self.store, self.wall())
-        self._dirty = False
+        self._dirty.clear()
         if loaded:
             log.info("loaded {count} records from {path}", count=loaded, path=str(self.path))
         return loaded
@@ -130,10 +138,20 @@ class Snapshotter(Service):
         return self.save()
 
     def save(self) -> defer.Deferred[Any]:
-        self._dirty = False
-        data = rows(self.store, self.wall(), self.store.clock())
+        """Write the keys changed since the last write (in a thread)."""
+        dirty, self._dirty = self._dirty, set()
+        wall, local = self.wall(), self.store.clock()
+        data: list[Row] = []
+        deleted: list[str] = []
+        for key in dirty:
+            record = self.store.raw(key)
+            made = row(record, wall, local) if record is not None else None
+            if made is None:
+                deleted.append(key)
+            else:
+                data.append(made)
         d = threads.deferToThreadPool(
-            self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin
+            self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin, deleted, False
         )
 
         def done(result: Any) -> Any:
@@ -141,7 +159,7 @@ class Snapshotter(Service):
             return result
 
         def failed(failure: Any) -> None:
-            self._dirty = True
+            self._dirty |= dirty  # try these again next time
             log.failure("could not write the state snapshot {path}", failure, path=str(self.path))
 
         d.addBoth(done)

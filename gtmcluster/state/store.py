@@ -84,10 +84,9 @@ def fingerprint(key: str, version: Version) -> int:
 
 @dataclass(slots=True)
 class OriginSummary:
-    """What a store holds of one origin: how many records, the newest version, their XOR."""
+    """What a store holds of one origin: how many records, and the XOR of their hashes."""
 
     count: int = 0
-    newest: Version | None = None
     xor: int = 0
 
 
@@ -244,11 +243,7 @@ class Store:
             xor = 0
             for value in self._buckets[origin]:
                 xor ^= value
-            out[origin] = OriginSummary(count, None, xor)
-        for record in self._records.values():
-            summary = out[record.version.origin]
-            if summary.newest is None or record.version > summary.newest:
-                summary.newest = record.version
+            out[origin] = OriginSummary(count, xor)
         return out
 
     def buckets(self, origin: str) -> list[int]:
