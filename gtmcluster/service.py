@@ -125,6 +125,9 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
         handshake_timeout=settings.handshake_timeout,
     )
     top = NodeService(node, replicator)
+    # Health counts this node's verdicts and those of connected peers only.
+    node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
+    replicator.peer_listeners.append(node.health.refresh)
     # Children stop in reverse order: the snapshot is written last, after everything else.
     snapshots = Snapshotter(node.store, config.state_dir_for(node_name), reactor, time.time, settings.snapshot_interval)
     snapshots.load()

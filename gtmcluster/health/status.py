@@ -1,7 +1,8 @@
 """From records to availability: a pure evaluation of every virtual server and link.
 
-For each virtual server with a monitor, the verdicts of all observers (records
-``obs/vs/<vs>/<observer>``) combine by the monitor's rule: `any` observer seeing it up,
+For each virtual server with a monitor, the verdicts of the observers (records
+``obs/vs/<vs>/<observer>``: this node's, and those of the peers it is connected to; a
+disconnected peer's last word is stale and does not count) combine by the monitor's rule: `any` observer seeing it up,
 `all` of the reporting observers, or at least `quorum` of them; with no verdict yet it is
 `unknown`, counted as the monitor's `unknown_as`. A server without a monitor is up. Then:
 
@@ -102,14 +103,22 @@ class HealthSnapshot:
         return max(0.1, min(1.0, steps / 10))
 
 
-def evaluate(config: Config, store: Store) -> tuple[dict[str, VsStatus], dict[str, Observed]]:
-    links = {name: combine(link.monitor.rule, store.scan(f"obs/link/{name}/")) for name, link in config.links.items()}
+def evaluate(
+    config: Config, store: Store, observers: frozenset[str] | None = None
+) -> tuple[dict[str, VsStatus], dict[str, Observed]]:
+    """Availability of every server and link. *observers*: the nodes whose verdicts count
+    (this node and the peers it is connected to); None counts every verdict held."""
+
+    def verdicts(prefix: str) -> list[Record]:
+        return [r for r in store.scan(prefix) if observers is None or r.origin in observers]
+
+    links = {name: combine(link.monitor.rule, verdicts(f"obs/link/{name}/")) for name, link in config.links.items()}
     out: dict[str, VsStatus] = {}
 
     def status(vs: VirtualServer) -> VsStatus:
         if vs.name in out:
             return out[vs.name]
-        observed = combine(vs.monitor.rule, store.scan(f"obs/vs/{vs.name}/")) if vs.monitor else Observed(UP)
+        observed = combine(vs.monitor.rule, verdicts(f"obs/vs/{vs.name}/")) if vs.monitor else Observed(UP)
         problems = []
         if vs.monitor is not None and not observed.counted_up(vs.monitor):
             problems.append(f"monitor {vs.monitor.name}: {observed.reason}")
@@ -146,8 +155,13 @@ def evaluate(config: Config, store: Store) -> tuple[dict[str, VsStatus], dict[st
     return out, links
 
 
-def snapshot(config: Config, store: Store, ramps: Mapping[str, tuple[float, float]] | None = None) -> HealthSnapshot:
-    vs, links = evaluate(config, store)
+def snapshot(
+    config: Config,
+    store: Store,
+    ramps: Mapping[str, tuple[float, float]] | None = None,
+    observers: frozenset[str] | None = None,
+) -> HealthSnapshot:
+    vs, links = evaluate(config, store, observers)
     return HealthSnapshot(MappingProxyType(vs), MappingProxyType(links), MappingProxyType(dict(ramps or {})))
 
 

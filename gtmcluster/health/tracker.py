@@ -35,6 +35,9 @@ class HealthTracker:
         self._ramps: dict[str, tuple[float, float]] = {}
         self._refreshing = False
         self._dirty = False
+        #: the nodes whose verdicts count (set by the node's wiring: itself and its connected
+        #: peers); None counts every verdict held
+        self.observers: Callable[[], frozenset[str]] | None = None
         self.snapshot = snapshot(config, store)
         store.subscribe(self._changed)
 
@@ -61,7 +64,8 @@ class HealthTracker:
         now = self.clock()
         previous = self.snapshot
         self._ramps = {k: v for k, v in self._ramps.items() if v[1] > now}
-        current = snapshot(self.config, self.store, self._ramps)
+        observers = self.observers() if self.observers is not None else None
+        current = snapshot(self.config, self.store, self._ramps, observers)
         for name, status in current.vs.items():
             before = previous.vs.get(name)
             if before is None:
@@ -80,7 +84,7 @@ class HealthTracker:
                     event="link_state",
                 )
         ramps_changed = self._ramps != dict(current.ramps)
-        self.snapshot = snapshot(self.config, self.store, self._ramps) if ramps_changed else current
+        self.snapshot = snapshot(self.config, self.store, self._ramps, observers) if ramps_changed else current
 
     def _vs_changed(self, vs: VirtualServer, before: VsStatus, after: VsStatus, now: float) -> None:
         if (before.available, before.serving) != (after.available, after.serving):

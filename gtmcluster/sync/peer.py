@@ -167,6 +167,15 @@ class PeerProtocol(amp.AMP):
         self.callRemote(commands.Heartbeat, connected=connected).addErrback(lambda _: None)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self.phase == HANDSHAKE and not self._why:
+            # OpenSSL refused it (foreign CA, expired, no certificate, not TLS at all)
+            log.warn(
+                "dropping peer connection {peer} ({direction}): TLS handshake failed: {reason}",
+                peer=self.expected or self._address(),
+                direction="outgoing" if self.initiator else "incoming",
+                reason=reason.getErrorMessage(),
+                event="peer_refused",
+            )
         self.phase = CLOSED
         for timer in (self._timer, self._heartbeat):
             if timer is not None and timer.active():
@@ -223,8 +232,12 @@ class PeerProtocol(amp.AMP):
             return Deferred()
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
-    def violation(self, reason: str) -> None:
-        """Drop this peer for *reason* (logged); nothing else is disturbed."""
+    def violation(self, reason: str, graceful: bool = False) -> None:
+        """Drop this peer for *reason* (logged); nothing else is disturbed.
+
+        *graceful*: let what we have queued (an error answer saying why) go out first,
+        with a forced close if the peer does not let go within 2 seconds.
+        """
         if self.phase == CLOSED:
             return
         log.warn(
@@ -236,12 +249,20 @@ class PeerProtocol(amp.AMP):
         )
         self.phase = CLOSED
         self._why = reason
-        if self.transport is not None:
-            cast(Any, self.transport).abortConnection()
+        if self.transport is None:
+            return
+        transport = cast(Any, self.transport)
+        if graceful:
+            if self._timer is not None and self._timer.active():
+                self._timer.cancel()
+            transport.loseConnection()  # flushes the answer, then close_notify
+            self._timer = self.replicator.clock.callLater(2.0, transport.abortConnection)
+        else:
+            transport.abortConnection()
 
     def _close_soon(self, reason: str) -> None:
         """Close after the current answer goes out (so the peer learns why)."""
-        self.replicator.clock.callLater(0, self.violation, reason)
+        self.replicator.clock.callLater(0, self.violation, reason, True)
 
     def _address(self) -> str:
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,8 @@ class Replicator:
         #: one reconciliation at a time: a fresh node fills up from its first peer, and the
         #: rounds with the others then find little to pull
         self._lock = defer.DeferredLock()
+        #: called whenever the set of connected peers changes
+        self.peer_listeners: list[Callable[[], object]] = []
         store.subscribe(self._changed)
 
     # -- connections ----------------------------------------------------------------------
@@ -158,7 +160,10 @@ class Replicator:
         return [name for name, peer in self.peers.items() if peer.connected]
 
     def _announce_connections(self) -> None:
-        """Tell every peer whom we now reach (so they know what not to relay to us)."""
+        """Tell every peer whom we now reach (so they know what not to relay to us), and
+        the local listeners (health counts only the verdicts of connected peers)."""
+        for listener in self.peer_listeners:
+            listener()
         for peer in self.peers.values():
             if peer.channels:
                 peer.channels[0].send_heartbeat()

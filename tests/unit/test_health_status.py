@@ -135,3 +135,16 @@ def test_quorum_rule_across_nodes(tmp_path: Path) -> None:
     assert not evaluate(config, store)[0]["vs2"].available
     observe(store, "vs", "vs2", "n3", True)
     assert evaluate(config, store)[0]["vs2"].available
+
+
+def test_verdicts_of_disconnected_peers_do_not_count(tmp_path: Path) -> None:
+    """A peer's last verdict is stale once it is gone: with `any`, a dead GTM's old 'up'
+    must not keep a server that every connected node sees down."""
+    config = load_config(tmp_path, health_config())
+    store = Store("n1", Clock())
+    observe(store, "vs", "vs2", "n1", False)
+    observe(store, "vs", "vs2", "n2", True)  # n2 saw it up, then n2 died
+    assert evaluate(config, store, frozenset({"n1", "n2"}))[0]["vs2"].available
+    status = evaluate(config, store, frozenset({"n1"}))[0]["vs2"]
+    assert not status.available
+    assert "n2" not in status.reason
