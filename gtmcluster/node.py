@@ -17,6 +17,9 @@ from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.context import Availability, Client
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
+from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.scheduler import request
+from gtmcluster.proximity.table import Measurements
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
 
@@ -36,12 +39,15 @@ class Node:
         self.store = Store(name, clock)
         self.health = HealthTracker(config, self.store, clock, name)
         self.persistence = StorePersistence(self.store)
+        self.measurements = Measurements(self.store, config.prober, lambda: self.ready)
+        self.probe_budget = Budget(config.prober, clock)
         self.balancer = Balancer(
             config.topology,
             availability or self.health,
             self.persistence,
             clock,
             rng or random.Random(),
+            measurements=self.measurements,
         )
         self.responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size)
         #: measured methods (RTT, ...) are used only once the state is reconciled with the
@@ -53,6 +59,8 @@ class Node:
         decision = self.balancer.decide(wideip, qtype, client)
         if decision.persist is not None:
             self.persistence.put(decision.persist)
+        if decision.probe is not None:
+            request(self.store, self.probe_budget, decision.probe, self.member.name)
         return decision
 
     def tick(self) -> None:

@@ -12,6 +12,7 @@ from twisted.application.internet import TimerService
 from twisted.application.service import MultiService, Service
 from twisted.logger import Logger
 
+from gtmcluster.api import proximity
 from gtmcluster.api.server import site
 from gtmcluster.api.status import status
 from gtmcluster.config.model import Config
@@ -20,6 +21,9 @@ from gtmcluster.health.checker import HealthChecker
 from gtmcluster.node import Node
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
+from gtmcluster.probe.paths import PathProber
+from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.sync.replicator import Replicator
@@ -144,6 +148,18 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
         peers.setServiceParent(top)
     ColdStart(node, replicator, reactor, settings.cold_start_wait).setServiceParent(top)
     pinger = sockets.pinger
+    path_prober = PathProber(reactor, config.prober.protocols, config.prober.timeout, pinger, config.prober.udp_port)
+    probes = ProbeScheduler(
+        node.store,
+        node.measurements,
+        Budget(config.prober, reactor.seconds),
+        path_prober,
+        node_name,
+        member.datacenter,
+        reactor,
+    )
+    probes.setName("probes")
+    probes.setServiceParent(top)
     checker = HealthChecker(config, node.store, reactor, node_name, lambda m: make_check(m, reactor, pinger))
     checker.setName("health")
     checker.setServiceParent(top)
@@ -157,7 +173,11 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
     dns.setName("dns")
     dns.setServiceParent(top)
     if sockets.api is not None:
-        routes = {"/api/v1/status": lambda: status(node, replicator, reactor.seconds())}
+        routes: dict[str, Any] = {
+            "/api/v1/status": (lambda args: status(node, replicator, reactor.seconds()), ()),
+            "/api/v1/ldns": (lambda args: proximity.ldns_table(node, args), ("address",)),
+            "/api/v1/explain": (lambda args: proximity.explain(node, args), ("wideip", "ldns", "subnet", "type")),
+        }
         api = AdoptedPort(reactor, sockets.api, site(routes), "HTTP API")
         api.setName("api")
         api.setServiceParent(top)

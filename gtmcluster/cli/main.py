@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import certs, check, demo
+from gtmcluster.cli import certs, check, demo, explain, ldns
 
 
 def parser() -> argparse.ArgumentParser:
@@ -14,6 +14,8 @@ def parser() -> argparse.ArgumentParser:
     certs.add_parser(sub)
     check.add_parser(sub)
     demo.add_parser(sub)
+    explain.add_parser(sub)
+    ldns.add_parser(sub)
     return p
 
 

@@ -27,12 +27,12 @@ from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.dns import names
 
-MONITOR_TYPES = ("tcp", "http", "https", "udp", "dns", "icmp")
+MONITOR_TYPES = ("tcp", "http", "https", "udp", "dns", "icmp", "metrics")
 HTTP_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
 DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
 DNS_QTYPES = ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME", "SRV", "PTR")
 #: checks that connect to a port (icmp does not)
-PORTED = ("tcp", "http", "https", "udp", "dns")
+PORTED = ("tcp", "http", "https", "udp", "dns", "metrics")
 
 
 def read_monitors(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Monitor]:
@@ -122,6 +122,15 @@ def _check(r: Reader, m: Mapping, kind: str | None, resolve: Callable[[str], Pat
         return None if send is None else UdpCheck(send, expect)
     if kind in ("http", "https"):
         return _http(r, m, kind == "https", resolve)
+    if kind == "metrics":
+        path = m.string("path", "/metrics.json")
+        if path is not None and not path.startswith("/"):
+            r.error(m.at("path"), f"{path!r} must start with '/'")
+        host = m.string("host", None) if m.has("host") else None
+        cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
+        if path is None or cap is None:
+            return None
+        return HttpCheck(False, "GET", path, host, (200,), max_response_bytes=cap, metrics=True)
     if kind == "dns":
         query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the server for"))
         if query_name is not None:

@@ -263,10 +263,10 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:
-    default = Prober(PROBE_PROTOCOLS, 2419200)
+    default = Prober()
     if not top.has("prober"):
         return default
-    m = r.mapping(("prober",), top.get("prober"), "a mapping {protocols, path_ttl}")
+    m = r.mapping(("prober",), top.get("prober"), "a mapping {protocols, path_ttl, ...}")
     if m is None:
         return default
     protocols = []
@@ -277,9 +277,37 @@ def _prober(r: Reader, top: Mapping) -> Prober:
             protocols.append(proto)
     if isinstance(raw, list) and not raw:
         r.error(m.at("protocols"), "at least one probe protocol is needed")
-    path_ttl = m.integer("path_ttl", 2419200, 60, 2**31 - 1)
+    path_ttl = m.integer("path_ttl", default.path_ttl, 60, 2**31 - 1)
+    interval = m.number("probe_interval", default.probe_interval, 10, 86400 * 30)
+    inactive = m.integer("inactive_ldns_ttl", default.inactive_ldns_ttl, 60, 2**31 - 1)
+    timeout = m.number("timeout", default.timeout, 0.05, 30)
+    rate = m.number("max_per_second", default.max_per_second, 0.1, 100000)
+    in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
+    udp_port = m.integer("udp_port", default.udp_port, 1, 65535)
+    lists: dict[str, list[Any]] = {}
+    for key in ("allow", "deny"):
+        lists[key] = []
+        raw_list = m.get(key, [])
+        for i, item in enumerate(r.list(m.at(key), raw_list, "a list of networks") or []):
+            network = r.network((*m.at(key), i), item)
+            if network is not None:
+                lists[key].append(network)
     m.done()
-    return Prober(tuple(protocols), path_ttl or 2419200)
+    if None in (path_ttl, interval, inactive, timeout, rate, in_flight, udp_port):
+        return default
+    assert path_ttl and interval and inactive and timeout and rate and in_flight and udp_port
+    return Prober(
+        tuple(protocols),
+        path_ttl,
+        interval,
+        inactive,
+        timeout,
+        rate,
+        in_flight,
+        udp_port,
+        tuple(lists["allow"]),
+        tuple(lists["deny"]),
+    )
 
 
 def _dns_server(r: Reader, top: Mapping) -> DNSServer:

@@ -90,6 +90,9 @@ class HttpCheck:
     max_response_bytes: int = 65536
     verify_tls: bool = True
     ca_file: Path | None = None  # trust these CAs instead of the system's
+    #: a metrics monitor: the body is a JSON object of load figures (connections,
+    #: packets_per_second, kbps, capacity) for the load-based methods
+    metrics: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,31 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
+class Tolerance:
+    """RTTs this close to the best count as ties (then completion rate, then hops decide)."""
+
+    percent: float = 10.0
+    min_us: int = 1000
+
+    def tied(self, rtt_us: int, best_us: int) -> bool:
+        return rtt_us - best_us <= max(best_us * self.percent / 100, self.min_us)
+
+
+@dataclass(frozen=True, slots=True)
+class QosWeights:
+    """Coefficients of the qos method's score (BIG-IP DNS's defaults)."""
+
+    rtt: float = 50.0
+    hops: float = 0.0
+    completion_rate: float = 5.0
+    topology: float = 0.0
+    vs_capacity: float = 0.0
+    packet_rate: float = 1.0
+    kbps: float = 3.0
+    connections: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class PoolMember:
     vs: VirtualServer
     ratio: int
@@ -191,6 +219,14 @@ class PoolMember:
     @property
     def name(self) -> str:
         return self.vs.name
+
+    @property
+    def datacenters(self) -> frozenset[str]:
+        return frozenset((self.vs.datacenter,))
+
+    @property
+    def members(self) -> tuple[VirtualServer, ...]:
+        return (self.vs,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +262,8 @@ class Pool:
     max_answers: int
     fallback_ips: tuple[IPAddress, ...]
     static_persist: Prefixes
+    rtt_tolerance: Tolerance = Tolerance()
+    qos: QosWeights = QosWeights()
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +277,14 @@ class PoolRef:
     @property
     def name(self) -> str:
         return self.pool.name
+
+    @property
+    def datacenters(self) -> frozenset[str]:
+        return frozenset(m.vs.datacenter for m in self.pool.members)
+
+    @property
+    def members(self) -> tuple[VirtualServer, ...]:
+        return tuple(m.vs for m in self.pool.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +318,18 @@ class Region:
 
 @dataclass(frozen=True, slots=True)
 class Prober:
-    protocols: tuple[str, ...]
-    path_ttl: int
+    """How this node measures its paths to the LDNSes that ask it."""
+
+    protocols: tuple[str, ...] = ("dns_dot", "dns_rev", "udp", "tcp", "icmp")
+    path_ttl: int = 2419200  # a measured path is kept this long (28 days) unless re-measured
+    probe_interval: float = 600.0  # a path older than this is re-measured when its LDNS asks
+    inactive_ldns_ttl: int = 2419200  # an LDNS nobody has heard from this long is forgotten
+    timeout: float = 2.0  # per protocol attempt
+    max_per_second: float = 20.0  # probes started per second, per node
+    max_in_flight: int = 32  # probes running at once, per node
+    udp_port: int = 33434  # the udp protocol's destination port (any reply counts)
+    allow: tuple[IPNetwork, ...] = ()  # when set, only LDNSes in these networks are probed
+    deny: tuple[IPNetwork, ...] = ()  # never probed (added to the built-in multicast etc.)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,9 @@ from gtmcluster.config.model import (
     PoolMember,
     PoolRef,
     Prefixes,
+    QosWeights,
     Region,
+    Tolerance,
     VirtualServer,
     WideIP,
 )
@@ -342,6 +344,26 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
         methods = _methods(r, m, bool(fallback_ips))
         ttl = m.integer("ttl", 30, 0, MAX_TTL)
         max_answers = m.integer("max_answers", 1, 1, MAX_ANSWERS)
+        tolerance = Tolerance()
+        if m.has("rtt_tolerance"):
+            t = r.mapping(m.at("rtt_tolerance"), m.get("rtt_tolerance"), "a mapping {percent, min_us}")
+            if t is not None:
+                percent = t.number("percent", tolerance.percent, 0, 1000)
+                min_us = t.integer("min_us", tolerance.min_us, 0, 10_000_000)
+                tolerance = Tolerance(
+                    tolerance.percent if percent is None else percent, tolerance.min_us if min_us is None else min_us
+                )
+                t.done()
+        qos = QosWeights()
+        if m.has("qos"):
+            q = r.mapping(m.at("qos"), m.get("qos"), "a mapping of qos coefficients")
+            if q is not None:
+                values = {}
+                for field_name in QosWeights.__dataclass_fields__:
+                    value = q.number(field_name, getattr(qos, field_name), 0, 1_000_000)
+                    values[field_name] = getattr(qos, field_name) if value is None else value
+                q.done()
+                qos = QosWeights(**values)
         static_persist = Prefixes(32, 128)
         if m.has("static_persist"):
             sp = r.mapping(m.at("static_persist"), m.get("static_persist"), "a mapping {ipv4_prefix, ipv6_prefix}")
@@ -354,7 +376,9 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
         if ttl is None or max_answers is None:
             r.broken.add(("pool", name))
             continue
-        out[name] = Pool(name, tuple(members), methods, ttl, max_answers, tuple(fallback_ips), static_persist)
+        out[name] = Pool(
+            name, tuple(members), methods, ttl, max_answers, tuple(fallback_ips), static_persist, tolerance, qos
+        )
     return out
 
 

@@ -154,6 +154,9 @@ class HealthChecker(Service):
                 reason=reason,
                 event="observation",
             )
+        data = next((r.data for r in results if r.data), None)
+        if data is not None and subject.kind == "vs":
+            self.store.put(f"metrics/vs/{subject.name}", {**data, "by": self.node}, ttl=subject.ttl)
         if changed is not None or now - subject.last_written >= subject.ttl / 3:
             self.store.put(subject.key, {"up": subject.flap.state == UP, "reason": reason}, ttl=subject.ttl)
             subject.last_written = now

@@ -22,4 +22,4 @@ DYNAMIC = (
 SPECIAL = ("fallback_ip", "return_to_dns", "drop_packet", "none")
 
 MEMBER_METHODS = STATIC + DYNAMIC + SPECIAL
-POOL_METHODS = ("round_robin", "ratio", "global_availability", "topology", "random", "static_persist")
+POOL_METHODS = ("round_robin", "ratio", "global_availability", "topology", "random", "static_persist", *DYNAMIC)

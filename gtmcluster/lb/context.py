@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import random
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from gtmcluster.config.model import VirtualServer
 from gtmcluster.topology.records import Match, Topology
@@ -113,6 +113,10 @@ class Context:
     availability: Availability
     persistence: PersistenceView
     topology: Topology
+    #: paths to LDNSes and servers' load figures (None: a node without proximity data)
+    measurements: Any = None
+    #: set by a method that missed or found stale paths: the node asks for a probe
+    probe_wanted: bool = False
     _match: Match | None = field(default=None, repr=False)
 
     def topology_match(self) -> Match:

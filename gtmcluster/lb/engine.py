@@ -9,9 +9,11 @@ fallback addresses whatever their health.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, WideIP
 from gtmcluster.dns.zone import TYPE_A
@@ -64,6 +66,7 @@ class Balancer:
         clock: Callable[[], float],
         rng: random.Random | None = None,
         rotations: Rotations | None = None,
+        measurements: Any = None,
     ):
         self.topology = topology
         self.availability = availability
@@ -71,11 +74,39 @@ class Balancer:
         self.clock = clock
         self.rng = rng or random.Random()
         self.rotations = rotations or Rotations()
+        self.measurements = measurements
 
     def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
         ctx = Context(
-            client, self.clock(), self.rng, self.rotations, self.availability, self.persistence, self.topology
+            client,
+            self.clock(),
+            self.rng,
+            self.rotations,
+            self.availability,
+            self.persistence,
+            self.topology,
+            self.measurements,
         )
+        decision = self._decide(wideip, qtype, client, ctx)
+        if ctx.probe_wanted:
+            decision = replace(decision, probe=str(client.ldns))
+        return decision
+
+    def explain(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
+        """The decision *client* would get now, without side effects: the rotations and
+        the random source are copies, and nothing is written (persistence, probes)."""
+        twin = Balancer(
+            self.topology,
+            self.availability,
+            self.persistence,
+            self.clock,
+            copy.deepcopy(self.rng),
+            copy.deepcopy(self.rotations),
+            self.measurements,
+        )
+        return twin.decide(wideip, qtype, client)
+
+    def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
         run = _Run(ctx, 4 if qtype == TYPE_A else 6)
         key = None
         if wideip.persistence is not None:
@@ -292,7 +323,7 @@ class Balancer:
             if not members:
                 run.steps.append(Step(subject, slot_name, method, (), (), note="no available member"))
                 continue
-            slot = Slot(("pool", pool.name, slot_name), pool.static_persist)
+            slot = Slot(("pool", pool.name, slot_name), pool.static_persist, pool.rtt_tolerance, pool.qos)
             candidates, impl, ramp_note = self._slow_start(method, members, run)
             ranking = METHODS[impl](candidates, run.ctx, slot)
             run.scope = max(run.scope, ranking.scope)

@@ -12,46 +12,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from collections.abc import Sequence
 
-from gtmcluster.config.model import Prefixes
-from gtmcluster.lb.catalog import DYNAMIC
+from gtmcluster.lb import dynamic
 from gtmcluster.lb.context import Context
+from gtmcluster.lb.ranking import C, Candidate, Method, Ranking, Slot
 
+__all__ = ["METHODS", "Candidate", "Method", "Ranking", "Slot", "ratio_schedule"]
 
-class Candidate(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def ratio(self) -> int: ...
-
-    @property
-    def topology_mask(self) -> frozenset[int]: ...
-
-
-C = TypeVar("C", bound=Candidate)
 
 #: the longest ratio cycle kept exactly; larger weight sums are scaled down to it
 MAX_CYCLE = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """Where a method runs: its rotation counter and the static persist prefixes."""
-
-    rotation: tuple[str, ...]
-    static_persist: Prefixes
-
-
-@dataclass(frozen=True, slots=True)
-class Ranking:
-    order: tuple[Candidate, ...]
-    scores: tuple[tuple[str, float], ...] = ()
-    scope: int = 0
-    note: str = ""
 
 
 def round_robin(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
@@ -149,12 +120,6 @@ def static_persist(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     return Ranking(tuple(c for _, c in ranked), scores, prefix, f"client network {network}")
 
 
-def _needs_measurements(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
-    return Ranking((), note="no measurements yet")
-
-
-Method = Callable[[Sequence[Candidate], Context, Slot], Ranking]
-
 METHODS: dict[str, Method] = {
     "round_robin": round_robin,
     "ratio": ratio,
@@ -162,5 +127,5 @@ METHODS: dict[str, Method] = {
     "random": random_choice,
     "topology": topology,
     "static_persist": static_persist,
-    **dict.fromkeys(DYNAMIC, _needs_measurements),
+    **dynamic.METHODS,
 }

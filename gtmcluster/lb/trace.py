@@ -56,3 +56,5 @@ class Decision:
     method: str = ""
     #: for Action.RCODE
     rcode: int = 0
+    #: an LDNS whose paths are missing or stale: the node asks the group to probe it
+    probe: str | None = None

@@ -9,7 +9,7 @@ finished check leaves nothing behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -63,13 +63,13 @@ class Attempt:
         else:
             self._cleanups.append(cleanup)
 
-    def finish(self, ok: bool, reason: str) -> None:
+    def finish(self, ok: bool, reason: str, data: Mapping[str, float] | None = None) -> None:
         """Deliver the verdict, unless there already is one."""
         if self._done:
             return
         elapsed = self._clock.seconds() - self._start
         self._stop()
-        self.deferred.callback(Result(ok, reason, elapsed))
+        self.deferred.callback(Result(ok, reason, elapsed, data))
 
     def _expire(self) -> None:
         self.finish(False, f"no {self.waiting_for} within {seconds(self._timeout)}")

@@ -10,7 +10,7 @@ they are given, so tests drive them with a fake clock and in-memory transports.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred
@@ -32,6 +32,8 @@ class Result:
     ok: bool
     reason: str  # short and specific: "HTTP 200", "connection refused", "no reply within 2s"
     elapsed: float  # seconds from start to verdict, by the reactor's clock
+    #: what a metrics check read: connections, packets_per_second, kbps, capacity
+    data: Mapping[str, float] | None = None
 
 
 Check = Callable[[Target], "Deferred[Result]"]

@@ -11,7 +11,10 @@ succeeds at once, and body conditions are judged when the body is complete (the 
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -218,6 +221,14 @@ class HttpProbe(Protocol):
     def _judge_body(self, body: bytes) -> None:
         s = self._settings
         capped = f" (read capped at {s.max_response_bytes} bytes)" if self._capped else ""
+        if s.metrics:
+            data, problem = read_metrics(body)
+            if problem:
+                self._verdict(False, f"HTTP {self._status}, {problem}{capped}")
+            else:
+                self._ok = True
+                self._attempt.finish(True, f"HTTP {self._status}, metrics {format_metrics(data)}", data)
+            return
         if s.expect_body is not None and s.expect_body.encode("utf-8") not in body:
             self._verdict(False, f"HTTP {self._status}, body lacks {show(s.expect_body)}{capped}")
         elif s.expect_body_regex is not None and not re.search(
@@ -231,6 +242,34 @@ class HttpProbe(Protocol):
     def _verdict(self, ok: bool, reason: str) -> None:
         self._ok = ok
         self._attempt.finish(ok, reason)
+
+
+METRICS = ("connections", "packets_per_second", "kbps", "capacity")
+
+
+def read_metrics(body: bytes) -> tuple[dict[str, float], str]:
+    """The load figures of a metrics document, or a problem."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}, "the body is not JSON"
+    if not isinstance(document, dict):
+        return {}, "the body is not a JSON object"
+    data: dict[str, float] = {}
+    for key in METRICS:
+        value = document.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+            return {}, f"{key} is not a non-negative number"
+        data[key] = float(value)
+    if not data:
+        return {}, f"no metrics in the body (expected some of {', '.join(METRICS)})"
+    return data, ""
+
+
+def format_metrics(data: Mapping[str, float]) -> str:
+    return " ".join(f"{k}={v:g}" for k, v in data.items())
 
 
 class HttpChecker:

@@ -69,6 +69,8 @@ class Cand:
     name: str
     ratio: int = 1
     topology_mask: frozenset[int] = frozenset()
+    datacenters: frozenset[str] = frozenset()
+    members: tuple[VirtualServer, ...] = ()
 
 
 def cands(*names: str, ratio: int = 1) -> list[Cand]:

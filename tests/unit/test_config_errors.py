@@ -598,9 +598,9 @@ METHODS = [
         put(*WIP, "pool_lb", value="round_robbin"), f"{WIP_PATH}.pool_lb", "(did you mean 'round_robin'?)", id="pool_lb"
     ),
     pytest.param(
-        put(*WIP, "pool_lb", value="rtt"),
+        put(*WIP, "pool_lb", value="fallback_ip"),
         f"{WIP_PATH}.pool_lb",
-        "'rtt' is not one of: round_robin, ratio, global_availability, topology, random, static_persist",
+        "'fallback_ip' is not one of: round_robin, ratio, global_availability, topology, random, static_persist, rtt",
         id="pool_lb-member-only-method",
     ),
     pytest.param(

@@ -143,7 +143,7 @@ def test_fallback_after_a_none_alternate(tmp_path: Path) -> None:
     assert d.members == ("vs1",)
     assert d.method == "global_availability"
     assert [s.slot for s in d.trace] == ["pool_lb", "preferred", "fallback"]
-    assert d.trace[1].note == "no measurements yet"
+    assert d.trace[1].note == "no measurements on this node"
 
 
 def test_standard_chain_rtt_then_topology_then_global_availability(tmp_path: Path) -> None:

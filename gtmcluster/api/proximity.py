@@ -1,0 +1,116 @@
+"""The proximity table and decision explanations, as the API serves them."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from gtmcluster.api.server import ApiError
+from gtmcluster.dns import names
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
+from gtmcluster.lb.context import Client
+from gtmcluster.lb.dynamic import PATH_NOTE
+from gtmcluster.node import Node
+from gtmcluster.proximity.table import PathInfo
+
+
+def path_json(p: PathInfo) -> dict[str, Any]:
+    return {
+        "datacenter": p.datacenter,
+        "rtt_us": p.rtt_us,
+        "last_rtt_us": p.last_rtt_us,
+        "hops": p.hops,
+        "completion_rate": p.completion,
+        "protocol": p.protocol,
+        "age": round(p.age, 3),
+        "measured_by": p.by,
+        "failures": p.failures,
+    }
+
+
+def ldns_table(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
+    address = args.get("address")
+    if address is not None:
+        try:
+            address = str(ipaddress.ip_address(address))
+        except ValueError:
+            raise ApiError(400, f"address {address!r} is not an IP address") from None
+    prober = node.config.prober
+    by_ldns: dict[str, list[PathInfo]] = {}
+    for p in node.measurements.paths(address):
+        by_ldns.setdefault(p.ldns, []).append(p)
+    entries = []
+    for ldns, paths in by_ldns.items():
+        freshest = min(paths, key=lambda p: p.age)
+        entries.append(
+            {
+                "address": ldns,
+                "ttl": max(0, round(prober.inactive_ldns_ttl - freshest.age)),
+                "probe_protocol": freshest.protocol,
+                "paths": [path_json(p) for p in paths],
+            }
+        )
+    return {"node": node.member.name, "ldns": entries}
+
+
+def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
+    name = args.get("wideip")
+    if not name:
+        raise ApiError(400, "give wideip=NAME")
+    try:
+        key = names.key(names.from_text(name))
+    except names.BadName as e:
+        raise ApiError(400, str(e)) from None
+    wideip = node.config.wideips.get(key)
+    if wideip is None:
+        raise ApiError(404, f"no wide IP named {name!r}")
+    try:
+        ldns = ipaddress.ip_address(args.get("ldns", ""))
+    except ValueError:
+        raise ApiError(400, "give ldns=ADDRESS (the asking resolver's address)") from None
+    client = Client.from_ldns(ldns)
+    subnet = args.get("subnet")
+    if subnet:
+        try:
+            network = ipaddress.ip_network(subnet, strict=False)
+        except ValueError:
+            raise ApiError(400, f"subnet {subnet!r} is not a network") from None
+        client = Client(network.network_address, network.prefixlen, ldns, True)
+    qtype_name = args.get("type", "AAAA" if TYPE_AAAA in wideip.types and TYPE_A not in wideip.types else "A").upper()
+    qtype = {"A": TYPE_A, "AAAA": TYPE_AAAA}.get(qtype_name)
+    if qtype is None or qtype not in wideip.types:
+        raise ApiError(400, f"type {qtype_name} is not answered by {wideip.name}")
+    decision = node.balancer.explain(wideip, qtype, client)
+    return {
+        "wideip": wideip.name,
+        "type": qtype_name,
+        "client": {
+            "ldns": str(ldns),
+            "subnet": subnet or None,
+            "keys": "topology and persistence use the client subnet; " + PATH_NOTE
+            if subnet
+            else "topology, persistence and paths all use the LDNS address",
+        },
+        "action": decision.action.value,
+        "answer": [str(a) for a in decision.addresses],
+        "pool": decision.pool,
+        "members": list(decision.members),
+        "method": decision.method,
+        "ttl": decision.ttl,
+        "scope": decision.scope,
+        "probe_requested": decision.probe is not None,
+        "trace": [
+            {
+                "subject": s.subject,
+                "slot": s.slot,
+                "method": s.method,
+                "candidates": list(s.candidates),
+                "scores": [[n, v] for n, v in s.scores],
+                "result": list(s.result),
+                "note": s.note,
+                "text": s.describe(),
+            }
+            for s in decision.trace
+        ],
+    }

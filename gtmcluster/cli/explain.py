@@ -1,0 +1,61 @@
+"""`gtmcluster explain --config FILE --node N WIDEIP --ldns ADDR [--subnet CIDR]`: how a
+running node would answer that asker now, and why: every method tried, its candidates,
+scores and result. Nothing changes on the node (no rotation advances, nothing recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gtmcluster.cli.nodeapi import CliError, get, load_config, member
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("explain", help="explain a running node's answer for one asker", description=__doc__)
+    p.add_argument("--config", "-c", required=True, metavar="FILE")
+    p.add_argument("--node", "-n", metavar="NAME", help="the member to ask (optional with one member)")
+    p.add_argument("wideip")
+    p.add_argument("--ldns", required=True, metavar="ADDRESS", help="the asking resolver's address")
+    p.add_argument("--subnet", metavar="CIDR", help="an EDNS client subnet sent with the query")
+    p.add_argument("--type", default=None, choices=("A", "AAAA"))
+    p.add_argument("--json", action="store_true", help="the API's JSON")
+    p.set_defaults(run=run)
+
+
+def render(e: dict[str, Any]) -> str:
+    asker = f"LDNS {e['client']['ldns']}" + (
+        f", client subnet {e['client']['subnet']}" if e["client"]["subnet"] else ""
+    )
+    lines = [f"{e['wideip']} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
+    for step in e["trace"]:
+        lines.append(f"  {step['text']}")
+    if e["action"] == "answer":
+        lines.append(
+            f"=> {', '.join(e['answer'])} from pool {e['pool']} ({', '.join(e['members']) or 'fallback'}) "
+            f"by {e['method']}, TTL {e['ttl']}, ECS scope /{e['scope']}"
+        )
+    else:
+        lines.append(f"=> {e['action']}")
+    if e["probe_requested"]:
+        lines.append("   (paths to this LDNS are missing or stale: answering would ask the group to probe it)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    params = {"wideip": args.wideip, "ldns": args.ldns}
+    if args.subnet:
+        params["subnet"] = args.subnet
+    if args.type:
+        params["type"] = args.type
+    try:
+        config = load_config(args.config)
+        m = member(config, args.node)
+        answer = get(m, "/api/v1/explain", params)
+    except CliError as e:
+        print(f"gtmcluster explain: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=1, sort_keys=True) if args.json else render(answer))
+    return 0

@@ -1,0 +1,226 @@
+"""Dynamic methods: choices from measurements (paths to the LDNS, servers' load).
+
+- `rtt`: the candidate whose data center has the lowest smoothed RTT to the asking LDNS.
+  RTTs within the pool's `rtt_tolerance` of the best are ties, settled by the higher
+  completion rate, then the fewer hops, then in turn.
+- `completion_rate`: the highest completion rate; `hops`: the fewest hops (measured ones).
+- `qos`: a weighted score (BIG-IP DNS's quality of service): each measure normalised to
+  0..1 against the best candidate (RTT, hops, completion rate, topology score, server
+  capacity, packet rate, kbps, connections), times the pool's `qos` coefficients.
+- `least_connections`, `packet_rate`, `kbps`: the lowest load; `vs_capacity`: the most
+  capacity; figures come from `metrics` monitors (a pool counts the sum of its members).
+
+Paths are per LDNS, not per EDNS client subnet: a data center's RTT is measured to the
+resolver that asks, so these choices hold for every client behind it (scope 0). A method
+without the data it needs yields nothing (so the chain moves on) and, for paths, asks the
+node to have the LDNS probed; until the node has reconciled with its peers after a start,
+they yield nothing at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gtmcluster.lb.context import Context
+from gtmcluster.lb.ranking import Candidate, Method, Ranking, Slot
+
+PATH_NOTE = "RTT and paths are measured to the LDNS, not to the client subnet"
+
+
+def _unready(ctx: Context) -> Ranking | None:
+    m = ctx.measurements
+    if m is None:
+        return Ranking((), note="no measurements on this node")
+    if not m.ready:
+        return Ranking((), note="not ready: reconciling with peers after a start")
+    return None
+
+
+def _paths(cands: Sequence[Candidate], ctx: Context) -> dict[str, Any]:
+    """Each candidate's best usable path (over its data centers) to the asking LDNS."""
+    m = ctx.measurements
+    ldns = str(ctx.client.ldns)
+    best: dict[str, Any] = {}
+    for c in cands:
+        for dc in sorted(c.datacenters):
+            path = m.path(ldns, dc)
+            if path is None:
+                ctx.probe_wanted = True
+                continue
+            if m.stale(path):
+                ctx.probe_wanted = True
+            if not path.usable:
+                continue
+            held = best.get(c.name)
+            if held is None or path.rtt_us < held.rtt_us:
+                best[c.name] = path
+    return best
+
+
+def _missing(cands: Sequence[Candidate], ctx: Context) -> str:
+    dcs = sorted({dc for c in cands for dc in c.datacenters})
+    return f"no path from {', '.join(dcs)} to LDNS {ctx.client.ldns} measured yet (probe requested)"
+
+
+def rtt(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
+    if (early := _unready(ctx)) is not None:
+        return early
+    paths = _paths(cands, ctx)
+    if not paths:
+        return Ranking((), note=_missing(cands, ctx))
+    scores = tuple((c.name, float(paths[c.name].rtt_us)) for c in cands if c.name in paths)
+    best_rtt = min(p.rtt_us for p in paths.values())
+    measured = [(i, c) for i, c in enumerate(cands) if c.name in paths]
+    tied = [(i, c) for i, c in measured if slot.tolerance.tied(paths[c.name].rtt_us, best_rtt)]
+    rest = sorted((t for t in measured if t not in tied), key=lambda t: (paths[t[1].name].rtt_us, t[0]))
+
+    def quality(t: tuple[int, Candidate]) -> tuple[int, int]:
+        p = paths[t[1].name]
+        return (-p.completion, p.hops if p.hops > 0 else 1 << 30)
+
+    tied.sort(key=lambda t: (quality(t), t[0]))
+    note = PATH_NOTE
+    equal = [t for t in tied if quality(t) == quality(tied[0])]
+    if len(equal) > 1:  # equal in every criterion: take them in turn
+        start = ctx.rotations.next(slot.rotation) % len(equal)
+        tied = equal[start:] + equal[:start] + tied[len(equal) :]
+        note += f"; {len(equal)} tied within the RTT tolerance, taken in turn"
+    elif len(tied) > 1:
+        note += f"; {len(tied)} within the RTT tolerance, settled by completion rate and hops"
+    return Ranking(tuple(c for _, c in tied + rest), scores, 0, note)
+
+
+def _by_path(key: Callable[[Any], float | None], higher_better: bool, what: str) -> Method:
+    def method(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
+        if (early := _unready(ctx)) is not None:
+            return early
+        m = ctx.measurements
+        ldns = str(ctx.client.ldns)
+        values: dict[str, float] = {}
+        for c in cands:
+            for dc in c.datacenters:
+                path = m.path(ldns, dc)
+                if path is None:
+                    ctx.probe_wanted = True
+                    continue
+                value = key(path)
+                if value is None:
+                    continue
+                held = values.get(c.name)
+                better = held is None or (value > held if higher_better else value < held)
+                if better:
+                    values[c.name] = value
+        if not values:
+            return Ranking((), note=f"no {what} measured for LDNS {ldns} yet")
+        order = sorted(
+            (i for i, c in enumerate(cands) if c.name in values),
+            key=lambda i: ((-1 if higher_better else 1) * values[cands[i].name], i),
+        )
+        scores = tuple((cands[i].name, values[cands[i].name]) for i in order)
+        return Ranking(tuple(cands[i] for i in order), scores, 0, PATH_NOTE)
+
+    return method
+
+
+completion_rate = _by_path(lambda p: float(p.completion) if p.completion > 0 else None, True, "completion rate")
+hops = _by_path(lambda p: float(p.hops) if p.hops > 0 else None, False, "hop count")
+
+
+def _load(c: Candidate, ctx: Context, field: str) -> float | None:
+    """A candidate's figure: a server's own, or the sum over a pool's members."""
+    total = None
+    for vs in c.members:
+        figures = ctx.measurements.metrics(vs.name)
+        if figures and field in figures:
+            total = (total or 0.0) + figures[field]
+    return total
+
+
+def _by_load(field: str, higher_better: bool, what: str) -> Method:
+    def method(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
+        if ctx.measurements is None:
+            return Ranking((), note="no measurements on this node")
+        values = {c.name: v for c in cands if (v := _load(c, ctx, field)) is not None}
+        if not values:
+            return Ranking((), note=f"no {what} reported yet (metrics monitors)")
+        order = sorted(
+            (i for i, c in enumerate(cands) if c.name in values),
+            key=lambda i: ((-1 if higher_better else 1) * values[cands[i].name], i),
+        )
+        scores = tuple((cands[i].name, values[cands[i].name]) for i in order)
+        return Ranking(tuple(cands[i] for i in order), scores)
+
+    return method
+
+
+least_connections = _by_load("connections", False, "connection counts")
+packet_rate = _by_load("packets_per_second", False, "packet rates")
+kbps = _by_load("kbps", False, "throughput")
+vs_capacity = _by_load("capacity", True, "capacity")
+
+
+def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
+    if (early := _unready(ctx)) is not None:
+        return early
+    w = slot.qos
+    paths = _paths(cands, ctx)
+    parts: dict[str, dict[str, float]] = {c.name: {} for c in cands}
+
+    def lower_better(name: str, values: dict[str, float]) -> None:
+        positive = {k: v for k, v in values.items() if v > 0}
+        if positive:
+            best = min(positive.values())
+            for k, v in positive.items():
+                parts[k][name] = best / v
+        for k, v in values.items():
+            if v == 0:
+                parts[k][name] = 1.0
+
+    def higher_better(name: str, values: dict[str, float]) -> None:
+        top = max(values.values(), default=0)
+        if top > 0:
+            for k, v in values.items():
+                parts[k][name] = v / top
+
+    lower_better("rtt", {n: float(p.rtt_us) for n, p in paths.items()})
+    lower_better("hops", {n: float(p.hops) for n, p in paths.items() if p.hops > 0})
+    higher_better("completion_rate", {n: float(p.completion) for n, p in paths.items()})
+    match = ctx.topology_match()
+    topo = {c.name: float(hit[0]) for c in cands if (hit := ctx.topology.score(match, c.topology_mask)) is not None}
+    higher_better("topology", topo)
+    for field, name, better in (
+        ("capacity", "vs_capacity", higher_better),
+        ("packets_per_second", "packet_rate", lower_better),
+        ("kbps", "kbps", lower_better),
+        ("connections", "connections", lower_better),
+    ):
+        better(name, {c.name: v for c in cands if (v := _load(c, ctx, field)) is not None})
+    weights = {
+        "rtt": w.rtt,
+        "hops": w.hops,
+        "completion_rate": w.completion_rate,
+        "topology": w.topology,
+        "vs_capacity": w.vs_capacity,
+        "packet_rate": w.packet_rate,
+        "kbps": w.kbps,
+        "connections": w.connections,
+    }
+    score = {c.name: sum(weights[k] * v for k, v in parts[c.name].items()) for c in cands}
+    if not any(weights[k] for part in parts.values() for k in part):
+        return Ranking((), note=_missing(cands, ctx) + "; no load figures either")
+    order = sorted(range(len(cands)), key=lambda i: (-score[cands[i].name], i))
+    scores = tuple((cands[i].name, round(score[cands[i].name], 4)) for i in order)
+    return Ranking(tuple(cands[i] for i in order), scores, match.scope if w.topology else 0, PATH_NOTE)
+
+
+METHODS: dict[str, Method] = {
+    "rtt": rtt,
+    "completion_rate": completion_rate,
+    "hops": hops,
+    "qos": qos,
+    "least_connections": least_connections,
+    "packet_rate": packet_rate,
+    "kbps": kbps,
+    "vs_capacity": vs_capacity,
+}

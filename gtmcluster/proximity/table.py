@@ -1,0 +1,184 @@
+"""Path records: one data center's measured path to one LDNS, and what the methods see.
+
+A path lives at ``path/<ldns>/<datacenter>``, written by the node of that data center that
+probed it, replicated like any record. Its value holds the smoothed RTT and the last one
+(microseconds), the completion rate over the last attempts (in 1/10000), hops (0 when
+unknown), the protocol that answered, and the run of consecutive failures (for backoff).
+A path's age is its record's age, which every node counts on its own clock.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gtmcluster.config.model import Prober
+from gtmcluster.state.store import Record, Store
+
+#: smoothing of the RTT: new = ALPHA * sample + (1 - ALPHA) * old
+ALPHA = 0.3
+#: attempts the completion rate is counted over
+WINDOW = 10
+#: a path that failed this many times in a row is probed again only after a backoff
+BACKOFF_BASE = 60.0
+BACKOFF_MAX = 86400.0
+
+PATH = "path/"
+REQUEST = "probe/"
+METRICS = "metrics/vs/"
+
+
+def path_key(ldns: str, datacenter: str) -> str:
+    return f"{PATH}{ldns}/{datacenter}"
+
+
+def request_key(ldns: str) -> str:
+    return f"{REQUEST}{ldns}"
+
+
+@dataclass(frozen=True, slots=True)
+class PathInfo:
+    ldns: str
+    datacenter: str
+    rtt_us: int  # smoothed; 0 while the LDNS never answered
+    last_rtt_us: int
+    hops: int  # 0 when unknown
+    completion: int  # replies per 10000 attempts over the last WINDOW attempts
+    protocol: str  # the protocol that answered last
+    failures: int  # consecutive failed probes
+    window: str  # the last attempts, oldest first: "1" replied, "0" did not
+    by: str  # the node that measured it
+    age: float  # seconds since it was measured (this node's clock)
+
+    @property
+    def usable(self) -> bool:
+        return self.rtt_us > 0 and self.completion > 0
+
+    def value(self) -> dict[str, Any]:
+        return {
+            "rtt": self.rtt_us,
+            "last_rtt": self.last_rtt_us,
+            "hops": self.hops,
+            "completion": self.completion,
+            "protocol": self.protocol,
+            "failures": self.failures,
+            "window": self.window,
+            "by": self.by,
+        }
+
+    def backoff(self) -> float:
+        """Seconds to wait before probing again after consecutive failures."""
+        if self.failures == 0:
+            return 0.0
+        return float(min(BACKOFF_BASE * 2 ** (self.failures - 1), BACKOFF_MAX))
+
+
+def from_record(record: Record, now: float) -> PathInfo | None:
+    _, ldns, datacenter = record.key.split("/", 2)
+    v = record.value
+    try:
+        return PathInfo(
+            ldns,
+            datacenter,
+            int(v["rtt"]),
+            int(v["last_rtt"]),
+            int(v["hops"]),
+            int(v["completion"]),
+            str(v["protocol"]),
+            int(v["failures"]),
+            str(v["window"]),
+            str(v["by"]),
+            now - record.born,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None  # not a path record this version understands
+
+
+def updated(
+    previous: PathInfo | None, ok: bool, rtt_us: int, hops: int, protocol: str, by: str, ldns: str, dc: str
+) -> PathInfo:
+    """The path after one more probe (a reply of *rtt_us*, or none)."""
+    window = ((previous.window if previous else "") + ("1" if ok else "0"))[-WINDOW:]
+    completion = round(window.count("1") * 10000 / len(window))
+    if ok:
+        old = previous.rtt_us if previous and previous.rtt_us else 0
+        smoothed = rtt_us if not old else round(ALPHA * rtt_us + (1 - ALPHA) * old)
+        return PathInfo(
+            ldns,
+            dc,
+            max(1, smoothed),
+            max(1, rtt_us),
+            hops or (previous.hops if previous else 0),
+            completion,
+            protocol,
+            0,
+            window,
+            by,
+            0.0,
+        )
+    return PathInfo(
+        ldns,
+        dc,
+        previous.rtt_us if previous else 0,
+        previous.last_rtt_us if previous else 0,
+        previous.hops if previous else 0,
+        completion,
+        previous.protocol if previous else "",
+        (previous.failures if previous else 0) + 1,
+        window,
+        by,
+        0.0,
+    )
+
+
+class Measurements:
+    """What the dynamic methods read: paths to the asking LDNS and servers' load figures.
+
+    `ready` stays false until the node has reconciled with its peers after starting, so a
+    restarted node does not decide from an empty table.
+    """
+
+    def __init__(self, store: Store, prober: Prober, ready: Callable[[], bool]):
+        self.store = store
+        self.prober = prober
+        self._ready = ready
+
+    @property
+    def ready(self) -> bool:
+        return self._ready()
+
+    def path(self, ldns: str, datacenter: str) -> PathInfo | None:
+        """The path from *datacenter* to *ldns*, if measured within path_ttl."""
+        record = self.store.get(path_key(ldns, datacenter))
+        if record is None:
+            return None
+        info = from_record(record, self.store.clock())
+        if info is None or info.age > self.prober.path_ttl:
+            return None
+        return info
+
+    def stale(self, info: PathInfo) -> bool:
+        return info.age > self.prober.probe_interval
+
+    def metrics(self, vs: str) -> Mapping[str, float] | None:
+        record = self.store.get(f"{METRICS}{vs}")
+        if record is None or not isinstance(record.value, dict):
+            return None
+        return {k: float(v) for k, v in record.value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def paths(self, ldns: str | None = None) -> list[PathInfo]:
+        """Every path held (of one LDNS), for the ldns command and the API."""
+        prefix = f"{PATH}{ldns}/" if ldns else PATH
+        now = self.store.clock()
+        out = [info for r in self.store.scan(prefix) if (info := from_record(r, now)) is not None]
+        return sorted(out, key=lambda p: (_address_order(p.ldns), p.datacenter))
+
+
+def _address_order(text: str) -> tuple[int, int]:
+    try:
+        a = ipaddress.ip_address(text)
+    except ValueError:
+        return (9, 0)
+    return (a.version, int(a))

@@ -1,0 +1,213 @@
+"""Dynamic methods through a node: RTT with tolerance and tie-breaks, probe requests for
+missing paths, readiness, ECS, QoS, load figures, and explain without side effects."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gtmcluster.config.load import load
+from gtmcluster.lb.context import Client
+from gtmcluster.node import Node
+from gtmcluster.proximity.table import path_key, request_key, updated
+from tests.support import configs
+from tests.support.dnsclient import addresses, ecs_option, parse, query
+
+LDNS = "198.18.0.53"  # in no region: topology would send it to DC3
+
+
+def node(tmp_path: Path, **pool: Any) -> Node:
+    raw = configs.base()
+    raw["pools"]["p"]["load_balancing"] = pool.pop("load_balancing", {"preferred": "rtt", "alternate": "topology"})
+    raw["pools"]["p"].update(pool)
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0, rng=random.Random(5))
+    n.ready = True
+    return n
+
+
+def path(n: Node, dc: str, rtt_us: int, completion_ok: int = 10, hops: int = 0, ldns: str = LDNS) -> None:
+    p = None
+    for i in range(10):
+        p = updated(p, i < completion_ok, rtt_us, hops, "dns_dot", "n1", ldns, dc)
+    assert p is not None
+    n.store.put(path_key(ldns, dc), p.value())
+
+
+def ask(n: Node, source: str = LDNS, **kw: Any) -> list[str]:
+    reply = n.responder.handle(query("gslb.example.test", **kw), source)
+    assert reply is not None
+    return addresses(parse(reply))
+
+
+def test_rtt_picks_the_data_center_closest_to_the_ldns(tmp_path: Path) -> None:
+    """The lowest measured RTT wins, whatever topology would say."""
+    n = node(tmp_path)
+    path(n, "DC1", 120_000)
+    path(n, "DC2", 20_000)
+    path(n, "DC3", 80_000)
+    assert ask(n) == ["10.0.2.1"]
+    path(n, "DC1", 5_000)
+    assert ask(n) == ["10.0.1.1"]
+
+
+def test_missing_paths_fall_through_and_request_a_probe(tmp_path: Path) -> None:
+    """With no path yet, the alternate (topology) answers at once and a probe is requested."""
+    n = node(tmp_path)
+    assert ask(n) == ["10.0.3.1"]  # topology: anyone -> DC3
+    record = n.store.get(request_key(LDNS))
+    assert record is not None and record.value == {"by": "n1"}
+
+
+def test_stale_paths_are_used_and_refreshed(tmp_path: Path) -> None:
+    """A path older than probe_interval still decides, and asks for a new measurement."""
+    raw_clock = [1000.0]
+    raw = configs.base()
+    raw["pools"]["p"]["load_balancing"] = {"preferred": "rtt"}
+    raw["prober"] = {"probe_interval": 60}
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: raw_clock[0])
+    n.ready = True
+    for dc, rtt in (("DC1", 9000), ("DC2", 1000), ("DC3", 5000)):
+        path(n, dc, rtt)
+    assert ask(n) == ["10.0.2.1"] and n.store.get(request_key(LDNS)) is None
+    raw_clock[0] += 61
+    assert ask(n) == ["10.0.2.1"]
+    assert n.store.get(request_key(LDNS)) is not None
+
+
+def test_rtts_within_tolerance_are_settled_by_completion_then_hops(tmp_path: Path) -> None:
+    """10 ms vs 10.5 ms is a tie (10% tolerance): the better completion rate wins; with equal
+    completion, fewer hops win."""
+    n = node(tmp_path)
+    path(n, "DC1", 10_000, completion_ok=7)
+    path(n, "DC2", 10_500, completion_ok=10)
+    path(n, "DC3", 50_000)
+    assert ask(n) == ["10.0.2.1"]
+    path(n, "DC1", 10_000, hops=9)
+    path(n, "DC2", 10_500, hops=4)
+    assert ask(n) == ["10.0.2.1"]
+    tight = node(tmp_path / "tight", rtt_tolerance={"percent": 0, "min_us": 0})
+    path(tight, "DC1", 10_000, completion_ok=7)
+    path(tight, "DC2", 10_500, completion_ok=10)
+    path(tight, "DC3", 50_000)
+    assert ask(tight) == ["10.0.1.1"]  # no tolerance: strictly the lowest RTT
+
+
+def test_exact_ties_share_the_load(tmp_path: Path) -> None:
+    """Members equal in RTT, completion and hops are taken in turn."""
+    n = node(tmp_path)
+    for dc in ("DC1", "DC2", "DC3"):
+        path(n, dc, 20_000)
+    assert {ask(n)[0] for _ in range(6)} == {"10.0.1.1", "10.0.2.1", "10.0.3.1"}
+
+
+def test_not_ready_means_no_measured_methods(tmp_path: Path) -> None:
+    """Until the node has reconciled after starting, rtt yields nothing."""
+    n = node(tmp_path)
+    path(n, "DC2", 1000)
+    n.ready = False
+    assert ask(n) == ["10.0.3.1"]
+    wideip = next(iter(n.config.wideips.values()))
+    decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
+    assert "not ready" in decision.trace[1].note
+
+
+def test_rtt_keys_on_the_ldns_even_with_a_client_subnet(tmp_path: Path) -> None:
+    """RTT is measured to the resolver: a client subnet does not change it, and the answer
+    is valid for every client behind that resolver (scope 0)."""
+    n = node(tmp_path)
+    path(n, "DC1", 90_000)
+    path(n, "DC2", 10_000)
+    path(n, "DC3", 50_000)
+    reply = n.responder.handle(query("gslb.example.test", ecs="198.51.100.0/24"), LDNS)
+    assert reply is not None
+    msg = parse(reply)
+    assert addresses(msg) == ["10.0.2.1"]  # region r1 (DC1) for topology, but RTT decides
+    option = ecs_option(msg)
+    assert option is not None and option.scopelen == 0
+
+
+def test_completion_rate_and_hops_methods(tmp_path: Path) -> None:
+    """completion_rate takes the most reliable path; hops the fewest measured hops."""
+    n = node(tmp_path, load_balancing={"preferred": "completion_rate"})
+    path(n, "DC1", 1000, completion_ok=6)
+    path(n, "DC2", 9000, completion_ok=9)
+    path(n, "DC3", 9000, completion_ok=8)
+    assert ask(n) == ["10.0.2.1"]
+    h = node(tmp_path / "h", load_balancing={"preferred": "hops"})
+    path(h, "DC1", 1000, hops=12)
+    path(h, "DC2", 1000, hops=3)
+    path(h, "DC3", 1000, hops=0)  # unknown: not a candidate
+    assert ask(h) == ["10.0.2.1"]
+
+
+def metrics(n: Node, vs: str, **figures: float) -> None:
+    n.store.put(f"metrics/vs/{vs}", {**figures, "by": "n1"})
+
+
+@pytest.mark.parametrize(
+    ("method", "field", "values", "winner"),
+    [
+        ("least_connections", "connections", (900, 100, 500), "10.0.2.1"),
+        ("packet_rate", "packets_per_second", (10, 50, 5), "10.0.3.1"),
+        ("kbps", "kbps", (7, 3, 9), "10.0.2.1"),
+        ("vs_capacity", "capacity", (2, 8, 4), "10.0.2.1"),
+    ],
+)
+def test_load_methods(tmp_path: Path, method: str, field: str, values: tuple[int, ...], winner: str) -> None:
+    """Load-based methods use the metrics monitors' figures; without figures they yield nothing."""
+    n = node(tmp_path, load_balancing={"preferred": method, "alternate": "global_availability"})
+    assert ask(n) == ["10.0.1.1"]  # no figures: the alternate answers
+    for vs, value in zip(("vs1", "vs2", "vs3"), values, strict=True):
+        metrics(n, vs, **{field: value})
+    assert ask(n) == [winner]
+
+
+def test_qos_weighs_rtt_against_load(tmp_path: Path) -> None:
+    """QoS combines RTT and load: a slightly slower but idle data center beats a busy one
+    when packet rate weighs enough."""
+    n = node(
+        tmp_path,
+        load_balancing={"preferred": "qos"},
+        qos={"rtt": 1, "packet_rate": 10, "kbps": 0, "completion_rate": 0},
+    )
+    path(n, "DC1", 10_000)
+    path(n, "DC2", 12_000)
+    path(n, "DC3", 200_000)
+    metrics(n, "vs1", packets_per_second=1000)
+    metrics(n, "vs2", packets_per_second=100)
+    metrics(n, "vs3", packets_per_second=100)
+    assert ask(n) == ["10.0.2.1"]
+    rtt_only = node(tmp_path / "r", load_balancing={"preferred": "qos"}, qos={"rtt": 1, "packet_rate": 0, "kbps": 0})
+    path(rtt_only, "DC1", 10_000)
+    path(rtt_only, "DC2", 12_000)
+    path(rtt_only, "DC3", 200_000)
+    assert ask(rtt_only) == ["10.0.1.1"]
+
+
+def test_pool_level_rtt(tmp_path: Path) -> None:
+    """pool_lb rtt picks the pool whose data centers are closest to the LDNS."""
+    raw = configs.base()
+    raw["pools"]["near"] = {"members": ["vs2"], "load_balancing": {"preferred": "global_availability"}}
+    raw["pools"]["far"] = {"members": ["vs1"], "load_balancing": {"preferred": "global_availability"}}
+    raw["wideips"]["gslb.example.test"] = {"pools": ["far", "near"], "pool_lb": "rtt"}
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0)
+    n.ready = True
+    path(n, "DC1", 100_000)
+    path(n, "DC2", 3_000)
+    assert ask(n) == ["10.0.2.1"]
+
+
+def test_explain_changes_nothing(tmp_path: Path) -> None:
+    """explain shows the decision without advancing rotations or writing records."""
+    n = node(tmp_path, load_balancing={"preferred": "round_robin"})
+    wideip = next(iter(n.config.wideips.values()))
+    client = Client.from_ldns(ipaddress.ip_address(LDNS))
+    before = len(n.store)
+    first = [n.balancer.explain(wideip, 1, client).members for _ in range(3)]
+    assert first[0] == first[1] == first[2]
+    assert len(n.store) == before
+    assert ask(n) == ["10.0.1.1"]  # the real rotation had not moved

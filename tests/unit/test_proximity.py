@@ -1,0 +1,217 @@
+"""Path records, the probe budget, and probing on request (fake clock, scripted prober)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import pytest
+from twisted.internet import defer, task
+
+from gtmcluster.config.model import Prober
+from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.scheduler import ProbeScheduler, request
+from gtmcluster.proximity.table import Measurements, PathInfo, from_record, path_key, request_key, updated
+from gtmcluster.state.store import Store
+
+
+def test_rtt_is_smoothed_and_the_last_sample_kept() -> None:
+    """The first reply sets the RTT; later ones move it by 30% towards themselves."""
+    p = updated(None, True, 100_000, 7, "dns_dot", "n1", "192.0.2.1", "CNC")
+    assert (p.rtt_us, p.last_rtt_us, p.hops, p.completion) == (100_000, 100_000, 7, 10000)
+    p = updated(p, True, 200_000, 0, "tcp", "n1", "192.0.2.1", "CNC")
+    assert (p.rtt_us, p.last_rtt_us, p.protocol) == (130_000, 200_000, "tcp")
+    assert p.hops == 7  # an unknown hop count keeps the last known one
+
+
+def test_completion_rate_counts_the_last_ten_attempts() -> None:
+    """Replies per 10000 over a sliding window of ten attempts."""
+    p = None
+    for ok in [True] * 5 + [False] * 5:
+        p = updated(p, ok, 1000, 0, "udp", "n1", "a", "DC")
+    assert p is not None and p.completion == 5000
+    for _ in range(10):
+        p = updated(p, True, 1000, 0, "udp", "n1", "a", "DC")
+    assert p.completion == 10000 and len(p.window) == 10
+
+
+def test_failures_back_off_exponentially() -> None:
+    """An LDNS that never answers is probed after 60 s, 120 s, 240 s ... (at most a day)."""
+    p = None
+    waits = []
+    for _ in range(14):
+        p = updated(p, False, 0, 0, "", "n1", "a", "DC")
+        waits.append(p.backoff())
+    assert waits[:4] == [60, 120, 240, 480]
+    assert waits[-1] == 86400
+    assert p is not None and not p.usable and p.completion == 0
+
+
+def test_path_records_round_trip_and_age_from_the_record(tmp_path: object) -> None:
+    """A path written as a record reads back with its age counted from the record's birth."""
+    clock = task.Clock()
+    store = Store("n1", clock.seconds)
+    p = updated(None, True, 5000, 3, "icmp", "n1", "198.51.100.9", "TEL")
+    store.put(path_key("198.51.100.9", "TEL"), p.value())
+    clock.advance(42)
+    back = from_record(store.get(path_key("198.51.100.9", "TEL")), clock.seconds())  # type: ignore[arg-type]
+    assert back is not None and back.age == 42 and back.rtt_us == 5000 and back.datacenter == "TEL"
+    m = Measurements(store, Prober(probe_interval=30, path_ttl=100), lambda: True)
+    info = m.path("198.51.100.9", "TEL")
+    assert info is not None and m.stale(info)
+    clock.advance(60)
+    assert m.path("198.51.100.9", "TEL") is None  # older than path_ttl: not used
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("192.0.2.1", True),
+        ("224.0.0.5", False),
+        ("255.255.255.255", False),
+        ("0.0.0.0", False),
+        ("ff02::1", False),
+        ("2001:db8::1", True),
+        ("10.1.2.3", False),
+        ("not-an-ip", False),
+    ],
+)
+def test_allow_and_deny(address: str, allowed: bool) -> None:
+    """Reserved ranges are never probed; prober.deny adds more; prober.allow narrows."""
+    budget = Budget(Prober(deny=(ipaddress.ip_network("10.0.0.0/8"),)), lambda: 0.0)
+    assert (budget.allowed(address) is None) == allowed
+    narrow = Budget(Prober(allow=(ipaddress.ip_network("192.0.2.0/24"),)), lambda: 0.0)
+    assert narrow.allowed("192.0.2.77") is None and narrow.allowed("198.51.100.1") is not None
+
+
+def test_rate_and_in_flight_limits() -> None:
+    """At most max_per_second starts per second and max_in_flight at once."""
+    clock = task.Clock()
+    budget = Budget(Prober(max_per_second=5, max_in_flight=3), clock.seconds)
+    assert [budget.take() for _ in range(4)] == [True, True, True, False]  # in flight
+    for _ in range(3):
+        budget.done()
+    assert [budget.take() for _ in range(3)] == [True, True, False]  # 5 tokens used
+    clock.advance(1)
+    budget.done()
+    budget.done()
+    assert budget.take()
+
+
+@dataclass
+class Reply:
+    ok: bool
+    rtt_us: int
+    hops: int
+    protocol: str
+    reason: str
+
+
+class ScriptedProber:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.pending: list[defer.Deferred[Reply]] = []
+        self.answer: Reply | None = Reply(True, 25_000, 5, "dns_dot", "reply")
+
+    def probe(self, ldns: ipaddress.IPv4Address | ipaddress.IPv6Address) -> defer.Deferred[Reply]:
+        self.asked.append(str(ldns))
+        if self.answer is None:
+            d: defer.Deferred[Reply] = defer.Deferred()
+            self.pending.append(d)
+            return d
+        return defer.succeed(self.answer)
+
+    def close(self) -> None:
+        pass
+
+
+def scheduler(prober: Prober | None = None) -> tuple[ProbeScheduler, Store, task.Clock, ScriptedProber]:
+    clock = task.Clock()
+    store = Store("n1", clock.seconds)
+    settings = prober or Prober()
+    fake = ScriptedProber()
+    s = ProbeScheduler(
+        store, Measurements(store, settings, lambda: True), Budget(settings, clock.seconds), fake, "n1", "CNC", clock
+    )
+    s.startService()
+    return s, store, clock, fake
+
+
+def test_a_request_record_makes_the_node_probe_and_record_its_path() -> None:
+    """Any node's probe request leads to this node's measurement from its data center."""
+    _, store, _, prober = scheduler()
+    assert request(store, Budget(Prober(), lambda: 0.0), "198.51.100.7", "n2")
+    assert prober.asked == ["198.51.100.7"]
+    record = store.get(path_key("198.51.100.7", "CNC"))
+    assert record is not None and record.value["rtt"] == 25_000 and record.value["by"] == "n1"
+
+
+def test_one_request_at_a_time_per_ldns() -> None:
+    """While a request is live, asking again publishes nothing; after it ends, it may."""
+    _, store, clock, _ = scheduler()
+    budget = Budget(Prober(), clock.seconds)
+    assert request(store, budget, "198.51.100.7", "n1")
+    first = store.get(request_key("198.51.100.7"))
+    assert not request(store, budget, "198.51.100.7", "n1")
+    assert store.get(request_key("198.51.100.7")) == first
+    clock.advance(61)
+    assert request(store, budget, "198.51.100.7", "n1")
+
+
+def test_fresh_paths_are_not_probed_again() -> None:
+    """A path measured less than half a probe interval ago is left alone."""
+    s, _, clock, prober = scheduler(Prober(probe_interval=600))
+    s.want("198.51.100.7")
+    clock.advance(100)
+    s.want("198.51.100.7")
+    assert prober.asked == ["198.51.100.7"]
+    clock.advance(250)
+    s.want("198.51.100.7")
+    assert prober.asked == ["198.51.100.7", "198.51.100.7"]
+
+
+def test_silent_ldnses_are_backed_off() -> None:
+    """After a failed probe, the next waits 60 s; after another, 120 s."""
+    s, store, clock, prober = scheduler()
+    prober.answer = Reply(False, 0, 0, "", "all protocols failed")
+    s.want("203.0.113.5")
+    s.want("203.0.113.5")
+    assert len(prober.asked) == 1
+    clock.advance(61)
+    s.want("203.0.113.5")
+    assert len(prober.asked) == 2
+    clock.advance(61)
+    s.want("203.0.113.5")
+    assert len(prober.asked) == 2  # now 120 s
+    record = store.get(path_key("203.0.113.5", "CNC"))
+    assert record is not None and record.value["failures"] == 2 and record.value["completion"] == 0
+
+
+def test_probes_in_flight_are_capped_and_the_queue_drains() -> None:
+    """Beyond max_in_flight, requests wait; each finished probe lets the next start."""
+    s, _, clock, prober = scheduler(Prober(max_in_flight=2, max_per_second=1000))
+    prober.answer = None  # probes hang until the test answers them
+    for i in range(5):
+        s.want(f"198.51.100.{i + 1}")
+    assert len(prober.asked) == 2
+    prober.pending[0].callback(Reply(True, 1000, 0, "udp", "reply"))
+    assert len(prober.asked) == 3
+    for d in list(prober.pending[1:]):
+        d.callback(Reply(True, 1000, 0, "udp", "reply"))
+    clock.advance(1)
+    assert len(prober.asked) == 5
+
+
+def test_denied_ldnses_are_never_probed_nor_requested() -> None:
+    """A spoofed multicast or denied source cannot make the group probe it."""
+    s, store, _, prober = scheduler(Prober(deny=(ipaddress.ip_network("192.0.2.0/24"),)))
+    assert not request(store, s.budget, "192.0.2.1", "n1")
+    assert not request(store, s.budget, "224.0.0.1", "n1")
+    s.want("192.0.2.1")
+    assert prober.asked == []
+
+
+def test_path_info_knows_when_it_can_be_used() -> None:
+    """A path that never answered (RTT 0, completion 0) is not usable by the methods."""
+    dead = PathInfo("a", "DC", 0, 0, 0, 0, "", 3, "000", "n1", 5.0)
+    assert not dead.usable and dead.backoff() == 240
