@@ -39,7 +39,12 @@ class Node:
         self.store = Store(name, clock)
         self.health = HealthTracker(config, self.store, clock, name)
         self.persistence = StorePersistence(self.store)
-        self.measurements = Measurements(self.store, config.prober, lambda: self.ready)
+        self.measurements = Measurements(
+            self.store,
+            config.prober,
+            lambda: self.ready,
+            frozenset(m.datacenter for m in config.sync_group.members),
+        )
         self.probe_budget = Budget(config.prober, clock)
         self.balancer = Balancer(
             config.topology,

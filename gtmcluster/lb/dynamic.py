@@ -37,16 +37,26 @@ def _unready(ctx: Context) -> Ranking | None:
     return None
 
 
-def _paths(cands: Sequence[Candidate], ctx: Context) -> dict[str, Any]:
-    """Each candidate's best usable path (over its data centers) to the asking LDNS."""
+def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], list[str]]:
+    """Each candidate's best usable path (over its data centers) to the asking LDNS, and
+    the data centers (with a GTM to measure from) whose path is still unknown.
+
+    Comparing only the measured data centers would favour whichever measured first, so
+    while a path is missing the methods yield nothing (BIG-IP uses the alternate method
+    until the paths are complete). A data center that measured and got no reply is known:
+    its candidates are just not usable.
+    """
     m = ctx.measurements
     ldns = str(ctx.client.ldns)
     best: dict[str, Any] = {}
+    waiting: set[str] = set()
     for c in cands:
         for dc in sorted(c.datacenters):
             path = m.path(ldns, dc)
             if path is None:
                 ctx.probe_wanted = True
+                if dc in m.probing_datacenters:
+                    waiting.add(dc)
                 continue
             if m.stale(path):
                 ctx.probe_wanted = True
@@ -55,20 +65,19 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> dict[str, Any]:
             held = best.get(c.name)
             if held is None or path.rtt_us < held.rtt_us:
                 best[c.name] = path
-    return best
+    return best, sorted(waiting)
 
 
-def _missing(cands: Sequence[Candidate], ctx: Context) -> str:
-    dcs = sorted({dc for c in cands for dc in c.datacenters})
+def _missing(dcs: Sequence[str], ctx: Context) -> str:
     return f"no path from {', '.join(dcs)} to LDNS {ctx.client.ldns} measured yet (probe requested)"
 
 
 def rtt(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
     if (early := _unready(ctx)) is not None:
         return early
-    paths = _paths(cands, ctx)
-    if not paths:
-        return Ranking((), note=_missing(cands, ctx))
+    paths, waiting = _paths(cands, ctx)
+    if waiting or not paths:
+        return Ranking((), note=_missing(waiting or sorted({dc for c in cands for dc in c.datacenters}), ctx))
     scores = tuple((c.name, float(paths[c.name].rtt_us)) for c in cands if c.name in paths)
     best_rtt = min(p.rtt_us for p in paths.values())
     measured = [(i, c) for i, c in enumerate(cands) if c.name in paths]
@@ -98,11 +107,14 @@ def _by_path(key: Callable[[Any], float | None], higher_better: bool, what: str)
         m = ctx.measurements
         ldns = str(ctx.client.ldns)
         values: dict[str, float] = {}
+        waiting: set[str] = set()
         for c in cands:
             for dc in c.datacenters:
                 path = m.path(ldns, dc)
                 if path is None:
                     ctx.probe_wanted = True
+                    if dc in m.probing_datacenters:
+                        waiting.add(dc)
                     continue
                 value = key(path)
                 if value is None:
@@ -111,6 +123,8 @@ def _by_path(key: Callable[[Any], float | None], higher_better: bool, what: str)
                 better = held is None or (value > held if higher_better else value < held)
                 if better:
                     values[c.name] = value
+        if waiting:
+            return Ranking((), note=_missing(sorted(waiting), ctx))
         if not values:
             return Ranking((), note=f"no {what} measured for LDNS {ldns} yet")
         order = sorted(
@@ -164,7 +178,9 @@ def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
     if (early := _unready(ctx)) is not None:
         return early
     w = slot.qos
-    paths = _paths(cands, ctx)
+    paths, waiting = _paths(cands, ctx)
+    if waiting and (w.rtt or w.hops or w.completion_rate):
+        return Ranking((), note=_missing(waiting, ctx))
     parts: dict[str, dict[str, float]] = {c.name: {} for c in cands}
 
     def lower_better(name: str, values: dict[str, float]) -> None:
@@ -208,7 +224,7 @@ def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
     }
     score = {c.name: sum(weights[k] * v for k, v in parts[c.name].items()) for c in cands}
     if not any(weights[k] for part in parts.values() for k in part):
-        return Ranking((), note=_missing(cands, ctx) + "; no load figures either")
+        return Ranking((), note="no paths and no load figures for these candidates")
     order = sorted(range(len(cands)), key=lambda i: (-score[cands[i].name], i))
     scores = tuple((cands[i].name, round(score[cands[i].name], 4)) for i in order)
     return Ranking(tuple(cands[i] for i in order), scores, match.scope if w.topology else 0, PATH_NOTE)

@@ -140,10 +140,19 @@ class Measurements:
     restarted node does not decide from an empty table.
     """
 
-    def __init__(self, store: Store, prober: Prober, ready: Callable[[], bool]):
+    def __init__(
+        self,
+        store: Store,
+        prober: Prober,
+        ready: Callable[[], bool],
+        probing_datacenters: frozenset[str] = frozenset(),
+    ):
         self.store = store
         self.prober = prober
         self._ready = ready
+        #: data centers with a GTM to measure from: until each has measured a path to an
+        #: LDNS, the path-based methods do not compare (see lb.dynamic)
+        self.probing_datacenters = probing_datacenters
 
     @property
     def ready(self) -> bool:

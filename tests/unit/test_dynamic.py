@@ -211,3 +211,28 @@ def test_explain_changes_nothing(tmp_path: Path) -> None:
     assert first[0] == first[1] == first[2]
     assert len(n.store) == before
     assert ask(n) == ["10.0.1.1"]  # the real rotation had not moved
+
+
+def test_rtt_waits_for_every_measuring_data_center(tmp_path: Path) -> None:
+    """With GTMs in DC1 and DC2, a path from DC1 alone decides nothing (the alternate
+    answers); once DC2 has measured, RTT compares. DC3 has no GTM and never holds it up."""
+    raw = configs.base()
+    raw["sync_group"]["members"].append(
+        {
+            "name": "n2",
+            "datacenter": "DC2",
+            "peer": "127.0.0.2:4353",
+            "dns": ["127.0.0.2:5353"],
+            "api": "127.0.0.2:8053",
+        }
+    )
+    raw["pools"]["p"]["load_balancing"] = {"preferred": "rtt", "alternate": "topology"}
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0)
+    n.ready = True
+    path(n, "DC1", 1_000)
+    assert ask(n) == ["10.0.3.1"]  # topology: waiting for DC2's measurement
+    wideip = next(iter(n.config.wideips.values()))
+    decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
+    assert "no path from DC2" in decision.trace[1].note
+    path(n, "DC2", 50_000)
+    assert ask(n) == ["10.0.1.1"]  # DC3 unmeasured, but it has no GTM to measure from
