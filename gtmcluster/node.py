@@ -14,7 +14,7 @@ from collections.abc import Callable
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
 from gtmcluster.health.tracker import HealthTracker
-from gtmcluster.lb.context import Availability, Client
+from gtmcluster.lb.context import Availability, Client, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.proximity.budget import Budget
@@ -33,31 +33,52 @@ class Node:
         rng: random.Random | None = None,
         availability: Availability | None = None,
     ):
-        self.config = config
-        self.member: Member = config.member(name)
         self.clock = clock
         self.store = Store(name, clock)
         self.health = HealthTracker(config, self.store, clock, name)
         self.persistence = StorePersistence(self.store)
-        self.measurements = Measurements(
+        self.availability = availability or self.health
+        self.rng = rng or random.Random()
+        #: measured methods (RTT, ...) are used only once the state is reconciled with the
+        #: reachable peers (or the cold start wait is over), not from an empty table
+        self.ready = False
+        #: how many configs this node has run (1 at start, +1 per reload) and since when
+        self.generation = 0
+        self.loaded_at = clock()
+        self._apply(config, name, Rotations())
+
+    def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
+        """Build everything that depends on the config, then switch to it in one step."""
+        measurements = Measurements(
             self.store,
             config.prober,
             lambda: self.ready,
             frozenset(m.datacenter for m in config.sync_group.members),
         )
-        self.probe_budget = Budget(config.prober, clock)
-        self.balancer = Balancer(
+        balancer = Balancer(
             config.topology,
-            availability or self.health,
+            self.availability,
             self.persistence,
-            clock,
-            rng or random.Random(),
-            measurements=self.measurements,
+            self.clock,
+            self.rng,
+            rotations,
+            measurements=measurements,
         )
-        self.responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size)
-        #: measured methods (RTT, ...) are used only once the state is reconciled with the
-        #: reachable peers (or the cold start wait is over), not from an empty table
-        self.ready = False
+        responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size)
+        self.config = config
+        self.member: Member = config.member(name)
+        self.measurements = measurements
+        self.probe_budget = Budget(config.prober, self.clock)
+        self.balancer = balancer
+        self.responder = responder
+        self.generation += 1
+        self.loaded_at = self.clock()
+
+    def reload(self, config: Config) -> None:
+        """Answer from *config* from now on (validated already). Rotations carry over; the
+        store (health verdicts, paths, persistence) is the same; health re-evaluates."""
+        self._apply(config, self.member.name, self.balancer.rotations)
+        self.health.reconfigure(config)
 
     def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
         """Decide a wide IP answer and keep the persistence record it asks for."""

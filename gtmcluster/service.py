@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,10 +14,11 @@ from twisted.application.internet import TimerService
 from twisted.application.service import MultiService, Service
 from twisted.logger import Logger
 
-from gtmcluster.api import proximity
+from gtmcluster.api.routes import routes
 from gtmcluster.api.server import site
-from gtmcluster.api.status import status
+from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
+from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.server import DNSService
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.node import Node
@@ -47,10 +50,19 @@ class Sockets:
 
 
 class NodeService(MultiService):
-    def __init__(self, node: Node, replicator: Replicator):
+    """The node: its parts as services, and the reload that swaps its config."""
+
+    def __init__(self, node: Node, replicator: Replicator, reactor: Any, config_path: str):
         super().__init__()
         self.node = node
         self.replicator = replicator
+        self.reactor = reactor
+        self.config_path = config_path
+        self.dns: DNSService | None = None
+        self.checker: HealthChecker | None = None
+        self.peers: PeerService | None = None
+        self.probes: ProbeScheduler | None = None
+        self._previous_hup: Any = None
 
     def startService(self) -> None:
         c = self.node.config
@@ -65,6 +77,76 @@ class NodeService(MultiService):
             digest=c.digest,
         )
         super().startService()
+        if threading.current_thread() is threading.main_thread():
+            self._previous_hup = signal.signal(signal.SIGHUP, self._sighup)
+
+    def stopService(self) -> Any:
+        if self._previous_hup is not None:
+            signal.signal(signal.SIGHUP, self._previous_hup)
+            self._previous_hup = None
+        return super().stopService()
+
+    def _sighup(self, signum: int, frame: Any) -> None:
+        self.reactor.callFromThread(self.reload)
+
+    def reload(self) -> list[str]:
+        """Read the config file again and switch to it; the problems if it is refused.
+
+        A refused config (invalid, or a change that needs a restart) is logged and the
+        old one keeps serving. On success the answer path switches in one step.
+        """
+        node = self.node
+        try:
+            new = load(self.config_path)
+        except ConfigError as e:
+            problems = [str(p) for p in e.problems]
+        else:
+            problems = restart_needed(node.config, new, node.member.name)
+        if problems:
+            log.error(
+                "reload refused, the running config stays: {problems}",
+                problems="; ".join(problems),
+                event="reload_refused",
+            )
+            return problems
+        node.reload(new)
+        if self.dns is not None:
+            self.dns.set_responder(node.responder)
+        if self.checker is not None:
+            self.checker.reconfigure(new)
+        names = [m.name for m in new.sync_group.members]
+        self.replicator.reconfigure(names, new.digest)
+        if self.peers is not None:
+            self.peers.reconfigure([m for m in new.sync_group.members if m.name != node.member.name])
+        if self.probes is not None:
+            self.probes.reconfigure(node.measurements, Budget(new.prober, self.reactor.seconds))
+        log.info(
+            "reloaded {path}: generation {generation}, config digest {digest}",
+            path=self.config_path,
+            generation=node.generation,
+            digest=new.digest,
+            event="reloaded",
+        )
+        return []
+
+
+def restart_needed(old: Config, new: Config, node: str) -> list[str]:
+    """Changes a running node cannot take (its sockets and credentials are set at start)."""
+    problems = []
+    names = [m.name for m in new.sync_group.members]
+    if node not in names:
+        return [f"{node} is no longer a member of the sync group: stop it instead"]
+    before, after = old.member(node), new.member(node)
+    for what in ("dns", "peer", "api"):
+        if getattr(before, what) != getattr(after, what):
+            problems.append(f"{node}'s {what} address changed: restart the node to apply it")
+    if old.sync_group.name != new.sync_group.name:
+        problems.append("the sync group's name changed: restart every node")
+    if (len(old.sync_group.members) > 1) != (len(new.sync_group.members) > 1):
+        problems.append("the group changed between one member and several: restart to open or close the peer port")
+    if old.tls_for(node) != new.tls_for(node):
+        problems.append("the TLS file paths changed: restart the node to load them")
+    return problems
 
 
 class CloseOnStop(Service):
@@ -113,7 +195,10 @@ class ColdStart(Service):
             self._call.cancel()
 
 
-def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets) -> NodeService:
+def make_service(
+    config: Config, node_name: str, reactor: Any, sockets: Sockets, config_path: str | None = None
+) -> NodeService:
+    config_path = config_path or str(config.path)
     node = Node(config, node_name, reactor.seconds)
     member = node.member
     settings = config.sync_group.settings
@@ -128,7 +213,7 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
         idle_timeout=settings.idle_timeout,
         handshake_timeout=settings.handshake_timeout,
     )
-    top = NodeService(node, replicator)
+    top = NodeService(node, replicator, reactor, config_path)
     # Health counts this node's verdicts and those of connected peers only.
     node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
     replicator.peer_listeners.append(node.health.refresh)
@@ -146,6 +231,7 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
         peers = PeerService(replicator, sockets.credentials, sockets.peer, others, reactor, settings.reconcile_interval)
         peers.setName("peers")
         peers.setServiceParent(top)
+        top.peers = peers
     ColdStart(node, replicator, reactor, settings.cold_start_wait).setServiceParent(top)
     pinger = sockets.pinger
     path_prober = PathProber(reactor, config.prober.protocols, config.prober.timeout, pinger, config.prober.udp_port)
@@ -160,9 +246,11 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
     )
     probes.setName("probes")
     probes.setServiceParent(top)
+    top.probes = probes
     checker = HealthChecker(config, node.store, reactor, node_name, lambda m: make_check(m, reactor, pinger))
     checker.setName("health")
     checker.setServiceParent(top)
+    top.checker = checker
     if pinger is not None:
         closer = CloseOnStop(pinger.close)
         closer.setName("icmp")
@@ -172,13 +260,10 @@ def make_service(config: Config, node_name: str, reactor: Any, sockets: Sockets)
     )
     dns.setName("dns")
     dns.setServiceParent(top)
+    top.dns = dns
     if sockets.api is not None:
-        routes: dict[str, Any] = {
-            "/api/v1/status": (lambda args: status(node, replicator, reactor.seconds()), ()),
-            "/api/v1/ldns": (lambda args: proximity.ldns_table(node, args), ("address",)),
-            "/api/v1/explain": (lambda args: proximity.explain(node, args), ("wideip", "ldns", "subnet", "type")),
-        }
-        api = AdoptedPort(reactor, sockets.api, site(routes), "HTTP API")
+        api_site = site(routes(top), lambda: top.node.config.api.token, not member.api.host.is_loopback)
+        api = AdoptedPort(reactor, sockets.api, api_site, "HTTP API")
         api.setName("api")
         api.setServiceParent(top)
     return top

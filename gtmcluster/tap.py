@@ -107,4 +107,5 @@ def makeService(options: Options) -> Any:
         options["node"],
         reactor,
         Sockets(options.listeners, options.peer_socket, options.credentials, options.pinger, options.api_socket),
+        options["config"],
     )

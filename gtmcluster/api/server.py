@@ -1,14 +1,18 @@
-"""The HTTP API: JSON resources under /api/v1, served by twisted.web.
+"""The HTTP API's plumbing: routing, bearer-token checks, JSON answers and errors.
 
-Every answer is JSON, errors included (``{"error": ...}`` with a 4xx status); a handler
-raises `ApiError` for bad input. Unexpected errors are logged and answered with 500,
-without a traceback to the client.
+Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
+4xx status); a handler raises `ApiError` for bad input. A POST needs the bearer token when
+one is configured; when the API listens beyond loopback, every request does. Unexpected
+errors are logged and answered 500 without a traceback.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger
@@ -18,9 +22,7 @@ from twisted.web.iweb import IRequest
 log = Logger()
 
 JSON = b"application/json"
-
-#: a handler gets the query arguments (each name once; repeated names are refused)
-Handler = Callable[[Mapping[str, str]], Any]
+MAX_BODY = 64 * 1024
 
 
 class ApiError(Exception):
@@ -30,7 +32,31 @@ class ApiError(Exception):
         self.message = message
 
 
-def _send(request: IRequest, code: int, body: Any) -> bytes:
+@dataclass(frozen=True)
+class Raw:
+    """A non-JSON answer (the dashboard page, Prometheus text)."""
+
+    content_type: bytes
+    body: bytes
+
+
+#: a handler gets the query arguments and the path's named parts
+Handler = Callable[[Mapping[str, str], Mapping[str, str]], Any]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str  # GET or POST
+    pattern: str  # a regular expression for the whole path, with named groups
+    handler: Handler
+    params: tuple[str, ...] = ()  # query parameters it accepts
+
+    def match(self, path: str) -> dict[str, str] | None:
+        m = re.fullmatch(self.pattern, path)
+        return None if m is None else m.groupdict()
+
+
+def _json(request: IRequest, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
@@ -47,51 +73,68 @@ def query_args(request: IRequest) -> dict[str, str]:
     return out
 
 
-class JSONResource(resource.Resource):
-    """GET returns what the handler builds from the query arguments."""
+class Api(resource.Resource):
+    """Every path of the API, routed by method and path pattern."""
 
     isLeaf = True
 
-    def __init__(self, handler: Handler, allowed: tuple[str, ...] = ()):
+    def __init__(self, routes: list[Route], token: Callable[[], str | None], token_everywhere: bool):
         super().__init__()
-        self.handler = handler
-        self.allowed = allowed
+        self.routes = routes
+        self.token = token
+        self.token_everywhere = token_everywhere
 
     def render(self, request: IRequest) -> bytes:
         method = request.method.decode(errors="replace") if request.method else "?"
-        if method not in ("GET", "HEAD"):
-            request.setHeader(b"allow", b"GET, HEAD")
-            return _send(request, 405, {"error": f"{method} is not allowed here"})
+        path = (request.path or b"/").decode(errors="replace")
+        if path != "/":
+            path = path.rstrip("/")
         try:
+            if method == "HEAD":
+                method = "GET"
+            found = [(r, parts) for r in self.routes if (parts := r.match(path)) is not None]
+            if not found:
+                raise ApiError(404, f"no such resource: {path}")
+            allowed = sorted({r.method for r, _ in found})
+            matching = [(r, parts) for r, parts in found if r.method == method]
+            if not matching:
+                request.setHeader(b"allow", ", ".join(allowed).encode())
+                raise ApiError(405, f"{method} is not allowed here (allowed: {', '.join(allowed)})")
+            route, parts = matching[0]
+            self._authorize(request, method)
             args = query_args(request)
-            unknown = sorted(set(args) - set(self.allowed))
+            unknown = sorted(set(args) - set(route.params))
             if unknown:
-                known = ", ".join(self.allowed) or "none"
+                known = ", ".join(route.params) or "none"
                 raise ApiError(400, f"unknown parameter {unknown[0]!r} (parameters: {known})")
-            return _send(request, 200, self.handler(args))
+            if method == "POST":
+                content = request.content.read(MAX_BODY + 1) if request.content else b""
+                if len(content) > MAX_BODY:
+                    raise ApiError(413, "request body too large")
+            result = route.handler(args, parts)
+            if isinstance(result, Raw):
+                request.setHeader(b"content-type", result.content_type)
+                request.setHeader(b"cache-control", b"no-store")
+                return result.body
+            return _json(request, 200, result)
         except ApiError as e:
-            return _send(request, e.code, {"error": e.message})
+            if e.code == 401:
+                request.setHeader(b"www-authenticate", b'Bearer realm="gtmcluster"')
+            return _json(request, e.code, {"error": e.message})
         except Exception:
-            log.failure("the API failed on {path}", path=(request.path or b"").decode(errors="replace"))
-            return _send(request, 500, {"error": "internal error (see the node's log)"})
+            log.failure("the API failed on {method} {path}", method=method, path=path)
+            return _json(request, 500, {"error": "internal error (see the node's log)"})
 
-
-class NotFound(resource.Resource):
-    isLeaf = True
-
-    def render(self, request: IRequest) -> bytes:
-        path = request.path.decode(errors="replace") if request.path else "?"
-        return _send(request, 404, {"error": f"no such resource: {path}"})
-
-
-class Root(resource.Resource):
-    def __init__(self, routes: dict[str, resource.Resource]):
-        super().__init__()
-        self.routes = routes
-
-    def getChild(self, path: bytes, request: IRequest) -> resource.Resource:
-        full = (request.path or b"").decode(errors="replace").rstrip("/")
-        return self.routes.get(full, NotFound())
+    def _authorize(self, request: IRequest, method: str) -> None:
+        token = self.token()
+        if token is None or (method != "POST" and not self.token_everywhere):
+            return
+        header = request.getHeader(b"authorization") or b""
+        given = header[7:] if header[:7].lower() == b"bearer " else b""
+        if not given:
+            raise ApiError(401, "this needs the API's bearer token (Authorization: Bearer TOKEN)")
+        if not hmac.compare_digest(given, token.encode()):
+            raise ApiError(403, "wrong bearer token")
 
 
 class Site(server.Site):
@@ -101,10 +144,8 @@ class Site(server.Site):
         pass
 
 
-def site(routes: dict[str, tuple[Handler, tuple[str, ...]]]) -> server.Site:
-    """*routes*: path -> (handler, allowed query parameters)."""
-    root = Root({path: JSONResource(handler, allowed) for path, (handler, allowed) in routes.items()})
-    s = Site(root)
+def site(routes: list[Route], token: Callable[[], str | None], token_everywhere: bool) -> server.Site:
+    s = Site(Api(routes, token, token_everywhere))
     s.noisy = False
     s.displayTracebacks = False
     return s

@@ -14,7 +14,10 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
     store = node.store
     origins = {origin: s.count for origin, s in sorted(store.summaries().items())}
     peers = []
+    digests_agree = True
     for peer in replicator.peers.values():
+        if peer.connected and peer.digest is not None and peer.digest != store.digest():
+            digests_agree = False
         peers.append(
             {
                 "name": peer.name,
@@ -26,6 +29,7 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
                 "config_matches": peer.config_digest == config.digest if peer.config_digest else None,
                 "synced": peer.synced,
                 "protocol": peer.version,
+                "state_digest": peer.digest,
             }
         )
     snapshot = node.health.snapshot
@@ -34,8 +38,10 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
         "datacenter": node.member.datacenter,
         "group": config.sync_group.name,
         "config_digest": config.digest,
+        "config_generation": node.generation,
+        "config_loaded_ago": round(now - node.loaded_at, 3),
         "ready": node.ready,
-        "state": {"digest": store.digest(), "records": len(store), "by_origin": origins},
+        "state": {"digest": store.digest(), "records": len(store), "by_origin": origins, "agrees": digests_agree},
         "peers": peers,
         "health": {
             "virtual_servers": {

@@ -17,6 +17,7 @@ from typing import Any
 
 from gtmcluster.config import health, traffic, yamlsrc
 from gtmcluster.config.model import (
+    ApiSettings,
     Config,
     DNSServer,
     HostPort,
@@ -44,6 +45,7 @@ TOP_LEVEL = (
     "log_dir",
     "datacenters",
     "dns_server",
+    "api",
     "health",
     "monitors",
     "links",
@@ -88,7 +90,8 @@ def load(path: str | os.PathLike[str]) -> Config:
         return Path(p) if os.path.isabs(p) else base_dir / p
 
     datacenters = _datacenters(r, top)
-    sync_group = _sync_group(r, top, datacenters, resolve)
+    api_settings = _api(r, top, resolve)
+    sync_group = _sync_group(r, top, datacenters, resolve, api_settings.token)
     monitors = health.read_monitors(r, top.get("monitors", {}), resolve)
     links = health.read_links(
         r, top.get("links", {}), lambda at, v: traffic.datacenter(r, at, v, datacenters), monitors
@@ -140,6 +143,7 @@ def load(path: str | os.PathLike[str]) -> Config:
         prober=prober,
         zones=zones,
         dns_server=dns_server,
+        api=api_settings,
         raw=MappingProxyType(data),
         digest=_digest(data, zone_data, regions),
     )
@@ -179,7 +183,9 @@ def _hostport(r: Reader, m: Mapping, key: str, default_port: int, default: str |
     return None if parsed is None else HostPort(*parsed)
 
 
-def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any) -> SyncGroup:
+def _sync_group(
+    r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any, api_token: str | None
+) -> SyncGroup:
     empty = SyncGroup("", (), TLSFiles(Path(), Path(), Path()))
     m = r.mapping(("sync_group",), top.require("sync_group", "the sync group: name, tls and members"))
     if m is None:
@@ -227,10 +233,8 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
         dc = traffic.datacenter(r, e.at("datacenter"), e.require("datacenter", "the member's data center"), datacenters)
         peer = _hostport(r, e, "peer", DEFAULT_PEER_PORT)
         api = _hostport(r, e, "api", DEFAULT_API_PORT, "127.0.0.1:8053")
-        if api is not None and not api.host.is_loopback:
-            r.error(
-                e.at("api"), f"{api}: the API listens on loopback only (a bearer token for other addresses comes later)"
-            )
+        if api is not None and not api.host.is_loopback and not api_token:
+            r.error(e.at("api"), f"{api} is not loopback: set api.token or api.token_file first")
             api = None
         dns: list[HostPort] = []
         raw_dns = e.require("dns", "the addresses the node answers DNS on")
@@ -260,6 +264,33 @@ def _sync_group(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: 
         members.append(Member(member_name, dc, peer, tuple(dns), api))
     m.done()
     return SyncGroup(name, tuple(members), tls, settings)
+
+
+def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
+    """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API."""
+    if not top.has("api"):
+        return ApiSettings()
+    m = r.mapping(("api",), top.get("api"), "a mapping {token} or {token_file}")
+    if m is None:
+        return ApiSettings()
+    token = None
+    if m.has("token") and m.has("token_file"):
+        r.error(m.at("token_file"), "give 'token' or 'token_file', not both")
+    elif m.has("token"):
+        token = m.string("token", None)
+    elif m.has("token_file"):
+        name = m.string("token_file", None)
+        if name is not None:
+            path = resolve(name)
+            try:
+                token = path.read_text(encoding="utf-8").strip()
+            except OSError as e:
+                r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
+    m.done()
+    if token is not None and len(token) < 16:
+        r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
+        token = None
+    return ApiSettings(token)
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:

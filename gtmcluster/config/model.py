@@ -341,6 +341,14 @@ class DNSServer:
     tcp_max_clients: int
 
 
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """The HTTP API's bearer token: required for every POST, and for every request when the
+    API listens beyond loopback."""
+
+    token: str | None = None
+
+
 @dataclass(frozen=True)
 class Config:
     path: Path
@@ -360,6 +368,7 @@ class Config:
     prober: Prober
     zones: ZoneSet
     dns_server: DNSServer
+    api: ApiSettings
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs

@@ -83,6 +83,7 @@ class HealthChecker(Service):
         self.store = store
         self.reactor = reactor
         self.node = node
+        self.make_check = make_check
         self.semaphore = defer.DeferredSemaphore(config.health.max_in_flight)
         self.subjects = subjects(config, node)
         for subject in self.subjects:
@@ -91,13 +92,46 @@ class HealthChecker(Service):
     def startService(self) -> None:
         super().startService()
         for subject in self.subjects:
-            interval = subject.monitor.interval
-            spread = min(interval, STARTUP_SPREAD)
-            delay = (zlib.crc32(subject.key.encode()) % 1000) / 1000 * spread
-            loop = task.LoopingCall(self.round, subject)
-            loop.clock = self.reactor
-            subject.loop = loop
-            subject.starter = self.reactor.callLater(delay, self._start_loop, subject)
+            self._schedule(subject)
+
+    def _schedule(self, subject: Subject) -> None:
+        interval = subject.monitor.interval
+        spread = min(interval, STARTUP_SPREAD)
+        delay = (zlib.crc32(subject.key.encode()) % 1000) / 1000 * spread
+        loop = task.LoopingCall(self.round, subject)
+        loop.clock = self.reactor
+        subject.loop = loop
+        subject.starter = self.reactor.callLater(delay, self._start_loop, subject)
+
+    def reconfigure(self, config: Config) -> None:
+        """Check what *config* says from now on. A subject whose monitor and targets are
+        unchanged keeps its verdict and thresholds; others start afresh; removed ones stop
+        (their records expire with their TTL)."""
+        old = {s.key: s for s in self.subjects}
+        new = subjects(config, self.node)
+        kept = []
+        for subject in new:
+            before = old.pop(subject.key, None)
+            if before is not None and (before.monitor, before.targets) == (subject.monitor, subject.targets):
+                kept.append(before)
+                continue
+            if before is not None:
+                self._stop(before)
+            subject.check = self.make_check(subject.monitor)
+            if self.running:
+                self._schedule(subject)
+            kept.append(subject)
+        for gone in old.values():
+            self._stop(gone)
+        self.subjects = kept
+        self.semaphore.limit = config.health.max_in_flight
+
+    def _stop(self, subject: Subject) -> None:
+        if subject.starter is not None and subject.starter.active():
+            subject.starter.cancel()
+        subject.starter = None
+        if subject.loop is not None and subject.loop.running:
+            subject.loop.stop()
 
     def _start_loop(self, subject: Subject) -> None:
         subject.starter = None
@@ -109,11 +143,7 @@ class HealthChecker(Service):
     def stopService(self) -> None:
         super().stopService()
         for subject in self.subjects:
-            if subject.starter is not None and subject.starter.active():
-                subject.starter.cancel()
-            subject.starter = None
-            if subject.loop is not None and subject.loop.running:
-                subject.loop.stop()
+            self._stop(subject)
 
     def round(self, subject: Subject) -> defer.Deferred[Any] | None:
         """Check every target of *subject* once (skipped while the last round runs)."""

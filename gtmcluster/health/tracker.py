@@ -41,6 +41,13 @@ class HealthTracker:
         self.snapshot = snapshot(config, store)
         store.subscribe(self._changed)
 
+    def reconfigure(self, config: Config) -> None:
+        """Evaluate with *config* from now on (servers, monitors and links may change)."""
+        self.config = config
+        self._ramps = {k: v for k, v in self._ramps.items() if k in config.virtual_servers}
+        self.snapshot = snapshot(config, self.store, self._ramps, self.observers() if self.observers else None)
+        self.refresh()
+
     def _changed(self, record: Record) -> None:
         if record.key.startswith(WATCHED):
             self.refresh()

@@ -134,6 +134,13 @@ class ProbeScheduler(Service):
             self.failures += 1
         self.store.put(path_key(ldns, self.datacenter), path.value(), ttl=self.measurements.prober.inactive_ldns_ttl)
 
+    def reconfigure(self, measurements: Measurements, budget: Budget) -> None:
+        """New prober settings (a reload); probes in flight finish under the old budget."""
+        in_flight = self.budget.in_flight
+        self.measurements = measurements
+        self.budget = budget
+        self.budget.in_flight = in_flight
+
     def stopService(self) -> None:
         super().stopService()
         if self._wake is not None and self._wake.active():

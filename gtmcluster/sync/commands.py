@@ -88,5 +88,6 @@ class Changed(amp.Command):
 class Heartbeat(amp.Command):
     #: the members the sender is connected to: a record whose origin is among them reaches
     #: the sender directly, so nobody needs to relay it there
-    arguments = [(b"connected", amp.Unicode(optional=True))]
+    #: digest: the sender's state digest, so status pages can say whether nodes agree
+    arguments = [(b"connected", amp.Unicode(optional=True)), (b"digest", amp.Unicode(optional=True))]
     response = []

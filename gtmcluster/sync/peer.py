@@ -164,7 +164,8 @@ class PeerProtocol(amp.AMP):
 
     def send_heartbeat(self) -> None:
         connected = ",".join(self.replicator.connected_names())
-        self.callRemote(commands.Heartbeat, connected=connected).addErrback(lambda _: None)
+        digest = self.replicator.store.digest()
+        self.callRemote(commands.Heartbeat, connected=connected, digest=digest).addErrback(lambda _: None)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self.phase == HANDSHAKE and not self._why:
@@ -313,9 +314,11 @@ class PeerProtocol(amp.AMP):
         return {}
 
     @commands.Heartbeat.responder
-    def heartbeat(self, connected: str | None = None) -> dict[str, Any]:
+    def heartbeat(self, connected: str | None = None, digest: str | None = None) -> dict[str, Any]:
         if connected is not None:
             self.replicator.heard_connections(self, connected)
+        if digest is not None:
+            self.replicator.heard_digest(self, digest)
         return {}
 
 

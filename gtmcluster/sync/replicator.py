@@ -54,6 +54,7 @@ class PeerState:
     version: int = 0
     behind: bool = False  # pushes were dropped: reconcile when it catches up
     their_peers: frozenset[str] = frozenset()  # members it says it is connected to
+    digest: str | None = None  # its state digest, as of its last heartbeat
     synced: bool = False  # one full reconciliation has completed
 
     @property
@@ -99,6 +100,19 @@ class Replicator:
         store.subscribe(self._changed)
 
     # -- connections ----------------------------------------------------------------------
+
+    def reconfigure(self, members: Iterable[str], config_digest: str) -> None:
+        """A new config: the members (added ones get a state, removed ones are dropped)."""
+        self.members = frozenset(members)
+        self.config_digest = config_digest
+        for name in list(self.peers):
+            if name not in self.members:
+                for proto in list(self.peers[name].channels):
+                    proto.violation("no longer a member of the sync group")
+                del self.peers[name]
+        for name in sorted(self.members):
+            if name != self.node and name not in self.peers:
+                self.peers[name] = PeerState(name)
 
     def check_hello(self, identity: str, node: str, group: str, version: int, min_version: int) -> str | None:
         """Why a Hello is refused, or None when it is right."""
@@ -172,6 +186,12 @@ class Replicator:
         peer = self.peers.get(proto.peer or "")
         if peer is not None:
             peer.their_peers = frozenset(n for n in connected.split(",") if n in self.members)
+
+    def heard_digest(self, proto: PeerProtocol, digest: str) -> None:
+        peer = self.peers.get(proto.peer or "")
+        if peer is not None:
+            peer.digest = digest
+            peer.last_contact = self.clock.seconds()
 
     def channel(self, name: str) -> PeerProtocol | None:
         peer = self.peers.get(name)
@@ -359,6 +379,8 @@ class Replicator:
         if peer is not None and not peer.synced:
             peer.synced = True
             log.info("reconciled with {peer}: digest {digest}", peer=peer.name, digest=self.store.digest())
+        if proto.phase == "established":
+            proto.send_heartbeat()  # our digest, now that it may have changed
 
     async def _pull_buckets(self, proto: PeerProtocol, origin: str, buckets: list[int]) -> None:
         pending: list[list[Any]] = [[b, ""] for b in buckets]

@@ -67,21 +67,37 @@ class PeerService(MultiService):
         self.reconcile_interval = reconcile_interval
         self.port: IListeningPort | None = None
         self._loop: task.LoopingCall | None = None
+        self.dialled: dict[str, tuple[Member, ClientService]] = {}
         for member in others:
-            host = str(member.peer.host)
-            if member.peer.host.version == 6:
-                tcp: Any = TCP6ClientEndpoint(reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
-            else:
-                tcp = TCP4ClientEndpoint(reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
-            endpoint = wrapClientTLS(client_options(creds, member.name), tcp)
-            client = ClientService(
-                endpoint,
-                PeerFactory(replicator, member.name),
-                retryPolicy=backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random),
-                clock=reactor,
-            )
-            client.setName(f"peer {member.name}")
-            client.setServiceParent(self)
+            self._dial(member)
+
+    def _dial(self, member: Member) -> None:
+        host = str(member.peer.host)
+        if member.peer.host.version == 6:
+            tcp: Any = TCP6ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
+        else:
+            tcp = TCP4ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
+        endpoint = wrapClientTLS(client_options(self.creds, member.name), tcp)
+        client = ClientService(
+            endpoint,
+            PeerFactory(self.replicator, member.name),
+            retryPolicy=backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random),
+            clock=self.reactor,
+        )
+        client.setName(f"peer {member.name}")
+        client.setServiceParent(self)
+        self.dialled[member.name] = (member, client)
+
+    def reconfigure(self, others: list[Member]) -> None:
+        """Dial added members (and members whose address changed); stop dialling removed ones."""
+        wanted = {m.name: m for m in others}
+        for name, (member, client) in list(self.dialled.items()):
+            if wanted.get(name) != member:
+                client.disownServiceParent()
+                del self.dialled[name]
+        for name, member in wanted.items():
+            if name not in self.dialled:
+                self._dial(member)
 
     def startService(self) -> None:
         family = self.listener.family

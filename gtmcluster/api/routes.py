@@ -1,0 +1,41 @@
+"""The API's routes: what each path does, on the node's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gtmcluster.api import admin, proximity
+from gtmcluster.api.server import ApiError, Route
+from gtmcluster.api.status import status
+
+if TYPE_CHECKING:
+    from gtmcluster.service import NodeService
+
+Args = Mapping[str, str]
+
+
+def routes(service: NodeService) -> list[Route]:
+    node = service.node
+
+    def get_status(args: Args, parts: Args) -> Any:
+        return status(node, service.replicator, service.reactor.seconds())
+
+    def post_admin(args: Args, parts: Args) -> Any:
+        return admin.set_admin(node, parts["name"], parts["action"])
+
+    def post_reload(args: Args, parts: Args) -> Any:
+        problems = service.reload()
+        if problems:
+            raise ApiError(422, "the new config is refused; the old one keeps serving:\n" + "\n".join(problems))
+        return {"reloaded": True, "generation": node.generation, "config_digest": node.config.digest}
+
+    return [
+        Route("GET", "/api/v1/status", get_status),
+        Route("GET", "/api/v1/health", lambda a, p: admin.health(node)),
+        Route("GET", "/api/v1/wideips", lambda a, p: admin.wideips(node)),
+        Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address",)),
+        Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
+        Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin),
+        Route("POST", "/api/v1/reload", post_reload),
+    ]
