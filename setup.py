@@ -24,6 +24,8 @@ setup(
         "pyyaml>=6",
         # certificates for the sync group (not_valid_after_utc and friends arrived in 42)
         "cryptography>=42",
+        # GET /metrics in Prometheus's format (exposition done right, from a custom collector)
+        "prometheus_client>=0.17",
         # master-file (zone) syntax and RDATA text forms of every record type
         "dnspython>=2.6",
     ],

@@ -9,6 +9,7 @@ it without a reactor.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 
 from gtmcluster.config.model import Config, Member, WideIP
@@ -22,6 +23,7 @@ from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import Measurements
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
+from gtmcluster.stats import QueryStats
 
 
 class Node:
@@ -45,6 +47,7 @@ class Node:
         #: how many configs this node has run (1 at start, +1 per reload) and since when
         self.generation = 0
         self.loaded_at = clock()
+        self.stats = QueryStats()
         self._apply(config, name, Rotations())
 
     def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
@@ -64,7 +67,7 @@ class Node:
             rotations,
             measurements=measurements,
         )
-        responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size)
+        responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size, self.stats)
         self.config = config
         self.member: Member = config.member(name)
         self.measurements = measurements
@@ -82,7 +85,9 @@ class Node:
 
     def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
         """Decide a wide IP answer and keep the persistence record it asks for."""
+        started = time.perf_counter()
         decision = self.balancer.decide(wideip, qtype, client)
+        self.stats.decisions.observe(time.perf_counter() - started)
         if decision.persist is not None:
             self.persistence.put(decision.persist)
         if decision.probe is not None:

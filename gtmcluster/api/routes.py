@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gtmcluster.api import admin, proximity
+from gtmcluster.api.metrics import metrics_handler
 from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status
 
@@ -38,4 +39,5 @@ def routes(service: NodeService) -> list[Route]:
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
         Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin),
         Route("POST", "/api/v1/reload", post_reload),
+        Route("GET", "/metrics", lambda a, p: metrics_handler(service)),
     ]

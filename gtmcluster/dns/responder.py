@@ -42,10 +42,26 @@ from gtmcluster.dns.zone import (
 )
 from gtmcluster.lb.context import Client, IPAddress
 from gtmcluster.lb.trace import Action, Decision
+from gtmcluster.stats import QueryStats
 
 log = Logger()
 
 MAX_CNAME_CHAIN = 8
+#: label values for the query counters (few, so the metric stays small)
+_TYPES = {
+    0: "-",
+    1: "A",
+    2: "NS",
+    5: "CNAME",
+    6: "SOA",
+    12: "PTR",
+    15: "MX",
+    16: "TXT",
+    28: "AAAA",
+    33: "SRV",
+    255: "ANY",
+}
+_RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
 _REFUSED_TYPES = {TYPE_AXFR, TYPE_IXFR}
 _NOTIMP_TYPES = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
 
@@ -62,6 +78,8 @@ class _Answer:
     authority: list[tuple[RRset, Name | None]] | None = None
     additional: list[tuple[RRset, Name | None]] | None = None
     glue_required: bool = True
+    wideip: str = ""  # for the query counters: the wide IP that decided, and how
+    method: str = ""
 
 
 class Responder:
@@ -73,11 +91,13 @@ class Responder:
         wideips: Mapping[Name, WideIP],
         decide: Decide,
         udp_payload_size: int = 1232,
+        stats: QueryStats | None = None,
     ):
         self.zones = zones
         self.wideips = wideips
         self.decide = decide
         self.udp_payload_size = udp_payload_size
+        self.stats = stats or QueryStats()
 
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
@@ -86,6 +106,7 @@ class Responder:
         except wire.Drop:
             return None
         except wire.QueryError as e:
+            self.stats.query("", _TYPES.get(0, "-"), _RCODES.get(e.rcode, str(e.rcode)), "")
             flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
             opt = None
             if e.edns is not None:
@@ -118,6 +139,7 @@ class Responder:
             return self._write(query, _Answer(rcode=wire.REFUSED, aa=False), tcp)
         answer = self._resolve(query, _client(source, query))
         if answer.drop:
+            self.stats.query(answer.wideip, _TYPES.get(qtype, "other"), "drop", answer.method)
             return None
         return self._write(query, answer, tcp)
 
@@ -154,6 +176,8 @@ class Responder:
                 if wanted in wideip.types:
                     decision = self.decide(wideip, wanted, client)
                     result.scope = max(result.scope, decision.scope)
+                    result.wideip = wideip.name
+                    result.method = decision.method or decision.action.value
                     if decision.action is Action.DROP:
                         result.drop = True
                         return result
@@ -202,6 +226,8 @@ class Responder:
         return wire.MIN_UDP
 
     def _write(self, query: Query, answer: _Answer, tcp: bool) -> bytes:
+        method = answer.method or ("static" if answer.aa else "")
+        self.stats.query(answer.wideip, _TYPES.get(query.qtype, "other"), _RCODES.get(answer.rcode, "other"), method)
         edns = query.edns
         flags = wire.QR | (query.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
         if answer.aa:

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.table import REQUEST, Measurements, from_record, path_key, request_key, updated
 from gtmcluster.state.store import Record, Store
+from gtmcluster.stats import ProbeStats
 
 log = Logger()
 
@@ -71,8 +72,7 @@ class ProbeScheduler(Service):
         self.pending: deque[str] = deque()
         self.queued: set[str] = set()
         self._wake: Any = None
-        self.probes = 0
-        self.failures = 0
+        self.stats = ProbeStats()
         store.subscribe(self._changed)
 
     def _changed(self, record: Record) -> None:
@@ -109,7 +109,7 @@ class ProbeScheduler(Service):
             self._wake = self.reactor.callLater(max(0.01, self.budget.next_start()), self._drain)
 
     def _start(self, ldns: str) -> None:
-        self.probes += 1
+        self.stats.probes += 1
         d = self.prober.probe(ipaddress.ip_address(ldns))
 
         def measured(sample: Sample) -> None:
@@ -130,8 +130,10 @@ class ProbeScheduler(Service):
         path = updated(
             previous, sample.ok, sample.rtt_us, sample.hops, sample.protocol, self.node, ldns, self.datacenter
         )
-        if not sample.ok:
-            self.failures += 1
+        if sample.ok:
+            self.stats.rtt.observe(sample.rtt_us / 1e6)
+        else:
+            self.stats.failures += 1
         self.store.put(path_key(ldns, self.datacenter), path.value(), ttl=self.measurements.prober.inactive_ldns_ttl)
 
     def reconfigure(self, measurements: Measurements, budget: Budget) -> None:

@@ -102,6 +102,7 @@ class Store:
         self._records: dict[str, Record] = {}
         self._last = Version(0, 0, origin)
         self._listeners: list[Listener] = []
+        self.last_change = clock()  # when a record last changed (for the digest's age)
         # origin -> bucket -> XOR of fingerprints; origin -> record count
         self._buckets: dict[str, list[int]] = {}
         self._counts: dict[str, int] = {}
@@ -222,6 +223,7 @@ class Store:
         self._listeners.append(listener)
 
     def _notify(self, record: Record) -> None:
+        self.last_change = self.clock()
         for listener in self._listeners:
             try:
                 listener(record)

@@ -55,6 +55,8 @@ class PeerState:
     behind: bool = False  # pushes were dropped: reconcile when it catches up
     their_peers: frozenset[str] = frozenset()  # members it says it is connected to
     digest: str | None = None  # its state digest, as of its last heartbeat
+    sent: int = 0  # records sent to it
+    received: int = 0  # records received from it
     synced: bool = False  # one full reconciliation has completed
 
     @property
@@ -225,15 +227,16 @@ class Replicator:
             if proto is None:
                 continue
             latest = {r.key: r for r in records}.values()  # only the newest per key
-            for batch, _ in codec.batches(latest, now):
-                self._publish(proto, batch)
+            for batch, keys in codec.batches(latest, now):
+                self._publish(proto, batch, len(keys))
 
-    def _publish(self, proto: PeerProtocol, batch: bytes) -> defer.Deferred[Any] | None:
+    def _publish(self, proto: PeerProtocol, batch: bytes, count: int) -> defer.Deferred[Any] | None:
         peer = self.peers[proto.peer or ""]
         if proto.outstanding >= MAX_OUTSTANDING:
             peer.behind = True  # anti-entropy will bring it what it missed
             return None
         proto.outstanding += 1
+        peer.sent += count
 
         def answered(result: Any) -> Any:
             proto.outstanding -= 1
@@ -252,6 +255,7 @@ class Replicator:
         records = codec.decode(batch, self.clock.seconds(), self.members)
         peer = self.peers[proto.peer or ""]
         peer.last_contact = self.clock.seconds()
+        peer.received += len(records)
         merged = 0
         self._merging_from = proto.peer
         self._bulk = bulk

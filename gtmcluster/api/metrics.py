@@ -1,0 +1,121 @@
+"""GET /metrics: the node in Prometheus's text format (prometheus_client).
+
+Counters on the answer path are plain integers the node keeps (see `gtmcluster.stats`);
+this collector turns them, and the node's current state, into metric families only when
+Prometheus scrapes, so answering a query costs no metrics-library work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gtmcluster.api.server import Raw
+from gtmcluster.stats import Histogram
+
+if TYPE_CHECKING:
+    from gtmcluster.service import NodeService
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+def _histogram(name: str, documentation: str, h: Histogram, labels: dict[str, str] | None = None) -> Metric:
+    family = HistogramMetricFamily(name, documentation, labels=list(labels or {}))
+    family.add_metric(list((labels or {}).values()), h.cumulative(), h.total)
+    return family
+
+
+class NodeCollector(Collector):
+    def __init__(self, service: NodeService):
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        service = self.service
+        node = service.node
+        now = service.reactor.seconds()
+        queries = CounterMetricFamily(
+            "gtm_dns_queries", "DNS queries answered", labels=["wideip", "qtype", "rcode", "method"]
+        )
+        for (wideip, qtype, rcode, method), n in sorted(node.stats.queries.items()):
+            queries.add_metric([wideip, qtype, rcode, method], n)
+        yield queries
+        yield _histogram("gtm_decision_seconds", "time to decide a wide IP answer", node.stats.decisions)
+
+        snapshot = node.health.snapshot
+        available = GaugeMetricFamily(
+            "gtm_virtual_server_available", "1 when new clients may get it", labels=["virtual_server", "datacenter"]
+        )
+        serving = GaugeMetricFamily(
+            "gtm_virtual_server_serving",
+            "1 when it may serve clients held by persistence",
+            labels=["virtual_server", "datacenter"],
+        )
+        for name, vs in sorted(node.config.virtual_servers.items()):
+            status = snapshot.vs.get(name)
+            available.add_metric([name, vs.datacenter], 1.0 if status and status.available else 0.0)
+            serving.add_metric([name, vs.datacenter], 1.0 if status and status.serving else 0.0)
+        yield available
+        yield serving
+        links = GaugeMetricFamily("gtm_link_up", "1 up, 0 down, -1 not known yet", labels=["link", "datacenter"])
+        for name, link in sorted(node.config.links.items()):
+            observed = snapshot.links.get(name)
+            state = observed.state if observed else "unknown"
+            links.add_metric([name, link.datacenter], {"up": 1.0, "down": 0.0}.get(state, -1.0))
+        yield links
+
+        if service.probes is not None:
+            dc = node.member.datacenter
+            stats = service.probes.stats
+            probes = CounterMetricFamily(
+                "gtm_probes", "LDNS probes started from this data center", labels=["datacenter"]
+            )
+            probes.add_metric([dc], stats.probes)
+            yield probes
+            failures = CounterMetricFamily("gtm_probe_failures", "LDNS probes that got no reply", labels=["datacenter"])
+            failures.add_metric([dc], stats.failures)
+            yield failures
+            yield _histogram("gtm_probe_rtt_seconds", "measured LDNS round trips", stats.rtt, {"datacenter": dc})
+
+        connected = GaugeMetricFamily("gtm_peer_connected", "1 when connected to the peer", labels=["peer"])
+        sent = CounterMetricFamily("gtm_sync_records_sent", "records pushed to the peer", labels=["peer"])
+        received = CounterMetricFamily("gtm_sync_records_received", "records received from the peer", labels=["peer"])
+        lag = GaugeMetricFamily(
+            "gtm_sync_last_contact_seconds", "seconds since the peer was last heard from", labels=["peer"]
+        )
+        agree = GaugeMetricFamily(
+            "gtm_sync_digest_agrees", "1 when the peer's last state digest equals ours", labels=["peer"]
+        )
+        digest = node.store.digest()
+        for peer in service.replicator.peers.values():
+            connected.add_metric([peer.name], 1.0 if peer.connected else 0.0)
+            sent.add_metric([peer.name], peer.sent)
+            received.add_metric([peer.name], peer.received)
+            if peer.last_contact is not None:
+                lag.add_metric([peer.name], now - peer.last_contact)
+            if peer.digest is not None:
+                agree.add_metric([peer.name], 1.0 if peer.digest == digest else 0.0)
+        yield from (connected, sent, received, lag, agree)
+
+        kinds: dict[str, int] = {}
+        for record in node.store.all_records():
+            kind = record.key.split("/", 1)[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        records = GaugeMetricFamily("gtm_store_records", "records held, by kind", labels=["kind"])
+        for kind, n in sorted(kinds.items()):
+            records.add_metric([kind], n)
+        yield records
+        yield GaugeMetricFamily(
+            "gtm_store_last_change_seconds", "seconds since a record last changed", value=now - node.store.last_change
+        )
+        yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
+        yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
+
+
+def metrics_handler(service: NodeService) -> Raw:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(service))
+    return Raw(CONTENT_TYPE, generate_latest(registry))

@@ -1,0 +1,57 @@
+"""Counters the answer path and the probers keep, cheaply (plain integers and lists), for
+the Prometheus exporter to read at scrape time."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+#: decision latency buckets (seconds): a decision takes tens of microseconds
+DECISION_BUCKETS = (0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
+#: probe RTT buckets (seconds)
+RTT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+@dataclass
+class Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.buckets) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """Prometheus buckets: (upper bound, count of observations at or below it)."""
+        out = []
+        running = 0
+        for bound, n in zip(self.buckets, self.counts, strict=False):
+            running += n
+            out.append((repr(bound), float(running)))
+        out.append(("+Inf", float(self.count)))
+        return out
+
+
+class QueryStats:
+    def __init__(self) -> None:
+        #: (wide IP or "", qtype, rcode, deciding method or "static"/"") -> queries
+        self.queries: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
+        self.decisions = Histogram(DECISION_BUCKETS)
+
+    def query(self, wideip: str, qtype: str, rcode: str, method: str) -> None:
+        self.queries[(wideip, qtype, rcode, method)] += 1
+
+
+class ProbeStats:
+    def __init__(self) -> None:
+        self.probes = 0
+        self.failures = 0
+        self.rtt = Histogram(RTT_BUCKETS)
