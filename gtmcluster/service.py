@@ -137,7 +137,7 @@ def restart_needed(old: Config, new: Config, node: str) -> list[str]:
     if node not in names:
         return [f"{node} is no longer a member of the sync group: stop it instead"]
     before, after = old.member(node), new.member(node)
-    for what in ("dns", "peer", "api"):
+    for what in ("dns", "peer", "api", "probe_source"):
         if getattr(before, what) != getattr(after, what):
             problems.append(f"{node}'s {what} address changed: restart the node to apply it")
     if old.sync_group.name != new.sync_group.name:
@@ -234,7 +234,14 @@ def make_service(
         top.peers = peers
     ColdStart(node, replicator, reactor, settings.cold_start_wait).setServiceParent(top)
     pinger = sockets.pinger
-    path_prober = PathProber(reactor, config.prober.protocols, config.prober.timeout, pinger, config.prober.udp_port)
+    path_prober = PathProber(
+        reactor,
+        config.prober.protocols,
+        config.prober.timeout,
+        pinger,
+        config.prober.udp_port,
+        source=member.probe_source,
+    )
     probes = ProbeScheduler(
         node.store,
         node.measurements,

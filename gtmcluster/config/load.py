@@ -236,6 +236,7 @@ def _sync_group(
         if api is not None and not api.host.is_loopback and not api_token:
             r.error(e.at("api"), f"{api} is not loopback: set api.token or api.token_file first")
             api = None
+        probe_source = r.address(e.at("probe_source"), e.get("probe_source")) if e.has("probe_source") else None
         dns: list[HostPort] = []
         raw_dns = e.require("dns", "the addresses the node answers DNS on")
         dns_list = r.list(e.at("dns"), raw_dns, "a list of ADDRESS:PORT", allow_scalar=True)
@@ -261,7 +262,7 @@ def _sync_group(
             owner = listeners.setdefault(f"{what}/{hp}", member_name)
             if owner != member_name:
                 r.error(e.at(what), f"{what} address {hp} is also member {owner!r}'s")
-        members.append(Member(member_name, dc, peer, tuple(dns), api))
+        members.append(Member(member_name, dc, peer, tuple(dns), api, probe_source))
     m.done()
     return SyncGroup(name, tuple(members), tls, settings)
 

@@ -46,6 +46,8 @@ class Member:
     peer: HostPort
     dns: tuple[HostPort, ...]
     api: HostPort
+    #: LDNS probes leave from this address (default: whatever the routing table picks)
+    probe_source: IPAddress | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,6 +150,24 @@ def any_datagram(datagram: bytes) -> Verdict:
 # --------------------------------------------------------------------------- probing
 
 
+def from_source(sockets: SocketFactory, source: IPAddress) -> SocketFactory:
+    """Sockets bound to *source* (for its address family), so probes leave from the data
+    center's own address rather than whatever the routing table picks."""
+    family = socket.AF_INET6 if source.version == 6 else socket.AF_INET
+
+    def make(fam: int, kind: int, proto: int = 0) -> Any:
+        sock = sockets(fam, kind, proto)
+        if fam == family:
+            try:
+                sock.bind((str(source), 0))
+            except OSError:
+                sock.close()
+                raise
+        return sock
+
+    return make
+
+
 class PathProber:
     """Measures the round trip from this node to LDNSes, by the first protocol that answers.
 
@@ -170,6 +188,7 @@ class PathProber:
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
         wall_ns: Callable[[], int] = time.time_ns,
         ids: random.Random = _ids,
+        source: IPAddress | None = None,
     ) -> None:
         unknown = [p for p in protocols if p not in PROTOCOLS]
         if unknown or not protocols:
@@ -185,7 +204,7 @@ class PathProber:
         self._pinger = pinger
         self._udp_port = udp_port
         self._dns_port = dns_port
-        self._sockets = sockets
+        self._sockets = from_source(sockets, source) if source is not None else sockets
         self._clocks = Clocks(monotonic_ns, wall_ns)
         self._ids = ids
         self._running: set[_Probe] = set()

@@ -7,7 +7,7 @@ module as a subprocess (`run_paths` does it)::
                                        "timeout": 0.5, "dns_port": 5353}]' [epoll|poll|select]
 
 Each job is an address and the settings of one `PathProber` (``protocols``, ``timeout``,
-optional ``udp_port`` and ``dns_port``). All jobs run at once; when a job uses ``icmp``,
+optional ``udp_port``, ``dns_port`` and ``source``). All jobs run at once; when a job uses ``icmp``,
 the node's `IcmpPinger` is opened first (``"pinger"`` in the output says which sockets it
 has, or why there is none). The optional second argument names the reactor to install
 (epoll by default; poll and select report socket errors differently).
@@ -70,6 +70,7 @@ async def run(reactor: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
             pinger,
             int(job.get("udp_port", 33434)),
             dns_port=int(job.get("dns_port", 53)),
+            source=ipaddress.ip_address(job["source"]) if "source" in job else None,
         )
         probers.append(prober)
         runs.append(defer.ensureDeferred(timed(prober, job["address"])))

@@ -34,7 +34,7 @@ from gtmcluster.probe.icmp import Channel, IcmpPinger, open_pinger
 from gtmcluster.probe.paths import PathProber, Sample
 from gtmcluster.probe.pathsockets import TCP_INFO, TCPI_RTT_OFFSET, Measure
 from tests.conftest import IN_CI
-from tests.support.probeservers import FakeIcmpSocket, closed_port, dns_responder, udp_echo
+from tests.support.probeservers import FakeIcmpSocket, SocketLoop, bound, closed_port, dns_responder, udp_echo
 from tests.support.runpath import PathRun, path_job, run_paths
 
 LDNS = ip_address("198.51.100.53")
@@ -882,6 +882,40 @@ def test_real_order_dns_fails_then_tcp(listening: dict[int, int]) -> None:
     assert_fast_sample(closed, "tcp", "tcp: RST")
     assert_fast_sample(served, "tcp", "tcp: SYN-ACK")
     assert closed["elapsed"] < 1.0 and served["elapsed"] < 1.0
+    assert_clean(run)
+
+
+@pytest.mark.process
+def test_real_probes_leave_from_the_configured_source() -> None:
+    """With a probe source (a member's probe_source) the UDP and TCP probes leave from that
+    address, not from the one the routing table picks: the LDNS sees the data center's own
+    address, which is what the answer's delay depends on in the demo and in a real WAN."""
+    seen: list[str] = []
+
+    def record(sock: socket.socket) -> None:
+        data, peer = sock.recvfrom(65535)
+        seen.append(peer[0])
+        sock.sendto(data, peer)
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    loop = SocketLoop(bound(4, socket.SOCK_DGRAM), record)
+    try:
+        run = run_paths(
+            path_job("127.0.0.1", "udp", udp_port=loop.port, source="127.0.0.77"),
+            path_job("127.0.0.1", "tcp", dns_port=listener.getsockname()[1], source="127.0.0.78"),
+        )
+        conn, peer = listener.accept()
+        conn.close()
+    finally:
+        loop.stop()
+        listener.close()
+    assert_fast_sample(run.results[0], "udp", "udp: reply")
+    assert_fast_sample(run.results[1], "tcp", "tcp: SYN-ACK")
+    assert seen == ["127.0.0.77"]
+    assert peer[0] == "127.0.0.78"
     assert_clean(run)
 
 
