@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import certs, check, demo, explain, ldns
+from gtmcluster.cli import certs, check, demo, explain, ldns, logs, status
 
 
 def parser() -> argparse.ArgumentParser:
@@ -16,6 +16,8 @@ def parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     explain.add_parser(sub)
     ldns.add_parser(sub)
+    logs.add_parser(sub)
+    status.add_parser(sub)
     return p
 
 

@@ -1,0 +1,249 @@
+"""`gtmcluster status --config FILE [--node N ...] [--json]`: how the sync group is doing.
+
+Asks every member (or only the --node ones) for its /api/v1/status, all at once, and prints
+one row per node (data center, config generation and digest, state digest and record count,
+peers, virtual servers and links), the problems each node sees (peers not connected or with
+another config, virtual servers not available, links not up), then whether every node that
+answered has the same state digest and the same config digest, and which nodes could not be
+reached and why.
+
+Exit status: 0 when every node asked answered and their digests agree, 1 otherwise (a node
+unreachable, digests that differ, or a config problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gtmcluster.cli.nodeapi import CliError, get, load_config, member
+from gtmcluster.config.model import Member
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "status",
+        help="the sync group at a glance: peers, digests, health (exit 1 unless all answer and agree)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", "-c", required=True, metavar="FILE", help="the sync group's YAML config")
+    p.add_argument(
+        "--node",
+        "-n",
+        metavar="NAME",
+        nargs="+",
+        action="extend",
+        help="ask only these members (repeatable; default: every member)",
+    )
+    p.add_argument("--json", action="store_true", help="{nodes: {NODE: status or {error}}, summary: {...}}")
+    p.set_defaults(run=run)
+
+
+@dataclass
+class Summary:
+    """What the answers say together."""
+
+    asked: list[str]
+    answered: list[str]
+    unreachable: dict[str, str]
+    state_digests: dict[str, str]
+    config_digests: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def state_agree(self) -> bool:
+        return len(set(self.state_digests.values())) <= 1
+
+    @property
+    def config_agree(self) -> bool:
+        return len(set(self.config_digests.values())) <= 1
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.answered) and not self.unreachable and self.state_agree and self.config_agree
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "asked": self.asked,
+            "answered": self.answered,
+            "unreachable": self.unreachable,
+            "state_digests_agree": self.state_agree,
+            "config_digests_agree": self.config_agree,
+            "state_digests": self.state_digests,
+            "config_digests": self.config_digests,
+            "problems": self.problems,
+        }
+
+
+def ask_all(members: Sequence[Member]) -> dict[str, dict[str, Any]]:
+    """Every member's status, or ``{"error": reason}``, asked concurrently (each request has
+    the API client's timeout, so the whole round takes at most about that long)."""
+
+    def ask(m: Member) -> dict[str, Any]:
+        try:
+            answer: dict[str, Any] = get(m, "/api/v1/status")
+        except CliError as e:
+            return {"error": str(e)}
+        if not isinstance(answer, dict) or "state" not in answer:
+            return {"error": f"{m.name}: unexpected answer from /api/v1/status"}
+        return answer
+
+    with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+        answers = list(pool.map(ask, members))
+    return {m.name: a for m, a in zip(members, answers, strict=True)}
+
+
+def summarize(statuses: dict[str, dict[str, Any]]) -> Summary:
+    answered = {n: s for n, s in statuses.items() if "error" not in s}
+    summary = Summary(
+        asked=list(statuses),
+        answered=list(answered),
+        unreachable={n: s["error"] for n, s in statuses.items() if "error" in s},
+        state_digests={n: s["state"]["digest"] for n, s in answered.items()},
+        config_digests={n: s["config_digest"] for n, s in answered.items()},
+    )
+    for node, s in answered.items():
+        summary.problems.extend(f"{node}: {p}" for p in problems(s))
+    return summary
+
+
+def problems(s: dict[str, Any]) -> list[str]:
+    """What one node sees wrong: itself not ready, peers, virtual servers, links."""
+    out = []
+    if not s.get("ready", True):
+        out.append("not ready yet (still reconciling with its peers)")
+    for p in s["peers"]:
+        if not p["connected"]:
+            out.append(f"peer {p['name']} not connected (last contact {ago(p['last_contact_ago'])})")
+        elif not p["synced"]:
+            out.append(f"peer {p['name']} connected but not synced yet")
+        if p["config_matches"] is False:
+            out.append(f"peer {p['name']} runs another config (digest {p['config_digest']})")
+    for name, vs in s["health"]["virtual_servers"].items():
+        if not vs["available"]:
+            held = ", held for manual resume" if vs["held"] else ""
+            reason = f": {vs['reason']}" if vs["reason"] else ""
+            out.append(f"virtual server {name} unavailable (health {vs['health']}, admin {vs['admin']}{held}){reason}")
+    for name, link in s["health"]["links"].items():
+        if link["state"] != "up":
+            reason = f": {link['reason']}" if link["reason"] else ""
+            out.append(f"link {name} {link['state']}{reason}")
+    return out
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return f"{seconds:.1f}s ago"
+
+
+def peers_cell(peers: list[dict[str, Any]]) -> str:
+    if not peers:
+        return "-"
+    words = []
+    for p in peers:
+        if not p["connected"]:
+            word = "DOWN"
+        elif p["config_matches"] is False:
+            word = "OTHER-CONFIG"
+        elif p["synced"]:
+            word = "synced"
+        else:
+            word = "syncing"
+        words.append(f"{p['name']} {word}")
+    return ", ".join(words)
+
+
+def count_cell(total: int, good: int, word: str) -> str:
+    if total == 0:
+        return "-"
+    return f"{good}/{total} {word}"
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell; the last column is not padded."""
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(len(r) for r in rows))]
+    return [
+        "  ".join(cell if i == len(row) - 1 else cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        for row in rows
+    ]
+
+
+HEADER = ["NODE", "DC", "GEN", "CONFIG DIGEST", "STATE DIGEST", "RECORDS", "PEERS", "SERVERS", "LINKS"]
+
+
+def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], summary: Summary) -> str:
+    rows = [HEADER]
+    for node, s in statuses.items():
+        if "error" in s:
+            rows.append([node, datacenters.get(node, "?"), "-", "UNREACHABLE"])
+            continue
+        servers = s["health"]["virtual_servers"]
+        links = s["health"]["links"]
+        rows.append(
+            [
+                node,
+                s["datacenter"],
+                str(s["config_generation"]),
+                s["config_digest"],
+                s["state"]["digest"],
+                str(s["state"]["records"]),
+                peers_cell(s["peers"]),
+                count_cell(len(servers), sum(1 for v in servers.values() if v["available"]), "available"),
+                count_cell(len(links), sum(1 for v in links.values() if v["state"] == "up"), "up"),
+            ]
+        )
+    lines = table(rows)
+    if summary.problems:
+        lines.append("")
+        lines.extend(summary.problems)
+    lines.append("")
+    lines.extend(verdict(summary))
+    return "\n".join(lines)
+
+
+def verdict(summary: Summary) -> list[str]:
+    lines = []
+    count = len(summary.answered)
+    if count == 0:
+        lines.append("no node answered")
+    elif summary.state_agree and summary.config_agree:
+        state = next(iter(summary.state_digests.values()))
+        config = next(iter(summary.config_digests.values()))
+        nodes = f"{count} node{'s' if count != 1 else ''}"
+        lines.append(f"digests agree across {nodes} (state {state}, config {config})")
+    else:
+        differ = []
+        if not summary.state_agree:
+            differ.append("state " + ", ".join(f"{n}={d}" for n, d in summary.state_digests.items()))
+        if not summary.config_agree:
+            differ.append("config " + ", ".join(f"{n}={d}" for n, d in summary.config_digests.items()))
+        lines.append("DIGESTS DIFFER: " + "; ".join(differ))
+    for node, reason in summary.unreachable.items():
+        lines.append(f"UNREACHABLE {node}: {reason}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        names = list(dict.fromkeys(args.node)) if args.node else [m.name for m in config.sync_group.members]
+        members = [member(config, name) for name in names]
+    except CliError as e:
+        print(f"gtmcluster status: {e}", file=sys.stderr)
+        return 1
+    statuses = ask_all(members)
+    summary = summarize(statuses)
+    if args.json:
+        print(json.dumps({"nodes": statuses, "summary": summary.to_json()}, indent=1, sort_keys=True))
+    else:
+        datacenters = {m.name: m.datacenter for m in config.sync_group.members}
+        print(render(statuses, datacenters, summary))
+    return 0 if summary.ok else 1

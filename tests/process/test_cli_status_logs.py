@@ -1,0 +1,326 @@
+"""`gtmcluster status` and `gtmcluster logs` as real commands (subprocesses).
+
+`status` runs against a real three-member group (tests/support/trio.py): every node shown,
+digests agreeing, exit 0; with a member killed it names that member unreachable and exits 1
+at once. `logs` prints the group's own log files merged by time, each line prefixed with its
+node. `logs -f` follows files written by the test in a log_dir of its own (so rotation can
+be done by hand) and stops on SIGINT with exit 0. The first tests check the status summary
+itself on made-up answers (no processes). Waits are polls with deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from gtmcluster.cli import status
+from gtmcluster.cli.logs import line_time
+from tests.support import configs
+from tests.support.trio import Group, running_group
+
+GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
+#: far more than any of these commands may take; they are expected to finish in a second or two
+TIMEOUT = 30
+#: a node that does not answer may make `status` wait this long at most
+UNREACHABLE_BOUND = 8.0
+POLL = 0.05
+NODES = ("n1", "n2", "n3")
+PREFIXED = re.compile(r"^(?P<node>\S+) +\| (?P<text>.*)$")
+
+
+def gtmcluster(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(GTMCLUSTER), *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, details: Callable[[], object]) -> None:
+    """Poll *condition* every `POLL` s until it holds, or fail showing *details*."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no {what} within {timeout}s:\n{details()}")
+        time.sleep(POLL)
+
+
+# -- the summary, on made-up answers ---------------------------------------------------------
+
+
+def fake_status(node: str, state: str, config: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "node": node,
+        "datacenter": "DC1",
+        "config_generation": 1,
+        "config_digest": config,
+        "ready": True,
+        "state": {"digest": state, "records": 3},
+        "peers": peers or [],
+        "health": {
+            "virtual_servers": {
+                "vs1": {"available": True, "health": "up", "admin": "enabled", "held": False, "reason": ""},
+                "vs2": {"available": False, "health": "down", "admin": "enabled", "held": False, "reason": "refused"},
+            },
+            "links": {"l1": {"state": "down", "reason": "no route"}},
+        },
+    }
+
+
+def test_summary_names_differing_digests() -> None:
+    """Different state or config digests are shown per node, and the answer is not ok."""
+    statuses = {
+        "n1": fake_status("n1", "1-aaaa", "cfg1"),
+        "n2": fake_status("n2", "1-bbbb", "cfg1"),
+        "n3": fake_status("n3", "1-aaaa", "cfg2"),
+    }
+    summary = status.summarize(statuses)
+    assert not summary.ok and not summary.state_agree and not summary.config_agree
+    text = status.render(statuses, {"n1": "DC1", "n2": "DC2", "n3": "DC3"}, summary)
+    assert "DIGESTS DIFFER: state n1=1-aaaa, n2=1-bbbb, n3=1-aaaa; config n1=cfg1, n2=cfg1, n3=cfg2" in text
+    assert "n1: virtual server vs2 unavailable (health down, admin enabled): refused" in text
+    assert "n1: link l1 down: no route" in text
+
+
+def test_summary_agreeing_and_unreachable() -> None:
+    """Agreeing digests are one line; an unreachable node makes it not ok, with its reason."""
+    peer = {
+        "name": "n2",
+        "connected": False,
+        "synced": False,
+        "config_matches": None,
+        "config_digest": None,
+        "last_contact_ago": 12.34,
+    }
+    statuses = {"n1": fake_status("n1", "1-aaaa", "cfg1", [peer]), "n2": {"error": "cannot reach n2: refused"}}
+    summary = status.summarize(statuses)
+    assert summary.state_agree and summary.config_agree and not summary.ok
+    text = status.render(statuses, {"n1": "DC1", "n2": "DC2"}, summary)
+    assert "digests agree across 1 node (state 1-aaaa, config cfg1)" in text
+    assert "UNREACHABLE n2: cannot reach n2: refused" in text
+    assert "n1: peer n2 not connected (last contact 12.3s ago)" in text
+    lines = text.splitlines()
+    assert lines[0].split() == " ".join(status.HEADER).split()
+    assert lines[2].split() == ["n2", "DC2", "-", "UNREACHABLE"]
+
+
+# -- status against a real group -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
+    """Three running members whose config's log_dir is their own log folder."""
+    workdir = tmp_path_factory.mktemp("group")
+    with running_group(workdir, customize=lambda config: config.update(log_dir=".")) as g:
+        g.wait_converged()
+        yield g
+
+
+@pytest.mark.process
+def test_status_shows_every_node_and_agreeing_digests(group: Group) -> None:
+    """Every member has a row with its data center, config and state digests and peers; the
+    summary says the digests agree across the three, and the exit status is 0."""
+    statuses = group.wait_converged()
+    result = gtmcluster("status", "--config", str(group.config_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = result.stdout.split("\n\n")[0].splitlines()
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert set(rows) == set(NODES)
+    for node in NODES:
+        s = statuses[node]
+        row = rows[node]
+        assert row[1] == group.members[node].datacenter
+        assert s["config_digest"] in row and s["state"]["digest"] in row
+        assert result.stdout.count(f"{node} synced") == 2
+    assert "digests agree across 3 nodes" in result.stdout
+    assert "UNREACHABLE" not in result.stdout
+
+
+@pytest.mark.process
+def test_status_json_and_chosen_nodes(group: Group) -> None:
+    """--json gives each asked node's /api/v1/status and the summary; --node limits the asking."""
+    group.wait_converged()
+    result = gtmcluster("status", "--config", str(group.config_path), "--json", "--node", "n1", "n3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    answer = json.loads(result.stdout)
+    assert set(answer["nodes"]) == {"n1", "n3"}
+    assert answer["nodes"]["n3"]["node"] == "n3"
+    assert answer["summary"]["ok"] is True
+    assert answer["summary"]["unreachable"] == {}
+    bad = gtmcluster("status", "--config", str(group.config_path), "--node", "n9")
+    assert bad.returncode == 1
+    assert "'n9' is not a member" in bad.stderr
+
+
+@pytest.mark.process
+def test_logs_of_the_group_are_prefixed_and_merged(group: Group) -> None:
+    """`logs` shows lines of each node, each prefixed with its name, in timestamp order,
+    and no colour when piped."""
+    result = gtmcluster("logs", "--config", str(group.config_path), "--lines", "30")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b[" not in result.stdout
+    seen: dict[str, list[str]] = {}
+    times = []
+    for line in result.stdout.splitlines():
+        m = PREFIXED.match(line)
+        assert m is not None, line
+        seen.setdefault(m["node"], []).append(m["text"])
+        stamp = line_time(m["text"])
+        if stamp is not None:
+            times.append(stamp)
+    assert set(seen) == set(NODES)
+    assert times == sorted(times)
+    for node in NODES:
+        own = set(group.log_text(node).splitlines())
+        assert set(seen[node]) <= own  # every line shown under a node's name is from its own file
+
+
+@pytest.mark.process
+def test_status_names_an_unreachable_node_at_once(group: Group) -> None:
+    """With a member killed, status still shows the others, names the dead one unreachable
+    with the reason, exits 1, and does not hang."""
+    group.kill("n3")
+    try:
+        started = time.monotonic()
+        result = gtmcluster("status", "--config", str(group.config_path))
+        took = time.monotonic() - started
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert took < UNREACHABLE_BOUND
+        assert re.search(r"^UNREACHABLE n3: cannot reach n3's API .*Connection refused", result.stdout, re.M), (
+            result.stdout
+        )
+        assert re.search(r"^n3 +DC3 +- +UNREACHABLE$", result.stdout, re.M)
+        assert "digests agree across 2 nodes" in result.stdout
+        answer = json.loads(gtmcluster("status", "--config", str(group.config_path), "--json").stdout)
+        assert set(answer["nodes"]["n3"]) == {"error"}
+        assert answer["summary"]["ok"] is False
+        assert list(answer["summary"]["unreachable"]) == ["n3"]
+    finally:
+        group.restart("n3")
+
+
+# -- logs -f on files written by hand --------------------------------------------------------
+
+
+def stamped(seconds: float, text: str) -> str:
+    moment = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC) + timedelta(seconds=seconds)
+    return f"{moment.strftime('%Y-%m-%dT%H:%M:%S%z')} [gtmcluster.test#info] {text}"
+
+
+def append(path: Path, *lines: str) -> None:
+    with path.open("a") as f:
+        f.write("".join(f"{line}\n" for line in lines))
+
+
+class Output:
+    """Collects a process's output lines in a thread, so the test can poll for them."""
+
+    def __init__(self, stream: IO[str]):
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self.lines)
+
+    def wait_line(self, text: str, timeout: float = 10.0) -> None:
+        wait_for(lambda: any(text in line for line in self.snapshot()), timeout, repr(text), self.text)
+
+    def join(self, timeout: float) -> None:
+        """Wait until the output has ended (the process closed it)."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the output did not end"
+
+    def text(self) -> str:
+        return "\n".join(self.snapshot())
+
+
+@pytest.mark.process
+def test_logs_follow_survives_rotation_and_stops_on_sigint(tmp_path: Path) -> None:
+    """`logs -f` prints the history merged by time, then new lines as they are written: in
+    a file rotated by renaming it to .1 and making a new one, and in a file created only
+    after it started. SIGINT stops it with exit 0."""
+    config = configs.base("127.0.0.1")
+    template = config["sync_group"]["members"][0]
+    config["sync_group"]["members"] = [
+        {
+            **template,
+            "name": name,
+            "peer": f"127.0.0.{i + 2}:4353",
+            "dns": [f"127.0.0.{i + 2}:5353"],
+            "api": f"127.0.0.{i + 2}:8053",
+        }
+        for i, name in enumerate(("n1", "n2", "gtm-cmcc"))
+    ]
+    config["log_dir"] = "logs"
+    path = configs.write(tmp_path, config)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    append(logs / "n1.log", stamped(0, "n1 at 0"), stamped(2, "n1 at 2"))
+    append(logs / "n2.log", stamped(1, "n2 at 1"), stamped(3, "n2 boom"), "\tTraceback", "\tValueError: x")
+
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen(
+        [str(GTMCLUSTER), "logs", "-f", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out = Output(proc.stdout)
+    try:
+        out.wait_line("ValueError: x")
+        assert out.snapshot()[:6] == [
+            f"n1       | {stamped(0, 'n1 at 0')}",
+            f"n2       | {stamped(1, 'n2 at 1')}",
+            f"n1       | {stamped(2, 'n1 at 2')}",
+            f"n2       | {stamped(3, 'n2 boom')}",
+            "n2       | \tTraceback",
+            "n2       | \tValueError: x",
+        ]
+
+        append(logs / "n1.log", stamped(4, "n1 before rotation"))
+        out.wait_line("n1 before rotation")
+        (logs / "n1.log").rename(logs / "n1.log.1")
+        append(logs / "n1.log.1", stamped(5, "n1 late in the old file"))
+        append(logs / "n1.log", stamped(6, "n1 after rotation"))
+        out.wait_line("n1 after rotation")
+        assert "n1 late in the old file" in out.text()
+
+        append(logs / "gtm-cmcc.log", stamped(7, "cmcc appears"))
+        out.wait_line("gtm-cmcc | " + stamped(7, "cmcc appears"))
+        append(logs / "n1.log", stamped(8, "n1 again"))
+        out.wait_line("n1 again")
+        assert "\x1b[" not in out.text()
+        before = len(out.snapshot())
+
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert "no log file" in err and "gtm-cmcc" in err and "waiting for it" in err
+    out.join(10)
+    assert len(out.snapshot()) == before
