@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # command:Debian package, installed by tools/ensure-system-tools when missing
-TEST_TOOLS := dig:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2
+TEST_TOOLS := dig:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium
 DEMO_TOOLS := dig:bind9-dnsutils
 
 .PHONY: demo test lint unit bench clean

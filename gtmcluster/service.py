@@ -12,6 +12,7 @@ from typing import Any
 
 from twisted.application.internet import TimerService
 from twisted.application.service import MultiService, Service
+from twisted.internet import defer, threads
 from twisted.logger import Logger
 
 from gtmcluster.api.routes import routes
@@ -63,6 +64,11 @@ class NodeService(MultiService):
         self.peers: PeerService | None = None
         self.probes: ProbeScheduler | None = None
         self._previous_hup: Any = None
+        self._reload_lock = defer.DeferredLock()
+        #: reads and checks a config file off the reactor thread
+        self.read_config: Callable[[str], defer.Deferred[Config]] = lambda path: threads.deferToThreadPool(
+            reactor, reactor.getThreadPool(), load, path
+        )
 
     def startService(self) -> None:
         c = self.node.config
@@ -89,17 +95,25 @@ class NodeService(MultiService):
     def _sighup(self, signum: int, frame: Any) -> None:
         self.reactor.callFromThread(self.reload)
 
-    def reload(self) -> list[str]:
-        """Read the config file again and switch to it; the problems if it is refused.
+    def reload(self) -> defer.Deferred[list[str]]:
+        """Read the config file again and switch to it; fires with the problems if refused.
 
-        A refused config (invalid, or a change that needs a restart) is logged and the
-        old one keeps serving. On success the answer path switches in one step.
+        The file is read and checked in a thread (a big config takes a while to parse, and
+        the reactor keeps answering meanwhile); the switch happens in the reactor thread in
+        one step. One reload runs at a time: a second waits for the first. A refused config
+        (invalid, or a change that needs a restart) is logged and the old one keeps serving.
         """
+        return self._reload_lock.run(lambda: defer.ensureDeferred(self._reload()))
+
+    async def _reload(self) -> list[str]:
         node = self.node
         try:
-            new = load(self.config_path)
+            new = await self.read_config(self.config_path)
         except ConfigError as e:
             problems = [str(p) for p in e.problems]
+        except Exception:
+            log.failure("reading {path} failed", path=self.config_path)
+            problems = [f"{self.config_path}: could not be read (an internal error, see the node's log)"]
         else:
             problems = restart_needed(node.config, new, node.member.name)
         if problems:
@@ -109,6 +123,12 @@ class NodeService(MultiService):
                 event="reload_refused",
             )
             return problems
+        self.switch(new)
+        return []
+
+    def switch(self, new: Config) -> None:
+        """Answer from *new* (checked already) from now on, and retune every part."""
+        node = self.node
         node.reload(new)
         if self.dns is not None:
             self.dns.set_responder(node.responder)
@@ -127,7 +147,6 @@ class NodeService(MultiService):
             digest=new.digest,
             event="reloaded",
         )
-        return []
 
 
 def restart_needed(old: Config, new: Config, node: str) -> list[str]:
@@ -269,7 +288,12 @@ def make_service(
     dns.setServiceParent(top)
     top.dns = dns
     if sockets.api is not None:
-        api_site = site(routes(top), lambda: top.node.config.api.token, not member.api.host.is_loopback)
+        beyond_loopback = not member.api.host.is_loopback
+        api_site = site(
+            routes(top),
+            lambda: top.node.config.api.token,
+            lambda: beyond_loopback or top.node.config.api.token_for_reads,
+        )
         api = AdoptedPort(reactor, sockets.api, api_site, "HTTP API")
         api.setName("api")
         api.setServiceParent(top)

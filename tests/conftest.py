@@ -28,3 +28,8 @@ def require_tool(name: str, package: str) -> None:
 @pytest.fixture
 def dig_tool() -> None:
     require_tool("dig", "bind9-dnsutils")
+
+
+@pytest.fixture
+def dnsperf_tool() -> None:
+    require_tool("dnsperf", "dnsperf")

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gtmcluster.api import admin, proximity
+from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.metrics import metrics_handler
 from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status
@@ -26,12 +27,15 @@ def routes(service: NodeService) -> list[Route]:
         return admin.set_admin(node, parts["name"], parts["action"])
 
     def post_reload(args: Args, parts: Args) -> Any:
-        problems = service.reload()
-        if problems:
-            raise ApiError(422, "the new config is refused; the old one keeps serving:\n" + "\n".join(problems))
-        return {"reloaded": True, "generation": node.generation, "config_digest": node.config.digest}
+        def done(problems: list[str]) -> Any:
+            if problems:
+                raise ApiError(422, "the new config is refused; the old one keeps serving:\n" + "\n".join(problems))
+            return {"reloaded": True, "generation": node.generation, "config_digest": node.config.digest}
+
+        return service.reload().addCallback(done)
 
     return [
+        Route("GET", "/", dashboard, public=True),
         Route("GET", "/api/v1/status", get_status),
         Route("GET", "/api/v1/health", lambda a, p: admin.health(node)),
         Route("GET", "/api/v1/wideips", lambda a, p: admin.wideips(node)),

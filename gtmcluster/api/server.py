@@ -1,8 +1,10 @@
 """The HTTP API's plumbing: routing, bearer-token checks, JSON answers and errors.
 
 Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
-4xx status); a handler raises `ApiError` for bad input. A POST needs the bearer token when
-one is configured; when the API listens beyond loopback, every request does. Unexpected
+4xx status); a handler raises `ApiError` for bad input, and may answer later with a
+Deferred (a reload reads the file in a thread). A POST needs the bearer token when
+one is configured; when the API listens beyond loopback (or ``api.token_for_reads`` is
+set), every request does, but for the dashboard page itself. Unexpected
 errors are logged and answered 500 without a traceback.
 """
 
@@ -15,7 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
@@ -50,6 +54,9 @@ class Route:
     pattern: str  # a regular expression for the whole path, with named groups
     handler: Handler
     params: tuple[str, ...] = ()  # query parameters it accepts
+    #: served without the token even where reads need one: the dashboard page holds no
+    #: data (it asks the API with the token from its #token=... fragment)
+    public: bool = False
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
@@ -73,12 +80,29 @@ def query_args(request: IRequest) -> dict[str, str]:
     return out
 
 
+def _answer(request: IRequest, result: Any) -> bytes:
+    if isinstance(result, Raw):
+        request.setHeader(b"content-type", result.content_type)
+        request.setHeader(b"cache-control", b"no-store")
+        return result.body
+    return _json(request, 200, result)
+
+
+def _error(request: IRequest, e: BaseException, method: str, path: str) -> bytes:
+    if isinstance(e, ApiError):
+        if e.code == 401:
+            request.setHeader(b"www-authenticate", b'Bearer realm="gtmcluster"')
+        return _json(request, e.code, {"error": e.message})
+    log.failure("the API failed on {method} {path}", Failure(e), method=method, path=path)
+    return _json(request, 500, {"error": "internal error (see the node's log)"})
+
+
 class Api(resource.Resource):
     """Every path of the API, routed by method and path pattern."""
 
     isLeaf = True
 
-    def __init__(self, routes: list[Route], token: Callable[[], str | None], token_everywhere: bool):
+    def __init__(self, routes: list[Route], token: Callable[[], str | None], token_everywhere: Callable[[], bool]):
         super().__init__()
         self.routes = routes
         self.token = token
@@ -101,7 +125,8 @@ class Api(resource.Resource):
                 request.setHeader(b"allow", ", ".join(allowed).encode())
                 raise ApiError(405, f"{method} is not allowed here (allowed: {', '.join(allowed)})")
             route, parts = matching[0]
-            self._authorize(request, method)
+            if not route.public:
+                self._authorize(request, method)
             args = query_args(request)
             unknown = sorted(set(args) - set(route.params))
             if unknown:
@@ -112,22 +137,26 @@ class Api(resource.Resource):
                 if len(content) > MAX_BODY:
                     raise ApiError(413, "request body too large")
             result = route.handler(args, parts)
-            if isinstance(result, Raw):
-                request.setHeader(b"content-type", result.content_type)
-                request.setHeader(b"cache-control", b"no-store")
-                return result.body
-            return _json(request, 200, result)
-        except ApiError as e:
-            if e.code == 401:
-                request.setHeader(b"www-authenticate", b'Bearer realm="gtmcluster"')
-            return _json(request, e.code, {"error": e.message})
-        except Exception:
-            log.failure("the API failed on {method} {path}", method=method, path=path)
-            return _json(request, 500, {"error": "internal error (see the node's log)"})
+            if isinstance(result, defer.Deferred):
+                result.addCallbacks(
+                    lambda value: self._finish(request, lambda: _answer(request, value)),
+                    lambda failure: self._finish(request, lambda: _error(request, failure.value, method, path)),
+                )
+                return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
+            return _answer(request, result)
+        except Exception as e:
+            return _error(request, e, method, path)
+
+    def _finish(self, request: IRequest, body: Callable[[], bytes]) -> None:
+        """Write a late answer, unless the client has gone meanwhile."""
+        if getattr(request, "_disconnected", False):
+            return
+        request.write(body())
+        request.finish()
 
     def _authorize(self, request: IRequest, method: str) -> None:
         token = self.token()
-        if token is None or (method != "POST" and not self.token_everywhere):
+        if token is None or (method != "POST" and not self.token_everywhere()):
             return
         header = request.getHeader(b"authorization") or b""
         given = header[7:] if header[:7].lower() == b"bearer " else b""
@@ -144,7 +173,7 @@ class Site(server.Site):
         pass
 
 
-def site(routes: list[Route], token: Callable[[], str | None], token_everywhere: bool) -> server.Site:
+def site(routes: list[Route], token: Callable[[], str | None], token_everywhere: Callable[[], bool]) -> server.Site:
     s = Site(Api(routes, token, token_everywhere))
     s.noisy = False
     s.displayTracebacks = False

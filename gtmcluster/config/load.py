@@ -268,10 +268,11 @@ def _sync_group(
 
 
 def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
-    """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API."""
+    """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API,
+    and ``token_for_reads: true`` to need it for reads on loopback too."""
     if not top.has("api"):
         return ApiSettings()
-    m = r.mapping(("api",), top.get("api"), "a mapping {token} or {token_file}")
+    m = r.mapping(("api",), top.get("api"), "a mapping {token or token_file, token_for_reads}")
     if m is None:
         return ApiSettings()
     token = None
@@ -287,11 +288,14 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
                 token = path.read_text(encoding="utf-8").strip()
             except OSError as e:
                 r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
+    for_reads = bool(m.boolean("token_for_reads", False))
     m.done()
     if token is not None and len(token) < 16:
         r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
         token = None
-    return ApiSettings(token)
+    if for_reads and not (m.has("token") or m.has("token_file")):
+        r.error(m.at("token_for_reads"), "needs a token: set api.token or api.token_file")
+    return ApiSettings(token, for_reads)
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:

@@ -346,9 +346,11 @@ class DNSServer:
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
     """The HTTP API's bearer token: required for every POST, and for every request when the
-    API listens beyond loopback."""
+    API listens beyond loopback or `token_for_reads` is set."""
 
     token: str | None = None
+    #: reads need the token too, even on loopback (a host shared with other users)
+    token_for_reads: bool = False
 
 
 @dataclass(frozen=True)
