@@ -85,7 +85,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 
 def test_wheel_holds_the_package_and_the_plugin_outside_a_package(installed: Installed) -> None:
-    """The wheel ships gtmcluster (with py.typed) and twisted/plugins/gtm.py, and no
+    """The wheel ships gtmcluster (with py.typed and the dashboard page) and
+    twisted/plugins/gtm.py, and no
     twisted/__init__.py or twisted/plugins/__init__.py that would shadow Twisted's own."""
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert "twisted/plugins/gtm.py" in names
@@ -94,6 +95,8 @@ def test_wheel_holds_the_package_and_the_plugin_outside_a_package(installed: Ins
         "gtmcluster/py.typed",
         "gtmcluster/tap.py",
         "gtmcluster/dns/responder.py",
+        "gtmcluster/api/static/dashboard.html",
+        "gtmcluster/demo/resolver.py",
     } <= names
     assert "twisted/__init__.py" not in names
     assert "twisted/plugins/__init__.py" not in names
