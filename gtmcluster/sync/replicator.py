@@ -39,6 +39,10 @@ MAX_OUTSTANDING = 64
 PULL_KEYS = 500
 LISTING_BUCKETS = 64
 RECONCILE_INTERVAL = 60.0
+#: after a change to the store, peers hear the new state digest this much later (changes
+#: within it are told once), so "digests agree" is current within about a second, not
+#: a heartbeat interval
+DIGEST_DELAY = 1.0
 
 
 @dataclass(slots=True)
@@ -99,6 +103,7 @@ class Replicator:
         self._lock = defer.DeferredLock()
         #: called whenever the set of connected peers changes
         self.peer_listeners: list[Callable[[], object]] = []
+        self._digest_call: IDelayedCall | None = None
         store.subscribe(self._changed)
 
     # -- connections ----------------------------------------------------------------------
@@ -184,6 +189,12 @@ class Replicator:
             if peer.channels:
                 peer.channels[0].send_heartbeat()
 
+    def _tell_digest(self) -> None:
+        self._digest_call = None
+        for peer in self.peers.values():
+            if peer.channels:
+                peer.channels[0].send_heartbeat()
+
     def heard_connections(self, proto: PeerProtocol, connected: str) -> None:
         peer = self.peers.get(proto.peer or "")
         if peer is not None:
@@ -202,6 +213,8 @@ class Replicator:
     # -- pushing and relaying -------------------------------------------------------------
 
     def _changed(self, record: Record) -> None:
+        if self._digest_call is None:
+            self._digest_call = self.clock.callLater(DIGEST_DELAY, self._tell_digest)
         if self._bulk:
             self._bulk_merged += 1
             return  # the other peers catch up by reconciling with us (see _reconciled)

@@ -11,6 +11,7 @@ from twisted.logger import capturedLogs
 from gtmcluster.state import snapshot
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
+from gtmcluster.sync.replicator import DIGEST_DELAY
 from gtmcluster.sync.tls import load_credentials
 from tests.support.cluster import MemoryCluster
 
@@ -45,6 +46,22 @@ def test_a_write_reaches_every_peer_at_once(trio: MemoryCluster) -> None:
         assert record is not None and record.value == {"up": False, "reason": "refused"}
         assert record.origin == "gtm-a"
     assert trio.converged()
+
+
+def test_peers_hear_the_new_digest_a_second_after_a_change(trio: MemoryCluster) -> None:
+    """After a write every peer knows the writer's new state digest within DIGEST_DELAY (not
+    a heartbeat interval later), so "digests agree" in status is current; changes within
+    the delay are told once."""
+    trio.connect("gtm-a", "gtm-b")
+    trio.advance(DIGEST_DELAY + 0.1)  # what the connection itself changed is told
+    before = trio.replicators["gtm-b"].peers["gtm-a"].digest
+    trio.write("gtm-a", "k/1", 1)
+    trio.write("gtm-a", "k/2", 2)
+    assert trio.replicators["gtm-b"].peers["gtm-a"].digest == before
+    trio.advance(DIGEST_DELAY)
+    assert trio.replicators["gtm-a"].idle_timeout / 3 > DIGEST_DELAY
+    assert trio.replicators["gtm-b"].peers["gtm-a"].digest == trio.stores["gtm-a"].digest() != before
+    assert trio.replicators["gtm-a"].peers["gtm-b"].digest == trio.stores["gtm-b"].digest()
 
 
 def test_records_are_relayed_through_a_middle_node(trio: MemoryCluster) -> None:
