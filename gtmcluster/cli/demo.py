@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
     signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C stops the demo even when a shell started it in the background (which ignores it)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if shutil.which("dig") is None:
         print("gtmcluster demo: 'dig' is missing; install bind9-dnsutils (make demo does)", file=sys.stderr)
         return 1

@@ -124,5 +124,37 @@ class Processes:
         self.resolvers.clear()
 
 
+def in_use(host: str, port: int, kind: int) -> bool:
+    """Whether something already listens on *host*:*port* (TCP) or holds it (UDP)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, kind) as s:
+        if kind == socket.SOCK_STREAM:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def busy_addresses(config: Config, resolvers: list[str]) -> list[str]:
+    """The demo's addresses something else holds already (another demo still running?)."""
+    wanted: list[tuple[str, int, int]] = []
+    for m in config.sync_group.members:
+        for hp in m.dns:
+            wanted += [(str(hp.host), hp.port, socket.SOCK_DGRAM), (str(hp.host), hp.port, socket.SOCK_STREAM)]
+        wanted += [
+            (str(m.peer.host), m.peer.port, socket.SOCK_STREAM),
+            (str(m.api.host), m.api.port, socket.SOCK_STREAM),
+        ]
+    wanted += [(address, 53, socket.SOCK_DGRAM) for address in resolvers]
+    busy = []
+    for host, port, kind in wanted:
+        label = f"{'udp' if kind == socket.SOCK_DGRAM else 'tcp'} {host}:{port}"
+        if label not in busy and in_use(host, port, kind):
+            busy.append(label)
+    return busy
+
+
 def address_of(hp: HostPort) -> str:
     return f"[{hp.host}]:{hp.port}" if hp.host.version == 6 else f"{hp.host}:{hp.port}"

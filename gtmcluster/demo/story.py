@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +14,7 @@ from gtmcluster.cli.ldns import render as render_ldns
 from gtmcluster.cli.nodeapi import CliError, get
 from gtmcluster.config.model import Config, HostPort, Member
 from gtmcluster.demo.prepare import DemoFiles, resolver_delays
-from gtmcluster.demo.processes import Processes, address_of
+from gtmcluster.demo.processes import Processes, address_of, busy_addresses, in_use
 from gtmcluster.dns.zone import TYPE_A
 
 
@@ -88,6 +90,18 @@ class Story:
 
     def start(self) -> bool:
         c = self.config
+        busy = busy_addresses(c, [address for address, _, _ in self.resolvers])
+        busy += [
+            f"tcp {vs.address}:{vs.port}"
+            for vs in self.procs.demo_servers()
+            if in_use(str(vs.address), vs.port, socket.SOCK_STREAM)
+        ]
+        if busy:
+            print(
+                f"gtmcluster demo: these addresses are in use already (is another demo running?): {', '.join(busy)}",
+                file=sys.stderr,
+            )
+            return False
         say(f"gtmcluster demo: a sync group of {len(self.members)} GTMs on loopback (files in {self.files.directory})")
         for vs in self.procs.demo_servers():
             self.procs.start_backend(vs)

@@ -181,6 +181,27 @@ def test_demo_leaves_nothing_running(demo: subprocess.CompletedProcess[str]) -> 
     assert busy_listeners() == []
 
 
+def test_demo_refuses_to_start_over_a_running_one(demo: subprocess.CompletedProcess[str]) -> None:
+    """With one of its addresses taken (another demo still running, say) the demo says which
+    and exits 1 before starting anything, rather than narrating someone else's nodes."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.12", 8053))
+        held.listen(1)
+        run = subprocess.run(
+            [sys.executable, "-m", "gtmcluster.cli.main", "demo", "--once", "--config", "etc/cluster.yaml"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "in use already (is another demo running?): tcp 127.0.0.12:8053" in run.stderr
+        assert "backends:" not in run.stdout
+        assert [label for label in busy_listeners() if label != "127.0.0.12:8053"] == []
+
+
 def read_until(fd: int, marker: str, timeout: float) -> str:
     seen = ""
     deadline = time.monotonic() + timeout
@@ -194,10 +215,17 @@ def read_until(fd: int, marker: str, timeout: float) -> str:
 
 
 def test_interactive_demo_keeps_running_until_ctrl_c(demo: subprocess.CompletedProcess[str]) -> None:
-    """Without --once the group keeps answering after the story (and `gtmcluster status`
-    shows it) until Ctrl-C (SIGINT); then the demo stops everything and exits 0."""
+    """Without --once the group keeps answering after the story until Ctrl-C (SIGINT), also
+    when started as a background job; then the demo stops everything and exits 0."""
+    # started the way a shell starts a background job: with SIGINT ignored (inherited
+    # through exec); the demo must take Ctrl-C all the same
+    as_background_job = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'gtmcluster.cli.main', 'demo', "
+        "'--config', 'etc/cluster.yaml'])"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gtmcluster.cli.main", "demo", "--config", "etc/cluster.yaml"],
+        [sys.executable, "-c", as_background_job],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
