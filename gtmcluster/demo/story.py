@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gtmcluster.cli.ldns import render as render_ldns
@@ -67,6 +68,14 @@ def api(member: Member, path: str, params: dict[str, str] | None = None) -> Any:
         return None
 
 
+def shown(path: Path) -> str:
+    """*path* as the user would type it from here: relative when below the current folder."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def regions_of(config: Config, address: str) -> str:
     ip = ipaddress.ip_address(address)
     inside = sorted(r.name for r in config.regions.values() if any(ip in n for n in r.networks))
@@ -102,7 +111,8 @@ class Story:
                 file=sys.stderr,
             )
             return False
-        say(f"gtmcluster demo: a sync group of {len(self.members)} GTMs on loopback (files in {self.files.directory})")
+        group = f"a sync group of {len(self.members)} GTMs on loopback"
+        say(f"gtmcluster demo: {group} (files in {shown(self.files.directory)})")
         for vs in self.procs.demo_servers():
             self.procs.start_backend(vs)
         say(f"  backends: {', '.join(f'{vs.name} on {vs.address}:{vs.port}' for vs in self.procs.demo_servers())}")
@@ -112,12 +122,12 @@ class Story:
             self.procs.start_node(member, self.files.config_path)
             say(
                 f"  {member.name:<9} data center {member.datacenter:<5} DNS {address_of(member.dns[0])}  "
-                f"API/dashboard http://{address_of(member.api)}/  log {c.log_dir / (member.name + '.log')}"
+                f"API/dashboard http://{address_of(member.api)}/  log {shown(c.log_dir / (member.name + '.log'))}"
             )
         deadline = time.monotonic() + 30
         for member in self.members:
             if not self.procs.api_up(member, deadline):
-                say(f"{member.name} did not start: see {self.files.directory / (member.name + '.stdout')}")
+                say(f"{member.name} did not start: see {shown(self.files.directory / (member.name + '.stdout'))}")
                 return False
         say("waiting for the nodes to connect to each other ...")
         agreed = until(self.digests_agree, 30)
@@ -173,7 +183,7 @@ class Story:
             table = api(self.first, "/api/v1/ldns")
             say(
                 f"\n2. The proximity table, the same on every node (gtmcluster ldns --config "
-                f"{self.files.config_path} --node {self.first.name}):"
+                f"{shown(self.files.config_path)} --node {self.first.name}):"
             )
             say("\n".join("   " + line for line in render_ldns(table).splitlines()))
             until(lambda: all((api(m, "/api/v1/status") or {}).get("ready") for m in self.members), 10)
@@ -218,10 +228,10 @@ class Story:
         say("\nThe group keeps running:")
         for member in self.members:
             say(f"  dashboard of {member.name}: http://{address_of(member.api)}/")
-        say(f"  follow the logs:  gtmcluster logs -f --config {self.files.config_path}")
-        say(f"  status:           gtmcluster status --config {self.files.config_path}")
+        say(f"  follow the logs:  gtmcluster logs -f --config {shown(self.files.config_path)}")
+        say(f"  status:           gtmcluster status --config {shown(self.files.config_path)}")
         say(f"  ask a GTM:        dig @{self.dns.host} -p {self.dns.port} -b 127.0.2.1 {self.wideip}")
         say(
-            f"  why that answer:  gtmcluster explain --config {self.files.config_path} --node {self.first.name} "
+            f"  why that answer:  gtmcluster explain --config {shown(self.files.config_path)} --node {self.first.name} "
             f"{self.wideip} --ldns 127.0.2.1"
         )
