@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from gtmcluster.demo.processes import in_use
+
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,15 +53,7 @@ ANSWER = re.compile(r"dig -b (\S+) www\.wip\.example\.com  ->  (\S+) \((\S+) in 
 
 def port_is_free(family: socket.AddressFamily, host: str, port: int) -> bool:
     """Whether UDP and TCP *port* on *host* can be bound (nothing listens there)."""
-    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-        with socket.socket(family, kind) as s:
-            if kind == socket.SOCK_STREAM:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True
+    return not (in_use(host, port, socket.SOCK_DGRAM) or in_use(host, port, socket.SOCK_STREAM))
 
 
 def busy_listeners() -> list[str]:

@@ -75,6 +75,20 @@ def base(address: str = "127.0.0.1", port: int = 5353) -> dict[str, Any]:
     }
 
 
+def add_member(config: dict[str, Any], name: str, datacenter: str, address: str) -> dict[str, Any]:
+    """Add sync group member *name* on *address* (the usual ports) to *config*; returns it."""
+    config["sync_group"]["members"].append(
+        {
+            "name": name,
+            "datacenter": datacenter,
+            "peer": f"{address}:4353",
+            "dns": [f"{address}:5353"],
+            "api": f"{address}:8053",
+        }
+    )
+    return config
+
+
 def write(directory: Path, config: dict[str, Any], zone: str = ZONE, name: str = "cluster.yaml") -> Path:
     """Write *config* (and the zone file it names, when missing) into *directory*."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -16,24 +16,8 @@ def health_config(**vs_extra: dict[str, Any]) -> dict[str, Any]:
     """configs.base() plus: monitor `web` (http) on vs1-vs3, link `l1` (DC1, two targets)
     under vs1, and *vs_extra* merged into the named virtual servers."""
     config = configs.base()
-    config["sync_group"]["members"].append(
-        {
-            "name": "n2",
-            "datacenter": "DC2",
-            "peer": "127.0.0.2:4353",
-            "dns": ["127.0.0.2:5353"],
-            "api": "127.0.0.2:8053",
-        }
-    )
-    config["sync_group"]["members"].append(
-        {
-            "name": "n3",
-            "datacenter": "DC3",
-            "peer": "127.0.0.3:4353",
-            "dns": ["127.0.0.3:5353"],
-            "api": "127.0.0.3:8053",
-        }
-    )
+    configs.add_member(config, "n2", "DC2", "127.0.0.2")
+    configs.add_member(config, "n3", "DC3", "127.0.0.3")
     config["monitors"] = {
         "web": {"type": "http", "interval": 5, "timeout": 1, "up_after": 2, "down_after": 3},
         "ping": {"type": "icmp", "interval": 2, "timeout": 1, "up_after": 1, "down_after": 2},

@@ -217,15 +217,7 @@ def test_rtt_waits_for_every_measuring_data_center(tmp_path: Path) -> None:
     """With GTMs in DC1 and DC2, a path from DC1 alone decides nothing (the alternate
     answers); once DC2 has measured, RTT compares. DC3 has no GTM and never holds it up."""
     raw = configs.base()
-    raw["sync_group"]["members"].append(
-        {
-            "name": "n2",
-            "datacenter": "DC2",
-            "peer": "127.0.0.2:4353",
-            "dns": ["127.0.0.2:5353"],
-            "api": "127.0.0.2:8053",
-        }
-    )
+    configs.add_member(raw, "n2", "DC2", "127.0.0.2")
     raw["pools"]["p"]["load_balancing"] = {"preferred": "rtt", "alternate": "topology"}
     n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0)
     n.ready = True

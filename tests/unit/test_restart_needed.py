@@ -15,15 +15,7 @@ from tests.support import configs
 
 def two_members() -> dict[str, Any]:
     raw = configs.base()
-    raw["sync_group"]["members"].append(
-        {
-            "name": "n2",
-            "datacenter": "DC2",
-            "peer": "127.0.0.2:4353",
-            "dns": ["127.0.0.2:5353"],
-            "api": "127.0.0.2:8053",
-        }
-    )
+    configs.add_member(raw, "n2", "DC2", "127.0.0.2")
     raw["sync_group"]["tls"] = {"ca": "certs/ca.pem", "cert": "certs/{node}.pem", "key": "certs/{node}.key"}
     return raw
 
