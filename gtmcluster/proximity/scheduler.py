@@ -24,7 +24,9 @@ from gtmcluster.stats import ProbeStats
 
 log = Logger()
 
-#: a probe request lives this long: the time for every node to probe once
+#: a probe request lives this long (or half the probe interval, when shorter): the time for
+#: every node to probe once. While it lives no other request for that LDNS is filed, so it
+#: must not outlive the interval, or a stale path waits for it rather than for the interval.
 REQUEST_TTL = 60.0
 MAX_PENDING = 10_000
 
@@ -43,11 +45,15 @@ class Prober(Protocol):
     def close(self) -> None: ...
 
 
+def request_ttl(probe_interval: float) -> float:
+    return min(REQUEST_TTL, probe_interval / 2)
+
+
 def request(store: Store, budget: Budget, ldns: str, node: str) -> bool:
     """Ask the group to probe *ldns*, unless a request is live or it may not be probed."""
     if budget.allowed(ldns) is not None or store.get(request_key(ldns)) is not None:
         return False
-    store.put(request_key(ldns), {"by": node}, ttl=REQUEST_TTL)
+    store.put(request_key(ldns), {"by": node}, ttl=request_ttl(budget.prober.probe_interval))
     return True
 
 

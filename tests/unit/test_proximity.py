@@ -158,6 +158,18 @@ def test_one_request_at_a_time_per_ldns() -> None:
     assert request(store, budget, "198.51.100.7", "n1")
 
 
+def test_a_request_never_outlives_half_the_probe_interval() -> None:
+    """With a short probe interval a request ends after half of it, so an LDNS that keeps
+    asking is measured again each interval (not only once a minute)."""
+    _, store, clock, _ = scheduler()
+    budget = Budget(Prober(probe_interval=10), clock.seconds)
+    assert request(store, budget, "198.51.100.7", "n1")
+    clock.advance(4.9)
+    assert not request(store, budget, "198.51.100.7", "n1")
+    clock.advance(0.2)
+    assert request(store, budget, "198.51.100.7", "n1")
+
+
 def test_fresh_paths_are_not_probed_again() -> None:
     """A path measured less than half a probe interval ago is left alone."""
     s, _, clock, prober = scheduler(Prober(probe_interval=600))
