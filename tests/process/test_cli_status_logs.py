@@ -27,7 +27,7 @@ import pytest
 
 from gtmcluster.cli import status
 from gtmcluster.cli.logs import line_time
-from tests.support import configs
+from tests.support import configs, poll
 from tests.support.trio import Group, running_group
 
 GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
@@ -48,11 +48,7 @@ def gtmcluster(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, details: Callable[[], object]) -> None:
     """Poll *condition* every `POLL` s until it holds, or fail showing *details*."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"no {what} within {timeout}s:\n{details()}")
-        time.sleep(POLL)
+    poll.until(condition, timeout, what, POLL, details)
 
 
 # -- the summary, on made-up answers ---------------------------------------------------------

@@ -44,6 +44,7 @@ import yaml
 
 from gtmcluster.sync import certs
 from tests.support.nodeproc import twistd
+from tests.support.poll import seconds_until
 from tests.tools import wanem
 from tests.tools.wanem import WanProcess
 
@@ -120,15 +121,7 @@ def wait_for(
 ) -> float:
     """Poll *condition* every *poll* s until it holds (returns the seconds it took) or fail
     saying *what* was awaited, with *details* of the last state."""
-    start = time.monotonic()
-    deadline = start + timeout
-    while True:
-        if condition():
-            return time.monotonic() - start
-        if time.monotonic() >= deadline:
-            extra = f":\n{details()}" if details is not None else ""
-            raise AssertionError(f"no {what} within {timeout}s{extra}")
-        time.sleep(poll)
+    return seconds_until(condition, timeout, what, details, poll)
 
 
 @dataclass

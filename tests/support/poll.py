@@ -11,13 +11,34 @@ T = TypeVar("T")
 STEP = 0.05
 
 
-def until(check: Callable[[], T], timeout: float = 10.0, what: str = "condition", step: float = STEP) -> T:
-    """Return *check()*'s first truthy value; fail after *timeout* seconds."""
+def until(
+    check: Callable[[], T],
+    timeout: float = 10.0,
+    what: str = "condition",
+    step: float = STEP,
+    details: Callable[[], object] | None = None,
+) -> T:
+    """Return *check()*'s first truthy value; fail after *timeout* seconds saying *what* was
+    awaited (and *details* of the last state)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not met within {timeout:g}s")
+            extra = f":\n{details()}" if details is not None else ""
+            raise AssertionError(f"no {what} within {timeout:g}s{extra}")
         time.sleep(step)
+
+
+def seconds_until(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    details: Callable[[], object] | None = None,
+    step: float = STEP,
+) -> float:
+    """`until` *condition* holds; the seconds it took."""
+    start = time.monotonic()
+    until(condition, timeout, what, step, details)
+    return time.monotonic() - start

@@ -15,7 +15,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gtmcluster.sync import certs
-from tests.support import configs
+from tests.support import configs, poll
 from tests.support.nodeproc import loopback_address, twistd, wait_answering
 
 DNS_PORT = 5353
@@ -244,15 +243,7 @@ class Group:
         details: Callable[[], object] | None = None,
     ) -> float:
         """Poll *condition* every `POLL` s until it holds (returns the seconds it took) or fail."""
-        start = time.monotonic()
-        deadline = start + timeout
-        while True:
-            if condition():
-                return time.monotonic() - start
-            if time.monotonic() >= deadline:
-                extra = f":\n{details()}" if details is not None else ""
-                raise AssertionError(f"no {what} within {timeout}s{extra}")
-            time.sleep(POLL)
+        return poll.seconds_until(condition, timeout, what, details, POLL)
 
     def converged(self, statuses: dict[str, dict[str, Any]], synced: bool = True) -> bool:
         """Every node lists every other as connected (and synced) and all digests are equal."""
