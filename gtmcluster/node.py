@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
 from gtmcluster.health.tracker import HealthTracker
+from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Availability, Client, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
@@ -22,7 +23,7 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import Measurements
 from gtmcluster.state.persistence import StorePersistence
-from gtmcluster.state.store import Store
+from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
 
 
@@ -43,7 +44,8 @@ class Node:
         self.rng = rng or random.Random()
         #: measured methods (RTT, ...) are used only once the state is reconciled with the
         #: reachable peers (or the cold start wait is over), not from an empty table
-        self.ready = False
+        self._ready = False
+        self.cache: DecisionCache | None = None
         #: how many configs this node has run (1 at start, +1 per reload) and since when
         self.generation = 0
         self.loaded_at = clock()
@@ -67,13 +69,21 @@ class Node:
             rotations,
             measurements=measurements,
         )
-        responder = Responder(config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size, self.stats)
+        responder = Responder(
+            config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size, self.stats, self.cached
+        )
+        # Reuse decisions only where the health snapshot says all there is about
+        # availability (tests may pass another availability, read at every query).
+        cache = None
+        if self.availability is self.health:
+            cache = DecisionCache(self.store.raw, self.clock, lambda: self.health.snapshot)
         self.config = config
         self.member: Member = config.member(name)
         self.measurements = measurements
         self.probe_budget = Budget(config.prober, self.clock)
         self.balancer = balancer
         self.responder = responder
+        self.cache = cache
         self.generation += 1
         self.loaded_at = self.clock()
 
@@ -83,11 +93,48 @@ class Node:
         self._apply(config, self.member.name, self.balancer.rotations)
         self.health.reconfigure(config)
 
-    def decide(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
-        """Decide a wide IP answer and keep the persistence record it asks for."""
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        if value != self._ready and self.cache is not None:
+            self.cache.clear()  # measured methods start (or stop) deciding
+        self._ready = value
+
+    def decide(self, wideip: WideIP, qtype: int, client: Client, key: Hashable = None) -> Decision:
+        """Decide a wide IP answer and keep the persistence record it asks for.
+
+        With a *key* (who asks, as the responder tells clients apart) the decision is kept
+        for the same query from the same client while it holds (see `lb.cache`).
+        """
+        cache = self.cache if key is not None else None
         started = time.perf_counter()
-        decision = self.balancer.decide(wideip, qtype, client)
+        if cache is None:
+            decision = self.balancer.decide(wideip, qtype, client)
+        else:
+            health = self.health.snapshot
+            store = self.store
+            reads: list[tuple[str, Record | None]] = []
+            store.reads = reads
+            try:
+                decision = self.balancer.decide(wideip, qtype, client)
+            finally:
+                store.reads = None
+            cache.put((wideip.name, qtype, key), decision, tuple(reads), health, self.clock())
         self.stats.decisions.observe(time.perf_counter() - started)
+        return self._carry_out(decision)
+
+    def cached(self, wideip: WideIP, qtype: int, key: Hashable) -> Decision | None:
+        """The decision kept for this query from the client *key*, if it still holds."""
+        if self.cache is None:
+            return None
+        decision = self.cache.get((wideip.name, qtype, key))
+        return None if decision is None else self._carry_out(decision)
+
+    def _carry_out(self, decision: Decision) -> Decision:
+        """What a decision asks of the node: a persistence record kept, a probe requested."""
         if decision.persist is not None:
             self.persistence.put(decision.persist)
         if decision.probe is not None:

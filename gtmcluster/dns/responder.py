@@ -18,7 +18,8 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Mapping
+import struct
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from twisted.logger import Logger
@@ -48,7 +49,7 @@ log = Logger()
 
 MAX_CNAME_CHAIN = 8
 #: label values for the query counters (few, so the metric stays small)
-_TYPES = {
+TYPE_LABELS = {
     0: "-",
     1: "A",
     2: "NS",
@@ -61,11 +62,15 @@ _TYPES = {
     33: "SRV",
     255: "ANY",
 }
-_RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
-_REFUSED_TYPES = {TYPE_AXFR, TYPE_IXFR}
-_NOTIMP_TYPES = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
+RCODE_LABELS = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
+_REFUSEDTYPE_LABELS = {TYPE_AXFR, TYPE_IXFR}
+_NOTIMPTYPE_LABELS = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
 
-Decide = Callable[[WideIP, int, Client], Decision]
+#: decides a wide IP answer: (wide IP, query type, client, client key) -> decision; the key
+#: (the source address and the raw client subnet option) tells clients apart for reuse
+Decide = Callable[[WideIP, int, Client, Hashable], Decision]
+#: a decision kept for (wide IP, query type, client key), if it still holds
+Cached = Callable[[WideIP, int, Hashable], Decision | None]
 
 
 @dataclass(slots=True)
@@ -92,29 +97,50 @@ class Responder:
         decide: Decide,
         udp_payload_size: int = 1232,
         stats: QueryStats | None = None,
+        cached: Cached | None = None,
     ):
         self.zones = zones
         self.wideips = wideips
         self.decide = decide
+        self.cached = cached
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
 
+    def direct_wideips(self) -> dict[Name, WideIP]:
+        """Wide IPs a query for their own name and type is answered by directly (not below a
+        delegation, not through a wildcard): the names the fast path may answer."""
+        out = {}
+        for key, wideip in self.wideips.items():
+            zone = self.zones.find(key)
+            if zone is None:
+                continue
+            found = zone.find(key, min(wideip.types))
+            if found.outcome is Outcome.NODE and not found.wildcard:
+                out[key] = wideip
+        return out
+
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
+        return self.answer(data, source, tcp)[0]
+
+    def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
+        """The response to *data* from *source*, and whether it is static: any query with
+        the same question (in any case) and the same EDNS presence and DO bit, without a
+        client subnet, gets the same response but for the ID and the RD and CD flags."""
         try:
             query = wire.parse_query(data)
         except wire.Drop:
-            return None
+            return None, False
         except wire.QueryError as e:
-            self.stats.query("", _TYPES.get(0, "-"), _RCODES.get(e.rcode, str(e.rcode)), "")
+            self.stats.query("", TYPE_LABELS.get(0, "-"), RCODE_LABELS.get(e.rcode, str(e.rcode)), "")
             flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
             opt = None
             if e.edns is not None:
                 opt = wire.opt_record(self.udp_payload_size, e.rcode >> 4, e.edns.do, b"")
             limit = self._limit(e.edns, tcp)
-            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit)
+            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit), False
         try:
-            return self._respond(query, source, tcp)
+            answer = self._respond(query, source)
         except Exception:
             log.failure(
                 "internal error answering {qname}/{qtype} from {source}",
@@ -122,28 +148,37 @@ class Responder:
                 qtype=query.qtype,
                 source=source,
             )
-            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp)
+            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp), False
+        if answer.drop:
+            self.stats.query(answer.wideip, TYPE_LABELS.get(query.qtype, "other"), "drop", answer.method)
+            return None, False
+        reply = self._write(query, answer, tcp)
+        static = (
+            not answer.wideip
+            and answer.aa
+            and answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
+            and (query.edns is None or query.edns.ecs is None)
+            and not reply[2] & (wire.TC >> 8)
+        )
+        return reply, static
 
-    def _respond(self, query: Query, source: str, tcp: bool) -> bytes | None:
+    def _respond(self, query: Query, source: str) -> _Answer:
         edns = query.edns
         if edns is not None and edns.version > 0:
-            return self._write(query, _Answer(rcode=wire.BADVERS, aa=False), tcp)
+            return _Answer(rcode=wire.BADVERS, aa=False)
         if query.qclass not in (wire.CLASS_IN, wire.CLASS_ANY):
-            return self._write(query, _Answer(rcode=wire.REFUSED, aa=False), tcp)
+            return _Answer(rcode=wire.REFUSED, aa=False)
         qtype = query.qtype
         if qtype == TYPE_OPT:
-            return self._write(query, _Answer(rcode=wire.FORMERR, aa=False), tcp)
-        if qtype in _NOTIMP_TYPES:
-            return self._write(query, _Answer(rcode=wire.NOTIMP, aa=False), tcp)
-        if self.zones.find(names.key(query.qname)) is None or qtype in _REFUSED_TYPES:
-            return self._write(query, _Answer(rcode=wire.REFUSED, aa=False), tcp)
-        answer = self._resolve(query, _client(source, query))
-        if answer.drop:
-            self.stats.query(answer.wideip, _TYPES.get(qtype, "other"), "drop", answer.method)
-            return None
-        return self._write(query, answer, tcp)
+            return _Answer(rcode=wire.FORMERR, aa=False)
+        if qtype in _NOTIMPTYPE_LABELS:
+            return _Answer(rcode=wire.NOTIMP, aa=False)
+        if self.zones.find(names.key(query.qname)) is None or qtype in _REFUSEDTYPE_LABELS:
+            return _Answer(rcode=wire.REFUSED, aa=False)
+        ecs = edns.ecs if edns is not None else None
+        return self._resolve(query, _client(source, query), client_key(source, ecs))
 
-    def _resolve(self, query: Query, client: Client) -> _Answer:
+    def _resolve(self, query: Query, client: Client, who: Hashable) -> _Answer:
         result = _Answer(answer=[])
         assert result.answer is not None
         name = query.qname
@@ -174,7 +209,7 @@ class Responder:
             if wideip is not None:
                 wanted = min(wideip.types) if qtype == TYPE_ANY else qtype
                 if wanted in wideip.types:
-                    decision = self.decide(wideip, wanted, client)
+                    decision = self.decide(wideip, wanted, client, who)
                     result.scope = max(result.scope, decision.scope)
                     result.wideip = wideip.name
                     result.method = decision.method or decision.action.value
@@ -227,7 +262,9 @@ class Responder:
 
     def _write(self, query: Query, answer: _Answer, tcp: bool) -> bytes:
         method = answer.method or ("static" if answer.aa else "")
-        self.stats.query(answer.wideip, _TYPES.get(query.qtype, "other"), _RCODES.get(answer.rcode, "other"), method)
+        self.stats.query(
+            answer.wideip, TYPE_LABELS.get(query.qtype, "other"), RCODE_LABELS.get(answer.rcode, "other"), method
+        )
         edns = query.edns
         flags = wire.QR | (query.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
         if answer.aa:
@@ -246,6 +283,14 @@ class Responder:
             Section(answer.additional or [], required=answer.glue_required),
         ]
         return wire.write_response(query.id, flags, answer.rcode, query.question, query.qname, sections, opt, limit)
+
+
+def client_key(source: str, ecs: wire.ClientSubnet | None) -> Hashable:
+    """Who asks, as far as reusing a decision goes: the source address as received, and the
+    client subnet option's data as sent (family, source prefix, scope 0, address)."""
+    if ecs is None:
+        return source
+    return (source, struct.pack("!HBB", ecs.family, ecs.source_prefix, 0) + ecs.address)
 
 
 def _client(source: str, query: Query) -> Client:

@@ -18,6 +18,7 @@ from twisted.internet.protocol import DatagramProtocol, Protocol, ServerFactory,
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
 from gtmcluster.sockets import Listener
 
@@ -27,15 +28,15 @@ _LENGTH = struct.Struct("!H")
 
 
 class DNSDatagramProtocol(DatagramProtocol):
-    """Answers UDP queries."""
+    """Answers UDP queries (through the fast path)."""
 
     noisy = False
 
-    def __init__(self, responder: Responder):
-        self.responder = responder
+    def __init__(self, fast: FastPath):
+        self.fast = fast
 
     def datagramReceived(self, datagram: bytes, addr: Any) -> None:
-        reply = self.responder.handle(datagram, addr[0], tcp=False)
+        reply = self.fast.handle(datagram, addr[0])
         if reply is not None:
             self.transport.write(reply, addr)  # type: ignore[union-attr]
 
@@ -133,15 +134,17 @@ class DNSService(Service):
         self.reactor = reactor
         self.listeners = listeners
         self.responder = responder
-        self.udp = [DNSDatagramProtocol(responder) for _ in listeners]
+        fast = FastPath(responder)
+        self.udp = [DNSDatagramProtocol(fast) for _ in listeners]
         self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients)
         self.ports: list[IListeningPort] = []
 
     def set_responder(self, responder: Responder) -> None:
         """Answer from now on with *responder* (a new config); no query is lost."""
         self.responder = responder
+        fast = FastPath(responder)  # templates of the old zones go with them
         for proto in self.udp:
-            proto.responder = responder
+            proto.fast = fast
         self.tcp.responder = responder
 
     def startService(self) -> None:

@@ -4,6 +4,7 @@ availability, persistence and topology, all passed in (no globals, no I/O)."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -117,7 +118,26 @@ class Context:
     measurements: Any = None
     #: set by a method that missed or found stale paths: the node asks for a probe
     probe_wanted: bool = False
+    #: set when the decision took a turn of a rotation or a random draw: the next query may
+    #: get another answer, so the decision must not be reused
+    varies: bool = False
+    #: when something the decision read changes with time alone (a path going stale, a
+    #: persistence record due for refresh): the decision holds until then
+    until: float = math.inf
     _match: Match | None = field(default=None, repr=False)
+
+    def holds_until(self, moment: float) -> None:
+        self.until = min(self.until, moment)
+
+    def turn(self, key: tuple[str, ...]) -> int:
+        """The next count of rotation *key* (round robin, ratio, ties taken in turn)."""
+        self.varies = True
+        return self.rotations.next(key)
+
+    def shuffle(self, items: list[Any]) -> None:
+        """Shuffle *items* in place with the decision's random source."""
+        self.varies = True
+        self.rng.shuffle(items)
 
     def topology_match(self) -> Match:
         """Topology records matching the client, computed once per decision."""

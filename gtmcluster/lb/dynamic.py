@@ -58,6 +58,7 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], li
                 if dc in m.probing_datacenters:
                     waiting.add(dc)
                 continue
+            _seen(path, ctx)
             if m.stale(path):
                 ctx.probe_wanted = True
             if not path.usable:
@@ -66,6 +67,15 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], li
             if held is None or path.rtt_us < held.rtt_us:
                 best[c.name] = path
     return best, sorted(waiting)
+
+
+def _seen(path: Any, ctx: Context) -> None:
+    """The decision holds until *path* goes stale (it then asks for a probe) or is too old
+    to use."""
+    prober = ctx.measurements.prober
+    for limit in (prober.probe_interval, prober.path_ttl):
+        if path.age < limit:
+            ctx.holds_until(ctx.now + limit - path.age)
 
 
 def _missing(dcs: Sequence[str], ctx: Context) -> str:
@@ -92,7 +102,7 @@ def rtt(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
     note = PATH_NOTE
     equal = [t for t in tied if quality(t) == quality(tied[0])]
     if len(equal) > 1:  # equal in every criterion: take them in turn
-        start = ctx.rotations.next(slot.rotation) % len(equal)
+        start = ctx.turn(slot.rotation) % len(equal)
         tied = equal[start:] + equal[:start] + tied[len(equal) :]
         note += f"; {len(equal)} tied within the RTT tolerance, taken in turn"
     elif len(tied) > 1:
@@ -116,6 +126,7 @@ def _by_path(key: Callable[[Any], float | None], higher_better: bool, what: str)
                     if dc in m.probing_datacenters:
                         waiting.add(dc)
                     continue
+                _seen(path, ctx)
                 value = key(path)
                 if value is None:
                     continue

@@ -40,6 +40,14 @@ class _Run:
     steps: list[Step] = field(default_factory=list)
     scope: int = 0
 
+    def decision(self, action: Action, **fields: Any) -> Decision:
+        """The decision, with the scope, the trace and what the context noted on the way."""
+        ctx = self.ctx
+        probe = str(ctx.client.ldns) if ctx.probe_wanted else None
+        return Decision(
+            action, scope=self.scope, trace=tuple(self.steps), probe=probe, varies=ctx.varies, until=ctx.until, **fields
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _PoolOutcome:
@@ -87,10 +95,7 @@ class Balancer:
             self.topology,
             self.measurements,
         )
-        decision = self._decide(wideip, qtype, client, ctx)
-        if ctx.probe_wanted:
-            decision = replace(decision, probe=str(client.ldns))
-        return decision
+        return self._decide(wideip, qtype, client, ctx)
 
     def explain(self, wideip: WideIP, qtype: int, client: Client) -> Decision:
         """The decision *client* would get now, without side effects: the rotations and
@@ -120,21 +125,19 @@ class Balancer:
         if outcome.action is Action.NOTHING:
             return self._failure(wideip, run)
         if outcome.action is not Action.ANSWER:
-            return Decision(outcome.action, scope=run.scope, trace=tuple(run.steps), method=outcome.method)
+            return run.decision(outcome.action, method=outcome.method)
         assert ref is not None
         pool = ref.pool
         record = None
         if key is not None and wideip.persistence is not None and outcome.members:
             names = tuple(m.name for m in outcome.members)
             record = PersistRecord(key, pool.name, names, ctx.now, wideip.persistence.ttl)
-        return Decision(
+        return run.decision(
             Action.ANSWER,
             addresses=outcome.addresses,
             ttl=pool.ttl,
             pool=pool.name,
             members=tuple(m.name for m in outcome.members),
-            scope=run.scope,
-            trace=tuple(run.steps),
             persist=record,
             method=outcome.method,
         )
@@ -157,27 +160,14 @@ class Balancer:
             )
             if ips:
                 ttl = min((r.pool.ttl for r in wideip.pools), default=30)
-                return Decision(
-                    Action.ANSWER,
-                    addresses=ips,
-                    ttl=ttl,
-                    scope=run.scope,
-                    trace=tuple(run.steps),
-                    method="failure_response",
-                )
+                return run.decision(Action.ANSWER, addresses=ips, ttl=ttl, method="failure_response")
             response = "return_to_dns"  # no address of this family: the zone answers
         else:
             run.steps.append(Step(subject, "failure_response", response, (), (), note="every pool yielded nothing"))
         if response in _RCODES:
-            return Decision(
-                Action.RCODE,
-                scope=run.scope,
-                trace=tuple(run.steps),
-                method="failure_response",
-                rcode=_RCODES[response],
-            )
+            return run.decision(Action.RCODE, method="failure_response", rcode=_RCODES[response])
         action = Action.DROP if response == "drop" else Action.RETURN_TO_DNS
-        return Decision(action, scope=run.scope, trace=tuple(run.steps), method="failure_response")
+        return run.decision(action, method="failure_response")
 
     def _persisted(self, wideip: WideIP, key: PersistKey, run: _Run) -> Decision | None:
         """Answer from a live persistence record whose members are all still available."""
@@ -216,16 +206,17 @@ class Balancer:
         # Refresh a record past half its life, so an active client keeps it without a write
         # on every query.
         refresh = None
-        if ctx.now - record.written > record.ttl / 2:
+        half = record.written + record.ttl / 2
+        if ctx.now > half:
             refresh = PersistRecord(key, record.pool, record.members, ctx.now, record.ttl)
-        return Decision(
+        else:
+            ctx.holds_until(half)
+        return run.decision(
             Action.ANSWER,
             addresses=tuple(m.vs.address for m in chosen),
             ttl=ref.pool.ttl,
             pool=ref.pool.name,
             members=record.members,
-            scope=run.scope,
-            trace=tuple(run.steps),
             persist=refresh,
             method="persistence",
         )

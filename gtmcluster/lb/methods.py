@@ -26,7 +26,9 @@ MAX_CYCLE = 10_000
 
 
 def round_robin(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
-    start = ctx.rotations.next(slot.rotation) % len(cands)
+    if len(cands) < 2:
+        return Ranking(tuple(cands))  # no turn to take: the answer cannot vary
+    start = ctx.turn(slot.rotation) % len(cands)
     return Ranking(tuple(cands[start:]) + tuple(cands[:start]))
 
 
@@ -51,8 +53,10 @@ def ratio(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     scores = tuple((c.name, float(c.ratio)) for c in cands)
     if not weighted:
         return Ranking((), scores, note="every ratio is 0")
+    if len(weighted) == 1:
+        return Ranking((weighted[0],), scores)  # no turn to take: the answer cannot vary
     schedule = ratio_schedule(tuple(c.ratio for c in weighted))
-    start = ctx.rotations.next(slot.rotation) % len(schedule)
+    start = ctx.turn(slot.rotation) % len(schedule)
     order: list[Candidate] = []
     for i in schedule[start:] + schedule[:start]:
         if weighted[i] not in order:
@@ -68,7 +72,7 @@ def global_availability(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking
 
 def random_choice(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     order = list(cands)
-    ctx.rng.shuffle(order)
+    ctx.shuffle(order)
     return Ranking(tuple(order))
 
 
@@ -91,7 +95,7 @@ def topology(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     rest = [c for s, _, c in scored if s != scored[0][0]]
     note = ""
     if len(best) > 1:  # equal best scores share the load in turn
-        start = ctx.rotations.next(slot.rotation) % len(best)
+        start = ctx.turn(slot.rotation) % len(best)
         best = best[start:] + best[:start]
         note = f"{len(best)} tied at the best score, taken in turn"
     return Ranking(tuple(best + rest), tuple(scores), match.scope, note)

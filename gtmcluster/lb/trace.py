@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import math
 from dataclasses import dataclass
 
 from gtmcluster.lb.context import PersistRecord
@@ -58,3 +59,8 @@ class Decision:
     rcode: int = 0
     #: an LDNS whose paths are missing or stale: the node asks the group to probe it
     probe: str | None = None
+    #: it took a turn of a rotation or a random draw: the next query may be answered
+    #: otherwise, so it is not reused
+    varies: bool = False
+    #: it holds, all else equal, until this moment of the node's clock (see lb.cache)
+    until: float = math.inf

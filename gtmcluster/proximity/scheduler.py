@@ -51,8 +51,8 @@ def request_ttl(probe_interval: float) -> float:
 
 def request(store: Store, budget: Budget, ldns: str, node: str) -> bool:
     """Ask the group to probe *ldns*, unless a request is live or it may not be probed."""
-    if budget.allowed(ldns) is not None or store.get(request_key(ldns)) is not None:
-        return False
+    if store.get(request_key(ldns)) is not None or budget.allowed(ldns) is not None:
+        return False  # (the cheaper test first: a client that keeps asking finds its request)
     store.put(request_key(ldns), {"by": node}, ttl=request_ttl(budget.prober.probe_interval))
     return True
 

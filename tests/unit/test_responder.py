@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from twisted.logger import capturedLogs
 
 from gtmcluster.config.load import load
 from gtmcluster.dns import wire
+from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.node import Node
 from tests.support import configs
 from tests.support.dnsclient import addresses, answers, ecs_option, parse, query
@@ -37,8 +39,22 @@ def node(tmp_path: Path) -> Node:
     return make_node(tmp_path, zone=configs.ZONE + BIG_TXT)
 
 
+def handle(node: Node, wire_query: bytes, source: str = "127.0.0.1", tcp: bool = False) -> bytes | None:
+    """The node's reply as its transports get it: UDP through the fast path (which answers
+    what it has kept and passes the rest on), TCP from the responder."""
+    if tcp:
+        return node.responder.handle(wire_query, source, tcp=True)
+    fast = _fast_paths.get(node)
+    if fast is None or fast.responder is not node.responder:
+        fast = _fast_paths[node] = FastPath(node.responder)
+    return fast.handle(wire_query, source)
+
+
+_fast_paths: weakref.WeakKeyDictionary[Node, FastPath] = weakref.WeakKeyDictionary()
+
+
 def ask(node: Node, wire_query: bytes, source: str = "127.0.0.1", tcp: bool = False) -> dns.message.Message:
-    reply = node.responder.handle(wire_query, source, tcp=tcp)
+    reply = handle(node, wire_query, source, tcp=tcp)
     assert reply is not None
     return parse(reply)
 
@@ -170,12 +186,12 @@ def test_drop_packet_sends_nothing(tmp_path: Path) -> None:
     def chain(config: dict[str, Any]) -> None:
         config["pools"]["p"]["load_balancing"] = {"preferred": "drop_packet"}
 
-    assert make_node(tmp_path, chain).responder.handle(query("gslb.example.test"), "127.0.0.1") is None
+    assert handle(make_node(tmp_path, chain), query("gslb.example.test"), "127.0.0.1") is None
 
 
 def test_udp_truncation_without_edns_and_full_answer_over_tcp(node: Node) -> None:
     """Over 512 bytes without EDNS: TC and no partial RRset; TCP carries everything."""
-    raw = node.responder.handle(query("big.example.test", "TXT"), "127.0.0.1")
+    raw = handle(node, query("big.example.test", "TXT"), "127.0.0.1")
     assert raw is not None and len(raw) <= 512
     msg = parse(raw)
     assert msg.flags & dns.flags.TC and not msg.answer
@@ -186,9 +202,9 @@ def test_udp_truncation_without_edns_and_full_answer_over_tcp(node: Node) -> Non
 
 def test_udp_payload_is_the_smaller_of_client_and_server(node: Node) -> None:
     """EDNS raises the UDP limit to the client's size, capped at udp_payload_size (1232)."""
-    fits = node.responder.handle(query("big.example.test", "TXT", edns=0, payload=4096), "127.0.0.1")
+    fits = handle(node, query("big.example.test", "TXT", edns=0, payload=4096), "127.0.0.1")
     assert fits is not None and len(fits) <= 1232 and parse(fits).flags & dns.flags.TC
-    small = node.responder.handle(query("big.example.test", "TXT", edns=0, payload=512), "127.0.0.1")
+    small = handle(node, query("big.example.test", "TXT", edns=0, payload=512), "127.0.0.1")
     assert small is not None and len(small) <= 512
 
 
@@ -260,7 +276,7 @@ def test_internal_errors_answer_servfail_and_are_logged(tmp_path: Path) -> None:
 
 def test_formerr_reply_keeps_the_id(node: Node) -> None:
     """A malformed query gets FORMERR with its ID, QR set."""
-    reply = node.responder.handle(struct.pack("!HHHHHH", 0xBEEF, 0, 2, 0, 0, 0), "127.0.0.1")
+    reply = handle(node, struct.pack("!HHHHHH", 0xBEEF, 0, 2, 0, 0, 0), "127.0.0.1")
     assert reply is not None
     qid, flags = struct.unpack("!HH", reply[:4])
     assert qid == 0xBEEF and flags & wire.QR and flags & 0xF == wire.FORMERR
@@ -271,7 +287,7 @@ def test_formerr_reply_keeps_the_id(node: Node) -> None:
 def test_any_packet_gets_a_sane_reply_or_none(tmp_path_factory: pytest.TempPathFactory, data: bytes, tcp: bool) -> None:
     """Whatever the bytes: no exception; a reply has QR=1, the query's ID, and fits the limit."""
     node = _fuzz_node(tmp_path_factory)
-    reply = node.responder.handle(data, "127.0.0.1", tcp=tcp)
+    reply = handle(node, data, "127.0.0.1", tcp=tcp)
     if reply is None:
         return
     assert len(reply) >= 12
@@ -285,7 +301,7 @@ def test_any_packet_gets_a_sane_reply_or_none(tmp_path_factory: pytest.TempPathF
 def test_every_type_at_every_name_is_answered(tmp_path_factory: pytest.TempPathFactory, qtype: int, name: str) -> None:
     """Any QTYPE at any kind of name yields a well-formed reply with a known rcode."""
     node = _fuzz_node(tmp_path_factory)
-    reply = node.responder.handle(query(f"{name}.example.test", qtype), "127.0.0.1")
+    reply = handle(node, query(f"{name}.example.test", qtype), "127.0.0.1")
     assert reply is not None
     msg = parse(reply)
     assert msg.rcode() in (0, 1, 3, 4, 5)

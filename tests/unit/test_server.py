@@ -16,6 +16,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisc
 from gtmcluster import sockets
 from gtmcluster.config.load import load
 from gtmcluster.config.model import HostPort
+from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.node import Node
 from tests.support import configs
@@ -66,7 +67,7 @@ def test_udp_reply_goes_back_to_the_sender(node: Node) -> None:
         def write(self, data: bytes, addr: tuple[str, int]) -> None:
             self.sent.append((data, addr))
 
-    proto = DNSDatagramProtocol(node.responder)
+    proto = DNSDatagramProtocol(FastPath(node.responder))
     recorder = Recorder()
     proto.transport = recorder  # type: ignore[assignment]
     proto.datagramReceived(query("gslb.example.test"), ("127.0.2.3", 5000))

@@ -1,0 +1,202 @@
+"""The UDP answer fast path: the common query answered from prepared bytes.
+
+Most queries are alike: one question, class IN, no EDNS or a plain OPT (perhaps with a
+client subnet), asking for a static record or a wide IP. For those the general path
+(`Responder`) is run once and its work kept:
+
+- a static answer (any query with the same question, in any case, and the same EDNS
+  presence and DO bit gets it) is kept as a template: the reply is the template with the
+  query's ID, RD and CD flags and its question (so its case) put in;
+- a wide IP is answered from the decision the node keeps for that client (see
+  `lb.cache`), encoded here: the question, one A or AAAA record per address pointing back
+  to it, and the OPT (with the client subnet echoed and the decision's scope).
+
+Anything else, anything not yet kept, and anything that would not fit the client's size
+goes to the general path, which answers it and (for what qualifies) prepares the next one.
+The replies are byte for byte what the general path would send.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from gtmcluster.config.model import WideIP
+from gtmcluster.dns import wire
+from gtmcluster.dns.names import Name
+from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
+from gtmcluster.lb.trace import Action
+
+_HEADER = struct.Struct("!HHHHHH")
+_OPT = struct.Struct("!HHIH")  # type, class (UDP size), TTL (flags), RDLENGTH
+_RR = struct.Struct("!HHIH")
+_OPTION = struct.Struct("!HH")
+#: templates kept at most; when full they start again (random names cost the general path)
+MAX_TEMPLATES = 20_000
+_COPIED = wire.RD | wire.CD
+
+
+class _Plain(NamedTuple):
+    """A query of the plain shape, as far as the fast path reads it."""
+
+    qid: int
+    flags: int
+    question_end: int  # the question is data[12:question_end]
+    qname: bytes  # lowercased, in wire form
+    qtype: int
+    edns_class: int  # 0 no EDNS, 1 EDNS, 2 EDNS with DO
+    do: int  # the DO bit as it sits in the OPT's TTL
+    ecs: bytes | None  # the client subnet option's data, as sent
+    limit: int  # the largest reply the client takes
+
+
+class FastPath:
+    """Answers what it can from prepared bytes, the rest through the general *responder*."""
+
+    def __init__(self, responder: Responder):
+        self.responder = responder
+        #: (lowercased question, EDNS class) -> (reply, its flags without RD and CD, counter)
+        self.templates: dict[tuple[bytes, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
+        self.wideips: dict[bytes, WideIP] = {
+            _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
+        }
+        self._answers: dict[tuple[object, ...], bytes] = {}
+
+    def handle(self, data: bytes, source: str) -> bytes | None:
+        """The reply to the UDP query *data* from *source*, or None for no reply."""
+        plain = _parse(data, self.responder.udp_payload_size)
+        if plain is None:
+            return self.responder.handle(data, source)
+        wideip = self.wideips.get(plain.qname)
+        if wideip is not None and plain.qtype in wideip.types:
+            reply = self._wideip(data, source, plain, wideip)
+        elif plain.ecs is None:
+            reply = self._static(data, plain)
+        else:
+            reply = None
+        if reply is not None:
+            return reply
+        reply, static = self.responder.answer(data, source)
+        if static and reply is not None and plain.ecs is None:
+            self._keep(data, plain, reply)
+        return reply
+
+    # -- static answers --------------------------------------------------------------------
+
+    def _static(self, data: bytes, plain: _Plain) -> bytes | None:
+        end = plain.question_end
+        kept = self.templates.get((data[12:end].lower(), plain.edns_class))
+        if kept is None:
+            return None
+        template, template_flags, counter = kept
+        if len(template) > plain.limit:
+            return None
+        self.responder.stats.queries[counter] += 1
+        flags = template_flags | (plain.flags & _COPIED)
+        return data[:2] + flags.to_bytes(2, "big") + template[4:12] + data[12:end] + template[end:]
+
+    def _keep(self, data: bytes, plain: _Plain, reply: bytes) -> None:
+        """Keep the static *reply* to *data* as a template."""
+        end = plain.question_end
+        if data[12:end] in reply[end:]:
+            return  # the query's spelling of the name is in the answer: not a template
+        if len(self.templates) >= MAX_TEMPLATES:
+            self.templates.clear()
+        flags = ((reply[2] << 8) | reply[3]) & ~_COPIED
+        rcode = reply[3] & 0xF
+        counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(rcode, "other"), "static")
+        self.templates[(data[12:end].lower(), plain.edns_class)] = (reply, flags, counter)
+
+    # -- wide IPs --------------------------------------------------------------------------
+
+    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP) -> bytes | None:
+        cached = self.responder.cached
+        if cached is None:
+            return None
+        ecs = plain.ecs
+        qtype = plain.qtype
+        decision = cached(wideip, qtype, source if ecs is None else (source, ecs))
+        if decision is None or decision.action is not Action.ANSWER or not decision.addresses:
+            return None
+        answers = self._answers.get((decision.addresses, decision.ttl))
+        if answers is None:
+            rtype = TYPE_A if qtype == TYPE_A else TYPE_AAAA
+            answers = b"".join(
+                b"\xc0\x0c" + _RR.pack(rtype, wire.CLASS_IN, decision.ttl, len(a.packed)) + a.packed
+                for a in decision.addresses
+            )
+            if len(self._answers) >= MAX_TEMPLATES:
+                self._answers.clear()
+            self._answers[(decision.addresses, decision.ttl)] = answers
+        opt = b""
+        if plain.edns_class:
+            options = b""
+            if ecs is not None:
+                scope = decision.scope if ecs[2] else 0
+                body = ecs[:3] + bytes([scope]) + ecs[4:]
+                options = _OPTION.pack(wire.OPTION_ECS, len(body)) + body
+            opt = b"\x00" + _OPT.pack(TYPE_OPT, self.responder.udp_payload_size, plain.do, len(options)) + options
+        flags = wire.QR | wire.AA | (plain.flags & _COPIED)
+        header = _HEADER.pack(plain.qid, flags, 1, len(decision.addresses), 0, 1 if plain.edns_class else 0)
+        reply = header + data[12 : plain.question_end] + answers + opt
+        if len(reply) > plain.limit:
+            return None
+        self.responder.stats.queries[(wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)] += 1
+        return reply
+
+
+def _parse(data: bytes, our_size: int) -> _Plain | None:
+    """*data* read as a plain query, or None when it is not one (the general path decides)."""
+    size = len(data)
+    if size < 17:
+        return None
+    qid, flags, qdcount, ancount, nscount, arcount = _HEADER.unpack_from(data)
+    if flags & 0xF800 or qdcount != 1 or ancount or nscount or arcount > 1:
+        return None  # a response, another opcode, or another shape
+    offset = 12
+    length = data[offset]
+    while length:
+        if length > 63:
+            return None  # a compression pointer or a bad label in the question
+        offset += 1 + length
+        if offset >= size:
+            return None
+        length = data[offset]
+    qname_end = offset + 1
+    question_end = qname_end + 4
+    if question_end > size or data[qname_end + 2 : question_end] != b"\x00\x01":
+        return None  # truncated, or a class other than IN
+    qtype = data[qname_end] << 8 | data[qname_end + 1]
+    if not arcount:
+        if question_end != size:
+            return None
+        return _Plain(qid, flags, question_end, data[12:qname_end].lower(), qtype, 0, 0, None, wire.MIN_UDP)
+    o = question_end
+    if o + 11 > size or data[o] != 0:
+        return None
+    rtype, udp_size, ttl, rdlength = _OPT.unpack_from(data, o + 1)
+    if rtype != TYPE_OPT or ttl & 0x00FF0000 or o + 11 + rdlength != size:
+        return None  # not an OPT, EDNS version > 0, or bytes after it
+    ecs = None
+    i = o + 11
+    while i < size:
+        if i + 4 > size:
+            return None
+        code, olen = _OPTION.unpack_from(data, i)
+        i += 4
+        if i + olen > size:
+            return None
+        if code == wire.OPTION_ECS:
+            if ecs is not None:
+                return None
+            ecs = data[i : i + olen]
+        i += olen
+    do = ttl & wire.EDNS_DO
+    limit = min(max(udp_size, wire.MIN_UDP), our_size)
+    return _Plain(qid, flags, question_end, data[12:qname_end].lower(), qtype, 2 if do else 1, do, ecs, limit)
+
+
+def _wire_name(name: Name) -> bytes:
+    """*name* (labels) in wire form, ending with the root."""
+    return b"".join(bytes([len(label)]) + label for label in name) + b"\x00"

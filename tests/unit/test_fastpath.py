@@ -1,0 +1,280 @@
+"""The UDP fast path against the general path: byte for byte the same replies.
+
+Two nodes are built from one config and one clock: the reference answers every query with
+the general path only; the other through `FastPath` (templates and kept decisions). Both
+see the same queries and the same changes of state, so every reply must be identical; the
+fast node must also have answered the repeated queries from what it kept.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gtmcluster.config.load import load
+from gtmcluster.dns.fastpath import FastPath
+from gtmcluster.node import Node
+from tests.support import configs
+
+ZONE = configs.ZONE + "".join(f'big IN TXT "{"x" * 200} {i}"\n' for i in range(12))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Twins:
+    """A reference node (general path) and a fast node, from the same config and clock."""
+
+    def __init__(self, tmp_path: Path, mutate: Callable[[dict[str, Any]], None] | None = None):
+        raw = configs.base()
+        if mutate:
+            mutate(raw)
+        config = load(configs.write(tmp_path, raw, ZONE))
+        self.clock = Clock()
+        self.reference = Node(config, "n1", clock=self.clock, rng=random.Random(7))
+        self.node = Node(config, "n1", clock=self.clock, rng=random.Random(7))
+        self.reference.ready = self.node.ready = True
+        self.fast = FastPath(self.node.responder)
+
+    def ask(self, data: bytes, source: str = "127.0.0.1") -> bytes | None:
+        expected = self.reference.responder.handle(data, source)
+        got = self.fast.handle(data, source)
+        assert got == expected, f"fast {got!r}\ngeneral {expected!r}"
+        return got
+
+    def general_path_off(self) -> None:
+        """From now on the fast node's general path fails the test: what it answers, it
+        answers from what it kept."""
+
+        def refuse(*args: object) -> Any:
+            raise AssertionError(f"the general path was asked: {args!r}")
+
+        self.fast.responder.answer = refuse  # type: ignore[method-assign, assignment]
+
+    def both(self, change: Callable[[Node], object]) -> None:
+        """Apply the same change of state to both nodes."""
+        change(self.reference)
+        change(self.node)
+
+
+def wire_name(name: str) -> bytes:
+    return b"".join(bytes([len(label)]) + label.encode() for label in name.split(".") if label) + b"\0"
+
+
+def make_query(
+    name: str,
+    qtype: int = 1,
+    *,
+    qid: int = 0x1234,
+    rd: bool = False,
+    cd: bool = False,
+    edns: bool = False,
+    do: bool = False,
+    payload: int = 1232,
+    ecs: tuple[int, int, bytes] | None = None,
+    cookie: bool = False,
+) -> bytes:
+    flags = (0x0100 if rd else 0) | (0x0010 if cd else 0)
+    use_edns = edns or do or ecs is not None or cookie
+    out = struct.pack("!HHHHHH", qid, flags, 1, 0, 0, 1 if use_edns else 0) + wire_name(name)
+    out += struct.pack("!HH", qtype, 1)
+    if use_edns:
+        options = b""
+        if cookie:
+            options += struct.pack("!HH", 10, 8) + b"\x01" * 8
+        if ecs is not None:
+            family, source, address = ecs
+            body = struct.pack("!HBB", family, source, 0) + address
+            options += struct.pack("!HH", 8, len(body)) + body
+        out += b"\0" + struct.pack("!HHIH", 41, payload, 0x8000 if do else 0, len(options)) + options
+    return out
+
+
+@pytest.fixture
+def twins(tmp_path: Path) -> Twins:
+    return Twins(tmp_path)
+
+
+def test_static_answers_are_templates_with_id_flags_and_case_put_in(twins: Twins) -> None:
+    """A static answer asked again (in another case, with another ID and flags) comes from
+    its template, and is what the general path sends."""
+    twins.ask(make_query("www.example.test"))
+    assert twins.fast.templates
+    twins.general_path_off()
+    for name, qid, rd, cd in (("WWW.Example.TEST", 7, True, False), ("wWw.eXample.test", 65535, False, True)):
+        before = dict(twins.node.stats.queries)
+        twins.ask(make_query(name, qid=qid, rd=rd, cd=cd))
+        assert twins.node.stats.queries != before  # counted like the general path counts
+    assert len(twins.fast.templates) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "qtype"),
+    [
+        ("www.example.test", 1),  # A (and TXT at the same name)
+        ("www.example.test", 16),
+        ("nothere.example.test", 1),  # NXDOMAIN with the SOA
+        ("mail.example.test", 28),  # NODATA
+        ("alias.example.test", 1),  # CNAME chain
+        ("x.wild.example.test", 1),  # wildcard
+        ("a.sub.example.test", 1),  # referral with glue
+        ("example.test", 2),  # NS with glue
+        ("example.test", 6),  # SOA
+        ("example.test", 255),  # ANY
+        ("big.example.test", 16),  # truncated without EDNS: never a template
+        ("other.test", 1),  # REFUSED
+        ("gslb.example.test", 16),  # a static type at a wide IP's name
+    ],
+)
+@pytest.mark.parametrize("edns", [{}, {"edns": True}, {"do": True}, {"edns": True, "payload": 4096}])
+def test_every_kind_of_static_reply_is_the_same_on_both_paths(
+    twins: Twins, name: str, qtype: int, edns: dict[str, Any]
+) -> None:
+    for qid in (1, 2, 3):
+        twins.ask(make_query(name, qtype, qid=qid, **edns))
+
+
+def test_wide_ip_answers_come_from_the_kept_decision(twins: Twins) -> None:
+    """A wide IP asked again by the same client is answered from the decision kept for it;
+    another client decides afresh; with ECS the option comes back with the scope."""
+    for source in ("127.0.1.9", "127.0.2.9", "192.0.2.200"):
+        twins.ask(make_query("gslb.example.test"), source)
+        twins.ask(make_query("gslb.example.test", ecs=(1, 24, bytes([203, 0, 113]))), source)
+        twins.ask(make_query("gslb.example.test", ecs=(1, 0, b"")), source)
+        if source != "192.0.2.200":  # (no IPv6 server for it: the zone answers, not kept)
+            twins.ask(make_query("gslb.example.test", 28), source)
+    twins.general_path_off()
+    for source in ("127.0.1.9", "127.0.2.9", "192.0.2.200"):
+        twins.ask(make_query("gslb.example.test", qid=99, rd=True), source)
+        twins.ask(make_query("GSLB.example.test", edns=True), source)
+        twins.ask(make_query("gslb.example.test", ecs=(1, 24, bytes([203, 0, 113]))), source)
+        twins.ask(make_query("gslb.example.test", ecs=(1, 24, bytes([203, 0, 113])), cookie=True, do=True), source)
+        twins.ask(make_query("gslb.example.test", ecs=(1, 0, b"")), source)
+        if source != "192.0.2.200":  # (no IPv6 server for it: the zone answers, not kept)
+            twins.ask(make_query("gslb.example.test", 28), source)
+
+
+def test_health_changes_reach_kept_decisions_at_once(twins: Twins) -> None:
+    """A kept decision for a server that goes down is not used again: the next answer is
+    the general path's, on both nodes."""
+    source = "127.0.1.9"
+    twins.ask(make_query("gslb.example.test"), source)
+    twins.ask(make_query("gslb.example.test"), source)
+    twins.both(lambda n: n.store.put("admin/vs/vs1", {"state": "disabled"}))
+    twins.both(lambda n: n.health.refresh())
+    reply = twins.ask(make_query("gslb.example.test"), source)
+    assert reply is not None and bytes([10, 0, 1, 1]) not in reply
+
+
+def test_round_robin_keeps_its_turns(tmp_path: Path) -> None:
+    """Round robin decisions are never kept: the fast node answers in the same turns."""
+
+    def rr(raw: dict[str, Any]) -> None:
+        raw["pools"]["p"]["load_balancing"] = {"preferred": "round_robin"}
+
+    twins = Twins(tmp_path, rr)
+    replies = {twins.ask(make_query("gslb.example.test"), "127.0.1.9") for _ in range(6)}
+    assert len(replies) == 3
+
+
+def test_persistence_and_its_refresh(tmp_path: Path) -> None:
+    """With persistence the first answer writes the record, later ones reuse it; past half
+    its life the next query refreshes it (a write), on both nodes alike."""
+
+    def persist(raw: dict[str, Any]) -> None:
+        raw["pools"]["p"]["load_balancing"] = {"preferred": "round_robin"}
+        raw["wideips"]["gslb.example.test"]["persistence"] = {"ttl": 100, "ipv4_prefix": 24}
+
+    twins = Twins(tmp_path, persist)
+    first = twins.ask(make_query("gslb.example.test"), "198.51.100.7")
+    for _ in range(3):
+        assert twins.ask(make_query("gslb.example.test"), "198.51.100.8") == first
+    written = twins.node.store.raw("persist/gslb.example.test/1/198.51.100.0/24")
+    twins.clock.now += 51
+    twins.ask(make_query("gslb.example.test"), "198.51.100.8")
+    assert twins.node.store.raw("persist/gslb.example.test/1/198.51.100.0/24") is not written
+    twins.clock.now += 101
+    twins.both(lambda n: n.store.expire())
+    for _ in range(3):
+        twins.ask(make_query("gslb.example.test"), "198.51.100.8")
+
+
+def test_paths_going_stale_ask_for_probes_on_both(tmp_path: Path) -> None:
+    """RTT decisions hold until a path goes stale; then the answer asks for a probe on
+    the fast node just as on the reference."""
+
+    def rtt(raw: dict[str, Any]) -> None:
+        raw["pools"]["p"]["load_balancing"] = {"preferred": "rtt", "alternate": "topology"}
+        raw["prober"] = {"probe_interval": 60}
+
+    twins = Twins(tmp_path, rtt)
+    ldns = "198.51.100.7"
+    for dc, rtt_us in (("DC1", 30_000), ("DC2", 10_000), ("DC3", 50_000)):
+        value = {"rtt": rtt_us, "last_rtt": rtt_us, "hops": 0, "completion": 10000, "protocol": "udp"}
+        value.update({"failures": 0, "window": "1", "by": "n1", "at": 1000.0})
+        twins.both(lambda n, dc=dc, value=value: n.store.put(f"path/{ldns}/{dc}", value))  # type: ignore[misc]
+    for _ in range(3):
+        twins.ask(make_query("gslb.example.test"), ldns)
+    assert twins.node.store.get(f"probe/{ldns}") is None
+    twins.clock.now += 61
+    twins.ask(make_query("gslb.example.test"), ldns)
+    assert twins.node.store.get(f"probe/{ldns}") is not None
+    assert twins.reference.store.get(f"probe/{ldns}") is not None
+
+
+QUERY = st.builds(
+    make_query,
+    st.sampled_from(
+        ["gslb.example.test", "GSLB.Example.Test", "www.example.test", "nothere.example.test", "big.example.test"]
+    ),
+    st.sampled_from([1, 28, 16, 255]),
+    qid=st.integers(0, 65535),
+    rd=st.booleans(),
+    cd=st.booleans(),
+    edns=st.booleans(),
+    do=st.booleans(),
+    payload=st.sampled_from([0, 512, 1232, 4096]),
+    ecs=st.none() | st.sampled_from([(1, 24, bytes([203, 0, 113])), (1, 16, bytes([127, 1])), (2, 48, bytes(6))]),
+    cookie=st.booleans(),
+)
+SOURCE = st.sampled_from(["127.0.1.9", "127.0.2.9", "192.0.2.200", "::ffff:127.0.2.9", "2001:db8:aaaa::1"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(QUERY, SOURCE) | st.sampled_from(["tick", "disable", "enable"]), max_size=40))
+def test_any_sequence_of_queries_and_changes(tmp_path_factory: pytest.TempPathFactory, steps: list[Any]) -> None:
+    """Whatever the queries and the changes between them, both paths reply alike."""
+    twins = Twins(tmp_path_factory.mktemp("twins"))
+    for step in steps:
+        if step == "tick":
+            twins.clock.now += 40
+            twins.both(lambda n: n.store.expire())
+        elif step in ("disable", "enable"):
+            twins.both(lambda n, s=step: n.store.put("admin/vs/vs2", {"state": f"{s}d"}))  # type: ignore[misc]
+            twins.both(lambda n: n.health.refresh())
+        else:
+            twins.ask(*step)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.binary(max_size=80)
+    | st.builds(lambda q, cut, junk: q[:cut] + junk, QUERY, st.integers(0, 80), st.binary(max_size=8))
+)
+def test_any_packet_gets_the_general_paths_reply(twins: Twins, data: bytes) -> None:
+    """Malformed, truncated or padded queries: the fast path never raises and replies as
+    the general path does (FORMERR, no reply, ...)."""
+    twins.ask(data)
+    twins.ask(data)
