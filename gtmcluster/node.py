@@ -122,16 +122,35 @@ class Node:
                 decision = self.balancer.decide(wideip, qtype, client)
             finally:
                 store.reads = None
-            cache.put((wideip.name, qtype, key), decision, tuple(reads), health, self.clock())
+            now = self.clock()
+            kept = tuple(reads)
+            cache.put((wideip.name, qtype, key), decision, kept, health, now)
+            if decision.method == "persistence":  # the same for the client's whole network
+                cache.put(self._network_key(wideip, qtype, client), decision, kept, health, now)
         self.stats.decisions.observe(time.perf_counter() - started)
         return self._carry_out(decision)
 
-    def cached(self, wideip: WideIP, qtype: int, key: Hashable) -> Decision | None:
-        """The decision kept for this query from the client *key*, if it still holds."""
-        if self.cache is None:
+    def cached(
+        self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None
+    ) -> Decision | None:
+        """The decision kept for this query from the client *key*, if it still holds; with
+        persistence, also the one kept for the client's network (*client* makes the client)."""
+        cache = self.cache
+        if cache is None:
             return None
-        decision = self.cache.get((wideip.name, qtype, key))
+        exact = (wideip.name, qtype, key)
+        decision = cache.get(exact)
+        if decision is None and client is not None and wideip.persistence is not None:
+            network = self._network_key(wideip, qtype, client())
+            decision = cache.get(network)
+            if decision is not None:
+                cache.alias(exact, network)
         return None if decision is None else self._carry_out(decision)
+
+    def _network_key(self, wideip: WideIP, qtype: int, client: Client) -> Hashable:
+        """The key of persistence decisions: the record that holds the client's network."""
+        persisted = self.balancer.persist_key(wideip, qtype, client)
+        return ("persistence", persisted)
 
     def _carry_out(self, decision: Decision) -> Decision:
         """What a decision asks of the node: a persistence record kept, a probe requested."""

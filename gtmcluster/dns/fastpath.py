@@ -24,8 +24,9 @@ from typing import NamedTuple
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
+from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder, client_of
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
+from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action
 
 _HEADER = struct.Struct("!HHHHHH")
@@ -116,7 +117,14 @@ class FastPath:
             return None
         ecs = plain.ecs
         qtype = plain.qtype
-        decision = cached(wideip, qtype, source if ecs is None else (source, ecs))
+
+        def client() -> Client:
+            return client_of(source, wire.parse_ecs(ecs) if ecs is not None else None)
+
+        try:
+            decision = cached(wideip, qtype, source if ecs is None else (source, ecs), client)
+        except ValueError:
+            return None  # a malformed client subnet: the general path answers FORMERR
         if decision is None or decision.action is not Action.ANSWER or not decision.addresses:
             return None
         answers = self._answers.get((decision.addresses, decision.ttl))

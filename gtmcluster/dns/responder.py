@@ -69,8 +69,9 @@ _NOTIMPTYPE_LABELS = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
 #: decides a wide IP answer: (wide IP, query type, client, client key) -> decision; the key
 #: (the source address and the raw client subnet option) tells clients apart for reuse
 Decide = Callable[[WideIP, int, Client, Hashable], Decision]
-#: a decision kept for (wide IP, query type, client key), if it still holds
-Cached = Callable[[WideIP, int, Hashable], Decision | None]
+#: a decision kept for (wide IP, query type, client key), if it still holds; the last
+#: argument makes the client, for decisions kept for a class of clients
+Cached = Callable[[WideIP, int, Hashable, Callable[[], Client]], Decision | None]
 
 
 @dataclass(slots=True)
@@ -294,10 +295,14 @@ def client_key(source: str, ecs: wire.ClientSubnet | None) -> Hashable:
 
 
 def _client(source: str, query: Query) -> Client:
+    return client_of(source, query.edns.ecs if query.edns is not None else None)
+
+
+def client_of(source: str, ecs: wire.ClientSubnet | None) -> Client:
+    """The client of a query from *source* (an address as received) with *ecs*."""
     ldns: IPAddress = ipaddress.ip_address(source.split("%", 1)[0])
     if isinstance(ldns, ipaddress.IPv6Address) and ldns.ipv4_mapped is not None:
         ldns = ldns.ipv4_mapped
-    ecs = query.edns.ecs if query.edns is not None else None
     if ecs is None or ecs.source_prefix == 0:
         return Client.from_ldns(ldns)
     return Client(ecs.network.network_address, ecs.source_prefix, ldns, True)

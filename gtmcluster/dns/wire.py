@@ -170,12 +170,13 @@ def _parse_options(rdata: bytes) -> ClientSubnet | None:
         if code == OPTION_ECS:
             if ecs is not None:
                 raise ValueError("two client subnet options")
-            ecs = _parse_ecs(rdata[i : i + length])
+            ecs = parse_ecs(rdata[i : i + length])
         i += length
     return ecs
 
 
-def _parse_ecs(data: bytes) -> ClientSubnet:
+def parse_ecs(data: bytes) -> ClientSubnet:
+    """A client subnet option's data, checked (RFC 7871). Raises `ValueError`."""
     if len(data) < 4:
         raise ValueError("client subnet option too short")
     family, source, scope = struct.unpack_from("!HBB", data)

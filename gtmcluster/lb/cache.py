@@ -92,5 +92,13 @@ class DecisionCache:
             self._entries.clear()
         self._entries[key] = _Entry(decision, until, health, reads)
 
+    def alias(self, key: Hashable, kept: Hashable) -> None:
+        """Keep under *key* too what is kept under *kept* (a client of a kept class)."""
+        entry = self._entries.get(kept)
+        if entry is not None:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[key] = entry
+
     def clear(self) -> None:
         self._entries.clear()

@@ -111,13 +111,20 @@ class Balancer:
         )
         return twin.decide(wideip, qtype, client)
 
+    @staticmethod
+    def persist_key(wideip: WideIP, qtype: int, client: Client) -> tuple[PersistKey, int] | None:
+        """The persistence record *client* would be held by, and the bits of its network."""
+        if wideip.persistence is None:
+            return None
+        network = client.network(wideip.persistence.prefixes.for_version(client.address.version))
+        return PersistKey(wideip.name, qtype, str(network)), network.prefixlen
+
     def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
         run = _Run(ctx, 4 if qtype == TYPE_A else 6)
+        persisted = self.persist_key(wideip, qtype, client)
         key = None
-        if wideip.persistence is not None:
-            network = client.network(wideip.persistence.prefixes.for_version(client.address.version))
-            key = PersistKey(wideip.name, qtype, str(network))
-            run.scope = network.prefixlen
+        if persisted is not None:
+            key, run.scope = persisted
             hit = self._persisted(wideip, key, run)
             if hit is not None:
                 return hit

@@ -201,6 +201,11 @@ def test_persistence_and_its_refresh(tmp_path: Path) -> None:
     first = twins.ask(make_query("gslb.example.test"), "198.51.100.7")
     for _ in range(3):
         assert twins.ask(make_query("gslb.example.test"), "198.51.100.8") == first
+    fast = twins.fast.responder.answer
+    twins.general_path_off()  # other clients of that network: the network's kept decision
+    for source in ("198.51.100.9", "198.51.100.200"):
+        assert twins.ask(make_query("gslb.example.test"), source) == first
+    twins.fast.responder.answer = fast  # type: ignore[method-assign]
     written = twins.node.store.raw("persist/gslb.example.test/1/198.51.100.0/24")
     twins.clock.now += 51
     twins.ask(make_query("gslb.example.test"), "198.51.100.8")
