@@ -76,7 +76,7 @@ class Node:
         # availability (tests may pass another availability, read at every query).
         cache = None
         if self.availability is self.health:
-            cache = DecisionCache(self.store.raw, self.clock, lambda: self.health.snapshot)
+            cache = DecisionCache(self.store.raw, self.clock, lambda: self.health.snapshot, stats=self.stats)
         self.config = config
         self.member: Member = config.member(name)
         self.measurements = measurements

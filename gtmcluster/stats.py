@@ -45,6 +45,9 @@ class QueryStats:
         #: (wide IP or "", qtype, rcode, deciding method or "static"/"") -> queries
         self.queries: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
         self.decisions = Histogram(DECISION_BUCKETS)
+        #: wide IP answers looked up among the kept decisions (lb.cache), found or not
+        self.kept_hits = 0
+        self.kept_misses = 0
 
     def query(self, wideip: str, qtype: str, rcode: str, method: str) -> None:
         self.queries[(wideip, qtype, rcode, method)] += 1

@@ -111,6 +111,15 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily(
             "gtm_store_last_change_seconds", "seconds since a record last changed", value=now - node.store.last_change
         )
+        cache = node.cache
+        if cache is not None:
+            kept = CounterMetricFamily(
+                "gtm_kept_decision_lookups", "wide IP answers looked up among kept decisions", labels=["result"]
+            )
+            kept.add_metric(["hit"], node.stats.kept_hits)
+            kept.add_metric(["miss"], node.stats.kept_misses)
+            yield kept
+            yield GaugeMetricFamily("gtm_kept_decisions", "decisions kept for reuse", value=len(cache))
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from gtmcluster.lb.trace import Decision
 from gtmcluster.state.store import Record
+from gtmcluster.stats import QueryStats
 
 #: the longest a decision is reused (seconds of the node's clock)
 MAX_AGE = 30.0
@@ -47,6 +48,7 @@ class DecisionCache:
         health: Callable[[], object],
         max_age: float = MAX_AGE,
         max_entries: int = MAX_ENTRIES,
+        stats: QueryStats | None = None,
     ):
         self._held = held  # the record the store holds at a key now (tombstones included)
         self._clock = clock
@@ -54,8 +56,7 @@ class DecisionCache:
         self.max_age = max_age
         self.max_entries = max_entries
         self._entries: dict[Hashable, _Entry] = {}
-        self.hits = 0
-        self.misses = 0
+        self.stats = stats or QueryStats()  # (the node's, so the counts outlive a reload)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -64,13 +65,13 @@ class DecisionCache:
         """The decision made for *key*, if it still holds."""
         entry = self._entries.get(key)
         if entry is None:
-            self.misses += 1
+            self.stats.kept_misses += 1
             return None
         if self._clock() >= entry.until or entry.health is not self._health() or self._changed(entry.reads):
             del self._entries[key]
-            self.misses += 1
+            self.stats.kept_misses += 1
             return None
-        self.hits += 1
+        self.stats.kept_hits += 1
         return entry.decision
 
     def _changed(self, reads: Reads) -> bool:

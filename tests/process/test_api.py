@@ -142,5 +142,6 @@ def test_metrics_in_prometheus_format(node: tuple[RunningNode, Path]) -> None:
         in text
     )
     assert "gtm_decision_seconds_count" in text
+    assert 'gtm_kept_decision_lookups_total{result="hit"}' in text
     assert 'gtm_virtual_server_available{datacenter="DC1",virtual_server="vs1"}' in text
     assert "gtm_store_records" in text and "gtm_config_generation" in text
