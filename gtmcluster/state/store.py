@@ -22,6 +22,7 @@ listing is small. The live-state digest is the count and XOR over all of them.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import struct
 import zlib
@@ -30,8 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger
-
-from gtmcluster.state.expiry import ExpiryQueue
 
 log = Logger()
 
@@ -108,8 +107,9 @@ class Store:
         self._buckets: dict[str, list[int]] = {}
         self._counts: dict[str, int] = {}
         self._xor = 0
-        #: every key whose record has a TTL, by when it ends (see `_replace` and `expire`)
-        self._expiries = ExpiryQueue(self._expiry_of)
+        #: (expiry, key, version) of records with a TTL, soonest first; stale entries
+        #: (records replaced since) are skipped when they come up
+        self._expiries: list[tuple[float, str, Version]] = []
         #: while a list, every `get` notes the key and the record held (the decision cache
         #: learns what a decision read)
         self.reads: list[tuple[str, Record | None]] | None = None
@@ -136,17 +136,9 @@ class Store:
             self._account(old, -1)
         self._records[record.key] = record
         self._account(record, 1)
-        # A key whose record has a TTL is always in the expiry queue, at or before its end.
-        # The queue already holds the key when the record replaced ends no later than this one.
         expires = record.expires()
         if expires is not None:
-            held = None if old is None else old.expires()
-            if held is None or expires < held:
-                self._expiries.add(record.key, expires)
-
-    def _expiry_of(self, key: str) -> float | None:
-        record = self._records.get(key)
-        return None if record is None else record.expires()
+            heapq.heappush(self._expiries, (expires, record.key, record.version))
 
     def _next_version(self) -> Version:
         wall = max(int(self.clock() * 1000), self._last.wall_ms)
@@ -219,18 +211,14 @@ class Store:
         """Drop records whose TTL has ended; listeners hear of each (as it was)."""
         now = self.clock()
         dead = []
-        for key in self._expiries.due(now):
+        heap = self._expiries
+        while heap and heap[0][0] <= now:
+            _, key, version = heapq.heappop(heap)
             record = self._records.get(key)
-            expires = None if record is None else record.expires()
-            if record is None or expires is None:
-                continue  # gone, or rewritten without a TTL
-            if expires > now:
-                self._expiries.add(key, expires)  # rewritten since with a later end
-                continue
-            del self._records[key]
-            self._account(record, -1)
-            dead.append(record)
-        dead.sort(key=lambda r: (r.expires(), r.key))
+            if record is not None and record.version == version and not record.live(now):
+                del self._records[key]
+                self._account(record, -1)
+                dead.append(record)
         for record in dead:
             if record.value is not None:
                 self._notify(record)
