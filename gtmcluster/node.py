@@ -76,7 +76,7 @@ class Node:
         # availability (tests may pass another availability, read at every query).
         cache = None
         if self.availability is self.health:
-            cache = DecisionCache(self.store.raw, self.clock, lambda: self.health.snapshot, stats=self.stats)
+            cache = DecisionCache(self.store.raw, self.clock, lambda: self.health.generation, stats=self.stats)
         self.config = config
         self.member: Member = config.member(name)
         self.measurements = measurements
@@ -114,7 +114,7 @@ class Node:
         if cache is None:
             decision = self.balancer.decide(wideip, qtype, client)
         else:
-            health = self.health.snapshot
+            health = self.health.generation
             store = self.store
             reads: list[tuple[str, Record | None]] = []
             store.reads = reads

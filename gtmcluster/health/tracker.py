@@ -39,6 +39,10 @@ class HealthTracker:
         #: peers); None counts every verdict held
         self.observers: Callable[[], frozenset[str]] | None = None
         self.snapshot = snapshot(config, store)
+        #: grows whenever which servers are available or serving changes (not when only a
+        #: reason or an observer's verdict does): kept decisions hold while it stays
+        self.generation = 0
+        self._standing = _standing(self.snapshot)
         store.subscribe(self._changed)
 
     def reconfigure(self, config: Config) -> None:
@@ -46,6 +50,7 @@ class HealthTracker:
         self.config = config
         self._ramps = {k: v for k, v in self._ramps.items() if k in config.virtual_servers}
         self.snapshot = snapshot(config, self.store, self._ramps, self.observers() if self.observers else None)
+        self.generation += 1
         self.refresh()
 
     def _changed(self, record: Record) -> None:
@@ -92,6 +97,10 @@ class HealthTracker:
                 )
         ramps_changed = self._ramps != dict(current.ramps)
         self.snapshot = snapshot(self.config, self.store, self._ramps, observers) if ramps_changed else current
+        standing = _standing(self.snapshot)
+        if standing != self._standing:
+            self._standing = standing
+            self.generation += 1
 
     def _vs_changed(self, vs: VirtualServer, before: VsStatus, after: VsStatus, now: float) -> None:
         if (before.available, before.serving) != (after.available, after.serving):
@@ -124,6 +133,11 @@ class HealthTracker:
 
     def weight(self, vs: VirtualServer, now: float) -> float:
         return self.snapshot.weight(vs, now)
+
+
+def _standing(snap: HealthSnapshot) -> dict[str, tuple[bool, bool]]:
+    """What decisions see of a snapshot: each server's availability and serving."""
+    return {name: (status.available, status.serving) for name, status in snap.vs.items()}
 
 
 def _word(status: VsStatus) -> str:

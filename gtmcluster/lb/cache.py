@@ -3,7 +3,8 @@
 A decision is a function of the wide IP, the query type, who asks (the LDNS address and
 the client subnet), the health snapshot, the records it read from the store (paths,
 persistence, load figures) and the time. So the same query from the same client gets the
-same decision while the health snapshot is the same object, every record read is still the
+same decision while the health generation is the same (which servers are available and
+serving has not changed), every record read is still the
 one held, and its time has not come: the methods note when what they read changes with
 time alone (a path going stale, a persistence record due for refresh), the records read
 end at their TTL, and `MAX_AGE` bounds the rest. A decision that took a
@@ -52,7 +53,7 @@ class DecisionCache:
     ):
         self._held = held  # the record the store holds at a key now (tombstones included)
         self._clock = clock
-        self._health = health  # the current health snapshot (compared by identity)
+        self._health = health  # the health generation (which servers are available)
         self.max_age = max_age
         self.max_entries = max_entries
         self._entries: dict[Hashable, _Entry] = {}
@@ -67,7 +68,7 @@ class DecisionCache:
         if entry is None:
             self.stats.kept_misses += 1
             return None
-        if self._clock() >= entry.until or entry.health is not self._health() or self._changed(entry.reads):
+        if self._clock() >= entry.until or entry.health != self._health() or self._changed(entry.reads):
             del self._entries[key]
             self.stats.kept_misses += 1
             return None

@@ -178,6 +178,17 @@ def test_health_changes_reach_kept_decisions_at_once(twins: Twins) -> None:
     assert reply is not None and bytes([10, 0, 1, 1]) not in reply
 
 
+def test_health_reevaluated_without_change_keeps_the_decisions(twins: Twins) -> None:
+    """Verdicts come in all the time; as long as which servers are available does not
+    change, the kept decisions stay (the fast path keeps answering)."""
+    twins.ask(make_query("gslb.example.test"), "127.0.1.9")
+    twins.ask(make_query("gslb.example.test"), "127.0.1.9")
+    twins.both(lambda n: n.health.refresh())
+    twins.both(lambda n: n.store.put("admin/vs/vs3", {"state": "enabled"}))  # as it was
+    twins.general_path_off()
+    twins.ask(make_query("gslb.example.test"), "127.0.1.9")
+
+
 def test_round_robin_keeps_its_turns(tmp_path: Path) -> None:
     """Round robin decisions are never kept: the fast node answers in the same turns."""
 
