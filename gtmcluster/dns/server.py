@@ -27,6 +27,11 @@ log = Logger()
 _LENGTH = struct.Struct("!H")
 
 
+#: the largest query read over UDP: a query is a question and an OPT record, far below it
+#: (a bigger datagram is cut and then refused as malformed); each read allocates this much
+MAX_UDP_QUERY = 4096
+
+
 class DNSDatagramProtocol(DatagramProtocol):
     """Answers UDP queries (through the fast path)."""
 
@@ -34,11 +39,20 @@ class DNSDatagramProtocol(DatagramProtocol):
 
     def __init__(self, fast: FastPath):
         self.fast = fast
+        self._sendto: Any = None
+
+    def startProtocol(self) -> None:
+        # The port's own write checks the address and the errors on every reply; the
+        # address is the one a datagram came from, so send straight on the socket.
+        self._sendto = self.transport.socket.sendto  # type: ignore[union-attr]
 
     def datagramReceived(self, datagram: bytes, addr: Any) -> None:
         reply = self.fast.handle(datagram, addr[0])
         if reply is not None:
-            self.transport.write(reply, addr)  # type: ignore[union-attr]
+            try:
+                self._sendto(reply, addr)
+            except OSError:
+                pass  # a full send buffer or a client gone: UDP replies may be lost
 
 
 class DNSStreamProtocol(Protocol):
@@ -152,7 +166,9 @@ class DNSService(Service):
         socket_reactor: IReactorSocket = self.reactor
         for listener, proto in zip(self.listeners, self.udp, strict=True):
             self.ports.append(
-                socket_reactor.adoptDatagramPort(listener.udp.fileno(), listener.family, proto, maxPacketSize=65535)
+                socket_reactor.adoptDatagramPort(
+                    listener.udp.fileno(), listener.family, proto, maxPacketSize=MAX_UDP_QUERY
+                )
             )
             # (the stub's factory type variable wants `factory: Factory | None` on the protocol)
             tcp_port = socket_reactor.adoptStreamPort(listener.tcp.fileno(), listener.family, self.tcp)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 import socket
 import struct
@@ -57,19 +58,44 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def test_a_reply_that_cannot_be_sent_is_dropped_quietly(node: Node) -> None:
+    """A full send buffer (EAGAIN) or a vanished client loses that reply, nothing more."""
+
+    class Full:
+        def __init__(self) -> None:
+            self.socket = self
+            self.tries = 0
+
+        def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
+            self.tries += 1
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    proto = DNSDatagramProtocol(FastPath(node.responder))
+    port = Full()
+    proto.transport = port  # type: ignore[assignment]
+    proto.startProtocol()
+    for _ in range(2):
+        proto.datagramReceived(query("gslb.example.test"), ("127.0.2.3", 5000))
+    assert port.tries == 2
+
+
 def test_udp_reply_goes_back_to_the_sender(node: Node) -> None:
     """A datagram is answered to the address it came from; a response packet is ignored."""
 
     class Recorder:
+        """A port whose socket records what is sent on it."""
+
         def __init__(self) -> None:
             self.sent: list[tuple[bytes, tuple[str, int]]] = []
+            self.socket = self
 
-        def write(self, data: bytes, addr: tuple[str, int]) -> None:
+        def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
             self.sent.append((data, addr))
 
     proto = DNSDatagramProtocol(FastPath(node.responder))
     recorder = Recorder()
     proto.transport = recorder  # type: ignore[assignment]
+    proto.startProtocol()
     proto.datagramReceived(query("gslb.example.test"), ("127.0.2.3", 5000))
     assert recorder.sent[0][1] == ("127.0.2.3", 5000)
     assert addresses(dns.message.from_wire(recorder.sent[0][0])) == ["10.0.2.1"]
