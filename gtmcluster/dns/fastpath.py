@@ -27,7 +27,7 @@ from gtmcluster.dns.names import Name
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder, client_of
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
 from gtmcluster.lb.context import Client
-from gtmcluster.lb.trace import Action
+from gtmcluster.lb.trace import Action, Decision
 
 _HEADER = struct.Struct("!HHHHHH")
 _OPT = struct.Struct("!HHIH")  # type, class (UDP size), TTL (flags), RDLENGTH
@@ -62,7 +62,8 @@ class FastPath:
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
-        self._answers: dict[tuple[object, ...], bytes] = {}
+        #: id of a kept decision -> (the decision, its answer records, its counter)
+        self._encoded: dict[int, tuple[Decision, bytes, tuple[str, str, str, str]]] = {}
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -125,18 +126,22 @@ class FastPath:
             decision = cached(wideip, qtype, source if ecs is None else (source, ecs), client)
         except ValueError:
             return None  # a malformed client subnet: the general path answers FORMERR
-        if decision is None or decision.action is not Action.ANSWER or not decision.addresses:
+        if decision is None:
             return None
-        answers = self._answers.get((decision.addresses, decision.ttl))
-        if answers is None:
+        encoded = self._encoded.get(id(decision))
+        if encoded is None or encoded[0] is not decision:  # (holding it keeps its id unique)
+            if decision.action is not Action.ANSWER or not decision.addresses:
+                return None
             rtype = TYPE_A if qtype == TYPE_A else TYPE_AAAA
             answers = b"".join(
                 b"\xc0\x0c" + _RR.pack(rtype, wire.CLASS_IN, decision.ttl, len(a.packed)) + a.packed
                 for a in decision.addresses
             )
-            if len(self._answers) >= MAX_TEMPLATES:
-                self._answers.clear()
-            self._answers[(decision.addresses, decision.ttl)] = answers
+            counter = (wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)
+            if len(self._encoded) >= MAX_TEMPLATES:
+                self._encoded.clear()
+            encoded = self._encoded[id(decision)] = (decision, answers, counter)
+        _, answers, counter = encoded
         opt = b""
         if plain.edns_class:
             options = b""
@@ -150,7 +155,7 @@ class FastPath:
         reply = header + data[12 : plain.question_end] + answers + opt
         if len(reply) > plain.limit:
             return None
-        self.responder.stats.queries[(wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)] += 1
+        self.responder.stats.queries[counter] += 1
         return reply
 
 

@@ -22,8 +22,10 @@ from gtmcluster.lb.trace import Decision
 from gtmcluster.state.store import Record
 from gtmcluster.stats import QueryStats
 
-#: the longest a decision is reused (seconds of the node's clock)
-MAX_AGE = 30.0
+#: the longest a decision is reused (seconds of the node's clock): a bound for changes
+#: with time that no method noted (there are none known; the notes cover paths,
+#: persistence and TTLs), not the usual end of a kept decision
+MAX_AGE = 300.0
 #: entries kept at most; when full the cache starts again (a flood of new clients costs
 #: one decision each, as without a cache)
 MAX_ENTRIES = 200_000
