@@ -16,7 +16,7 @@ from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.cache import DecisionCache
-from gtmcluster.lb.context import Availability, Client, Rotations
+from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.proximity.budget import Budget
@@ -46,6 +46,10 @@ class Node:
         #: reachable peers (or the cold start wait is over), not from an empty table
         self._ready = False
         self.cache: DecisionCache | None = None
+        #: told when `ready` changes (the answering workers follow it)
+        self.ready_listeners: list[Callable[[bool], object]] = []
+        #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
+        self.delegate: Callable[[PersistRecord | None, str | None], object] | None = None
         #: how many configs this node has run (1 at start, +1 per reload) and since when
         self.generation = 0
         self.loaded_at = clock()
@@ -99,9 +103,13 @@ class Node:
 
     @ready.setter
     def ready(self, value: bool) -> None:
-        if value != self._ready and self.cache is not None:
+        changed = value != self._ready
+        if changed and self.cache is not None:
             self.cache.clear()  # measured methods start (or stop) deciding
         self._ready = value
+        if changed:
+            for listener in self.ready_listeners:
+                listener(value)
 
     def decide(self, wideip: WideIP, qtype: int, client: Client, key: Hashable = None) -> Decision:
         """Decide a wide IP answer and keep the persistence record it asks for.
@@ -153,12 +161,21 @@ class Node:
         return ("persistence", persisted)
 
     def _carry_out(self, decision: Decision) -> Decision:
-        """What a decision asks of the node: a persistence record kept, a probe requested."""
-        if decision.persist is not None:
-            self.persistence.put(decision.persist)
-        if decision.probe is not None:
-            request(self.store, self.probe_budget, decision.probe, self.member.name)
+        """What a decision asks of the node: a persistence record kept, a probe requested
+        (by the node itself, for a worker)."""
+        if decision.persist is None and decision.probe is None:
+            return decision
+        if self.delegate is not None:
+            self.delegate(decision.persist, decision.probe)
+            return decision
+        self.carry_out(decision.persist, decision.probe)
         return decision
+
+    def carry_out(self, persist: PersistRecord | None, probe: str | None) -> None:
+        if persist is not None:
+            self.persistence.put(persist)
+        if probe is not None:
+            request(self.store, self.probe_budget, probe, self.member.name)
 
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""

@@ -21,6 +21,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.server import DNSService
+from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.node import Node
 from gtmcluster.probe.checks import make_check
@@ -63,6 +64,7 @@ class NodeService(MultiService):
         self.checker: HealthChecker | None = None
         self.peers: PeerService | None = None
         self.probes: ProbeScheduler | None = None
+        self.workers: Workers | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread
@@ -140,6 +142,8 @@ class NodeService(MultiService):
             self.peers.reconfigure([m for m in new.sync_group.members if m.name != node.member.name])
         if self.probes is not None:
             self.probes.reconfigure(node.measurements, Budget(new.prober, self.reactor.seconds))
+        if self.workers is not None:
+            self.workers.reload(self.config_path)
         log.info(
             "reloaded {path}: generation {generation}, config digest {digest}",
             path=self.config_path,
@@ -163,6 +167,8 @@ def restart_needed(old: Config, new: Config, node: str) -> list[str]:
         problems.append("the sync group's name changed: restart every node")
     if (len(old.sync_group.members) > 1) != (len(new.sync_group.members) > 1):
         problems.append("the group changed between one member and several: restart to open or close the peer port")
+    if old.dns_server.processes != new.dns_server.processes:
+        problems.append("dns_server.processes changed: restart the node to start or stop answering processes")
     if old.tls_for(node) != new.tls_for(node):
         problems.append("the TLS file paths changed: restart the node to load them")
     return problems
@@ -287,6 +293,19 @@ def make_service(
     dns.setName("dns")
     dns.setServiceParent(top)
     top.dns = dns
+    if config.dns_server.processes > 1:
+        workers = Workers(
+            node,
+            sockets.dns,
+            reactor,
+            config_path,
+            lambda: dns.udp[0].fast,
+            lambda: frozenset([node_name, *replicator.connected_names()]),
+        )
+        replicator.peer_listeners.append(workers.send_state)
+        workers.setName("workers")
+        workers.setServiceParent(top)
+        top.workers = workers
     if sockets.api is not None:
         beyond_loopback = not member.api.host.is_loopback
         api_site = site(

@@ -71,7 +71,7 @@ class Options(usage.Options):
             if len(members) > 1:
                 # a group of one has no peers: no certificates needed, no listener opened
                 self.credentials = load_credentials(config.tls_for(node), node)
-            self.listeners = sockets.bind(member.dns)
+            self.listeners = sockets.bind(member.dns, config.dns_server.processes)
             if self.credentials is not None:
                 self.peer_socket = sockets.bind_tcp(member.peer, "sync group peers")
             self.api_socket = sockets.bind_tcp(member.api, "the HTTP API")

@@ -120,6 +120,17 @@ class NodeCollector(Collector):
             kept.add_metric(["miss"], node.stats.kept_misses)
             yield kept
             yield GaugeMetricFamily("gtm_kept_decisions", "decisions kept for reuse", value=len(cache))
+        workers = service.workers
+        if workers is not None:
+            yield GaugeMetricFamily(
+                "gtm_answering_workers", "answering worker processes running", value=workers.running_workers
+            )
+            answered = CounterMetricFamily(
+                "gtm_worker_queries", "queries answered by each answering worker", labels=["worker"]
+            )
+            for slot in workers.slots:
+                answered.add_metric([str(slot.index)], slot.answered)
+            yield answered
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 

@@ -21,7 +21,9 @@ def routes(service: NodeService) -> list[Route]:
     node = service.node
 
     def get_status(args: Args, parts: Args) -> Any:
-        return status(node, service.replicator, service.reactor.seconds())
+        answer = status(node, service.replicator, service.reactor.seconds())
+        answer["workers"] = service.workers.describe() if service.workers is not None else []
+        return answer
 
     def post_admin(args: Args, parts: Args) -> Any:
         return admin.set_admin(node, parts["name"], parts["action"])

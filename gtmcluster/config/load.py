@@ -347,7 +347,7 @@ def _prober(r: Reader, top: Mapping) -> Prober:
 
 
 def _dns_server(r: Reader, top: Mapping) -> DNSServer:
-    default = DNSServer(1232, 10.0, 1000)
+    default = DNSServer(1232, 10.0, 1000, 1)
     if not top.has("dns_server"):
         return default
     m = r.mapping(("dns_server",), top.get("dns_server"))
@@ -356,9 +356,13 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
     size = m.integer("udp_payload_size", default.udp_payload_size, 512, 4096)
     idle = m.number("tcp_idle_timeout", default.tcp_idle_timeout, 0.1, 3600)
     clients = m.integer("tcp_max_clients", default.tcp_max_clients, 1, 1_000_000)
+    processes = m.integer("processes", default.processes, 1, 64)
     m.done()
     return DNSServer(
-        size or default.udp_payload_size, idle or default.tcp_idle_timeout, clients or default.tcp_max_clients
+        size or default.udp_payload_size,
+        idle or default.tcp_idle_timeout,
+        clients or default.tcp_max_clients,
+        processes or default.processes,
     )
 
 

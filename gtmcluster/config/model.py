@@ -341,6 +341,9 @@ class DNSServer:
     udp_payload_size: int  # the most a UDP response may carry with EDNS (RFC 6891 6.2.5)
     tcp_idle_timeout: float
     tcp_max_clients: int
+    #: processes answering UDP queries (the node itself and processes - 1 workers sharing
+    #: its DNS addresses with SO_REUSEPORT)
+    processes: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ class DNSDatagramProtocol(DatagramProtocol):
     def datagramReceived(self, datagram: bytes, addr: Any) -> None:
         reply = self.fast.handle(datagram, addr[0])
         if reply is not None:
-            try:
+            try:  # noqa: SIM105 - cheaper than contextlib.suppress on the answer path
                 self._sendto(reply, addr)
             except OSError:
                 pass  # a full send buffer or a client gone: UDP replies may be lost
@@ -173,7 +173,8 @@ class DNSService(Service):
             # (the stub's factory type variable wants `factory: Factory | None` on the protocol)
             tcp_port = socket_reactor.adoptStreamPort(listener.tcp.fileno(), listener.family, self.tcp)  # type: ignore[arg-type]
             self.ports.append(tcp_port)
-            listener.close()  # the reactor holds its own duplicates now
+            listener.udp.close()  # the reactor holds its own duplicates now (the workers'
+            listener.tcp.close()  # sockets stay open for them)
             log.info("answering DNS on {address} (UDP and TCP)", address=str(listener.address))
 
     def stopService(self) -> defer.Deferred[None]:

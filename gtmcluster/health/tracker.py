@@ -43,6 +43,9 @@ class HealthTracker:
         #: reason or an observer's verdict does): kept decisions hold while it stays
         self.generation = 0
         self._standing = _standing(self.snapshot)
+        #: whether this tracker writes the records its evaluation calls for (held servers);
+        #: an answering worker's copy does not: the node writes them, and they come back
+        self.writes = True
         store.subscribe(self._changed)
 
     def reconfigure(self, config: Config) -> None:
@@ -113,7 +116,7 @@ class HealthTracker:
                 observer="sync group",
                 event="vs_state",
             )
-        if vs.manual_resume and before.healthy and not after.healthy and not after.held:
+        if self.writes and vs.manual_resume and before.healthy and not after.healthy and not after.held:
             self.store.put(f"held/vs/{vs.name}", {"since": now, "reason": after.reason, "by": self.node})
             log.warn(
                 "virtual server {vs} held out until an operator enables it (manual_resume): {reason}",

@@ -1,0 +1,191 @@
+"""The feed between a node and its answering workers (AMP over a Unix socket pair).
+
+The node owns the state; a worker holds a copy to decide from, and answers UDP queries on
+its own sockets. So the node sends:
+
+    Records     a batch of records (all of them when a worker connects, then every change)
+    State       whose health verdicts count (the node and its connected peers), and
+                whether measured methods may decide yet (ready)
+    Reload      read the config file again (the node has checked it already)
+
+and a worker sends back:
+
+    Carry       what its decisions asked for: persistence records to keep, LDNSes to
+                probe; the node writes them (its records come back with the next batch)
+    Tally       its query counters since the last tally, for the node's /metrics
+
+Records travel in the peer codec's batches (the workers and the node share one clock).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.protocol import connectionDone
+from twisted.protocols import amp
+from twisted.python.failure import Failure
+
+from gtmcluster.lb.context import PersistKey, PersistRecord
+from gtmcluster.stats import QueryStats
+
+
+class Records(amp.Command):
+    arguments = [(b"batch", amp.String())]
+    response = []
+
+
+class State(amp.Command):
+    arguments = [(b"observers", amp.ListOf(amp.Unicode())), (b"ready", amp.Boolean())]
+    response = []
+
+
+class Reload(amp.Command):
+    arguments = [(b"path", amp.Unicode())]
+    response = [(b"problems", amp.ListOf(amp.Unicode()))]
+
+
+class Carry(amp.Command):
+    arguments = [(b"ops", amp.String())]
+    response = []
+    requiresAnswer = False
+
+
+class Tally(amp.Command):
+    arguments = [(b"counts", amp.String())]
+    response = []
+    requiresAnswer = False
+
+
+# -- what decisions ask for, as JSON -------------------------------------------------------
+
+
+def carry_ops(persist: PersistRecord | None, probe: str | None) -> bytes:
+    ops: list[list[Any]] = []
+    if persist is not None:
+        k = persist.key
+        ops.append(["persist", k.wideip, k.qtype, k.network, persist.pool, list(persist.members), persist.ttl])
+    if probe is not None:
+        ops.append(["probe", probe])
+    return json.dumps(ops).encode()
+
+
+def read_ops(data: bytes, now: float) -> list[tuple[PersistRecord | None, str | None]]:
+    """The (persistence record, probe) pairs of a Carry. Raises ValueError if malformed."""
+    out: list[tuple[PersistRecord | None, str | None]] = []
+    for op in json.loads(data):
+        if op[0] == "persist":
+            _, wideip, qtype, network, pool, members, ttl = op
+            key = PersistKey(str(wideip), int(qtype), str(network))
+            out.append((PersistRecord(key, str(pool), tuple(str(m) for m in members), now, float(ttl)), None))
+        elif op[0] == "probe":
+            out.append((None, str(op[1])))
+        else:
+            raise ValueError(f"unknown operation {op[0]!r}")
+    return out
+
+
+# -- counters, as JSON -------------------------------------------------------------------------
+
+
+def take_counts(stats: QueryStats) -> bytes:
+    """The counters of *stats*, which start again from zero."""
+    counts = {
+        "queries": [[*key, n] for key, n in stats.queries.items()],
+        "decisions": [stats.decisions.counts, stats.decisions.total, stats.decisions.count],
+        "kept": [stats.kept_hits, stats.kept_misses],
+    }
+    stats.queries.clear()
+    d = stats.decisions
+    d.counts = [0] * len(d.counts)
+    d.total = 0.0
+    d.count = 0
+    stats.kept_hits = stats.kept_misses = 0
+    return json.dumps(counts).encode()
+
+
+def add_counts(stats: QueryStats, data: bytes) -> int:
+    """Add a worker's counters to *stats*; the queries it answered. Raises ValueError."""
+    counts = json.loads(data)
+    answered = 0
+    for *key, n in counts["queries"]:
+        stats.queries[(str(key[0]), str(key[1]), str(key[2]), str(key[3]))] += int(n)
+        answered += int(n)
+    buckets, total, count = counts["decisions"]
+    d = stats.decisions
+    if len(buckets) != len(d.counts):
+        raise ValueError("decision buckets differ")
+    d.counts = [a + int(b) for a, b in zip(d.counts, buckets, strict=True)]
+    d.total += float(total)
+    d.count += int(count)
+    hits, misses = counts["kept"]
+    stats.kept_hits += int(hits)
+    stats.kept_misses += int(misses)
+    return answered
+
+
+class WorkerSide(amp.AMP):
+    """The worker's end: applies what the node sends."""
+
+    def __init__(
+        self,
+        records: Callable[[bytes], object],
+        state: Callable[[list[str], bool], object],
+        reload: Callable[[str], Any],
+        lost: Callable[[], object],
+    ):
+        super().__init__()
+        self._records = records
+        self._state = state
+        self._reload = reload
+        self._lost = lost
+
+    @Records.responder
+    def on_records(self, batch: bytes) -> dict[str, Any]:
+        self._records(batch)
+        return {}
+
+    @State.responder
+    def on_state(self, observers: list[str], ready: bool) -> dict[str, Any]:
+        self._state(observers, ready)
+        return {}
+
+    @Reload.responder
+    def on_reload(self, path: str) -> Any:
+        return self._reload(path)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        super().connectionLost(reason)
+        self._lost()
+
+
+class NodeSide(amp.AMP):
+    """The node's end of one worker's feed: takes what the worker sends."""
+
+    def __init__(self, carry: Callable[[bytes], object], tally: Callable[[bytes], object]):
+        super().__init__()
+        self._carry = carry
+        self._tally = tally
+        self.on_connect: Callable[[NodeSide], object] | None = None
+        self.on_lost: Callable[[NodeSide], object] | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        if self.on_connect is not None:
+            self.on_connect(self)
+
+    @Carry.responder
+    def on_carry(self, ops: bytes) -> dict[str, Any]:
+        self._carry(ops)
+        return {}
+
+    @Tally.responder
+    def on_tally(self, counts: bytes) -> dict[str, Any]:
+        self._tally(counts)
+        return {}
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        super().connectionLost(reason)
+        if self.on_lost is not None:
+            self.on_lost(self)

@@ -1,0 +1,167 @@
+"""An answering worker: answers UDP queries on its own sockets from a copy of the node's state.
+
+    python -m gtmcluster.fanout.worker --config FILE --node NAME --index N \\
+        --udp-fds 3,4 --feed-fd 5
+
+The node starts it (see `supervisor`) with one UDP socket per DNS address, bound with
+SO_REUSEPORT next to the node's own, and one end of the feed. It builds the same `Node` from
+the same config, fills its store from the feed, and answers through the same fast and
+general paths, so it answers as the node does. What its decisions ask for (persistence,
+probes) goes to the node, which writes it; its counters go to the node every second. It
+has no health checks, no prober, no peers, no API: the node does all that. When the feed
+closes (the node stopped or died) it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Any
+
+from twisted.internet import defer, task, threads
+from twisted.internet.protocol import Factory
+from twisted.logger import (
+    FilteringLogObserver,
+    Logger,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
+)
+
+from gtmcluster.config.load import load
+from gtmcluster.config.problems import ConfigError
+from gtmcluster.dns.fastpath import FastPath
+from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
+from gtmcluster.fanout import feed
+from gtmcluster.lb.context import PersistRecord
+from gtmcluster.node import Node
+from gtmcluster.sync import codec
+
+log = Logger()
+
+TALLY_INTERVAL = 1.0
+TICK_INTERVAL = 1.0
+
+
+class Worker:
+    def __init__(self, node: Node, reactor: Any, config_path: str):
+        self.node = node
+        self.reactor = reactor
+        self.config_path = config_path
+        self.observers: frozenset[str] = frozenset([node.member.name])
+        node.health.observers = lambda: self.observers
+        node.health.writes = False
+        node.delegate = self._carry
+        self.protocols: list[DNSDatagramProtocol] = []
+        self.side: feed.WorkerSide | None = None
+        self._loops = [
+            task.LoopingCall(self._tally),
+            task.LoopingCall(node.tick),
+        ]
+
+    def answer_on(self, fds: list[int]) -> None:
+        fast = FastPath(self.node.responder)
+        for fd in fds:
+            sock = socket.socket(fileno=fd)
+            family = sock.family
+            proto = DNSDatagramProtocol(fast)
+            self.reactor.adoptDatagramPort(sock.fileno(), family, proto, maxPacketSize=MAX_UDP_QUERY)
+            sock.close()  # the reactor holds its own duplicate
+            self.protocols.append(proto)
+
+    def connect(self, fd: int) -> None:
+        def build() -> feed.WorkerSide:
+            side = feed.WorkerSide(self._records, self._state, self._reload, self._lost)
+            self.side = side
+            return side
+
+        sock = socket.socket(fileno=fd)
+        self.reactor.adoptStreamConnection(sock.fileno(), socket.AF_UNIX, Factory.forProtocol(build))
+        sock.close()
+        for loop, interval in zip(self._loops, (TALLY_INTERVAL, TICK_INTERVAL), strict=True):
+            loop.clock = self.reactor
+            loop.start(interval, now=False)
+
+    # -- from the node ---------------------------------------------------------------------
+
+    def _records(self, batch: bytes) -> None:
+        store = self.node.store
+        for record in codec.decode(batch, self.reactor.seconds()):
+            store.merge(record)
+
+    def _state(self, observers: list[str], ready: bool) -> None:
+        self.observers = frozenset(observers)
+        self.node.health.refresh()
+        self.node.ready = ready
+
+    def _reload(self, path: str) -> defer.Deferred[dict[str, Any]]:
+        async def reload() -> dict[str, Any]:
+            try:
+                config = await threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), load, path)
+            except ConfigError as e:
+                return {"problems": [str(p) for p in e.problems]}
+            self.node.reload(config)
+            fast = FastPath(self.node.responder)
+            for proto in self.protocols:
+                proto.fast = fast
+            return {"problems": []}
+
+        return defer.ensureDeferred(reload())
+
+    def _lost(self) -> None:
+        if self.reactor.running:
+            self.reactor.stop()  # the node is gone: so are we
+
+    # -- to the node -----------------------------------------------------------------------
+
+    def _carry(self, persist: PersistRecord | None, probe: str | None) -> None:
+        if self.side is not None:
+            self.side.callRemote(feed.Carry, ops=feed.carry_ops(persist, probe))
+
+    def _tally(self) -> None:
+        if self.side is not None:
+            self.side.callRemote(feed.Tally, counts=feed.take_counts(self.node.stats))
+
+
+def parse_fds(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gtmcluster-worker", description=__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--udp-fds", type=parse_fds, required=True)
+    parser.add_argument("--feed-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+
+    from twisted.internet import epollreactor
+
+    epollreactor.install()
+    from twisted.internet import reactor
+
+    # Warnings and errors go to stderr, which the node copies into its log.
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.warn)
+    globalLogBeginner.beginLoggingTo(
+        [FilteringLogObserver(textFileLogObserver(sys.stderr), [predicate])], redirectStandardIO=False
+    )
+    try:
+        config = load(args.config)
+    except ConfigError as e:
+        print(f"worker {args.index}: the config has problems:\n{e}", file=sys.stderr)
+        return 1
+    node = Node(config, args.node, reactor.seconds)
+    worker = Worker(node, reactor, args.config)
+    worker.answer_on(args.udp_fds)
+    worker.connect(args.feed_fd)
+    reactor.run()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
