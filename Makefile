@@ -6,8 +6,9 @@ STAMP := $(VENV)/.installed
 # command:Debian package, installed by tools/ensure-system-tools when missing
 TEST_TOOLS := dig:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium
 DEMO_TOOLS := dig:bind9-dnsutils
+BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux
 
-.PHONY: demo test lint unit bench clean
+.PHONY: demo test lint unit bench bench-compare clean
 
 $(STAMP): setup.py pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +36,11 @@ unit: $(STAMP)
 bench: $(STAMP)
 	@tools/ensure-system-tools $(TEST_TOOLS)
 	bench/dnsperf.sh
+
+# our node against NSD, alternating, in the same run: make bench-compare ARGS='--rounds 5'
+bench-compare: $(STAMP)
+	@tools/ensure-system-tools $(BENCH_TOOLS)
+	$(BIN)/python bench/compare.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,663 @@
+"""Our node against NSD in the same run: queries/s, loss, latency and server CPU per query.
+
+    .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
+                                      [--json FILE]            (make bench-compare ARGS='...')
+
+Starts NSD (Debian package nsd; server-count = cores, reuseport, RRL off) on 127.0.0.241:5300
+and our node (twistd gtm, one member, no peers) on 127.0.0.242:5300 with the same zone
+`bench.test`. In our node, `gslb.bench.test` is a wide IP over three virtual servers in three
+data centers (rtt -> topology -> global_availability, with LDNS persistence); NSD answers
+the same name statically with the three addresses. Then, in rounds, alternating the servers,
+dnsperf drives each mix at unlimited rate and at a fixed rate of 70% of that server's max:
+
+- static: the PERF-BASELINE mix (87% www A, 10% hostN A, 3% NXDOMAIN, 2% NODATA), no EDNS;
+- wideip: `gslb.bench.test A`, each query with an EDNS client subnet, 10,000 distinct /24s.
+
+Clients: dnsperf 2.10 sends from one source address per process and its `-E` option puts
+the same EDNS option in every query, so one process cannot be many clients. Instead several
+dnsperf processes run at once, each from its own loopback address (127.0.200.N, the
+"LDNS"), and the wide IP queries are raw packets (dnsperf -B) that each carry their own
+client subnet: 10.0.0.0/24, 10.0.1.0/24, ... split between the processes. Our node decides
+topology and persistence by that subnet, so it sees `--ecs` distinct clients; the report
+says how many persistence records it held afterwards.
+
+Server CPU is user + system time of the server's whole process tree from /proc (NSD forks
+its servers; our node may too), before and after each run; dnsperf's own CPU comes from
+wait4. Latency percentiles come from dnsperf -v (each query's latency) in the fixed-rate
+runs. Not a test: figures depend on the machine and what else runs; the alternation is what
+makes the ratios fair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import comparelib as lib  # bench/ is not a package: its folder is on sys.path
+
+ROOT = Path(__file__).resolve().parent.parent
+# the issue's targets: ours/NSD queries per second at least, CPU per query at most
+TARGETS: dict[str, dict[str, float]] = {"wideip": {"qps": 0.8, "cpu": 1.3}, "static": {"qps": 0.9}}
+P99_TARGET = 0.002  # seconds, our node at 70% of its max
+
+
+@dataclass(frozen=True)
+class Slot:
+    round: int
+    mix: str
+    server: str  # "ours" or "nsd"
+    pinning: str  # "unpinned" or "pinned"
+
+
+@dataclass
+class Run:
+    """One dnsperf run against one server, as measured."""
+
+    round: int
+    mix: str
+    server: str
+    pinning: str
+    kind: str  # "max" (unlimited rate) or "fixed" (-Q)
+    seconds: float
+    target_qps: float | None
+    qps: float
+    sent: int
+    completed: int
+    lost: int
+    rcodes: dict[str, int]
+    avg_latency: float
+    server_cpu: float  # seconds
+    cpu_us_per_query: float
+    load_cpu_us_per_query: float
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    timeouts: int = 0
+    commands: tuple[str, ...] = ()
+
+
+def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    head, _, rest = (__doc__ or "").partition("\n\n")
+    p = argparse.ArgumentParser(description=head, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3, help="rounds; each runs every server and mix (default 3)")
+    p.add_argument("--seconds", type=float, default=10.0, help="seconds per unlimited-rate run (default 10)")
+    p.add_argument("--fixed-seconds", type=float, help="seconds per fixed-rate run (default: --seconds)")
+    p.add_argument("--fixed-load", type=float, default=0.7, help="fixed rate, as a share of the max (default 0.7)")
+    p.add_argument("--fixed-rate", type=float, metavar="QPS", help="fixed rate in queries/s instead (both servers)")
+    p.add_argument("--warmup", type=float, default=2.0, help="unrecorded seconds per server and mix first (2)")
+    p.add_argument("--mixes", default="static,wideip", help="static, wideip or both (default static,wideip)")
+    p.add_argument("--sources", type=int, default=4, help="dnsperf processes, one per source address (default 4)")
+    p.add_argument("--clients", type=int, default=2, help="dnsperf -c of each process (default 2)")
+    p.add_argument("--outstanding", type=int, default=200, help="queries in flight, all processes (200)")
+    p.add_argument("--ecs", type=int, default=10000, help="distinct ECS client subnets; 0: no EDNS (10000)")
+    p.add_argument("--server-count", type=int, default=os.cpu_count() or 1, help="NSD server-count (cores)")
+    p.add_argument("--processes", type=int, default=1, help="our node's dns_server.processes (default 1)")
+    p.add_argument("--nsd-address", default="127.0.0.241:5300", type=lib.Endpoint.parse, help="NSD's (%(default)s)")
+    p.add_argument(
+        "--node-address", default="127.0.0.242:5300", type=lib.Endpoint.parse, help="our node's DNS (%(default)s)"
+    )
+    p.add_argument("--api-port", type=int, default=8053, help="our node's API port, on --node-address (8053)")
+    p.add_argument("--pin-load", type=int, metavar="CPU", help="dnsperf on this CPU (taskset), servers on the rest")
+    p.add_argument("--also-unpinned", action="store_true", help="with --pin-load: run unpinned as well")
+    default_python = ROOT / ".venv/bin/python"
+    p.add_argument(
+        "--python",
+        default=str(default_python if default_python.exists() else sys.executable),
+        help="the Python that runs twistd (default: .venv/bin/python)",
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="write every run's figures and the summary here")
+    p.add_argument("--keep", action="store_true", help="keep the work folder (configs, logs)")
+    args = p.parse_args(argv)
+    args.fixed_seconds = args.fixed_seconds or args.seconds
+    args.mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
+    if any(m not in ("static", "wideip") for m in args.mixes) or not args.mixes:
+        p.error("--mixes: static, wideip or static,wideip")
+    if not 0 <= args.ecs <= lib.ECS_LIMIT:
+        p.error(f"--ecs: 0 to {lib.ECS_LIMIT}")
+    if args.sources < 1 or args.sources > 250 or args.clients < 1 or args.rounds < 1:
+        p.error("--sources 1-250, --clients and --rounds at least 1")
+    if not 0 < args.fixed_load <= 1:
+        p.error("--fixed-load: a share of the max, e.g. 0.7")
+    if args.fixed_rate is not None and args.fixed_rate < 1:
+        p.error("--fixed-rate: queries per second, at least 1")
+    args.fixed_label = f"{args.fixed_rate:g} qps" if args.fixed_rate else f"{args.fixed_load:.0%}"
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin_load is not None and (args.pin_load not in cpus or len(cpus) < 2):
+        p.error(f"--pin-load: one of the CPUs {cpus}, and at least one other must be left for the servers")
+    if args.also_unpinned and args.pin_load is None:
+        p.error("--also-unpinned needs --pin-load CPU")
+    return args
+
+
+def missing_tools(pin: bool) -> list[str]:
+    """What is not installed, each with the Debian package that brings it."""
+    needed = {"dnsperf": "dnsperf", "nsd": "nsd"} | ({"taskset": "util-linux"} if pin else {})
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [f"{cmd} (Debian package {pkg})" for cmd, pkg in needed.items() if shutil.which(cmd, path=path) is None]
+
+
+def code_state() -> str:
+    """The checkout our node runs from: commit, and whether gtmcluster/ has uncommitted changes."""
+    head = lib.command_version(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], r"^[0-9a-f]+")
+    try:
+        status = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "gtmcluster"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return head
+    return f"{head} + uncommitted changes to {len(status)} files in gtmcluster/" if status else head
+
+
+def fmt_qps(q: float) -> str:
+    return f"{q / 1000:.1f}k"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.3f} ms"
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+#: passes through every query file before measuring
+WARM_PASSES = 3
+
+
+class Bench:
+    """The servers, the query mixes and the schedule of one comparison."""
+
+    def __init__(self, args: argparse.Namespace, work: Path):
+        self.args = args
+        self.work = work
+        self.cpus = set(os.sched_getaffinity(0))
+        lib.write_files(
+            work, args.nsd_address, args.node_address, args.api_port, args.server_count, args.sources, args.processes
+        )
+        self.mixes = lib.write_mixes(work, args.sources, args.ecs)
+        nsd = shutil.which("nsd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "nsd"
+        self.servers = {
+            "ours": lib.Server(
+                "ours",
+                "ours",
+                args.node_address,
+                [
+                    args.python,
+                    "-c",
+                    "from twisted.scripts.twistd import run; run()",
+                    "--nodaemon",
+                    f"--logfile={work}/node.log",
+                    f"--pidfile={work}/node.pid",
+                    "gtm",
+                    f"--config={work}/cluster.yaml",
+                    "--node=bench",
+                ],
+                work / "node.log",
+                work,
+                version=lib.command_version(
+                    [
+                        args.python,
+                        "-c",
+                        "import platform; print(platform.python_implementation(), platform.python_version())",
+                    ],
+                    r"\w+ [\d.]+",
+                ),
+            ),
+            "nsd": lib.Server(
+                "nsd",
+                "NSD",
+                args.nsd_address,
+                [nsd, "-d", "-c", str(work / "nsd.conf")],
+                work / "nsd.log",
+                work,
+                version=lib.command_version([nsd, "-v"], r"NSD version [\d.]+"),
+            ),
+        }
+        self.runs: list[Run] = []
+
+    # --- servers ---
+
+    def start(self) -> None:
+        ready = lib.query(lib.ORIGIN, "SOA")
+        for server in self.servers.values():
+            took = server.start(ready)
+            print(f"  {server.label:<5} up after {took:.1f} s: {' '.join(server.argv)}", flush=True)
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+
+    def sanity(self) -> list[str]:
+        """Ask each server a few questions; print the answers and return what looks wrong."""
+        problems = []
+        origin, wideip, ldns = lib.ORIGIN, lib.WIDEIP, lib.source_address(0)
+        asks: list[tuple[str, bytes, str | None, Callable[[lib.Reply, str], str | None]]] = [
+            (f"www.{origin} A", lib.query(f"www.{origin}", "A"), None, _expect("NOERROR", 2)),
+            (f"host7.{origin} A", lib.query(f"host7.{origin}", "A"), None, _expect("NOERROR", 1)),
+            (f"nx1.{origin} A", lib.query(f"nx1.{origin}", "A"), None, _expect("NXDOMAIN", 0)),
+            (f"www.{origin} AAAA", lib.query(f"www.{origin}", "AAAA"), None, _expect("NOERROR", 0)),
+        ]
+        for region, network in lib.REGIONS.items():
+            subnet = next(ipaddress.IPv4Network(network).subnets(new_prefix=24))
+            asks.append((f"{wideip} A ECS {subnet} ({region})", lib.query(wideip, "A", subnet), None, _gslb(region)))
+        asks.append((f"{wideip} A from {ldns} (no ECS)", lib.query(wideip, "A"), ldns, _gslb(lib.source_region(0))))
+        for label, message, source, check in asks:
+            line = f"    {label:<46}"
+            for server in self.servers.values():
+                reply = lib.ask(server.endpoint, message, timeout=2.0, source=source)
+                problem: str | None = "no reply"
+                text = "no reply"
+                if reply is not None:
+                    text = f"{reply.rcode} {','.join(reply.addresses) or f'{reply.answers} answers'}"
+                    problem = check(reply, server.key)
+                line += f" {server.label}: {text:<44}"
+                if problem:
+                    problems.append(f"{server.label} {label}: {problem}")
+            print(line.rstrip())
+        return problems
+
+    # --- load ---
+
+    def pin(self, pinning: str) -> int | None:
+        """Set the servers' affinity for *pinning*; the CPU for dnsperf (None: unpinned)."""
+        load_cpu = self.args.pin_load if pinning == "pinned" else None
+        server_cpus = self.cpus - {load_cpu} if load_cpu is not None else self.cpus
+        for server in self.servers.values():
+            lib.set_tree_affinity(server.pid, server_cpus)
+        return load_cpu
+
+    def measure(
+        self,
+        server: lib.Server,
+        mix: str,
+        seconds: float,
+        qps: float | None,
+        load_cpu: int | None,
+        passes: int | None = None,
+    ) -> tuple[lib.LoadResult, float]:
+        if not server.alive():
+            raise lib.ServerExited(f"{server.label} is no longer running:\n{server.tail()}")
+        before = server.cpu_seconds()
+        result = lib.run_dnsperf(
+            server.endpoint,
+            self.mixes[mix],
+            self.work,
+            seconds,
+            self.args.clients,
+            self.args.outstanding,
+            qps=qps,
+            verbose=qps is not None,
+            pin=load_cpu,
+            passes=passes,
+        )
+        cpu = server.cpu_seconds() - before
+        time.sleep(0.5)  # let the server drain before the next run
+        return result, cpu
+
+    def record(
+        self, slot: Slot, kind: str, seconds: float, qps: float | None, result: lib.LoadResult, cpu: float
+    ) -> Run:
+        completed = max(result.completed, 1)
+        ordered = sorted(result.latencies)
+        p50, p90, p99, p999 = (lib.percentile(ordered, p) if ordered else None for p in (50, 90, 99, 99.9))
+        run = Run(
+            **asdict(slot),
+            kind=kind,
+            seconds=seconds,
+            target_qps=qps,
+            qps=result.qps,
+            sent=result.sent,
+            completed=result.completed,
+            lost=result.lost,
+            rcodes=result.rcodes,
+            avg_latency=result.avg_latency,
+            server_cpu=cpu,
+            cpu_us_per_query=cpu * 1e6 / completed,
+            load_cpu_us_per_query=result.load_cpu * 1e6 / completed,
+            p50=p50,
+            p90=p90,
+            p99=p99,
+            p999=p999,
+            timeouts=result.timeouts,
+            commands=tuple(result.commands),
+        )
+        self.runs.append(run)
+        return run
+
+    def pinnings(self) -> list[str]:
+        if self.args.pin_load is None:
+            return ["unpinned"]
+        return ["unpinned", "pinned"] if self.args.also_unpinned else ["pinned"]
+
+    def warm_up(self) -> None:
+        """Every client asks WARM_PASSES times first (a server that learns clients, as ours
+        keeps decisions, is measured on clients it has seen), then --warmup seconds more."""
+        if self.args.warmup <= 0:
+            return
+        for mix in self.args.mixes:
+            for server in self.servers.values():
+                pin = self.pin(self.pinnings()[0])
+                self.measure(server, mix, 0, None, pin, passes=WARM_PASSES)
+                self.measure(server, mix, self.args.warmup, None, pin)
+
+    def schedule(self) -> None:
+        a = self.args
+        order = list(self.servers.values())
+        for rnd in range(1, a.rounds + 1):
+            for pinning in self.pinnings():
+                load_cpu = self.pin(pinning)
+                for mix in a.mixes:
+                    for server in order if rnd % 2 else order[::-1]:
+                        result, cpu = self.measure(server, mix, a.seconds, None, load_cpu)
+                        slot = Slot(rnd, mix, server.key, pinning)
+                        top = self.record(slot, "max", a.seconds, None, result, cpu)
+                        rate = a.fixed_rate or top.qps * a.fixed_load
+                        result, cpu = self.measure(server, mix, a.fixed_seconds, rate, load_cpu)
+                        fixed = self.record(slot, "fixed", a.fixed_seconds, rate, result, cpu)
+                        print(
+                            f"  round {rnd} {pinning:<8} {mix:<6} {server.label:<5}"
+                            f" max {fmt_qps(top.qps):>7} qps, {top.cpu_us_per_query:5.1f} us/q, lost {top.lost};"
+                            f" at {fmt_qps(rate)}: p50 {fmt_ms(fixed.p50)}, p99 {fmt_ms(fixed.p99)},"
+                            f" lost {fixed.lost}",
+                            flush=True,
+                        )
+
+    # --- what our node says about itself ---
+
+    def node_metrics(self) -> dict[str, Any]:
+        """gtm_dns_queries (by rcode and method) and gtm_store_records from our node's /metrics."""
+        url = f"http://{self.args.node_address.host}:{self.args.api_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except OSError as e:
+            return {"error": f"{url}: {e}"}
+        queries: dict[str, float] = {}
+        records: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("gtm_dns_queries_total{"):
+                labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(","))
+                key = "/".join(labels.get(k, "").strip('"') for k in ("wideip", "rcode", "method"))
+                queries[key] = queries.get(key, 0) + float(line.rsplit(" ", 1)[1])
+            elif line.startswith("gtm_store_records{"):
+                kind = line[line.index('"') + 1 : line.rindex('"')]
+                records[kind] = float(line.rsplit(" ", 1)[1])
+        return {"queries": queries, "store_records": records}
+
+
+def _expect(rcode: str, answers: int) -> Callable[[lib.Reply, str], str | None]:
+    def check(reply: lib.Reply, server: str) -> str | None:
+        if reply.rcode != rcode or reply.answers != answers:
+            return f"expected {rcode} with {answers} answers, got {reply.rcode} with {reply.answers}"
+        return None
+
+    return check
+
+
+def _gslb(region: str) -> Callable[[lib.Reply, str], str | None]:
+    """NSD: the three addresses; ours: one, from the region's data center (topology decides a new client)."""
+    addresses = {dc: address for _, dc, address in lib.POOL}
+
+    def check(reply: lib.Reply, server: str) -> str | None:
+        if reply.rcode != "NOERROR":
+            return f"rcode {reply.rcode}"
+        if server == "nsd":
+            return None if len(reply.addresses) == 3 else f"{len(reply.addresses)} addresses"
+        if len(reply.addresses) != 1:
+            return f"{len(reply.addresses)} addresses, expected 1"
+        if reply.addresses[0] != addresses[lib.REGION_DC[region]]:
+            return f"{reply.addresses[0]}, expected {addresses[lib.REGION_DC[region]]} (topology {region})"
+        return None
+
+    return check
+
+
+# --- the report ---
+
+
+def summarize(runs: list[Run], mix: str, server: str, pinning: str) -> dict[str, Any]:
+    top = [r for r in runs if (r.mix, r.server, r.pinning, r.kind) == (mix, server, pinning, "max")]
+    fixed = [r for r in runs if (r.mix, r.server, r.pinning, r.kind) == (mix, server, pinning, "fixed")]
+    rcodes: dict[str, int] = {}
+    for r in top + fixed:
+        for code, n in r.rcodes.items():
+            rcodes[code] = rcodes.get(code, 0) + n
+    return {
+        "qps": median([r.qps for r in top]),
+        "qps_min": min(r.qps for r in top),
+        "qps_max": max(r.qps for r in top),
+        "cpu_us_per_query": median([r.cpu_us_per_query for r in top]),
+        "sent": sum(r.sent for r in top),
+        "lost": sum(r.lost for r in top),
+        "avg_latency": median([r.avg_latency for r in top]),
+        "load_cpu_us_per_query": median([r.load_cpu_us_per_query for r in top]),
+        "fixed_target_qps": median([r.target_qps for r in fixed]),
+        "fixed_qps": median([r.qps for r in fixed]),
+        "fixed_lost": sum(r.lost for r in fixed),
+        "fixed_sent": sum(r.sent for r in fixed),
+        "fixed_cpu_us_per_query": median([r.cpu_us_per_query for r in fixed]),
+        "fixed_core_share": median([r.server_cpu / r.seconds for r in fixed]),
+        "p50": median([r.p50 for r in fixed]),
+        "p99": median([r.p99 for r in fixed]),
+        "p99_worst": max((r.p99 for r in fixed if r.p99 is not None), default=None),
+        "p999": median([r.p999 for r in fixed]),
+        "rcodes": rcodes,
+    }
+
+
+def _target(pinning: str, mix: str, what: str, value: float | None, target: str, met: bool) -> dict[str, Any]:
+    return {"pinning": pinning, "mix": mix, "what": what, "value": value, "target": target, "met": met}
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def report(bench: Bench, elapsed: float) -> dict[str, Any]:
+    a = bench.args
+    summary: dict[str, Any] = {}
+    targets: list[dict[str, Any]] = []
+    for pinning in bench.pinnings():
+        for mix in a.mixes:
+            m = bench.mixes[mix]
+            where = f", dnsperf on CPU {a.pin_load}, servers on the others" if pinning == "pinned" else ""
+            print(f"\nmix {mix} ({pinning}{where}): {m.description}")
+            print(f"  clients: {m.clients}")
+            print(
+                f"  {'':<6}{'max load: qps (min-max)':<27}{'CPU us/q':>9}{'lost':>9}{'avg lat':>11}{'dnsperf us/q':>13}"
+                f"  | {f'at {a.fixed_label}: qps':<13}{'p50':>10}{'p99':>10}{'p99.9':>10}{'CPU us/q':>9}{'lost':>6}"
+            )
+            s = {key: summarize(bench.runs, mix, key, pinning) for key in bench.servers}
+            summary[f"{pinning}/{mix}"] = s
+            for key, server in bench.servers.items():
+                f = s[key]
+                span = f"{fmt_qps(f['qps'])} ({fmt_qps(f['qps_min'])}-{fmt_qps(f['qps_max'])})"
+                short = f["fixed_qps"] < 0.95 * (f["fixed_target_qps"] or 0)
+                fixed_qps = fmt_qps(f["fixed_qps"]) + (f" of {fmt_qps(f['fixed_target_qps'])}!" if short else "")
+                print(
+                    f"  {server.label:<6}{span:<27}{f['cpu_us_per_query']:>9.1f}{f['lost']:>9}"
+                    f"{fmt_ms(f['avg_latency']):>11}{f['load_cpu_us_per_query']:>13.1f}"
+                    f"  | {fixed_qps:<13}{fmt_ms(f['p50']):>10}{fmt_ms(f['p99']):>10}"
+                    f"{fmt_ms(f['p999']):>10}{f['fixed_cpu_us_per_query']:>9.1f}{f['fixed_lost']:>6}"
+                )
+            ours, nsd = s["ours"], s["nsd"]
+            qps_ratio = ours["qps"] / nsd["qps"] if nsd["qps"] else 0.0
+            cpu_ratio = ours["cpu_us_per_query"] / nsd["cpu_us_per_query"] if nsd["cpu_us_per_query"] else 0.0
+            goal = TARGETS[mix]
+            line = f"  ours/NSD: qps {qps_ratio:.2f}x (target >= {goal['qps']}x: {verdict(qps_ratio >= goal['qps'])})"
+            targets.append(_target(pinning, mix, "qps ratio", qps_ratio, f">= {goal['qps']}", qps_ratio >= goal["qps"]))
+            if "cpu" in goal:
+                line += f"; CPU/query {cpu_ratio:.2f}x (target <= {goal['cpu']}x: {verdict(cpu_ratio <= goal['cpu'])})"
+                met = cpu_ratio <= goal["cpu"]
+                targets.append(_target(pinning, mix, "CPU/query ratio", cpu_ratio, f"<= {goal['cpu']}", met))
+            else:
+                line += f"; CPU/query {cpu_ratio:.2f}x (no target)"
+            p99 = ours["p99"]
+            p99_ok = p99 is not None and p99 < P99_TARGET
+            line += f"; our p99 at {a.fixed_label}: {fmt_ms(p99)} (target at 70%: < 2 ms: {verdict(p99_ok)})"
+            targets.append(_target(pinning, mix, f"our p99 at {a.fixed_label}", p99, "< 0.002 s", p99_ok))
+            print(line)
+            if nsd["p99"] is not None and nsd["p99"] >= P99_TARGET:
+                print(
+                    f"  note: NSD's own p99 at {a.fixed_label} is {fmt_ms(nsd['p99'])}: the machine (load generator,"
+                    " other work), not only the server, sets the tail here; try --pin-load or a quieter machine"
+                )
+            for key, server in bench.servers.items():
+                codes = s[key]["rcodes"]
+                total = sum(codes.values()) or 1
+                text = ", ".join(f"{c} {n / total:.1%}" for c, n in sorted(codes.items(), key=lambda kv: -kv[1]))
+                lost = s[key]["lost"] + s[key]["fixed_lost"]
+                sent = s[key]["sent"] + s[key]["fixed_sent"]
+                print(f"  {server.label} rcodes: {text}; lost {lost} of {sent}")
+    print(f"\n{len(bench.runs)} runs in {elapsed:.0f} s; load average now {os.getloadavg()[0]:.2f}")
+    return {"summary": summary, "targets": targets}
+
+
+def node_findings(bench: Bench, metrics: dict[str, Any]) -> list[str]:
+    """Our node's own counters and log lines worth a look."""
+    lines = []
+    if "error" in metrics:
+        lines.append(f"metrics unavailable: {metrics['error']}")
+    else:
+        queries: dict[str, float] = metrics["queries"]
+        total = sum(queries.values()) or 1
+        for key, n in sorted(queries.items(), key=lambda kv: -kv[1])[:8]:
+            wideip, rcode, method = key.split("/")
+            lines.append(f"answered {n:9.0f} ({n / total:6.1%}) {wideip or 'zone names'} {rcode} by {method}")
+        records = metrics["store_records"]
+        lines.append(
+            "store records: "
+            + (", ".join(f"{k} {v:.0f}" for k, v in records.items()) or "none")
+            + " (persist: one per client network it answered, ECS subnets and LDNS /24s)"
+        )
+    log = bench.work / "node.log"
+    if log.exists():
+        bad = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if "Traceback" in line or "#error]" in line or "#critical]" in line or "Unhandled" in line
+        ]
+        lines.append(f"node log: {len(bad)} error lines" + "".join(f"\n      {b[:200]}" for b in bad[:5]))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = arguments(argv)
+    missing = missing_tools(args.pin_load is not None)
+    if missing:
+        print(
+            f"missing: {', '.join(missing)}.\n`make bench-compare` installs them (tools/ensure-system-tools)",
+            file=sys.stderr,
+        )
+        return 2
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    work = Path(tempfile.mkdtemp(prefix="gtm-compare-"))
+    bench = Bench(args, work)
+    per_server = (args.seconds + args.fixed_seconds + 1) * len(args.mixes) * len(bench.pinnings())
+    estimate = args.rounds * 2 * per_server + args.warmup * 2 * len(args.mixes) + 10
+    dnsperf = lib.command_version(["dnsperf", "-h"], r"Version [\d.]+")
+    code = code_state()
+    print(
+        f"gtmcluster vs NSD: {args.rounds} rounds, alternating; each run {args.seconds:g} s at unlimited rate, then"
+        f" {args.fixed_seconds:g} s at {args.fixed_label}{'' if args.fixed_rate else ' of that max'}"
+        f" (about {estimate / 60:.1f} min)\n"
+        f"  machine: {len(bench.cpus)} CPUs, {platform.platform()}, load average {os.getloadavg()[0]:.2f};"
+        f" work folder {work}\n"
+        f"  ours: twistd gtm ({bench.servers['ours'].version}, checkout {code}) on {args.node_address},"
+        f" {args.processes} answering process{'es' if args.processes > 1 else ''},\n"
+        f"        wide IP {lib.WIDEIP}: rtt -> topology -> global_availability, persistence /24\n"
+        f"  NSD:  {bench.servers['nsd'].version} on {args.nsd_address}, server-count {args.server_count},"
+        " reuseport, RRL off\n"
+        f"  load: {args.sources} dnsperf ({dnsperf}) processes at once from 127.0.200.1-{args.sources},"
+        f" each -c {args.clients} -T 1, {args.outstanding} queries in flight in all, timeout 2 s",
+        flush=True,
+    )
+    started = time.monotonic()
+    failed = True
+    try:
+        bench.start()
+        print("  what each answers:")
+        problems = bench.sanity()
+        for problem in problems:
+            print(f"  WRONG: {problem}")
+        print(
+            f"  warming up ({WARM_PASSES} passes through every query file, then {args.warmup:g} s, per server and mix)",
+            flush=True,
+        )
+        bench.warm_up()
+        bench.schedule()
+        metrics = bench.node_metrics()
+        processes = {key: s.processes() for key, s in bench.servers.items()}
+        results = report(bench, time.monotonic() - started)
+        print(
+            f"\nour node's own counters and log (processes at the end: ours {processes['ours']},"
+            f" NSD {processes['nsd']}):"
+        )
+        for line in node_findings(bench, metrics):
+            print(f"  {line}")
+        if args.json:
+            document = {
+                "settings": {k: str(v) if isinstance(v, Path | lib.Endpoint) else v for k, v in vars(args).items()},
+                "environment": {
+                    "cpus": sorted(bench.cpus),
+                    "load_average_at_end": os.getloadavg(),
+                    "platform": platform.platform(),
+                    "ours": bench.servers["ours"].version,
+                    "checkout": code,
+                    "nsd": bench.servers["nsd"].version,
+                    "dnsperf": dnsperf,
+                    "clients": {mix: bench.mixes[mix].clients for mix in args.mixes},
+                    "processes": processes,
+                },
+                "sanity_problems": problems,
+                "runs": [asdict(r) for r in bench.runs],
+                **results,
+                "node_metrics": metrics,
+                "seconds": time.monotonic() - started,
+            }
+            args.json.write_text(json.dumps(document, indent=1))
+            print(f"figures written to {args.json}")
+        failed = False
+    except KeyboardInterrupt:
+        print("\ninterrupted; stopping the servers", file=sys.stderr)
+    except (lib.ServerExited, RuntimeError, ValueError) as e:
+        print(f"\nfailed: {e}", file=sys.stderr)
+    finally:
+        bench.stop()
+        if failed or args.keep:
+            print(f"configs and logs kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
