@@ -19,6 +19,7 @@ The replies are byte for byte what the general path would send.
 from __future__ import annotations
 
 import struct
+from functools import partial
 from typing import NamedTuple
 
 from gtmcluster.config.model import WideIP
@@ -62,8 +63,8 @@ class FastPath:
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
-        #: id of a kept decision -> (the decision, its answer records, its counter)
-        self._encoded: dict[int, tuple[Decision, bytes, tuple[str, str, str, str]]] = {}
+        #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its counter)
+        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str]]] = {}
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -118,45 +119,63 @@ class FastPath:
             return None
         ecs = plain.ecs
         qtype = plain.qtype
-
-        def client() -> Client:
-            return client_of(source, wire.parse_ecs(ecs) if ecs is not None else None)
-
+        who = source if ecs is None else (source, ecs)
+        # (with persistence, a new client of a held network gets its network's decision)
+        client = partial(_client, source, ecs) if wideip.persistence is not None else None
         try:
-            decision = cached(wideip, qtype, source if ecs is None else (source, ecs), client)
+            decision = cached(wideip, qtype, who, client)
         except ValueError:
             return None  # a malformed client subnet: the general path answers FORMERR
         if decision is None:
             return None
-        encoded = self._encoded.get(id(decision))
-        if encoded is None or encoded[0] is not decision:  # (holding it keeps its id unique)
+        # The reply to this client is the same bytes but for the ID, RD and CD and the
+        # question's case while the decision holds: kept per client, found by identity.
+        key = (plain.qname, qtype, plain.edns_class, who)
+        kept = self._replies.get(key)
+        if kept is None or kept[0] is not decision:
             if decision.action is not Action.ANSWER or not decision.addresses:
                 return None
-            rtype = TYPE_A if qtype == TYPE_A else TYPE_AAAA
-            answers = b"".join(
-                b"\xc0\x0c" + _RR.pack(rtype, wire.CLASS_IN, decision.ttl, len(a.packed)) + a.packed
-                for a in decision.addresses
+            if len(self._replies) >= MAX_TEMPLATES:
+                self._replies.clear()
+            kept = self._replies[key] = (
+                decision,
+                self._encode(data, plain, decision),
+                _counter(wideip, qtype, decision),
             )
-            counter = (wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)
-            if len(self._encoded) >= MAX_TEMPLATES:
-                self._encoded.clear()
-            encoded = self._encoded[id(decision)] = (decision, answers, counter)
-        _, answers, counter = encoded
+        reply = kept[1]
+        if len(reply) > plain.limit:
+            return None
+        self.responder.stats.queries[kept[2]] += 1
+        flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
+        end = plain.question_end
+        return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
+
+    def _encode(self, data: bytes, plain: _Plain, decision: Decision) -> bytes:
+        """The reply to *plain* with *decision*'s addresses (ID and flags filled in later)."""
+        rtype = TYPE_A if plain.qtype == TYPE_A else TYPE_AAAA
+        answers = b"".join(
+            b"\xc0\x0c" + _RR.pack(rtype, wire.CLASS_IN, decision.ttl, len(a.packed)) + a.packed
+            for a in decision.addresses
+        )
         opt = b""
         if plain.edns_class:
             options = b""
+            ecs = plain.ecs
             if ecs is not None:
                 scope = decision.scope if ecs[2] else 0
                 body = ecs[:3] + bytes([scope]) + ecs[4:]
                 options = _OPTION.pack(wire.OPTION_ECS, len(body)) + body
             opt = b"\x00" + _OPT.pack(TYPE_OPT, self.responder.udp_payload_size, plain.do, len(options)) + options
-        flags = wire.QR | wire.AA | (plain.flags & _COPIED)
-        header = _HEADER.pack(plain.qid, flags, 1, len(decision.addresses), 0, 1 if plain.edns_class else 0)
-        reply = header + data[12 : plain.question_end] + answers + opt
-        if len(reply) > plain.limit:
-            return None
-        self.responder.stats.queries[counter] += 1
-        return reply
+        header = _HEADER.pack(0, 0, 1, len(decision.addresses), 0, 1 if plain.edns_class else 0)
+        return header + data[12 : plain.question_end] + answers + opt
+
+
+def _counter(wideip: WideIP, qtype: int, decision: Decision) -> tuple[str, str, str, str]:
+    return (wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)
+
+
+def _client(source: str, ecs: bytes | None) -> Client:
+    return client_of(source, wire.parse_ecs(ecs) if ecs is not None else None)
 
 
 def _parse(data: bytes, our_size: int) -> _Plain | None:

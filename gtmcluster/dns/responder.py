@@ -71,7 +71,7 @@ _NOTIMPTYPE_LABELS = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
 Decide = Callable[[WideIP, int, Client, Hashable], Decision]
 #: a decision kept for (wide IP, query type, client key), if it still holds; the last
 #: argument makes the client, for decisions kept for a class of clients
-Cached = Callable[[WideIP, int, Hashable, Callable[[], Client]], Decision | None]
+Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Decision | None]
 
 
 @dataclass(slots=True)
