@@ -58,8 +58,9 @@ class FastPath:
 
     def __init__(self, responder: Responder):
         self.responder = responder
-        #: (lowercased question, EDNS class) -> (reply, its flags without RD and CD, counter)
-        self.templates: dict[tuple[bytes, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
+        #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
+        #: CD, counter); the limit too, since glue that does not fit is left out unannounced
+        self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
@@ -89,12 +90,10 @@ class FastPath:
 
     def _static(self, data: bytes, plain: _Plain) -> bytes | None:
         end = plain.question_end
-        kept = self.templates.get((data[12:end].lower(), plain.edns_class))
+        kept = self.templates.get((data[12:end].lower(), plain.edns_class, plain.limit))
         if kept is None:
             return None
         template, template_flags, counter = kept
-        if len(template) > plain.limit:
-            return None
         self.responder.stats.queries[counter] += 1
         flags = template_flags | (plain.flags & _COPIED)
         return data[:2] + flags.to_bytes(2, "big") + template[4:12] + data[12:end] + template[end:]
@@ -109,7 +108,7 @@ class FastPath:
         flags = ((reply[2] << 8) | reply[3]) & ~_COPIED
         rcode = reply[3] & 0xF
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(rcode, "other"), "static")
-        self.templates[(data[12:end].lower(), plain.edns_class)] = (reply, flags, counter)
+        self.templates[(data[12:end].lower(), plain.edns_class, plain.limit)] = (reply, flags, counter)
 
     # -- wide IPs --------------------------------------------------------------------------
 

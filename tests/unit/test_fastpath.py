@@ -24,6 +24,12 @@ from gtmcluster.node import Node
 from tests.support import configs
 
 ZONE = configs.ZONE + "".join(f'big IN TXT "{"x" * 200} {i}"\n' for i in range(12))
+#: a delegation, and the apex, with more glue than 512 bytes hold: what fits depends on the
+#: client's size (at the apex the glue is optional: left out without TC)
+ZONE += "".join(
+    f"deep IN NS ns{i}.deep\nns{i}.deep IN A 192.0.2.{i}\nns{i}.deep IN AAAA 2001:db8::{i}\n" for i in range(14)
+)
+ZONE += "".join(f"@ IN NS apex{i}\napex{i} IN A 192.0.2.{i}\napex{i} IN AAAA 2001:db8::{i}\n" for i in range(14))
 
 
 class Clock:
@@ -144,6 +150,16 @@ def test_every_kind_of_static_reply_is_the_same_on_both_paths(
 ) -> None:
     for qid in (1, 2, 3):
         twins.ask(make_query(name, qtype, qid=qid, **edns))
+
+
+def test_what_fits_depends_on_the_clients_size(twins: Twins) -> None:
+    """A referral whose glue does not all fit in 512 bytes: asked small first and large
+    next (and the other way), every reply is the general path's for that size."""
+    for name, qtype in (("x.deep.example.test", 1), ("example.test", 2)):
+        for payload in (512, 4096, 512, 1232, 4096):
+            twins.ask(make_query(name, qtype, edns=True, payload=payload))
+        for _ in range(2):
+            twins.ask(make_query(name, qtype))
 
 
 def test_wide_ip_answers_come_from_the_kept_decision(twins: Twins) -> None:
