@@ -10,11 +10,12 @@ A path's age is its record's age, which every node counts on its own clock.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gtmcluster.config.model import Prober
+from gtmcluster.state import values
 from gtmcluster.state.store import Record, Store
 
 #: smoothing of the RTT: new = ALPHA * sample + (1 - ALPHA) * old
@@ -75,9 +76,97 @@ class PathInfo:
         return float(min(BACKOFF_BASE * 2 ** (self.failures - 1), BACKOFF_MAX))
 
 
+class PathValue(values.Compact):
+    """A path record's value as the store keeps it: `PathInfo.value`'s eight fields in
+    slots, its strings shared (see state.values). It reads, compares and travels as that
+    dict; only a dict of exactly these fields, integers and strings, takes this form."""
+
+    __slots__ = ("by", "completion", "failures", "hops", "last_rtt", "protocol", "rtt", "window")
+    FIELDS = ("rtt", "last_rtt", "hops", "completion", "protocol", "failures", "window", "by")
+
+    def __init__(
+        self, rtt: int, last_rtt: int, hops: int, completion: int, protocol: str, failures: int, window: str, by: str
+    ) -> None:
+        self.rtt = rtt
+        self.last_rtt = last_rtt
+        self.hops = hops
+        self.completion = completion
+        self.protocol = protocol
+        self.failures = failures
+        self.window = window
+        self.by = by
+
+    @classmethod
+    def of(cls, value: dict[str, Any]) -> PathValue | None:
+        """The compact form of *value*, or None when it is not exactly a path value."""
+        if len(value) != len(cls.FIELDS):
+            return None
+        try:
+            rtt, last_rtt, hops, completion = value["rtt"], value["last_rtt"], value["hops"], value["completion"]
+            protocol, failures, window, by = value["protocol"], value["failures"], value["window"], value["by"]
+        except KeyError:
+            return None
+        if not (
+            type(rtt) is type(last_rtt) is type(hops) is type(completion) is type(failures) is int
+            and type(protocol) is type(window) is type(by) is str
+        ):
+            return None
+        return cls(
+            rtt,
+            rtt if last_rtt == rtt else last_rtt,  # one object for both, as after one probe
+            hops,
+            values.shared(completion),
+            values.shared_text(protocol),
+            failures,
+            values.shared_text(window),
+            values.shared_text(by),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rtt": self.rtt,
+            "last_rtt": self.last_rtt,
+            "hops": self.hops,
+            "completion": self.completion,
+            "protocol": self.protocol,
+            "failures": self.failures,
+            "window": self.window,
+            "by": self.by,
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _PATH_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.FIELDS)
+
+    def __len__(self) -> int:
+        return len(self.FIELDS)
+
+
+_PATH_FIELDS = frozenset(PathValue.FIELDS)
+values.register(PATH, PathValue.of)
+
+
 def from_record(record: Record, now: float) -> PathInfo | None:
     _, ldns, datacenter = record.key.split("/", 2)
     v = record.value
+    if type(v) is PathValue:
+        return PathInfo(
+            ldns,
+            datacenter,
+            v.rtt,
+            v.last_rtt,
+            v.hops,
+            v.completion,
+            v.protocol,
+            v.failures,
+            v.window,
+            v.by,
+            now - record.born,
+        )
     try:
         return PathInfo(
             ldns,

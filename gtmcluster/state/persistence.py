@@ -7,7 +7,11 @@ lets a client keep its answer whichever GTM of the sync group it asks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from gtmcluster.lb.context import PersistKey, PersistRecord
+from gtmcluster.state import values
 from gtmcluster.state.store import Store
 
 PREFIX = "persist/"
@@ -15,6 +19,58 @@ PREFIX = "persist/"
 
 def record_key(key: PersistKey) -> str:
     return f"{PREFIX}{key.wideip}/{key.qtype}/{key.network}"
+
+
+class PersistValue(values.Compact):
+    """A persistence record's value as the store keeps it (see state.values): the pool and
+    the members, one object for each distinct value. It reads, compares and travels as the dict
+    ``{"pool": ..., "members": [...]}`` (each read of "members" a new list, as a copy of
+    the dict would give); only a dict of exactly that shape, strings, takes this form."""
+
+    __slots__ = ("members", "pool")
+    FIELDS = ("pool", "members")
+
+    def __init__(self, pool: str, members: tuple[str, ...]) -> None:
+        self.pool = pool
+        self.members = members
+
+    @classmethod
+    def of(cls, value: dict[str, Any]) -> PersistValue | None:
+        """The compact form of *value*, or None when it is not exactly a persistence value."""
+        pool, members = value.get("pool"), value.get("members")
+        if len(value) != len(cls.FIELDS) or type(pool) is not str or type(members) is not list:
+            return None
+        if not all(type(m) is str for m in members):
+            return None
+        key = (pool, tuple(members))
+        made = _values.get(key)
+        if made is None:
+            made = cls(values.shared_text(pool), tuple(values.shared_text(m) for m in members))
+            if len(_values) < values.MAX_SHARED:
+                _values[key] = made
+        return made
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pool": self.pool, "members": list(self.members)}
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "pool":
+            return self.pool
+        if key == "members":
+            return list(self.members)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.FIELDS)
+
+    def __len__(self) -> int:
+        return len(self.FIELDS)
+
+
+#: the values in use, one object each (read-only, so records share them: a wide IP has few
+#: pools and sets of members), up to `values.MAX_SHARED` of them
+_values: dict[tuple[str, tuple[str, ...]], PersistValue] = {}
+values.register(PREFIX, PersistValue.of)
 
 
 class StorePersistence:
@@ -28,6 +84,8 @@ class StorePersistence:
         if record is None:
             return None
         value = record.value
+        if type(value) is PersistValue:
+            return PersistRecord(key, value.pool, value.members, record.born, record.ttl or 0)
         try:
             members = tuple(str(m) for m in value["members"])
             pool = str(value["pool"])

@@ -24,6 +24,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.values import plain, shared_text
 
 log = Logger()
 
@@ -49,8 +50,8 @@ def row(record: Record, wall_now: float, local_now: float) -> Row | None:
     if remaining is not None and remaining <= 0:
         return None
     expires = None if remaining is None else wall_now + remaining
-    v = record.version
-    return (record.key, json.dumps(record.value), v.wall_ms, v.logical, v.origin, expires)
+    value = json.dumps(record.value, default=plain)
+    return (record.key, value, record.wall_ms, record.logical, record.origin, expires)
 
 
 def rows(store: Store, wall_now: float, local_now: float) -> list[Row]:
@@ -97,7 +98,7 @@ def read(path: Path, store: Store, wall_now: float) -> int:
             decoded: Any = json.loads(value)
         except ValueError:
             continue
-        if store.merge(Record(key, decoded, Version(wall_ms, logical, origin), ttl, local_now)):
+        if store.merge(Record(key, decoded, Version(wall_ms, logical, shared_text(origin)), ttl, local_now)):
             loaded += 1
     return loaded
 

@@ -22,15 +22,17 @@ listing is small. The live-state digest is the count and XOR over all of them.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import struct
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from typing import Any
 
 from twisted.logger import Logger
+
+from gtmcluster.state.expiry import ExpiryQueue
+from gtmcluster.state.values import Compact, compact
 
 log = Logger()
 
@@ -46,17 +48,66 @@ class Version:
     origin: str
 
 
-@dataclass(frozen=True, slots=True)
 class Record:
+    """One record, immutable: `Record(key, value, version, ttl, born)`.
+
+    A store holds millions, so a record keeps its version's parts itself (`wall_ms`,
+    `logical`, `origin`) rather than a `Version` object; `version` makes one when asked.
+    """
+
+    __slots__ = ("born", "key", "logical", "origin", "ttl", "value", "wall_ms")
+
     key: str
     value: Any  # JSON-able; None marks a deletion
-    version: Version
+    wall_ms: int
+    logical: int
+    origin: str
     ttl: float | None  # seconds of life, counted from `born`
     born: float  # this node's clock when the record's life began
 
+    def __init__(self, key: str, value: Any, version: Version, ttl: float | None, born: float) -> None:
+        init = object.__setattr__
+        init(self, "key", key)
+        init(self, "value", value)
+        init(self, "wall_ms", version.wall_ms)
+        init(self, "logical", version.logical)
+        init(self, "origin", version.origin)
+        init(self, "ttl", ttl)
+        init(self, "born", born)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
     @property
-    def origin(self) -> str:
-        return self.version.origin
+    def version(self) -> Version:
+        return Version(self.wall_ms, self.logical, self.origin)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.key, self.value, self.wall_ms, self.logical, self.origin, self.ttl, self.born)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(key={self.key!r}, value={self.value!r}, version={self.version!r}, "
+            f"ttl={self.ttl!r}, born={self.born!r})"
+        )
+
+    def newer_than(self, other: Record) -> bool:
+        """Whether this record's version is greater than *other*'s."""
+        return (self.wall_ms, self.logical, self.origin) > (other.wall_ms, other.logical, other.origin)
+
+    def same_version(self, other: Record) -> bool:
+        return self.wall_ms == other.wall_ms and self.logical == other.logical and self.origin == other.origin
 
     def live(self, now: float) -> bool:
         return self.ttl is None or now < self.born + self.ttl
@@ -69,7 +120,11 @@ class Record:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_or_str)
+
+
+def _json_or_str(value: Any) -> Any:
+    return value.to_json() if isinstance(value, Compact) else str(value)
 
 
 def bucket_of(key: str) -> int:
@@ -78,7 +133,11 @@ def bucket_of(key: str) -> int:
 
 def fingerprint(key: str, version: Version) -> int:
     """A 64-bit hash of (key, version): what the digests are made of."""
-    data = key.encode() + b"\0" + struct.pack("!QI", version.wall_ms, version.logical) + version.origin.encode()
+    return _fingerprint(key, version.wall_ms, version.logical, version.origin)
+
+
+def _fingerprint(key: str, wall_ms: int, logical: int, origin: str) -> int:
+    data = key.encode() + b"\0" + struct.pack("!QI", wall_ms, logical) + origin.encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
@@ -107,17 +166,16 @@ class Store:
         self._buckets: dict[str, list[int]] = {}
         self._counts: dict[str, int] = {}
         self._xor = 0
-        #: (expiry, key, version) of records with a TTL, soonest first; stale entries
-        #: (records replaced since) are skipped when they come up
-        self._expiries: list[tuple[float, str, Version]] = []
+        #: every key whose record has a TTL, by when it ends (see `_replace` and `expire`)
+        self._expiries = ExpiryQueue(self._expiry_of)
         #: while a list, every `get` notes the key and the record held (the decision cache
         #: learns what a decision read)
         self.reads: list[tuple[str, Record | None]] | None = None
 
     def _account(self, record: Record, sign: int) -> None:
         """Add (sign=1) or remove (sign=-1) a record from the digests."""
-        origin = record.version.origin
-        fp = fingerprint(record.key, record.version)
+        origin = record.origin
+        fp = _fingerprint(record.key, record.wall_ms, record.logical, origin)
         buckets = self._buckets.get(origin)
         if buckets is None:
             buckets = self._buckets[origin] = [0] * BUCKETS
@@ -136,9 +194,17 @@ class Store:
             self._account(old, -1)
         self._records[record.key] = record
         self._account(record, 1)
+        # A key whose record has a TTL is always in the expiry queue, at or before its end.
+        # The queue already holds the key when the record replaced ends no later than this one.
         expires = record.expires()
         if expires is not None:
-            heapq.heappush(self._expiries, (expires, record.key, record.version))
+            held = None if old is None else old.expires()
+            if held is None or expires < held:
+                self._expiries.add(record.key, expires)
+
+    def _expiry_of(self, key: str) -> float | None:
+        record = self._records.get(key)
+        return None if record is None else record.expires()
 
     def _next_version(self) -> Version:
         wall = max(int(self.clock() * 1000), self._last.wall_ms)
@@ -148,7 +214,7 @@ class Store:
 
     def put(self, key: str, value: Any, ttl: float | None = None) -> Record:
         """Write *key* as this node, with a version newer than anything seen."""
-        record = Record(key, value, self._next_version(), ttl, self.clock())
+        record = Record(key, compact(key, value), self._next_version(), ttl, self.clock())
         self._replace(record)
         self._notify(record)
         return record
@@ -168,16 +234,19 @@ class Store:
         """
         mine = self._records.get(record.key)
         if mine is not None:
-            if mine.version > record.version:
+            if mine.newer_than(record):
                 return False
-            if mine.version == record.version and (
+            if mine.same_version(record) and (
                 mine.value == record.value or _canonical(mine.value) >= _canonical(record.value)
             ):
                 return False
-        if record.version.wall_ms > self._last.wall_ms or (
-            record.version.wall_ms == self._last.wall_ms and record.version.logical > self._last.logical
+        if record.wall_ms > self._last.wall_ms or (
+            record.wall_ms == self._last.wall_ms and record.logical > self._last.logical
         ):
-            self._last = Version(record.version.wall_ms, record.version.logical, self.origin)
+            self._last = Version(record.wall_ms, record.logical, self.origin)
+        value = compact(record.key, record.value)
+        if value is not record.value:
+            record = Record(record.key, value, record.version, record.ttl, record.born)
         self._replace(record)
         self._notify(record)
         return True
@@ -211,14 +280,18 @@ class Store:
         """Drop records whose TTL has ended; listeners hear of each (as it was)."""
         now = self.clock()
         dead = []
-        heap = self._expiries
-        while heap and heap[0][0] <= now:
-            _, key, version = heapq.heappop(heap)
+        for key in self._expiries.due(now):
             record = self._records.get(key)
-            if record is not None and record.version == version and not record.live(now):
-                del self._records[key]
-                self._account(record, -1)
-                dead.append(record)
+            expires = None if record is None else record.expires()
+            if record is None or expires is None:
+                continue  # gone, or rewritten without a TTL
+            if expires > now:
+                self._expiries.add(key, expires)  # rewritten since with a later end
+                continue
+            del self._records[key]
+            self._account(record, -1)
+            dead.append(record)
+        dead.sort(key=lambda r: (r.expires(), r.key))
         for record in dead:
             if record.value is not None:
                 self._notify(record)
@@ -260,7 +333,7 @@ class Store:
         """(key, version) of every record of *origin* in each of *buckets* (one pass)."""
         out: dict[int, list[tuple[str, Version]]] = {b: [] for b in buckets}
         for record in self._records.values():
-            if record.version.origin == origin:
+            if record.origin == origin:
                 entries = out.get(bucket_of(record.key))
                 if entries is not None:
                     entries.append((record.key, record.version))
@@ -270,7 +343,7 @@ class Store:
 
     def records_of(self, origin: str) -> Iterator[Record]:
         """Every record (tombstones too) written by *origin*."""
-        return (r for r in list(self._records.values()) if r.version.origin == origin)
+        return (r for r in list(self._records.values()) if r.origin == origin)
 
     def all_records(self) -> Iterator[Record]:
         return iter(list(self._records.values()))

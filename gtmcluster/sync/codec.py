@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gtmcluster.state.store import Record, Version
+from gtmcluster.state.values import compact, plain, shared, shared_text
 
 MAX_BATCH = 60_000
 MAX_KEY = 512
@@ -22,6 +23,10 @@ MAX_KEY = 512
 #: node's hybrid clock into the future)
 MAX_FUTURE_MS = 24 * 3600 * 1000
 MAX_TTL = 10 * 365 * 24 * 3600.0
+
+
+#: one encoder for every record (json.dumps would make one per call)
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=plain).encode
 
 
 class BadMessage(Exception):
@@ -33,13 +38,13 @@ def encode(record: Record, now: float) -> bytes:
     entry = [
         record.key,
         record.value,
-        record.version.wall_ms,
-        record.version.logical,
-        record.version.origin,
+        record.wall_ms,
+        record.logical,
+        record.origin,
         record.ttl,
         round(age, 3),
     ]
-    return json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(entry).encode()
 
 
 def batches(records: Iterable[Record], now: float, limit: int = MAX_BATCH) -> Iterator[tuple[bytes, list[str]]]:
@@ -100,7 +105,12 @@ def _record(entry: Any, now: float, origins: frozenset[str] | None) -> Record | 
         raise BadMessage(f"bad age for {key!r}")
     if ttl is not None and age >= ttl:
         return None  # expired in transit
-    return Record(key, value, Version(wall_ms, logical, origin), ttl, now - age)
+    # Origins and TTLs repeat across records: the store keeps one object of each, and
+    # the value in the form it keeps (see state.values).
+    origin = shared_text(origin)
+    if ttl is not None:
+        ttl = shared(ttl)
+    return Record(key, compact(key, value), Version(wall_ms, logical, origin), ttl, now - age)
 
 
 def _int(value: Any) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ MAX_OUTSTANDING = 64
 #: keys per Pull request and buckets per Listing request
 PULL_KEYS = 500
 LISTING_BUCKETS = 64
+#: Publish batches of a SendAll stream unanswered at once
+SEND_ALL_WINDOW = 4
 RECONCILE_INTERVAL = 60.0
 #: after a change to the store, peers hear the new state digest this much later (changes
 #: within it are told once), so "digests agree" is current within about a second, not
@@ -220,7 +223,7 @@ class Replicator:
             return  # the other peers catch up by reconciling with us (see _reconciled)
         if not record.live(self.clock.seconds()):
             return  # an expiry, not news
-        origin = record.version.origin
+        origin = record.origin
         for name, peer in self.peers.items():
             if name == self._merging_from or not peer.channels or name == origin:
                 continue
@@ -328,14 +331,28 @@ class Replicator:
         return defer.ensureDeferred(self._send_all(proto, origin))
 
     async def _send_all(self, proto: PeerProtocol, origin: str) -> int:
+        """Up to `SEND_ALL_WINDOW` batches are unanswered at a time: the peer merges one
+        while this node encodes the next."""
         sent = 0
         now = self.clock.seconds()
         records = [r for r in self.store.records_of(origin) if r.live(now)]
-        for batch, keys in codec.batches(records, now):
-            if proto.phase != "established":
-                break
-            await proto.callRemote(commands.Publish, records=batch, bulk=True)
-            sent += len(keys)
+        unanswered: deque[tuple[defer.Deferred[Any], int]] = deque()
+        try:
+            for batch, keys in codec.batches(records, now):
+                if proto.phase != "established":
+                    break
+                if len(unanswered) >= SEND_ALL_WINDOW:
+                    d, count = unanswered.popleft()
+                    await d
+                    sent += count
+                unanswered.append((proto.callRemote(commands.Publish, records=batch, bulk=True), len(keys)))
+            while unanswered:
+                d, count = unanswered.popleft()
+                await d
+                sent += count
+        finally:
+            for d, _ in unanswered:  # the connection failed: these fail alike
+                d.addErrback(lambda _: None)
         return sent
 
     # -- anti-entropy: the asking side --------------------------------------------------------

@@ -1,0 +1,159 @@
+"""The store's compact forms (path and persistence values) and its expiry queue.
+
+A compact value must be indistinguishable from the dict it stands for everywhere a value
+is read or leaves the process (the API, the wire, the snapshot, the digests); a value of
+another shape must be kept exactly as it came. The expiry queue must end every record at
+its own end, however often the record was rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gtmcluster.lb.context import PersistKey
+from gtmcluster.proximity.table import PathValue, from_record, path_key, updated
+from gtmcluster.state import snapshot
+from gtmcluster.state.expiry import ExpiryQueue
+from gtmcluster.state.persistence import PersistValue, StorePersistence, record_key
+from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.sync import codec
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def path_value() -> dict[str, object]:
+    return updated(None, True, 12_345, 7, "icmp", "gtm-1", "192.0.2.9", "DC1").value()
+
+
+def test_a_path_value_is_kept_compact_and_reads_as_its_dict() -> None:
+    store = Store("gtm-1", Clock())
+    plain = path_value()
+    record = store.put(path_key("192.0.2.9", "DC1"), plain)
+    assert type(record.value) is PathValue
+    assert record.value == plain and dict(record.value) == plain
+    assert record.value["rtt"] == 12_345 and len(record.value) == 8
+    info = from_record(record, 1000.0)
+    assert info is not None and info.rtt_us == 12_345 and info.hops == 7 and info.by == "gtm-1"
+
+
+def test_values_of_another_shape_are_kept_exactly() -> None:
+    """A path key holding a value a newer version shapes otherwise (a ninth field, a float)
+    is neither compacted nor altered, so it is relayed and saved as it came."""
+    store = Store("gtm-1", Clock())
+    for odd in ({**path_value(), "jitter": 3}, {**path_value(), "rtt": 1.5}, {"rtt": 1}):
+        record = store.put(path_key("192.0.2.9", "DC2"), odd)
+        assert type(record.value) is dict and record.value == odd
+
+
+def test_compact_values_travel_and_persist_as_their_dicts(tmp_path: Path) -> None:
+    """Wire (codec) and disk (snapshot) carry the plain dict; the receiving store holds the
+    compact form again and both stores have the same digest."""
+    clock = Clock()
+    store = Store("gtm-1", clock)
+    store.put(path_key("192.0.2.9", "DC1"), path_value(), ttl=600)
+    persist_key = PersistKey("www.example.", 1, "10.0.0.0/24")
+    store.put(record_key(persist_key), {"pool": "p1", "members": ["a", "b"]}, ttl=60)
+
+    batch, _ = next(codec.batches(store.all_records(), now=1000.0))
+    on_wire = {entry[0]: entry[1] for entry in json.loads(batch)}
+    assert on_wire[path_key("192.0.2.9", "DC1")] == path_value()
+    assert on_wire[record_key(persist_key)] == {"pool": "p1", "members": ["a", "b"]}
+
+    received = Store("gtm-2", clock)
+    for record in codec.decode(batch, now=1000.0):
+        received.merge(record)
+    assert received.digest() == store.digest()
+    assert type(received.get(path_key("192.0.2.9", "DC1")).value) is PathValue  # type: ignore[union-attr]
+
+    snapshot.write(tmp_path / snapshot.FILENAME, snapshot.rows(store, 50_000.0, 1000.0), "gtm-1")
+    restored = Store("gtm-1", clock)
+    assert snapshot.read(tmp_path / snapshot.FILENAME, restored, 50_000.0) == 2
+    assert restored.digest() == store.digest()
+    held = StorePersistence(restored).get(persist_key, 1000.0)
+    assert held is not None and held.pool == "p1" and held.members == ("a", "b")
+    assert type(restored.get(record_key(persist_key)).value) is PersistValue  # type: ignore[union-attr]
+
+
+def test_a_persistence_value_hands_out_copies() -> None:
+    """Reading "members" gives a new list each time, as a copy of the dict would: a caller
+    changing it cannot change the record (or the other records sharing the value)."""
+    store = Store("gtm-1", Clock())
+    a = store.put("persist/w/1/10.0.0.0/24", {"pool": "p", "members": ["x"]}).value
+    b = store.put("persist/w/1/10.0.1.0/24", {"pool": "p", "members": ["x"]}).value
+    assert a is b  # shared
+    members = a["members"]
+    members.append("y")
+    assert b["members"] == ["x"] and b == {"pool": "p", "members": ["x"]}
+
+
+def test_a_rewritten_record_ends_at_its_latest_end_not_its_first() -> None:
+    clock = Clock(0.0)
+    store = Store("gtm-1", clock)
+    store.put("k", 1, ttl=100)  # ends at 100
+    clock.now = 90.0
+    store.put("k", 2, ttl=100)  # now ends at 190
+    clock.now = 150.0
+    assert store.expire() == [] and store.get("k") is not None
+    clock.now = 190.0
+    assert [r.value for r in store.expire()] == [2] and store.get("k") is None
+
+
+def test_a_record_shortened_by_a_rewrite_ends_early() -> None:
+    clock = Clock(0.0)
+    store = Store("gtm-1", clock)
+    store.put("k", 1, ttl=1000)
+    store.put("k", 2, ttl=5)
+    clock.now = 6.0
+    assert [r.value for r in store.expire()] == [2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcde"), st.one_of(st.none(), st.floats(1, 500)), st.floats(0, 50)),
+        max_size=40,
+    )
+)
+def test_expiry_matches_a_plain_scan(writes: list[tuple[str, float | None, float]]) -> None:
+    """Whatever the writes (keys rewritten with longer, shorter or no TTLs, time moving on
+    between them), after each `expire` the store holds exactly the records a full scan
+    says are alive, and each expired record is reported once, soonest first."""
+    clock = Clock(0.0)
+    store = Store("gtm-1", clock)
+    for key, ttl, step in writes:
+        store.put(key, 1, ttl=ttl)
+        clock.now += step
+        dead = store.expire()
+        ends = [r.expires() for r in dead]
+        assert ends == sorted(ends)  # type: ignore[type-var]
+        assert all(not r.live(clock.now) for r in dead)
+        assert all(r.live(clock.now) for r in store.all_records())
+
+
+def test_the_queue_gives_keys_in_order_across_windows() -> None:
+    ends = {"a": 130.0, "b": 10.0, "c": 65.0, "d": 61.0}
+    queue = ExpiryQueue(ends.get, width=60.0)
+    for key, at in ends.items():
+        queue.add(key, at)
+    assert queue.due(5.0) == []
+    assert queue.due(70.0) == ["b", "d", "c"]
+    assert queue.due(1000.0) == ["a"]
+    assert len(queue) == 0
+
+
+def test_record_versions_compare_as_versions() -> None:
+    old = Record("k", 1, Version(1000, 0, "b"), None, 0.0)
+    new = Record("k", 1, Version(1000, 1, "a"), None, 0.0)
+    assert new.newer_than(old) and not old.newer_than(new)
+    assert old.same_version(Record("k", 2, Version(1000, 0, "b"), None, 5.0))
+    assert new.version == Version(1000, 1, "a")
