@@ -44,6 +44,7 @@ from typing import Any
 from sync import start_node, wait_for  # bench/sync.py: the three-node TLS machinery
 from twisted.internet import defer, protocol, reactor, task
 
+from gtmcluster import heap
 from gtmcluster.config.load import load
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns.zone import TYPE_A
@@ -51,7 +52,7 @@ from gtmcluster.lb.context import Client, PersistKey, PersistRecord
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo, path_key, updated
 from gtmcluster.state.persistence import record_key
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.store import Record, Store, Version, bucket_of
 from gtmcluster.sync import certs, codec
 
 GB = 1 << 30
@@ -294,6 +295,30 @@ def workloads(node: Node, ldns: int, persist: int, args: argparse.Namespace) -> 
     ]
 
 
+def reactor_pauses(small: Node, full: Node) -> list[tuple[str, float, float]]:
+    """What else the node does in its reactor that might walk the store, timed on each node
+    (seconds, least of 5): a health re-evaluation (at every verdict change), the anti-entropy
+    listing of one bucket of a peer's records, the counts by kind (every /metrics scrape)."""
+
+    def least(f: Callable[[], object]) -> float:
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    def listing(node: Node) -> Callable[[], object]:
+        bucket = bucket_of(path_key(ldns_address(0), DATACENTERS[1]))
+        return lambda: node.store.listing(NODES[1], {bucket})
+
+    return [
+        ("health re-evaluation", least(small.health.refresh), least(full.health.refresh)),
+        ("anti-entropy listing of one bucket", least(listing(small)), least(listing(full))),
+        ("record counts by kind (/metrics)", least(small.store.kinds), least(full.store.kinds)),
+    ]
+
+
 def memory_and_speed(args: argparse.Namespace, directory: Path) -> None:
     zone = directory / "bench.test.zone"
     zone.write_text(ZONE)
@@ -329,6 +354,15 @@ def memory_and_speed(args: argparse.Namespace, directory: Path) -> None:
     )
     print(f"  RSS of the process {mb(full_rss)} ({mb(full_rss - base_rss)} more: {per_record:,.0f} bytes per record)")
     print(f"  a full garbage collection ({len(gc.get_objects()):,} objects tracked) takes {collected_in:.2f} s")
+    frozen = heap.freeze_now()
+    started = time.perf_counter()
+    gc.collect()
+    print(
+        f"  after a freeze ({frozen:,} objects, as the node does after loading its snapshot or a slow "
+        f"collection): {time.perf_counter() - started:.3f} s"
+    )
+    for what, small_s, full_s in reactor_pauses(small, full):
+        print(f"  {what}: empty-ish {small_s * 1000:.2f} ms, full {full_s * 1000:.2f} ms")
 
     full_work = workloads(full, args.ldns, args.persist, args)
     figures, collections = alternate([small_work[0], full_work[0], small_work[1], full_work[1]], args.rounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import socket
 import threading
@@ -15,6 +16,7 @@ from twisted.application.service import MultiService, Service
 from twisted.internet import defer, threads
 from twisted.logger import Logger
 
+from gtmcluster import heap
 from gtmcluster.api.routes import routes
 from gtmcluster.api.server import site
 from gtmcluster.config.load import load
@@ -65,6 +67,7 @@ class NodeService(MultiService):
         self.peers: PeerService | None = None
         self.probes: ProbeScheduler | None = None
         self.workers: Workers | None = None
+        self.heap: heap.HeapKeeper | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread
@@ -244,9 +247,15 @@ def make_service(
     replicator.peer_listeners.append(node.health.refresh)
     # Children stop in reverse order: the snapshot is written last, after everything else.
     snapshots = Snapshotter(node.store, config.state_dir_for(node_name), reactor, time.time, settings.snapshot_interval)
-    snapshots.load()
+    if snapshots.load():
+        gc.collect()
+        heap.freeze_now()  # the loaded state is long-lived: keep it out of later collections
     snapshots.setName("snapshot")
     snapshots.setServiceParent(top)
+    keeper = heap.HeapKeeper(reactor)
+    keeper.setName("heap")
+    keeper.setServiceParent(top)
+    top.heap = keeper
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")

@@ -100,10 +100,7 @@ class NodeCollector(Collector):
                 agree.add_metric([peer.name], 1.0 if peer.digest == digest else 0.0)
         yield from (connected, sent, received, lag, agree)
 
-        kinds: dict[str, int] = {}
-        for record in node.store.all_records():
-            kind = record.key.split("/", 1)[0]
-            kinds[kind] = kinds.get(kind, 0) + 1
+        kinds = node.store.kinds()
         records = GaugeMetricFamily("gtm_store_records", "records held, by kind", labels=["kind"])
         for kind, n in sorted(kinds.items()):
             records.add_metric([kind], n)
@@ -131,6 +128,19 @@ class NodeCollector(Collector):
             for slot in workers.slots:
                 answered.add_metric([str(slot.index)], slot.answered)
             yield answered
+        keeper = service.heap
+        if keeper is not None:
+            yield CounterMetricFamily(
+                "gtm_gc_full_collections", "full garbage collections", value=keeper.full_collections
+            )
+            yield CounterMetricFamily(
+                "gtm_gc_freezes", "freezes of long-lived objects after a slow full collection", value=keeper.freezes
+            )
+            yield GaugeMetricFamily(
+                "gtm_gc_longest_full_collection_seconds",
+                "the longest full garbage collection since start (the reactor stands still meanwhile)",
+                value=keeper.longest,
+            )
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 

@@ -25,14 +25,14 @@ import hashlib
 import json
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any
 
 from twisted.logger import Logger
 
 from gtmcluster.state.expiry import ExpiryQueue
-from gtmcluster.state.values import Compact, compact
+from gtmcluster.state.values import Compact, compact, numerous
 
 log = Logger()
 
@@ -127,6 +127,11 @@ def _json_or_str(value: Any) -> Any:
     return value.to_json() if isinstance(value, Compact) else str(value)
 
 
+def kind_of(key: str) -> str:
+    """A key's kind: its first segment ("path" of "path/192.0.2.1/DC1")."""
+    return key.partition("/")[0]
+
+
 def bucket_of(key: str) -> int:
     return zlib.crc32(key.encode()) % BUCKETS
 
@@ -166,6 +171,11 @@ class Store:
         self._buckets: dict[str, list[int]] = {}
         self._counts: dict[str, int] = {}
         self._xor = 0
+        #: kind (a key's first segment: "path", "obs", ...) -> records held, tombstones too
+        self._kinds: dict[str, int] = {}
+        #: kind -> key -> record, for every kind but the numerous ones (paths, persistence),
+        #: so that scanning a few health verdicts does not walk a million paths
+        self._index: dict[str, dict[str, Record]] = {}
         #: every key whose record has a TTL, by when it ends (see `_replace` and `expire`)
         self._expiries = ExpiryQueue(self._expiry_of)
         #: while a list, every `get` notes the key and the record held (the decision cache
@@ -189,11 +199,20 @@ class Store:
             del self._buckets[origin]
 
     def _replace(self, record: Record) -> None:
-        old = self._records.get(record.key)
+        key = record.key
+        old = self._records.get(key)
         if old is not None:
             self._account(old, -1)
-        self._records[record.key] = record
+        self._records[key] = record
         self._account(record, 1)
+        kind = kind_of(key)
+        if old is None:
+            self._kinds[kind] = self._kinds.get(kind, 0) + 1
+        if not numerous(kind):
+            index = self._index.get(kind)
+            if index is None:
+                index = self._index[kind] = {}
+            index[key] = record
         # A key whose record has a TTL is always in the expiry queue, at or before its end.
         # The queue already holds the key when the record replaced ends no later than this one.
         expires = record.expires()
@@ -270,11 +289,24 @@ class Store:
         return record
 
     def scan(self, prefix: str) -> Iterator[Record]:
-        """Live, non-deleted records whose key starts with *prefix*."""
+        """Live, non-deleted records whose key starts with *prefix*.
+
+        A prefix within one kind ("obs/vs/www1/") looks at that kind's records only, unless
+        the kind is a numerous one: then, as for a prefix of no kind, at every record."""
         now = self.clock()
-        for key, record in self._records.items():
+        kind, slash, _ = prefix.partition("/")
+        held: Iterable[tuple[str, Record]]
+        if slash and not numerous(kind):
+            held = list(self._index.get(kind, {}).items())
+        else:
+            held = self._records.items()
+        for key, record in held:
             if key.startswith(prefix) and record.value is not None and record.live(now):
                 yield record
+
+    def kinds(self) -> dict[str, int]:
+        """Records held (tombstones too) by kind, the key's first segment."""
+        return dict(self._kinds)
 
     def expire(self) -> list[Record]:
         """Drop records whose TTL has ended; listeners hear of each (as it was)."""
@@ -288,14 +320,29 @@ class Store:
             if expires > now:
                 self._expiries.add(key, expires)  # rewritten since with a later end
                 continue
-            del self._records[key]
-            self._account(record, -1)
+            self._remove(record)
             dead.append(record)
         dead.sort(key=lambda r: (r.expires(), r.key))
         for record in dead:
             if record.value is not None:
                 self._notify(record)
         return dead
+
+    def _remove(self, record: Record) -> None:
+        key = record.key
+        del self._records[key]
+        self._account(record, -1)
+        kind = kind_of(key)
+        count = self._kinds[kind] - 1
+        if count:
+            self._kinds[kind] = count
+        else:
+            del self._kinds[kind]
+        index = self._index.get(kind)
+        if index is not None:
+            index.pop(key, None)
+            if not index:
+                del self._index[kind]
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)

@@ -64,6 +64,12 @@ def register(prefix: str, form: Form) -> None:
     _forms[prefix] = form
 
 
+def numerous(kind: str) -> bool:
+    """Whether records of *kind* (a key's first segment, as "path") come by the million:
+    the kinds with a compact form. The store indexes the other kinds (see Store.scan)."""
+    return f"{kind}/" in _forms
+
+
 def compact(key: str, value: Any) -> Any:
     """*value* in the compact form registered for *key*, or as it is."""
     if type(value) is dict:

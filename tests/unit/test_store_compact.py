@@ -157,3 +157,57 @@ def test_record_versions_compare_as_versions() -> None:
     assert new.newer_than(old) and not old.newer_than(new)
     assert old.same_version(Record("k", 2, Version(1000, 0, "b"), None, 5.0))
     assert new.version == Version(1000, 1, "a")
+
+
+KEYS = [
+    "obs/vs/www1/gtm-1",
+    "obs/vs/www1/gtm-2",
+    "obs/vs/www10/gtm-1",
+    "obs/link/isp1/gtm-1",
+    "admin/vs/www1",
+    "path/192.0.2.1/DC1",
+    "path/192.0.2.1/DC2",
+    "path/192.0.2.10/DC1",
+    "persist/w/1/10.0.0.0/24",
+    "plain",
+]
+PREFIXES = ["obs/", "obs/vs/www1/", "obs/vs/", "obs/link/", "admin/", "path/", "path/192.0.2.1/", "persist/", "", "p"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(KEYS),
+            st.sampled_from(["put", "delete", "merge-old", "merge-new"]),
+            st.one_of(st.none(), st.floats(1, 100)),
+            st.floats(0, 30),
+        ),
+        max_size=40,
+    )
+)
+def test_scans_and_kind_counts_match_a_plain_walk(ops: list[tuple[str, str, float | None, float]]) -> None:
+    """Scans of one kind look only at that kind's records (an index); whatever the writes,
+    merges, deletions and expiries, they find exactly what a walk over every record finds,
+    and the counts by kind are the records held."""
+    clock = Clock(0.0)
+    store = Store("gtm-1", clock)
+    for key, op, ttl, step in ops:
+        value = path_value() if key.startswith("path/") else {"up": True}
+        if op == "put":
+            store.put(key, value, ttl=ttl)
+        elif op == "delete":
+            store.delete(key)
+        else:
+            wall = 1 if op == "merge-old" else int(clock.now * 1000) + 10**9
+            store.merge(Record(key, value, Version(wall, 0, "gtm-2"), ttl, clock.now))
+        clock.now += step
+        store.expire()
+        held = list(store.all_records())
+        for prefix in PREFIXES:
+            walked = {r.key for r in held if r.key.startswith(prefix) and r.value is not None and r.live(clock.now)}
+            assert {r.key for r in store.scan(prefix)} == walked, prefix
+        kinds: dict[str, int] = {}
+        for r in held:
+            kinds[r.key.partition("/")[0]] = kinds.get(r.key.partition("/")[0], 0) + 1
+        assert store.kinds() == kinds

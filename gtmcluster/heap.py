@@ -1,0 +1,100 @@
+"""Short garbage-collector pauses with a large store.
+
+A node with a full proximity table holds millions of long-lived objects (two per record:
+the record and its compact value). CPython's cyclic garbage collector examines all of them
+in each full collection: 2 s for a table of 1,000,000 LDNSes x 3 data centers on the
+development machine (bench/scale.py), and the reactor, so DNS, stands still meanwhile.
+The store's records hold no reference cycles; they are freed by reference counting when
+replaced, so the collector has nothing to find among them.
+
+`gc.freeze()` moves every object the collector tracks into a permanent generation that no
+collection examines again (objects in it are still freed by reference counting). The
+price: a reference cycle that is alive when frozen and becomes garbage later is never
+collected. So the node freezes rarely, at moments when nearly everything alive is
+long-lived state:
+
+- after the snapshot is loaded at start (`freeze_now`);
+- after a full collection that took longer than `SLOW` (it has just removed every cycle
+  that was garbage, and what it examined cost that much, so the next one would too):
+  the freeze happens at the reactor's next turn (`HeapKeeper`).
+
+Between freezes, full collections examine only what was created since the last one, and
+the keeper's own trigger keeps that to about `SLOW` of work. `gtm_gc_*` metrics and a log
+line per freeze say how often it happens and what the pauses were.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.logger import Logger
+
+log = Logger()
+
+#: a full collection at least this long (seconds) is followed by a freeze
+SLOW = 0.05
+
+
+class HeapKeeper(Service):
+    """Watches full collections (a `gc.callbacks` hook) and freezes after a slow one."""
+
+    def __init__(self, reactor: Any, slow: float = SLOW, clock: Any = time.perf_counter) -> None:
+        self.reactor = reactor
+        self.slow = slow
+        self.clock = clock
+        self._started: float | None = None
+        self._pending = False  # a freeze is scheduled
+        #: full collections seen, freezes made, and the longest full collection (seconds)
+        self.full_collections = 0
+        self.freezes = 0
+        self.longest = 0.0
+        self.last_pause = 0.0
+
+    def startService(self) -> None:
+        super().startService()
+        gc.callbacks.append(self._hook)
+
+    def stopService(self) -> Any:
+        if self._hook in gc.callbacks:
+            gc.callbacks.remove(self._hook)
+        return super().stopService()
+
+    def _hook(self, phase: str, info: dict[str, int]) -> None:
+        # Runs inside the collector, in whichever thread triggered it: note times only.
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = self.clock()
+            return
+        if self._started is None:
+            return
+        took = self.clock() - self._started
+        self._started = None
+        self.full_collections += 1
+        self.last_pause = took
+        self.longest = max(self.longest, took)
+        if took >= self.slow and not self._pending:
+            self._pending = True
+            self.reactor.callFromThread(self._freeze_after, took)
+
+    def _freeze_after(self, took: float) -> None:
+        self._pending = False
+        if not self.running:
+            return
+        frozen = freeze_now()
+        self.freezes += 1
+        log.info(
+            "a full garbage collection took {ms:.0f} ms: {frozen:,} long-lived objects frozen "
+            "(later collections leave them out)",
+            ms=took * 1000,
+            frozen=frozen,
+        )
+
+
+def freeze_now() -> int:
+    """Freeze everything alive now; the number of objects frozen in all."""
+    gc.freeze()
+    return gc.get_freeze_count()
