@@ -176,20 +176,25 @@ class Store:
         #: kind -> key -> record, for every kind but the numerous ones (paths, persistence),
         #: so that scanning a few health verdicts does not walk a million paths
         self._index: dict[str, dict[str, Record]] = {}
+        #: bucket -> the keys held in it (and a few no longer held: `_remove` counts those
+        #: and drops them when they are half the list; a key removed and added again may
+        #: be there twice), so a listing of a few buckets need not walk every record
+        self._bucket_keys: list[list[str]] = [[] for _ in range(BUCKETS)]
+        self._bucket_dead = [0] * BUCKETS
         #: every key whose record has a TTL, by when it ends (see `_replace` and `expire`)
         self._expiries = ExpiryQueue(self._expiry_of)
         #: while a list, every `get` notes the key and the record held (the decision cache
         #: learns what a decision read)
         self.reads: list[tuple[str, Record | None]] | None = None
 
-    def _account(self, record: Record, sign: int) -> None:
+    def _account(self, record: Record, sign: int, bucket: int) -> None:
         """Add (sign=1) or remove (sign=-1) a record from the digests."""
         origin = record.origin
         fp = _fingerprint(record.key, record.wall_ms, record.logical, origin)
         buckets = self._buckets.get(origin)
         if buckets is None:
             buckets = self._buckets[origin] = [0] * BUCKETS
-        buckets[bucket_of(record.key)] ^= fp
+        buckets[bucket] ^= fp
         self._xor ^= fp
         count = self._counts.get(origin, 0) + sign
         if count:
@@ -200,14 +205,16 @@ class Store:
 
     def _replace(self, record: Record) -> None:
         key = record.key
+        bucket = bucket_of(key)
         old = self._records.get(key)
         if old is not None:
-            self._account(old, -1)
+            self._account(old, -1, bucket)
         self._records[key] = record
-        self._account(record, 1)
+        self._account(record, 1, bucket)
         kind = kind_of(key)
         if old is None:
             self._kinds[kind] = self._kinds.get(kind, 0) + 1
+            self._bucket_keys[bucket].append(key)
         if not numerous(kind):
             index = self._index.get(kind)
             if index is None:
@@ -330,8 +337,14 @@ class Store:
 
     def _remove(self, record: Record) -> None:
         key = record.key
+        bucket = bucket_of(key)
         del self._records[key]
-        self._account(record, -1)
+        self._account(record, -1, bucket)
+        # The key stays in its bucket's list until the list is mostly keys no longer held.
+        self._bucket_dead[bucket] += 1
+        if self._bucket_dead[bucket] * 2 > len(self._bucket_keys[bucket]):
+            self._bucket_keys[bucket] = list(dict.fromkeys(k for k in self._bucket_keys[bucket] if k in self._records))
+            self._bucket_dead[bucket] = 0
         kind = kind_of(key)
         count = self._kinds[kind] - 1
         if count:
@@ -377,14 +390,17 @@ class Store:
         return list(self._buckets.get(origin, [0] * BUCKETS))
 
     def listing(self, origin: str, buckets: set[int]) -> dict[int, list[tuple[str, Version]]]:
-        """(key, version) of every record of *origin* in each of *buckets* (one pass)."""
-        out: dict[int, list[tuple[str, Version]]] = {b: [] for b in buckets}
-        for record in self._records.values():
-            if record.origin == origin:
-                entries = out.get(bucket_of(record.key))
-                if entries is not None:
-                    entries.append((record.key, record.version))
-        for entries in out.values():
+        """(key, version) of every record of *origin* in each of *buckets*, by key."""
+        out: dict[int, list[tuple[str, Version]]] = {}
+        records = self._records
+        for bucket in buckets:
+            entries = out[bucket] = []
+            if not 0 <= bucket < BUCKETS:
+                continue
+            for key in dict.fromkeys(self._bucket_keys[bucket]):
+                record = records.get(key)
+                if record is not None and record.origin == origin:
+                    entries.append((key, record.version))
             entries.sort()
         return out
 
