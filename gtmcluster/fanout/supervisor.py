@@ -15,15 +15,16 @@ Stopping the node stops the workers (SIGTERM, SIGKILL after `STOP_TIMEOUT`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet import defer, error
+from twisted.internet import defer, error, task
 from twisted.internet.protocol import Factory, ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -43,6 +44,8 @@ MAX_RESTART = 30.0
 #: a worker that ran this long has its restart delay reset
 STEADY = 60.0
 STOP_TIMEOUT = 5.0
+#: records read from the store per turn of the reactor while feeding a new worker
+FEED_CHUNK = 2000
 
 
 class _Output(ProcessProtocol):
@@ -77,6 +80,8 @@ class _Slot:
         self.process: Any = None
         self.output: _Output | None = None
         self.side: feed.NodeSide | None = None
+        #: every record held has been sent to the worker (it hears it is ready after that)
+        self.fed = False
         self.started = 0.0
         self.delay = FIRST_RESTART
         self.answered = 0
@@ -226,10 +231,25 @@ class Workers(Service):
 
     def _connected(self, slot: _Slot, side: feed.NodeSide) -> None:
         slot.side = side
-        now = self.reactor.seconds()
-        for batch, _ in codec.batches(self.node.store.all_records(), now):
-            side.callRemote(feed.Records, batch=batch).addErrback(lambda _: None)
-        self._send_state(side)
+        slot.fed = False
+        # Every record held, a batch per turn of the reactor (a full table is millions of
+        # records, seconds of encoding); changes meanwhile go out as they happen, and the
+        # worker keeps the newest version of each. Then the state: the worker hears that
+        # the node is ready only once it holds what the node held.
+        task.cooperate(self._feed_all(slot, side))
+
+    def _feed_all(self, slot: _Slot, side: feed.NodeSide) -> Iterator[None]:
+        records = self.node.store.all_records()
+        while chunk := list(itertools.islice(records, FEED_CHUNK)):
+            if slot.side is not side:
+                return  # the worker went away
+            now = self.reactor.seconds()
+            for batch, _ in codec.batches([r for r in chunk if r.live(now)], now):
+                side.callRemote(feed.Records, batch=batch).addErrback(lambda _: None)
+            yield None
+        if slot.side is side:
+            slot.fed = True
+            self._send_state(side)
 
     def _lost(self, slot: _Slot, side: feed.NodeSide) -> None:
         if slot.side is side:
@@ -256,7 +276,7 @@ class Workers(Service):
     def send_state(self) -> None:
         """Tell every worker whose verdicts count and whether the node is ready."""
         for slot in self.slots:
-            if slot.side is not None:
+            if slot.side is not None and slot.fed:
                 self._send_state(slot.side)
 
     def _send_state(self, side: feed.NodeSide) -> None:

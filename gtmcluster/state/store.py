@@ -405,8 +405,15 @@ class Store:
         return out
 
     def records_of(self, origin: str) -> Iterator[Record]:
-        """Every record (tombstones too) written by *origin*."""
-        return (r for r in list(self._records.values()) if r.origin == origin)
+        """Every record (tombstones too) written by *origin*, bucket by bucket: a caller may
+        take them a few at a time while the store changes (each record as it is when reached;
+        one added meanwhile may or may not come)."""
+        records = self._records
+        for keys in self._bucket_keys:
+            for key in dict.fromkeys(keys):  # a copy, without the doubles
+                record = records.get(key)
+                if record is not None and record.origin == origin:
+                    yield record
 
     def all_records(self) -> Iterator[Record]:
         return iter(list(self._records.values()))

@@ -15,10 +15,11 @@ The same reconciliation runs now and then on every connection, and after a peer 
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,8 @@ PULL_KEYS = 500
 LISTING_BUCKETS = 64
 #: Publish batches of a SendAll stream unanswered at once
 SEND_ALL_WINDOW = 4
+#: records of a SendAll stream read from the store at a time
+SEND_ALL_CHUNK = 2000
 RECONCILE_INTERVAL = 60.0
 #: after a change to the store, peers hear the new state digest this much later (changes
 #: within it are told once), so "digests agree" is current within about a second, not
@@ -334,11 +337,9 @@ class Replicator:
         """Up to `SEND_ALL_WINDOW` batches are unanswered at a time: the peer merges one
         while this node encodes the next."""
         sent = 0
-        now = self.clock.seconds()
-        records = [r for r in self.store.records_of(origin) if r.live(now)]
         unanswered: deque[tuple[defer.Deferred[Any], int]] = deque()
         try:
-            for batch, keys in codec.batches(records, now):
+            for batch, keys in self._batches_of(origin):
                 if proto.phase != "established":
                     break
                 if len(unanswered) >= SEND_ALL_WINDOW:
@@ -354,6 +355,15 @@ class Replicator:
             for d, _ in unanswered:  # the connection failed: these fail alike
                 d.addErrback(lambda _: None)
         return sent
+
+    def _batches_of(self, origin: str) -> Iterator[tuple[bytes, list[str]]]:
+        """Publish batches of *origin*'s live records, made as they are asked for: the store
+        is read `SEND_ALL_CHUNK` records at a time, between which the reactor runs (a full
+        table is millions of records), and each chunk is aged at the time it is encoded."""
+        records = self.store.records_of(origin)
+        while chunk := list(itertools.islice(records, SEND_ALL_CHUNK)):
+            now = self.clock.seconds()
+            yield from codec.batches([r for r in chunk if r.live(now)], now)
 
     # -- anti-entropy: the asking side --------------------------------------------------------
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from twisted.internet import task
 
-from gtmcluster.state.store import Record, Version
+from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.sync import codec
+from gtmcluster.sync import replicator as rep
 
 
 def rec(key: str = "k", value: object = 1, ttl: float | None = 60.0, born: float = 100.0) -> Record:
@@ -63,3 +65,28 @@ def test_malformed_batches_raise_bad_message(payload: bytes, why: str) -> None:
     """Anything malformed is one declared error, naming what is wrong."""
     with pytest.raises(codec.BadMessage, match=why):
         codec.decode(payload, now=1000.0, origins=frozenset({"gtm-a", "gtm-b"}))
+
+
+def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_encoded() -> None:
+    """SendAll's batches: every live record of the origin once (across chunk boundaries,
+    none of another origin, none expired), read from the store as the batches are asked
+    for, each chunk encoded with the time it is encoded at."""
+    clock = task.Clock()
+    clock.advance(1000)
+    store = Store("n1", clock.seconds)
+    count = rep.SEND_ALL_CHUNK * 2 + 7
+    for i in range(count):
+        store.merge(Record(f"k/{i}", i, Version(5000 + i, 0, "gtm-a"), 600.0, 1000.0))
+    store.merge(Record("other", 1, Version(5000, 0, "gtm-b"), None, 1000.0))
+    store.merge(Record("dead", 1, Version(5000, 0, "gtm-a"), 10.0, 900.0))
+    r = rep.Replicator(store, clock, node="n1", group="g", datacenter="DC1", members=["n1"], config_digest="x")
+    batches = r._batches_of("gtm-a")
+    first_batch, _ = next(batches)
+    clock.advance(100)  # the rest is encoded 100 s later
+    ages = {entry[0]: entry[6] for entry in json.loads(first_batch)}
+    keys: list[str] = list(ages)
+    for batch, batch_keys in batches:
+        keys += batch_keys
+        ages.update({entry[0]: entry[6] for entry in json.loads(batch)})
+    assert sorted(keys) == sorted(f"k/{i}" for i in range(count))
+    assert set(ages.values()) == {0.0, 100.0}  # each chunk aged when it was encoded
