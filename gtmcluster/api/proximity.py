@@ -14,6 +14,10 @@ from gtmcluster.lb.dynamic import PATH_NOTE
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo
 
+#: paths listed by /api/v1/ldns without an address, by default and at most (`limit=`)
+LDNS_LIMIT = 1000
+MAX_LDNS_LIMIT = 100_000
+
 
 def path_json(p: PathInfo) -> dict[str, Any]:
     return {
@@ -36,9 +40,18 @@ def ldns_table(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             address = str(ipaddress.ip_address(address))
         except ValueError:
             raise ApiError(400, f"address {address!r} is not an IP address") from None
+    limit = LDNS_LIMIT
+    if "limit" in args:
+        try:
+            limit = int(args["limit"])
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= MAX_LDNS_LIMIT:
+            raise ApiError(400, f"limit must be a whole number from 1 to {MAX_LDNS_LIMIT}")
     prober = node.config.prober
     by_ldns: dict[str, list[PathInfo]] = {}
-    for p in node.measurements.paths(address):
+    held = node.measurements.paths(address, node.config.datacenters, limit=limit)
+    for p in held:
         by_ldns.setdefault(p.ldns, []).append(p)
     entries = []
     for ldns, paths in by_ldns.items():
@@ -51,7 +64,13 @@ def ldns_table(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
                 "paths": [path_json(p) for p in paths],
             }
         )
-    return {"node": node.member.name, "ldns": entries}
+    total = node.store.kinds().get("path", 0)
+    return {
+        "node": node.member.name,
+        "ldns": entries,
+        # without an address: whether the table holds more paths than the `limit` shown
+        "truncated": address is None and len(held) >= limit and total > len(held),
+    }
 
 
 def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def routes(service: NodeService) -> list[Route]:
         Route("GET", "/api/v1/status", get_status),
         Route("GET", "/api/v1/health", lambda a, p: admin.health(node)),
         Route("GET", "/api/v1/wideips", lambda a, p: admin.wideips(node)),
-        Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address",)),
+        Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit")),
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
         Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin),
         Route("POST", "/api/v1/reload", post_reload),

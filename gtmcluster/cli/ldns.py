@@ -19,6 +19,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--config", "-c", required=True, metavar="FILE")
     p.add_argument("--node", "-n", metavar="NAME", help="the member to ask (optional with one member)")
     p.add_argument("address", nargs="?", help="only this LDNS")
+    p.add_argument("--limit", type=int, metavar="N", help="at most N paths of the whole table (default 1000)")
     p.add_argument("--json", action="store_true", help="the API's JSON")
     p.set_defaults(run=run)
 
@@ -43,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         m = member(config, args.node)
-        table = get(m, "/api/v1/ldns", {"address": args.address} if args.address else None)
+        query = {"address": args.address} if args.address else {}
+        if args.limit is not None:
+            query["limit"] = str(args.limit)
+        table = get(m, "/api/v1/ldns", query or None)
     except CliError as e:
         print(f"gtmcluster ldns: {e}", file=sys.stderr)
         return 1
@@ -51,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(table, indent=1, sort_keys=True))
     elif table["ldns"]:
         print(render(table))
+        if table.get("truncated"):
+            print(
+                f"(the first {sum(len(e['paths']) for e in table['ldns'])} paths of a larger table: --limit N for more)"
+            )
     else:
         print(f"{m.name} has no paths{' for ' + args.address if args.address else ''} yet")
     return 0

@@ -10,7 +10,8 @@ A path's age is its record's age, which every node counts on its own clock.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,11 +267,19 @@ class Measurements:
             return None
         return {k: float(v) for k, v in record.value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
-    def paths(self, ldns: str | None = None) -> list[PathInfo]:
-        """Every path held (of one LDNS), for the ldns command and the API."""
-        prefix = f"{PATH}{ldns}/" if ldns else PATH
+    def paths(
+        self, ldns: str | None = None, datacenters: Iterable[str] = (), limit: int | None = None
+    ) -> list[PathInfo]:
+        """The paths held, for the ldns command and the API: to one LDNS, from each of
+        *datacenters* (a lookup each), or the first of the whole table in the store's
+        order, up to *limit* paths (a table may hold millions), sorted by address."""
         now = self.store.clock()
-        out = [info for r in self.store.scan(prefix) if (info := from_record(r, now)) is not None]
+        if ldns:
+            held = (self.store.get(path_key(ldns, dc)) for dc in sorted(set(datacenters)))
+            records: Iterable[Record] = (r for r in held if r is not None)
+        else:
+            records = itertools.islice(self.store.scan(PATH), limit)
+        out = [info for r in records if (info := from_record(r, now)) is not None]
         return sorted(out, key=lambda p: (_address_order(p.ldns), p.datacenter))
 
 
