@@ -8,7 +8,8 @@ asymmetric delays, the standalone program with its control socket (and WanProces
 which drives it), and cleanup.
 
 Needs root (namespaces, TUN): skipped without it, but in CI (``CI=true``) a missing
-capability fails the run. RTTs must be within ``TOLERANCE`` of the configured ones.
+capability fails the run. RTTs are never shorter than the configured ones (less
+``TOLERANCE``), and the quickest is within ``TOLERANCE`` of them.
 """
 
 from __future__ import annotations
@@ -165,11 +166,14 @@ def client(wan: Wan, host: str, *args: object) -> list[float | None]:
 
 
 def assert_rtts(rtts: list[float | None], expected: float) -> None:
-    """Every round trip came back, within TOLERANCE of *expected*."""
+    """Every round trip came back, none earlier than *expected* (less TOLERANCE), and the
+    quickest within TOLERANCE of it. A busy machine can only add to a round trip (a process
+    waits for a core), so the quickest one shows the delay the emulator applied."""
     assert None not in rtts, f"lost replies: {rtts}"
     got = [r for r in rtts if r is not None]
     ms = [round(r * 1000, 2) for r in got]
-    assert all(abs(r - expected) <= TOLERANCE for r in got), f"RTTs {ms} ms, expected {expected * 1000:.0f} ms"
+    assert all(r >= expected - TOLERANCE for r in got), f"RTTs {ms} ms, expected {expected * 1000:.0f} ms"
+    assert abs(min(got) - expected) <= TOLERANCE, f"RTTs {ms} ms, expected {expected * 1000:.0f} ms"
 
 
 def test_ping_rtt_is_twice_the_one_way_delay(wan: Wan) -> None:
