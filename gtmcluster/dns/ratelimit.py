@@ -54,6 +54,7 @@ class RateLimiter:
     __slots__ = (
         "_clock",
         "_exempt",
+        "_keys",
         "_table",
         "_v4",
         "_v6",
@@ -77,6 +78,9 @@ class RateLimiter:
         self._clock = clock
         #: prefix key -> [tokens, last refill time, limited queries so far]
         self._table: dict[int, list[float]] = {}
+        #: source address as received -> its prefix key (parsing costs more than a lookup);
+        #: as bounded as the table, emptied when full
+        self._keys: dict[str, int] = {}
         self._v4 = 32 - settings.ipv4_prefix
         self._v6 = 128 - settings.ipv6_prefix
         self._exempt = settings.exempt
@@ -98,7 +102,12 @@ class RateLimiter:
 
     def check(self, source: str) -> int:
         """ANSWER, DROP or SLIP for a query from *source*, now."""
-        key = self.key(source)
+        keys = self._keys
+        key = keys.get(source)
+        if key is None:
+            if len(keys) >= self.table_size:
+                keys.clear()
+            key = keys[source] = self.key(source)
         now = self._clock()
         table = self._table
         entry = table.get(key)
