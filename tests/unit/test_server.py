@@ -16,7 +16,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisc
 
 from gtmcluster import sockets
 from gtmcluster.config.load import load
-from gtmcluster.config.model import HostPort
+from gtmcluster.config.model import DNSServer, HostPort, RateLimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.node import Node
@@ -224,3 +224,27 @@ def test_bind_reports_the_address_in_use() -> None:
             sockets.bind([HostPort(ip_address("127.0.0.1"), port)])
     finally:
         taken.close()
+
+
+def test_a_reload_retunes_tcp_limits_and_rate_limiting(node: Node) -> None:
+    """configure() takes a new config's TCP timeouts, cap and rate limits: the UDP fast path
+    limits from then on (keeping its buckets while the settings stay), and stops when off."""
+    listeners = sockets.bind([HostPort(ip_address("127.0.0.1"), free_port())])
+    service = DNSService(MemoryReactorClock(), listeners, node.responder, 10, 100)
+    try:
+        assert service.udp[0].fast.limiter is None
+        limited = DNSServer(1232, 3.0, 50, tcp_message_timeout=1.5, rate_limit=RateLimit(responses_per_second=1))
+        service.configure(limited)
+        assert (service.tcp.idle_timeout, service.tcp.message_timeout, service.tcp.max_clients) == (3.0, 1.5, 50)
+        limiter = service.udp[0].fast.limiter
+        assert limiter is not None
+        got = [service.udp[0].fast.handle(query("www.example.test"), "192.0.2.1") for _ in range(7)]
+        assert got.count(None) == 1  # a burst of 5 (window 5 s), then drop, slip
+        service.configure(limited)
+        service.set_responder(node.responder)
+        assert service.udp[0].fast.limiter is limiter
+        service.configure(DNSServer(1232, 10.0, 100))
+        assert service.udp[0].fast.limiter is None
+    finally:
+        for listener in listeners:
+            listener.close()
