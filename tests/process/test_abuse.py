@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import resource
 import select
@@ -148,6 +149,10 @@ def test_a_flooding_source_is_limited_while_others_keep_full_service(tmp_path: P
                 perf.wait()
         elapsed = time.monotonic() - started
         samples = metrics(node)
+        # after the flood, a burst of 300 from the same source (its bucket full again): the
+        # first RATE x window answered in full, then drops and slips alternate
+        time.sleep(1.5)
+        burst = _burst(node.server, FLOODER, 300)
     figures = dnsperf_figures(output)
     dropped = samples['gtm_dns_rate_limited_total{action="drop"}']
     slipped = samples['gtm_dns_rate_limited_total{action="slip"}']
@@ -155,7 +160,8 @@ def test_a_flooding_source_is_limited_while_others_keep_full_service(tmp_path: P
     print(
         f"\nflood: sent {figures['sent']}, completed {figures['completed']} (answers and slips), "
         f"lost {figures['lost']}; node: answered {flooder_answered:.0f}, slipped {slipped:.0f}, "
-        f"dropped {dropped:.0f} in {elapsed:.1f} s; neighbour: {neighbour['asked']} asked, "
+        f"dropped {dropped:.0f} in {elapsed:.1f} s; then a burst of 300: {burst}; "
+        f"neighbour: {neighbour['asked']} asked, "
         f"all answered, {neighbour['retried']} retried"
     )
     assert figures["sent"] > RATE * FLOOD_SECONDS * 3, output  # a flood well over the rate
@@ -166,6 +172,38 @@ def test_a_flooding_source_is_limited_while_others_keep_full_service(tmp_path: P
     # what dnsperf saw: its answers and slips came back, the drops did not
     assert figures["lost"] >= dropped * 0.9
     assert figures["completed"] >= slipped
+    assert RATE <= burst["full"] <= RATE + 30  # (a busy machine lets a few tokens come back)
+    assert burst["truncated"] >= (300 - RATE - 30) // 2 - 5
+    assert burst["full"] + 2 * burst["truncated"] >= 290
+
+
+def _burst(server: tuple[str, int], source: str, n: int) -> dict[str, int]:
+    """Send *n* queries from *source* as fast as the replies are read; how many came back
+    in full and how many truncated (TC, the question, no records)."""
+    got = {"full": 0, "truncated": 0}
+
+    def read(s: socket.socket) -> None:
+        msg = dns.message.from_wire(s.recv(4096))
+        if msg.flags & dns.flags.TC:
+            assert not msg.answer and not msg.authority and msg.question[0].name.to_text() == "www.example.test."
+            got["truncated"] += 1
+        else:
+            assert dnsclient.addresses(msg) == ["192.0.2.80"]
+            got["full"] += 1
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((source, 0))
+        s.setblocking(False)
+        for qid in range(n):
+            s.sendto(dnsclient.query("www.example.test", qid=qid), server)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    read(s)
+        s.settimeout(0.5)
+        with contextlib.suppress(TimeoutError):
+            while True:
+                read(s)
+    return got
 
 
 # -- TCP ---------------------------------------------------------------------------------------
