@@ -7,6 +7,8 @@
   finished, plus one trickling a byte at a time: UDP and fresh TCP queries are still
   answered, every stalled connection is closed by its timeout (idle or message), and the
   node started with the systemd-like soft limit of 1024 open files raised it to hold them.
+- Past `tcp_max_clients`, the connections idle the longest are closed, oldest first, and
+  a fresh query is answered.
 """
 
 from __future__ import annotations
@@ -319,3 +321,40 @@ def _watch_closed(socks: dict[int, Any], closed: dict[int, float], deadline: flo
                 ep.unregister(fd)
     finally:
         ep.close()
+
+
+def test_past_the_cap_the_longest_idle_connections_make_way(tmp_path: Path) -> None:
+    """With tcp_max_clients 100, 150 silent connections opened one after the other: the
+    first 50 are closed as the later ones arrive, and a fresh query is still answered
+    (its connection evicting the longest idle one)."""
+    address = "127.0.83.11"
+    raw = configs.base(address, PORT)
+    raw["dns_server"] = {"tcp_max_clients": 100, "tcp_idle_timeout": 60}
+    path = configs.write(tmp_path, raw)
+    socks: list[socket.socket] = []
+    try:
+        with running_node(path, "n1", address, PORT, tmp_path) as node:
+            for _ in range(150):
+                socks.append(socket.create_connection(node.server, timeout=10))
+                time.sleep(0.005)  # so the node sees them in this order
+            poll.until(lambda: metrics(node)['gtm_dns_tcp_closed_total{reason="evicted"}'] >= 50, what="evictions")
+            reply = dnsclient.parse(dnsclient.tcp(dnsclient.query("www.example.test"), node.server))
+            assert dnsclient.addresses(reply) == ["192.0.2.80"]
+            samples = metrics(node)
+            closed = [i for i, s in enumerate(socks) if _closed_by_peer(s)]
+    finally:
+        for s in socks:
+            s.close()
+    assert samples['gtm_dns_tcp_closed_total{reason="evicted"}'] == 51
+    assert samples["gtm_dns_tcp_connections"] == 99  # 100 held; the fresh one closed by its client
+    assert closed == list(range(51))  # the oldest first: the fresh query's made way for too
+
+
+def _closed_by_peer(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
