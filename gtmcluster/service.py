@@ -136,6 +136,7 @@ class NodeService(MultiService):
         node = self.node
         node.reload(new)
         if self.dns is not None:
+            self.dns.configure(new.dns_server)
             self.dns.set_responder(node.responder)
         if self.checker is not None:
             self.checker.reconfigure(new)
@@ -296,8 +297,15 @@ def make_service(
         closer = CloseOnStop(pinger.close)
         closer.setName("icmp")
         closer.setServiceParent(top)
+    dns_settings = config.dns_server
     dns = DNSService(
-        reactor, sockets.dns, node.responder, config.dns_server.tcp_idle_timeout, config.dns_server.tcp_max_clients
+        reactor,
+        sockets.dns,
+        node.responder,
+        dns_settings.tcp_idle_timeout,
+        dns_settings.tcp_max_clients,
+        dns_settings.tcp_message_timeout,
+        dns_settings.rate_limit,
     )
     dns.setName("dns")
     dns.setServiceParent(top)

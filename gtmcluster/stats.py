@@ -48,6 +48,9 @@ class QueryStats:
         #: wide IP answers looked up among the kept decisions (lb.cache), found or not
         self.kept_hits = 0
         self.kept_misses = 0
+        #: UDP queries the rate limiter dropped, and those it answered truncated (slipped)
+        self.rate_dropped = 0
+        self.rate_slipped = 0
 
     def query(self, wideip: str, qtype: str, rcode: str, method: str) -> None:
         self.queries[(wideip, qtype, rcode, method)] += 1

@@ -100,7 +100,10 @@ class Options(usage.Options):
 def makeService(options: Options) -> Any:
     from twisted.internet import reactor
 
+    from gtmcluster.limits import needed_open_files, raise_open_files
     from gtmcluster.service import Sockets, make_service
+
+    raise_open_files(needed_open_files(options.loaded, options["node"]))
 
     return make_service(
         options.loaded,

@@ -44,6 +44,27 @@ class NodeCollector(Collector):
             queries.add_metric([wideip, qtype, rcode, method], n)
         yield queries
         yield _histogram("gtm_decision_seconds", "time to decide a wide IP answer", node.stats.decisions)
+        limited = CounterMetricFamily(
+            "gtm_dns_rate_limited",
+            "UDP queries over their prefix's response rate: dropped, or answered truncated (slip)",
+            labels=["action"],
+        )
+        limited.add_metric(["drop"], node.stats.rate_dropped)
+        limited.add_metric(["slip"], node.stats.rate_slipped)
+        yield limited
+        dns = service.dns
+        if dns is not None:
+            yield GaugeMetricFamily(
+                "gtm_dns_tcp_connections", "TCP DNS connections open", value=len(dns.tcp.connections)
+            )
+            closed = CounterMetricFamily(
+                "gtm_dns_tcp_closed",
+                "TCP DNS connections the node closed: idle, a message left unfinished, evicted by the cap",
+                labels=["reason"],
+            )
+            for reason, n in sorted(dns.tcp.closed_by.items()):
+                closed.add_metric([reason], n)
+            yield closed
 
         snapshot = node.health.snapshot
         available = GaugeMetricFamily(

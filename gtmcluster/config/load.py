@@ -23,12 +23,13 @@ from gtmcluster.config.model import (
     HostPort,
     Member,
     Prober,
+    RateLimit,
     SyncGroup,
     SyncSettings,
     TLSFiles,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
-from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
@@ -353,16 +354,51 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
     m = r.mapping(("dns_server",), top.get("dns_server"))
     if m is None:
         return default
-    size = m.integer("udp_payload_size", default.udp_payload_size, 512, 4096)
+    # 1232 at most: larger UDP answers fragment (DNS flag day 2020) and amplify more
+    size = m.integer("udp_payload_size", default.udp_payload_size, 512, 1232)
     idle = m.number("tcp_idle_timeout", default.tcp_idle_timeout, 0.1, 3600)
+    message = m.number("tcp_message_timeout", default.tcp_message_timeout, 0.1, 3600)
     clients = m.integer("tcp_max_clients", default.tcp_max_clients, 1, 1_000_000)
     processes = m.integer("processes", default.processes, 1, 64)
+    rate_limit = _rate_limit(r, m) if m.has("rate_limit") else default.rate_limit
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
         idle or default.tcp_idle_timeout,
         clients or default.tcp_max_clients,
         processes or default.processes,
+        message or default.tcp_message_timeout,
+        rate_limit,
+    )
+
+
+def _rate_limit(r: Reader, parent: Mapping) -> RateLimit:
+    default = RateLimit()
+    m = r.mapping(parent.at("rate_limit"), parent.get("rate_limit"))
+    if m is None:
+        return default
+    rate = m.integer("responses_per_second", default.responses_per_second, 0, 1_000_000)
+    window = m.number("window", default.window, 1, 3600)
+    slip = m.integer("slip", default.slip, 0, 100)
+    v4 = m.integer("ipv4_prefix", default.ipv4_prefix, 8, 32)
+    v6 = m.integer("ipv6_prefix", default.ipv6_prefix, 16, 128)
+    table = m.integer("table_size", default.table_size, 1000, 10_000_000)
+    exempt: list[IPNetwork] = []
+    if m.has("exempt"):
+        items = r.list(m.at("exempt"), m.get("exempt"), "a list of networks such as 192.0.2.0/24")
+        for i, item in enumerate(items or []):
+            network = r.network((*m.at("exempt"), i), item)
+            if network is not None:
+                exempt.append(network)
+    m.done()
+    return RateLimit(
+        default.responses_per_second if rate is None else rate,
+        window or default.window,
+        default.slip if slip is None else slip,
+        v4 or default.ipv4_prefix,
+        v6 or default.ipv6_prefix,
+        tuple(exempt),
+        table or default.table_size,
     )
 
 

@@ -335,6 +335,19 @@ class Prober:
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimit:
+    """Response rate limiting of UDP answers per client prefix (see `dns.ratelimit`)."""
+
+    responses_per_second: int = 0  # per prefix; 0 turns rate limiting off
+    window: float = 5.0  # seconds the rate is averaged over (the burst is rate x window)
+    slip: int = 2  # every slip-th limited answer goes out truncated (TC); 0: all dropped
+    ipv4_prefix: int = 24
+    ipv6_prefix: int = 56
+    exempt: tuple[IPNetwork, ...] = ()  # clients never limited
+    table_size: int = 100_000  # prefixes tracked at most (bounded memory)
+
+
+@dataclass(frozen=True, slots=True)
 class DNSServer:
     """Settings of the authoritative DNS listeners."""
 
@@ -344,6 +357,10 @@ class DNSServer:
     #: processes answering UDP queries (the node itself and processes - 1 workers sharing
     #: its DNS addresses with SO_REUSEPORT)
     processes: int = 1
+    #: seconds a TCP client has to finish a message it has started (trickled bytes do not
+    #: extend it, as they extend the idle timeout)
+    tcp_message_timeout: float = 5.0
+    rate_limit: RateLimit = RateLimit()
 
 
 @dataclass(frozen=True, slots=True)

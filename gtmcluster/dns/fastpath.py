@@ -14,6 +14,9 @@ client subnet), asking for a static record or a wide IP. For those the general p
 Anything else, anything not yet kept, and anything that would not fit the client's size
 goes to the general path, which answers it and (for what qualifies) prepares the next one.
 The replies are byte for byte what the general path would send.
+
+Before all that, when response rate limiting is on, the client's prefix must have a token
+(`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import NamedTuple
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
 from gtmcluster.dns.names import Name
+from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder, client_of
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
 from gtmcluster.lb.context import Client
@@ -56,8 +60,10 @@ class _Plain(NamedTuple):
 class FastPath:
     """Answers what it can from prepared bytes, the rest through the general *responder*."""
 
-    def __init__(self, responder: Responder):
+    def __init__(self, responder: Responder, limiter: RateLimiter | None = None):
         self.responder = responder
+        #: response rate limiting (UDP only, so here), or None when it is off
+        self.limiter = limiter
         #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
         #: CD, counter); the limit too, since glue that does not fit is left out unannounced
         self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
@@ -69,6 +75,11 @@ class FastPath:
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
+        limiter = self.limiter
+        if limiter is not None:
+            verdict = limiter.check(source)
+            if verdict:
+                return truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None
         plain = _parse(data, self.responder.udp_payload_size)
         if plain is None:
             return self.responder.handle(data, source)

@@ -1,8 +1,9 @@
 """Twisted transports for the responder: UDP and TCP listeners on every DNS address.
 
 TCP follows RFC 7766: two-byte length framing, several queries per connection answered in
-order, an idle timeout, and a cap on concurrent connections per listener (the oldest idle
-connection makes way for a new one).
+order, an idle timeout, a timeout for finishing a message once begun, and a cap on
+concurrent connections per listener (the connection idle the longest makes way for a new
+one). UDP answers go through the fast path, which also applies response rate limiting.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IAddress, IListeningPort, IReactorSocket, IReactorTime
+from twisted.internet.interfaces import IAddress, IListeningPort, IPushProducer, IReactorSocket, IReactorTime
 from twisted.internet.protocol import DatagramProtocol, Protocol, ServerFactory, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
+from gtmcluster.config.model import DNSServer, RateLimit
+from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
 from gtmcluster.sockets import Listener
@@ -55,64 +59,109 @@ class DNSDatagramProtocol(DatagramProtocol):
                 pass  # a full send buffer or a client gone: UDP replies may be lost
 
 
+@implementer(IPushProducer)
 class DNSStreamProtocol(Protocol):
-    """Answers length-prefixed queries over one TCP connection."""
+    """Answers length-prefixed queries over one TCP connection.
+
+    Three clocks keep a connection from holding a slot for free: the idle timeout (reset by
+    every byte), the message timeout (started by the first byte of a message and stopped
+    only by its last, so trickling bytes does not extend it), and the factory's cap, which
+    evicts the connection idle the longest. A client that does not read its answers stops
+    being read once Twisted's send buffer is full (the protocol is the transport's
+    producer), so it cannot make the node buffer answers without bound; the idle timeout
+    then closes it.
+    """
 
     factory: DNSStreamFactory
 
     def __init__(self) -> None:
         self._buffer = b""
         self._timer: Any = None
+        self._message_timer: Any = None
         self.peer = ""
 
     def connectionMade(self) -> None:
         self.peer = self.transport.getPeer().host  # type: ignore[union-attr]
         self.factory.opened(self)
+        self.transport.registerProducer(self, True)  # type: ignore[union-attr]
         self._reset_timer()
 
     def _reset_timer(self) -> None:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
-        self._timer = self.factory.clock.callLater(self.factory.idle_timeout, self._idle)
+        self._timer = self.factory.clock.callLater(self.factory.idle_timeout, self._expired, "idle")
 
-    def _idle(self) -> None:
-        self._timer = None
+    def _expired(self, why: str) -> None:
+        if why == "idle":
+            self._timer = None
+        else:
+            self._message_timer = None
+        self.factory.closed_by[why] += 1
         self.transport.abortConnection()  # type: ignore[union-attr]
 
     def dataReceived(self, data: bytes) -> None:
         self._buffer += data
         self.factory.touched(self)
         self._reset_timer()
+        completed = False
         while len(self._buffer) >= 2:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if len(self._buffer) < 2 + length:
-                return
+                break
             message = self._buffer[2 : 2 + length]
             self._buffer = self._buffer[2 + length :]
+            completed = True
             if length < 12:
                 self.transport.loseConnection()  # type: ignore[union-attr]
                 return
             reply = self.factory.responder.handle(message, self.peer, tcp=True)
             if reply is not None:
                 self.transport.write(_LENGTH.pack(len(reply)) + reply)  # type: ignore[union-attr]
+        timer = self._message_timer
+        if timer is not None and (completed or not self._buffer):
+            timer.cancel()
+            timer = self._message_timer = None
+        if self._buffer and timer is None:
+            self._message_timer = self.factory.clock.callLater(self.factory.message_timeout, self._expired, "partial")
+
+    # IPushProducer: Twisted pauses us while the answers it buffers for this client pile up
+    def pauseProducing(self) -> None:
+        self.transport.pauseProducing()  # type: ignore[union-attr]
+
+    def resumeProducing(self) -> None:
+        self.transport.resumeProducing()  # type: ignore[union-attr]
+
+    def stopProducing(self) -> None:
+        pass  # the connection is going: connectionLost cleans up
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
+        for timer in (self._timer, self._message_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        self._timer = self._message_timer = None
         self.factory.closed(self)
 
 
 class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
     noisy = False
 
-    def __init__(self, responder: Responder, clock: IReactorTime, idle_timeout: float, max_clients: int):
+    def __init__(
+        self,
+        responder: Responder,
+        clock: IReactorTime,
+        idle_timeout: float,
+        max_clients: int,
+        message_timeout: float = 5.0,
+    ):
         self.responder = responder
         self.clock = clock
         self.idle_timeout = idle_timeout
         self.max_clients = max_clients
+        self.message_timeout = message_timeout
         #: open connections, least recently active first
         self.connections: OrderedDict[DNSStreamProtocol, None] = OrderedDict()
+        #: connections closed by the node, by why: silent, a message unfinished, evicted
+        self.closed_by = {"idle": 0, "partial": 0, "evicted": 0}
 
     def buildProtocol(self, addr: IAddress | None) -> DNSStreamProtocol:
         proto = DNSStreamProtocol()
@@ -124,6 +173,7 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         while len(self.connections) > self.max_clients:
             oldest = next(iter(self.connections))
             del self.connections[oldest]
+            self.closed_by["evicted"] += 1
             oldest.transport.abortConnection()  # type: ignore[union-attr]
 
     def touched(self, proto: DNSStreamProtocol) -> None:
@@ -144,19 +194,31 @@ class DNSService(Service):
         responder: Responder,
         idle_timeout: float,
         max_clients: int,
+        message_timeout: float = 5.0,
+        rate_limit: RateLimit | None = None,
     ):
         self.reactor = reactor
         self.listeners = listeners
         self.responder = responder
-        fast = FastPath(responder)
+        self.limiter = ratelimit.make(rate_limit or RateLimit(), reactor.seconds, responder.stats)
+        fast = FastPath(responder, self.limiter)
         self.udp = [DNSDatagramProtocol(fast) for _ in listeners]
-        self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients)
+        self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients, message_timeout)
         self.ports: list[IListeningPort] = []
+
+    def configure(self, settings: DNSServer) -> None:
+        """Take the TCP limits and the rate limits of a new config."""
+        self.tcp.idle_timeout = settings.tcp_idle_timeout
+        self.tcp.message_timeout = settings.tcp_message_timeout
+        self.tcp.max_clients = settings.tcp_max_clients
+        self.limiter = ratelimit.update(self.limiter, settings.rate_limit, self.reactor.seconds, self.responder.stats)
+        for proto in self.udp:
+            proto.fast.limiter = self.limiter
 
     def set_responder(self, responder: Responder) -> None:
         """Answer from now on with *responder* (a new config); no query is lost."""
         self.responder = responder
-        fast = FastPath(responder)  # templates of the old zones go with them
+        fast = FastPath(responder, self.limiter)  # templates of the old zones go with them
         for proto in self.udp:
             proto.fast = fast
         self.tcp.responder = responder

@@ -95,6 +95,7 @@ def take_counts(stats: QueryStats) -> bytes:
         "queries": [[*key, n] for key, n in stats.queries.items()],
         "decisions": [stats.decisions.counts, stats.decisions.total, stats.decisions.count],
         "kept": [stats.kept_hits, stats.kept_misses],
+        "rate_limited": [stats.rate_dropped, stats.rate_slipped],
     }
     stats.queries.clear()
     d = stats.decisions
@@ -102,6 +103,7 @@ def take_counts(stats: QueryStats) -> bytes:
     d.total = 0.0
     d.count = 0
     stats.kept_hits = stats.kept_misses = 0
+    stats.rate_dropped = stats.rate_slipped = 0
     return json.dumps(counts).encode()
 
 
@@ -122,6 +124,9 @@ def add_counts(stats: QueryStats, data: bytes) -> int:
     hits, misses = counts["kept"]
     stats.kept_hits += int(hits)
     stats.kept_misses += int(misses)
+    dropped, slipped = counts.get("rate_limited", (0, 0))
+    stats.rate_dropped += int(dropped)
+    stats.rate_slipped += int(slipped)
     return answered
 
 

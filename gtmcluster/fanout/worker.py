@@ -33,6 +33,7 @@ from twisted.logger import (
 
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
 from gtmcluster.fanout import feed
@@ -56,6 +57,8 @@ class Worker:
         node.health.writes = False
         node.delegate = self._carry
         self.protocols: list[DNSDatagramProtocol] = []
+        #: this process's own rate limiter (the kernel sends a client's queries to one process)
+        self.limiter = ratelimit.make(node.config.dns_server.rate_limit, reactor.seconds, node.stats)
         self.side: feed.WorkerSide | None = None
         self._loops = [
             task.LoopingCall(self._tally),
@@ -63,7 +66,7 @@ class Worker:
         ]
 
     def answer_on(self, fds: list[int]) -> None:
-        fast = FastPath(self.node.responder)
+        fast = FastPath(self.node.responder, self.limiter)
         for fd in fds:
             sock = socket.socket(fileno=fd)
             family = sock.family
@@ -104,7 +107,10 @@ class Worker:
             except ConfigError as e:
                 return {"problems": [str(p) for p in e.problems]}
             self.node.reload(config)
-            fast = FastPath(self.node.responder)
+            self.limiter = ratelimit.update(
+                self.limiter, config.dns_server.rate_limit, self.reactor.seconds, self.node.stats
+            )
+            fast = FastPath(self.node.responder, self.limiter)
             for proto in self.protocols:
                 proto.fast = fast
             return {"problems": []}

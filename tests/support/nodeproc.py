@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,8 +62,16 @@ def wait_answering(server: tuple[str, int], proc: subprocess.Popen[bytes], timeo
 
 
 @contextmanager
-def running_node(config: Path, node: str, address: str, port: int, workdir: Path) -> Iterator[RunningNode]:
-    """Run ``twistd -n gtm`` for *node* and stop it (SIGTERM) afterwards."""
+def running_node(
+    config: Path,
+    node: str,
+    address: str,
+    port: int,
+    workdir: Path,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Iterator[RunningNode]:
+    """Run ``twistd -n gtm`` for *node* and stop it (SIGTERM) afterwards. *preexec_fn* runs
+    in the child before twistd (to start it with other process limits, say)."""
     log = workdir / f"{node}.log"
     cmd = [
         *twistd(),
@@ -74,7 +82,7 @@ def running_node(config: Path, node: str, address: str, port: int, workdir: Path
         f"--config={config}",
         f"--node={node}",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir, preexec_fn=preexec_fn)  # noqa: PLW1509 - tests set limits only
     running = RunningNode(address, port, log, proc)
     try:
         wait_answering((address, port), proc)

@@ -331,8 +331,44 @@ OUT_OF_RANGE = [
     pytest.param(
         put("dns_server", value={"udp_payload_size": 100}),
         "dns_server.udp_payload_size",
-        "100 is out of range (512 to 4096)",
+        "100 is out of range (512 to 1232)",
         id="udp_payload_size",
+    ),
+    pytest.param(
+        put("dns_server", value={"udp_payload_size": 4096}),
+        "dns_server.udp_payload_size",
+        "4096 is out of range (512 to 1232)",
+        id="udp_payload_size-fragments",
+    ),
+    pytest.param(
+        put("dns_server", value={"rate_limit": {"slip": -1}}),
+        "dns_server.rate_limit.slip",
+        "-1 is out of range (0 to 100)",
+        id="rate_limit-slip",
+    ),
+    pytest.param(
+        put("dns_server", value={"rate_limit": {"ipv6_prefix": 129}}),
+        "dns_server.rate_limit.ipv6_prefix",
+        "129 is out of range (16 to 128)",
+        id="rate_limit-ipv6_prefix",
+    ),
+    pytest.param(
+        put("dns_server", value={"rate_limit": {"exempt": ["192.0.2.1/24"]}}),
+        "dns_server.rate_limit.exempt[0]",
+        "has host bits set",
+        id="rate_limit-exempt",
+    ),
+    pytest.param(
+        put("dns_server", value={"rate_limit": {"response_per_second": 5}}),
+        "dns_server.rate_limit.response_per_second",
+        "(did you mean 'responses_per_second'?)",
+        id="rate_limit-unknown",
+    ),
+    pytest.param(
+        put("dns_server", value={"tcp_message_timeout": 0}),
+        "dns_server.tcp_message_timeout",
+        "0 is out of range (0.1 to 3600)",
+        id="tcp_message_timeout",
     ),
     pytest.param(
         put("prober", value={"path_ttl": 1}), "prober.path_ttl", "1 is out of range (60 to 2147483647)", id="path_ttl"

@@ -18,6 +18,7 @@ from gtmcluster.config.model import (
     Persistence,
     Prefixes,
     Prober,
+    RateLimit,
     TLSFiles,
 )
 from gtmcluster.dns import names
@@ -323,10 +324,16 @@ def test_server_and_prober_defaults(tmp_path: Path) -> None:
 def test_server_and_prober_settings(tmp_path: Path) -> None:
     """dns_server and prober settings given in the file replace the defaults; unnamed ones keep them."""
     config = configs.base()
-    config["dns_server"] = {"udp_payload_size": 4096, "tcp_idle_timeout": 2.5}
+    config["dns_server"] = {
+        "udp_payload_size": 1200,
+        "tcp_idle_timeout": 2.5,
+        "tcp_message_timeout": 1.5,
+        "rate_limit": {"responses_per_second": 50, "slip": 0, "ipv4_prefix": 32, "exempt": ["192.0.2.0/24"]},
+    }
     config["prober"] = {"protocols": ["udp", "dns_dot"], "path_ttl": 3600}
     loaded = _load(tmp_path, config)
-    assert loaded.dns_server == DNSServer(4096, 2.5, 1000)
+    limit = RateLimit(responses_per_second=50, slip=0, ipv4_prefix=32, exempt=(ipaddress.ip_network("192.0.2.0/24"),))
+    assert loaded.dns_server == DNSServer(1200, 2.5, 1000, tcp_message_timeout=1.5, rate_limit=limit)
     assert loaded.prober == Prober(("udp", "dns_dot"), 3600)
 
 

@@ -16,7 +16,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisc
 
 from gtmcluster import sockets
 from gtmcluster.config.load import load
-from gtmcluster.config.model import HostPort
+from gtmcluster.config.model import DNSServer, HostPort, RateLimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.node import Node
@@ -118,17 +118,68 @@ def test_tcp_messages_split_and_pipelined(node: Node) -> None:
 
 
 def test_tcp_idle_connection_closes_after_the_timeout(node: Node) -> None:
-    """A silent (or half-sent) connection is closed after tcp_idle_timeout; activity resets it."""
+    """A silent connection is closed after tcp_idle_timeout; a query resets it."""
     clock = MemoryReactorClock()
     factory = DNSStreamFactory(node.responder, clock, 10, 100)
     proto, transport = connect(factory)
     clock.advance(9)
-    proto.dataReceived(b"\x00")  # half of a length prefix
+    proto.dataReceived(framed(query("www.example.test")))
     clock.advance(9)
     assert transport.connected
     clock.advance(1.5)
     assert not transport.connected
     assert proto not in factory.connections
+    assert factory.closed_by == {"idle": 1, "partial": 0, "evicted": 0}
+
+
+def test_tcp_half_sent_message_closes_after_the_message_timeout(node: Node) -> None:
+    """A connection that began a message must finish it within tcp_message_timeout, however
+    it trickles bytes (each byte resets the idle timeout, not this one)."""
+    clock = MemoryReactorClock()
+    factory = DNSStreamFactory(node.responder, clock, 10, 100, message_timeout=3)
+    proto, transport = connect(factory)
+    message = framed(query("www.example.test"))
+    for i in range(4):  # a byte every 0.7 s: never idle for 10 s
+        proto.dataReceived(message[i : i + 1])
+        clock.advance(0.7)
+    assert transport.connected  # 2.8 s after the first byte
+    clock.advance(0.3)
+    assert not transport.connected
+    assert factory.closed_by["partial"] == 1 and factory.closed_by["idle"] == 0
+
+
+def test_tcp_message_timeout_runs_per_message(node: Node) -> None:
+    """Each message gets the whole timeout: one finished in time stops the clock, and the
+    next one (even begun in the same read) starts its own."""
+    clock = MemoryReactorClock()
+    factory = DNSStreamFactory(node.responder, clock, 10, 100, message_timeout=3)
+    proto, transport = connect(factory)
+    first, second = framed(query("www.example.test", qid=1)), framed(query("www.example.test", qid=2))
+    proto.dataReceived(first[:5])
+    clock.advance(2.5)
+    proto.dataReceived(first[5:] + second[:3])  # first done, second begun
+    clock.advance(2.5)
+    assert transport.connected  # 5 s since the first byte of the first message
+    proto.dataReceived(second[3:])
+    clock.advance(5)
+    assert transport.connected  # nothing pending: only the idle timeout runs now
+    assert [m.id for m in replies(transport.value())] == [1, 2]
+
+
+def test_tcp_client_that_does_not_read_stops_being_read(node: Node) -> None:
+    """When Twisted's send buffer for a client fills (it does not read its answers), the
+    client is no longer read from until it drains; the idle timeout then closes it."""
+    clock = MemoryReactorClock()
+    factory = DNSStreamFactory(node.responder, clock, 10, 100)
+    proto, transport = connect(factory)
+    assert transport.producer is proto and transport.streaming
+    proto.pauseProducing()  # what the transport does when its buffer is full
+    assert transport.producerState == "paused"
+    proto.resumeProducing()
+    assert transport.producerState == "producing"
+    proto.pauseProducing()
+    clock.advance(10.5)
+    assert not transport.connected
 
 
 def test_tcp_runt_message_closes_the_connection(node: Node) -> None:
@@ -148,6 +199,7 @@ def test_tcp_client_cap_evicts_the_longest_idle(node: Node) -> None:
     _, t3 = connect(factory)
     assert t1.connected and not t2.connected and t3.connected
     assert len(factory.connections) == 2
+    assert factory.closed_by["evicted"] == 1
 
 
 def test_service_adopts_bound_sockets_and_stops_them(node: Node) -> None:
@@ -172,3 +224,27 @@ def test_bind_reports_the_address_in_use() -> None:
             sockets.bind([HostPort(ip_address("127.0.0.1"), port)])
     finally:
         taken.close()
+
+
+def test_a_reload_retunes_tcp_limits_and_rate_limiting(node: Node) -> None:
+    """configure() takes a new config's TCP timeouts, cap and rate limits: the UDP fast path
+    limits from then on (keeping its buckets while the settings stay), and stops when off."""
+    listeners = sockets.bind([HostPort(ip_address("127.0.0.1"), free_port())])
+    service = DNSService(MemoryReactorClock(), listeners, node.responder, 10, 100)
+    try:
+        assert service.udp[0].fast.limiter is None
+        limited = DNSServer(1232, 3.0, 50, tcp_message_timeout=1.5, rate_limit=RateLimit(responses_per_second=1))
+        service.configure(limited)
+        assert (service.tcp.idle_timeout, service.tcp.message_timeout, service.tcp.max_clients) == (3.0, 1.5, 50)
+        limiter = service.udp[0].fast.limiter
+        assert limiter is not None
+        got = [service.udp[0].fast.handle(query("www.example.test"), "192.0.2.1") for _ in range(7)]
+        assert got.count(None) == 1  # a burst of 5 (window 5 s), then drop, slip
+        service.configure(limited)
+        service.set_responder(node.responder)
+        assert service.udp[0].fast.limiter is limiter
+        service.configure(DNSServer(1232, 10.0, 100))
+        assert service.udp[0].fast.limiter is None
+    finally:
+        for listener in listeners:
+            listener.close()

@@ -1,0 +1,63 @@
+"""Process limits the node needs: enough open files for the TCP clients it accepts.
+
+Every TCP DNS client holds a file descriptor. systemd starts services with a soft limit of
+1024 open files (the hard limit is far higher), which a node with `tcp_max_clients: 1000`
+on two addresses would hit: accepting would fail with EMFILE while the cap was not reached.
+So the node raises its soft limit to the hard one at start, says so in its log, and warns
+when even the hard limit is below what its TCP caps may need.
+"""
+
+from __future__ import annotations
+
+import resource
+
+from twisted.logger import Logger
+
+from gtmcluster.config.model import Config
+
+log = Logger()
+
+#: descriptors besides TCP DNS clients: listeners, peers, the API, probes, logs, workers
+SPARE = 256
+#: the soft limit asked for when the hard limit is unlimited
+UNLIMITED_TARGET = 1 << 20
+
+
+def needed_open_files(config: Config, node: str) -> int:
+    """The open files *node* may need: its TCP client caps on every DNS address, and spare."""
+    return config.dns_server.tcp_max_clients * len(config.member(node).dns) + SPARE
+
+
+def raise_open_files(needed: int) -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns (before, after) and logs."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = UNLIMITED_TARGET if hard == resource.RLIM_INFINITY else hard
+    after = soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            after = target
+        except (ValueError, OSError) as e:
+            log.warn(
+                "could not raise the open-file limit from {soft} to {target}: {error}",
+                soft=soft,
+                target=target,
+                error=str(e),
+            )
+        else:
+            log.info(
+                "raised the open-file limit from {before} to {after} (TCP clients need one each)",
+                before=soft,
+                after=after,
+                event="open_files_raised",
+            )
+    if after != resource.RLIM_INFINITY and after < needed:
+        log.warn(
+            "the open-file limit {limit} is below the {needed} the TCP client caps may need "
+            "(dns_server.tcp_max_clients per DNS address, plus {spare}): raise LimitNOFILE or ulimit -n",
+            limit=after,
+            needed=needed,
+            spare=SPARE,
+            event="open_files_low",
+        )
+    return soft, after

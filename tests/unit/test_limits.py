@@ -1,0 +1,79 @@
+"""The node's open-file limit: raised to the hard limit at start, logged, and a warning
+when even that is below what the TCP client caps may need. `resource` is faked here: the
+real limits of the test process stay as they are."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pytest
+from twisted.logger import capturedLogs
+
+from gtmcluster import limits
+from gtmcluster.config.load import load
+from tests.support import configs
+
+
+class FakeLimits:
+    def __init__(self, soft: int, hard: int, refuse: bool = False):
+        self.soft = soft
+        self.hard = hard
+        self.refuse = refuse
+
+    def getrlimit(self, which: int) -> tuple[int, int]:
+        assert which == resource.RLIMIT_NOFILE
+        return self.soft, self.hard
+
+    def setrlimit(self, which: int, value: tuple[int, int]) -> None:
+        if self.refuse:
+            raise ValueError("not allowed")
+        self.soft, self.hard = value
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeLimits:
+    fake = FakeLimits(1024, 524288)
+    monkeypatch.setattr(resource, "getrlimit", fake.getrlimit)
+    monkeypatch.setattr(resource, "setrlimit", fake.setrlimit)
+    return fake
+
+
+def test_the_soft_limit_is_raised_to_the_hard_one_and_logged(fake: FakeLimits) -> None:
+    """systemd's 1024 becomes the hard limit, and the log says so."""
+    with capturedLogs() as events:
+        assert limits.raise_open_files(2256) == (1024, 524288)
+    assert fake.soft == 524288
+    assert [e["event"] for e in events] == ["open_files_raised"]
+    assert events[0]["before"] == 1024 and events[0]["after"] == 524288
+
+
+def test_a_hard_limit_below_the_need_is_warned_about(fake: FakeLimits) -> None:
+    fake.hard = 1500
+    with capturedLogs() as events:
+        limits.raise_open_files(2256)
+    assert [e["event"] for e in events] == ["open_files_raised", "open_files_low"]
+    assert events[1]["limit"] == 1500 and events[1]["needed"] == 2256
+
+
+def test_a_refused_raise_is_a_warning_not_a_crash(fake: FakeLimits) -> None:
+    fake.refuse = True
+    with capturedLogs() as events:
+        assert limits.raise_open_files(100) == (1024, 1024)
+    assert "could not raise" in events[0]["log_format"]
+
+
+def test_nothing_is_logged_when_the_limit_is_already_high(fake: FakeLimits) -> None:
+    fake.soft = fake.hard
+    with capturedLogs() as events:
+        assert limits.raise_open_files(2256) == (524288, 524288)
+    assert events == []
+
+
+def test_the_need_counts_every_dns_address(tmp_path: Path) -> None:
+    """tcp_max_clients applies per listener: two addresses need twice the descriptors."""
+    raw = configs.base()
+    raw["sync_group"]["members"][0]["dns"] = ["127.0.0.1:5353", "[::1]:5353"]
+    raw["dns_server"] = {"tcp_max_clients": 3000}
+    config = load(configs.write(tmp_path, raw))
+    assert limits.needed_open_files(config, "n1") == 2 * 3000 + limits.SPARE
