@@ -23,6 +23,9 @@ import dns.rrset
 
 from tests.support import dnsclient
 
+#: edns-tcp-keepalive (RFC 7828): a field of its own, since a server may add it unasked
+OPTION_KEEPALIVE = 11
+
 #: the fields of a view, in the order a report lists them
 FIELDS = (
     "reply",
@@ -45,6 +48,7 @@ FIELDS = (
     "do",
     "edns_flags",
     "options",
+    "keepalive",
     "payload",
     "size",
 )
@@ -98,7 +102,8 @@ def view(query: bytes, reply: bytes | None) -> View:
         out |= {
             "do": bool(msg.ednsflags & 0x8000),
             "edns_flags": msg.ednsflags & 0x7FFF,
-            "options": tuple(sorted(int(o.otype) for o in msg.options)),
+            "options": tuple(sorted(int(o.otype) for o in msg.options if o.otype != OPTION_KEEPALIVE)),
+            "keepalive": any(o.otype == OPTION_KEEPALIVE for o in msg.options),
             "payload": msg.payload,
         }
     return out
