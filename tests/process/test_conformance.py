@@ -69,6 +69,14 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
     ("MX +edns", "knotd", "additional"): "as for MX",
     ("CNAME", "gdnsd", "answer"): "gdnsd does not follow CNAMEs inside the zone (its experimental_no_chain default); "
     "we and knotd follow the chain (RFC 1034 4.3.2 step 3a)",
+    ("CNAME to a missing name", "gdnsd", "rcode"): "gdnsd does not follow the CNAME, so it does not find the "
+    "target missing; we and knotd say NXDOMAIN for the target, with the CNAME (RFC 6604)",
+    ("CNAME to a missing name", "gdnsd", "authority"): "as for rcode",
+    ("referral with glue over 512 B", "gdnsd", "authority"): "all three set TC; gdnsd keeps nothing of a truncated "
+    "referral, we keep the NS RRset and the glue RRsets that fit",
+    ("referral with glue over 512 B", "gdnsd", "additional"): "as for authority",
+    ("referral with glue over 512 B", "knotd", "additional"): "all three set TC; knotd skips a glue RRset that does "
+    "not fit and tries the next ones, we stop at the first",
     ("DS at a delegation", "gdnsd", "aa"): "gdnsd answers DS at a zone cut with a referral; we and knotd answer from "
     "the parent side, authoritatively (RFC 4035 3.1.4.1)",
     ("DS at a delegation", "gdnsd", "authority"): "as for aa",

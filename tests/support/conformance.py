@@ -28,6 +28,7 @@ PORT = 53
 NAME_SERVERS = f"ns1.{ORIGIN}={OURS},ns2.{ORIGIN}={OURS}"
 SERVERS = ("gdnsd", "knotd")
 
+#: a delegation (deep) has 14 name servers with glue: more than 512 bytes hold
 #: TXT RRsets of about 800, 1150 and 2800 bytes: over 512; under 1232; over any UDP size
 MEDIUM_TXT = [f"{i:02d}-" + "m" * 67 for i in range(9)]
 LARGE_TXT = [f"{i:02d}-" + "l" * 67 for i in range(14)]
@@ -58,6 +59,11 @@ ns.sub   IN A     192.0.2.53
     + "".join(f'medium   IN TXT "{t}"\n' for t in MEDIUM_TXT)
     + "".join(f'large    IN TXT "{t}"\n' for t in LARGE_TXT)
     + "".join(f'big      IN TXT "{t}"\n' for t in BIG_TXT)
+    + "".join(
+        f"deep     IN NS    ns{i}.deep\nns{i}.deep IN A 192.0.2.{i}\nns{i}.deep IN AAAA 2001:db8::{i}\n"
+        for i in range(14)
+    )
+    + "dangling IN CNAME nothere\n"
 )
 
 QID = 0x4242
@@ -254,6 +260,22 @@ PROBES += [
         fields=ERROR_FIELDS,
         expect={"rcode": any_of("FORMERR", None)},
     ),
+    Probe(
+        "referral with glue over 512 B",
+        query(f"www.deep.{ORIGIN}"),
+        expect={"rcode": "NOERROR", "aa": False, "tc": True, "size": lambda size: size <= 512},
+    ),
+    Probe(
+        "referral with glue, whole over TCP",
+        query(f"www.deep.{ORIGIN}"),
+        tcp=True,
+        expect={"rcode": "NOERROR", "aa": False, "tc": False, "additional": lambda glue: len(glue) == 28},
+    ),
+    Probe(
+        "CNAME to a missing name",
+        query(f"dangling.{ORIGIN}"),
+        expect={"rcode": "NXDOMAIN", "aa": True, "answer": has_answer, "authority": NEGATIVE_SOA},
+    ),
     Probe("out of zone", query("www.other.test"), expect={"rcode": "REFUSED", "aa": False, "answer": frozenset()}),
     Probe("parent of the zone", query("test", "SOA"), expect={"rcode": "REFUSED", "aa": False}),
     Probe("RD copied", query(f"www.{ORIGIN}", flags=0x0100), expect={"rd": True, "ra": False}),
@@ -365,7 +387,16 @@ PROBES += [
 del _t
 
 #: probes about UDP sizes, and responses, have no TCP twin
-_UDP_ONLY = ("QR=1", "payload below 512", "800 B", "1150 B", "2800 B +bufsize", "2800 B without", "IXFR over UDP")
+_UDP_ONLY = (
+    "QR=1",
+    "referral with glue over 512 B",
+    "payload below 512",
+    "800 B",
+    "1150 B",
+    "2800 B +bufsize",
+    "2800 B without",
+    "IXFR over UDP",
+)
 #: every other UDP probe is sent over TCP too: the same answer, without size limits
 PROBES += [
     Probe(f"{p.name} (TCP)", p.packet, tcp=True, fields=p.fields, expect=p.expect)
