@@ -317,15 +317,31 @@ PROBES += [
         query(f"www.{ORIGIN}", edns=0, options=[dns.edns.ECSOption("198.51.100.0", 24)]),
         expect={"rcode": "NOERROR", "options": (8,)},
     ),
-    Probe("payload below 512", query(f"medium.{ORIGIN}", "TXT", edns=0, payload=100), expect={"tc": True}),
+    Probe(
+        "payload below 512",
+        query(f"medium.{ORIGIN}", "TXT", edns=0, payload=100),
+        expect={"tc": True, "answer": frozenset(), "size": lambda size: size <= 512},
+    ),
     Probe("800 B without EDNS", query(f"medium.{ORIGIN}", "TXT"), expect={"tc": True, "answer": frozenset()}),
-    Probe("800 B +bufsize=512", query(f"medium.{ORIGIN}", "TXT", edns=0, payload=512), expect={"tc": True}),
-    Probe("800 B +bufsize=1232", query(f"medium.{ORIGIN}", "TXT", edns=0), expect={"tc": False}),
-    Probe("1150 B +bufsize=4096", query(f"large.{ORIGIN}", "TXT", edns=0, payload=4096), expect={"tc": False}),
+    Probe(
+        "800 B +bufsize=512",
+        query(f"medium.{ORIGIN}", "TXT", edns=0, payload=512),
+        expect={"tc": True, "answer": frozenset(), "size": lambda size: size <= 512},
+    ),
+    Probe(
+        "800 B +bufsize=1232",
+        query(f"medium.{ORIGIN}", "TXT", edns=0),
+        expect={"tc": False, "answer": lambda answer: len(answer) == len(MEDIUM_TXT)},
+    ),
+    Probe(
+        "1150 B +bufsize=4096",
+        query(f"large.{ORIGIN}", "TXT", edns=0, payload=4096),
+        expect={"tc": False, "answer": lambda answer: len(answer) == len(LARGE_TXT), "size": lambda size: size <= 1232},
+    ),
     Probe(
         "2800 B +bufsize=4096",
         query(f"big.{ORIGIN}", "TXT", edns=0, payload=4096),
-        expect={"tc": True, "size": lambda size: size <= 1232},
+        expect={"tc": True, "answer": frozenset(), "size": lambda size: size <= 1232},
     ),
     Probe("2800 B without EDNS", query(f"big.{ORIGIN}", "TXT"), expect={"tc": True, "size": lambda size: size <= 512}),
     Probe(
