@@ -59,7 +59,7 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
     ("*", "gdnsd", "keepalive"): "gdnsd announces its TCP idle timeout (edns-tcp-keepalive, RFC 7828) on TCP "
     "replies unasked; we send the option to no one (our timeout: dns_server.tcp_idle_timeout)",
     ("SOA", "gdnsd", "answer"): "gdnsd gives the SOA record the negative TTL (MINIMUM, 300) everywhere; "
-    "we and knotd give it its own TTL (3600) and use min(TTL, MINIMUM) in negative answers (RFC 2308 5)",
+    "we and knotd give it its own TTL (3600), and min(TTL, MINIMUM) only in negative answers (RFC 2308 5)",
     ("SOA +edns", "gdnsd", "answer"): "as for SOA",
     ("NS", "gdnsd", "additional"): "gdnsd leaves the name servers' addresses out; we and knotd add in-zone glue "
     "(RFC 1034 4.3.2 additional section processing)",
@@ -81,27 +81,27 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
     "the parent side, authoritatively (RFC 4035 3.1.4.1)",
     ("DS at a delegation", "gdnsd", "authority"): "as for aa",
     ("DS at a delegation", "gdnsd", "additional"): "as for aa",
-    ("CD copied", "gdnsd", "cd"): "the name server side MUST copy CD into the response (RFC 4035 3.2.2), as BIND "
-    "does; gdnsd and knotd clear it",
+    ("CD copied", "gdnsd", "cd"): "RFC 4035 3.2.2 has the name server copy CD into the response, as BIND does; "
+    "gdnsd and knotd clear it",
     ("CD copied", "knotd", "cd"): "as for gdnsd",
-    ("NSID", "knotd", "options"): "knotd sends its host name as NSID by default; we do not identify the node (NSID "
+    ("NSID", "knotd", "options"): "knotd sends the host's name as NSID by default; we do not identify the node (NSID "
     "is optional, RFC 5001)",
-    ("cookie", "gdnsd", "options"): "gdnsd implements server cookies; we ignore the option (RFC 7873 5.2.1 allows "
-    "a server without cookie support to do so)",
+    ("cookie", "gdnsd", "options"): "gdnsd implements server cookies; we do not, and ignore the option, "
+    "as RFC 7873 has servers without cookie support do",
     ("expire", "knotd", "options"): "knotd reports the zone's expire timer; we transfer no zones, and EXPIRE is "
     "only for zone transfer peers (RFC 7314)",
     ("client subnet", "knotd", "options"): "knotd ignores ECS; we echo it with scope 0 for static data, as gdnsd does "
     "(RFC 7871 7.2.1)",
     ("ANY", "gdnsd", "answer"): "both answer minimally (RFC 8482): gdnsd with a synthesized HINFO, we and knotd "
     "with one RRset that exists",
-    ("QTYPE OPT", "gdnsd", "rcode"): "OPT is a pseudo-type that cannot be asked for (RFC 6891 6.1.1): we say "
-    "FORMERR, as BIND does; gdnsd and knotd answer NODATA",
+    ("QTYPE OPT", "gdnsd", "rcode"): "OPT is a pseudo-record, never stored (RFC 6891 6.1.1), so asking for it "
+    "is malformed: FORMERR, as BIND says; gdnsd and knotd answer NODATA",
     ("QTYPE OPT", "gdnsd", "aa"): "as for rcode",
     ("QTYPE OPT", "gdnsd", "authority"): "as for rcode",
     ("QTYPE OPT", "knotd", "rcode"): "as for gdnsd",
     ("QTYPE OPT", "knotd", "aa"): "as for gdnsd",
     ("QTYPE OPT", "knotd", "authority"): "as for gdnsd",
-    ("QTYPE MAILB", "knotd", "rcode"): "MAILB/MAILA are obsolete QTYPEs (RFC 2505): NOTIMP, as gdnsd and BIND say; "
+    ("QTYPE MAILB", "knotd", "rcode"): "MAILB and MAILA are obsolete meta-types: NOTIMP, as gdnsd and BIND say; "
     "knotd answers NODATA",
     ("QTYPE MAILB", "knotd", "aa"): "as for rcode",
     ("QTYPE MAILB", "knotd", "authority"): "as for rcode",
@@ -132,7 +132,7 @@ DIFFERENCES |= {
     ("client subnet with host bits", "knotd", "rcode"): "knotd ignores ECS; a subnet with bits set beyond its "
     "prefix is rejected with FORMERR (RFC 7871 6), as gdnsd does",
     ("client subnet family 3", "knotd", "rcode"): "knotd ignores ECS; an unknown family is rejected with FORMERR "
-    "(RFC 7871 6), as gdnsd does",
+    "(RFC 7871), as gdnsd does",
     ("two client subnet options", "gdnsd", "rcode"): "we take two ECS options as malformed (which one would the "
     "answer's scope be for?); gdnsd uses one",
     ("two client subnet options", "knotd", "rcode"): "knotd ignores ECS; as for gdnsd",
