@@ -269,8 +269,8 @@ def test_no_traceback_in_our_log(replies: Replies) -> None:
 DNSVIZ_WARNINGS: dict[str, str] = {}
 
 
-def findings(report: object, kind: str) -> Iterator[dict[str, Any]]:
-    """Every entry of every *kind* ("errors" or "warnings") list anywhere in dnsviz's report."""
+def findings(report: object, kind: str) -> Iterator[Any]:
+    """Every entry of every *kind* list ("errors", "warnings", "servers") anywhere in dnsviz's report."""
     if isinstance(report, dict):
         for key, value in report.items():
             if key == kind and isinstance(value, list):
@@ -298,6 +298,10 @@ def test_dnsviz_finds_no_errors_in_the_served_zone(replies: Replies, tmp_path: P
     )
     assert grok.returncode == 0, grok.stdout + grok.stderr
     report = json.loads(grok.stdout)
+    zone = report[f"{ORIGIN}."]
+    assert zone["status"] == "NOERROR", zone
+    answered = set(findings(zone["queries"], "servers"))
+    assert OURS in answered, f"dnsviz got no answer from our node: {answered}"
     errors = list(findings(report, "errors"))
     assert not errors, json.dumps(errors, indent=1)
     unexplained = [w for w in findings(report, "warnings") if w.get("code") not in DNSVIZ_WARNINGS]

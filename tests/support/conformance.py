@@ -20,12 +20,11 @@ import dns.rdatatype
 from tests.support import dnsview
 
 ORIGIN = "conform.test"
-#: our node, gdnsd and knotd, each on its own address in this test's range, on port 53
-#: (dnsviz asks the zone's name servers there)
+#: our node, gdnsd and knotd, each on its own address in this test's range
 OURS, GDNSD, KNOTD = "127.0.81.2", "127.0.81.3", "127.0.81.4"
-PORT = 53
+PORT = 5353
 #: the zone's name servers as dnsviz is told them (both are our node)
-NAME_SERVERS = f"ns1.{ORIGIN}={OURS},ns2.{ORIGIN}={OURS}"
+NAME_SERVERS = f"ns1.{ORIGIN}={OURS}:{PORT},ns2.{ORIGIN}={OURS}:{PORT}"
 SERVERS = ("gdnsd", "knotd")
 
 #: a delegation (deep) has 14 name servers with glue: more than 512 bytes hold
