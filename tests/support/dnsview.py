@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dns.exception
@@ -126,7 +126,7 @@ def differences(ours: View, theirs: View, fields: tuple[str, ...] = COMPARED) ->
 SENTINEL_ID = 0x5E57
 
 
-def udp_exchange(packet: bytes, server: tuple[str, int], patience: float = 0.3, timeout: float = 5.0) -> bytes | None:
+def udp_exchange(packet: bytes, server: tuple[str, int], patience: float = 0.3, timeout: float = 10.0) -> bytes | None:
     """Send *packet* over UDP; its reply, or None when the server sends none.
 
     "None" is decided without a long timeout: when no reply comes within *patience*, a
@@ -150,7 +150,7 @@ def udp_exchange(packet: bytes, server: tuple[str, int], patience: float = 0.3, 
         return _receive(s, 0.2, lambda data: data[:2] != struct.pack("!H", SENTINEL_ID))
 
 
-def _receive(s: socket.socket, timeout: float, wanted: Any) -> bytes | None:
+def _receive(s: socket.socket, timeout: float, wanted: Callable[[bytes], bool]) -> bytes | None:
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -167,7 +167,7 @@ def _receive(s: socket.socket, timeout: float, wanted: Any) -> bytes | None:
             return data
 
 
-def tcp_exchange(packet: bytes, server: tuple[str, int], timeout: float = 5.0) -> bytes | None:
+def tcp_exchange(packet: bytes, server: tuple[str, int], timeout: float = 10.0) -> bytes | None:
     """Send *packet* over TCP; its reply, or None when the server closes without one."""
     with socket.create_connection(server, timeout=timeout) as s:
         s.sendall(struct.pack("!H", len(packet)) + packet)
