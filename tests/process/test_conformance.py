@@ -38,6 +38,7 @@ from tests.support.conformance import (
     PORT,
     PROBES,
     SERVERS,
+    VERSION,
     ZONE,
     AnyOf,
     Probe,
@@ -117,9 +118,14 @@ for _probe in ("UPDATE", "NOTIFY"):
         "we implement no UPDATE or NOTIFY: NOTIMP, as gdnsd; knotd NOTAUTH (its ACL)"
     )
 for _server, _string in (("gdnsd", "gdnsd/3"), ("knotd", "Knot DNS 3.2.6")):
+    DIFFERENCES[("CH TXT version.bind", _server, "answer")] = (
+        f"{_server} says {_string!r}, we say dns_server.version (and REFUSED when it is unset, the default)"
+    )
+for _server, _string in (("gdnsd", "gdnsd/3"), ("knotd", "the host's name")):
     for _field in ("rcode", "answer"):
-        DIFFERENCES[("CH TXT version.bind", _server, _field)] = (
-            f"{_server} says {_string!r}; we refuse CH queries, so the node does not tell what it runs"
+        DIFFERENCES[("CH TXT hostname.bind", _server, _field)] = (
+            f"{_server} says {_string}; we answer only version.bind/version.server in class CH, and only when "
+            "configured: the node's host name is not for the internet to read"
         )
 for _probe in ("QDCOUNT 2", "truncated question", "64-octet label", "name over 255 octets", "compression loop"):
     DIFFERENCES[(_probe, "knotd", "reply")] = "knotd drops malformed queries silently; we say FORMERR, as gdnsd"
@@ -175,6 +181,7 @@ def replies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replies]:
     raw_config = configs.base(OURS, PORT)
     del raw_config["wideips"]
     raw_config["zones"] = [{"origin": ORIGIN, "file": f"{ORIGIN}.zone"}]
+    raw_config["dns_server"] = {"version": VERSION}
     (ours_dir / f"{ORIGIN}.zone").write_text(ZONE)
     config = configs.write(ours_dir, raw_config)
     gdnsd_cmd = refservers.gdnsd_files(gdnsd_dir, ORIGIN, ZONE, GDNSD, PORT)

@@ -26,6 +26,8 @@ PORT = 5353
 #: the zone's name servers as dnsviz is told them (both are our node)
 NAME_SERVERS = f"ns1.{ORIGIN}={OURS}:{PORT},ns2.{ORIGIN}={OURS}:{PORT}"
 SERVERS = ("gdnsd", "knotd")
+#: our node's dns_server.version, its answer to CH TXT version.bind (unset, it refuses)
+VERSION = "gtmcluster conformance"
 
 #: a delegation (deep) has 14 name servers with glue: more than 512 bytes hold
 #: TXT RRsets of about 800, 1150 and 2800 bytes: over 512; under 1232; over any UDP size
@@ -357,8 +359,9 @@ PROBES += [
     Probe(
         "CH TXT version.bind",
         query("version.bind", "TXT", rdclass="CH"),
-        expect={"rcode": "REFUSED", "answer": frozenset()},
+        expect={"rcode": "NOERROR", "aa": False, "answer": {f'version.bind. 0 ch txt "{VERSION}"'}},
     ),
+    Probe("CH TXT hostname.bind", query("hostname.bind", "TXT", rdclass="CH"), expect={"rcode": "REFUSED"}),
     # malformed packets: FORMERR or no reply, never a crash
     Probe("QDCOUNT 0", raw(qd=0), fields=ERROR_FIELDS, expect={"rcode": any_of("FORMERR", None)}),
     Probe(
