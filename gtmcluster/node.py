@@ -74,7 +74,13 @@ class Node:
             measurements=measurements,
         )
         responder = Responder(
-            config.zones, config.wideips, self.decide, config.dns_server.udp_payload_size, self.stats, self.cached
+            config.zones,
+            config.wideips,
+            self.decide,
+            config.dns_server.udp_payload_size,
+            self.stats,
+            self.cached,
+            version=config.dns_server.version,
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

@@ -361,6 +361,10 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
     clients = m.integer("tcp_max_clients", default.tcp_max_clients, 1, 1_000_000)
     processes = m.integer("processes", default.processes, 1, 64)
     rate_limit = _rate_limit(r, m) if m.has("rate_limit") else default.rate_limit
+    version = m.string("version", None)
+    if version is not None and not (version.isascii() and version.isprintable() and len(version) <= 255):
+        r.error(m.at("version"), "must be at most 255 printable ASCII characters (one TXT string)")
+        version = None
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
@@ -369,6 +373,7 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
         processes or default.processes,
         message or default.tcp_message_timeout,
         rate_limit,
+        version,
     )
 
 

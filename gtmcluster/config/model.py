@@ -361,6 +361,8 @@ class DNSServer:
     #: extend it, as they extend the idle timeout)
     tcp_message_timeout: float = 5.0
     rate_limit: RateLimit = RateLimit()
+    #: the answer to CH TXT version.bind; None (the default): such queries are refused
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
 - AA on answers from our zones, NXDOMAIN and NODATA carry the zone SOA (negative TTL) in
   authority; names outside every served zone get REFUSED; RA is never set; RD and CD are
   copied; the question is echoed byte for byte, so its case is preserved.
+- Class CH is refused, but for TXT at version.bind and version.server when the config sets
+  `dns_server.version` (a node does not say what it runs unless told to).
 - Opcodes other than QUERY get NOTIMP; malformed queries and QDCOUNT != 1 get FORMERR;
   responses (QR=1) and runts get nothing.
 - EDNS: OPT echoed (version 0, our payload size, DO copied), BADVERS for version > 0,
@@ -37,6 +39,7 @@ from gtmcluster.dns.zone import (
     TYPE_IXFR,
     TYPE_NS,
     TYPE_OPT,
+    TYPE_TXT,
     Outcome,
     RRset,
     ZoneSet,
@@ -65,6 +68,8 @@ TYPE_LABELS = {
 RCODE_LABELS = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
 _REFUSEDTYPE_LABELS = {TYPE_AXFR, TYPE_IXFR}
 _NOTIMPTYPE_LABELS = {249, 250, 253, 254}  # TKEY, TSIG, MAILB, MAILA
+#: the CH names that ask a server what it runs (BIND's and RFC 4892's spelling)
+_VERSION_NAMES = {(b"version", b"bind"), (b"version", b"server")}
 
 #: decides a wide IP answer: (wide IP, query type, client, client key) -> decision; the key
 #: (the source address and the raw client subnet option) tells clients apart for reuse
@@ -99,8 +104,11 @@ class Responder:
         udp_payload_size: int = 1232,
         stats: QueryStats | None = None,
         cached: Cached | None = None,
+        version: str | None = None,
     ):
         self.zones = zones
+        #: the answer to CH TXT version.bind (dns_server.version); None: such queries are refused
+        self.version = version
         self.wideips = wideips
         self.decide = decide
         self.cached = cached
@@ -167,6 +175,8 @@ class Responder:
         edns = query.edns
         if edns is not None and edns.version > 0:
             return _Answer(rcode=wire.BADVERS, aa=False)
+        if query.qclass == wire.CLASS_CH:
+            return self._chaos(query)
         if query.qclass not in (wire.CLASS_IN, wire.CLASS_ANY):
             return _Answer(rcode=wire.REFUSED, aa=False)
         qtype = query.qtype
@@ -178,6 +188,17 @@ class Responder:
             return _Answer(rcode=wire.REFUSED, aa=False)
         ecs = edns.ecs if edns is not None else None
         return self._resolve(query, _client(source, query), client_key(source, ecs))
+
+    def _chaos(self, query: Query) -> _Answer:
+        """CH TXT version.bind (or version.server): the configured string, not authoritative
+        and not to be cached (TTL 0), as BIND, gdnsd and knotd answer it; else REFUSED."""
+        if self.version is None or query.qtype not in (TYPE_TXT, TYPE_ANY):
+            return _Answer(rcode=wire.REFUSED, aa=False)
+        if names.key(query.qname) not in _VERSION_NAMES:
+            return _Answer(rcode=wire.REFUSED, aa=False)
+        text = self.version.encode()
+        rrset = RRset(query.qname, TYPE_TXT, 0, ((bytes([len(text)]) + text,),), rclass=wire.CLASS_CH)
+        return _Answer(aa=False, answer=[(rrset, None)])
 
     def _resolve(self, query: Query, client: Client, who: Hashable) -> _Answer:
         result = _Answer(answer=[])

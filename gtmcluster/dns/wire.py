@@ -39,6 +39,7 @@ REFUSED = 5
 BADVERS = 16
 
 CLASS_IN = 1
+CLASS_CH = 3
 CLASS_ANY = 255
 
 OPTION_ECS = 8
@@ -306,7 +307,7 @@ class _Writer:
         """Append every record of *rrset*; False (and nothing written) if they do not fit."""
         buf = self.buf
         mark = len(buf)
-        head = _RR_FIXED.pack(rrset.rtype, CLASS_IN, rrset.ttl, 0)[:8]
+        head = _RR_FIXED.pack(rrset.rtype, rrset.rclass, rrset.ttl, 0)[:8]
         for rdata in rrset.rdatas:
             self.name(owner if owner is not None else rrset.owner)
             buf += head

@@ -45,6 +45,8 @@ class RRset:
     rtype: int
     ttl: int
     rdatas: tuple[RData, ...]
+    #: IN for everything from zones; CH only for the configured version string
+    rclass: int = 1
 
 
 @dataclass(frozen=True, slots=True)

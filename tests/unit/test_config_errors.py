@@ -341,6 +341,24 @@ OUT_OF_RANGE = [
         id="udp_payload_size-fragments",
     ),
     pytest.param(
+        put("dns_server", value={"version": "x" * 256}),
+        "dns_server.version",
+        "must be at most 255 printable ASCII characters (one TXT string)",
+        id="version-too-long",
+    ),
+    pytest.param(
+        put("dns_server", value={"version": "gtm\n1.0"}),
+        "dns_server.version",
+        "must be at most 255 printable ASCII characters",
+        id="version-control-character",
+    ),
+    pytest.param(
+        put("dns_server", value={"version": 1.0}),
+        "dns_server.version",
+        "must be a non-empty string, not",
+        id="version-not-a-string",
+    ),
+    pytest.param(
         put("dns_server", value={"rate_limit": {"slip": -1}}),
         "dns_server.rate_limit.slip",
         "-1 is out of range (0 to 100)",

@@ -329,11 +329,14 @@ def test_server_and_prober_settings(tmp_path: Path) -> None:
         "tcp_idle_timeout": 2.5,
         "tcp_message_timeout": 1.5,
         "rate_limit": {"responses_per_second": 50, "slip": 0, "ipv4_prefix": 32, "exempt": ["192.0.2.0/24"]},
+        "version": "gtmcluster",
     }
     config["prober"] = {"protocols": ["udp", "dns_dot"], "path_ttl": 3600}
     loaded = _load(tmp_path, config)
     limit = RateLimit(responses_per_second=50, slip=0, ipv4_prefix=32, exempt=(ipaddress.ip_network("192.0.2.0/24"),))
-    assert loaded.dns_server == DNSServer(1200, 2.5, 1000, tcp_message_timeout=1.5, rate_limit=limit)
+    assert loaded.dns_server == DNSServer(
+        1200, 2.5, 1000, tcp_message_timeout=1.5, rate_limit=limit, version="gtmcluster"
+    )
     assert loaded.prober == Prober(("udp", "dns_dot"), 3600)
 
 

@@ -231,6 +231,22 @@ def test_chaos_class_is_refused(node: Node) -> None:
     assert ask(node, q.to_wire()).rcode() == dns.rcode.REFUSED
 
 
+@pytest.mark.parametrize("tcp", [False, True])
+def test_version_bind_answers_the_configured_string(tmp_path: Path, tcp: bool) -> None:
+    """With dns_server.version set, CH TXT version.bind and version.server get that string:
+    class CH, TTL 0, not authoritative, the name in the asked case; other CH questions
+    are still refused."""
+    node = make_node(tmp_path, lambda c: c.update(dns_server={"version": "gtmcluster 0.1"}))
+    for name in ("version.bind", "VERSION.Server"):
+        msg = ask(node, dns.message.make_query(name, "TXT", "CH").to_wire(), tcp=tcp)
+        assert msg.rcode() == dns.rcode.NOERROR
+        assert not msg.flags & dns.flags.AA
+        assert [rrset.to_text() for rrset in msg.answer] == [f'{name}. 0 CH TXT "gtmcluster 0.1"']
+    for name, rdtype in (("hostname.bind", "TXT"), ("version.bind", "A"), ("version.bind.example.test", "TXT")):
+        msg = ask(node, dns.message.make_query(name, rdtype, "CH").to_wire(), tcp=tcp)
+        assert msg.rcode() == dns.rcode.REFUSED, (name, rdtype)
+
+
 def test_any_gets_one_rrset(node: Node) -> None:
     """ANY is answered minimally (RFC 8482): one RRset."""
     msg = ask(node, query("www.example.test", "ANY"))
