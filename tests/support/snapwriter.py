@@ -41,6 +41,7 @@ KEYS = 1000
 BASE = 1_000_000.0
 STEP = 0.125
 TTL = 86_400.0
+SHORT_TTL = 16 * STEP
 
 Rows = dict[str, snapshot.Row]
 
@@ -60,9 +61,11 @@ class Clock:
 
 
 def apply(store: Store, clock: Clock, seed: int, generation: int) -> None:
-    """Generation *generation*'s changes: 50 to 400 puts (some with a TTL) and deletions
-    over `KEYS` keys, values of up to 400 bytes."""
+    """Generation *generation*: the records whose TTL has ended go (so a save also deletes
+    rows), then 50 to 400 puts and deletions over `KEYS` keys, values of up to 400 bytes,
+    some with a TTL of `SHORT_TTL` (gone 16 generations later) or `TTL`."""
     clock.now = time_of(generation)
+    store.expire()
     rng = random.Random(seed * 1_000_003 + generation)
     for _ in range(rng.randint(50, 400)):
         key = f"k/{rng.randrange(KEYS)}"
@@ -71,7 +74,7 @@ def apply(store: Store, clock: Clock, seed: int, generation: int) -> None:
             store.delete(key)
         else:
             value = {"g": generation, "pad": "x" * rng.randint(0, 400)}
-            store.put(key, value, TTL if roll < 0.4 else None)
+            store.put(key, value, SHORT_TTL if roll < 0.3 else TTL if roll < 0.45 else None)
 
 
 def state_of(store: Store, clock: Clock) -> Rows:
