@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import os
 import random
 import re
@@ -45,6 +46,7 @@ SERVERS = {"10.0.1.1", "10.0.2.1"}
 #: client subnets of the queries: one /32 each, from the benchmarking range (only ever a
 #: value inside a query: every packet goes to the node on loopback)
 CLIENTS = ipaddress.ip_network("198.18.0.0/15")
+CLIENT_NUMBERS = itertools.count()
 SETTLE = 20.0
 #: clients answered before n1 is killed in its next write
 BUSY = 300
@@ -67,13 +69,12 @@ def state_dir(group: Group, node: str) -> Path:
 
 
 class Clients(threading.Thread):
-    """Asks *server* for STICKY from a new client subnet at every query, one at a time,
-    until stopped; keeps each answer by subnet."""
+    """Asks *server* for STICKY from a new client subnet at every query (never one asked
+    before in this run), one at a time, until stopped; keeps each answer by subnet."""
 
-    def __init__(self, server: tuple[str, int], first: int):
+    def __init__(self, server: tuple[str, int]):
         super().__init__(daemon=True)
         self.server = server
-        self.next = first
         self.answers: dict[str, list[str]] = {}
         self.halt = threading.Event()
 
@@ -81,9 +82,9 @@ class Clients(threading.Thread):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.settimeout(0.5)
             while not self.halt.is_set():
-                subnet = str(CLIENTS[self.next])
-                qid = self.next % 65536
-                self.next += 1
+                number = next(CLIENT_NUMBERS)
+                subnet = str(CLIENTS[number])
+                qid = number % 65536
                 s.sendto(dnsclient.query(STICKY, "A", ecs=f"{subnet}/32", qid=qid), self.server)
                 with contextlib.suppress(OSError):  # no answer: the node is being killed
                     while True:
@@ -171,11 +172,11 @@ def test_a_node_killed_during_snapshot_writes_restarts_consistent_and_converges(
     its snapshot as before the kill."""
     rng = random.Random(SEED)
     before: dict[str, str] = {}  # the persistence records of the snapshot after the last kill
-    first_client = 0
+    answered = 0
     cut_short = 0
     for round_ in range(KILLS):
         group.wait_converged(timeout=SETTLE)
-        clients = Clients(group.members["n1"].dns, first_client)
+        clients = Clients(group.members["n1"].dns)
         clients.start()
         try:
             group.wait_for(clients.busy, SETTLE, f"{BUSY} clients answered by n1")
@@ -183,7 +184,7 @@ def test_a_node_killed_during_snapshot_writes_restarts_consistent_and_converges(
             interrupted = kill_in_a_write(group, "n1", rng)
         finally:
             clients.stop()
-        first_client = clients.next
+        answered += len(clients.answers)
         cut_short += interrupted
         on_disk = snapshot_copy(state_dir(group, "n1"), tmp_path / "copy")
         now = persisted(on_disk)
@@ -212,7 +213,7 @@ def test_a_node_killed_during_snapshot_writes_restarts_consistent_and_converges(
         before = now
     print(
         f"\n{KILLS} kills of n1 during snapshot writes, {cut_short} inside the transaction; "
-        f"{len(before)} persistence records in the last snapshot, of {first_client} clients answered"
+        f"{len(before)} persistence records in the last snapshot, of {answered} clients answered"
     )
     assert cut_short > 0, "no kill landed inside a write's transaction"
     assert before, "no persistence record ever reached the snapshot"
@@ -228,7 +229,7 @@ def test_a_damaged_snapshot_is_set_aside_and_the_node_converges_from_its_peer(
     every persistence record back) and answers those clients as before."""
     if not group.members["n1"].running:
         group.restart("n1")
-    clients = Clients(group.members["n1"].dns, CLIENTS.num_addresses // 2 + (damage == "truncated") * 10_000)
+    clients = Clients(group.members["n1"].dns)
     clients.start()
     try:
         group.wait_for(clients.busy, SETTLE, f"{BUSY} clients answered by n1")
