@@ -25,7 +25,8 @@ Crash safety (a node may be killed at any instant, also in the middle of a write
   truncated, failing SQLite's check, of a newer schema, or with a malformed row) is
   `Unreadable`: `Snapshotter.load` moves it (and its journal) aside with a log line
   saying why, and the node starts with an empty store, which its peers fill when they
-  connect. A snapshot is loaded whole or not at all.
+  connect. A snapshot is loaded whole or not at all. A file found damaged by a write is
+  moved aside the same way, and the next write saves the whole store to a new one.
 """
 
 from __future__ import annotations
@@ -219,6 +220,15 @@ def read(path: Path, store: Store, wall_now: float) -> int:
     return sum(1 for record in records if store.merge(record))
 
 
+def damaged(error: BaseException) -> bool:
+    """Whether *error* says the file itself is bad (rather than the disk, a lock or a
+    permission), so that moving it aside helps."""
+    if isinstance(error, Unreadable):
+        return True
+    name = getattr(error, "sqlite_errorname", "")
+    return isinstance(error, sqlite3.DatabaseError) and (name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB")
+
+
 def set_aside(path: Path, wall_now: float) -> Path:
     """Rename the snapshot at *path* (and the journal beside it, so the two stay a pair
     that SQLite can open) to ``state.sqlite.bad-<UTC time>``; returns the new name.
@@ -265,7 +275,7 @@ class Snapshotter(Service):
         try:
             loaded = read(self.path, self.store, self.wall())
         except Unreadable as e:
-            self._set_aside(str(e))
+            self._set_aside(str(e), "starting with an empty store, which the sync group's peers fill")
             loaded = 0
         else:
             if interrupted:
@@ -279,24 +289,26 @@ class Snapshotter(Service):
             log.info("loaded {count} records from {path}", count=loaded, path=str(self.path))
         return loaded
 
-    def _set_aside(self, reason: str) -> None:
+    def _set_aside(self, reason: str, then: str) -> None:
+        """Move the damaged file aside (on the reactor thread: a rename and a directory sync,
+        once per damaged file) and say so, and what happens *then*."""
         try:
             moved = set_aside(self.path, self.wall())
         except OSError as e:
             log.error(
-                "state snapshot {path} is unreadable ({reason}) and could not be moved aside ({error}); "
-                "starting with an empty store, which the sync group's peers fill",
+                "state snapshot {path} is unreadable ({reason}) and could not be moved aside ({error}); {then}",
                 path=str(self.path),
                 reason=reason,
                 error=str(e),
+                then=then,
             )
             return
         log.warn(
-            "state snapshot {path} is unreadable ({reason}): moved it aside to {moved}; "
-            "starting with an empty store, which the sync group's peers fill",
+            "state snapshot {path} is unreadable ({reason}): moved it aside to {moved}; {then}",
             path=str(self.path),
             reason=reason,
             moved=str(moved),
+            then=then,
         )
 
     def startService(self) -> None:
@@ -333,6 +345,11 @@ class Snapshotter(Service):
 
         def failed(failure: Any) -> None:
             self._dirty |= dirty  # try these again next time
+            if damaged(failure.value):
+                # the file went bad under us: start a new one, with everything in it
+                self._set_aside(str(failure.value), "the next write saves the whole store to a new file")
+                self._dirty = {record.key for record in self.store.all_records()}
+                return
             log.failure("could not write the state snapshot {path}", failure, path=str(self.path))
 
         d.addBoth(done)

@@ -299,3 +299,26 @@ def test_writes_use_the_rollback_journal_and_extra_syncs(tmp_path: Path) -> None
         assert db.execute("PRAGMA synchronous").fetchone() == (3,)
     finally:
         db.close()
+
+
+def test_a_snapshot_damaged_while_running_is_set_aside_and_written_whole_again(tmp_path: Path) -> None:
+    """A write that finds the file damaged (here: its header overwritten while the node
+    runs) moves it aside with a warning, and the next write saves the whole store, not only
+    what changed since, so the new file loads into the same state."""
+    path, store = saved(tmp_path)
+    reactor = InlineThreads()
+    snaps = Snapshotter(store, tmp_path, reactor, lambda: 1_700_000_000.0)
+    damage_header(path)
+    store.put("later", 1)
+    with capturedLogs() as events:
+        snaps.save()
+    lines = [formatEvent(e) for e in events]
+    warning = [line for line in lines if "unreadable" in line]
+    assert len(warning) == 1, lines
+    assert "file is not a database" in warning[0], warning
+    assert "the next write saves the whole store to a new file" in warning[0], warning
+    assert set_aside_files(tmp_path) == ["state.sqlite.bad-20231114T221320Z"]
+    snaps.save()
+    again = Store("n1", reactor.seconds)
+    assert snapshot.read(path, again, 0.0) == len(store) == 21
+    assert again.digest() == store.digest()
