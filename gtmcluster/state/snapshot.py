@@ -45,7 +45,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from gtmcluster.state.store import Record, Store, Version
-from gtmcluster.state.values import plain, shared_text
+from gtmcluster.state.values import compact, plain, shared_text
 
 log = Logger()
 
@@ -213,10 +213,12 @@ def read(path: Path, store: Store, wall_now: float) -> int:
         if ttl is not None and ttl <= 0:
             continue
         try:
-            decoded: Any = json.loads(value)
+            # compact at once (as the store would): a large table's values are not held twice
+            decoded: Any = compact(key, json.loads(value))
         except ValueError as e:
             raise Unreadable(f"record {key!r}: the value is not JSON ({e})") from None
         records.append(Record(key, decoded, Version(wall_ms, logical, shared_text(origin)), ttl, local_now))
+    # every row is good: only now does the store see any of them
     return sum(1 for record in records if store.merge(record))
 
 
