@@ -1,49 +1,22 @@
-"""The SQLite snapshot: incremental writes, wall-clock expiry, restore."""
+"""The SQLite snapshot: incremental writes, wall-clock expiry, restore; damaged files set aside."""
 
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import task
+import pytest
+from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.state import snapshot
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.state.store import Store
-
-
-class InlineThreads:
-    """A reactor stand-in whose 'thread pool' runs work at once (for deterministic tests)."""
-
-    def __init__(self) -> None:
-        self.clock = task.Clock()
-        self.ran = 0
-
-    def getThreadPool(self) -> InlineThreads:
-        return self
-
-    def callInThreadWithCallback(
-        self, on_result: Callable[[bool, Any], None], f: Callable[..., Any], *a: Any, **kw: Any
-    ) -> None:
-        self.ran += 1
-        try:
-            result = f(*a, **kw)
-        except Exception as e:  # delivered as a failure, as the real pool does
-            on_result(False, e)
-        else:
-            on_result(True, result)
-
-    def callFromThread(self, f: Callable[..., Any], *a: Any, **kw: Any) -> None:
-        f(*a, **kw)
-
-    def seconds(self) -> float:
-        return self.clock.seconds()
-
-    def callLater(self, *a: Any, **kw: Any) -> Any:
-        return self.clock.callLater(*a, **kw)
+from tests.support.inline import InlineThreads
 
 
 def test_changes_are_written_and_restored(tmp_path: Path) -> None:
@@ -117,3 +90,235 @@ def test_periodic_save_and_save_at_stop(tmp_path: Path) -> None:
     snaps.stopService()
     restored = Store("n1", reactor.seconds)
     assert snapshot.read(tmp_path / snapshot.FILENAME, restored, 0.0) == 2
+
+
+# --- files that cannot be trusted, and the file itself ----------------------------------
+
+
+def saved(directory: Path, count: int = 20) -> tuple[Path, Store]:
+    """A snapshot of *count* records written the node's way; the store it came from."""
+    reactor = InlineThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, directory, reactor, lambda: 0.0)
+    for i in range(count):
+        store.put(f"k/{i}", {"i": i, "pad": "x" * 300})
+    snaps.save()
+    assert snapshot.read(directory / snapshot.FILENAME, Store("n1", reactor.seconds), 0.0) == count
+    return directory / snapshot.FILENAME, store
+
+
+def load_logged(directory: Path) -> tuple[Snapshotter, Store, int, list[str]]:
+    """A fresh store loaded by a Snapshotter; the log lines it wrote (formatted)."""
+    reactor = InlineThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, directory, reactor, lambda: 1_700_000_000.0)
+    with capturedLogs() as events:
+        loaded = snaps.load()
+    return snaps, store, loaded, [formatEvent(e) for e in events]
+
+
+def set_aside_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if ".bad-" in p.name)
+
+
+def damage_header(path: Path) -> None:
+    with path.open("r+b") as f:
+        f.write(b"this is no SQLite file at all!!\0" * 4)
+
+
+def truncate_half(path: Path) -> None:
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def newer_schema(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.commit()
+    db.close()
+
+
+def bad_version_part(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE records SET logical = ? WHERE key = 'k/7'", (2**40,))
+    db.commit()
+    db.close()
+
+
+def value_not_json(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE records SET value = '{not json' WHERE key = 'k/3'")
+    db.commit()
+    db.close()
+
+
+def wall_ms_as_text(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE records SET wall_ms = 'soon' WHERE key = 'k/5'")
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (damage_header, "file is not a database"),
+        (truncate_half, "malformed"),
+        (newer_schema, "schema version 99 is newer than this gtmcluster reads (1)"),
+        (bad_version_part, "record 'k/7': malformed row"),
+        (value_not_json, "record 'k/3': the value is not JSON"),
+        (wall_ms_as_text, "record 'k/5': malformed row"),
+    ],
+)
+def test_an_untrustworthy_snapshot_is_set_aside_and_the_node_starts_empty(
+    tmp_path: Path, damage: Callable[[Path], None], reason: str
+) -> None:
+    """A damaged file (garbage, truncated, a newer schema, a malformed row) loads nothing at
+    all, not the rows that still look fine; it is moved aside to state.sqlite.bad-<time>,
+    with a warning naming the file, the reason and the new name; the next save starts a
+    fresh snapshot that loads again."""
+    path, _ = saved(tmp_path)
+    damage(path)
+    with pytest.raises(snapshot.Unreadable, match=re.escape(reason)):
+        snapshot.read(path, Store("n1", lambda: 0.0), 0.0)
+    snaps, store, loaded, lines = load_logged(tmp_path)
+    assert loaded == 0
+    assert len(store) == 0
+    assert set_aside_files(tmp_path) == ["state.sqlite.bad-20231114T221320Z"]
+    assert not path.exists()
+    warning = [line for line in lines if "unreadable" in line]
+    assert len(warning) == 1, lines
+    assert str(path) in warning[0] and reason in warning[0], warning
+    assert "moved it aside to " + str(tmp_path / "state.sqlite.bad-20231114T221320Z") in warning[0], warning
+    assert "starting with an empty store" in warning[0], warning
+    store.put("fresh", 1)
+    snaps.save()
+    again = Store("n1", lambda: 0.0)
+    assert snapshot.read(path, again, 0.0) == 1
+    assert again.get("fresh") is not None
+
+
+def test_setting_aside_keeps_the_journal_with_its_file_and_never_overwrites(tmp_path: Path) -> None:
+    """The file and its journal are renamed together (SQLite finds a journal by the file's
+    name), and a second damaged file in the same second gets a name of its own."""
+    path = tmp_path / snapshot.FILENAME
+    for expected in ("state.sqlite.bad-20231114T221320Z", "state.sqlite.bad-20231114T221320Z-2"):
+        path.write_bytes(b"garbage" * 100)
+        Path(f"{path}-journal").write_bytes(b"journal of " + expected.encode())
+        moved = snapshot.set_aside(path, 1_700_000_000.0)
+        assert moved.name == expected
+        assert Path(f"{moved}-journal").read_bytes() == b"journal of " + expected.encode()
+        assert not path.exists() and not Path(f"{path}-journal").exists()
+
+
+def test_an_empty_or_never_committed_file_loads_as_empty_without_complaint(tmp_path: Path) -> None:
+    """A file created but killed before its first commit (0 bytes, or SQLite's header without
+    tables) holds the state before any write: nothing, and it is kept."""
+    path = tmp_path / snapshot.FILENAME
+    path.write_bytes(b"")
+    _, store, loaded, lines = load_logged(tmp_path)
+    assert (loaded, len(store), set_aside_files(tmp_path)) == (0, 0, [])
+    assert not [line for line in lines if "unreadable" in line], lines
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 0")
+    db.execute("VACUUM")
+    db.close()
+    _, store, loaded, lines = load_logged(tmp_path)
+    assert (loaded, len(store), set_aside_files(tmp_path)) == (0, 0, [])
+
+
+def test_a_snapshot_of_the_version_before_schema_versions_loads_and_is_upgraded(tmp_path: Path) -> None:
+    """A file with the records table but no user_version (as written before it existed)
+    loads whole; the next write marks it with the current schema version."""
+    path = tmp_path / snapshot.FILENAME
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE records (key TEXT PRIMARY KEY, value TEXT, wall_ms INTEGER NOT NULL,"
+        " logical INTEGER NOT NULL, origin TEXT NOT NULL, expires REAL);"
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT);"
+        "INSERT INTO records VALUES ('old', '{\"a\": 1}', 5, 0, 'n2', NULL);"
+    )
+    db.close()
+    reactor = InlineThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0)
+    assert snaps.load() == 1
+    assert store.get("old").value == {"a": 1}  # type: ignore[union-attr]
+    store.put("new", 2)
+    snaps.save()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (snapshot.SCHEMA_VERSION,)
+    assert db.execute("SELECT count(*) FROM records").fetchone() == (2,)
+    db.close()
+
+
+def test_a_snapshot_of_a_newer_schema_is_never_written_into(tmp_path: Path) -> None:
+    """A write finding a newer schema version (a file swapped in while running) fails and
+    leaves the file as it was."""
+    path, _ = saved(tmp_path)
+    newer_schema(path)
+    before = path.read_bytes()
+    with pytest.raises(snapshot.Unreadable, match="schema version 99"):
+        snapshot.write(path, [("k", "1", 1, 0, "n1", None)], "n1", full=False)
+    assert path.read_bytes() == before
+
+
+def test_the_file_is_private_before_sqlite_writes_a_byte(tmp_path: Path, monkeypatch: Any) -> None:
+    """Even with a umask of 0, the snapshot exists with mode 0600 before SQLite opens it (so
+    it is never readable by others, nor is the journal SQLite makes with the file's mode);
+    a file written by an older version with mode 0644 is narrowed to 0600."""
+    modes: list[int] = []
+    original = snapshot._connect
+
+    def spying(path: Path) -> Any:
+        modes.append(stat.S_IMODE(os.stat(path).st_mode))
+        return original(path)
+
+    monkeypatch.setattr(snapshot, "_connect", spying)  # a spy: it still connects
+    old = os.umask(0)
+    try:
+        snapshot.write(tmp_path / "new" / snapshot.FILENAME, [("k", "1", 1, 0, "n1", None)], "n1")
+    finally:
+        os.umask(old)
+    assert modes == [0o600]
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+    older = tmp_path / "old" / snapshot.FILENAME
+    older.parent.mkdir()
+    older.touch(mode=0o644)
+    os.chmod(older, 0o644)
+    snapshot.write(older, [("k", "1", 1, 0, "n1", None)], "n1")
+    assert stat.S_IMODE(os.stat(older).st_mode) == 0o600
+
+
+def test_writes_use_the_rollback_journal_and_extra_syncs(tmp_path: Path) -> None:
+    """The settings crash safety rests on (see the module docstring): journal_mode DELETE,
+    synchronous EXTRA (3), on every connection the snapshot opens."""
+    path, _ = saved(tmp_path)
+    db = snapshot._connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert db.execute("PRAGMA synchronous").fetchone() == (3,)
+    finally:
+        db.close()
+
+
+def test_a_snapshot_damaged_while_running_is_set_aside_and_written_whole_again(tmp_path: Path) -> None:
+    """A write that finds the file damaged (here: its header overwritten while the node
+    runs) moves it aside with a warning, and the next write saves the whole store, not only
+    what changed since, so the new file loads into the same state."""
+    path, store = saved(tmp_path)
+    reactor = InlineThreads()
+    snaps = Snapshotter(store, tmp_path, reactor, lambda: 1_700_000_000.0)
+    damage_header(path)
+    store.put("later", 1)
+    with capturedLogs() as events:
+        snaps.save()
+    lines = [formatEvent(e) for e in events]
+    warning = [line for line in lines if "unreadable" in line]
+    assert len(warning) == 1, lines
+    assert "file is not a database" in warning[0], warning
+    assert "the next write saves the whole store to a new file" in warning[0], warning
+    assert set_aside_files(tmp_path) == ["state.sqlite.bad-20231114T221320Z"]
+    snaps.save()
+    again = Store("n1", reactor.seconds)
+    assert snapshot.read(path, again, 0.0) == len(store) == 21
+    assert again.digest() == store.digest()
