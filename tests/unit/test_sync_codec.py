@@ -90,3 +90,20 @@ def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_
         ages.update({entry[0]: entry[6] for entry in json.loads(batch)})
     assert sorted(keys) == sorted(f"k/{i}" for i in range(count))
     assert set(ages.values()) == {0.0, 100.0}  # each chunk aged when it was encoded
+
+
+@pytest.mark.parametrize("field", ["key", "value"])
+def test_text_that_is_not_utf8_is_refused(field: str) -> None:
+    """JSON may escape a lone UTF-16 surrogate; such a string cannot be hashed (keys) nor sent
+    on (values), so a record holding one is malformed."""
+    key = '"k\\ud800"' if field == "key" else '"k"'
+    value = '"\\udfff"' if field == "value" else "1"
+    batch = f'[[{key},{value},5000,0,"gtm-a",null,0]]'.encode()
+    with pytest.raises(codec.BadMessage, match="not valid UTF-8"):
+        codec.decode(batch, now=10.0)
+
+
+def test_an_escaped_surrogate_pair_is_ordinary_text() -> None:
+    """A pair of escaped surrogates is one character outside the BMP: accepted."""
+    (record,) = codec.decode(b'[["k","\\ud83d\\ude00",5000,0,"gtm-a",null,0]]', now=10.0)
+    assert record.value == "\U0001f600"
