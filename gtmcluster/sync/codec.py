@@ -26,7 +26,7 @@ MAX_FUTURE_MS = 24 * 3600 * 1000
 MAX_TTL = 10 * 365 * 24 * 3600.0
 
 
-#: JSON's escape of a UTF-16 surrogate (``\\ud800``): alone, it makes a string that is not
+#: JSON's escape of a UTF-16 surrogate (``\ud800``): alone, it makes a string that is not
 #: UTF-8, which the store (hashing keys) and the wire (sending values on) cannot encode
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 

@@ -7,8 +7,10 @@ State machine (inputs on the left, what happens on the right):
     hello     --initiator: our Hello answered OK----->   established
     hello     --responder: their Hello is right------>   established
     hello     --wrong name/group/version, timeout---->   closed (logged)
-    established --any command--------------------->   (dispatched; idle timer reset)
-    established --silence for idle_timeout--------->   closed
+    established --any whole box (command, answer)-->   (dispatched; idle timer reset)
+    established --no whole box for idle_timeout---->   closed (a box trickled byte by
+                                                         byte never completes, so it
+                                                         does not keep the connection)
     any       --a command before established, a box
                 too large, too many commands/second -->  closed (logged)
 
@@ -30,7 +32,7 @@ from zope.interface import implementer
 
 from gtmcluster.sync import commands
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.tls import IdentityError, peer_identity
+from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
 
 if TYPE_CHECKING:
     from gtmcluster.sync.replicator import Replicator
@@ -59,6 +61,8 @@ class PeerProtocol(amp.AMP):
         #: the connection's phase (not `state`: AMP's string parser owns that attribute)
         self.phase = HANDSHAKE
         self.peer: str | None = None
+        #: the peer's certificate (serial in hex, expiry), once the handshake is done
+        self.certificate: dict[str, str] = {}
         self.datacenter = ""
         self.version = 0
         self.config_digest = ""
@@ -85,6 +89,7 @@ class PeerProtocol(amp.AMP):
         except IdentityError as e:
             self.violation(f"certificate refused: {e}")
             return
+        self.certificate = certificate_summary(self.transport)
         self.phase = HELLO
         if self.initiator:
             d = self.callRemote(
@@ -138,7 +143,7 @@ class PeerProtocol(amp.AMP):
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phase = ESTABLISHED
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
-        self._arm(self.replicator.idle_timeout, "silent for too long")
+        self._arm(self.replicator.idle_timeout, self._idle_reason())
         self._schedule_heartbeat()
         if self.initiator:
             self._announced = True
@@ -174,7 +179,7 @@ class PeerProtocol(amp.AMP):
                 "dropping peer connection {peer} ({direction}): TLS handshake failed: {reason}",
                 peer=self.expected or self._address(),
                 direction="outgoing" if self.initiator else "incoming",
-                reason=reason.getErrorMessage(),
+                reason=_handshake_failure(self.transport, reason),
                 event="peer_refused",
             )
         self.phase = CLOSED
@@ -197,10 +202,15 @@ class PeerProtocol(amp.AMP):
         self._timer = None
         self.violation(why)
 
-    def dataReceived(self, data: bytes) -> None:
+    def _idle_reason(self) -> str:
+        return f"silent for too long (no complete message in {self.replicator.idle_timeout:g}s)"
+
+    def ampBoxReceived(self, box: amp.AmpBox) -> None:
+        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
+        # by byte is silent as far as the idle timeout goes.
         if self.phase == ESTABLISHED:
-            self._arm(self.replicator.idle_timeout, "silent for too long")
-        super().dataReceived(data)
+            self._arm(self.replicator.idle_timeout, self._idle_reason())
+        super().ampBoxReceived(box)
 
     def proto_key(self, string: bytes) -> str:
         if not string:
@@ -324,6 +334,24 @@ class PeerProtocol(amp.AMP):
 
 class _Dropped(Exception):
     """A command whose peer was just dropped: no answer is sent."""
+
+
+def _handshake_failure(transport: Any, reason: Failure) -> str:
+    why = refusal(transport)
+    message = reason.getErrorMessage()
+    return f"{message} ({why})" if why else message
+
+
+def certificate_summary(transport: Any) -> dict[str, str]:
+    """Serial (hex) and expiry of the peer's certificate, for logs and the status page."""
+    peer_cert = transport.getPeerCertificate() if hasattr(transport, "getPeerCertificate") else None
+    if peer_cert is None:
+        return {}
+    cert = peer_cert.to_cryptography()
+    return {
+        "serial": f"{cert.serial_number:x}",
+        "not_after": cert.not_valid_after_utc.strftime("%Y-%m-%d %H:%M:%SZ"),
+    }
 
 
 def super_dispatch(proto: PeerProtocol, box: amp.AmpBox) -> Deferred[Any]:

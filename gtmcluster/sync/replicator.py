@@ -68,6 +68,8 @@ class PeerState:
     sent: int = 0  # records sent to it
     received: int = 0  # records received from it
     synced: bool = False  # one full reconciliation has completed
+    #: the certificate its latest connection showed (serial, expiry)
+    certificate: dict[str, str] = field(default_factory=dict)
 
     @property
     def connected(self) -> bool:
@@ -148,16 +150,18 @@ class Replicator:
         peer.datacenter = proto.datacenter
         peer.version = proto.version
         peer.config_digest = proto.config_digest
+        peer.certificate = proto.certificate
         now = self.clock.seconds()
         peer.last_contact = now
         if first:
             peer.connected_since = now
             self._announce_connections()
             log.info(
-                "peer {peer} (data center {datacenter}) connected, protocol {version}",
+                "peer {peer} (data center {datacenter}) connected, protocol {version}, certificate serial {serial}",
                 peer=peer.name,
                 datacenter=peer.datacenter,
                 version=peer.version,
+                serial=peer.certificate.get("serial", "?"),
                 event="peer_up",
             )
         if not first:
