@@ -57,6 +57,12 @@ def amp_box(**fields: str | int | bytes) -> bytes:
     return out + b"\0\0"
 
 
+def amp_field(key: str, value: str) -> bytes:
+    """How one key and value of a box look on the wire."""
+    data = value.encode()
+    return struct.pack("!H", len(key)) + key.encode() + struct.pack("!H", len(data)) + data
+
+
 def parse_boxes(data: bytes) -> list[dict[bytes, bytes]]:
     """The complete AMP boxes at the start of *data* (a partial last one is left out)."""
     boxes: list[dict[bytes, bytes]] = []
@@ -129,6 +135,8 @@ class Outcome:
 
     def answered(self, ask: str | None = None) -> bool:
         """Whether an answer (to the command with ``_ask`` *ask*, or any) came back."""
+        if ask is not None and amp_field("_answer", ask) not in self.data:
+            return False  # (a quick look first: a flood's answers are many, and this runs per read)
         return any(b"_answer" in box and (ask is None or box[b"_answer"] == ask.encode()) for box in self.boxes)
 
     def answer(self, ask: str) -> dict[bytes, bytes] | None:
