@@ -74,6 +74,7 @@ class PeerProtocol(amp.AMP):
         self._why = ""  # why we closed it, when we did
         self._tokens = RATE_BURST
         self._tokens_at = 0.0
+        self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -293,8 +294,27 @@ class PeerProtocol(amp.AMP):
             raise _Dropped() from None
 
     @commands.Publish.responder
-    def publish(self, records: bytes, bulk: bool | None = None) -> dict[str, Any]:
-        return {"merged": self._guard(self.replicator.receive, records, bool(bulk))}
+    def publish(self, records: bytes, bulk: bool | None = None) -> Deferred[dict[str, Any]]:
+        """One batch at a time, a slice per reactor turn (`Replicator.receive_in_slices`):
+        nothing more is read from this peer until the batch is merged and the reactor has
+        turned, so DNS queries are answered in between and a flood waits in the sender's
+        socket rather than in this node's memory."""
+        merging: Deferred[int] = self._guard(self.replicator.receive_in_slices, records, bool(bulk))
+        self._merging += 1
+        if not self.paused:
+            self.pauseProducing()
+
+        def merged(count: int) -> dict[str, Any]:
+            self._merging -= 1
+            if not self._merging:
+                self.replicator.clock.callLater(0, self._resume)
+            return {"merged": count}
+
+        return merging.addCallback(merged)
+
+    def _resume(self) -> None:
+        if not self._merging and self.paused and self.phase != CLOSED and self.transport is not None:
+            self.resumeProducing()
 
     @commands.Summary.responder
     def summary(self, summary: bytes) -> dict[str, Any]:
