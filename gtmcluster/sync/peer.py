@@ -11,6 +11,8 @@ State machine (inputs on the left, what happens on the right):
     established --no whole box for idle_timeout---->   closed (a box trickled byte by
                                                          byte never completes, so it
                                                          does not keep the connection)
+    established --a Publish batch------------------->   reading from the peer pauses until the
+                                                         batch is merged (a slice per turn)
     any       --a command before established, a box
                 too large, too many commands/second -->  closed (logged)
 
