@@ -14,6 +14,7 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -27,17 +28,19 @@ from tests.support.peerattack import (
     IDLE_MEMBER,
     PARTNER,
     TARGET,
+    Dialled,
     Lab,
     amp_box,
     assert_refused_silently,
     attack,
     client_context,
+    fake_member,
     hello,
     made_certificate,
     parse_boxes,
     running_lab,
 )
-from tests.support.trio import POLL, SYNC_SETTINGS, summarize
+from tests.support.trio import POLL, SYNC_SETTINGS, Group, summarize
 
 pytestmark = pytest.mark.process
 
@@ -60,10 +63,25 @@ def customize(config: dict[str, Any]) -> None:
     config["wideips"][WIDEIP]["persistence"] = {"ttl": 600}
 
 
+#: the connections n1 and n2 made to the fake n3 (see `lab`), as they come
+DIALLED: dict[str, list[Dialled]] = {}
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A group of three members with n1 and n2 running and connected."""
-    with running_lab(tmp_path_factory.mktemp("sync-security"), customize) as lab:
+    """A group of three members with n1 and n2 running and connected. From before they
+    start, n3's peer address is served by a fake n3 whose certificate (from the group CA)
+    allows only clientAuth; what n1 and n2 do when they dial it lands in `DIALLED`."""
+
+    @contextmanager
+    def fake_n3(group: Group) -> Iterator[None]:
+        usage = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        cert, key = made_certificate(group, IDLE_MEMBER, (-1, 30), "client-only-n3", usage)
+        with fake_member(group, IDLE_MEMBER, cert, key) as dialled:
+            DIALLED[IDLE_MEMBER] = dialled
+            yield
+
+    with running_lab(tmp_path_factory.mktemp("sync-security"), customize, fake_n3) as lab:
         yield lab
 
 
@@ -257,6 +275,23 @@ def test_a_certificate_not_for_client_use_is_refused(lab: Lab) -> None:
     assert_refused_silently(outcome)
     lab.assert_intact()
     assert "purpose" in lab.wait_rejection_logged(offset, outcome)
+
+
+def test_a_member_whose_certificate_is_not_for_server_use_is_not_talked_to(lab: Lab) -> None:
+    """n1 and n2 dial n3 (a fake whose group-CA certificate allows only clientAuth) and abort
+    each TLS handshake: the fake sees their "unsupported certificate" alert and never a byte
+    of application data (no Hello); n1 logs the failed outgoing handshake and lists n3 as
+    not connected. (Nodes dial from the wildcard address, so the fake cannot tell n1 from
+    n2: every connection it got must have ended so.)"""
+    dialled = DIALLED[IDLE_MEMBER]
+    line = lab.wait_line(0, f"dropping peer connection {IDLE_MEMBER} (outgoing)", within=20.0)
+    assert "TLS handshake failed" in line, line
+    assert dialled, "the fake n3 was never dialled"
+    ended = [c for c in dialled if c.error is not None or c.data]
+    assert ended and all(c.data == b"" for c in ended), ended
+    assert all("unsupported certificate" in (c.error or "").lower() for c in ended), ended
+    n3 = next(p for p in lab.group.status(TARGET)["peers"] if p["name"] == IDLE_MEMBER)
+    assert not n3["connected"], n3
 
 
 @pytest.mark.parametrize("version", [tlswire.TLS1_0, tlswire.TLS1_1])

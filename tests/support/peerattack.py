@@ -20,9 +20,10 @@ import datetime
 import socket
 import ssl
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -267,14 +268,75 @@ class Lab:
 
 
 @contextmanager
-def running_lab(workdir: Path, customize: Callable[[dict[str, Any]], None] | None = None) -> Iterator[Lab]:
-    """A group of three members with n1 and n2 running and connected, and a foreign CA."""
-    with running_group(workdir, 3, run=[TARGET, PARTNER], customize=customize) as group:
+def running_lab(
+    workdir: Path,
+    customize: Callable[[dict[str, Any]], None] | None = None,
+    before_start: Callable[[Group], AbstractContextManager[object]] | None = None,
+) -> Iterator[Lab]:
+    """A group of three members with n1 and n2 running and connected, and a foreign CA;
+    *before_start* (the group's files exist, no node runs yet) lasts as long as the lab."""
+    with (
+        running_group(workdir, 3, run=[], customize=customize) as group,
+        before_start(group) if before_start is not None else nullcontext(),
+    ):
+        group.start(TARGET, PARTNER)
         statuses = group.wait_converged([TARGET, PARTNER])
         other_ca = workdir / "other-ca"
         certs.init_ca(other_ca)
         certs.issue(other_ca, IDLE_MEMBER)
         yield Lab(group, statuses[TARGET]["config_digest"], time.monotonic(), other_ca)
+
+
+@dataclass
+class Dialled:
+    """One connection a `fake_member` accepted."""
+
+    source: str  # the dialling node's address
+    error: str | None = None  # what ended the TLS handshake, if it failed
+    data: bytes = b""  # application bytes received
+
+
+@contextmanager
+def fake_member(group: Group, node: str, cert: Path, key: Path) -> Iterator[list[Dialled]]:
+    """A TLS server on member *node*'s peer address showing *cert*, requiring a client
+    certificate from the group CA, as a member's node would; yields the connections it got
+    (each read for up to a second after the handshake), growing while it runs."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    context.load_verify_locations(cafile=str(group.certs / "ca.pem"))
+    context.verify_mode = ssl.CERT_REQUIRED
+    listener = socket.create_server(group.members[node].peer)
+    listener.settimeout(POLL)
+    seen: list[Dialled] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                raw, address = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            connection = Dialled(address[0])
+            seen.append(connection)
+            raw.settimeout(1.0)
+            try:
+                with context.wrap_socket(raw, server_side=True) as tls:
+                    connection.data = tls.recv(65536)
+            except (ssl.SSLError, OSError) as e:
+                connection.error = f"{type(e).__name__}: {e}"
+            finally:
+                raw.close()
+
+    thread = threading.Thread(target=serve, name=f"fake {node}", daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
 
 
 def made_certificate(
