@@ -73,6 +73,7 @@ class PeerProtocol(amp.AMP):
         self._heartbeat: IDelayedCall | None = None
         self._box_bytes = 0
         self._announced = False  # the replicator knows this connection (and must hear of its end)
+        self._was_established = False
         self._why = ""  # why we closed it, when we did
         self._tokens = RATE_BURST
         self._tokens_at = 0.0
@@ -145,6 +146,9 @@ class PeerProtocol(amp.AMP):
 
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phase = ESTABLISHED
+        self._was_established = True
+        if self.initiator and self.factory is not None:
+            self.factory.refused = 0
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
         self._arm(self.replicator.idle_timeout, self._idle_reason())
         self._schedule_heartbeat()
@@ -185,6 +189,8 @@ class PeerProtocol(amp.AMP):
                 reason=_handshake_failure(self.transport, reason),
                 event="peer_refused",
             )
+        if self.initiator and not self._was_established and self.factory is not None:
+            self.factory.refused += 1  # the dialler waits longer before the next attempt
         self.phase = CLOSED
         for timer in (self._timer, self._heartbeat):
             if timer is not None and timer.active():

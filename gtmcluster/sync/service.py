@@ -1,7 +1,8 @@
 """The peer service: the TLS listener, a connection to every other member, anti-entropy.
 
 Outgoing connections are Twisted `ClientService`s: they reconnect with capped exponential
-backoff (0.5 s doubling to 30 s, with jitter). Both members of a pair dial each other; two
+backoff (0.5 s doubling to 30 s, with jitter), counting connections refused at TLS or Hello
+as failed attempts too. Both members of a pair dial each other; two
 connections between the same pair are harmless (one carries the pushes).
 
 Every new connection, accepted or dialled, is built from the credentials in use at that
@@ -41,6 +42,10 @@ class PeerFactory(Factory[Protocol]):
     def __init__(self, replicator: Replicator, expected: str | None = None):
         self.replicator = replicator
         self.expected = expected
+        #: (dialling) connections in a row that ended before their Hello was done: the
+        #: peer refused us, or we it. ClientService counts only failed TCP connects, so
+        #: without this a refused peer would be dialled again after the first delay each time.
+        self.refused = 0
 
     def buildProtocol(self, addr: IAddress | None) -> Protocol:
         proto = PeerProtocol(self.replicator, self.expected)
@@ -83,10 +88,12 @@ class PeerService(MultiService):
         else:
             tcp = TCP4ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
         endpoint = wrapClientTLS(self.tls.client_creator(member.name), tcp)
+        factory = PeerFactory(self.replicator, member.name)
+        backoff = backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random)
         client = ClientService(
             endpoint,
-            PeerFactory(self.replicator, member.name),
-            retryPolicy=backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random),
+            factory,
+            retryPolicy=lambda attempts: backoff(attempts + factory.refused),
             clock=self.reactor,
         )
         client.setName(f"peer {member.name}")

@@ -8,12 +8,16 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs
+from twisted.python.failure import Failure
 
 from gtmcluster.state import snapshot
 from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.sync import certs, codec
 from gtmcluster.sync.replicator import DIGEST_DELAY, MERGE_SLICE
+from gtmcluster.sync.service import PeerFactory
 from gtmcluster.sync.tls import load_credentials
 from tests.support.cluster import MemoryCluster
 
@@ -237,3 +241,20 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
     assert [c.getTime() for c in trio.clock.getDelayedCalls()].count(now) == 1  # the next slice, next turn
     trio.clock.advance(0)
     assert len(trio.stores["gtm-b"]) == 250 and results == [250]
+
+
+def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: MemoryCluster) -> None:
+    """Each dialled connection that ends before its Hello is done (refused at TLS or Hello)
+    counts on the dialler's factory, which lengthens the ClientService's next delay; the end
+    of a connection that got through is no refusal."""
+    factory = PeerFactory(trio.replicators["gtm-a"], "gtm-c")
+    for expected in (1, 2):
+        refused = factory.buildProtocol(None)
+        refused.makeConnection(StringTransport())
+        refused.connectionLost(Failure(ConnectionDone("TLS handshake failed")))
+        assert factory.refused == expected
+    good = trio.connect("gtm-a", "gtm-b")
+    dialler = good.client.wrappedProtocol.factory
+    assert isinstance(dialler, PeerFactory) and dialler.refused == 0
+    good.cut()
+    assert dialler.refused == 0
