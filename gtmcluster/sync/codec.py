@@ -19,6 +19,10 @@ from gtmcluster.state.store import MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text
 
 MAX_BATCH = 60_000
+#: the largest record this node accepts, encoded with age 0 (so every node measures it
+#: alike): with any age (at most 16 more bytes) it still fits a batch of its own, so a
+#: record merged here never becomes one that cannot be relayed or pulled
+MAX_RECORD = MAX_BATCH - 2 - 16
 MAX_KEY = 512
 #: a version further than this ahead of our clock is refused (it would drag every
 #: node's hybrid clock into the future)
@@ -88,9 +92,13 @@ def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> l
     # only a batch that may hold such an escape is checked record by record (ours do not,
     # unless some text has a backslash before "ud8".."udf": then the check just passes)
     check_text = _SURROGATE_ESCAPE.search(batch) is not None
+    # only a batch larger than a record may be can hold one too large
+    check_size = len(batch) > MAX_RECORD
     for entry in entries:
         record = _record(entry, now, origins, check_text)
         if record is not None:
+            if check_size and len(encode(record, record.born)) > MAX_RECORD:
+                raise BadMessage(f"record {record.key!r} is larger than {MAX_RECORD} bytes")
             out.append(record)
     return out
 

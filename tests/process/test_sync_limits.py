@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.sync.codec import MAX_FUTURE_MS, MAX_KEY, MAX_TTL
+from gtmcluster.sync.codec import MAX_FUTURE_MS, MAX_KEY, MAX_RECORD, MAX_TTL
 from tests.support import dnsclient
 from tests.support.nodeproc import loopback_address
 from tests.support.peerattack import (
@@ -49,6 +49,16 @@ NOT_ALLOWED = [f"198.18.{i // 250}.{i % 250 + 1}" for i in range(5000)]
 PROBES_PER_SECOND = 1
 PROBE_INTERVAL = 60  # a request lives half of it: 30 s, so 30 of one origin's requests may wait
 LOGICAL_LIMIT = 2**31 - 1
+#: AMP frames a value with a 2-byte length
+AMP_MAX_VALUE = 65_535
+
+
+def sized(record: list[Any], size: int) -> list[Any]:
+    """*record* with its (string) value padded so that it encodes to *size* bytes."""
+    encoded = len(json.dumps(record, separators=(",", ":")).encode())
+    record[1] += "v" * (size - encoded)
+    assert len(json.dumps(record, separators=(",", ":")).encode()) == size
+    return record
 
 
 def customize(config: dict[str, Any]) -> None:
@@ -86,7 +96,7 @@ def entry(
 
 
 def publish(ask: int, records: list[Any] | bytes) -> bytes:
-    data = records if isinstance(records, bytes) else json.dumps(records).encode()
+    data = records if isinstance(records, bytes) else json.dumps(records, separators=(",", ":")).encode()
     return amp_box(_command="Publish", _ask=str(ask), records=data)
 
 
@@ -133,17 +143,21 @@ def test_a_stale_replayed_record_is_ignored(lab: Lab) -> None:
 
 def test_values_at_their_limits_are_accepted_and_the_group_carries_on(lab: Lab) -> None:
     """A key of MAX_KEY characters, a TTL of MAX_TTL, and a version just under a day ahead with
-    the largest logical counter are merged (answer "merged 3"). The node's clock follows the
-    version it saw, so its next own write must still carry a version its peers accept: a
-    new record on n1 reaches n2, and n1 and n2 stay connected."""
+    the largest logical counter are merged (answer "merged 3"), and so is a record of
+    MAX_RECORD bytes (which n1 then relays: the digests agree). The node's clock follows the version it saw, so
+    its next own write must still carry a version its peers accept: a new record on n1
+    reaches n2, and n1 and n2 stay connected."""
     now_ms = int(time.time() * 1000)
     records = [
         entry("test/" + "k" * (MAX_KEY - len("test/"))),
         entry("test/longest-ttl", ttl=MAX_TTL),
         entry("test/latest", wall_ms=now_ms + MAX_FUTURE_MS - 60_000, logical=LOGICAL_LIMIT),
     ]
-    outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest), publish(2, records), until_answered="2")
+    largest = sized(entry("test/largest", ""), MAX_RECORD)
+    follow = publish(2, records) + publish(3, [largest])
+    outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest), follow, until_answered="3")
     assert merged(outcome, 2) == 3, outcome
+    assert merged(outcome, 3) == 1, outcome
     write_on_target_reaches_partner(lab)
     lab.assert_intact()
 
@@ -152,6 +166,11 @@ def test_values_at_their_limits_are_accepted_and_the_group_carries_on(lab: Lab) 
 BEYOND: dict[str, tuple[Callable[[int], list[Any] | bytes], str]] = {
     "a key one character too long": (lambda now: [entry("k" * (MAX_KEY + 1))], "bad record key"),
     "an empty key": (lambda now: [entry("")], "bad record key"),
+    "a record one byte too large": (lambda now: [sized(entry("test/large", ""), MAX_RECORD + 1)], "larger than"),
+    "a record as large as AMP can frame": (
+        lambda now: [sized(entry("test/larger", ""), AMP_MAX_VALUE - 2)],
+        "larger than",
+    ),
     "a TTL over the limit": (lambda now: [entry("test/ttl", ttl=MAX_TTL * 1.001)], "bad TTL"),
     "a TTL of zero": (lambda now: [entry("test/ttl", ttl=0)], "bad TTL"),
     "a version more than a day ahead": (

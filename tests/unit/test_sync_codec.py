@@ -107,3 +107,19 @@ def test_an_escaped_surrogate_pair_is_ordinary_text() -> None:
     """A pair of escaped surrogates is one character outside the BMP: accepted."""
     (record,) = codec.decode(b'[["k","\\ud83d\\ude00",5000,0,"gtm-a",null,0]]', now=10.0)
     assert record.value == "\U0001f600"
+
+
+def test_the_largest_record_accepted_can_always_be_sent_on() -> None:
+    """A record of MAX_RECORD bytes (encoded with age 0) is accepted and still fits a batch
+    when sent on a year later (its age then longer); one byte more is refused."""
+
+    def entry(size: int) -> bytes:
+        base = ["k", "", 5000, 0, "gtm-a", None, 0.0]
+        base[1] = "v" * (size - len(json.dumps(base, separators=(",", ":"))))
+        return json.dumps([base], separators=(",", ":")).encode()
+
+    (record,) = codec.decode(entry(codec.MAX_RECORD), now=10.0)
+    ((batch, keys),) = list(codec.batches([record], now=10.0 + 365 * 86400.123))
+    assert keys == ["k"] and len(batch) <= codec.MAX_BATCH
+    with pytest.raises(codec.BadMessage, match="larger than"):
+        codec.decode(entry(codec.MAX_RECORD + 1), now=10.0)
