@@ -92,8 +92,10 @@ def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> l
     # only a batch that may hold such an escape is checked record by record (ours do not,
     # unless some text has a backslash before "ud8".."udf": then the check just passes)
     check_text = _SURROGATE_ESCAPE.search(batch) is not None
-    # only a batch larger than a record may be can hold one too large
-    check_size = len(batch) > MAX_RECORD
+    # Re-encoded, a record may be longer than it came (up to 4.5 times: JSON's 1e15 is
+    # 1000000000000000.0 in Python's form), so any batch over a fifth of the limit is
+    # checked record by record; smaller ones cannot hold a record too large.
+    check_size = len(batch) * 5 > MAX_RECORD
     for entry in entries:
         record = _record(entry, now, origins, check_text)
         if record is not None:

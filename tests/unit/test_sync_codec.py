@@ -123,3 +123,13 @@ def test_the_largest_record_accepted_can_always_be_sent_on() -> None:
     assert keys == ["k"] and len(batch) <= codec.MAX_BATCH
     with pytest.raises(codec.BadMessage, match="larger than"):
         codec.decode(entry(codec.MAX_RECORD + 1), now=10.0)
+
+
+def test_a_record_that_grows_when_re_encoded_is_measured_as_it_would_be_sent() -> None:
+    """Numbers written short (1e15) are longer in the form this node sends them: a batch of
+    14 KB of them holds a record over MAX_RECORD once re-encoded, and is refused."""
+    value = [1e15] * 3500  # "1e15" on the wire, "1000000000000000.0" when sent on
+    raw = b'[["k",[' + b",".join([b"1e15"] * len(value)) + b'],5000,0,"gtm-a",null,0]]'
+    assert len(raw) < 20_000
+    with pytest.raises(codec.BadMessage, match="larger than"):
+        codec.decode(raw, now=10.0)
