@@ -35,7 +35,7 @@ from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService
-from gtmcluster.sync.tls import Credentials
+from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 log = Logger()
 
@@ -73,6 +73,16 @@ class NodeService(MultiService):
         #: reads and checks a config file off the reactor thread
         self.read_config: Callable[[str], defer.Deferred[Config]] = lambda path: threads.deferToThreadPool(
             reactor, reactor.getThreadPool(), load, path
+        )
+        #: reads and checks this node's TLS files of a config off the reactor thread
+        self.read_credentials: Callable[[Config], defer.Deferred[Credentials]] = lambda config: (
+            threads.deferToThreadPool(
+                reactor,
+                reactor.getThreadPool(),
+                load_credentials,
+                config.tls_for(node.member.name),
+                node.member.name,
+            )
         )
 
     def startService(self) -> None:
@@ -121,6 +131,16 @@ class NodeService(MultiService):
             problems = [f"{self.config_path}: could not be read (an internal error, see the node's log)"]
         else:
             problems = restart_needed(node.config, new, node.member.name)
+        creds = None
+        if not problems and self.peers is not None:
+            # renewed certificates (same paths, new files) or new paths: checked before use
+            try:
+                creds = await self.read_credentials(new)
+            except CredentialError as e:
+                problems = [f"sync group TLS: {e}"]
+            except Exception:
+                log.failure("reading the TLS files failed")
+                problems = ["sync group TLS: the files could not be read (an internal error, see the node's log)"]
         if problems:
             log.error(
                 "reload refused, the running config stays: {problems}",
@@ -128,11 +148,12 @@ class NodeService(MultiService):
                 event="reload_refused",
             )
             return problems
-        self.switch(new)
+        self.switch(new, creds)
         return []
 
-    def switch(self, new: Config) -> None:
-        """Answer from *new* (checked already) from now on, and retune every part."""
+    def switch(self, new: Config, creds: Credentials | None = None) -> None:
+        """Answer from *new* (checked already) from now on, and retune every part; new peer
+        connections use *creds* (checked already), when given."""
         node = self.node
         node.reload(new)
         if self.dns is not None:
@@ -144,6 +165,8 @@ class NodeService(MultiService):
         self.replicator.reconfigure(names, new.digest)
         if self.peers is not None:
             self.peers.reconfigure([m for m in new.sync_group.members if m.name != node.member.name])
+            if creds is not None:
+                self.peers.use_credentials(creds)
         if self.probes is not None:
             self.probes.reconfigure(node.measurements, Budget(new.prober, self.reactor.seconds))
         if self.workers is not None:
@@ -173,8 +196,6 @@ def restart_needed(old: Config, new: Config, node: str) -> list[str]:
         problems.append("the group changed between one member and several: restart to open or close the peer port")
     if old.dns_server.processes != new.dns_server.processes:
         problems.append("dns_server.processes changed: restart the node to start or stop answering processes")
-    if old.tls_for(node) != new.tls_for(node):
-        problems.append("the TLS file paths changed: restart the node to load them")
     return problems
 
 

@@ -60,4 +60,5 @@ class ProbeStats:
     def __init__(self) -> None:
         self.probes = 0
         self.failures = 0
+        self.ignored = 0  # probe requests ignored: their origin had too many waiting
         self.rtt = Histogram(RTT_BUCKETS)

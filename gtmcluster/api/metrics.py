@@ -99,6 +99,13 @@ class NodeCollector(Collector):
             failures = CounterMetricFamily("gtm_probe_failures", "LDNS probes that got no reply", labels=["datacenter"])
             failures.add_metric([dc], stats.failures)
             yield failures
+            ignored = CounterMetricFamily(
+                "gtm_probe_requests_ignored",
+                "probe requests ignored because their origin had too many waiting (a flood)",
+                labels=["datacenter"],
+            )
+            ignored.add_metric([dc], stats.ignored)
+            yield ignored
             yield _histogram("gtm_probe_rtt_seconds", "measured LDNS round trips", stats.rtt, {"datacenter": dc})
 
         connected = GaugeMetricFamily("gtm_peer_connected", "1 when connected to the peer", labels=["peer"])

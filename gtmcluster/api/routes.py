@@ -23,6 +23,7 @@ def routes(service: NodeService) -> list[Route]:
     def get_status(args: Args, parts: Args) -> Any:
         answer = status(node, service.replicator, service.reactor.seconds())
         answer["workers"] = service.workers.describe() if service.workers is not None else []
+        answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
         return answer
 
     def post_admin(args: Args, parts: Args) -> Any:

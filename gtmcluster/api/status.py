@@ -30,6 +30,7 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
                 "synced": peer.synced,
                 "protocol": peer.version,
                 "state_digest": peer.digest,
+                "certificate": peer.certificate or None,
             }
         )
     snapshot = node.health.snapshot

@@ -5,11 +5,20 @@ node does not publish one while another is live). Every node that sees it probes
 unless its own path is fresh (younger than half the probe interval) or backing off after
 failures, within the node's rate and in-flight limits, and writes what it measured as its
 data center's path record.
+
+Requests wait in one queue per origin (the node that filed them), and the queues take
+turns: a member that floods the group with requests (a bug, or a stolen certificate) gets
+its turn like every other member, so the requests of the others are still probed at once,
+and at most as many of its requests wait as this node can probe while a request lives
+(`queue_limit`: older ones would be stale by their turn); the rest are ignored (counted,
+and logged once per flood). The node's own `max_per_second` and `max_in_flight` bound the
+probes all origins together start.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections import deque
 from typing import Any, Protocol
 
@@ -17,6 +26,7 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from gtmcluster.config.model import Prober as ProberSettings
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.table import REQUEST, Measurements, from_record, path_key, request_key, updated
 from gtmcluster.state.store import Record, Store
@@ -28,7 +38,8 @@ log = Logger()
 #: every node to probe once. While it lives no other request for that LDNS is filed, so it
 #: must not outlive the interval, or a stale path waits for it rather than for the interval.
 REQUEST_TTL = 60.0
-MAX_PENDING = 10_000
+#: requests of one origin that may always wait, however slow the prober
+MIN_QUEUE = 10
 
 
 class Sample(Protocol):
@@ -47,6 +58,11 @@ class Prober(Protocol):
 
 def request_ttl(probe_interval: float) -> float:
     return min(REQUEST_TTL, probe_interval / 2)
+
+
+def queue_limit(prober: ProberSettings) -> int:
+    """Requests of one origin that may wait: what this node probes while one request lives."""
+    return max(MIN_QUEUE, math.ceil(prober.max_per_second * request_ttl(prober.probe_interval)))
 
 
 def request(store: Store, budget: Budget, ldns: str, node: str) -> bool:
@@ -75,8 +91,10 @@ class ProbeScheduler(Service):
         self.node = node
         self.datacenter = datacenter
         self.reactor = reactor
-        self.pending: deque[str] = deque()
+        #: per origin, the LDNSes waiting; the dict's order is the order of turns
+        self.pending: dict[str, deque[str]] = {}
         self.queued: set[str] = set()
+        self._flooding: set[str] = set()  # origins whose queue is full (logged once)
         self._wake: Any = None
         self.stats = ProbeStats()
         store.subscribe(self._changed)
@@ -84,11 +102,13 @@ class ProbeScheduler(Service):
     def _changed(self, record: Record) -> None:
         fresh = record.key.startswith(REQUEST) and record.value is not None and record.live(self.store.clock())
         if fresh and self.running:
-            self.want(record.key[len(REQUEST) :])
+            self.want(record.key[len(REQUEST) :], record.origin)
 
-    def want(self, ldns: str) -> None:
-        """Probe *ldns* soon, unless there is no need or no permission."""
-        if ldns in self.queued or len(self.queued) >= MAX_PENDING:
+    def want(self, ldns: str, origin: str | None = None) -> None:
+        """Probe *ldns* soon, unless there is no need or no permission. *origin* is the
+        member that asked (default: this node); each has its own queue."""
+        origin = origin or self.node
+        if ldns in self.queued:
             return
         if self.budget.allowed(ldns) is not None:
             return
@@ -98,9 +118,36 @@ class ProbeScheduler(Service):
                 return  # measured lately
             if mine.failures and mine.age < mine.backoff():
                 return  # it does not answer: wait longer each time
+        queue = self.pending.get(origin)
+        limit = queue_limit(self.budget.prober)
+        if queue is not None and len(queue) >= limit:
+            self.stats.ignored += 1
+            if origin not in self._flooding:
+                self._flooding.add(origin)
+                log.warn(
+                    "{origin} asks for more than {limit} probes at once: ignoring its further requests "
+                    "until they are done",
+                    origin=origin,
+                    limit=limit,
+                    event="probe_flood",
+                )
+            return
         self.queued.add(ldns)
-        self.pending.append(ldns)
+        if queue is None:
+            queue = self.pending[origin] = deque()
+        queue.append(ldns)
         self._drain()
+
+    def _next(self) -> str:
+        """The first LDNS of the origin whose turn it is; that origin goes to the back."""
+        origin = next(iter(self.pending))
+        queue = self.pending.pop(origin)
+        ldns = queue.popleft()
+        if queue:
+            self.pending[origin] = queue
+        else:
+            self._flooding.discard(origin)
+        return ldns
 
     def _mine(self, ldns: str) -> Any:
         record = self.store.get(path_key(ldns, self.datacenter))
@@ -109,8 +156,7 @@ class ProbeScheduler(Service):
     def _drain(self) -> None:
         self._wake = None
         while self.pending and self.running and self.budget.take():
-            ldns = self.pending.popleft()
-            self._start(ldns)
+            self._start(self._next())
         if self.pending and self.running and self._wake is None:
             self._wake = self.reactor.callLater(max(0.01, self.budget.next_start()), self._drain)
 

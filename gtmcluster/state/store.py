@@ -146,6 +146,10 @@ def _fingerprint(key: str, wall_ms: int, logical: int, origin: str) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
+#: the largest logical counter a version may carry (the peer wire refuses larger ones)
+MAX_LOGICAL = 2**31 - 1
+
+
 @dataclass(slots=True)
 class OriginSummary:
     """What a store holds of one origin: how many records, and the XOR of their hashes."""
@@ -235,6 +239,10 @@ class Store:
     def _next_version(self) -> Version:
         wall = max(int(self.clock() * 1000), self._last.wall_ms)
         logical = self._last.logical + 1 if wall == self._last.wall_ms else 0
+        if logical > MAX_LOGICAL:
+            # The counter is full (a peer's version at the limit moved our clock there):
+            # the next millisecond instead, so no version of ours goes beyond the limit.
+            wall, logical = wall + 1, 0
         self._last = Version(wall, logical, self.origin)
         return self._last
 

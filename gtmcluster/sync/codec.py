@@ -11,19 +11,28 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from gtmcluster.state.store import Record, Version
+from gtmcluster.state.store import MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text
 
 MAX_BATCH = 60_000
+#: the largest record this node accepts, encoded with age 0 (so every node measures it
+#: alike): with any age (at most 16 more bytes) it still fits a batch of its own, so a
+#: record merged here never becomes one that cannot be relayed or pulled
+MAX_RECORD = MAX_BATCH - 2 - 16
 MAX_KEY = 512
 #: a version further than this ahead of our clock is refused (it would drag every
 #: node's hybrid clock into the future)
 MAX_FUTURE_MS = 24 * 3600 * 1000
 MAX_TTL = 10 * 365 * 24 * 3600.0
 
+
+#: JSON's escape of a UTF-16 surrogate (``\ud800``): alone, it makes a string that is not
+#: UTF-8, which the store (hashing keys) and the wire (sending values on) cannot encode
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 #: one encoder for every record (json.dumps would make one per call)
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=plain).encode
@@ -80,20 +89,29 @@ def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> l
     if not isinstance(entries, list):
         raise BadMessage("records are not a list")
     out = []
+    # only a batch that may hold such an escape is checked record by record (ours do not,
+    # unless some text has a backslash before "ud8".."udf": then the check just passes)
+    check_text = _SURROGATE_ESCAPE.search(batch) is not None
+    # Re-encoded, a record may be longer than it came (up to 4.5 times: JSON's 1e15 is
+    # 1000000000000000.0 in Python's form), so any batch over a fifth of the limit is
+    # checked record by record; smaller ones cannot hold a record too large.
+    check_size = len(batch) * 5 > MAX_RECORD
     for entry in entries:
-        record = _record(entry, now, origins)
+        record = _record(entry, now, origins, check_text)
         if record is not None:
+            if check_size and len(encode(record, record.born)) > MAX_RECORD:
+                raise BadMessage(f"record {record.key!r} is larger than {MAX_RECORD} bytes")
             out.append(record)
     return out
 
 
-def _record(entry: Any, now: float, origins: frozenset[str] | None) -> Record | None:
+def _record(entry: Any, now: float, origins: frozenset[str] | None, check_text: bool = False) -> Record | None:
     if not isinstance(entry, list) or len(entry) != 7:
         raise BadMessage("a record is not a list of 7 fields")
     key, value, wall_ms, logical, origin, ttl, age = entry
     if not isinstance(key, str) or not key or len(key) > MAX_KEY:
         raise BadMessage(f"bad record key {str(key)[:40]!r}")
-    if not _int(wall_ms) or not _int(logical) or logical >= 2**31:
+    if not _int(wall_ms) or not _int(logical) or logical > MAX_LOGICAL:
         raise BadMessage(f"bad version for {key!r}")
     if wall_ms > now * 1000 + MAX_FUTURE_MS:
         raise BadMessage(f"version of {key!r} is more than a day ahead of this node's clock")
@@ -103,6 +121,11 @@ def _record(entry: Any, now: float, origins: frozenset[str] | None) -> Record | 
         raise BadMessage(f"bad TTL for {key!r}")
     if not _number(age) or age < 0:
         raise BadMessage(f"bad age for {key!r}")
+    if check_text:
+        try:
+            _encode([key, value, origin]).encode()
+        except UnicodeEncodeError:
+            raise BadMessage(f"record {key!r} holds text that is not valid UTF-8 (a lone surrogate)") from None
     if ttl is not None and age >= ttl:
         return None  # expired in transit
     # Origins and TTLs repeat across records: the store keeps one object of each, and

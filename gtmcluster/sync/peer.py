@@ -7,8 +7,12 @@ State machine (inputs on the left, what happens on the right):
     hello     --initiator: our Hello answered OK----->   established
     hello     --responder: their Hello is right------>   established
     hello     --wrong name/group/version, timeout---->   closed (logged)
-    established --any command--------------------->   (dispatched; idle timer reset)
-    established --silence for idle_timeout--------->   closed
+    established --any whole box (command, answer)-->   (dispatched; idle timer reset)
+    established --no whole box for idle_timeout---->   closed (a box trickled byte by
+                                                         byte never completes, so it
+                                                         does not keep the connection)
+    established --a Publish batch------------------->   reading from the peer pauses until the
+                                                         batch is merged (a slice per turn)
     any       --a command before established, a box
                 too large, too many commands/second -->  closed (logged)
 
@@ -30,7 +34,7 @@ from zope.interface import implementer
 
 from gtmcluster.sync import commands
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.tls import IdentityError, peer_identity
+from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
 
 if TYPE_CHECKING:
     from gtmcluster.sync.replicator import Replicator
@@ -59,6 +63,8 @@ class PeerProtocol(amp.AMP):
         #: the connection's phase (not `state`: AMP's string parser owns that attribute)
         self.phase = HANDSHAKE
         self.peer: str | None = None
+        #: the peer's certificate (serial in hex, expiry), once the handshake is done
+        self.certificate: dict[str, str] = {}
         self.datacenter = ""
         self.version = 0
         self.config_digest = ""
@@ -67,9 +73,11 @@ class PeerProtocol(amp.AMP):
         self._heartbeat: IDelayedCall | None = None
         self._box_bytes = 0
         self._announced = False  # the replicator knows this connection (and must hear of its end)
+        self._was_established = False
         self._why = ""  # why we closed it, when we did
         self._tokens = RATE_BURST
         self._tokens_at = 0.0
+        self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -85,6 +93,7 @@ class PeerProtocol(amp.AMP):
         except IdentityError as e:
             self.violation(f"certificate refused: {e}")
             return
+        self.certificate = certificate_summary(self.transport)
         self.phase = HELLO
         if self.initiator:
             d = self.callRemote(
@@ -137,8 +146,11 @@ class PeerProtocol(amp.AMP):
 
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phase = ESTABLISHED
+        self._was_established = True
+        if self.initiator and self.factory is not None:
+            self.factory.refused = 0
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
-        self._arm(self.replicator.idle_timeout, "silent for too long")
+        self._arm(self.replicator.idle_timeout, self._idle_reason())
         self._schedule_heartbeat()
         if self.initiator:
             self._announced = True
@@ -174,9 +186,11 @@ class PeerProtocol(amp.AMP):
                 "dropping peer connection {peer} ({direction}): TLS handshake failed: {reason}",
                 peer=self.expected or self._address(),
                 direction="outgoing" if self.initiator else "incoming",
-                reason=reason.getErrorMessage(),
+                reason=_handshake_failure(self.transport, reason),
                 event="peer_refused",
             )
+        if self.initiator and not self._was_established and self.factory is not None:
+            self.factory.refused += 1  # the dialler waits longer before the next attempt
         self.phase = CLOSED
         for timer in (self._timer, self._heartbeat):
             if timer is not None and timer.active():
@@ -197,10 +211,15 @@ class PeerProtocol(amp.AMP):
         self._timer = None
         self.violation(why)
 
-    def dataReceived(self, data: bytes) -> None:
+    def _idle_reason(self) -> str:
+        return f"silent for too long (no complete message in {self.replicator.idle_timeout:g}s)"
+
+    def ampBoxReceived(self, box: amp.AmpBox) -> None:
+        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
+        # by byte is silent as far as the idle timeout goes.
         if self.phase == ESTABLISHED:
-            self._arm(self.replicator.idle_timeout, "silent for too long")
-        super().dataReceived(data)
+            self._arm(self.replicator.idle_timeout, self._idle_reason())
+        super().ampBoxReceived(box)
 
     def proto_key(self, string: bytes) -> str:
         if not string:
@@ -283,8 +302,27 @@ class PeerProtocol(amp.AMP):
             raise _Dropped() from None
 
     @commands.Publish.responder
-    def publish(self, records: bytes, bulk: bool | None = None) -> dict[str, Any]:
-        return {"merged": self._guard(self.replicator.receive, records, bool(bulk))}
+    def publish(self, records: bytes, bulk: bool | None = None) -> Deferred[dict[str, Any]]:
+        """One batch at a time, a slice per reactor turn (`Replicator.receive_in_slices`):
+        nothing more is read from this peer until the batch is merged and the reactor has
+        turned, so DNS queries are answered in between and a flood waits in the sender's
+        socket rather than in this node's memory."""
+        merging: Deferred[int] = self._guard(self.replicator.receive_in_slices, records, bool(bulk))
+        self._merging += 1
+        if not self.paused:
+            self.pauseProducing()
+
+        def merged(count: int) -> dict[str, Any]:
+            self._merging -= 1
+            if not self._merging:
+                self.replicator.clock.callLater(0, self._resume)
+            return {"merged": count}
+
+        return merging.addCallback(merged)
+
+    def _resume(self) -> None:
+        if not self._merging and self.paused and self.phase != CLOSED and self.transport is not None:
+            self.resumeProducing()
 
     @commands.Summary.responder
     def summary(self, summary: bytes) -> dict[str, Any]:
@@ -324,6 +362,24 @@ class PeerProtocol(amp.AMP):
 
 class _Dropped(Exception):
     """A command whose peer was just dropped: no answer is sent."""
+
+
+def _handshake_failure(transport: Any, reason: Failure) -> str:
+    why = refusal(transport)
+    message = reason.getErrorMessage()
+    return f"{message} ({why})" if why else message
+
+
+def certificate_summary(transport: Any) -> dict[str, str]:
+    """Serial (hex) and expiry of the peer's certificate, for logs and the status page."""
+    peer_cert = transport.getPeerCertificate() if hasattr(transport, "getPeerCertificate") else None
+    if peer_cert is None:
+        return {}
+    cert = peer_cert.to_cryptography()
+    return {
+        "serial": f"{cert.serial_number:x}",
+        "not_after": cert.not_valid_after_utc.strftime("%Y-%m-%d %H:%M:%SZ"),
+    }
 
 
 def super_dispatch(proto: PeerProtocol, box: amp.AmpBox) -> Deferred[Any]:

@@ -45,6 +45,9 @@ SEND_ALL_WINDOW = 4
 #: records of a SendAll stream read from the store at a time
 SEND_ALL_CHUNK = 2000
 RECONCILE_INTERVAL = 60.0
+#: records of one incoming batch merged per reactor turn: a batch holds up to ~1000 small
+#: records (a flood, a bulk transfer), and DNS queries are answered between the slices
+MERGE_SLICE = 100
 #: after a change to the store, peers hear the new state digest this much later (changes
 #: within it are told once), so "digests agree" is current within about a second, not
 #: a heartbeat interval
@@ -68,6 +71,8 @@ class PeerState:
     sent: int = 0  # records sent to it
     received: int = 0  # records received from it
     synced: bool = False  # one full reconciliation has completed
+    #: the certificate its latest connection showed (serial, expiry)
+    certificate: dict[str, str] = field(default_factory=dict)
 
     @property
     def connected(self) -> bool:
@@ -148,16 +153,18 @@ class Replicator:
         peer.datacenter = proto.datacenter
         peer.version = proto.version
         peer.config_digest = proto.config_digest
+        peer.certificate = proto.certificate
         now = self.clock.seconds()
         peer.last_contact = now
         if first:
             peer.connected_since = now
             self._announce_connections()
             log.info(
-                "peer {peer} (data center {datacenter}) connected, protocol {version}",
+                "peer {peer} (data center {datacenter}) connected, protocol {version}, certificate serial {serial}",
                 peer=peer.name,
                 datacenter=peer.datacenter,
                 version=peer.version,
+                serial=peer.certificate.get("serial", "?"),
                 event="peer_up",
             )
         if not first:
@@ -271,10 +278,38 @@ class Replicator:
 
     def receive(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> int:
         """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""
+        return self._merge(proto, self._decode(proto, batch), bulk)
+
+    def receive_in_slices(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> defer.Deferred[int]:
+        """Like `receive`, but `MERGE_SLICE` records per reactor turn; fires with the count
+        merged. The whole batch is checked first: a malformed one raises `BadMessage` here
+        and nothing of it is merged."""
+        records = self._decode(proto, batch)
+        done: defer.Deferred[int] = defer.Deferred()
+        merged = 0
+
+        def step(start: int) -> None:
+            nonlocal merged
+            if proto.phase == "closed":  # the peer is gone: the rest is not merged
+                done.callback(merged)
+                return
+            merged += self._merge(proto, records[start : start + MERGE_SLICE], bulk)
+            if start + MERGE_SLICE < len(records):
+                self.clock.callLater(0, step, start + MERGE_SLICE)
+            else:
+                done.callback(merged)
+
+        step(0)
+        return done
+
+    def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:
         records = codec.decode(batch, self.clock.seconds(), self.members)
         peer = self.peers[proto.peer or ""]
         peer.last_contact = self.clock.seconds()
         peer.received += len(records)
+        return records
+
+    def _merge(self, proto: PeerProtocol, records: list[Record], bulk: bool) -> int:
         merged = 0
         self._merging_from = proto.peer
         self._bulk = bulk

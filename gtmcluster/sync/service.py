@@ -1,8 +1,13 @@
 """The peer service: the TLS listener, a connection to every other member, anti-entropy.
 
 Outgoing connections are Twisted `ClientService`s: they reconnect with capped exponential
-backoff (0.5 s doubling to 30 s, with jitter). Both members of a pair dial each other; two
+backoff (0.5 s doubling to 30 s, with jitter), counting connections refused at TLS or Hello
+as failed attempts too. Both members of a pair dial each other; two
 connections between the same pair are harmless (one carries the pushes).
+
+Every new connection, accepted or dialled, is built from the credentials in use at that
+moment (`TLSContexts`), so `use_credentials` (a reload that found renewed files) changes
+the certificate without a restart; open connections keep theirs until they reconnect.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from gtmcluster.config.model import Member
+from gtmcluster.sync.certs import describe
 from gtmcluster.sync.peer import PeerProtocol
 from gtmcluster.sync.replicator import Replicator
-from gtmcluster.sync.tls import Credentials, client_options, server_options
+from gtmcluster.sync.tls import Credentials, TLSContexts
 
 log = Logger()
 
@@ -36,6 +42,10 @@ class PeerFactory(Factory[Protocol]):
     def __init__(self, replicator: Replicator, expected: str | None = None):
         self.replicator = replicator
         self.expected = expected
+        #: (dialling) connections in a row that ended before their Hello was done: the
+        #: peer refused us, or we it. ClientService counts only failed TCP connects, so
+        #: without this a refused peer would be dialled again after the first delay each time.
+        self.refused = 0
 
     def buildProtocol(self, addr: IAddress | None) -> Protocol:
         proto = PeerProtocol(self.replicator, self.expected)
@@ -43,8 +53,8 @@ class PeerFactory(Factory[Protocol]):
         return proto
 
 
-def server_factory(replicator: Replicator, creds: Credentials) -> TLSMemoryBIOFactory:
-    factory = TLSMemoryBIOFactory(server_options(creds), False, PeerFactory(replicator), replicator.clock)
+def server_factory(replicator: Replicator, tls: TLSContexts) -> TLSMemoryBIOFactory:
+    factory = TLSMemoryBIOFactory(tls.server_creator(), False, PeerFactory(replicator), replicator.clock)
     factory.noisy = False
     return factory
 
@@ -61,7 +71,7 @@ class PeerService(MultiService):
     ):
         super().__init__()
         self.replicator = replicator
-        self.creds = creds
+        self.tls = TLSContexts(creds)
         self.listener = listener
         self.reactor = reactor
         self.reconcile_interval = reconcile_interval
@@ -77,11 +87,13 @@ class PeerService(MultiService):
             tcp: Any = TCP6ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
         else:
             tcp = TCP4ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
-        endpoint = wrapClientTLS(client_options(self.creds, member.name), tcp)
+        endpoint = wrapClientTLS(self.tls.client_creator(member.name), tcp)
+        factory = PeerFactory(self.replicator, member.name)
+        backoff = backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random)
         client = ClientService(
             endpoint,
-            PeerFactory(self.replicator, member.name),
-            retryPolicy=backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random),
+            factory,
+            retryPolicy=lambda attempts: backoff(attempts + factory.refused),
             clock=self.reactor,
         )
         client.setName(f"peer {member.name}")
@@ -99,10 +111,30 @@ class PeerService(MultiService):
             if name not in self.dialled:
                 self._dial(member)
 
+    def use_credentials(self, creds: Credentials) -> None:
+        """New connections use *creds* from now on (logged when they differ from before)."""
+        before = self.tls.creds
+        if not self.tls.use(creds):
+            return
+        log.info(
+            "sync group TLS: new connections use certificate serial {serial} ({certificate}), "
+            "was serial {old}; open connections keep theirs until they reconnect",
+            serial=creds.serial,
+            certificate=self.tls.summary(),
+            old=before.serial,
+            event="tls_rotated",
+        )
+        if creds.ca_certificate != before.ca_certificate:
+            log.info(
+                "sync group TLS: peers must now chain to the CA {ca}",
+                ca=describe(creds.ca_certificate),
+                event="tls_ca_changed",
+            )
+
     def startService(self) -> None:
         family = self.listener.family
         self.port = self.reactor.adoptStreamPort(
-            self.listener.fileno(), family, server_factory(self.replicator, self.creds)
+            self.listener.fileno(), family, server_factory(self.replicator, self.tls)
         )
         address = self.listener.getsockname()
         self.listener.close()  # the reactor holds its own duplicate

@@ -1,109 +1,55 @@
-"""Attacks on a running member's peer port, over real TLS on loopback, with Python's `ssl` as
-the attacker.
+"""Attacks on a running member's peer port, over real TLS on loopback, with Python's `ssl`
+(and, for what no TLS library offers any more, ClientHellos written by hand) as the
+attacker; see `tests.support.peerattack` for the group and how an attack is judged.
 
-The group has three members in its config, n1 and n2 running; n3's certificate (a real
-member's, whose node is not running) serves the attacks that need a legitimate identity.
-Every attack goes to n1's peer port from its own loopback address, so the node's log lines
-about it can be told apart from everything else.
-
-With TLS 1.3 a client finishes its handshake before the server has checked its certificate:
-the client learns of a rejection only afterwards, as an alert or a closed connection. So
-the tests do not stop at the handshake's result: they send a correct Hello anyway and check
-that no answer (no AMP box at all) ever comes back, that the node closes the connection, and
-what the node logged. After every attack, and at the end, n1 and n2 are still connected
-over their original channel and a new record written on n1 still reaches n2.
+Every attack goes to n1's peer port from its own loopback address; the tests check what
+came back (no AMP box at all, for a refused peer), when the node closed the connection, and
+what it logged. After every attack, and at the end, n1 and n2 are still connected over their
+original channel and a new record written on n1 still reaches n2.
 """
 
 from __future__ import annotations
 
-import datetime
 import socket
 import ssl
-import struct
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gtmcluster.sync import certs
-from tests.support import dnsclient
+from tests.support import dnsclient, tlswire
 from tests.support.nodeproc import loopback_address
-from tests.support.trio import GROUP, POLL, SYNC_SETTINGS, Group, running_group, summarize
+from tests.support.peerattack import (
+    CLOSE_WITHIN,
+    IDLE_MEMBER,
+    PARTNER,
+    TARGET,
+    Dialled,
+    Lab,
+    amp_box,
+    assert_refused_silently,
+    attack,
+    client_context,
+    fake_member,
+    hello,
+    made_certificate,
+    parse_boxes,
+    running_lab,
+)
+from tests.support.trio import POLL, SYNC_SETTINGS, Group, summarize
 
 pytestmark = pytest.mark.process
 
-TARGET = "n1"  # attacked
-PARTNER = "n2"  # its real peer
-IDLE_MEMBER = "n3"  # in the config, not running: its certificate is the attackers' "legitimate" one
 HANDSHAKE_TIMEOUT = float(SYNC_SETTINGS["handshake_timeout"])
 #: how long after its own deadline a node may take to close (scheduling, the poll period)
 SLACK = 1.5
-#: how long an attack waits for the node to close the connection
-CLOSE_WITHIN = 5.0
-#: how long to wait for a node's log line about an attack
-LOG_WITHIN = 3.0
 #: the node drops a box larger than this (gtmcluster.sync.peer.MAX_BOX)
 MAX_BOX = 256 * 1024
 WIDEIP = "gslb.example.test"
-
-
-# -- AMP by hand ------------------------------------------------------------------------------
-
-
-def amp_box(**fields: str | int | bytes) -> bytes:
-    """One AMP box: (2-byte length, key, 2-byte length, value) per field, then two zero bytes."""
-    out = b""
-    for key, value in fields.items():
-        data = value if isinstance(value, bytes) else str(value).encode()
-        out += struct.pack("!H", len(key)) + key.encode() + struct.pack("!H", len(data)) + data
-    return out + b"\0\0"
-
-
-def parse_boxes(data: bytes) -> list[dict[bytes, bytes]]:
-    """The complete AMP boxes at the start of *data* (a partial last one is left out)."""
-    boxes: list[dict[bytes, bytes]] = []
-    box: dict[bytes, bytes] = {}
-    i = 0
-    while i + 2 <= len(data):
-        (n,) = struct.unpack("!H", data[i : i + 2])
-        if n == 0:
-            boxes.append(box)
-            box = {}
-            i += 2
-            continue
-        key = data[i + 2 : i + 2 + n]
-        j = i + 2 + n
-        if j + 2 > len(data):
-            break
-        (m,) = struct.unpack("!H", data[j : j + 2])
-        if j + 2 + m > len(data):
-            break
-        box[key] = data[j + 2 : j + 2 + m]
-        i = j + 2 + m
-    return boxes
-
-
-def hello(config_digest: str, node: str = IDLE_MEMBER, **changes: str | int) -> bytes:
-    """A Hello as the initiator of a connection sends it."""
-    fields: dict[str, str | int | bytes] = {
-        "_command": "Hello",
-        "_ask": "1",
-        "node": node,
-        "group": GROUP,
-        "datacenter": "DC3",
-        "version": 1,
-        "min_version": 1,
-        "config_digest": config_digest,
-    }
-    fields.update(changes)
-    return amp_box(**fields)
 
 
 def oversized_publish() -> bytes:
@@ -112,193 +58,31 @@ def oversized_publish() -> bytes:
     return amp_box(_command="Publish", _ask="2", **values)
 
 
-# -- the attacker -----------------------------------------------------------------------------
-
-
-def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
-    """A TLS client that checks the node against the group CA and shows *cert* (if any)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.load_verify_locations(cafile=str(ca))
-    if cert is not None:
-        context.load_cert_chain(str(cert), str(key))
-    return context
-
-
-@dataclass
-class Outcome:
-    """What an attacker saw on one connection."""
-
-    source: str  # its own address, host:port, as the node sees it
-    tls: str | None = None  # the TLS version, when the client finished its handshake
-    error: str | None = None  # the TLS or socket error that ended it, if any
-    data: bytes = b""  # application bytes received
-    closed_after: float | None = None  # seconds from connect to the close; None: still open
-    sent_after_answer: bool = False
-
-    @property
-    def boxes(self) -> list[dict[bytes, bytes]]:
-        return parse_boxes(self.data)
-
-    def answered(self) -> bool:
-        return any(b"_answer" in box for box in self.boxes)
-
-
-def attack(
-    group: Group,
-    context: ssl.SSLContext | None,
-    send: bytes = b"",
-    after_answer: bytes = b"",
-    within: float = CLOSE_WITHIN,
-    until_answered: bool = False,
-) -> Outcome:
-    """Connect to the target's peer port (TLS when *context*, else plaintext) from a fresh
-    loopback address, send *send*, then *after_answer* once an ``_answer`` box came back,
-    and read until the node closes the connection or *within* seconds pass (or, with
-    *until_answered*, until the answer came)."""
-    source = loopback_address()
-    started = time.monotonic()
-    raw = socket.create_connection(group.members[TARGET].peer, timeout=within, source_address=(source, 0))
-    host, port = raw.getsockname()[:2]
-    outcome = Outcome(f"{host}:{port}")
-    sock: socket.socket = raw
-    try:
-        if context is not None:
-            sock = context.wrap_socket(raw, server_hostname=TARGET)
-            outcome.tls = sock.version() if isinstance(sock, ssl.SSLSocket) else None
-        if send:
-            sock.sendall(send)
-        sock.settimeout(POLL)
-        deadline = started + within
-        while time.monotonic() < deadline:
-            try:
-                chunk = sock.recv(65536)
-            except (TimeoutError, ssl.SSLWantReadError):
-                continue
-            if not chunk:
-                outcome.closed_after = time.monotonic() - started
-                break
-            outcome.data += chunk
-            if until_answered and outcome.answered():
-                break
-            if after_answer and not outcome.sent_after_answer and outcome.answered():
-                outcome.sent_after_answer = True
-                sock.sendall(after_answer)
-    except TimeoutError as e:  # the handshake stalled: nothing was closed
-        outcome.error = f"{type(e).__name__}: {e}"
-    except (ssl.SSLError, OSError) as e:  # an alert, a reset or a broken pipe: closed
-        outcome.error = f"{type(e).__name__}: {e}"
-        outcome.closed_after = time.monotonic() - started
-    finally:
-        sock.close()
-    return outcome
-
-
-def assert_refused_silently(outcome: Outcome) -> None:
-    """The node closed the connection quickly and sent no application data."""
-    assert outcome.closed_after is not None, f"the connection was still open after {CLOSE_WITHIN}s: {outcome}"
-    assert outcome.closed_after < 2.0, f"closed only after {outcome.closed_after:.2f}s: {outcome}"
-    assert outcome.data == b"", f"the node sent application data to a refused peer: {outcome}"
-
-
-# -- the group --------------------------------------------------------------------------------
-
-
-@dataclass
-class Lab:
-    """The running group under attack, and what the attacks need to know about it."""
-
-    group: Group
-    config_digest: str
-    #: when n1 and n2 were seen connected, before any attack
-    converged_at: float
-    other_ca: Path
-
-    def mark(self) -> int:
-        """The target's log size now: lines after it are about what follows."""
-        return self.group.log_size(TARGET)
-
-    def wait_line(self, offset: int, *texts: str, within: float = LOG_WITHIN) -> str:
-        """The first line of the target's log after *offset* that holds every one of *texts*."""
-        found: list[str] = []
-
-        def seen() -> bool:
-            lines = self.group.log_text(TARGET, offset).splitlines()
-            found[:] = [line for line in lines if all(t in line for t in texts)]
-            return bool(found)
-
-        self.group.wait_for(
-            seen, within, f"line with {texts} in {TARGET}'s log", lambda: self.group.log_text(TARGET, offset)
-        )
-        return found[0]
-
-    def wait_rejection_logged(self, offset: int, outcome: Outcome) -> str:
-        """The node's own (gtmcluster) log line about the refused connection from *outcome*'s
-        address: every rejection is logged with its reason."""
-        return self.wait_line(offset, "[gtmcluster.", outcome.source)
-
-    def assert_intact(self) -> None:
-        """n1 and n2 still list each other as connected, over the channel they had before
-        the attacks (connected for at least that long), and hold the same state."""
-        statuses = self.group.wait_converged([TARGET, PARTNER], timeout=10.0)
-        up_for = time.monotonic() - self.converged_at
-        for node, other in ((TARGET, PARTNER), (PARTNER, TARGET)):
-            peer = next(p for p in statuses[node]["peers"] if p["name"] == other)
-            assert peer["connected"], f"{node} lost {other}: {summarize(dict(statuses))}"
-            assert peer["connected_for"] >= up_for - 1.0, (
-                f"{node}'s channel to {other} is {peer['connected_for']}s old, but the group has been up "
-                f"{up_for:.1f}s: it was dropped during the attacks"
-            )
-
-
 def customize(config: dict[str, Any]) -> None:
     """LDNS persistence on the wide IP, so a query writes a record that must replicate."""
     config["wideips"][WIDEIP]["persistence"] = {"ttl": 600}
 
 
+#: the connections n1 and n2 made to the fake n3 (see `lab`), as they come
+DIALLED: dict[str, list[Dialled]] = {}
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A group of three members with n1 and n2 running and connected."""
-    workdir: Path = tmp_path_factory.mktemp("sync-security")
-    with running_group(workdir, 3, run=[TARGET, PARTNER], customize=customize) as group:
-        statuses = group.wait_converged([TARGET, PARTNER])
-        other_ca = workdir / "other-ca"
-        certs.init_ca(other_ca)
-        certs.issue(other_ca, IDLE_MEMBER)
-        yield Lab(group, statuses[TARGET]["config_digest"], time.monotonic(), other_ca)
+    """A group of three members with n1 and n2 running and connected. From before they
+    start, n3's peer address is served by a fake n3 whose certificate (from the group CA)
+    allows only clientAuth; what n1 and n2 do when they dial it lands in `DIALLED`."""
 
+    @contextmanager
+    def fake_n3(group: Group) -> Iterator[None]:
+        usage = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        cert, key = made_certificate(group, IDLE_MEMBER, (-1, 30), "client-only-n3", usage)
+        with fake_member(group, IDLE_MEMBER, cert, key) as dialled:
+            DIALLED[IDLE_MEMBER] = dialled
+            yield
 
-def member_context(lab: Lab, node: str = IDLE_MEMBER) -> ssl.SSLContext:
-    c = lab.group.certs
-    return client_context(c / "ca.pem", c / f"{node}.pem", c / f"{node}.key")
-
-
-def dated_certificate(lab: Lab, node: str, days: tuple[int, int], name: str) -> tuple[Path, Path]:
-    """A certificate for member *node* signed by the group CA, valid from days[0] to days[1]
-    (relative to today), built here rather than by `certs.issue` so its dates can be anything."""
-    ca_cert, ca_key = certs.load_ca(lab.group.certs)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now + datetime.timedelta(days=days[0]))
-        .not_valid_after(now + datetime.timedelta(days=days[1]))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(node)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    directory = lab.group.workdir / name
-    directory.mkdir(exist_ok=True)
-    cert_path, key_path = directory / f"{node}.pem", directory / f"{node}.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    key_path.chmod(0o600)
-    return cert_path, key_path
+    with running_lab(tmp_path_factory.mktemp("sync-security"), customize, fake_n3) as lab:
+        yield lab
 
 
 # -- the attacks ------------------------------------------------------------------------------
@@ -321,12 +105,12 @@ def test_an_expired_certificate_from_the_group_ca_is_refused(lab: Lab) -> None:
     no answer, the connection closed at once, the group intact, and the refusal logged. (The
     same certificate with current dates is accepted: its expiry is what is refused.)"""
     ca = lab.group.certs / "ca.pem"
-    cert, key = dated_certificate(lab, IDLE_MEMBER, (-30, 30), "current")
+    cert, key = made_certificate(lab.group, IDLE_MEMBER, (-30, 30), "current")
     control = attack(lab.group, client_context(ca, cert, key), hello(lab.config_digest), until_answered=True)
     assert control.answered(), f"a current certificate made the same way was refused: {control}"
 
     offset = lab.mark()
-    cert, key = dated_certificate(lab, IDLE_MEMBER, (-30, -1), "expired")
+    cert, key = made_certificate(lab.group, IDLE_MEMBER, (-30, -1), "expired")
     outcome = attack(lab.group, client_context(ca, cert, key), hello(lab.config_digest))
     assert_refused_silently(outcome)
     lab.assert_intact()
@@ -352,7 +136,7 @@ def test_a_member_claiming_another_name_in_hello_is_refused(lab: Lab) -> None:
     the connection, logs that the certificate names n3 while the Hello claims n2, and keeps
     its real connection to n2."""
     offset = lab.mark()
-    outcome = attack(lab.group, member_context(lab), hello(lab.config_digest, node=PARTNER))
+    outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest, node=PARTNER))
     assert outcome.tls is not None, f"the TLS handshake itself failed: {outcome}"
     assert outcome.closed_after is not None, f"still open after {CLOSE_WITHIN}s: {outcome}"
     assert not outcome.answered(), f"the node accepted the Hello: {outcome.boxes}"
@@ -366,7 +150,7 @@ def test_a_hello_with_no_common_protocol_version_is_refused_clearly(lab: Lab) ->
     connection closes it receives a REFUSED error that names the versions, so the other side
     can log why; the node logs it too."""
     offset = lab.mark()
-    outcome = attack(lab.group, member_context(lab), hello(lab.config_digest, version=7, min_version=7))
+    outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest, version=7, min_version=7))
     assert outcome.closed_after is not None, f"still open after {CLOSE_WITHIN}s: {outcome}"
     assert not outcome.answered(), f"the node accepted the Hello: {outcome.boxes}"
     line = lab.wait_line(offset, "protocol versions 7..7")
@@ -404,7 +188,7 @@ def test_an_oversized_box_after_a_correct_hello_drops_the_peer(lab: Lab) -> None
     following Publish of ~325 kB (over the 256 KiB box limit) makes it drop that connection
     and log "larger than", while n2 stays connected."""
     offset = lab.mark()
-    outcome = attack(lab.group, member_context(lab), hello(lab.config_digest), after_answer=oversized_publish())
+    outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest), after_answer=oversized_publish())
     assert outcome.answered(), f"the correct Hello was not answered: {outcome}"
     assert outcome.sent_after_answer
     assert outcome.closed_after is not None, f"the oversized box did not end the connection: {outcome}"
@@ -424,7 +208,7 @@ def test_connections_that_stall_are_closed_after_the_handshake_timeout(lab: Lab)
     peer = lab.group.members[TARGET].peer
     started = time.monotonic()
     silent = socket.create_connection(peer, timeout=5, source_address=(silent_source, 0))
-    tls = member_context(lab).wrap_socket(
+    tls = lab.member_context().wrap_socket(
         socket.create_connection(peer, timeout=5, source_address=(tls_source, 0)), server_hostname=TARGET
     )
     closed: dict[str, float] = {}
@@ -463,6 +247,82 @@ def test_connections_that_stall_are_closed_after_the_handshake_timeout(lab: Lab)
     lab.wait_line(offset, "no TLS handshake and Hello", addresses["silent"])
     lab.wait_line(offset, "no TLS handshake and Hello", IDLE_MEMBER)
     lab.assert_intact()
+
+
+def test_a_certificate_not_yet_valid_is_refused(lab: Lab) -> None:
+    """A certificate for member n3 from the group CA whose validity starts tomorrow is refused
+    like an expired one: no answer, closed at once, the group intact, the refusal logged."""
+    offset = lab.mark()
+    cert, key = made_certificate(lab.group, IDLE_MEMBER, (1, 30), "not-yet-valid")
+    outcome = attack(lab.group, client_context(lab.group.certs / "ca.pem", cert, key), hello(lab.config_digest))
+    assert_refused_silently(outcome)
+    lab.assert_intact()
+    assert "certificate" in lab.wait_rejection_logged(offset, outcome)
+
+
+def test_a_certificate_not_for_client_use_is_refused(lab: Lab) -> None:
+    """n3's certificate from the group CA whose extended key usage allows only serverAuth
+    cannot dial: no answer, closed at once, and the node logs the certificate's purpose as
+    the reason. (The same with clientAuth is answered: the usage is what is refused.)"""
+    ca = lab.group.certs / "ca.pem"
+    cert, key = made_certificate(lab.group, IDLE_MEMBER, (-1, 30), "client-use", [ExtendedKeyUsageOID.CLIENT_AUTH])
+    control = attack(lab.group, client_context(ca, cert, key), hello(lab.config_digest), until_answered=True)
+    assert control.answered(), f"a certificate for client use was refused: {control}"
+
+    offset = lab.mark()
+    cert, key = made_certificate(lab.group, IDLE_MEMBER, (-1, 30), "server-only", [ExtendedKeyUsageOID.SERVER_AUTH])
+    outcome = attack(lab.group, client_context(ca, cert, key), hello(lab.config_digest))
+    assert_refused_silently(outcome)
+    lab.assert_intact()
+    assert "purpose" in lab.wait_rejection_logged(offset, outcome)
+
+
+def test_a_member_whose_certificate_is_not_for_server_use_is_not_talked_to(lab: Lab) -> None:
+    """n1 and n2 dial n3 (a fake whose group-CA certificate allows only clientAuth) and abort
+    each TLS handshake: the fake sees their "unsupported certificate" alert and never a byte
+    of application data (no Hello); n1 logs the failed outgoing handshake and lists n3 as
+    not connected. (Nodes dial from the wildcard address, so the fake cannot tell n1 from
+    n2: every connection it got must have ended so.)"""
+    dialled = DIALLED[IDLE_MEMBER]
+    line = lab.wait_line(0, f"dropping peer connection {IDLE_MEMBER} (outgoing)", within=20.0)
+    assert "TLS handshake failed" in line, line
+    assert dialled, "the fake n3 was never dialled"
+    ended = [c for c in dialled if c.error is not None or c.data]
+    assert ended and all(c.data == b"" for c in ended), ended
+    assert all("unsupported certificate" in (c.error or "").lower() for c in ended), ended
+    n3 = next(p for p in lab.group.status(TARGET)["peers"] if p["name"] == IDLE_MEMBER)
+    assert not n3["connected"], n3
+
+
+@pytest.mark.parametrize("version", [tlswire.TLS1_0, tlswire.TLS1_1])
+def test_tls_below_1_2_is_refused(lab: Lab, version: int) -> None:
+    """A ClientHello offering at most TLS 1.0 or 1.1 (written by hand, so whatever this
+    machine's OpenSSL allows a client) gets a protocol_version alert and no ServerHello, the
+    node closes the connection and logs it."""
+    offset = lab.mark()
+    source = loopback_address()
+    reply = tlswire.first_reply(lab.group.members[TARGET].peer, tlswire.client_hello(version), source)
+    assert reply.record_type == tlswire.ALERT, reply
+    assert reply.alert == tlswire.PROTOCOL_VERSION_ALERT, reply
+    assert reply.closed, reply
+    line = lab.wait_line(offset, "[gtmcluster.", f"{source}:")
+    assert "unsupported protocol" in line, line
+    lab.assert_intact()
+
+
+def test_compression_is_never_chosen(lab: Lab) -> None:
+    """A TLS 1.2 ClientHello that prefers DEFLATE compression gets a ServerHello with the null
+    method (so nothing a peer sends is ever decompressed: no compression bomb), and a
+    modern client's connection reports no compression."""
+    reply = tlswire.first_reply(
+        lab.group.members[TARGET].peer,
+        tlswire.client_hello(tlswire.TLS1_2, bytes([tlswire.DEFLATE, tlswire.NULL_COMPRESSION])),
+        loopback_address(),
+    )
+    assert reply.record_type == tlswire.HANDSHAKE, reply
+    assert reply.version == tlswire.TLS1_2 and reply.compression == tlswire.NULL_COMPRESSION, reply
+    outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest), until_answered=True)
+    assert outcome.answered() and outcome.compression is None, outcome
 
 
 def test_after_the_attacks_the_members_still_replicate(lab: Lab) -> None:

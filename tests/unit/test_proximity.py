@@ -10,7 +10,7 @@ from twisted.internet import defer, task
 
 from gtmcluster.config.model import Prober
 from gtmcluster.proximity.budget import Budget
-from gtmcluster.proximity.scheduler import ProbeScheduler, request
+from gtmcluster.proximity.scheduler import ProbeScheduler, queue_limit, request
 from gtmcluster.proximity.table import Measurements, PathInfo, from_record, path_key, request_key, updated
 from gtmcluster.state.store import Store
 
@@ -227,3 +227,39 @@ def test_path_info_knows_when_it_can_be_used() -> None:
     """A path that never answered (RTT 0, completion 0) is not usable by the methods."""
     dead = PathInfo("a", "DC", 0, 0, 0, 0, "", 3, "000", "n1", 5.0)
     assert not dead.usable and dead.backoff() == 240
+
+
+def test_each_origin_takes_its_turn_and_a_flood_waits_only_its_share() -> None:
+    """n3 floods 500 requests, then n2 asks for one LDNS: n2's is probed second (the origins
+    take turns), and of n3's requests only a request lifetime's worth wait (the rest are
+    ignored and counted), so the flood neither crowds out nor outlasts the others."""
+    settings = Prober(max_per_second=1, max_in_flight=1, probe_interval=60)
+    s, _, clock, prober = scheduler(settings)
+    limit = queue_limit(settings)
+    assert limit == 30  # one probe a second, a request lives 30 s
+    for i in range(500):
+        s.want(f"198.51.{i // 250}.{i % 250 + 1}", "n3")
+    s.want("203.0.113.9", "n2")
+    for _ in range(3):
+        clock.advance(1.01)
+    # the first of n3's went at once (a token was there); then n3, n2, n3 in turn
+    assert prober.asked[:4] == ["198.51.0.1", "198.51.0.2", "203.0.113.9", "198.51.0.3"]
+    assert s.stats.ignored == 500 - 1 - limit
+    for _ in range(60):
+        clock.advance(1.01)
+    assert len(prober.asked) == 1 + limit + 1  # n3's first and waiting ones, n2's: nothing more
+
+
+def test_a_flooding_origin_may_ask_again_once_its_queue_drained() -> None:
+    """The cap holds while the requests wait: once they are probed the origin may ask again."""
+    settings = Prober(max_per_second=1, max_in_flight=1, probe_interval=20)
+    s, _, clock, prober = scheduler(settings)
+    limit = queue_limit(settings)
+    for i in range(1 + limit + 4):  # the first is probed at once, `limit` wait
+        s.want(f"198.51.100.{i + 1}", "n3")
+    assert s.stats.ignored == 4
+    for _ in range(limit + 1):
+        clock.advance(1.01)
+    s.want("198.51.100.200", "n3")
+    clock.advance(1.01)
+    assert prober.asked[-1] == "198.51.100.200"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.store import MAX_LOGICAL, Record, Store, Version
 
 
 class Clock:
@@ -84,3 +84,15 @@ def test_a_failing_listener_does_not_stop_the_others() -> None:
     store.subscribe(lambda r: heard.append(r.key))
     store.put("k", 1)
     assert heard == ["k"]
+
+
+def test_a_full_logical_counter_moves_to_the_next_millisecond() -> None:
+    """A peer's version ahead of our clock with the largest logical counter moves this node's
+    clock there; its next version is the next millisecond with counter 0, never a counter
+    beyond the limit (which every peer would refuse)."""
+    store = Store("a", lambda: 100.0)
+    ahead = 100_000 + 5000
+    assert store.merge(Record("k", 1, Version(ahead, MAX_LOGICAL, "b"), None, 100.0))
+    record = store.put("mine", 2)
+    assert (record.wall_ms, record.logical) == (ahead + 1, 0)
+    assert store.put("mine", 3).version > record.version

@@ -4,14 +4,20 @@ restart from a snapshot, and the refusals of peers that are not who they should 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs
+from twisted.python.failure import Failure
 
 from gtmcluster.state import snapshot
-from gtmcluster.state.store import Store
-from gtmcluster.sync import certs
-from gtmcluster.sync.replicator import DIGEST_DELAY
+from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.sync import certs, codec
+from gtmcluster.sync.replicator import DIGEST_DELAY, MERGE_SLICE
+from gtmcluster.sync.service import PeerFactory
 from gtmcluster.sync.tls import load_credentials
 from tests.support.cluster import MemoryCluster
 
@@ -218,3 +224,37 @@ def test_a_silent_peer_is_dropped_after_the_idle_timeout(trio: MemoryCluster) ->
     assert any("silent for too long" in e.get("reason", "") for e in events)
     link.pump.flush()  # let the transports see the abort
     assert established(trio, "gtm-a") == set()
+
+
+def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -> None:
+    """A batch of 250 records from a peer is checked whole, then merged MERGE_SLICE records
+    at once and the rest in later reactor turns (DNS queries are answered in between; the
+    fake clock runs the later slices in one advance); the answer counts them all."""
+    receiver = trio.replicators["gtm-b"]
+    proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
+    now = trio.clock.seconds()
+    records = [Record(f"k/{i}", i, Version(1000 + i, 0, "gtm-a"), None, now) for i in range(250)]
+    ((batch, _),) = list(codec.batches(records, now))
+    results: list[int] = []
+    receiver.receive_in_slices(proto, batch).addCallback(results.append)
+    assert len(trio.stores["gtm-b"]) == MERGE_SLICE and results == []
+    assert [c.getTime() for c in trio.clock.getDelayedCalls()].count(now) == 1  # the next slice, next turn
+    trio.clock.advance(0)
+    assert len(trio.stores["gtm-b"]) == 250 and results == [250]
+
+
+def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: MemoryCluster) -> None:
+    """Each dialled connection that ends before its Hello is done (refused at TLS or Hello)
+    counts on the dialler's factory, which lengthens the ClientService's next delay; the end
+    of a connection that got through is no refusal."""
+    factory = PeerFactory(trio.replicators["gtm-a"], "gtm-c")
+    for expected in (1, 2):
+        refused = factory.buildProtocol(None)
+        refused.makeConnection(StringTransport())
+        refused.connectionLost(Failure(ConnectionDone("TLS handshake failed")))
+        assert factory.refused == expected
+    good = trio.connect("gtm-a", "gtm-b")
+    dialler = good.client.wrappedProtocol.factory
+    assert isinstance(dialler, PeerFactory) and dialler.refused == 0
+    good.cut()
+    assert dialler.refused == 0

@@ -90,3 +90,46 @@ def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_
         ages.update({entry[0]: entry[6] for entry in json.loads(batch)})
     assert sorted(keys) == sorted(f"k/{i}" for i in range(count))
     assert set(ages.values()) == {0.0, 100.0}  # each chunk aged when it was encoded
+
+
+@pytest.mark.parametrize("field", ["key", "value"])
+def test_text_that_is_not_utf8_is_refused(field: str) -> None:
+    """JSON may escape a lone UTF-16 surrogate; such a string cannot be hashed (keys) nor sent
+    on (values), so a record holding one is malformed."""
+    key = '"k\\ud800"' if field == "key" else '"k"'
+    value = '"\\udfff"' if field == "value" else "1"
+    batch = f'[[{key},{value},5000,0,"gtm-a",null,0]]'.encode()
+    with pytest.raises(codec.BadMessage, match="not valid UTF-8"):
+        codec.decode(batch, now=10.0)
+
+
+def test_an_escaped_surrogate_pair_is_ordinary_text() -> None:
+    """A pair of escaped surrogates is one character outside the BMP: accepted."""
+    (record,) = codec.decode(b'[["k","\\ud83d\\ude00",5000,0,"gtm-a",null,0]]', now=10.0)
+    assert record.value == "\U0001f600"
+
+
+def test_the_largest_record_accepted_can_always_be_sent_on() -> None:
+    """A record of MAX_RECORD bytes (encoded with age 0) is accepted and still fits a batch
+    when sent on a year later (its age then longer); one byte more is refused."""
+
+    def entry(size: int) -> bytes:
+        base = ["k", "", 5000, 0, "gtm-a", None, 0.0]
+        base[1] = "v" * (size - len(json.dumps(base, separators=(",", ":"))))
+        return json.dumps([base], separators=(",", ":")).encode()
+
+    (record,) = codec.decode(entry(codec.MAX_RECORD), now=10.0)
+    ((batch, keys),) = list(codec.batches([record], now=10.0 + 365 * 86400.123))
+    assert keys == ["k"] and len(batch) <= codec.MAX_BATCH
+    with pytest.raises(codec.BadMessage, match="larger than"):
+        codec.decode(entry(codec.MAX_RECORD + 1), now=10.0)
+
+
+def test_a_record_that_grows_when_re_encoded_is_measured_as_it_would_be_sent() -> None:
+    """Numbers written short (1e15) are longer in the form this node sends them: a batch of
+    14 KB of them holds a record over MAX_RECORD once re-encoded, and is refused."""
+    value = [1e15] * 3500  # "1e15" on the wire, "1000000000000000.0" when sent on
+    raw = b'[["k",[' + b",".join([b"1e15"] * len(value)) + b'],5000,0,"gtm-a",null,0]]'
+    assert len(raw) < 20_000
+    with pytest.raises(codec.BadMessage, match="larger than"):
+        codec.decode(raw, now=10.0)
