@@ -39,8 +39,6 @@ from tests.chaos.world import (
 )
 
 ADMIN_STATES = ("enabled", "disabled", "drain")
-#: after the last heal and the agreement of the digests, the load runs this long more
-QUIET = 5.0
 
 
 def default_bounds(poll: float) -> Bounds:
@@ -61,6 +59,8 @@ class Options:
     poll: float = 1.0  # the observer's period
     admin_every: float = 3.0  # the admin writer's mean period
     networks: int = 64  # client subnets (ECS) the load generator rotates through
+    kinds: tuple[str, ...] = schedule.KINDS  # the nemesis's episode kinds
+    quiet: float = 5.0  # after the last heal and the agreement, the load runs this long more
     bounds: Bounds | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -115,7 +115,8 @@ class ChaosRun:
         self.history = history
         self.say = say
         self.bounds = options.bounds or default_bounds(options.poll)
-        self.plan = schedule.plan(options.seed, options.seconds, list(NODES), {n: node_server(n) for n in NODES})
+        servers_of = {n: node_server(n) for n in NODES}
+        self.plan = schedule.plan(options.seed, options.seconds, list(NODES), servers_of, options.kinds)
         self._stop_observer = threading.Event()
         self._stop_admin = threading.Event()
         self._lock = threading.Lock()
@@ -207,9 +208,14 @@ class ChaosRun:
             self.history.add("nemesis", action="start", node=a["node"], skew=w.skews[a["node"]])
             return
         elif step.action == "backend_stop":
+            self.history.add("nemesis", action="backend_stop", **a)  # down from now on
             w.stop_backend(a["vs"])
+            return
         elif step.action == "backend_start":
-            w.start_backend(a["vs"])
+            began = time.time()
+            w.start_backend(a["vs"])  # up once it accepts connections: recorded then
+            self.history.add("nemesis", action="backend_start", took=round(time.time() - began, 2), **a)
+            return
         elif step.action == "write_then_kill":
             acked = self.admin_write(a["node"], DURABLE_SERVER)
             self.history.add("nemesis", action="kill", node=a["node"], after_write=acked)
@@ -263,7 +269,7 @@ class ChaosRun:
             self._stop_admin.set()
             admin.join(30)
             self._wait_agreement(self.bounds.converge + 15)
-            time.sleep(QUIET)  # the load goes on a little after the agreement
+            time.sleep(o.quiet)  # the load goes on a little after the agreement
             self.history.add("final", admin=self._final_admin())
         finally:
             self._stop_admin.set()

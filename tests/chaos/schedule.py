@@ -52,17 +52,22 @@ class Step:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-def plan(seed: int, seconds: float, sites: Sequence[str], servers: Mapping[str, str]) -> list[Step]:
+def plan(
+    seed: int, seconds: float, sites: Sequence[str], servers: Mapping[str, str], kinds: Sequence[str] = KINDS
+) -> list[Step]:
     """The steps of a run of *seconds* over the GTM nodes *sites* (each with its virtual server in
-    *servers*: node -> server), from *seed*."""
+    *servers*: node -> server), from *seed*, with episodes of *kinds* only."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        raise ValueError(f"episode kinds must be some of {', '.join(KINDS)}, not {sorted(unknown) or 'none'}")
     rng = random.Random(seed)
-    order = list(KINDS)
+    order = list(kinds)
     rng.shuffle(order)
     steps: list[Step] = []
     t = WARMUP
     n = misfits = 0
     while misfits < 20:  # an episode that does not fit in the time left is passed over
-        kind = order[n] if n < len(order) else rng.choice(KINDS)
+        kind = order[n] if n < len(order) else rng.choice(order)
         n += 1
         episode, duration = _episode(kind, rng, t, list(sites), servers)
         if t + duration > seconds:

@@ -82,3 +82,10 @@ def test_a_short_run_fits_what_it_can_and_ends_with_the_final_heal(seed: int) ->
     found = episodes(steps)
     assert found  # passes over what does not fit, takes what does
     assert all(end <= 40 for _, _, end in found)
+
+
+def test_a_plan_of_some_kinds_only() -> None:
+    steps = plan(1, 120, NODES, SERVERS, kinds=("kill", "crash_after_ack"))
+    assert {kind for kind, _, _ in episodes(steps)} == {"kill", "crash_after_ack"}
+    with pytest.raises(ValueError, match="must be some of"):
+        plan(1, 120, NODES, SERVERS, kinds=("earthquake",))
