@@ -96,6 +96,9 @@ def check(history: Iterable[Event]) -> Report:
     acknowledged(events, setup.get("admin_vs", []), bounds, report)
     flaps_under_loss(events, setup["monitored"], report)
     tracebacks(events, report)
+    loads = [float(e["load"]) for e in events if e["kind"] == "round" and "load" in e]
+    if loads:
+        report.figures["load"] = {"mean": round(statistics.mean(loads), 2), "max": max(loads)}
     report.figures["episodes"] = dict(
         Counter(
             e["name"] for e in events if e["kind"] == "nemesis" and e["action"] == "episode" and e["phase"] == "start"
@@ -135,6 +138,7 @@ def answering(
     figures: dict[str, Any] = {}
     for node, node_spans in spans.items():
         mine = queries.get(node, [])
+        restarts: list[float] = []  # from a (re)start to the first reply
         rcodes = Counter(str(q["rcode"]) if q["rcode"] is not None else "timeout" for q in mine)
         sent_live = answered_live = 0
         longest = (0.0, 0.0)  # (gap, when it began)
@@ -148,6 +152,8 @@ def answering(
                     sent_live += len(inside)
                 continue
             live_from = answered[0]  # a restarted node is live once it answers
+            if start > node_spans[0][0]:
+                restarts.append(round(live_from - start, 2))
             last_sent = float(inside[-1]["t"])
             counted = [q for q in inside if float(q["t"]) >= live_from]
             sent_live += len(counted)
@@ -165,6 +171,7 @@ def answering(
             "longest_gap": round(longest[0], 3),
             "longest_gap_at": longest[1],
             "live_seconds": round(sum(b - a for a, b in node_spans), 1),
+            "restart_to_answer": restarts,
         }
         if longest[0] > bounds.max_gap:
             report.failures.append(
@@ -438,12 +445,19 @@ def summary(report: Report) -> list[str]:
     f = report.figures
     bounds = f.get("bounds", {})
     lines = [f"seed {f.get('seed')}, {f.get('seconds')} s; episodes: {f.get('episodes', {})}"]
+    if "load" in f:
+        lines.append(f"load average (1 min) during the run: mean {f['load']['mean']}, max {f['load']['max']}")
     for node, d in f.get("dns", {}).items():
         share = d["live_share"]
         lines.append(
             f"DNS {node}: {d['queries']} queries, live {d['live_seconds']} s, answered while live "
             f"{'-' if share is None else f'{share:.2%}'}, longest gap {d['longest_gap']:.2f} s "
             f"(bound {bounds.get('max_gap')} s), rcodes {d['rcodes']}"
+            + (
+                f", answering {', '.join(f'{r:.1f}' for r in d['restart_to_answer'])} s after restarts"
+                if d["restart_to_answer"]
+                else ""
+            )
         )
     stops = f.get("backend_stops", [])
     if stops:

@@ -249,3 +249,11 @@ def test_a_traceback_in_a_log_fails() -> None:
 
 def test_a_history_without_setup_is_refused() -> None:
     assert check([{"t": 0.0, "kind": "end"}]).failures == ["the history has no setup event"]
+
+
+def test_the_time_from_a_restart_to_the_first_answer_is_a_figure() -> None:
+    h = H().nemesis(5.0, "kill", node="b").nemesis(10.0, "start", node="b", skew=0)
+    h.silent.append(("b", 10.0, 12.5))
+    report = check(h.build())
+    assert report.figures["dns"]["b"]["restart_to_answer"] == [2.5]
+    assert report.figures["dns"]["a"]["restart_to_answer"] == []
