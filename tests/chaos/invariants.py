@@ -406,7 +406,7 @@ def flaps_under_loss(events: Sequence[Event], monitored: Sequence[str], report: 
     """Invariant 5: no change of any node's availability of a server while only loss is on;
     the changes of the nodes' own verdicts are figures."""
     windows = loss_windows(events)
-    availability_changes = own_changes = 0
+    availability_changes = own_changes = disconnected = 0
     for t0, t1 in windows:
         previous: dict[tuple[str, str], tuple[Any, Any]] = {}
         for e in events:
@@ -415,6 +415,7 @@ def flaps_under_loss(events: Sequence[Event], monitored: Sequence[str], report: 
             for node, view in e["views"].items():
                 if view is None:
                     continue
+                disconnected += sum(1 for connected in view.get("peers", {}).values() if not connected)
                 for vs in monitored:
                     now = (view["vs"][vs]["available"], view["vs"][vs].get("own"))
                     before = previous.get((node, vs))
@@ -434,6 +435,7 @@ def flaps_under_loss(events: Sequence[Event], monitored: Sequence[str], report: 
         "seconds": round(sum(b - a for a, b in windows), 1),
         "availability_changes": availability_changes,
         "own_verdict_changes": own_changes,
+        "peers_seen_disconnected": disconnected,  # (node, peer) pairs over the rounds under loss
     }
 
 
@@ -488,7 +490,8 @@ def summary(report: Report) -> list[str]:
     if loss:
         lines.append(
             f"under 20% loss ({loss['windows']} windows, {loss['seconds']} s): availability changes "
-            f"{loss['availability_changes']}, own verdict changes {loss['own_verdict_changes']}"
+            f"{loss['availability_changes']}, own verdict changes {loss['own_verdict_changes']}, "
+            f"peers seen disconnected {loss['peers_seen_disconnected']} times"
         )
     return lines
 

@@ -230,7 +230,13 @@ def test_availability_that_changes_under_loss_fails_and_own_verdicts_are_counted
     h.available[("a", "vs-b")] = [(10.0, 14.0)]
     report = check(h.build())
     loss = report.figures["loss"]
-    assert loss == {"windows": 1, "seconds": 20.0, "availability_changes": 2, "own_verdict_changes": 0}
+    assert loss == {
+        "windows": 1,
+        "seconds": 20.0,
+        "availability_changes": 2,
+        "own_verdict_changes": 0,
+        "peers_seen_disconnected": 0,
+    }
     assert any(f.startswith("a: vs-b went down at t=10.0 under loss") for f in report.failures)
 
 
