@@ -16,6 +16,7 @@ wall-clock time ``t`` and a ``kind``:
 - ``admin``: an admin write (``POST /api/v1/virtual-servers/VS/STATE``): ``node``, ``vs``,
   ``state``, ``acked`` (it returned 200), ``skew`` (that node's clock offset);
 - ``final``: each node's admin state per virtual server, read after the last heal;
+- ``logs``: per node, how many tracebacks its log and output hold, and the first one;
 - ``end``.
 
 The invariants (each a failure line when broken):
