@@ -1,6 +1,6 @@
 """The chaos run: three GTM sites on an emulated WAN under a nemesis, checked from its history.
 
-    sudo .venv/bin/python bench/chaos.py [--seconds 300] [--seed 1] [--history FILE] [--keep]
+    sudo .venv/bin/python bench/chaos.py [--seconds 300] [--seed 1] [--kinds loss,kill] [--history FILE] [--keep]
     .venv/bin/python bench/chaos.py --check FILE         # check a recorded history again
     make chaos ARGS='--seconds 120 --seed 7'              # installs faketime when missing
 
@@ -51,7 +51,7 @@ def interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def preflight(seconds: float, seed: int) -> str | None:
+def preflight(seconds: float, seed: int, kinds: tuple[str, ...]) -> str | None:
     """Why the run cannot be made here, or None."""
     if os.geteuid() != 0:
         return "the chaos run needs root (network namespaces and TUN devices)"
@@ -59,7 +59,7 @@ def preflight(seconds: float, seed: int) -> str | None:
         return "/dev/net/tun is missing (no TUN support)"
     if shutil.which("ip") is None:
         return "`ip` is not installed (Debian package iproute2)"
-    steps = schedule.plan(seed, seconds, list(NODES), {n: node_server(n) for n in NODES})
+    steps = schedule.plan(seed, seconds, list(NODES), {n: node_server(n) for n in NODES}, kinds)
     if any(s.action == "start" and s.args.get("skew") for s in steps):
         return faketime_works()
     return None
@@ -72,16 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--history", type=Path, help="the JSON-lines history (default var/chaos/history-SEED.jsonl)")
     p.add_argument("--json", type=Path, help="also write the figures and failures to this file")
     p.add_argument("--rate", type=float, default=10.0, help="queries per second to each node (default 10)")
+    p.add_argument(
+        "--kinds",
+        default=",".join(schedule.KINDS),
+        help=f"the nemesis's episode kinds, comma-separated (default: all: {','.join(schedule.KINDS)})",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (configs, logs, state)")
     p.add_argument("--check", type=Path, metavar="HISTORY", help="only check a recorded history")
     args = p.parse_args(argv)
     if args.seconds < 30:
         p.error("--seconds must be at least 30")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(schedule.KINDS))
+    if unknown or not kinds:
+        p.error(f"--kinds: {', '.join(unknown) or 'none given'}; choose from {', '.join(schedule.KINDS)}")
 
     if args.check:
         report = invariants.check(read_history(args.check))
     else:
-        problem = preflight(args.seconds, args.seed)
+        problem = preflight(args.seconds, args.seed, kinds)
         if problem:
             print(f"chaos: {problem}", file=sys.stderr)
             return 2
@@ -100,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"chaos: the world did not come up: {e}", file=sys.stderr)
                 return 2
             print("chaos: three nodes up and agreeing; the nemesis starts")
-            run = ChaosRun(world, Options(seconds=args.seconds, seed=args.seed, rate=args.rate), history)
+            run = ChaosRun(world, Options(seconds=args.seconds, seed=args.seed, rate=args.rate, kinds=kinds), history)
             report = run.run(workdir / "loadgen.jsonl")
             failed = not report.ok
         except KeyboardInterrupt:
