@@ -7,8 +7,9 @@ STAMP := $(VENV)/.installed
 TEST_TOOLS := dig:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium gdnsd:gdnsd knotd:knot dnsviz:dnsviz
 DEMO_TOOLS := dig:bind9-dnsutils
 BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux
+CHAOS_TOOLS := ip:iproute2 faketime:faketime
 
-.PHONY: demo test lint unit bench bench-compare clean
+.PHONY: demo test lint unit bench bench-compare chaos clean
 
 $(STAMP): setup.py pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +42,11 @@ bench: $(STAMP)
 bench-compare: $(STAMP)
 	@tools/ensure-system-tools $(BENCH_TOOLS)
 	$(BIN)/python bench/compare.py $(ARGS)
+
+# the chaos run (as root, a few minutes): make chaos ARGS='--seconds 120 --seed 7'
+chaos: $(STAMP)
+	@tools/ensure-system-tools $(CHAOS_TOOLS)
+	$(BIN)/python bench/chaos.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -68,6 +68,7 @@ class NodeService(MultiService):
         self.probes: ProbeScheduler | None = None
         self.workers: Workers | None = None
         self.heap: heap.HeapKeeper | None = None
+        self.snapshots: Snapshotter | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread
@@ -274,6 +275,7 @@ def make_service(
         heap.freeze_now()  # the loaded state is long-lived: keep it out of later collections
     snapshots.setName("snapshot")
     snapshots.setServiceParent(top)
+    top.snapshots = snapshots
     keeper = heap.HeapKeeper(reactor)
     keeper.setName("heap")
     keeper.setServiceParent(top)

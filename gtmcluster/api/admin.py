@@ -111,3 +111,12 @@ def set_admin(node: Node, name: str, action: str) -> dict[str, Any]:
         "available": status.available if status else None,
         "reason": status.reason if status else "",
     }
+
+
+def saved(answer: dict[str, Any], on_disk: bool) -> dict[str, Any]:
+    """The answer to an admin write once the state snapshot was written: as it is, or 503
+    when the write could not be made durable (it holds in memory and is replicated, but a
+    crash of this node before the next snapshot could lose it here)."""
+    if not on_disk:
+        raise ApiError(503, f"{answer['virtual_server']} is {answer['admin']} but the state could not be saved to disk")
+    return answer

@@ -27,7 +27,11 @@ def routes(service: NodeService) -> list[Route]:
         return answer
 
     def post_admin(args: Args, parts: Args) -> Any:
-        return admin.set_admin(node, parts["name"], parts["action"])
+        answer = admin.set_admin(node, parts["name"], parts["action"])
+        if service.snapshots is None:
+            return answer
+        # acknowledged means on disk: a node killed right after its 200 keeps the write
+        return service.snapshots.flush().addCallback(lambda saved: admin.saved(answer, saved))
 
     def post_reload(args: Args, parts: Args) -> Any:
         def done(problems: list[str]) -> Any:

@@ -45,6 +45,7 @@ class Subject:
     flap: Flap
     key: str
     busy: bool = False
+    due: bool = False  # a tick came while a round ran: the next round starts when it ends
     last_written: float = float("-inf")
     loop: task.LoopingCall | None = None
     starter: IDelayedCall | None = None
@@ -98,7 +99,7 @@ class HealthChecker(Service):
         interval = subject.monitor.interval
         spread = min(interval, STARTUP_SPREAD)
         delay = (zlib.crc32(subject.key.encode()) % 1000) / 1000 * spread
-        loop = task.LoopingCall(self.round, subject)
+        loop = task.LoopingCall(self._tick, subject)
         loop.clock = self.reactor
         subject.loop = loop
         subject.starter = self.reactor.callLater(delay, self._start_loop, subject)
@@ -145,6 +146,17 @@ class HealthChecker(Service):
         for subject in self.subjects:
             self._stop(subject)
 
+    def _tick(self, subject: Subject) -> None:
+        """The loop's tick, every interval whatever a round takes: a round, or, while the last
+        one still runs, a round as soon as it ends (never two at once, never a queue). A loop
+        that waited for each round would start the next at the tick after the round ended:
+        with a check that times out after a whole interval (timeout = interval), a round every
+        two intervals, and a server down after twice the failover bound."""
+        if subject.busy:
+            subject.due = True
+            return
+        self.round(subject)
+
     def round(self, subject: Subject) -> defer.Deferred[Any] | None:
         """Check every target of *subject* once (skipped while the last round runs)."""
         if subject.busy:
@@ -159,6 +171,10 @@ class HealthChecker(Service):
 
         def done(_: object) -> None:
             subject.busy = False
+            if subject.due:
+                subject.due = False
+                if self.running and subject.loop is not None and subject.loop.running:
+                    self.round(subject)
 
         d.addBoth(done)
         return d

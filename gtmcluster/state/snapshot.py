@@ -359,6 +359,34 @@ class Snapshotter(Service):
         self._writing = d
         return d
 
+    def flush(self) -> defer.Deferred[bool]:
+        """Write every change made so far now, without waiting for the interval; fires with
+        whether it is on disk. A write in progress is waited for first (it may hold older
+        values of the same keys). An acknowledged admin write waits for this: a node killed
+        right after its answer must not come back without it."""
+
+        def after_current(_: object) -> defer.Deferred[bool] | bool:
+            if self._writing is not None:  # another write began meanwhile: wait for it too
+                return self.flush()
+            if not self._dirty:
+                return True
+            return self.save().addCallback(lambda written: written is not None)
+
+        return self._after_current().addCallback(after_current)
+
+    def _after_current(self) -> defer.Deferred[None]:
+        """Fires when the write in progress (if any) is done, leaving its result alone."""
+        if self._writing is None:
+            return defer.succeed(None)
+        waiter: defer.Deferred[None] = defer.Deferred()
+
+        def done(result: Any) -> Any:
+            waiter.callback(None)
+            return result
+
+        self._writing.addBoth(done)
+        return waiter
+
     def stopService(self) -> defer.Deferred[Any]:
         super().stopService()
         if self._loop is not None and self._loop.running:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from twisted.internet import defer, task
 
 from gtmcluster.config.model import Monitor
@@ -22,6 +23,7 @@ class ScriptedChecks:
         self.clock = clock
         self.ok: dict[str, bool] = defaultdict(lambda: True)
         self.hang: set[str] = set()
+        self.slow: dict[str, float] = {}  # address -> seconds until it fails (a timeout)
         self.calls: list[str] = []
         self.pending: list[defer.Deferred[Result]] = []
 
@@ -29,6 +31,10 @@ class ScriptedChecks:
         def check(target: Target) -> defer.Deferred[Result]:
             address = str(target.address)
             self.calls.append(address)
+            if address in self.slow:
+                late: defer.Deferred[Result] = defer.Deferred()
+                self.clock.callLater(self.slow[address], late.callback, Result(False, "timed out", 0))
+                return late
             if address in self.hang:
                 d: defer.Deferred[Result] = defer.Deferred()
                 self.pending.append(d)
@@ -104,16 +110,42 @@ def test_a_link_with_one_live_target_stays_up(tmp_path: Path) -> None:
     checker.stopService()
 
 
-def test_a_round_still_running_makes_the_next_one_skip(tmp_path: Path) -> None:
-    """Checks never pile up: a subject whose last round has not finished is skipped."""
+def test_a_round_still_running_makes_the_next_one_wait(tmp_path: Path) -> None:
+    """Checks never pile up: while a subject's last round runs, its ticks start nothing; when
+    it ends, one round starts at once (not one per missed tick), then every interval."""
     checker, _, clock, checks = make(tmp_path)
     checks.hang.add("10.0.3.1")
     checker.startService()
-    clock.advance(STARTUP_SPREAD + 20)
+    clock.advance(STARTUP_SPREAD)
+    for _ in range(4):
+        clock.advance(5)  # four ticks while the round hangs
     assert checks.calls.count("10.0.3.1") == 1
+    checks.hang.clear()
     checks.pending[0].callback(Result(True, "late", 25))
-    clock.advance(5)
     assert checks.calls.count("10.0.3.1") == 2
+    clock.advance(5)
+    assert checks.calls.count("10.0.3.1") == 3
+    checker.stopService()
+
+
+def test_checks_that_time_out_after_a_whole_interval_still_come_every_interval(tmp_path: Path) -> None:
+    """timeout = interval is allowed: each failing check then ends just after the next tick.
+    The next round starts as soon as it ends (not at the tick after), so a server is down
+    after interval x down_after + timeout (web: 5 x 3 + 0.01 from its first failing check),
+    not twice that."""
+    checker, store, clock, checks = make(tmp_path)
+    checker.startService()
+    clock.advance(STARTUP_SPREAD)
+    assert verdict(store, "obs/vs/vs2/n1") is True
+    checks.slow["10.0.2.1"] = 5.01
+    checks.calls.clear()
+    while "10.0.2.1" not in checks.calls:
+        clock.advance(0.01)
+    began = clock.seconds()
+    while verdict(store, "obs/vs/vs2/n1") is not False and clock.seconds() - began < 60:
+        clock.advance(0.01)
+    assert clock.seconds() - began == pytest.approx(15.03, abs=0.05)
+    assert checks.calls.count("10.0.2.1") == 4  # a round every ~5 s: the fourth has begun
     checker.stopService()
 
 

@@ -322,3 +322,81 @@ def test_a_snapshot_damaged_while_running_is_set_aside_and_written_whole_again(t
     again = Store("n1", reactor.seconds)
     assert snapshot.read(path, again, 0.0) == len(store) == 21
     assert again.digest() == store.digest()
+
+
+class HeldThreads(InlineThreads):
+    """A 'thread pool' that holds each write until the test releases it (a write in progress)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[Callable[[], None]] = []
+
+    def callInThreadWithCallback(
+        self, on_result: Callable[[bool, Any], None], f: Callable[..., Any], *a: Any, **kw: Any
+    ) -> None:
+        self.held.append(lambda: InlineThreads.callInThreadWithCallback(self, on_result, f, *a, **kw))
+
+    def release(self) -> None:
+        self.held.pop(0)()
+
+
+def on_disk(path: Path) -> dict[str, Any]:
+    restored = Store("other", lambda: 0.0)
+    snapshot.read(path / snapshot.FILENAME, restored, 0.0)
+    return {r.key: r.value for r in restored.all_records()}
+
+
+def test_flush_writes_at_once_and_fires_once_on_disk(tmp_path: Path) -> None:
+    """What an acknowledged admin write waits for: no interval to wait out, and the answer
+    comes only after the write is done."""
+    reactor = HeldThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0, interval=60)
+    snaps.startService()
+    store.put("admin/vs/a", {"state": "disabled"})
+    results: list[bool] = []
+    snaps.flush().addCallback(results.append)
+    assert results == []  # not before the write is done
+    reactor.release()
+    assert results == [True]
+    assert on_disk(tmp_path) == {"admin/vs/a": {"state": "disabled"}}
+
+
+def test_flush_waits_for_the_write_in_progress_then_writes_what_changed_since(tmp_path: Path) -> None:
+    reactor = HeldThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0, interval=5)
+    snaps.startService()
+    store.put("a", 1)
+    reactor.clock.advance(5)  # the periodic write of a=1 begins, and is held
+    store.put("a", 2)
+    results: list[bool] = []
+    snaps.flush().addCallback(results.append)
+    reactor.release()  # a=1 on disk; the flush then writes a=2
+    assert results == []
+    assert on_disk(tmp_path) == {"a": 1}
+    reactor.release()
+    assert results == [True]
+    assert on_disk(tmp_path) == {"a": 2}
+
+
+def test_flush_with_nothing_changed_writes_nothing(tmp_path: Path) -> None:
+    reactor = InlineThreads()
+    snaps = Snapshotter(Store("n1", reactor.seconds), tmp_path, reactor, lambda: 0.0, interval=5)
+    results: list[bool] = []
+    snaps.flush().addCallback(results.append)
+    assert results == [True] and reactor.ran == 0
+
+
+def test_flush_says_when_the_write_failed(tmp_path: Path) -> None:
+    reactor = InlineThreads()
+    store = Store("n1", reactor.seconds)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    snaps = Snapshotter(store, blocked, reactor, lambda: 0.0, interval=5)
+    store.put("a", 1)
+    results: list[bool] = []
+    snaps.flush().addCallback(results.append)
+    assert results == [False]
+    store.put("b", 1)
+    assert snaps._dirty == {"a", "b"}  # kept for the next write
