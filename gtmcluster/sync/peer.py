@@ -44,6 +44,8 @@ log = Logger()
 HANDSHAKE = "handshake"
 HELLO = "hello"
 ESTABLISHED = "established"
+#: seconds an established connection must last for its end not to count as a refusal
+STABLE = 10.0
 CLOSED = "closed"
 
 #: a box (one command or answer) larger than this ends the connection
@@ -74,6 +76,7 @@ class PeerProtocol(amp.AMP):
         self._box_bytes = 0
         self._announced = False  # the replicator knows this connection (and must hear of its end)
         self._was_established = False
+        self._established_at = 0.0
         self._why = ""  # why we closed it, when we did
         self._tokens = RATE_BURST
         self._tokens_at = 0.0
@@ -147,8 +150,7 @@ class PeerProtocol(amp.AMP):
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phase = ESTABLISHED
         self._was_established = True
-        if self.initiator and self.factory is not None:
-            self.factory.refused = 0
+        self._established_at = self.replicator.clock.seconds()
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
         self._arm(self.replicator.idle_timeout, self._idle_reason())
         self._schedule_heartbeat()
@@ -189,8 +191,12 @@ class PeerProtocol(amp.AMP):
                 reason=_handshake_failure(self.transport, reason),
                 event="peer_refused",
             )
-        if self.initiator and not self._was_established and self.factory is not None:
-            self.factory.refused += 1  # the dialler waits longer before the next attempt
+        if self.initiator and self.factory is not None:
+            # A connection refused at TLS or Hello, or dropped soon after it got through
+            # (the peer refuses what we send, say our clock is a day ahead), makes the
+            # dialler wait longer before the next attempt; one that lasted resets the wait.
+            lasted = self._was_established and self.replicator.clock.seconds() - self._established_at >= STABLE
+            self.factory.refused = 0 if lasted else self.factory.refused + 1
         self.phase = CLOSED
         for timer in (self._timer, self._heartbeat):
             if timer is not None and timer.active():

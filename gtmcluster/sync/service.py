@@ -1,8 +1,8 @@
 """The peer service: the TLS listener, a connection to every other member, anti-entropy.
 
 Outgoing connections are Twisted `ClientService`s: they reconnect with capped exponential
-backoff (0.5 s doubling to 30 s, with jitter), counting connections refused at TLS or Hello
-as failed attempts too. Both members of a pair dial each other; two
+backoff (0.5 s doubling to 30 s, with jitter), counting connections refused at TLS or Hello,
+or dropped within `peer.STABLE` seconds of getting through, as failed attempts too. Both members of a pair dial each other; two
 connections between the same pair are harmless (one carries the pushes).
 
 Every new connection, accepted or dialled, is built from the credentials in use at that

@@ -16,6 +16,7 @@ from twisted.python.failure import Failure
 from gtmcluster.state import snapshot
 from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.sync import certs, codec
+from gtmcluster.sync.peer import STABLE
 from gtmcluster.sync.replicator import DIGEST_DELAY, MERGE_SLICE
 from gtmcluster.sync.service import PeerFactory
 from gtmcluster.sync.tls import load_credentials
@@ -244,9 +245,9 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
 
 
 def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: MemoryCluster) -> None:
-    """Each dialled connection that ends before its Hello is done (refused at TLS or Hello)
-    counts on the dialler's factory, which lengthens the ClientService's next delay; the end
-    of a connection that got through is no refusal."""
+    """Each dialled connection that ends before its Hello is done (refused at TLS or Hello),
+    or soon after, counts on the dialler's factory, which lengthens the ClientService's next
+    delay; the end of a connection that lasted `STABLE` seconds resets it."""
     factory = PeerFactory(trio.replicators["gtm-a"], "gtm-c")
     for expected in (1, 2):
         refused = factory.buildProtocol(None)
@@ -256,5 +257,12 @@ def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: Me
     good = trio.connect("gtm-a", "gtm-b")
     dialler = good.client.wrappedProtocol.factory
     assert isinstance(dialler, PeerFactory) and dialler.refused == 0
-    good.cut()
+    good.cut()  # dropped at once after its Hello (the peer refusing what we send): a refusal
+    assert dialler.refused == 1
+    lasting = trio.connect("gtm-a", "gtm-b")
+    dialler = lasting.client.wrappedProtocol.factory
+    assert isinstance(dialler, PeerFactory)
+    dialler.refused = 3
+    trio.clock.advance(STABLE)
+    lasting.cut()  # an end after it lasted resets the wait
     assert dialler.refused == 0
