@@ -39,10 +39,11 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
 
 
 def _parse(loader_class: Any, path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
-    loader = loader_class(text)
     lines: dict[KeyPath, int] = {}
     problems: list[Problem] = []
+    loader = None
     try:
+        loader = loader_class(text)  # (the reader refuses control characters here)
         node = loader.get_single_node()
         if node is None:
             return None, lines, problems
@@ -55,10 +56,14 @@ def _parse(loader_class: Any, path: str, text: str) -> tuple[Any, dict[KeyPath, 
         line = mark.line + 1 if mark else None
         message = " ".join(str(x) for x in (e.context, e.problem) if x) or str(e)
         raise ConfigError([Problem(path, (), f"YAML syntax: {message}", line)]) from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise ConfigError([Problem(path, (), f"YAML syntax: {e.reason} ({e.character:#x})", line)]) from None
     except yaml.YAMLError as e:
         raise ConfigError([Problem(path, (), f"YAML syntax: {e}")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return value, lines, problems
 
 

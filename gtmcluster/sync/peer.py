@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -344,7 +345,13 @@ class PeerProtocol(amp.AMP):
 
     @commands.SendAll.responder
     def send_all(self, origin: str) -> Deferred[dict[str, Any]]:
-        return self.replicator.send_all(self, origin).addCallback(lambda n: {"sent": n})
+        return self.replicator.send_all(self, origin).addCallbacks(lambda n: {"sent": n}, self._unless_closed)
+
+    def _unless_closed(self, failure: Failure) -> Failure:
+        """A command's failure, or (the connection went while it ran) no answer at all."""
+        if self.phase == CLOSED or failure.check(ConnectionLost, ConnectionDone):
+            raise _Dropped()
+        return failure
 
     @commands.Changed.responder
     def changed(self) -> dict[str, Any]:
