@@ -14,7 +14,8 @@ State machine (inputs on the left, what happens on the right):
     established --a Publish batch------------------->   reading from the peer pauses until the
                                                          batch is merged (a slice per turn)
     any       --a command before established, a box
-                too large, too many commands/second -->  closed (logged)
+                too large, too many commands/second,
+                a malformed box or argument -------->   closed (logged)
 
 Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
 this connection only: the replicator and the other peers are not disturbed.
@@ -234,6 +235,18 @@ class PeerProtocol(amp.AMP):
             return "value"
         return str(super().proto_value(string))
 
+    def ampBoxReceived(self, box: amp.AmpBox) -> None:
+        """Check a box's shape before AMP reads it: a box that is neither a command nor an
+        answer, an answer to no question or an error without its code is malformed (AMP
+        itself would raise out of `dataReceived`, a traceback), and drops the peer."""
+        if self.phase == CLOSED:
+            return
+        problem = _box_problem(box, self._outstandingRequests)
+        if problem is not None:
+            self.violation(f"malformed message: {problem}")
+            return
+        super().ampBoxReceived(box)
+
     def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:
         return super_dispatch(self, box).addErrback(_swallow_dropped)
 
@@ -250,6 +263,18 @@ class PeerProtocol(amp.AMP):
         self._tokens -= 1
         if self._tokens < 0:
             self.violation(f"more than {MAX_COMMAND_RATE:g} commands per second")
+            return Deferred()
+        known = commands.BY_NAME.get(command or b"")
+        if known is None:
+            # the protocol version was agreed in Hello: its commands are all there is
+            self.violation(f"unknown command {command!r}")
+            return Deferred()
+        # Arguments that do not parse (a missing one, bad UTF-8, not a number) are the
+        # peer's mistake: said so and dropped, not a traceback from inside AMP.
+        try:
+            known.parseArguments(box, self)
+        except Exception as e:
+            self.violation(f"malformed {known.__name__} command: {type(e).__name__}: {e}")
             return Deferred()
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
@@ -365,6 +390,20 @@ class PeerProtocol(amp.AMP):
         if digest is not None:
             self.replicator.heard_digest(self, digest)
         return {}
+
+
+def _box_problem(box: amp.AmpBox, outstanding: dict[bytes, Any]) -> str | None:
+    """Why *box* cannot be handled (*outstanding*: our questions by tag), or None."""
+    if amp.ANSWER in box or amp.ERROR in box:
+        tag = box.get(amp.ANSWER, box.get(amp.ERROR))
+        if tag not in outstanding:
+            return f"an answer to no question ({tag!r})"
+        if amp.ANSWER not in box and (amp.ERROR_CODE not in box or amp.ERROR_DESCRIPTION not in box):
+            return "an error answer without its code and description"
+        return None
+    if amp.COMMAND not in box:
+        return "a box that is neither a command nor an answer"
+    return None
 
 
 class _Dropped(Exception):

@@ -1039,6 +1039,8 @@ def test_line_numbers_of_several_mistakes(tmp_path: Path) -> None:
         pytest.param("a: 1\nb: [1, 2\nc: 3\n", 3, "expected ',' or ']'", id="unclosed-flow-sequence"),
         pytest.param("a: &x 1\nb: *y\n", 2, "found undefined alias 'y'", id="undefined-alias"),
         pytest.param("a: 1\nb: 'unterminated\nc: 2\n", 2, "quoted scalar", id="unterminated-quote"),
+        # found by fuzzing (fuzz/config_load.py): PyYAML's reader error escaped as a traceback
+        pytest.param("a: 1\nb: x\x00y\n", 2, "special characters are not allowed (0x0)", id="control-character"),
     ],
 )
 def test_yaml_syntax_error(tmp_path: Path, text: str, line: int, fragment: str) -> None:
