@@ -2,7 +2,8 @@
 
 Each target runs in its own process (libFuzzer owns it), reading the checked-in seeds in
 ``fuzz/corpus/<target>/`` and a working corpus in ``var/fuzz/corpus/<target>/`` (kept
-between runs, where the inputs it finds are added; the seeds are never written). An input
+between runs, where the inputs it finds are added; the seeds are never written), with the
+tokens of ``fuzz/dicts/<target>.dict`` when there is one. An input
 that breaks an invariant is saved as ``var/fuzz/crash-<target>-...``; replay it with
 ``python -m fuzz <target> FILE``. Prints executions, speed and findings per target; exits 1
 when a target found something.
@@ -74,6 +75,9 @@ def run(
         *([f"-runs={runs}"] if runs is not None else []),
         *extra,
     ]
+    dictionary = ROOT / "fuzz" / "dicts" / f"{target}.dict"
+    if dictionary.exists():
+        command.insert(-len(extra) if extra else len(command), f"-dict={dictionary}")
     python_path = [str(ROOT), *map(str, path), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, python_path))}
     started = time.monotonic()
