@@ -248,7 +248,12 @@ class PeerProtocol(amp.AMP):
         super().ampBoxReceived(box)
 
     def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:
-        return super_dispatch(self, box).addErrback(_swallow_dropped)
+        d = super_dispatch(self, box).addErrback(_swallow_dropped)
+        if amp.ASK not in box:
+            # No answer was asked for, so a declared error (a refused Hello) has nowhere to
+            # go; the responder has logged why. AMP would log it again as a traceback.
+            d.addErrback(_unanswered_declared_error)
+        return d
 
     def _dispatch(self, box: amp.AmpBox) -> Deferred[Any]:
         command = box.get(amp.COMMAND)
@@ -430,6 +435,10 @@ def certificate_summary(transport: Any) -> dict[str, str]:
 
 def super_dispatch(proto: PeerProtocol, box: amp.AmpBox) -> Deferred[Any]:
     return proto._dispatch(box)
+
+
+def _unanswered_declared_error(failure: Failure) -> None:
+    failure.trap(amp.RemoteAmpError)  # anything else is a bug: AMP logs it
 
 
 def _swallow_dropped(failure: Failure) -> Any:

@@ -24,9 +24,9 @@ def box(**values: bytes) -> bytes:
 
 
 class Connection:
-    """gtm-a's side of a connection gtm-b dialled, past TLS and Hello."""
+    """gtm-a's side of a connection gtm-b dialled, past TLS (and Hello when *established*)."""
 
-    def __init__(self) -> None:
+    def __init__(self, established: bool = True) -> None:
         self.clock = Clock()
         self.clock.advance(1_000_000)
         self.store = Store("gtm-a", self.clock.seconds)
@@ -46,8 +46,9 @@ class Connection:
         self.proto.makeConnection(self.transport)
         self.proto.peer = "gtm-b"
         self.proto.phase = peer.HELLO
-        self.proto._establish("DC2", 1, "d")
-        self.clock.advance(0)  # announced: gtm-a asks its Summary question (tag 1)
+        if established:
+            self.proto._establish("DC2", 1, "d")
+            self.clock.advance(0)  # announced: gtm-a asks its Summary question (tag 1)
 
     def send(self, data: bytes) -> list[LogEvent]:
         with capturedLogs() as events:
@@ -124,3 +125,20 @@ def test_well_formed_commands_still_answer() -> None:
     answer: Any = connection.transport.value()
     assert b"_answer" in answer and b"k/1" in answer
     assert commands.BY_NAME[b"Pull"] is commands.Pull
+
+
+def test_a_refused_hello_sent_without_asking_is_logged_once_without_a_traceback() -> None:
+    """A Hello with a bad protocol range and no _ask (found by fuzzing): the refusal is
+    logged with its reason; AMP, with nobody to answer, logged a traceback too."""
+    connection = Connection(established=False)
+    hello = box(
+        _command=b"Hello",
+        node=b"gtm-b",
+        group=b"g",
+        datacenter=b"DC2",
+        version=b"0",
+        min_version=b"1",
+        config_digest=b"d",
+    )
+    events = connection.send(hello)
+    assert any("speaks protocol versions 1..0" in r for r in dropped_for(events)), events
