@@ -44,7 +44,9 @@ def test_one_input(data: bytes) -> None:
         with no_tracebacks():
             load(path)
     except ConfigError as e:
-        lines = data.count(b"\n") + 1
+        # lines as read (universal newlines) and as YAML counts them (NEL, LS and PS too)
+        text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+        lines = sum(text.count(c) for c in "\n\x85\u2028\u2029") + 1
         if not e.problems:
             raise Finding("ConfigError without problems") from None
         for problem in e.problems:
