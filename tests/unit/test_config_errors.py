@@ -1056,6 +1056,36 @@ def test_yaml_syntax_error(tmp_path: Path, text: str, line: int, fragment: str) 
     assert line <= len(text.splitlines())
 
 
+LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else 'x'] * 10)}]\n" for i in range(7))
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        pytest.param("a: &x [1, *x]\n", 1, "an alias inside the value it names", id="recursive-alias"),
+        pytest.param("a:\n  b: &x {c: [*x]}\n", 2, "an alias inside the value it names", id="recursive-mapping"),
+        pytest.param("a: " + "[" * 3000 + "]" * 3000 + "\n", None, "nested too deeply", id="deep-nesting"),
+        pytest.param(LAUGHS, 1, "expands to more than 500000 values", id="billion-laughs"),
+    ],
+)
+def test_yaml_that_cannot_be_built_is_one_problem(tmp_path: Path, text: str, line: int | None, fragment: str) -> None:
+    """Structures PyYAML would recurse on forever, or expand until memory runs out, are one
+    problem each (found while writing fuzz/config_load.py; each was a traceback or a hang)."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    problems = problems_of_file(path)
+    assert len(problems) == 1, described(problems)
+    assert fragment in problems[0].message
+    assert problems[0].line == line
+
+
+def test_a_number_too_large_for_a_float_is_out_of_range(tmp_path: Path) -> None:
+    """A number key given a 400-digit integer (formatting it raised OverflowError)."""
+    _, problems = problems_of(tmp_path, put("dns_server", value={"tcp_idle_timeout": 10**400}))
+    problem = find(problems, "dns_server.tcp_idle_timeout", "is out of range (0.1 to 3600)")
+    assert problem.message.startswith("10000000000000000000...")
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
