@@ -216,13 +216,6 @@ class PeerProtocol(amp.AMP):
     def _idle_reason(self) -> str:
         return f"silent for too long (no complete message in {self.replicator.idle_timeout:g}s)"
 
-    def ampBoxReceived(self, box: amp.AmpBox) -> None:
-        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
-        # by byte is silent as far as the idle timeout goes.
-        if self.phase == ESTABLISHED:
-            self._arm(self.replicator.idle_timeout, self._idle_reason())
-        super().ampBoxReceived(box)
-
     def proto_key(self, string: bytes) -> str:
         if not string:
             self._box_bytes = 0
@@ -245,6 +238,10 @@ class PeerProtocol(amp.AMP):
         if problem is not None:
             self.violation(f"malformed message: {problem}")
             return
+        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
+        # by byte is silent as far as the idle timeout goes.
+        if self.phase == ESTABLISHED:
+            self._arm(self.replicator.idle_timeout, self._idle_reason())
         super().ampBoxReceived(box)
 
     def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:
