@@ -9,7 +9,7 @@ DEMO_TOOLS := dig:bind9-dnsutils
 BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux
 CHAOS_TOOLS := ip:iproute2 faketime:faketime
 
-.PHONY: demo test lint unit bench bench-compare chaos clean
+.PHONY: demo test lint unit fuzz bench bench-compare chaos clean
 
 $(STAMP): setup.py pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test: $(STAMP) lint
 
 unit: $(STAMP)
 	$(BIN)/pytest -m "not process"
+
+# every fuzz target under atheris, FUZZ_SECONDS each (make test runs them briefly):
+# make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS="dns_response peer_stream"
+FUZZ_SECONDS ?= 120
+fuzz: $(STAMP)
+	$(BIN)/python -m fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: $(STAMP)
 	@tools/ensure-system-tools $(TEST_TOOLS)

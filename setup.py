@@ -37,6 +37,10 @@ setup(
             "mypy-zope",  # Twisted's zope.interface types (as Twisted itself checks them)
             "ruff>=0.5",
             "types-PyYAML",
+            # coverage-guided fuzzing (libFuzzer for Python) of the parsers in fuzz/;
+            # make test runs each target briefly, make fuzz longer
+            "atheris>=2.3",
+            "types-atheris",  # its type stubs (fuzz/ is type-checked too)
         ],
     },
     entry_points={"console_scripts": ["gtmcluster = gtmcluster.cli.main:main"]},

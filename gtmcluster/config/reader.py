@@ -118,7 +118,9 @@ class Reader:
             self.error(path, f"must be a number from {lo:g} to {hi:g}, not {type_name(value)}")
             return None
         if not lo <= value <= hi:
-            self.error(path, f"{value:g} is out of range ({lo:g} to {hi:g})")
+            # (an int too large for a float has no :g form: found by fuzz/config_load.py)
+            shown = f"{value:g}" if isinstance(value, float) or abs(value) < 10**15 else f"{str(value)[:20]}..."
+            self.error(path, f"{shown} is out of range ({lo:g} to {hi:g})")
             return None
         return float(value)
 

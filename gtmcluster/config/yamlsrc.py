@@ -21,6 +21,17 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 #: big files (ISP lists of thousands of networks). Its syntax error messages are terser, so
 #: a file it refuses is parsed again by the pure Python parser for the message.
 _FAST: Any = getattr(yaml, "CSafeLoader", None)
+#: values a file may expand to: aliases of aliases multiply (a "billion laughs" file is a
+#: few lines), and a reload must not take the node's memory; plain files stay far below
+MAX_VALUES = 500_000
+
+
+class _Refused(Exception):
+    """A file whose structure cannot be read into values (the problem says why)."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem.message)
+        self.problem = problem
 
 
 def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
@@ -30,23 +41,29 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
     the file is still read so they are reported with everything else). A syntax error
     raises `ConfigError`.
     """
-    if _FAST is not None:
-        try:
-            return _parse(_FAST, path, text)
-        except ConfigError:
-            pass  # the same again, for the pure Python parser's message
-    return _parse(yaml.SafeLoader, path, text)
+    try:
+        if _FAST is not None:
+            try:
+                return _parse(_FAST, path, text)
+            except ConfigError:
+                pass  # the same again, for the pure Python parser's message
+        return _parse(yaml.SafeLoader, path, text)
+    except _Refused as e:
+        raise ConfigError([e.problem]) from None
+    except RecursionError:
+        raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
 
 
 def _parse(loader_class: Any, path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
-    loader = loader_class(text)
     lines: dict[KeyPath, int] = {}
     problems: list[Problem] = []
+    loader = None
     try:
+        loader = loader_class(text)  # (the reader refuses control characters here)
         node = loader.get_single_node()
         if node is None:
             return None, lines, problems
-        value = _build(loader, node, (), lines, problems, path)
+        value = _Builder(loader, lines, problems, path).build(node, ())
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         last_line = text.count("\n")
@@ -55,52 +72,76 @@ def _parse(loader_class: Any, path: str, text: str) -> tuple[Any, dict[KeyPath, 
         line = mark.line + 1 if mark else None
         message = " ".join(str(x) for x in (e.context, e.problem) if x) or str(e)
         raise ConfigError([Problem(path, (), f"YAML syntax: {message}", line)]) from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise ConfigError([Problem(path, (), f"YAML syntax: {e.reason} ({e.character:#x})", line)]) from None
     except yaml.YAMLError as e:
         raise ConfigError([Problem(path, (), f"YAML syntax: {e}")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return value, lines, problems
 
 
-def _build(
-    loader: Any,
-    node: yaml.Node,
-    path: KeyPath,
-    lines: dict[KeyPath, int],
-    problems: list[Problem],
-    file: str,
-) -> Any:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        explicit = {id(k) for k, _ in node.value if k.tag != _MERGE_TAG}
-        loader.flatten_mapping(node)
-        out: dict[Any, Any] = {}
-        written: set[str] = set()  # keys written in this mapping, not merged in
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) or key is None:
-                problems.append(
-                    Problem(file, path, f"a key must be a plain scalar, not {key!r}", key_node.start_mark.line + 1)
-                )
-                continue
-            key = str(key) if not isinstance(key, str) else key
-            is_explicit = id(key_node) in explicit
-            if key in written and is_explicit:
-                problems.append(
-                    Problem(
-                        file,
-                        (*path, key),
-                        "duplicate key (it appears earlier in the same mapping)",
-                        key_node.start_mark.line + 1,
+class _Builder:
+    """Builds values from the node tree, refusing recursive aliases and expansions past
+    `MAX_VALUES` (PyYAML would recurse forever, or build until memory runs out)."""
+
+    def __init__(self, loader: Any, lines: dict[KeyPath, int], problems: list[Problem], file: str):
+        self.loader = loader
+        self.lines = lines
+        self.problems = problems
+        self.file = file
+        self.values = 0
+        self.open: set[int] = set()  # the nodes being built (an alias to one is a cycle)
+
+    def build(self, node: yaml.Node, path: KeyPath) -> Any:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            message = f"the file expands to more than {MAX_VALUES} values (aliases of aliases?)"
+            raise _Refused(Problem(self.file, path, message, node.start_mark.line + 1))
+        if id(node) in self.open:
+            message = "an alias inside the value it names (a recursive structure)"
+            raise _Refused(Problem(self.file, path, message, node.start_mark.line + 1))
+        self.open.add(id(node))
+        try:
+            return self._build(node, path)
+        finally:
+            self.open.discard(id(node))
+
+    def _build(self, node: yaml.Node, path: KeyPath) -> Any:
+        loader, lines, problems, file = self.loader, self.lines, self.problems, self.file
+        lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            explicit = {id(k) for k, _ in node.value if k.tag != _MERGE_TAG}
+            loader.flatten_mapping(node)
+            out: dict[Any, Any] = {}
+            written: set[str] = set()  # keys written in this mapping, not merged in
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) or key is None:
+                    problems.append(
+                        Problem(file, path, f"a key must be a plain scalar, not {key!r}", key_node.start_mark.line + 1)
                     )
-                )
-                continue
-            if is_explicit:
-                written.add(key)
-            child = (*path, key)
-            lines[child] = key_node.start_mark.line + 1
-            out[key] = _build(loader, value_node, child, lines, problems, file)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, item, (*path, i), lines, problems, file) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+                    continue
+                key = str(key) if not isinstance(key, str) else key
+                is_explicit = id(key_node) in explicit
+                if key in written and is_explicit:
+                    problems.append(
+                        Problem(
+                            file,
+                            (*path, key),
+                            "duplicate key (it appears earlier in the same mapping)",
+                            key_node.start_mark.line + 1,
+                        )
+                    )
+                    continue
+                if is_explicit:
+                    written.add(key)
+                child = (*path, key)
+                lines[child] = key_node.start_mark.line + 1
+                out[key] = self.build(value_node, child)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        return loader.construct_object(node, deep=True)

@@ -48,11 +48,17 @@ MIN_UDP = 512
 MAX_MESSAGE = 65535
 
 
-class Drop(Exception):
+class BadQuery(Exception):
+    """The one error `parse_query` raises, for any packet it does not take as a query to
+    answer: `Drop` (no reply) or `QueryError` (an error reply). Any other exception from
+    it is a bug (the fuzz target `fuzz.dns_request` checks that)."""
+
+
+class Drop(BadQuery):
     """A packet that gets no reply at all (too short to answer, or itself a response)."""
 
 
-class QueryError(Exception):
+class QueryError(BadQuery):
     """A query answered only with an error rcode (FORMERR, NOTIMP)."""
 
     def __init__(
@@ -218,7 +224,7 @@ def _read_records(data: bytes, offset: int, count: int, additional: bool) -> tup
 
 
 def parse_query(data: bytes) -> Query:
-    """Parse a query. Raises `Drop` or `QueryError`; never anything else for any input.
+    """Parse a query. Raises `BadQuery` (`Drop` or `QueryError`); never anything else.
 
     The whole message is walked, so an error reply (NOTIMP for another opcode, FORMERR
     for a second question) still knows the query's EDNS and answers with an OPT.

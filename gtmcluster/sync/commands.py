@@ -91,3 +91,9 @@ class Heartbeat(amp.Command):
     #: digest: the sender's state digest, so status pages can say whether nodes agree
     arguments = [(b"connected", amp.Unicode(optional=True)), (b"digest", amp.Unicode(optional=True))]
     response = []
+
+
+#: every command of the protocol, by its name on the wire
+BY_NAME: dict[bytes, type[amp.Command]] = {
+    c.commandName: c for c in (Hello, Publish, Summary, Buckets, Listing, Pull, SendAll, Changed, Heartbeat)
+}

@@ -14,7 +14,8 @@ State machine (inputs on the left, what happens on the right):
     established --a Publish batch------------------->   reading from the peer pauses until the
                                                          batch is merged (a slice per turn)
     any       --a command before established, a box
-                too large, too many commands/second -->  closed (logged)
+                too large, too many commands/second,
+                a malformed box or argument -------->   closed (logged)
 
 Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
 this connection only: the replicator and the other peers are not disturbed.
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -220,13 +222,6 @@ class PeerProtocol(amp.AMP):
     def _idle_reason(self) -> str:
         return f"silent for too long (no complete message in {self.replicator.idle_timeout:g}s)"
 
-    def ampBoxReceived(self, box: amp.AmpBox) -> None:
-        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
-        # by byte is silent as far as the idle timeout goes.
-        if self.phase == ESTABLISHED:
-            self._arm(self.replicator.idle_timeout, self._idle_reason())
-        super().ampBoxReceived(box)
-
     def proto_key(self, string: bytes) -> str:
         if not string:
             self._box_bytes = 0
@@ -239,8 +234,29 @@ class PeerProtocol(amp.AMP):
             return "value"
         return str(super().proto_value(string))
 
+    def ampBoxReceived(self, box: amp.AmpBox) -> None:
+        """Check a box's shape before AMP reads it: a box that is neither a command nor an
+        answer, an answer to no question or an error without its code is malformed (AMP
+        itself would raise out of `dataReceived`, a traceback), and drops the peer."""
+        if self.phase == CLOSED:
+            return
+        problem = _box_problem(box, self._outstandingRequests)
+        if problem is not None:
+            self.violation(f"malformed message: {problem}")
+            return
+        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
+        # by byte is silent as far as the idle timeout goes.
+        if self.phase == ESTABLISHED:
+            self._arm(self.replicator.idle_timeout, self._idle_reason())
+        super().ampBoxReceived(box)
+
     def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:
-        return super_dispatch(self, box).addErrback(_swallow_dropped)
+        d = super_dispatch(self, box).addErrback(_swallow_dropped)
+        if amp.ASK not in box:
+            # No answer was asked for, so a declared error (a refused Hello) has nowhere to
+            # go; the responder has logged why. AMP would log it again as a traceback.
+            d.addErrback(_unanswered_declared_error)
+        return d
 
     def _dispatch(self, box: amp.AmpBox) -> Deferred[Any]:
         command = box.get(amp.COMMAND)
@@ -255,6 +271,18 @@ class PeerProtocol(amp.AMP):
         self._tokens -= 1
         if self._tokens < 0:
             self.violation(f"more than {MAX_COMMAND_RATE:g} commands per second")
+            return Deferred()
+        known = commands.BY_NAME.get(command or b"")
+        if known is None:
+            # the protocol version was agreed in Hello: its commands are all there is
+            self.violation(f"unknown command {command!r}")
+            return Deferred()
+        # Arguments that do not parse (a missing one, bad UTF-8, not a number) are the
+        # peer's mistake: said so and dropped, not a traceback from inside AMP.
+        try:
+            known.parseArguments(box, self)
+        except Exception as e:
+            self.violation(f"malformed {known.__name__} command: {type(e).__name__}: {e}")
             return Deferred()
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
@@ -350,7 +378,13 @@ class PeerProtocol(amp.AMP):
 
     @commands.SendAll.responder
     def send_all(self, origin: str) -> Deferred[dict[str, Any]]:
-        return self.replicator.send_all(self, origin).addCallback(lambda n: {"sent": n})
+        return self.replicator.send_all(self, origin).addCallbacks(lambda n: {"sent": n}, self._unless_closed)
+
+    def _unless_closed(self, failure: Failure) -> Failure:
+        """A command's failure, or (the connection went while it ran) no answer at all."""
+        if self.phase == CLOSED or failure.check(ConnectionLost, ConnectionDone):
+            raise _Dropped()
+        return failure
 
     @commands.Changed.responder
     def changed(self) -> dict[str, Any]:
@@ -364,6 +398,20 @@ class PeerProtocol(amp.AMP):
         if digest is not None:
             self.replicator.heard_digest(self, digest)
         return {}
+
+
+def _box_problem(box: amp.AmpBox, outstanding: dict[bytes, Any]) -> str | None:
+    """Why *box* cannot be handled (*outstanding*: our questions by tag), or None."""
+    if amp.ANSWER in box or amp.ERROR in box:
+        tag = box.get(amp.ANSWER, box.get(amp.ERROR))
+        if tag not in outstanding:
+            return f"an answer to no question ({tag!r})"
+        if amp.ANSWER not in box and (amp.ERROR_CODE not in box or amp.ERROR_DESCRIPTION not in box):
+            return "an error answer without its code and description"
+        return None
+    if amp.COMMAND not in box:
+        return "a box that is neither a command nor an answer"
+    return None
 
 
 class _Dropped(Exception):
@@ -390,6 +438,10 @@ def certificate_summary(transport: Any) -> dict[str, str]:
 
 def super_dispatch(proto: PeerProtocol, box: amp.AmpBox) -> Deferred[Any]:
     return proto._dispatch(box)
+
+
+def _unanswered_declared_error(failure: Failure) -> None:
+    failure.trap(amp.RemoteAmpError)  # anything else is a bug: AMP logs it
 
 
 def _swallow_dropped(failure: Failure) -> Any:

@@ -1039,6 +1039,8 @@ def test_line_numbers_of_several_mistakes(tmp_path: Path) -> None:
         pytest.param("a: 1\nb: [1, 2\nc: 3\n", 3, "expected ',' or ']'", id="unclosed-flow-sequence"),
         pytest.param("a: &x 1\nb: *y\n", 2, "found undefined alias 'y'", id="undefined-alias"),
         pytest.param("a: 1\nb: 'unterminated\nc: 2\n", 2, "quoted scalar", id="unterminated-quote"),
+        # found by fuzzing (fuzz/config_load.py): PyYAML's reader error escaped as a traceback
+        pytest.param("a: 1\nb: x\x00y\n", 2, "special characters are not allowed (0x0)", id="control-character"),
     ],
 )
 def test_yaml_syntax_error(tmp_path: Path, text: str, line: int, fragment: str) -> None:
@@ -1052,6 +1054,36 @@ def test_yaml_syntax_error(tmp_path: Path, text: str, line: int, fragment: str) 
     assert fragment in message
     assert problems[0].line == line, str(problems[0])
     assert line <= len(text.splitlines())
+
+
+LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else 'x'] * 10)}]\n" for i in range(7))
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        pytest.param("a: &x [1, *x]\n", 1, "an alias inside the value it names", id="recursive-alias"),
+        pytest.param("a:\n  b: &x {c: [*x]}\n", 2, "an alias inside the value it names", id="recursive-mapping"),
+        pytest.param("a: " + "[" * 3000 + "]" * 3000 + "\n", None, "nested too deeply", id="deep-nesting"),
+        pytest.param(LAUGHS, 1, "expands to more than 500000 values", id="billion-laughs"),
+    ],
+)
+def test_yaml_that_cannot_be_built_is_one_problem(tmp_path: Path, text: str, line: int | None, fragment: str) -> None:
+    """Structures PyYAML would recurse on forever, or expand until memory runs out, are one
+    problem each (found while writing fuzz/config_load.py; each was a traceback or a hang)."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    problems = problems_of_file(path)
+    assert len(problems) == 1, described(problems)
+    assert fragment in problems[0].message
+    assert problems[0].line == line
+
+
+def test_a_number_too_large_for_a_float_is_out_of_range(tmp_path: Path) -> None:
+    """A number key given a 400-digit integer (formatting it raised OverflowError)."""
+    _, problems = problems_of(tmp_path, put("dns_server", value={"tcp_idle_timeout": 10**400}))
+    problem = find(problems, "dns_server.tcp_idle_timeout", "is out of range (0.1 to 3600)")
+    assert problem.message.startswith("10000000000000000000...")
 
 
 @pytest.mark.parametrize(

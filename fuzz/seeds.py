@@ -1,0 +1,214 @@
+"""Write the seed corpus (``fuzz/corpus/<target>/``) from real messages: ``python -m fuzz.seeds``.
+
+The seeds are checked in; this says where each comes from and makes them again after a
+format change. Queries are built as dig and resolvers send them (EDNS, DO, cookies, client
+subnets), configs are the sample's and the tests', peer messages are what `sync` encodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import yaml
+from twisted.protocols import amp
+
+from gtmcluster.state.store import Record, Version
+from gtmcluster.sync import codec, commands
+from tests.support import configs
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fuzz" / "corpus"
+
+
+def query(
+    name: str,
+    qtype: int = 1,
+    *,
+    qid: int = 0x1234,
+    flags: int = 0x0100,
+    edns: bool = False,
+    do: bool = False,
+    payload: int = 1232,
+    version: int = 0,
+    options: bytes = b"",
+    qdcount: int = 1,
+    qclass: int = 1,
+) -> bytes:
+    use_edns = edns or do or bool(options)
+    wire_name = b"".join(bytes([len(label)]) + label.encode() for label in name.split(".") if label) + b"\0"
+    out = struct.pack("!HHHHHH", qid, flags, qdcount, 0, 0, 1 if use_edns else 0) + wire_name
+    out += struct.pack("!HH", qtype, qclass)
+    if use_edns:
+        ttl = (version << 16) | (0x8000 if do else 0)
+        out += b"\0" + struct.pack("!HHIH", 41, payload, ttl, len(options)) + options
+    return out
+
+
+def ecs(family: int, source: int, address: bytes, scope: int = 0) -> bytes:
+    body = struct.pack("!HBB", family, source, scope) + address
+    return struct.pack("!HH", 8, len(body)) + body
+
+
+COOKIE = struct.pack("!HH", 10, 8) + bytes.fromhex("24a4c6b1e8a0c0e9")
+
+
+def queries(names: list[str]) -> list[bytes]:
+    """Queries of every shape for *names*: what dig, resolvers and broken clients send."""
+    out = []
+    for name in names:
+        out += [
+            query(name),
+            query(name, 28, edns=True, do=True, payload=4096),
+            query(name, 1, options=COOKIE, payload=1232),
+            query(name, 1, options=ecs(1, 24, bytes([198, 51, 100]))),
+            query(name, 28, options=COOKIE + ecs(2, 56, bytes.fromhex("20010db8aaaa00"))),
+            query(name, 16, options=ecs(1, 0, b"")),
+            query(name, 255, edns=True, payload=512),
+        ]
+    first = names[0]
+    out += [
+        query(first, flags=0x2800),  # NOTIFY (opcode 5)
+        query(first, flags=0x8100),  # a response
+        query(first, qdcount=2),  # the count says two questions
+        query(first, 252),  # AXFR
+        query(first, 1, edns=True, version=1),  # BADVERS
+        query(first, 1, options=ecs(1, 24, bytes([198, 51, 100]), scope=24)),  # scope set in a query
+        query(first, 1, qclass=3),  # CHAOS
+        query(first)[:-3],  # cut short
+        query(first) + query(first)[:12],  # trailing bytes
+        b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\xc0\x0c\x00\x01\x00\x01",  # a pointer loop
+    ]
+    return out
+
+
+def box(command: type[amp.Command], ask: bytes | None, **arguments: Any) -> bytes:
+    out = command.makeArguments(arguments, None)
+    out[amp.COMMAND] = command.commandName
+    if ask is not None:
+        out[amp.ASK] = ask
+    return bytes(out.serialize())
+
+
+def answer(tag: bytes, **values: bytes) -> bytes:
+    out = amp.AmpBox({k.encode(): v for k, v in values.items()})
+    out[amp.ANSWER] = tag
+    return bytes(out.serialize())
+
+
+def records() -> list[Record]:
+    path = {"rtt": 12000, "last_rtt": 11800, "hops": 0, "completion": 10000, "protocol": "dns_dot"}
+    path.update({"failures": 0, "window": "1", "by": "gtm-b", "at": 1000.0})
+    return [
+        Record("path/198.51.100.53/DC2", path, Version(999_000_000, 0, "gtm-b"), 2419200.0, 999_990.0),
+        Record("obs/vs/vs-cnc/gtm-b", {"up": False, "reason": "refused"}, Version(999_000_001, 0, "gtm-b"), None, 0),
+        Record("admin/vs/vs-tel", {"state": "disabled"}, Version(999_000_002, 3, "gtm-b"), None, 0),
+        Record("persist/www.example.test/1/198.51.100.0/24", {"vs": "vs1"}, Version(999_000_003, 0, "gtm-c"), 3600, 0),
+        Record("probe/198.51.100.53", None, Version(999_000_004, 0, "gtm-b"), 3600.0, 999_999.0),
+    ]
+
+
+def peer_decode() -> list[bytes]:
+    now = 1_000_000.0
+    (batch, _), *_ = codec.batches(records(), now)
+    return [
+        b"\0" + batch,
+        b"\1" + b'["path/198.51.100.53/DC2","admin/vs/vs-tel"]',
+        b"\2" + b'[[0,""],[17,"k/3"],[1023,""]]',
+        b"\3" + b'{"gtm-a":[3,"0f1e2d3c4b5a6978"],"gtm-b":[120,"00000000000000ff"]}',
+        b"\4" + b'[["k/1",999000000,0,"gtm-b"],["k/2",999000001,5,"gtm-b"]]',
+        b"\5" + b'[[4,"k/9"]]',
+        b"\6" + b'["k/10","k/11"]',
+        b"\0" + b'[["k/caf\\u00e9",{"v":"\\u00e9"},999000000,0,"gtm-b",60,1.5]]',  # JSON escapes
+    ]
+
+
+def peer_stream() -> list[bytes]:
+    now = 1_000_000.0
+    (batch, _), *_ = codec.batches(records(), now)
+    hello = box(
+        commands.Hello,
+        b"1",
+        node="gtm-b",
+        group="g",
+        datacenter="DC2",
+        version=1,
+        min_version=1,
+        config_digest="d",
+    )
+    established = [
+        box(commands.Publish, b"1", records=batch, bulk=False),
+        box(commands.Publish, b"2", records=batch, bulk=True) + box(commands.Changed, b"3"),
+        box(commands.Summary, b"1", summary=b'{"gtm-b":[5,"00000000000000aa"]}'),
+        box(commands.Buckets, b"1", origin="gtm-a"),
+        box(commands.Listing, b"1", origin="gtm-a", buckets=b'[[0,""],[1,""]]'),
+        box(commands.Pull, b"1", keys=b'["k/0","k/1"]'),
+        box(commands.SendAll, b"1", origin="gtm-a"),
+        box(commands.Heartbeat, None, connected="gtm-a,gtm-c", digest="3-00aa"),
+        answer(b"1", summary=b'{"gtm-b":[5,"00000000000000aa"],"gtm-a":[3,"0000000000000001"]}'),
+        answer(b"1", summary=b"{}") + box(commands.Heartbeat, None),
+        amp.AmpBox({b"_error": b"1", b"_error_code": b"UNKNOWN", b"_error_description": b"no"}).serialize(),
+    ]
+    # first byte: odd = already established; second: the size of each read, less one
+    out = [b"\0\xff" + hello, b"\0\x07" + hello + box(commands.Heartbeat, b"2")]
+    out += [b"\1\xff" + s for s in established]
+    out += [b"\1\x00" + established[0][:40], b"\1\x10" + established[-3]]
+    return out
+
+
+def configs_seeds() -> list[bytes]:
+    out = [
+        (ROOT / "etc" / "cluster.yaml").read_bytes(),
+        (ROOT / "etc" / "two-datacenters.yaml").read_bytes(),
+        (ROOT / "fuzz" / "fixtures" / "dns.yaml").read_bytes(),
+    ]
+    base = configs.base()
+    base["zones"][0]["file"] = "example.test.zone"
+    out.append(yaml.safe_dump(base, sort_keys=False).encode())
+    broken = configs.base()
+    broken["virtual_servers"]["vs2"]["port"] = 70000
+    broken["pools"]["p"]["load_balancing"]["preferred"] = "topolgy"
+    broken["wideips"]["gslb.example.test"]["pools"] = ["pp"]
+    broken["zones"][0]["file"] = "missing.zone"
+    out.append(yaml.safe_dump(broken, sort_keys=False).encode())
+    out.append(b"a: &x [1, 2]\nb: *x\nc: {<<: {d: 1}, d: 2}\nsync_group: [\n")
+    return out
+
+
+def write(target: str, seeds: list[bytes]) -> None:
+    folder = CORPUS / target
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    for seed in seeds:
+        (folder / hashlib.sha1(seed).hexdigest()).write_bytes(seed)  # named by content, as libFuzzer names its inputs
+    print(f"{target}: {len(seeds)} seeds")
+
+
+def main() -> None:
+    dns_names = ["www.example.test", "gslb.example.test", "GSLB.Example.TEST"]
+    write("dns_request", queries(dns_names))
+    response_names = [
+        "gslb.example.test",
+        "sticky.example.test",
+        "many.example.test",
+        "big.example.test",
+        "x.deep.example.test",
+        "example.test",
+        "to-gslb.example.test",
+        "x.wild.example.test",
+        "nothere.example.test",
+        "other.test",
+    ]
+    seeds = [bytes([i % 6]) + q for i, q in enumerate(queries(response_names))]
+    seeds.append(b"\x00" + query("example.test", 2, edns=True, payload=512))
+    write("dns_response", seeds)
+    write("config_load", configs_seeds())
+    write("peer_decode", peer_decode())
+    write("peer_stream", peer_stream())
+
+
+if __name__ == "__main__":
+    main()

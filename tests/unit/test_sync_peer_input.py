@@ -1,0 +1,144 @@
+"""Malformed input from a peer (found by fuzzing, see fuzz/peer_stream.py): each is met
+with a logged reason and a dropped connection, never an exception out of `dataReceived`
+or a traceback in the log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.error import ConnectionDone
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.logger import LogEvent, capturedLogs
+from twisted.protocols import amp
+from twisted.python.failure import Failure
+
+from gtmcluster.state.store import Store
+from gtmcluster.sync import commands, peer
+from gtmcluster.sync.replicator import Replicator
+
+
+def box(**values: bytes) -> bytes:
+    return bytes(amp.AmpBox({k.encode(): v for k, v in values.items()}).serialize())
+
+
+class Connection:
+    """gtm-a's side of a connection gtm-b dialled, past TLS (and Hello when *established*)."""
+
+    def __init__(self, established: bool = True) -> None:
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+        self.store = Store("gtm-a", self.clock.seconds)
+        for i in range(300):
+            self.store.put(f"k/{i}", "x" * 300)
+        replicator = Replicator(
+            self.store,
+            self.clock,
+            node="gtm-a",
+            group="g",
+            datacenter="DC1",
+            members=["gtm-a", "gtm-b"],
+            config_digest="d",
+        )
+        self.proto = peer.PeerProtocol(replicator)
+        self.transport = StringTransport()
+        self.proto.makeConnection(self.transport)
+        self.proto.peer = "gtm-b"
+        self.proto.phase = peer.HELLO
+        if established:
+            self.proto._establish("DC2", 1, "d")
+            self.clock.advance(0)  # announced: gtm-a asks its Summary question (tag 1)
+
+    def send(self, data: bytes) -> list[LogEvent]:
+        with capturedLogs() as events:
+            self.proto.dataReceived(data)
+            self.clock.advance(1)
+        return list(events)
+
+
+def dropped_for(events: list[LogEvent]) -> list[str]:
+    assert not [e for e in events if "log_failure" in e], "a traceback was logged"
+    return [e["reason"] for e in events if e.get("event") == "peer_refused"]
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (box(_command=b"Buckets", _ask=b"9", origin=b"\x9d"), "malformed Buckets command: UnicodeDecodeError"),
+        (box(_command=b"Listing", _ask=b"9", origin=b"gtm-a"), "malformed Listing command: KeyError"),
+        (
+            box(
+                _command=b"Hello",
+                _ask=b"9",
+                node=b"gtm-b",
+                group=b"g",
+                datacenter=b"D",
+                version=b"one",
+                min_version=b"1",
+                config_digest=b"d",
+            ),
+            "malformed Hello command: ValueError",
+        ),
+        (box(_answer=b"77", summary=b"{}"), "an answer to no question (b'77')"),
+        (box(_error=b"1"), "an error answer without its code and description"),
+        (box(node=b"gtm-b"), "a box that is neither a command nor an answer"),
+        (box(_command=b"Gossip", digest=b"1"), "unknown command b'Gossip'"),
+    ],
+    ids=["bad-utf8", "missing-argument", "not-a-number", "unknown-tag", "error-without-code", "empty", "unknown"],
+)
+def test_malformed_box_drops_the_peer_with_a_reason(data: bytes, reason: str) -> None:
+    connection = Connection()
+    events = connection.send(data)
+    assert any(reason in r for r in dropped_for(events)), events
+    assert connection.transport.disconnecting
+    assert connection.proto.phase == peer.CLOSED
+
+
+def test_boxes_after_the_drop_are_not_read() -> None:
+    """Boxes already read with the malformed one are ignored once the peer is dropped."""
+    connection = Connection()
+    events = connection.send(box(_answer=b"77") + box(_command=b"Pull", _ask=b"5", keys=b'["k/1"]'))
+    assert len(dropped_for(events)) == 1
+    assert b"k/1" not in connection.transport.value()
+
+
+def test_a_send_all_cut_by_the_connections_end_is_quiet() -> None:
+    """The peer asks for every record, then goes away mid-stream: no traceback, no answer."""
+    connection = Connection()
+    connection.transport.clear()
+    with capturedLogs() as events:
+        connection.proto.dataReceived(box(_command=b"SendAll", _ask=b"5", origin=b"gtm-a"))
+        assert b"Publish" in connection.transport.value()  # batches out, unanswered
+        connection.proto.connectionLost(Failure(ConnectionDone()))
+        connection.clock.advance(60)
+    assert not [e for e in events if "log_failure" in e]
+    assert b"_answer\x00\x015" not in connection.transport.value()
+
+
+def test_well_formed_commands_still_answer() -> None:
+    """The checks leave good boxes alone: a Pull is answered with the record."""
+    connection = Connection()
+    connection.transport.clear()
+    events = connection.send(box(_command=b"Pull", _ask=b"5", keys=b'["k/1"]'))
+    assert dropped_for(events) == []
+    answer: Any = connection.transport.value()
+    assert b"_answer" in answer and b"k/1" in answer
+    assert commands.BY_NAME[b"Pull"] is commands.Pull
+
+
+def test_a_refused_hello_sent_without_asking_is_logged_once_without_a_traceback() -> None:
+    """A Hello with a bad protocol range and no _ask (found by fuzzing): the refusal is
+    logged with its reason; AMP, with nobody to answer, logged a traceback too."""
+    connection = Connection(established=False)
+    hello = box(
+        _command=b"Hello",
+        node=b"gtm-b",
+        group=b"g",
+        datacenter=b"DC2",
+        version=b"0",
+        min_version=b"1",
+        config_digest=b"d",
+    )
+    events = connection.send(hello)
+    assert any("speaks protocol versions 1..0" in r for r in dropped_for(events)), events
