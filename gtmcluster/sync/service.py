@@ -2,8 +2,9 @@
 
 Outgoing connections are Twisted `ClientService`s: they reconnect with capped exponential
 backoff (0.5 s doubling to 30 s, with jitter), counting connections refused at TLS or Hello,
-or dropped within `peer.STABLE` seconds of getting through, as failed attempts too. Both members of a pair dial each other; two
-connections between the same pair are harmless (one carries the pushes).
+or dropped within `peer.STABLE` seconds of getting through, as failed attempts too. Both
+members of a pair dial each other; two connections between the same pair are harmless (one
+carries the pushes).
 
 Every new connection, accepted or dialled, is built from the credentials in use at that
 moment (`TLSContexts`), so `use_credentials` (a reload that found renewed files) changes
