@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from typing import IO, Any
 import yaml
 
 from gtmcluster.sync import certs
+from tests.support.backends import accepts
 from tests.support.multisite import in_namespace, wait_for
 from tests.support.nodeproc import twistd
 from tests.tools import wanem
@@ -143,15 +143,6 @@ def zone_text() -> str:
     lines += [f"  IN NS {node}" for node in NODES]
     lines += [f"{node} IN A {address}" for node, (address, _, _) in NODES.items()]
     return "\n".join(lines) + "\n"
-
-
-def accepts(address: str, port: int) -> bool:
-    """Whether a TCP connection to *address*:*port* succeeds now (in this thread's namespace)."""
-    try:
-        with socket.create_connection((address, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def faketime_works(skew: int = 30) -> str | None:
@@ -266,7 +257,7 @@ class ChaosWorld:
         address = NODES[node][0]
         argv = [sys.executable, "-m", "gtmcluster.cli.backend", "--listen", f"{address}:{BACKEND_PORT}", "--name", vs]
         self.backends[vs] = self._spawn(f"backend-{vs}", node, argv)
-        check = partial(accepts, address, BACKEND_PORT)
+        check = partial(accepts, address, BACKEND_PORT, 0.5)  # in this thread's namespace
         wait_for(lambda: in_namespace(self.wan.namespace(node), check), 20, f"backend {vs} accepting")
 
     def stop_backend(self, vs: str) -> None:

@@ -26,7 +26,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +42,7 @@ from typing import IO, Any, TypeVar
 import yaml
 
 from gtmcluster.sync import certs
+from tests.support.backends import accepts
 from tests.support.nodeproc import twistd
 from tests.support.poll import seconds_until
 from tests.tools import wanem
@@ -295,7 +295,7 @@ class MultiSite:
             self._wait_process(f"unbound-{host}", host, partial(self._unbound_answers, host), timeout)
 
     def _backend_accepts(self, site: str) -> bool:
-        return in_namespace(self.wan.namespace(site), partial(_accepts, self.addresses[site], BACKEND_PORT))
+        return in_namespace(self.wan.namespace(site), partial(accepts, self.addresses[site], BACKEND_PORT, 0.5))
 
     def _node_answers(self, site: str) -> bool:
         return self.status(site) is not None
@@ -422,15 +422,6 @@ def gtmcluster_command() -> list[str]:
     """The `gtmcluster` program of this environment (its console script, when installed)."""
     script = Path(sys.executable).parent / "gtmcluster"
     return [str(script)] if script.exists() else [sys.executable, "-m", "gtmcluster.cli.main"]
-
-
-def _accepts(address: str, port: int) -> bool:
-    """Whether a TCP connection to *address*:*port* succeeds now (in this thread's namespace)."""
-    try:
-        with socket.create_connection((address, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 @contextmanager
