@@ -7,6 +7,7 @@ Prometheus scrapes, so answering a query costs no metrics-library work.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -163,6 +164,9 @@ class NodeCollector(Collector):
             )
             yield CounterMetricFamily(
                 "gtm_gc_freezes", "freezes of long-lived objects after a slow full collection", value=keeper.freezes
+            )
+            yield GaugeMetricFamily(
+                "gtm_gc_frozen_objects", "objects frozen, left out of collections", value=gc.get_freeze_count()
             )
             yield GaugeMetricFamily(
                 "gtm_gc_longest_full_collection_seconds",

@@ -146,3 +146,4 @@ def test_metrics_in_prometheus_format(node: tuple[RunningNode, Path]) -> None:
     assert 'gtm_virtual_server_available{datacenter="DC1",virtual_server="vs1"}' in text
     assert "gtm_store_records" in text and "gtm_config_generation" in text
     assert "gtm_gc_full_collections_total" in text and "gtm_gc_longest_full_collection_seconds" in text
+    assert "gtm_gc_frozen_objects" in text
