@@ -27,7 +27,7 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
                 "last_contact_ago": None if peer.last_contact is None else round(now - peer.last_contact, 3),
                 "config_digest": peer.config_digest,
                 "config_matches": peer.config_digest == config.digest if peer.config_digest else None,
-                "synced": peer.synced,
+                "synced": peer.synced if peer.connected else None,  # not known while apart
                 "protocol": peer.version,
                 "state_digest": peer.digest,
                 "certificate": peer.certificate or None,

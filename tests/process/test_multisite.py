@@ -314,6 +314,8 @@ def test_a_cut_off_site_is_out_for_everybody(world: MultiSite) -> None:
         return not peer["connected"] and not vs["available"]
 
     wait_for(tel_sees_cnc_gone, 30, "gtm-tel without its peer and with vs-cnc unavailable", lambda: last)
+    gone = next(p for p in last["gtm-tel"]["peers"] if p["name"] == world.member("cnc"))
+    assert gone["synced"] is None, gone  # not known while apart (it was synced before)
     wait_answers(world, {"ldns1": "vs-tel", "ldns2": "vs-tel"}, 30, "vs-tel for everybody", proximity_details(world))
     for host in (*LDNSES, "tel"):
         got = world.dig(host, server=cnc_address, wait=1)
