@@ -16,7 +16,6 @@ connection, and what the node logged.
 
 from __future__ import annotations
 
-import datetime
 import socket
 import ssl
 import struct
@@ -29,11 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from gtmcluster.sync import certs
+from tests.support.madecert import write_member_certificate
 from tests.support.nodeproc import loopback_address
 from tests.support.trio import GROUP, POLL, Group, running_group, summarize
 
@@ -350,29 +347,4 @@ def made_certificate(
     (relative to today), with the extended key *usages* given (None: no such extension, so
     any use), built here rather than by `certs.issue` so it can be anything. Written as
     ``<workdir>/<name>/<node>.pem`` and ``.key``."""
-    ca_cert, ca_key = certs.load_ca(group.certs)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now + datetime.timedelta(days=days[0]))
-        .not_valid_after(now + datetime.timedelta(days=days[1]))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(node)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-    )
-    if usages is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-    certificate = builder.sign(ca_key, hashes.SHA256())
-    directory = group.workdir / name
-    directory.mkdir(exist_ok=True)
-    cert_path, key_path = directory / f"{node}.pem", directory / f"{node}.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    key_path.chmod(0o600)
-    return cert_path, key_path
+    return write_member_certificate(group.certs, node, group.workdir / name, days, usages)

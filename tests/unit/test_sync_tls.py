@@ -5,14 +5,11 @@ In-memory TLS connections (real OpenSSL, no sockets)."""
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from twisted.internet import ssl
 
 from gtmcluster.config.model import TLSFiles
@@ -26,6 +23,7 @@ from gtmcluster.sync.tls import (
     refusal,
     server_options,
 )
+from tests.support.madecert import write_member_certificate
 from tests.unit.test_certs import TWISTED_PYOPENSSL_DEPRECATION, tls_connection
 
 
@@ -50,26 +48,7 @@ def made(
 ) -> None:
     """Replace *node*'s files with a certificate from the group CA valid from days[0] to
     days[1] and with the extended key *usages* given (None: no such extension)."""
-    ca_cert, ca_key = certs.load_ca(directory)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now + datetime.timedelta(days=days[0]))
-        .not_valid_after(now + datetime.timedelta(days=days[1]))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(node)]), critical=False)
-    )
-    if usages is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    (directory / f"{node}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / f"{node}.key").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    write_member_certificate(directory, node, directory, days, usages)
 
 
 @pytest.mark.parametrize(
