@@ -139,7 +139,7 @@ def test_a_flooding_source_is_limited_while_others_keep_full_service(tmp_path: P
                 assert not msg.flags & dns.flags.TC and dnsclient.addresses(msg) == ["10.0.3.1"]
                 neighbour["asked"] += 1
                 neighbour["retried"] += tries - 1
-                time.sleep(0.04)
+                time.sleep(0.04)  # pacing: the neighbour asks at 25 queries a second
             # and the flooder itself is answered over TCP, where its address is proven
             over_tcp = dig(FLOOD_NODE, PORT, "www.example.test", "A", "+tcp", source=FLOODER)
             assert over_tcp.status == "NOERROR" and over_tcp.answer_data() == ["192.0.2.80"]
@@ -153,7 +153,7 @@ def test_a_flooding_source_is_limited_while_others_keep_full_service(tmp_path: P
         samples = metrics(node)
         # after the flood, a burst of 300 from the same source (its bucket full again): the
         # first RATE x window answered in full, then drops and slips alternate
-        time.sleep(1.5)
+        time.sleep(1.5)  # the real node's bucket refills on its own real clock meanwhile
         burst = _burst(node.server, FLOODER, 300)
     figures = dnsperf_figures(output)
     dropped = samples['gtm_dns_rate_limited_total{action="drop"}']
@@ -335,8 +335,9 @@ def test_past_the_cap_the_longest_idle_connections_make_way(tmp_path: Path) -> N
     try:
         with running_node(path, "n1", address, PORT, tmp_path) as node:
             for _ in range(150):
+                # each connect completes before the next: the kernel's accept queue is
+                # first in, first out, so the node sees them in this order
                 socks.append(socket.create_connection(node.server, timeout=10))
-                time.sleep(0.005)  # so the node sees them in this order
             poll.until(lambda: metrics(node)['gtm_dns_tcp_closed_total{reason="evicted"}'] >= 50, what="evictions")
             reply = dnsclient.parse(dnsclient.tcp(dnsclient.query("www.example.test"), node.server))
             assert dnsclient.addresses(reply) == ["192.0.2.80"]
