@@ -265,9 +265,11 @@ def make_service(
         handshake_timeout=settings.handshake_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
-    # Health counts this node's verdicts and those of connected peers only.
+    # Health counts this node's verdicts and those of connected peers only, and evaluates
+    # the changes of one reactor turn together, on the next.
+    node.health.schedule = lambda flush: reactor.callLater(0, flush)
     node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
-    replicator.peer_listeners.append(node.health.refresh)
+    replicator.peer_listeners.append(node.health.observers_changed)
     # Children stop in reverse order: the snapshot is written last, after everything else.
     snapshots = Snapshotter(node.store, config.state_dir_for(node_name), reactor, time.time, settings.snapshot_interval)
     if snapshots.load():

@@ -6,11 +6,20 @@ from typing import Any
 
 from gtmcluster.api.server import ApiError
 from gtmcluster.node import Node
+from gtmcluster.slices import Steps, whole
 
 ACTIONS = {"enable": "enabled", "disable": "disabled", "drain": "drain"}
 
 
+#: servers (or wide IPs) described per step of a sliced answer
+PER_STEP = 100
+
+
 def health(node: Node) -> dict[str, Any]:
+    return whole(health_steps(node))
+
+
+def health_steps(node: Node) -> Steps[dict[str, Any]]:
     """Every server and link: the combined status and each observer's own verdict."""
     snapshot = node.health.snapshot
     now = node.clock()
@@ -19,14 +28,17 @@ def health(node: Node) -> dict[str, Any]:
         return {
             r.origin: {
                 "up": bool(r.value.get("up")),
-                "reason": r.value.get("reason", ""),
+                "reason": str(r.value.get("reason", "")),
                 "age": round(now - r.born, 1),
             }
-            for r in node.store.scan(prefix)
+            for r in node.store.children(prefix)
+            if isinstance(r.value, dict)
         }
 
     servers = {}
-    for name, vs in node.config.virtual_servers.items():
+    for n, (name, vs) in enumerate(node.config.virtual_servers.items()):
+        if n % PER_STEP == PER_STEP - 1:
+            yield None
         s = snapshot.vs.get(name)
         servers[name] = {
             "address": f"{vs.address}:{vs.port}",
@@ -55,9 +67,15 @@ def health(node: Node) -> dict[str, Any]:
 
 
 def wideips(node: Node) -> dict[str, Any]:
+    return whole(wideips_steps(node))
+
+
+def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
     snapshot = node.health.snapshot
     out = {}
-    for wideip in node.config.wideips.values():
+    for n, wideip in enumerate(node.config.wideips.values()):
+        if n % PER_STEP == PER_STEP - 1:
+            yield None
         pools = []
         for ref in wideip.pools:
             pool = ref.pool

@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from gtmcluster.api.server import Raw
+from gtmcluster.slices import Steps
 from gtmcluster.stats import Histogram
 
 if TYPE_CHECKING:
@@ -177,7 +178,31 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 
 
-def metrics_handler(service: NodeService) -> Raw:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(service))
-    return Raw(CONTENT_TYPE, generate_latest(registry))
+#: samples formatted per slice (a family of 5,000 servers is formatted in several)
+SAMPLES_PER_SLICE = 500
+
+
+def metrics_steps(service: NodeService) -> Steps[Raw]:
+    """The whole text, a family (or a part of a large one) per step."""
+    parts: list[bytes] = []
+    for family in NodeCollector(service).collect():
+        for start in range(0, max(1, len(family.samples)), SAMPLES_PER_SLICE):
+            part = Metric(family.name, family.documentation, family.type, family.unit)
+            part.samples = family.samples[start : start + SAMPLES_PER_SLICE]
+            text = generate_latest(_One(part))
+            if start:  # a family's HELP and TYPE come once, before its first sample
+                text = b"".join(line for line in text.splitlines(keepends=True) if not line.startswith(b"# "))
+            parts.append(text)
+            yield None
+    return Raw(CONTENT_TYPE, b"".join(parts))
+
+
+class _One(CollectorRegistry):
+    """A registry of one metric family, to format it alone."""
+
+    def __init__(self, family: Metric):
+        super().__init__(auto_describe=False)
+        self.family = family
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.family

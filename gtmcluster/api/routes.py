@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gtmcluster import slices
 from gtmcluster.api import admin, proximity
 from gtmcluster.api.dashboard import dashboard
-from gtmcluster.api.metrics import metrics_handler
+from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route
-from gtmcluster.api.status import status
+from gtmcluster.api.status import status_steps
 
 if TYPE_CHECKING:
     from gtmcluster.service import NodeService
@@ -21,10 +22,13 @@ def routes(service: NodeService) -> list[Route]:
     node = service.node
 
     def get_status(args: Args, parts: Args) -> Any:
-        answer = status(node, service.replicator, service.reactor.seconds())
-        answer["workers"] = service.workers.describe() if service.workers is not None else []
-        answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
-        return answer
+        def more(answer: dict[str, Any]) -> dict[str, Any]:
+            answer["workers"] = service.workers.describe() if service.workers is not None else []
+            answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
+            return answer
+
+        steps = status_steps(node, service.replicator, service.reactor.seconds())
+        return slices.run(steps, service.reactor).addCallback(more)
 
     def post_admin(args: Args, parts: Args) -> Any:
         answer = admin.set_admin(node, parts["name"], parts["action"])
@@ -44,11 +48,11 @@ def routes(service: NodeService) -> list[Route]:
     return [
         Route("GET", "/", dashboard, public=True),
         Route("GET", "/api/v1/status", get_status),
-        Route("GET", "/api/v1/health", lambda a, p: admin.health(node)),
-        Route("GET", "/api/v1/wideips", lambda a, p: admin.wideips(node)),
+        Route("GET", "/api/v1/health", lambda a, p: slices.run(admin.health_steps(node), service.reactor)),
+        Route("GET", "/api/v1/wideips", lambda a, p: slices.run(admin.wideips_steps(node), service.reactor)),
         Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit")),
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
         Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin),
         Route("POST", "/api/v1/reload", post_reload),
-        Route("GET", "/metrics", lambda a, p: metrics_handler(service)),
+        Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service), service.reactor)),
     ]

@@ -67,7 +67,7 @@ def _json(request: IRequest, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(body, indent=1, sort_keys=True).encode() + b"\n"
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
 def query_args(request: IRequest) -> dict[str, str]:

@@ -1,15 +1,23 @@
 """What a node reports about itself: identity, peers, state digest, health. Pure: built from
-the node's parts, no I/O."""
+the node's parts, no I/O; in steps (see `gtmcluster.slices`), as it lists every server."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gtmcluster.node import Node
+from gtmcluster.slices import Steps, whole
 from gtmcluster.sync.replicator import Replicator
+
+#: servers described per step of a sliced answer
+PER_STEP = 200
 
 
 def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
+    return whole(status_steps(node, replicator, now))
+
+
+def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[str, Any]]:
     config = node.config
     store = node.store
     origins = {origin: s.count for origin, s in sorted(store.summaries().items())}
@@ -34,6 +42,18 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
             }
         )
     snapshot = node.health.snapshot
+    servers = {}
+    for n, (name, s) in enumerate(sorted(snapshot.vs.items())):
+        if n % PER_STEP == PER_STEP - 1:
+            yield None
+        servers[name] = {
+            "available": s.available,
+            "serving": s.serving,
+            "health": s.health,
+            "admin": s.admin,
+            "held": s.held,
+            "reason": s.reason,
+        }
     return {
         "node": node.member.name,
         "datacenter": node.member.datacenter,
@@ -45,17 +65,7 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
         "state": {"digest": store.digest(), "records": len(store), "by_origin": origins, "agrees": digests_agree},
         "peers": peers,
         "health": {
-            "virtual_servers": {
-                name: {
-                    "available": s.available,
-                    "serving": s.serving,
-                    "health": s.health,
-                    "admin": s.admin,
-                    "held": s.held,
-                    "reason": s.reason,
-                }
-                for name, s in sorted(snapshot.vs.items())
-            },
+            "virtual_servers": servers,
             "links": {name: {"state": o.state, "reason": o.reason} for name, o in sorted(snapshot.links.items())},
         },
     }

@@ -53,6 +53,7 @@ class Worker:
         self.reactor = reactor
         self.config_path = config_path
         self.observers: frozenset[str] = frozenset([node.member.name])
+        node.health.schedule = lambda flush: reactor.callLater(0, flush)
         node.health.observers = lambda: self.observers
         node.health.writes = False
         node.delegate = self._carry
@@ -97,7 +98,7 @@ class Worker:
 
     def _state(self, observers: list[str], ready: bool) -> None:
         self.observers = frozenset(observers)
-        self.node.health.refresh()
+        self.node.health.observers_changed()
         self.node.ready = ready
 
     def _reload(self, path: str) -> defer.Deferred[dict[str, Any]]:

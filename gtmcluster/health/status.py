@@ -1,4 +1,4 @@
-"""From records to availability: a pure evaluation of every virtual server and link.
+"""From records to availability: pure evaluations of one virtual server or link, or of all.
 
 For each virtual server with a monitor, the verdicts of the observers (records
 ``obs/vs/<vs>/<observer>``: this node's, and those of the peers it is connected to; a
@@ -13,16 +13,23 @@ disconnected peer's last word is stale and does not count) combine by the monito
   `disabled` takes it out, `drain` keeps it only for clients held by persistence.
 
 `serving` means it may answer clients held by persistence; `available` means it may also
-take new ones. The result is an immutable `HealthSnapshot` the answer path reads.
+take new ones. A verdict, hold or admin record whose value has another shape (written by a
+newer version, or a bad peer) counts for nothing; it never stops the evaluation.
+
+Each subject reads only its own records (`Store.children`), so evaluating one server costs
+the same whatever the size of the config and the store: the tracker (`health.tracker`)
+re-evaluates just the subjects whose records changed. `evaluate` does them all, as the
+reference the tracker must always equal. The answer path reads a `HealthSnapshot`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gtmcluster.config.model import Config, HealthRule, Monitor, VirtualServer
+from gtmcluster.config.model import Config, HealthRule, Link, Monitor, VirtualServer
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
 from gtmcluster.state.store import Record, Store
 
@@ -44,13 +51,17 @@ def combine(rule: HealthRule, records: Iterable[Record]) -> Observed:
     ups: list[str] = []
     downs: list[str] = []
     reasons: list[str] = []
-    for record in sorted(records, key=lambda r: r.origin):
+    for record in sorted(records, key=_origin):
         value = record.value
-        (ups if value.get("up") else downs).append(record.origin)
-        if not value.get("up"):
+        if type(value) is not dict and not isinstance(value, Mapping):
+            continue  # not a verdict this version understands: it counts for nothing
+        if value.get("up"):
+            ups.append(record.origin)
+        else:
+            downs.append(record.origin)
             reasons.append(f"{record.origin}: {value.get('reason', 'down')}")
     if not ups and not downs:
-        return Observed(UNKNOWN, reason="no verdict yet")
+        return NO_VERDICT
     if rule.kind == "any":
         up = bool(ups)
     elif rule.kind == "all":
@@ -62,6 +73,14 @@ def combine(rule: HealthRule, records: Iterable[Record]) -> Observed:
     else:
         reason = "; ".join(reasons) or f"up for {len(ups)} of {rule.quorum} needed"
     return Observed(UP if up else DOWN, tuple(ups), tuple(downs), reason)
+
+
+_origin = operator.attrgetter("origin")
+#: no verdict (yet): a server or link before its first verdict
+NO_VERDICT = Observed(UNKNOWN, reason="no verdict yet")
+
+
+ADMIN_STATES = ("enabled", "disabled", "drain")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,55 +122,80 @@ class HealthSnapshot:
         return max(0.1, min(1.0, steps / 10))
 
 
+def verdicts(store: Store, kind: str, name: str, observers: frozenset[str] | None) -> list[Record]:
+    """The verdicts on one server (*kind* "vs") or link ("link") that count: those of
+    *observers*, or all held when None. Reads that subject's records only."""
+    held = store.children(f"obs/{kind}/{name}/")
+    return held if observers is None else [r for r in held if r.origin in observers]
+
+
+def link_status(link: Link, store: Store, observers: frozenset[str] | None) -> Observed:
+    return combine(link.monitor.rule, verdicts(store, "link", link.name, observers))
+
+
+def vs_status(
+    vs: VirtualServer,
+    store: Store,
+    links: Mapping[str, Observed],
+    dependency: Callable[[str], VsStatus],
+    observers: frozenset[str] | None,
+) -> VsStatus:
+    """One server's availability from its records, its link's state (*links*) and the
+    status of each server it depends on (*dependency*)."""
+    observed = combine(vs.monitor.rule, verdicts(store, "vs", vs.name, observers)) if vs.monitor else Observed(UP)
+    problems = []
+    if vs.monitor is not None and not observed.counted_up(vs.monitor):
+        problems.append(f"monitor {vs.monitor.name}: {observed.reason}")
+    if vs.link is not None:
+        link = links.get(vs.link.name, NO_VERDICT)
+        if not link.counted_up(vs.link.monitor):
+            problems.append(f"link {vs.link.name} down: {link.reason}")
+    for dep in vs.depends_on:
+        dep_status = dependency(dep)
+        if not dep_status.serving:
+            problems.append(f"depends on {dep}, which is out ({dep_status.reason})")
+    healthy = not problems
+    held = store.get(f"held/vs/{vs.name}")
+    if held is not None:
+        why = held.value.get("reason", "") if isinstance(held.value, Mapping) else ""
+        problems.append(f"held for manual resume since it went down ({why})")
+    admin_record = store.get(f"admin/vs/{vs.name}")
+    admin = vs.admin_state
+    if admin_record is not None and isinstance(admin_record.value, Mapping):
+        state = admin_record.value.get("state", vs.admin_state)
+        admin = state if state in ADMIN_STATES else vs.admin_state
+    else:
+        admin_record = None  # not an admin state this version understands: the config's holds
+    if admin == "disabled":
+        problems.append("disabled by an operator" if admin_record else "disabled in the config")
+    serving = not problems
+    available = serving and admin == "enabled"
+    if serving and not available:
+        reason = "draining: only clients held by persistence"
+    elif problems:
+        reason = "; ".join(problems)
+    else:
+        reason = observed.reason if vs.monitor else "no monitor"
+    return VsStatus(vs.name, observed.state, admin, held is not None, healthy, serving, available, reason)
+
+
 def evaluate(
     config: Config, store: Store, observers: frozenset[str] | None = None
 ) -> tuple[dict[str, VsStatus], dict[str, Observed]]:
-    """Availability of every server and link. *observers*: the nodes whose verdicts count
-    (this node and the peers it is connected to); None counts every verdict held."""
-
-    def verdicts(prefix: str) -> list[Record]:
-        return [r for r in store.scan(prefix) if observers is None or r.origin in observers]
-
-    links = {name: combine(link.monitor.rule, verdicts(f"obs/link/{name}/")) for name, link in config.links.items()}
+    """Availability of every server and link, evaluated whole. *observers*: the nodes whose
+    verdicts count (this node and the peers it is connected to); None counts every verdict
+    held. (The tracker evaluates only what changed; this is the reference it must equal.)"""
+    links = {name: link_status(link, store, observers) for name, link in config.links.items()}
     out: dict[str, VsStatus] = {}
 
-    def status(vs: VirtualServer) -> VsStatus:
-        if vs.name in out:
-            return out[vs.name]
-        observed = combine(vs.monitor.rule, verdicts(f"obs/vs/{vs.name}/")) if vs.monitor else Observed(UP)
-        problems = []
-        if vs.monitor is not None and not observed.counted_up(vs.monitor):
-            problems.append(f"monitor {vs.monitor.name}: {observed.reason}")
-        if vs.link is not None:
-            link = links[vs.link.name]
-            if not link.counted_up(vs.link.monitor):
-                problems.append(f"link {vs.link.name} down: {link.reason}")
-        for dep in vs.depends_on:
-            dep_status = status(config.virtual_servers[dep])
-            if not dep_status.serving:
-                problems.append(f"depends on {dep}, which is out ({dep_status.reason})")
-        healthy = not problems
-        held = store.get(f"held/vs/{vs.name}")
-        if held is not None:
-            problems.append(f"held for manual resume since it went down ({held.value.get('reason', '')})")
-        admin_record = store.get(f"admin/vs/{vs.name}")
-        admin = admin_record.value.get("state", vs.admin_state) if admin_record else vs.admin_state
-        if admin == "disabled":
-            problems.append("disabled by an operator" if admin_record else "disabled in the config")
-        serving = not problems
-        available = serving and admin == "enabled"
-        if serving and not available:
-            reason = "draining: only clients held by persistence"
-        elif problems:
-            reason = "; ".join(problems)
-        else:
-            reason = observed.reason if vs.monitor else "no monitor"
-        result = VsStatus(vs.name, observed.state, admin, held is not None, healthy, serving, available, reason)
-        out[vs.name] = result
+    def status(name: str) -> VsStatus:
+        result = out.get(name)
+        if result is None:
+            result = out[name] = vs_status(config.virtual_servers[name], store, links, status, observers)
         return result
 
-    for vs in config.virtual_servers.values():
-        status(vs)
+    for name in config.virtual_servers:
+        status(name)
     return out, links
 
 
@@ -165,4 +209,17 @@ def snapshot(
     return HealthSnapshot(MappingProxyType(vs), MappingProxyType(links), MappingProxyType(dict(ramps or {})))
 
 
-__all__ = ["DOWN", "UNKNOWN", "UP", "HealthSnapshot", "Observed", "VsStatus", "combine", "evaluate", "snapshot"]
+__all__ = [
+    "DOWN",
+    "UNKNOWN",
+    "UP",
+    "HealthSnapshot",
+    "Observed",
+    "VsStatus",
+    "combine",
+    "evaluate",
+    "link_status",
+    "snapshot",
+    "verdicts",
+    "vs_status",
+]

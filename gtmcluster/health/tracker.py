@@ -1,8 +1,21 @@
-"""Keeps the node's current `HealthSnapshot` and acts on changes.
+"""Keeps the node's current `HealthSnapshot` and acts on changes, in proportion to them.
 
-The tracker re-evaluates when a health-related record changes (or on `refresh`), swaps in
-a new immutable snapshot for the answer path, and on each change of a virtual server or
-link logs a structured event (from, to, reason, observer). Two changes have effects:
+A changed record marks its subject dirty: ``obs/vs/<vs>/<observer>``, ``admin/vs/<vs>`` and
+``held/vs/<vs>`` mark the server, ``obs/link/<link>/<observer>`` the link. Dirty subjects
+are evaluated once (`health.status`: each reads its own records only) when the tracker
+flushes: on the next reactor turn when the node gave it a `schedule` (so a reconcile that
+merges a hundred verdicts in one turn evaluates each server once), at once without one
+(tests, tools), and in any case before anyone reads the snapshot, so readers never see it
+behind the store. A link whose state changed marks the servers bound to it; a server whose
+status changed marks the servers that depend on it. One verdict change thus costs the
+evaluation of its subject (and of what hangs on it), never a walk over the config.
+
+A change of the observers whose verdicts count (a peer connecting or leaving: see
+`observers_changed`) and a new config re-evaluate everything: every subject has verdicts
+from every observer.
+
+On each change of a virtual server or link the tracker logs a structured event (from, to,
+reason, observer). Two changes have effects:
 
 - a server with `manual_resume` that stops being healthy gets a ``held/vs/<vs>`` record,
   which keeps it out until an operator enables it again (deleting the record);
@@ -14,96 +27,292 @@ It is also the `Availability` the balancer asks (delegating to the current snaps
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MappingProxyType
 
 from twisted.logger import Logger
 
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.health.status import HealthSnapshot, VsStatus, snapshot
+from gtmcluster.health.status import HealthSnapshot, Observed, VsStatus, link_status, vs_status
 from gtmcluster.state.store import Record, Store
 
 log = Logger()
 
-WATCHED = ("obs/", "admin/", "held/")
+WATCHED = ("obs/", "admin/vs/", "held/vs/")
+#: how often (seconds) ramps that ended are dropped (a ramp's end needs no evaluation)
+RAMP_SWEEP = 1.0
+#: with a schedule, subjects evaluated at most per reactor turn (or per read of the
+#: snapshot): a change that touches everything (a peer leaving, with 5,000 servers) is
+#: spread over a few turns, each a few milliseconds, and readers meanwhile see each server
+#: either as it was or as it is now
+SLICE = 500
+
+Schedule = Callable[[Callable[[], None]], object]
 
 
 class HealthTracker:
-    def __init__(self, config: Config, store: Store, clock: Callable[[], float], node: str):
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        clock: Callable[[], float],
+        node: str,
+        schedule: Schedule | None = None,
+    ):
         self.config = config
         self.store = store
         self.clock = clock
         self.node = node
+        #: runs a callable on the next reactor turn (`reactor.callLater(0, f)`); None: the
+        #: tracker flushes at once on every change
+        self.schedule = schedule
+        self._scheduled = False
+        self._vs: dict[str, VsStatus] = {}
+        self._links: dict[str, Observed] = {}
         self._ramps: dict[str, tuple[float, float]] = {}
-        self._refreshing = False
-        self._dirty = False
-        #: the nodes whose verdicts count (set by the node's wiring: itself and its connected
-        #: peers); None counts every verdict held
-        self.observers: Callable[[], frozenset[str]] | None = None
-        self.snapshot = snapshot(config, store)
+        self._swept = float("-inf")
+        #: what a reader sees: views of the tracker's current statuses
+        self._snapshot = HealthSnapshot(
+            MappingProxyType(self._vs), MappingProxyType(self._links), MappingProxyType(self._ramps)
+        )
+        #: subjects to evaluate (dicts as ordered sets)
+        self._dirty_vs: dict[str, None] = {}
+        self._dirty_links: dict[str, None] = {}
+        self._flushing = False
+        self._quiet = False  # the first evaluation: no events
+        self._observers: Callable[[], frozenset[str]] | None = None
+        self._counted: frozenset[str] | None = None
         #: grows whenever which servers are available or serving changes (not when only a
         #: reason or an observer's verdict does): kept decisions hold while it stays
-        self.generation = 0
-        self._standing = _standing(self.snapshot)
+        self._generation = 0
         #: whether this tracker writes the records its evaluation calls for (held servers);
         #: an answering worker's copy does not: the node writes them, and they come back
         self.writes = True
+        #: subjects evaluated, in all (a figure for tests and benchmarks)
+        self.evaluations = 0
+        self._index(config)
+        self._all_dirty()
+        self._quiet = True
+        try:
+            self._flush(None)
+        finally:
+            self._quiet = False
         store.subscribe(self._changed)
 
-    def reconfigure(self, config: Config) -> None:
-        """Evaluate with *config* from now on (servers, monitors and links may change)."""
-        self.config = config
-        self._ramps = {k: v for k, v in self._ramps.items() if k in config.virtual_servers}
-        self.snapshot = snapshot(config, self.store, self._ramps, self.observers() if self.observers else None)
-        self.generation += 1
+    def _index(self, config: Config) -> None:
+        """Who hangs on whom: the servers bound to each link, depending on each server."""
+        on_link: dict[str, list[str]] = {}
+        dependants: dict[str, list[str]] = {}
+        for vs in config.virtual_servers.values():
+            if vs.link is not None:
+                on_link.setdefault(vs.link.name, []).append(vs.name)
+            for dep in vs.depends_on:
+                dependants.setdefault(dep, []).append(vs.name)
+        self._on_link = on_link
+        self._dependants = dependants
+
+    def _all_dirty(self) -> None:
+        self._dirty_links.update(dict.fromkeys(self.config.links))
+        self._dirty_vs.update(dict.fromkeys(self.config.virtual_servers))
+
+    # -- what readers see ---------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> HealthSnapshot:
+        """Availability now: changes not yet evaluated are evaluated first (with a schedule,
+        up to a `SLICE` of them; the rest follow in the next turns)."""
+        if self._dirty_vs or self._dirty_links:
+            self._flush(None if self.schedule is None else SLICE)
+        return self._snapshot
+
+    @property
+    def generation(self) -> int:
+        if self._dirty_vs or self._dirty_links:
+            self._flush(None if self.schedule is None else SLICE)
+        return self._generation
+
+    @property
+    def pending(self) -> int:
+        """Subjects waiting to be evaluated."""
+        return len(self._dirty_vs) + len(self._dirty_links)
+
+    # Availability, as the balancer asks it
+    def vs_up(self, vs: VirtualServer) -> bool:
+        return self.snapshot.vs_up(vs)
+
+    def vs_serving(self, vs: VirtualServer) -> bool:
+        return self.snapshot.vs_serving(vs)
+
+    def weight(self, vs: VirtualServer, now: float) -> float:
+        return self.snapshot.weight(vs, now)
+
+    # -- what changes it ----------------------------------------------------------------------
+
+    @property
+    def observers(self) -> Callable[[], frozenset[str]] | None:
+        """The nodes whose verdicts count (set by the node's wiring: itself and its connected
+        peers, asked again on `observers_changed`); None counts every verdict held."""
+        return self._observers
+
+    @observers.setter
+    def observers(self, observers: Callable[[], frozenset[str]] | None) -> None:
+        self._observers = observers
         self.refresh()
 
-    def _changed(self, record: Record) -> None:
-        if record.key.startswith(WATCHED):
+    def reconfigure(self, config: Config) -> None:
+        """Evaluate with *config* from now on. Only the servers and links whose definition
+        changed (and what hangs on them) are evaluated again: a reload that changes one
+        server costs one evaluation, not one per server."""
+        old = self.config
+        self.config = config
+        self._index(config)
+        for name in [n for n in self._vs if n not in config.virtual_servers]:
+            del self._vs[name]
+            self._ramps.pop(name, None)
+            self._dirty_vs.pop(name, None)
+        for name in [n for n in self._links if n not in config.links]:
+            del self._links[name]
+            self._dirty_links.pop(name, None)
+        for name, link in config.links.items():
+            if old.links.get(name) != link:
+                self._dirty_links[name] = None
+        for name, vs in config.virtual_servers.items():
+            if old.virtual_servers.get(name) != vs:
+                self._dirty_vs[name] = None
+        self._generation += 1
+        self._flush(None if self.schedule is None else SLICE)
+        self._kick()
+
+    def observers_changed(self) -> None:
+        """The set of observers whose verdicts count may have changed (a peer connected or
+        left): re-evaluate everything if it did."""
+        counted = self.observers() if self.observers is not None else None
+        if counted != self._counted:
             self.refresh()
 
     def refresh(self) -> HealthSnapshot:
-        """Re-evaluate now. Writes made while reacting (held records) re-evaluate once more."""
-        if self._refreshing:
-            self._dirty = True
-            return self.snapshot
-        self._refreshing = True
-        try:
-            while True:
-                self._dirty = False
-                self._evaluate()
-                if not self._dirty:
-                    return self.snapshot
-        finally:
-            self._refreshing = False
+        """Re-evaluate everything (with a schedule: the first `SLICE` now, the rest in the
+        next turns)."""
+        self._counted = self.observers() if self.observers is not None else None
+        self._all_dirty()
+        self._flush(None if self.schedule is None else SLICE)
+        self._kick()
+        return self._snapshot
 
-    def _evaluate(self) -> None:
-        now = self.clock()
-        previous = self.snapshot
-        self._ramps = {k: v for k, v in self._ramps.items() if v[1] > now}
-        observers = self.observers() if self.observers is not None else None
-        current = snapshot(self.config, self.store, self._ramps, observers)
-        for name, status in current.vs.items():
-            before = previous.vs.get(name)
-            if before is None:
-                continue
-            self._vs_changed(self.config.virtual_servers[name], before, status, now)
-        for name, link in current.links.items():
-            old = previous.links.get(name)
-            if old is not None and old.state != link.state:
-                log.info(
-                    "link {link} {old} -> {new}: {reason}",
-                    link=name,
-                    old=old.state,
-                    new=link.state,
-                    reason=link.reason,
-                    observer="sync group",
-                    event="link_state",
-                )
-        ramps_changed = self._ramps != dict(current.ramps)
-        self.snapshot = snapshot(self.config, self.store, self._ramps, observers) if ramps_changed else current
-        standing = _standing(self.snapshot)
-        if standing != self._standing:
-            self._standing = standing
-            self.generation += 1
+    def _changed(self, record: Record) -> None:
+        key = record.key
+        if not key.startswith(WATCHED):
+            return
+        if key.startswith("obs/vs/"):
+            name, slash, _ = key[7:].partition("/")
+            if not slash or name not in self.config.virtual_servers:
+                return
+            self._dirty_vs[name] = None
+        elif key.startswith("obs/link/"):
+            name, slash, _ = key[9:].partition("/")
+            if not slash or name not in self.config.links:
+                return
+            self._dirty_links[name] = None
+        else:  # admin/vs/<vs>, held/vs/<vs>
+            name = key[key.index("/vs/") + 4 :]
+            if name not in self.config.virtual_servers:
+                return
+            self._dirty_vs[name] = None
+        if self.schedule is None:
+            self._flush(None)
+        else:
+            self._kick()
+
+    def _kick(self) -> None:
+        """Have the next reactor turn evaluate what is dirty (with a schedule)."""
+        if self.schedule is not None and not self._scheduled and (self._dirty_vs or self._dirty_links):
+            self._scheduled = True
+            self.schedule(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._scheduled = False
+        self._flush(SLICE)
+        self._kick()
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def _flush(self, budget: int | None) -> None:
+        """Evaluate the dirty subjects (at most *budget* of them, None: all), links first,
+        and what hangs on those that changed. Records written while reacting (held
+        servers) are evaluated in the same flush."""
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            now = self.clock()
+            counted = self._counted
+            config = self.config
+            standing_changed = False
+            left = -1 if budget is None else budget
+            while (self._dirty_links or self._dirty_vs) and left != 0:
+                if self._dirty_links:
+                    name = next(iter(self._dirty_links))
+                    del self._dirty_links[name]
+                    self._evaluate_link(name, counted)
+                else:
+                    name = next(iter(self._dirty_vs))
+                    del self._dirty_vs[name]
+                    vs = config.virtual_servers.get(name)
+                    if vs is not None and self._evaluate_vs(vs, counted, now):
+                        standing_changed = True
+                left -= 1
+            if standing_changed:
+                self._generation += 1
+            if self._ramps and now - self._swept >= RAMP_SWEEP:
+                self._swept = now
+                for name in [n for n, (_, end) in self._ramps.items() if end <= now]:
+                    del self._ramps[name]
+        finally:
+            self._flushing = False
+
+    def _evaluate_link(self, name: str, counted: frozenset[str] | None) -> None:
+        link = self.config.links.get(name)
+        if link is None:
+            return
+        self.evaluations += 1
+        new = link_status(link, self.store, counted)
+        old = self._links.get(name)
+        if old == new:
+            return
+        self._links[name] = new
+        self._dirty_vs.update(dict.fromkeys(self._on_link.get(name, ())))
+        if old is not None and old.state != new.state and not self._quiet:
+            log.info(
+                "link {link} {old} -> {new}: {reason}",
+                link=name,
+                old=old.state,
+                new=new.state,
+                reason=new.reason,
+                observer="sync group",
+                event="link_state",
+            )
+
+    def _evaluate_vs(self, vs: VirtualServer, counted: frozenset[str] | None, now: float) -> bool:
+        """Evaluate *vs*; True when its availability or serving changed."""
+        self.evaluations += 1
+        new = vs_status(vs, self.store, self._links, self._dependency, counted)
+        old = self._vs.get(vs.name)
+        if old == new:
+            return False
+        self._vs[vs.name] = new
+        self._dirty_vs.update(dict.fromkeys(self._dependants.get(vs.name, ())))
+        if old is None:
+            return True
+        if not self._quiet:
+            self._vs_changed(vs, old, new, now)
+        return (old.available, old.serving) != (new.available, new.serving)
+
+    def _dependency(self, name: str) -> VsStatus:
+        status = self._vs.get(name)
+        if status is None:  # not evaluated yet (a first evaluation in config order)
+            vs = self.config.virtual_servers[name]
+            self.evaluations += 1
+            status = self._vs[name] = vs_status(vs, self.store, self._links, self._dependency, self._counted)
+        return status
 
     def _vs_changed(self, vs: VirtualServer, before: VsStatus, after: VsStatus, now: float) -> None:
         if (before.available, before.serving) != (after.available, after.serving):
@@ -126,21 +335,6 @@ class HealthTracker:
             )
         if vs.slow_start > 0 and after.available and not before.available:
             self._ramps[vs.name] = (now, now + vs.slow_start)
-
-    # Availability, as the balancer asks it
-    def vs_up(self, vs: VirtualServer) -> bool:
-        return self.snapshot.vs_up(vs)
-
-    def vs_serving(self, vs: VirtualServer) -> bool:
-        return self.snapshot.vs_serving(vs)
-
-    def weight(self, vs: VirtualServer, now: float) -> float:
-        return self.snapshot.weight(vs, now)
-
-
-def _standing(snap: HealthSnapshot) -> dict[str, tuple[bool, bool]]:
-    """What decisions see of a snapshot: each server's availability and serving."""
-    return {name: (status.available, status.serving) for name, status in snap.vs.items()}
 
 
 def _word(status: VsStatus) -> str:

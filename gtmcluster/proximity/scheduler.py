@@ -96,13 +96,27 @@ class ProbeScheduler(Service):
         self.queued: set[str] = set()
         self._flooding: set[str] = set()  # origins whose queue is full (logged once)
         self._wake: Any = None
+        #: requests heard this turn, taken on the next (see `_changed`)
+        self._incoming: list[tuple[str, str]] = []
+        self._taking: Any = None
         self.stats = ProbeStats()
         store.subscribe(self._changed)
 
     def _changed(self, record: Record) -> None:
+        """A request record: noted, and taken on the next reactor turn. The record may have
+        been written while answering a query (an unknown LDNS asked): the probe's sockets
+        are not opened inside the datagram handler."""
         fresh = record.key.startswith(REQUEST) and record.value is not None and record.live(self.store.clock())
         if fresh and self.running:
-            self.want(record.key[len(REQUEST) :], record.origin)
+            self._incoming.append((record.key[len(REQUEST) :], record.origin))
+            if self._taking is None:
+                self._taking = self.reactor.callLater(0, self._take)
+
+    def _take(self) -> None:
+        self._taking = None
+        incoming, self._incoming = self._incoming, []
+        for ldns, origin in incoming:
+            self.want(ldns, origin)
 
     def want(self, ldns: str, origin: str | None = None) -> None:
         """Probe *ldns* soon, unless there is no need or no permission. *origin* is the
@@ -200,4 +214,8 @@ class ProbeScheduler(Service):
         if self._wake is not None and self._wake.active():
             self._wake.cancel()
         self._wake = None
+        if self._taking is not None and self._taking.active():
+            self._taking.cancel()
+        self._taking = None
+        self._incoming = []
         self.prober.close()

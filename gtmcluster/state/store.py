@@ -180,6 +180,10 @@ class Store:
         #: kind -> key -> record, for every kind but the numerous ones (paths, persistence),
         #: so that scanning a few health verdicts does not walk a million paths
         self._index: dict[str, dict[str, Record]] = {}
+        #: parent (a key up to its last "/": "obs/vs/www1/") -> key -> record, for the same
+        #: kinds: one subject's records (every observer's verdict on one server) are read
+        #: without looking at any other subject's (see `children`)
+        self._children: dict[str, dict[str, Record]] = {}
         #: bucket -> the keys held in it (and a few no longer held: `_remove` counts those
         #: and drops them when they are half the list; a key removed and added again may
         #: be there twice), so a listing of a few buckets need not walk every record
@@ -224,6 +228,11 @@ class Store:
             if index is None:
                 index = self._index[kind] = {}
             index[key] = record
+            parent = key[: key.rfind("/") + 1]
+            siblings = self._children.get(parent)
+            if siblings is None:
+                siblings = self._children[parent] = {}
+            siblings[key] = record
         # A key whose record has a TTL is always in the expiry queue, at or before its end.
         # The queue already holds the key when the record replaced ends no later than this one.
         expires = record.expires()
@@ -303,20 +312,32 @@ class Store:
             return None
         return record
 
+    def children(self, parent: str) -> list[Record]:
+        """Live, non-deleted records directly under *parent* (which ends with "/"): the keys
+        ``parent + NAME`` with no further "/" in NAME, such as every observer's verdict on
+        one server under "obs/vs/www1/". The cost is the number of such records, whatever
+        else the store holds. Only for kinds that are not numerous (see `scan`)."""
+        held = self._children.get(parent)
+        if not held:
+            return []
+        now = self.clock()
+        return [r for r in held.values() if r.value is not None and (r.ttl is None or now < r.born + r.ttl)]
+
     def scan(self, prefix: str) -> Iterator[Record]:
         """Live, non-deleted records whose key starts with *prefix*.
 
-        A prefix within one kind ("obs/vs/www1/") looks at that kind's records only, unless
-        the kind is a numerous one: then, as for a prefix of no kind, at every record."""
+        A prefix within one kind ("admin/vs/") looks at that kind's records only, unless the
+        kind is a numerous one: then, as for a prefix of no kind, at every record (and the
+        store must not change while the scan runs)."""
         now = self.clock()
         kind, slash, _ = prefix.partition("/")
-        held: Iterable[tuple[str, Record]]
+        held: Iterable[Record]
         if slash and not numerous(kind):
-            held = list(self._index.get(kind, {}).items())
+            held = list(self._index.get(kind, {}).values())
         else:
-            held = self._records.items()
-        for key, record in held:
-            if key.startswith(prefix) and record.value is not None and record.live(now):
+            held = self._records.values()  # millions: a caller takes what it needs (islice)
+        for record in held:
+            if record.key.startswith(prefix) and record.value is not None and record.live(now):
                 yield record
 
     def kinds(self) -> dict[str, int]:
@@ -364,6 +385,12 @@ class Store:
             index.pop(key, None)
             if not index:
                 del self._index[kind]
+            parent = key[: key.rfind("/") + 1]
+            siblings = self._children.get(parent)
+            if siblings is not None:
+                siblings.pop(key, None)
+                if not siblings:
+                    del self._children[parent]
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)

@@ -9,13 +9,18 @@ score of the first record in that order whose server selector matches it; a cand
 record matches is not a topology choice at all. This is BIG-IP DNS's topology with "longest
 match" on, over the selectors we support.
 
-Server selectors are matched once, at config load, into a set of record indexes per
-candidate (`Topology.server_mask`), so answering is set membership in a short ordered list.
+Both sides cost what matches, not what the config holds (a topology may have tens of
+thousands of records): an LDNS's records come from a prefix lookup, plus the few records
+that match without one (``any``, negated selectors). Server selectors are matched once, at
+config load: each distinct server selector gets an id (`Record.server_id`), and each
+candidate the set of ids of the selectors it passes (`Topology.server_mask`), found by
+lookups by name and by address; answering is set membership in a short ordered list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gtmcluster.topology.prefixes import IPAddress, IPNetwork, PrefixMap
@@ -44,6 +49,8 @@ class Record:
     ldns: Selector
     server: Selector
     score: int
+    #: the id of its server selector among the topology's distinct ones (set by `build`)
+    server_id: int = field(default=-1, compare=False)
 
     def __str__(self) -> str:
         return f"ldns: {self.ldns}, server: {self.server}, score: {self.score}"
@@ -68,18 +75,28 @@ class Match:
     scope: int  # prefix length over which this match is the same (RFC 7871 scope)
 
 
+NAMED_KINDS = ("datacenter", "pool", "virtual_server")
+
+
 @dataclass(frozen=True)
 class Topology:
     records: tuple[Record, ...]
     _ldns_map: PrefixMap[int] = field(repr=False, compare=False, default_factory=PrefixMap)
+    _index: dict[int, Record] = field(repr=False, compare=False, default_factory=dict)
+    #: records every LDNS matches without a lookup: ``any`` and the negated selectors
+    _unconditional: tuple[Record, ...] = field(repr=False, compare=False, default=())
+    _servers: _ServerIndex = field(repr=False, compare=False, default_factory=lambda: _ServerIndex({}))
 
     @classmethod
     def build(cls, records: Sequence[Record]) -> Topology:
+        ids: dict[Selector, int] = {}
+        numbered = [dataclasses.replace(r, server_id=ids.setdefault(r.server, len(ids))) for r in records]
         prefix_map: PrefixMap[int] = PrefixMap()
-        for record in records:
+        for record in numbered:
             for network in record.ldns.networks:
                 prefix_map.add(network, record.index)
-        return cls(tuple(records), prefix_map)
+        unconditional = tuple(r for r in numbered if (r.ldns.kind == "any") != r.ldns.negate)
+        return cls(tuple(numbered), prefix_map, {r.index: r for r in numbered}, unconditional, _ServerIndex(ids))
 
     def match(self, address: IPAddress) -> Match:
         """Records whose LDNS selector matches *address*, in longest-match order."""
@@ -88,31 +105,77 @@ class Topology:
         for plen, indexes in hits:  # longest first: the first hit per record is its best
             for i in indexes:
                 best.setdefault(i, plen)
-        ordered = []
-        for record in self.records:
-            sel = record.ldns
-            if sel.kind == "any":
-                matched, plen = not sel.negate, 0
-            else:
-                inside = record.index in best
-                matched = inside != sel.negate
-                plen = best.get(record.index, 0) if not sel.negate else 0
-            if matched:
-                ordered.append((record, plen))
-        ordered.sort(key=lambda rp: (-rp[1], rp[0].index))
+        index = self._index
+        ordered = [(record, plen) for i, plen in best.items() if not (record := index[i]).ldns.negate]
+        for record in self._unconditional:
+            if not record.ldns.negate or record.index not in best:
+                ordered.append((record, 0))
+        ordered.sort(key=_consulted)
         return Match(tuple(ordered), scope)
 
     def server_mask(self, facts: ServerFacts) -> frozenset[int]:
-        """Indexes of the records whose server selector matches a candidate."""
-        return frozenset(r.index for r in self.records if server_matches(r.server, facts))
+        """Ids of the server selectors a candidate passes (see `Record.server_id`)."""
+        return self._servers.mask(facts)
 
     @staticmethod
     def score(match: Match, mask: frozenset[int]) -> tuple[int, Record] | None:
         """The candidate's score: from the first matching record that also matches it."""
         for record, _ in match.records:
-            if record.index in mask:
+            if record.server_id in mask:
                 return record.score, record
         return None
+
+
+def _consulted(hit: tuple[Record, int]) -> tuple[int, int]:
+    return (-hit[1], hit[0].index)
+
+
+class _ServerIndex:
+    """The distinct server selectors, indexed so that finding those a candidate passes
+    costs lookups by its names and addresses, not a test of every selector."""
+
+    def __init__(self, ids: Mapping[Selector, int]):
+        self.by_name: dict[tuple[str, str], list[int]] = {}  # (kind, value) -> positive ids
+        self.negated_named: list[tuple[str, str, int]] = []
+        self.always: list[int] = []  # any
+        self.networks: PrefixMap[int] = PrefixMap()  # positive subnet/region selectors
+        self.negated_networks: list[tuple[Selector, int]] = []
+        for selector, sid in ids.items():
+            kind = selector.kind
+            if kind == "any":
+                if not selector.negate:
+                    self.always.append(sid)
+            elif kind in NAMED_KINDS:
+                if selector.negate:
+                    self.negated_named.append((kind, selector.value, sid))
+                else:
+                    self.by_name.setdefault((kind, selector.value), []).append(sid)
+            elif selector.negate:
+                self.negated_networks.append((selector, sid))
+            else:
+                for network in selector.networks:
+                    self.networks.add(network, sid)
+
+    def mask(self, facts: ServerFacts) -> frozenset[int]:
+        names = {
+            "datacenter": facts.datacenters,
+            "pool": facts.pools,
+            "virtual_server": frozenset() if facts.is_pool else frozenset([facts.name]),
+        }
+        ids = set(self.always)
+        for kind, values in names.items():
+            for value in values:
+                ids.update(self.by_name.get((kind, value), ()))
+        for kind, value, sid in self.negated_named:
+            if value not in names[kind]:
+                ids.add(sid)
+        for address in facts.addresses:
+            for _, found in self.networks.lookup(address)[0]:
+                ids.update(found)
+        for selector, sid in self.negated_networks:
+            if server_matches(selector, facts):
+                ids.add(sid)
+        return frozenset(ids)
 
 
 def server_matches(selector: Selector, facts: ServerFacts) -> bool:

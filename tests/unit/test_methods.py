@@ -231,6 +231,7 @@ def ranked_topology(with_any: bool = True) -> Topology:
     return Topology.build(records)
 
 
+# a candidate's mask holds the ids of the server selectors it passes: here DC1 is 0, DC2 1, ...
 TOPO_CANDS = [
     Cand("a", 1, frozenset({0})),
     Cand("b", 1, frozenset({1})),
@@ -290,7 +291,7 @@ def test_topology_score_zero_excludes() -> None:
             Record(2, Selector("any", False, ""), dc("DC2"), 5),
         ]
     )
-    members = [Cand("a", 1, frozenset({0, 1})), Cand("b", 1, frozenset({2}))]
+    members = [Cand("a", 1, frozenset({0})), Cand("b", 1, frozenset({1}))]  # the ids of DC1's and DC2's selectors
     inside = methods.topology(members, context("198.51.100.7", topology=topo), slot())
     assert names(inside) == ["b"]
     assert inside.scores == (("a", 0.0), ("b", 5.0))

@@ -139,8 +139,10 @@ def scheduler(prober: Prober | None = None) -> tuple[ProbeScheduler, Store, task
 
 def test_a_request_record_makes_the_node_probe_and_record_its_path() -> None:
     """Any node's probe request leads to this node's measurement from its data center."""
-    _, store, _, prober = scheduler()
+    _, store, clock, prober = scheduler()
     assert request(store, Budget(Prober(), lambda: 0.0), "198.51.100.7", "n2")
+    assert prober.asked == []  # not inside the turn that filed it (maybe a datagram handler)
+    clock.advance(0)
     assert prober.asked == ["198.51.100.7"]
     record = store.get(path_key("198.51.100.7", "CNC"))
     assert record is not None and record.value["rtt"] == 25_000 and record.value["by"] == "n1"

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.topology.prefixes import IPAddress, IPNetwork
-from gtmcluster.topology.records import Match, Record, Selector, ServerFacts, Topology
+from gtmcluster.topology.records import Match, Record, Selector, ServerFacts, Topology, server_matches
 
 
 def ip(text: str) -> IPAddress:
@@ -316,3 +316,46 @@ def test_match_order_property(ldns: list[Selector], mid: int, last: int, probes:
     for p in probes:
         b = ipaddress.IPv4Address((int(a) >> host_bits << host_bits) | (p & ((1 << host_bits) - 1)))
         assert order(topo.match(b)) == order(match)
+
+
+# -- property: server masks -----------------------------------------------------------------
+
+
+@st.composite
+def server_selectors(draw: st.DrawFn) -> Selector:
+    negate = draw(st.booleans())
+    kind = draw(st.sampled_from(["datacenter", "pool", "virtual_server", "subnet", "region", "any"]))
+    if kind == "any":
+        return anyone(negate)
+    if kind in ("datacenter", "pool", "virtual_server"):
+        return Selector(kind, negate, draw(st.sampled_from(["a", "b", "c"])))
+    if kind == "subnet":
+        n = draw(networks_near())
+        return Selector("subnet", negate, str(n), (n,))
+    nets = tuple(draw(st.lists(networks_near(), max_size=3)))
+    return Selector("region", negate, "r", nets)
+
+
+@st.composite
+def candidates(draw: st.DrawFn) -> ServerFacts:
+    names = st.frozensets(st.sampled_from(["a", "b", "c"]))
+    addresses = st.lists(st.integers(0, 2**24 - 1).map(lambda low: ipaddress.IPv4Address(BASE | low)), max_size=3)
+    return ServerFacts(
+        draw(st.sampled_from(["a", "b", "c"])),
+        draw(st.booleans()),
+        draw(names),
+        draw(names),
+        tuple(draw(addresses)),
+    )
+
+
+@settings(max_examples=300)
+@given(st.lists(server_selectors(), max_size=10), st.lists(candidates(), min_size=1, max_size=3))
+def test_server_mask_property(servers: list[Selector], facts: list[ServerFacts]) -> None:
+    """A candidate's mask holds a record's server selector exactly when the selector, tested
+    on its own, matches the candidate (however many records share a selector)."""
+    topo = Topology.build([Record(i, anyone(), sel, 1) for i, sel in enumerate(servers)])
+    for candidate in facts:
+        mask = topo.server_mask(candidate)
+        for record in topo.records:
+            assert (record.server_id in mask) == server_matches(record.server, candidate), (record, candidate)
