@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
@@ -55,6 +55,7 @@ class Node:
         self.loaded_at = clock()
         self.stats = QueryStats()
         self._apply(config, name, Rotations())
+        self.health.standing_listeners.append(self._standing_changed)
 
     def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
         """Build everything that depends on the config, then switch to it in one step."""
@@ -86,8 +87,10 @@ class Node:
         # availability (tests may pass another availability, read at every query).
         cache = None
         if self.availability is self.health:
-            cache = DecisionCache(self.store.raw, self.clock, lambda: self.health.generation, stats=self.stats)
+            cache = DecisionCache(self.store.raw, self.clock, self._health_of, stats=self.stats)
         self.config = config
+        self._wideips_of = config.wideips_of
+        self._wideip_health: dict[str, int] = {}
         self.member: Member = config.member(name)
         self.measurements = measurements
         self.probe_budget = Budget(config.prober, self.clock)
@@ -128,7 +131,7 @@ class Node:
         if cache is None:
             decision = self.balancer.decide(wideip, qtype, client)
         else:
-            health = self.health.generation
+            health = self._health_of(wideip.name)
             store = self.store
             reads: list[tuple[str, Record | None]] = []
             store.reads = reads
@@ -138,11 +141,24 @@ class Node:
                 store.reads = None
             now = self.clock()
             kept = tuple(reads)
-            cache.put((wideip.name, qtype, key), decision, kept, health, now)
+            cache.put((wideip.name, qtype, key), wideip.name, decision, kept, health, now)
             if decision.method == "persistence":  # the same for the client's whole network
-                cache.put(self._network_key(wideip, qtype, client), decision, kept, health, now)
+                cache.put(self._network_key(wideip, qtype, client), wideip.name, decision, kept, health, now)
         self.stats.decisions.observe(time.perf_counter() - started)
         return self._carry_out(decision)
+
+    def _health_of(self, wideip: str) -> int:
+        """The wide IP's health generation: grows whenever a server of its pools starts or
+        stops being available or serving (changes not yet evaluated are evaluated first)."""
+        self.health.catch_up()
+        return self._wideip_health.get(wideip, 0)
+
+    def _standing_changed(self, servers: Iterable[str]) -> None:
+        wideips_of = self._wideips_of
+        generations = self._wideip_health
+        for name in servers:
+            for wideip in wideips_of.get(name, ()):
+                generations[wideip] = generations.get(wideip, 0) + 1
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None
@@ -186,3 +202,4 @@ class Node:
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
         self.store.expire()
+

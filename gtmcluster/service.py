@@ -273,6 +273,7 @@ def make_service(
     # Children stop in reverse order: the snapshot is written last, after everything else.
     snapshots = Snapshotter(node.store, config.state_dir_for(node_name), reactor, time.time, settings.snapshot_interval)
     if snapshots.load():
+        node.health.settle()  # the loaded verdicts, evaluated before the first answer
         gc.collect()
         heap.freeze_now()  # the loaded state is long-lived: keep it out of later collections
     snapshots.setName("snapshot")

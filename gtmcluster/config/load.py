@@ -27,6 +27,7 @@ from gtmcluster.config.model import (
     SyncGroup,
     SyncSettings,
     TLSFiles,
+    wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
@@ -147,6 +148,7 @@ def load(path: str | os.PathLike[str]) -> Config:
         api=api_settings,
         raw=MappingProxyType(data),
         digest=_digest(data, zone_data, regions),
+        wideips_of=MappingProxyType(wideips_by_server(wideips.values())),
     )
 
 

@@ -8,7 +8,7 @@ member holds its `VirtualServer`), so nothing downstream looks names up or can d
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -399,6 +399,9 @@ class Config:
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs
     digest: str = ""
+    #: virtual server -> the wide IPs whose answers it may be part of (through any of their
+    #: pools, the last resort included): made when the config is read, off the reactor
+    wideips_of: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False, default_factory=dict)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:
@@ -413,3 +416,13 @@ class Config:
 
     def state_dir_for(self, node: str) -> Path:
         return self.base_dir / self.state_dir.replace("{node}", node)
+
+
+def wideips_by_server(wideips: Iterable[WideIP]) -> dict[str, tuple[str, ...]]:
+    """Virtual server -> the wide IPs whose answers it may be part of."""
+    out: dict[str, list[str]] = {}
+    for wideip in wideips:
+        refs = [*wideip.pools, *([wideip.last_resort] if wideip.last_resort else [])]
+        for name in dict.fromkeys(m.vs.name for ref in refs for m in ref.pool.members):
+            out.setdefault(name, []).append(wideip.name)
+    return {name: tuple(names) for name, names in out.items()}

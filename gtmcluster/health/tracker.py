@@ -89,6 +89,8 @@ class HealthTracker:
         self.writes = True
         #: subjects evaluated, in all (a figure for tests and benchmarks)
         self.evaluations = 0
+        #: told, after each evaluation, the servers whose availability or serving changed
+        self.standing_listeners: list[Callable[[list[str]], object]] = []
         self._index(config)
         self._all_dirty()
         self._quiet = True
@@ -129,6 +131,15 @@ class HealthTracker:
         if self._dirty_vs or self._dirty_links:
             self._flush(None if self.schedule is None else SLICE)
         return self._generation
+
+    def settle(self) -> None:
+        """Evaluate every change now, however many (before the node answers at all)."""
+        self._flush(None)
+
+    def catch_up(self) -> None:
+        """Evaluate changes not yet evaluated (as a read of the snapshot does)."""
+        if self._dirty_vs or self._dirty_links:
+            self._flush(None if self.schedule is None else SLICE)
 
     @property
     def pending(self) -> int:
@@ -246,7 +257,7 @@ class HealthTracker:
             now = self.clock()
             counted = self._counted
             config = self.config
-            standing_changed = False
+            standing_changed: list[str] = []
             left = -1 if budget is None else budget
             while (self._dirty_links or self._dirty_vs) and left != 0:
                 if self._dirty_links:
@@ -258,10 +269,12 @@ class HealthTracker:
                     del self._dirty_vs[name]
                     vs = config.virtual_servers.get(name)
                     if vs is not None and self._evaluate_vs(vs, counted, now):
-                        standing_changed = True
+                        standing_changed.append(name)
                 left -= 1
             if standing_changed:
                 self._generation += 1
+                for listener in self.standing_listeners:
+                    listener(standing_changed)
             if self._ramps and now - self._swept >= RAMP_SWEEP:
                 self._swept = now
                 for name in [n for n, (_, end) in self._ramps.items() if end <= now]:

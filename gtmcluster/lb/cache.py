@@ -3,9 +3,10 @@
 A decision is a function of the wide IP, the query type, who asks (the LDNS address and
 the client subnet), the health snapshot, the records it read from the store (paths,
 persistence, load figures) and the time. So the same query from the same client gets the
-same decision while the health generation is the same (which servers are available and
-serving has not changed), every record read is still the
-one held, and its time has not come: the methods note when what they read changes with
+same decision while the wide IP's health generation is the same (whether the servers of
+its pools are available and serving has not changed: a server flapping elsewhere in a
+large config ends no decision of other wide IPs), every record read is still the one
+held, and its time has not come: the methods note when what they read changes with
 time alone (a path going stale, a persistence record due for refresh), the records read
 end at their TTL, and `MAX_AGE` bounds the rest. A decision that took a
 turn of a rotation or a random draw (round robin, ratio, random, ties taken in turn) is
@@ -37,6 +38,7 @@ Reads = tuple[tuple[str, Record | None], ...]
 class _Entry:
     decision: Decision
     until: float
+    wideip: str
     health: object
     reads: Reads
 
@@ -48,14 +50,14 @@ class DecisionCache:
         self,
         held: Callable[[str], Record | None],
         clock: Callable[[], float],
-        health: Callable[[], object],
+        health: Callable[[str], object],
         max_age: float = MAX_AGE,
         max_entries: int = MAX_ENTRIES,
         stats: QueryStats | None = None,
     ):
         self._held = held  # the record the store holds at a key now (tombstones included)
         self._clock = clock
-        self._health = health  # the health generation (which servers are available)
+        self._health = health  # a wide IP's health generation (whether its servers are available)
         self.max_age = max_age
         self.max_entries = max_entries
         self._entries: dict[Hashable, _Entry] = {}
@@ -70,7 +72,7 @@ class DecisionCache:
         if entry is None:
             self.stats.kept_misses += 1
             return None
-        if self._clock() >= entry.until or entry.health != self._health() or self._changed(entry.reads):
+        if self._clock() >= entry.until or entry.health != self._health(entry.wideip) or self._changed(entry.reads):
             del self._entries[key]
             self.stats.kept_misses += 1
             return None
@@ -84,8 +86,11 @@ class DecisionCache:
                 return True
         return False
 
-    def put(self, key: Hashable, decision: Decision, reads: Reads, health: object, decided_at: float) -> None:
-        """Keep *decision* (made at *decided_at* from *health* and *reads*) if it may be reused."""
+    def put(
+        self, key: Hashable, wideip: str, decision: Decision, reads: Reads, health: object, decided_at: float
+    ) -> None:
+        """Keep *decision* for *wideip* (made at *decided_at* from its *health* generation and
+        *reads*) if it may be reused."""
         if decision.varies or decision.persist is not None:
             return
         until = min(decided_at + self.max_age, decision.until)
@@ -94,7 +99,7 @@ class DecisionCache:
                 until = min(until, record.born + record.ttl)
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
-        self._entries[key] = _Entry(decision, until, health, reads)
+        self._entries[key] = _Entry(decision, until, wideip, health, reads)
 
     def alias(self, key: Hashable, kept: Hashable) -> None:
         """Keep under *key* too what is kept under *kept* (a client of a kept class)."""

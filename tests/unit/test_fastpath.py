@@ -205,6 +205,28 @@ def test_health_reevaluated_without_change_keeps_the_decisions(twins: Twins) -> 
     twins.ask(make_query("gslb.example.test"), "127.0.1.9")
 
 
+def test_a_change_elsewhere_keeps_the_decisions(tmp_path: Path) -> None:
+    """A server that is in no pool of a wide IP going down ends none of that wide IP's kept
+    decisions (in a large config some server is always changing); one in its pools does."""
+
+    def two_wideips(raw: dict[str, Any]) -> None:
+        raw["virtual_servers"]["vs4"] = {"address": "10.0.4.1", "datacenter": "DC1"}
+        raw["pools"]["other"] = {"members": ["vs4"], "load_balancing": {"preferred": "topology"}}
+        raw["wideips"]["other.example.test"] = {"pools": ["other"]}
+
+    twins = Twins(tmp_path, two_wideips)
+    source = "127.0.1.9"
+    twins.ask(make_query("gslb.example.test"), source)
+    twins.ask(make_query("gslb.example.test"), source)
+    hits = twins.node.stats.kept_hits
+    twins.both(lambda n: n.store.put("admin/vs/vs4", {"state": "disabled"}))
+    twins.ask(make_query("gslb.example.test"), source)
+    assert twins.node.stats.kept_hits == hits + 1
+    twins.both(lambda n: n.store.put("admin/vs/vs3", {"state": "disabled"}))
+    twins.ask(make_query("gslb.example.test"), source)
+    assert twins.node.stats.kept_hits == hits + 1
+
+
 def test_round_robin_keeps_its_turns(tmp_path: Path) -> None:
     """Round robin decisions are never kept: the fast node answers in the same turns."""
 
