@@ -21,6 +21,9 @@ long-lived state:
 Between freezes, full collections examine only what was created since the last one, and
 the keeper's own trigger keeps that to about `SLOW` of work. `gtm_gc_*` metrics and a log
 line per freeze say how often it happens and what the pauses were.
+
+Building a large structure of long-lived objects, such as reading a big config, pauses the
+collector instead (`gtmcluster.gcpause`).
 """
 
 from __future__ import annotations

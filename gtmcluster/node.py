@@ -202,4 +202,3 @@ class Node:
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
         self.store.expire()
-

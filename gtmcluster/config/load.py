@@ -34,6 +34,7 @@ from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
+from gtmcluster.gcpause import collection_paused
 from gtmcluster.sync import certs
 
 DEFAULT_PEER_PORT = 4353
@@ -63,7 +64,11 @@ TOP_LEVEL = (
 
 def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate the config at *path*. Raises `ConfigError` listing every problem."""
-    file = os.fspath(path)
+    with collection_paused():
+        return _load(os.fspath(path))
+
+
+def _load(file: str) -> Config:
     try:
         with open(file, encoding="utf-8") as f:
             text = f.read()
