@@ -9,6 +9,7 @@ prober, zones, DNS listener settings); `traffic` owns the load-balancing objects
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -35,6 +36,7 @@ from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.gcpause import collection_paused
+from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
 from gtmcluster.sync import certs
 
 DEFAULT_PEER_PORT = 4353
@@ -329,13 +331,22 @@ def _prober(r: Reader, top: Mapping) -> Prober:
     in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
     udp_port = m.integer("udp_port", default.udp_port, 1, 65535)
     lists: dict[str, list[Any]] = {}
-    for key in ("allow", "deny"):
+    special = [ipaddress.ip_network(n) for n in SPECIAL_PURPOSE]
+    for key in ("allow", "deny", "only"):
         lists[key] = []
         raw_list = m.get(key, [])
         for i, item in enumerate(r.list(m.at(key), raw_list, "a list of networks") or []):
             network = r.network((*m.at(key), i), item)
-            if network is not None:
-                lists[key].append(network)
+            if network is None:
+                continue
+            if key == "allow" and not any(network.overlaps(s) for s in special if s.version == network.version):
+                r.error(
+                    (*m.at(key), i),
+                    f"{network} holds no special-purpose address (RFC 6890), and only those need opening: "
+                    "to probe nothing but some networks, list them in prober.only",
+                )
+                continue
+            lists[key].append(network)
     m.done()
     if None in (path_ttl, interval, inactive, timeout, rate, in_flight, udp_port):
         return default
@@ -351,6 +362,7 @@ def _prober(r: Reader, top: Mapping) -> Prober:
         udp_port,
         tuple(lists["allow"]),
         tuple(lists["deny"]),
+        tuple(lists["only"]),
     )
 
 

@@ -330,8 +330,9 @@ class Prober:
     max_per_second: float = 20.0  # probes started per second, per node
     max_in_flight: int = 32  # probes running at once, per node
     udp_port: int = 33434  # the udp protocol's destination port (any reply counts)
-    allow: tuple[IPNetwork, ...] = ()  # when set, only LDNSes in these networks are probed
-    deny: tuple[IPNetwork, ...] = ()  # never probed (added to the built-in multicast etc.)
+    allow: tuple[IPNetwork, ...] = ()  # special-purpose networks (RFC 6890) that may be probed
+    deny: tuple[IPNetwork, ...] = ()  # never probed (wins over allow)
+    only: tuple[IPNetwork, ...] = ()  # when set, only LDNSes in these networks are probed
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,8 @@ def prepare(sample: Path) -> DemoFiles:
     raw["state_dir"] = "var/demo/state/{node}"
     raw["log_dir"] = "var/demo/log"
     prober = raw.setdefault("prober", {})
-    prober.update({"protocols": ["dns_dot", "udp"], "timeout": 0.5, "probe_interval": 30})
+    # the demo's resolvers live on loopback, which a prober leaves alone unless opened
+    prober.update({"protocols": ["dns_dot", "udp"], "timeout": 0.5, "probe_interval": 30, "allow": ["127.0.0.0/8"]})
     directory.mkdir(parents=True, exist_ok=True)
     for fresh in ("state", "log"):  # each run starts with nothing measured and new logs
         shutil.rmtree(directory / fresh, ignore_errors=True)

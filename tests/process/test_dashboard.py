@@ -328,7 +328,7 @@ def customize(addresses: dict[str, str]) -> Callable[[dict[str, Any]], None]:
             "load_balancing": {"preferred": "rtt", "alternate": "topology"},
             "ttl": 30,
         }
-        config["prober"] = {"protocols": ["udp", "tcp"], "timeout": 1}
+        config["prober"].update({"protocols": ["udp", "tcp"], "timeout": 1})
 
     return apply
 

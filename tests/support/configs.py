@@ -32,6 +32,19 @@ rev      IN PTR www
 """
 
 
+#: the special-purpose networks (RFC 6890) the tests' LDNSes live in, which a prober leaves
+#: alone unless its config opens them (prober.allow)
+TEST_NETWORKS = [
+    "127.0.0.0/8",
+    "10.0.0.0/8",
+    "192.0.2.0/24",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "2001:db8::/32",
+]
+
+
 def base(address: str = "127.0.0.1", port: int = 5353) -> dict[str, Any]:
     """A one-node config: zone example.test with wide IPs over three data centers."""
     return {
@@ -72,6 +85,7 @@ def base(address: str = "127.0.0.1", port: int = 5353) -> dict[str, Any]:
             "gslb.example.test": {"type": ["A", "AAAA"], "pools": ["p", "p6"], "pool_lb": "global_availability"},
         },
         "zones": [{"origin": "example.test", "file": "example.test.zone"}],
+        "prober": {"allow": list(TEST_NETWORKS)},
     }
 
 

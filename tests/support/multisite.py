@@ -76,7 +76,13 @@ SYNC_SETTINGS: dict[str, Any] = {
     "cold_start_wait": 3,
     "snapshot_interval": 2,
 }
-PROBER: dict[str, Any] = {"protocols": ["dns_dot", "udp", "tcp", "icmp"], "probe_interval": 10, "timeout": 1}
+#: the sites' LDNSes are on a private network (10.77/16), which a prober leaves alone unless opened
+PROBER: dict[str, Any] = {
+    "protocols": ["dns_dot", "udp", "tcp", "icmp"],
+    "probe_interval": 10,
+    "timeout": 1,
+    "allow": [SUBNET],
+}
 MONITOR: dict[str, Any] = {"type": "http", "interval": 1, "timeout": 0.5, "down_after": 2, "up_after": 1}
 
 CLONE_NEWNET = 0x40000000

@@ -315,7 +315,9 @@ def test_load_balancing_slots_default_separately(tmp_path: Path) -> None:
 
 def test_server_and_prober_defaults(tmp_path: Path) -> None:
     """Without dns_server and prober sections the documented defaults apply."""
-    loaded = _load(tmp_path, configs.base())
+    config = configs.base()
+    del config["prober"]
+    loaded = _load(tmp_path, config)
     assert loaded.dns_server == DNSServer(udp_payload_size=1232, tcp_idle_timeout=10.0, tcp_max_clients=1000)
     assert loaded.prober == Prober(("dns_dot", "dns_rev", "udp", "tcp", "icmp"), 2419200)
     assert loaded.state_dir == "var/state/{node}"

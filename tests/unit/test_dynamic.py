@@ -67,7 +67,7 @@ def test_stale_paths_are_used_and_refreshed(tmp_path: Path) -> None:
     raw_clock = [1000.0]
     raw = configs.base()
     raw["pools"]["p"]["load_balancing"] = {"preferred": "rtt"}
-    raw["prober"] = {"probe_interval": 60}
+    raw["prober"]["probe_interval"] = 60
     n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: raw_clock[0])
     n.ready = True
     for dc, rtt in (("DC1", 9000), ("DC2", 1000), ("DC3", 5000)):

@@ -271,7 +271,7 @@ def test_paths_going_stale_ask_for_probes_on_both(tmp_path: Path) -> None:
 
     def rtt(raw: dict[str, Any]) -> None:
         raw["pools"]["p"]["load_balancing"] = {"preferred": "rtt", "alternate": "topology"}
-        raw["prober"] = {"probe_interval": 60}
+        raw["prober"]["probe_interval"] = 60
 
     twins = Twins(tmp_path, rtt)
     ldns = "198.51.100.7"

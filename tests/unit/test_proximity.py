@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler, queue_limit, request
 from gtmcluster.proximity.table import Measurements, PathInfo, from_record, path_key, request_key, updated
 from gtmcluster.state.store import Store
+from tests.support import configs
 
 
 def test_rtt_is_smoothed_and_the_last_sample_kept() -> None:
@@ -66,22 +68,49 @@ def test_path_records_round_trip_and_age_from_the_record(tmp_path: object) -> No
 @pytest.mark.parametrize(
     ("address", "allowed"),
     [
-        ("192.0.2.1", True),
+        ("8.8.8.8", True),
+        ("2606:4700::1111", True),
+        ("192.0.2.1", False),  # documentation
+        ("198.51.100.7", False),
+        ("127.0.0.99", False),  # loopback
+        ("10.1.2.3", False),  # private use
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("100.64.0.1", False),  # shared address space
+        ("169.254.169.254", False),  # link local: cloud metadata services
+        ("::1", False),
+        ("fe80::1", False),
+        ("fd00::53", False),  # unique local
+        ("::ffff:8.8.8.8", False),  # IPv4-mapped
+        ("2001:db8::1", False),
         ("224.0.0.5", False),
         ("255.255.255.255", False),
         ("0.0.0.0", False),
         ("ff02::1", False),
-        ("2001:db8::1", True),
-        ("10.1.2.3", False),
         ("not-an-ip", False),
     ],
 )
-def test_allow_and_deny(address: str, allowed: bool) -> None:
-    """Reserved ranges are never probed; prober.deny adds more; prober.allow narrows."""
-    budget = Budget(Prober(deny=(ipaddress.ip_network("10.0.0.0/8"),)), lambda: 0.0)
-    assert (budget.allowed(address) is None) == allowed
-    narrow = Budget(Prober(allow=(ipaddress.ip_network("192.0.2.0/24"),)), lambda: 0.0)
-    assert narrow.allowed("192.0.2.77") is None and narrow.allowed("198.51.100.1") is not None
+def test_special_purpose_ranges_are_never_probed_by_default(address: str, allowed: bool) -> None:
+    """Every IANA special-purpose range (RFC 6890) is left alone unless opened."""
+    assert (Budget(Prober(), lambda: 0.0).allowed(address) is None) == allowed
+
+
+def test_allow_opens_special_ranges_deny_and_only_narrow() -> None:
+    """prober.allow opens special-purpose networks (never multicast or broadcast); deny wins
+    over it; only restricts probing to its networks."""
+    budget = Budget(
+        Prober(
+            allow=(ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("0.0.0.0/0")),
+            deny=(ipaddress.ip_network("10.9.0.0/16"),),
+        ),
+        lambda: 0.0,
+    )
+    assert budget.allowed("10.1.2.3") is None
+    assert budget.allowed("127.0.0.1") is None  # opened by 0.0.0.0/0
+    assert budget.allowed("10.9.0.1") is not None
+    assert budget.allowed("224.0.0.5") is not None and budget.allowed("255.255.255.255") is not None
+    narrow = Budget(Prober(only=(ipaddress.ip_network("8.8.0.0/16"),)), lambda: 0.0)
+    assert narrow.allowed("8.8.4.4") is None and narrow.allowed("9.9.9.9") is not None
 
 
 def test_rate_and_in_flight_limits() -> None:
@@ -125,10 +154,16 @@ class ScriptedProber:
         pass
 
 
+#: the test LDNSes' networks, opened (they are special-purpose ranges: documentation nets)
+OPEN = tuple(ipaddress.ip_network(n) for n in configs.TEST_NETWORKS)
+
+
 def scheduler(prober: Prober | None = None) -> tuple[ProbeScheduler, Store, task.Clock, ScriptedProber]:
     clock = task.Clock()
     store = Store("n1", clock.seconds)
     settings = prober or Prober()
+    if not settings.allow:
+        settings = dataclasses.replace(settings, allow=OPEN)
     fake = ScriptedProber()
     s = ProbeScheduler(
         store, Measurements(store, settings, lambda: True), Budget(settings, clock.seconds), fake, "n1", "CNC", clock
@@ -140,7 +175,7 @@ def scheduler(prober: Prober | None = None) -> tuple[ProbeScheduler, Store, task
 def test_a_request_record_makes_the_node_probe_and_record_its_path() -> None:
     """Any node's probe request leads to this node's measurement from its data center."""
     _, store, clock, prober = scheduler()
-    assert request(store, Budget(Prober(), lambda: 0.0), "198.51.100.7", "n2")
+    assert request(store, Budget(Prober(allow=OPEN), lambda: 0.0), "198.51.100.7", "n2")
     assert prober.asked == []  # not inside the turn that filed it (maybe a datagram handler)
     clock.advance(0)
     assert prober.asked == ["198.51.100.7"]
@@ -151,7 +186,7 @@ def test_a_request_record_makes_the_node_probe_and_record_its_path() -> None:
 def test_one_request_at_a_time_per_ldns() -> None:
     """While a request is live, asking again publishes nothing; after it ends, it may."""
     _, store, clock, _ = scheduler()
-    budget = Budget(Prober(), clock.seconds)
+    budget = Budget(Prober(allow=OPEN), clock.seconds)
     assert request(store, budget, "198.51.100.7", "n1")
     first = store.get(request_key("198.51.100.7"))
     assert not request(store, budget, "198.51.100.7", "n1")
@@ -164,7 +199,7 @@ def test_a_request_never_outlives_half_the_probe_interval() -> None:
     """With a short probe interval a request ends after half of it, so an LDNS that keeps
     asking is measured again each interval (not only once a minute)."""
     _, store, clock, _ = scheduler()
-    budget = Budget(Prober(probe_interval=10), clock.seconds)
+    budget = Budget(Prober(probe_interval=10, allow=OPEN), clock.seconds)
     assert request(store, budget, "198.51.100.7", "n1")
     clock.advance(4.9)
     assert not request(store, budget, "198.51.100.7", "n1")

@@ -1,0 +1,46 @@
+"""Address ranges a prober must leave alone (see `proximity.budget`)."""
+
+from __future__ import annotations
+
+#: never probed, whatever prober.allow says
+NEVER = (
+    "0.0.0.0/8",  # "this network", the unspecified address
+    "224.0.0.0/4",  # multicast
+    "240.0.0.0/4",  # reserved, and the limited broadcast
+    "::/128",  # unspecified
+    "ff00::/8",  # multicast
+)
+
+#: the IANA IPv4 and IPv6 special-purpose address registries (RFC 6890 and their later
+#: entries, as of 2026): probed only where prober.allow opens them
+SPECIAL_PURPOSE = (
+    "10.0.0.0/8",  # private use
+    "100.64.0.0/10",  # shared address space (carrier-grade NAT)
+    "127.0.0.0/8",  # loopback
+    "169.254.0.0/16",  # link local (cloud metadata services: 169.254.169.254)
+    "172.16.0.0/12",  # private use
+    "192.0.0.0/24",  # IETF protocol assignments
+    "192.0.2.0/24",  # documentation (TEST-NET-1)
+    "192.31.196.0/24",  # AS112-v4
+    "192.52.193.0/24",  # AMT
+    "192.88.99.0/24",  # deprecated 6to4 relay anycast
+    "192.168.0.0/16",  # private use
+    "192.175.48.0/24",  # direct delegation AS112 service
+    "198.18.0.0/15",  # benchmarking
+    "198.51.100.0/24",  # documentation (TEST-NET-2)
+    "203.0.113.0/24",  # documentation (TEST-NET-3)
+    "255.255.255.255/32",  # limited broadcast
+    "::1/128",  # loopback
+    "::ffff:0:0/96",  # IPv4-mapped
+    "64:ff9b::/96",  # IPv4-IPv6 translation
+    "64:ff9b:1::/48",  # local-use IPv4-IPv6 translation
+    "100::/64",  # discard only
+    "2001::/23",  # IETF protocol assignments (Teredo, benchmarking, ORCHID, ...)
+    "2001:db8::/32",  # documentation
+    "2002::/16",  # 6to4
+    "2620:4f:8000::/48",  # direct delegation AS112 service
+    "3fff::/20",  # documentation
+    "5f00::/16",  # segment routing (SRv6) SIDs
+    "fc00::/7",  # unique local
+    "fe80::/10",  # link local
+)
