@@ -17,8 +17,8 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 
 from gtmcluster import heap
-from gtmcluster.api.routes import routes
-from gtmcluster.api.server import site
+from gtmcluster.api import token as api_token
+from gtmcluster.api.routes import api_site
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
@@ -51,6 +51,8 @@ class Sockets:
     credentials: Credentials | None = None
     pinger: IcmpPinger | None = None
     api: socket.socket | None = None
+    #: the API's own token (kept in state_dir), for when the config sets none
+    api_token: str | None = None
 
 
 class NodeService(MultiService):
@@ -350,13 +352,8 @@ def make_service(
         workers.setServiceParent(top)
         top.workers = workers
     if sockets.api is not None:
-        beyond_loopback = not member.api.host.is_loopback
-        api_site = site(
-            routes(top),
-            lambda: top.node.config.api.token,
-            lambda: beyond_loopback or top.node.config.api.token_for_reads,
-        )
-        api = AdoptedPort(reactor, sockets.api, api_site, "HTTP API")
+        generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))
+        api = AdoptedPort(reactor, sockets.api, api_site(top, generated), "HTTP API")
         api.setName("api")
         api.setServiceParent(top)
     return top

@@ -1,18 +1,21 @@
 """`twistd gtm`: options and the service for one node. Only the tap touches the reactor.
 
 Everything that can fail because of the environment (a config problem, an address in use,
-missing certificates, no ICMP sockets) fails here, while twistd can still print a clear
+missing certificates, no ICMP sockets, an unusable API token file) fails here, while twistd can still print a clear
 usage error, and while still privileged (so port 53 works with --uid).
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import socket
 from typing import Any
 
 from twisted.python import usage
 
 from gtmcluster import sockets
+from gtmcluster.api import token as api_token
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
@@ -27,6 +30,22 @@ def uses_icmp(config: Config) -> bool:
     return any(m is not None and m.type == "icmp" for m in monitors)
 
 
+def _dropped_to(twistd: usage.Options | None) -> tuple[int, int] | None:
+    """The (uid, gid) twistd switches to after start (``--uid``/``--gid``, when running as
+    root): the owner of the files made before then."""
+    if twistd is None or os.geteuid() != 0:
+        return None
+    uid, gid = twistd.get("uid"), twistd.get("gid")
+    if uid is None:
+        return None
+    if gid is None:
+        try:
+            gid = pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            return None  # twistd itself says so when it switches
+    return int(uid), int(gid)
+
+
 class Options(usage.Options):
     synopsis = "--config FILE --node NAME"
     longdesc = "Run one gtmcluster node: the member NAME of the sync group described in FILE."
@@ -39,6 +58,7 @@ class Options(usage.Options):
     listeners: list[sockets.Listener]
     peer_socket: socket.socket | None
     api_socket: socket.socket | None
+    api_token: str
     credentials: Credentials | None
     pinger: IcmpPinger | None
 
@@ -62,6 +82,10 @@ class Options(usage.Options):
             )
         node = self["node"]
         member = config.member(node)
+        try:
+            self.api_token = api_token.settle(config.state_dir_for(node), _dropped_to(self.parent))
+        except api_token.TokenFileError as e:
+            raise usage.UsageError(f"the API's token: {e}") from None
         self.credentials = None
         self.peer_socket = None
         self.api_socket = None
@@ -109,6 +133,13 @@ def makeService(options: Options) -> Any:
         options.loaded,
         options["node"],
         reactor,
-        Sockets(options.listeners, options.peer_socket, options.credentials, options.pinger, options.api_socket),
+        Sockets(
+            options.listeners,
+            options.peer_socket,
+            options.credentials,
+            options.pinger,
+            options.api_socket,
+            options.api_token,
+        ),
         options["config"],
     )

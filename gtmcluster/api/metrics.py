@@ -8,7 +8,7 @@ Prometheus scrapes, so answering a query costs no metrics-library work.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -32,8 +32,9 @@ def _histogram(name: str, documentation: str, h: Histogram, labels: dict[str, st
 
 
 class NodeCollector(Collector):
-    def __init__(self, service: NodeService):
+    def __init__(self, service: NodeService, api_refused: Mapping[str, int] | None = None):
         self.service = service
+        self.api_refused = api_refused
 
     def collect(self) -> Iterator[Metric]:
         service = self.service
@@ -174,6 +175,16 @@ class NodeCollector(Collector):
                 "the longest full garbage collection since start (the reactor stands still meanwhile)",
                 value=keeper.longest,
             )
+        if self.api_refused is not None:
+            refused = CounterMetricFamily(
+                "gtm_api_refused",
+                "API requests refused before their body was read: Host not the node's, foreign origin, "
+                "no or wrong token, not JSON, body too large, malformed",
+                labels=["reason"],
+            )
+            for reason, n in sorted(self.api_refused.items()):
+                refused.add_metric([reason], n)
+            yield refused
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 
@@ -182,10 +193,10 @@ class NodeCollector(Collector):
 SAMPLES_PER_SLICE = 500
 
 
-def metrics_steps(service: NodeService) -> Steps[Raw]:
+def metrics_steps(service: NodeService, api_refused: Mapping[str, int] | None = None) -> Steps[Raw]:
     """The whole text, a family (or a part of a large one) per step."""
     parts: list[bytes] = []
-    for family in NodeCollector(service).collect():
+    for family in NodeCollector(service, api_refused).collect():
         for start in range(0, max(1, len(family.samples)), SAMPLES_PER_SLICE):
             part = Metric(family.name, family.documentation, family.type, family.unit)
             part.samples = family.samples[start : start + SAMPLES_PER_SLICE]

@@ -1,16 +1,21 @@
-"""The API's routes: what each path does, on the node's parts."""
+"""The API's routes: what each path does, on the node's parts; and the site serving them."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from twisted.logger import Logger
+
 from gtmcluster import slices
-from gtmcluster.api import admin, proximity
+from gtmcluster.api import admin, guard, proximity, token
 from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.metrics import metrics_steps
-from gtmcluster.api.server import ApiError, Route
+from gtmcluster.api.server import ApiError, Route, Site, site
 from gtmcluster.api.status import status_steps
+
+log = Logger()
 
 if TYPE_CHECKING:
     from gtmcluster.service import NodeService
@@ -18,7 +23,21 @@ if TYPE_CHECKING:
 Args = Mapping[str, str]
 
 
-def routes(service: NodeService) -> list[Route]:
+def api_site(service: NodeService, generated: str) -> Site:
+    """The node's API: its routes under the policy of its current config (*generated*: the
+    node's own token, for when the config sets none)."""
+    refused: Counter[str] = Counter()
+    node = service.node
+    kept = token.path_in(node.config.state_dir_for(node.member.name))
+    log.info(
+        "API writes need the bearer token: {where}",
+        where="the config's api.token" if node.config.api.token else f"the node's own, kept in {kept}",
+    )
+    return site(routes(service, refused), lambda: guard.policy(node.config.api, node.member, generated), refused)
+
+
+def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Route]:
+    """*refused*: the API's refusals by reason, for /metrics."""
     node = service.node
 
     def get_status(args: Args, parts: Args) -> Any:
@@ -54,5 +73,5 @@ def routes(service: NodeService) -> list[Route]:
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
         Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin),
         Route("POST", "/api/v1/reload", post_reload),
-        Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service), service.reactor)),
+        Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service, refused), service.reactor)),
     ]

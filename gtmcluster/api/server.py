@@ -1,32 +1,45 @@
-"""The HTTP API's plumbing: routing, bearer-token checks, JSON answers and errors.
+"""The HTTP API's plumbing: the checks before a body is read, routing, JSON answers, errors.
+
+A request is checked (`gtmcluster.api.guard`: Host, Origin, Content-Type, bearer token,
+length) by `ApiChannel` as soon as its headers are in. A refused one is answered at once
+(``Connection: close``) and its body, if any, is never read: what the client still sends is
+dropped for at most `DRAIN_SECONDS`, then the connection is closed. An admitted body is
+kept in memory, and a chunked one is cut at the limit (413). Only then does `Api` route it.
 
 Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
 4xx status); a handler raises `ApiError` for bad input, and may answer later with a
-Deferred (a reload reads the file in a thread). A POST needs the bearer token when
-one is configured; when the API listens beyond loopback (or ``api.token_for_reads`` is
-set), every request does, but for the dashboard page itself. Unexpected
-errors are logged and answered 500 without a traceback.
+Deferred (a reload reads the file in a thread). Unexpected errors are logged and answered
+500 without a traceback.
 """
 
 from __future__ import annotations
 
-import hmac
+import io
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web import resource, server
+from twisted.web import http, resource, server
 from twisted.web.iweb import IRequest
+
+from gtmcluster.api import guard
+from gtmcluster.api.guard import Policy, Refusal
 
 log = Logger()
 
 JSON = b"application/json"
-MAX_BODY = 64 * 1024
+#: seconds a refused request's client may go on sending (dropped) before the connection is
+#: closed: time to finish sending a small body and read the answer, never to hold on
+DRAIN_SECONDS = 2.0
+#: status texts twisted.web does not know
+_REASONS = {421: "Misdirected Request"}
 
 
 class ApiError(Exception):
@@ -63,11 +76,15 @@ class Route:
         return None if m is None else m.groupdict()
 
 
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
 def _json(request: IRequest, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    return _dumps(body)
 
 
 def query_args(request: IRequest) -> dict[str, str]:
@@ -90,30 +107,40 @@ def _answer(request: IRequest, result: Any) -> bytes:
 
 def _error(request: IRequest, e: BaseException, method: str, path: str) -> bytes:
     if isinstance(e, ApiError):
-        if e.code == 401:
-            request.setHeader(b"www-authenticate", b'Bearer realm="gtmcluster"')
         return _json(request, e.code, {"error": e.message})
     log.failure("the API failed on {method} {path}", Failure(e), method=method, path=path)
     return _json(request, 500, {"error": "internal error (see the node's log)"})
 
 
 class Api(resource.Resource):
-    """Every path of the API, routed by method and path pattern."""
+    """Every path of the API, routed by method and path pattern; and the checks a request
+    passes before its body is read (`admit`, called by `ApiChannel`)."""
 
     isLeaf = True
 
-    def __init__(self, routes: list[Route], token: Callable[[], str | None], token_everywhere: Callable[[], bool]):
+    def __init__(self, routes: list[Route], policy: Callable[[], Policy], refused: Counter[str] | None = None):
         super().__init__()
         self.routes = routes
-        self.token = token
-        self.token_everywhere = token_everywhere
+        self.policy = policy
+        #: requests refused by `admit`, by reason (see `guard.Refusal.reason`)
+        self.refused: Counter[str] = refused if refused is not None else Counter()
+
+    def admit(self, incoming: guard.Incoming) -> Refusal | None:
+        """Why this request is refused, or None; counted by reason."""
+        path = guard.path_of(incoming.target)
+        public = any(r.public and r.method == incoming.method and r.match(path) is not None for r in self.routes)
+        refusal = guard.check(incoming, self.policy(), public)
+        if refusal is not None:
+            self.refused[refusal.reason] += 1
+        return refusal
 
     def render(self, request: IRequest) -> bytes:
         method = request.method.decode(errors="replace") if request.method else "?"
-        path = (request.path or b"/").decode(errors="replace")
-        if path != "/":
-            path = path.rstrip("/")
+        path = guard.path_of((request.path or b"/").decode(errors="replace"))
         try:
+            if not getattr(request, "admitted", False):
+                # only requests that came through ApiChannel's checks are answered
+                raise RuntimeError("a request reached the API without its checks")
             if method == "HEAD":
                 method = "GET"
             found = [(r, parts) for r in self.routes if (parts := r.match(path)) is not None]
@@ -125,17 +152,11 @@ class Api(resource.Resource):
                 request.setHeader(b"allow", ", ".join(allowed).encode())
                 raise ApiError(405, f"{method} is not allowed here (allowed: {', '.join(allowed)})")
             route, parts = matching[0]
-            if not route.public:
-                self._authorize(request, method)
             args = query_args(request)
             unknown = sorted(set(args) - set(route.params))
             if unknown:
                 known = ", ".join(route.params) or "none"
                 raise ApiError(400, f"unknown parameter {unknown[0]!r} (parameters: {known})")
-            if method == "POST":
-                content = request.content.read(MAX_BODY + 1) if request.content else b""
-                if len(content) > MAX_BODY:
-                    raise ApiError(413, "request body too large")
             result = route.handler(args, parts)
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(
@@ -154,27 +175,135 @@ class Api(resource.Resource):
         request.write(body())
         request.finish()
 
-    def _authorize(self, request: IRequest, method: str) -> None:
-        token = self.token()
-        if token is None or (method != "POST" and not self.token_everywhere()):
+
+class ApiRequest(server.Request):
+    """A request whose body is kept in memory, up to the policy's limit (a chunked body
+    beyond it is cut: 413)."""
+
+    #: set by ApiChannel once the request passed `Api.admit`
+    admitted = False
+    max_body = guard.MAX_BODY
+    _received = 0
+    _body: io.BytesIO
+
+    def gotLength(self, length: int | None) -> None:
+        self.content = self._body = io.BytesIO()
+        self._received = 0
+
+    def handleContentChunk(self, data: bytes) -> None:
+        channel = self.channel
+        if not isinstance(channel, ApiChannel) or channel.refused:
             return
-        header = request.getHeader(b"authorization") or b""
-        given = header[7:] if header[:7].lower() == b"bearer " else b""
-        if not given:
-            raise ApiError(401, "this needs the API's bearer token (Authorization: Bearer TOKEN)")
-        if not hmac.compare_digest(given, token.encode()):
-            raise ApiError(403, "wrong bearer token")
+        self._received += len(data)
+        if self._received > self.max_body:
+            channel.refuse(Refusal(413, "too_large", f"the request body is over {self.max_body} bytes"))
+            return
+        self._body.write(data)
+
+
+class ApiChannel(http.HTTPChannel):
+    """An HTTP connection to the API that checks each request when its headers are in."""
+
+    site: Site
+    #: a request was refused: nothing more is read from this connection
+    refused = False
+    _drain: IDelayedCall | None = None
+
+    def allHeadersReceived(self) -> None:
+        request = self.requests[-1]
+        headers = request.requestHeaders
+
+        def values(name: bytes) -> list[str]:
+            return [v.decode("latin-1") for v in headers.getRawHeaders(name, [])]
+
+        # (HTTPChannel keeps the request line in these until the body is in)
+        method: bytes = self._command
+        target: bytes = self._path
+        transport: Any = self.transport
+        incoming = guard.Incoming(
+            method=method.decode("latin-1"),
+            target=target.decode("latin-1"),
+            hosts=values(b"host"),
+            local=str(getattr(transport.getHost(), "host", "")),
+            length=self.length,
+            secure=self.isSecure(),
+            origin=values(b"origin"),
+            fetch_site=values(b"sec-fetch-site"),
+            content_type=values(b"content-type"),
+            authorization=values(b"authorization"),
+        )
+        api = self.site.api
+        refusal = api.admit(incoming)
+        if refusal is not None:
+            self.refuse(refusal)
+            return
+        request.admitted = True
+        request.max_body = api.policy().max_body
+        super().allHeadersReceived()
+
+    def refuse(self, refusal: Refusal) -> None:
+        """Answer *refusal* now and read nothing more: what the client still sends is
+        dropped, and the connection closes once it stops sending or after DRAIN_SECONDS."""
+        if self.refused:
+            return
+        self.refused = True
+        self.setRawMode()
+        body = _dumps({"error": refusal.message})
+        head = [
+            f"HTTP/1.1 {refusal.code} {_REASONS.get(refusal.code) or http.RESPONSES[refusal.code].decode()}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            "Cache-Control: no-store",
+            "Connection: close",
+        ]
+        if refusal.code == 401:
+            head.append('WWW-Authenticate: Bearer realm="gtmcluster"')
+        transport: Any = self.transport
+        transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
+        self.setTimeout(None)
+        close_writing = getattr(transport, "loseWriteConnection", None)
+        if close_writing is not None:
+            close_writing()
+            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
+        else:
+            transport.loseConnection()
+
+    def lineReceived(self, line: bytes) -> None:
+        if not self.refused:
+            super().lineReceived(line)
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if not self.refused:
+            super().rawDataReceived(data)
+
+    def allContentReceived(self) -> None:
+        if not self.refused:
+            super().allContentReceived()
+
+    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+        if self._drain is not None and self._drain.active():
+            self._drain.cancel()
+        self._drain = None
+        super().connectionLost(reason)
 
 
 class Site(server.Site):
-    """A site that keeps per-request access lines out of the node's log."""
+    """The API's site: its connections check requests early; no per-request access lines
+    in the node's log."""
+
+    protocol = ApiChannel  # type: ignore[assignment]
+    requestFactory = ApiRequest
+
+    def __init__(self, api: Api):
+        super().__init__(api)
+        self.api = api
 
     def log(self, request: Any) -> None:
         pass
 
 
-def site(routes: list[Route], token: Callable[[], str | None], token_everywhere: Callable[[], bool]) -> server.Site:
-    s = Site(Api(routes, token, token_everywhere))
+def site(routes: list[Route], policy: Callable[[], Policy], refused: Counter[str] | None = None) -> Site:
+    s = Site(Api(routes, policy, refused))
     s.noisy = False
     s.displayTracebacks = False
     return s

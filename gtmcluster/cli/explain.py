@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from gtmcluster.cli.nodeapi import CliError, get, load_config, member
+from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
 
 
 def add_parser(sub: Any) -> None:
@@ -22,6 +22,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--subnet", metavar="CIDR", help="an EDNS client subnet sent with the query")
     p.add_argument("--type", default=None, choices=("A", "AAAA"))
     p.add_argument("--json", action="store_true", help="the API's JSON")
+    add_token_argument(p)
     p.set_defaults(run=run)
 
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         m = member(config, args.node)
-        answer = get(m, "/api/v1/explain", params)
+        answer = get(m, "/api/v1/explain", params, Tokens(config, args.token_file))
     except CliError as e:
         print(f"gtmcluster explain: {e}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from gtmcluster.cli.nodeapi import CliError, get, load_config, member
+from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
 
 
 def add_parser(sub: Any) -> None:
@@ -21,6 +21,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("address", nargs="?", help="only this LDNS")
     p.add_argument("--limit", type=int, metavar="N", help="at most N paths of the whole table (default 1000)")
     p.add_argument("--json", action="store_true", help="the API's JSON")
+    add_token_argument(p)
     p.set_defaults(run=run)
 
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         query = {"address": args.address} if args.address else {}
         if args.limit is not None:
             query["limit"] = str(args.limit)
-        table = get(m, "/api/v1/ldns", query or None)
+        table = get(m, "/api/v1/ldns", query or None, Tokens(config, args.token_file))
     except CliError as e:
         print(f"gtmcluster ldns: {e}", file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gtmcluster.cli.nodeapi import CliError, get, load_config, member
+from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
 from gtmcluster.config.model import Member
 
 
@@ -42,6 +42,7 @@ def add_parser(sub: Any) -> None:
         help="ask only these members (repeatable; default: every member)",
     )
     p.add_argument("--json", action="store_true", help="{nodes: {NODE: status or {error}}, summary: {...}}")
+    add_token_argument(p)
     p.set_defaults(run=run)
 
 
@@ -82,13 +83,13 @@ class Summary:
         }
 
 
-def ask_all(members: Sequence[Member]) -> dict[str, dict[str, Any]]:
+def ask_all(members: Sequence[Member], tokens: Tokens | None = None) -> dict[str, dict[str, Any]]:
     """Every member's status, or ``{"error": reason}``, asked concurrently (each request has
     the API client's timeout, so the whole round takes at most about that long)."""
 
     def ask(m: Member) -> dict[str, Any]:
         try:
-            answer: dict[str, Any] = get(m, "/api/v1/status")
+            answer: dict[str, Any] = get(m, "/api/v1/status", tokens=tokens)
         except CliError as e:
             return {"error": str(e)}
         if not isinstance(answer, dict) or "state" not in answer:
@@ -236,10 +237,11 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         names = list(dict.fromkeys(args.node)) if args.node else [m.name for m in config.sync_group.members]
         members = [member(config, name) for name in names]
+        tokens = Tokens(config, args.token_file)
     except CliError as e:
         print(f"gtmcluster status: {e}", file=sys.stderr)
         return 1
-    statuses = ask_all(members)
+    statuses = ask_all(members, tokens)
     summary = summarize(statuses)
     if args.json:
         print(json.dumps({"nodes": statuses, "summary": summary.to_json()}, indent=1, sort_keys=True))

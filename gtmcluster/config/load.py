@@ -12,6 +12,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -279,10 +280,11 @@ def _sync_group(
 
 def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API,
-    and ``token_for_reads: true`` to need it for reads on loopback too."""
+    ``token_for_reads: true`` to need it for reads on loopback too, and ``names: [...]``,
+    the host names operators reach the API by (``{node}``: the member's name)."""
     if not top.has("api"):
         return ApiSettings()
-    m = r.mapping(("api",), top.get("api"), "a mapping {token or token_file, token_for_reads}")
+    m = r.mapping(("api",), top.get("api"), "a mapping {token or token_file, token_for_reads, names}")
     if m is None:
         return ApiSettings()
     token = None
@@ -299,13 +301,30 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
             except OSError as e:
                 r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
     for_reads = bool(m.boolean("token_for_reads", False))
+    names = _api_names(r, m)
     m.done()
     if token is not None and len(token) < 16:
         r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
         token = None
-    if for_reads and not (m.has("token") or m.has("token_file")):
-        r.error(m.at("token_for_reads"), "needs a token: set api.token or api.token_file")
-    return ApiSettings(token, for_reads)
+    return ApiSettings(token, for_reads, names)
+
+
+#: a host name as a Host header gives it: labels of letters, digits and '-' ({node} allowed)
+_LABEL = r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?|\{node\})"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
+
+
+def _api_names(r: Reader, m: Mapping) -> tuple[str, ...]:
+    names: list[str] = []
+    for i, raw in enumerate(r.list(m.at("names"), m.get("names", [])) or []):
+        name = r.string((*m.at("names"), i), raw)
+        if name is None:
+            continue
+        if name.lower() == "localhost" or not _HOST_NAME.fullmatch(name):
+            r.error((*m.at("names"), i), f"{name!r} is not a host name (localhost is accepted on loopback anyway)")
+            continue
+        names.append(name.lower().rstrip("."))
+    return tuple(dict.fromkeys(names))
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:

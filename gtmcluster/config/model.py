@@ -368,12 +368,16 @@ class DNSServer:
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
-    """The HTTP API's bearer token: required for every POST, and for every request when the
-    API listens beyond loopback or `token_for_reads` is set."""
+    """The HTTP API's bearer token (required for every write, and for every request when the
+    API listens beyond loopback or `token_for_reads` is set; when None, the node's own
+    generated token), and the host names its requests may give in ``Host``."""
 
     token: str | None = None
     #: reads need the token too, even on loopback (a host shared with other users)
     token_for_reads: bool = False
+    #: names operators use for the API (``{node}`` stands for the member's name), accepted
+    #: in ``Host`` besides the API's own address (and ``localhost`` when on loopback)
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.cli.dashboard import dashboard_url
 from gtmcluster.cli.ldns import render as render_ldns
-from gtmcluster.cli.nodeapi import CliError, get
+from gtmcluster.cli.nodeapi import CliError, Tokens, get
 from gtmcluster.config.model import Config, HostPort, Member
 from gtmcluster.demo.prepare import DemoFiles, resolver_delays
 from gtmcluster.demo.processes import Processes, address_of, busy_addresses, in_use
@@ -61,9 +62,9 @@ def until(check: Callable[[], Any], timeout: float, step: float = 0.2) -> Any:
     return None
 
 
-def api(member: Member, path: str, params: dict[str, str] | None = None) -> Any:
+def api(member: Member, path: str, params: dict[str, str] | None = None, tokens: Tokens | None = None) -> Any:
     try:
-        return get(member, path, params)
+        return get(member, path, params, tokens)
     except CliError:
         return None
 
@@ -96,6 +97,8 @@ class Story:
         self.wideip = wideip.name
         self.resolvers = resolver_delays(self.config)
         self.rtt_ok = True
+        #: each node's own token (the demo's config sets none): read and act as the CLI does
+        self.tokens = Tokens(self.config)
 
     def start(self) -> bool:
         c = self.config
@@ -138,7 +141,7 @@ class Story:
         return True
 
     def digests_agree(self) -> str | None:
-        statuses = [api(m, "/api/v1/status") for m in self.members]
+        statuses = [api(m, "/api/v1/status", tokens=self.tokens) for m in self.members]
         if any(s is None for s in statuses):
             return None
         if not all(all(p["connected"] for p in s["peers"]) for s in statuses):
@@ -147,7 +150,9 @@ class Story:
         return digests.pop() if len(digests) == 1 else None
 
     def explain(self, source: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = api(self.first, "/api/v1/explain", {"wideip": self.wideip, "ldns": source})
+        found: dict[str, Any] | None = api(
+            self.first, "/api/v1/explain", {"wideip": self.wideip, "ldns": source}, self.tokens
+        )
         return found
 
     def show_answers(self, title: str) -> dict[str, str | None]:
@@ -165,7 +170,7 @@ class Story:
         return answers
 
     def paths_complete(self) -> bool:
-        table = api(self.first, "/api/v1/ldns")
+        table = api(self.first, "/api/v1/ldns", tokens=self.tokens)
         if table is None:
             return False
         seen = {e["address"]: {p["datacenter"] for p in e["paths"] if p["rtt_us"] > 0} for e in table["ldns"]}
@@ -180,13 +185,15 @@ class Story:
             say("\n(the probes did not complete: are the stand-in resolvers running? they need port 53, i.e. root)")
             self.rtt_ok = False
         else:
-            table = api(self.first, "/api/v1/ldns")
+            table = api(self.first, "/api/v1/ldns", tokens=self.tokens)
             say(
                 f"\n2. The proximity table, the same on every node (gtmcluster ldns --config "
                 f"{shown(self.files.config_path)} --node {self.first.name}):"
             )
             say("\n".join("   " + line for line in render_ldns(table).splitlines()))
-            until(lambda: all((api(m, "/api/v1/status") or {}).get("ready") for m in self.members), 10)
+            until(
+                lambda: all((api(m, "/api/v1/status", tokens=self.tokens) or {}).get("ready") for m in self.members), 10
+            )
             after = self.show_answers(
                 "3. Asked again, now RTT decides (the lowest RTT from the resolver's point of view):"
             )
@@ -227,7 +234,8 @@ class Story:
     def epilogue(self) -> None:
         say("\nThe group keeps running:")
         for member in self.members:
-            say(f"  dashboard of {member.name}: http://{address_of(member.api)}/")
+            url = dashboard_url(self.tokens, member) or f"http://{address_of(member.api)}/"
+            say(f"  dashboard of {member.name}: {url}")
         say(f"  follow the logs:  gtmcluster logs -f --config {shown(self.files.config_path)}")
         say(f"  status:           gtmcluster status --config {shown(self.files.config_path)}")
         say(f"  ask a GTM:        dig @{self.dns.host} -p {self.dns.port} -b 127.0.2.1 {self.wideip}")

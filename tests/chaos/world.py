@@ -51,6 +51,8 @@ SUBNET = "10.98.0.0/16"
 DNS_PORT = 53
 PEER_PORT = 4353
 API = ("127.0.0.1", 8053)
+#: the API's bearer token (the admin writer's POSTs need it)
+API_TOKEN = "chaos-run-api-token-0123456789"
 BACKEND_PORT = 8080
 #: node (member and WAN host) -> (WAN address, data center, its virtual server)
 NODES: dict[str, tuple[str, str, str]] = {
@@ -135,6 +137,7 @@ def group_config() -> dict[str, Any]:
             WIDEIP: {"type": "A", "pools": ["www"], "persistence": {"ttl": PERSISTENCE_TTL, "ipv4_prefix": 24}}
         },
         "zones": [{"origin": ZONE, "file": f"{ZONE}.zone"}],
+        "api": {"token": API_TOKEN},
     }
 
 
@@ -307,8 +310,14 @@ class ChaosWorld:
         when it does not answer."""
 
         def call() -> tuple[int, Any]:
+            headers = {"Authorization": f"Bearer {API_TOKEN}"}
+            if method == "POST":
+                headers["Content-Type"] = "application/json"
             req = urllib.request.Request(
-                f"http://{API[0]}:{API[1]}{path}", method=method, data=b"" if method == "POST" else None
+                f"http://{API[0]}:{API[1]}{path}",
+                method=method,
+                data=b"{}" if method == "POST" else None,
+                headers=headers,
             )
             try:
                 with urllib.request.urlopen(req, timeout=timeout) as response:

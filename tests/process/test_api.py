@@ -36,8 +36,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNode
 
 def call(node: RunningNode, path: str, method: str = "GET", token: str | None = None) -> tuple[int, Any, str]:
     request = urllib.request.Request(
-        f"http://{node.address}:8053{path}", method=method, data=b"" if method == "POST" else None
+        f"http://{node.address}:8053{path}", method=method, data=b"{}" if method == "POST" else None
     )
+    if method == "POST":
+        request.add_header("Content-Type", "application/json")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:

@@ -16,10 +16,16 @@ itself; the test reads what it rendered with ``Runtime.evaluate``, polling with 
   same; when the node itself stops, the page says so and keeps the last data; when it is
   back, the banner goes;
 - when the API wants a bearer token for reading, the page says how to give it (``#token=``)
-  and sends it.
+  and sends it;
+- opened with the node's own token (what ``gtmcluster dashboard-url`` prints), it disables and
+  enables a server with its buttons (JSON POSTs from its own origin); without a token it
+  offers none;
+- a page of another site (another origin on loopback) cannot make the node write, by fetch
+  or by form, and a page whose name resolves to the node (a rebound name: Chromium's
+  ``--host-resolver-rules``) reads nothing.
 
-Screenshots go to test-artifacts/ (git-ignored): dashboard.png (after the changes) and
-dashboard-start.png (the healthy group).
+Screenshots go to test-artifacts/ (git-ignored): dashboard.png (after the changes),
+dashboard-start.png (the healthy group) and dashboard-token.png (opened with the token).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_tool
-from tests.support import configs, dnsclient
+from tests.support import apiclient, configs, dnsclient
 from tests.support.backends import Backend, running_backends
 from tests.support.nodeproc import loopback_address, running_node
 from tests.support.trio import Group, running_group
@@ -93,8 +99,12 @@ SNAPSHOT_JS = """(() => {
       kind: e.dataset.change, subject: e.dataset.subject, to: e.dataset.to,
       time: e.querySelector("time").getAttribute("datetime"), text: e.innerText,
     })),
+    actions: all("button[data-action]").map((e) => `${e.dataset.action} ${e.dataset.target}`),
+    acted: document.body.dataset.acted,
   };
 })()"""
+#: a name Chromium resolves to n1's address (--host-resolver-rules), as a rebinding would
+REBOUND = "rebound.test"
 
 
 # -- a small DevTools-protocol client over a pipe ------------------------------------------
@@ -103,7 +113,7 @@ SNAPSHOT_JS = """(() => {
 class Chromium:
     """Headless Chromium driven through ``--remote-debugging-pipe``."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, resolver_rules: str = ""):
         self.log = workdir / "chromium.log"
         self.events: list[dict[str, Any]] = []
         self._ids = 0
@@ -128,6 +138,7 @@ class Chromium:
             f"--window-size={WIDTH},{HEIGHT}",
             f"--user-data-dir={workdir / 'profile'}",
             "--remote-debugging-pipe",
+            *([f"--host-resolver-rules={resolver_rules}"] if resolver_rules else []),
             "about:blank",
         ]
         with self.log.open("wb") as log:
@@ -226,7 +237,9 @@ class Tab:
     session: str
 
     def evaluate(self, expression: str) -> Any:
-        result = self.browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, self.session)
+        """The value of *expression* in the page (a promise's, once it settles)."""
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        result = self.browser.call("Runtime.evaluate", params, self.session)
         if "exceptionDetails" in result:
             raise AssertionError(f"the page failed to evaluate {expression[:60]!r}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -287,16 +300,20 @@ class Site:
         host, port = self.group.members["n1"].api
         self.url = f"http://{host}:{port}/"
 
-    def api(self, node: str, path: str, method: str = "GET") -> Any:
-        host, port = self.group.members[node].api
-        data = b"" if method == "POST" else None
-        request = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method=method)
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return json.loads(response.read())
+    def token(self, node: str) -> str:
+        """The token *node* made (the group's config sets none)."""
+        return apiclient.token_of(self.group.config_path, node)
 
-    def page(self) -> Tab:
+    def api(self, node: str, path: str, method: str = "GET") -> Any:
+        """The JSON answer of *node* (a write with its token); fails unless 200."""
+        token = self.token(node) if method == "POST" else None
+        code, body = apiclient.call(self.group.members[node].api, path, method, token)
+        assert code == 200, (node, method, path, code, body)
+        return body
+
+    def page(self, fragment: str = "") -> Tab:
         """A fresh tab on n1's dashboard, once it has drawn one poll's data."""
-        tab = self.browser.open(self.url)
+        tab = self.browser.open(self.url + fragment)
         tab.wait_for(lambda s: s["polls"] >= 1, "its first poll")
         return tab
 
@@ -374,7 +391,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     ):
         group.wait_converged()
         measured(group)
-        browser = Chromium(workdir)
+        browser = Chromium(workdir, f"MAP {REBOUND} {group.members['n1'].address}")
         try:
             yield Site(group, running, browser)
         finally:
@@ -555,3 +572,116 @@ def test_asks_for_the_bearer_token(site: Site, tmp_path: Path) -> None:
             assert snap["node"] == "n1" and not snap["error"] and not snap["banner"] and snap["vs"]
         finally:
             tab.close()
+
+
+def test_acts_with_the_token(site: Site) -> None:
+    """Opened with n1's own token (as `gtmcluster dashboard-url` prints it), the page
+    disables vs2 with its button (the whole group follows) and enables it again; opened
+    without a token it offers no action and says how to get one."""
+    bare = site.page()
+    try:
+        snap = bare.snapshot()
+        assert snap is not None and snap["actions"] == [], snap and snap["actions"]
+        assert "gtmcluster dashboard-url" in snap["text"]
+    finally:
+        bare.close()
+    command = ["dashboard-url", "--config", str(site.group.config_path), "--node", "n1"]
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "gtmcluster"), *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert run.returncode == 0 and run.stdout.startswith(site.url + "#token="), run
+    tab = site.browser.open(run.stdout.strip())
+    try:
+        snap = tab.wait_for(lambda s: s["polls"] >= 1 and s["vs"].get("vs2") == "available", "vs2 available")
+        assert {"disable vs2", "drain vs2"} <= set(snap["actions"]) and "enable vs2" not in snap["actions"]
+        assert_png(tab.screenshot(ARTIFACTS / "dashboard-token.png"), ARTIFACTS / "dashboard-token.png")
+        tab.evaluate('document.querySelector(\'button[data-action="disable"][data-target="vs2"]\').click()')
+        snap = tab.wait_for(lambda s: s["vs"]["vs2"] == "unavailable", "vs2 disabled by its button")
+        assert "disabled by an operator" in snap["text"]
+        tab.wait_for(lambda s: s["acted"] == "disable vs2: ok", "the action's outcome")
+        site.group.wait_for(
+            lambda: site.group.status("n3")["health"]["virtual_servers"]["vs2"]["admin"] == "disabled",
+            10.0,
+            "n3 to hear that vs2 is disabled",
+        )
+        tab.evaluate('document.querySelector(\'button[data-action="enable"][data-target="vs2"]\').click()')
+        tab.wait_for(lambda s: s["vs"]["vs2"] == "available" and s["acted"] == "enable vs2: ok", "vs2 enabled again")
+    finally:
+        tab.close()
+        if site.api("n1", "/api/v1/health")["virtual_servers"]["vs2"]["admin"] != "enabled":
+            site.api("n1", "/api/v1/virtual-servers/vs2/enable", "POST")
+
+
+#: what a page of another site tries: the writes a browser sends without asking the target
+#: first (a no-cors fetch of text/plain, a form), and one it would have to ask about first
+CROSS_SITE_JS = """(async (url) => {
+  const out = {};
+  try {
+    const plain = { "Content-Type": "text/plain" };
+    const r = await fetch(url, { method: "POST", mode: "no-cors", headers: plain, body: "{}" });
+    out.simple = r.type;
+  } catch (e) { out.simple = `failed: ${e}`; }
+  try {
+    const r = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+    out.json = r.status;
+  } catch (e) { out.json = "blocked"; }
+  return out;
+})(%s)"""
+
+
+def test_a_page_of_another_site_cannot_write(site: Site) -> None:
+    """A page on another origin (a backend's, on loopback) sends the node a no-cors POST and
+    a form POST to disable vs2: both arrive and are refused (counted in /metrics), vs2 stays
+    enabled on every node; a JSON POST is not even sent (its preflight is refused)."""
+    n1 = site.group.members["n1"]
+    transit = site.backends["transit"]
+    target = f"{site.url}api/v1/virtual-servers/vs2/disable"
+    before = refused(site, "origin")
+    tab = site.browser.open(f"http://{transit.address}:{transit.port}/")
+    try:
+        deadline = time.monotonic() + PAGE_TIMEOUT
+        while tab.evaluate("document.readyState") != "complete" and time.monotonic() < deadline:
+            time.sleep(POLL)
+        got = tab.evaluate(CROSS_SITE_JS % json.dumps(target))
+        assert got == {"simple": "opaque", "json": "blocked"}, got
+        tab.evaluate(
+            "(() => { const f = document.createElement('form'); f.method = 'POST'; f.enctype = 'text/plain';"
+            f" f.action = {json.dumps(target)}; const i = document.createElement('input'); i.name = '{{}}';"
+            " f.append(i); document.body.append(f); f.submit(); return true; })()"
+        )
+        deadline = time.monotonic() + PAGE_TIMEOUT
+        while refused(site, "origin") < before + 2 and time.monotonic() < deadline:
+            time.sleep(POLL)
+        assert refused(site, "origin") >= before + 2, "the no-cors and the form POST reached n1 and were refused"
+    finally:
+        tab.close()
+    for node in ("n1", "n2", "n3"):
+        assert site.api(node, "/api/v1/health")["virtual_servers"]["vs2"]["admin"] == "enabled", node
+    assert n1.running
+
+
+def test_a_rebound_name_reads_nothing(site: Site) -> None:
+    """A page at a name that resolves to n1 (what DNS rebinding makes of an attacker's name)
+    is not served, and its requests to the node get 421, not the node's state."""
+    tab = site.browser.open(f"http://{REBOUND}:8053/")
+    try:
+        deadline = time.monotonic() + PAGE_TIMEOUT
+        while tab.evaluate("document.readyState") != "complete" and time.monotonic() < deadline:
+            time.sleep(POLL)
+        assert "does not name this node" in tab.evaluate("document.body.innerText")
+        got = tab.evaluate("fetch('/api/v1/status').then(async (r) => [r.status, await r.text()])")
+        assert got[0] == 421 and '"node"' not in got[1], got
+    finally:
+        tab.close()
+    assert refused(site, "host") >= 2
+
+
+def refused(site: Site, reason: str) -> float:
+    """n1's count of API requests refused for *reason* (gtm_api_refused_total)."""
+    text = site.api("n1", "/metrics")
+    prefix = f'gtm_api_refused_total{{reason="{reason}"}} '
+    return next((float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix)), 0.0)

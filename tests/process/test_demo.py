@@ -105,6 +105,9 @@ def test_demo_exits_zero_after_starting_three_connected_nodes(demo: subprocess.C
         assert re.search(rf"{name}\s+data center \S+\s+DNS {host}:5353\s+API/dashboard http://{host}:8053/", out)
     assert "connected; state digests agree on every node" in out, out
     assert "The group keeps running" in out
+    for name, host in NODES.items():  # each dashboard with the token its node made
+        token = (REPO / "var" / "demo" / "state" / name / "api-token").read_text().strip()
+        assert f"dashboard of {name}: http://{host}:8053/#token={token}\n" in out, out
 
 
 def test_first_answers_come_from_topology(demo: subprocess.CompletedProcess[str]) -> None:

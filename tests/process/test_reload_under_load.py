@@ -59,8 +59,9 @@ def variant(raw: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 def reload_by_api(node: RunningNode) -> int:
-    request = urllib.request.Request(f"http://{node.address}:8053/api/v1/reload", method="POST", data=b"")
+    request = urllib.request.Request(f"http://{node.address}:8053/api/v1/reload", method="POST", data=b"{}")
     request.add_header("Authorization", f"Bearer {TOKEN}")
+    request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return int(response.status)

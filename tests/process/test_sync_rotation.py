@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import yaml
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gtmcluster.sync import certs
+from tests.support import apiclient
 from tests.support.peerattack import Lab, attack, client_context, made_certificate, running_lab
 
 pytestmark = pytest.mark.process
@@ -37,13 +36,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 def reload(lab: Lab) -> tuple[int, dict[str, Any]]:
     """POST /api/v1/reload to n1: (HTTP status, JSON body)."""
-    host, port = lab.group.members[NODE].api
-    request = urllib.request.Request(f"http://{host}:{port}/api/v1/reload", method="POST", data=b"")
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    token = apiclient.token_of(lab.group.config_path, NODE)
+    code, body = apiclient.call(lab.group.members[NODE].api, "/api/v1/reload", "POST", token, timeout=20)
+    return code, body
 
 
 def served_serial(lab: Lab) -> str | None:
@@ -84,10 +79,8 @@ def test_a_renewed_certificate_is_taken_by_a_reload(lab: Lab) -> None:
 
     # the open connection to n2 was not touched and still carries records
     lab.assert_intact()
-    admin = urllib.request.Request(
-        "http://{}:{}/api/v1/virtual-servers/vs3/disable".format(*group.members[NODE].api), method="POST", data=b""
-    )
-    urllib.request.urlopen(admin, timeout=5).close()
+    token = apiclient.token_of(group.config_path, NODE)
+    assert apiclient.call(group.members[NODE].api, "/api/v1/virtual-servers/vs3/disable", "POST", token)[0] == 200
     group.wait_for(
         lambda: group.status(PARTNER)["health"]["virtual_servers"]["vs3"]["admin"] == "disabled",
         10,
