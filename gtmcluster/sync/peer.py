@@ -359,8 +359,9 @@ class PeerProtocol(amp.AMP):
             self.resumeProducing()
 
     @commands.Summary.responder
-    def summary(self, summary: bytes) -> dict[str, Any]:
-        return {"summary": self.replicator.summary_message()}
+    def summary(self, summary: bytes) -> Deferred[dict[str, Any]]:
+        """Answered once this node's store holds its whole snapshot (`Replicator.hold_until`)."""
+        return self.replicator.when_loaded().addCallback(lambda _: {"summary": self.replicator.summary_message()})
 
     @commands.Buckets.responder
     def buckets(self, origin: str) -> dict[str, Any]:
