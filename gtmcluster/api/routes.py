@@ -22,6 +22,8 @@ def routes(service: NodeService) -> list[Route]:
 
     def get_status(args: Args, parts: Args) -> Any:
         answer = status(node, service.replicator, service.reactor.seconds())
+        # while the path records of the snapshot are still being read (see state.loading)
+        answer["loading"] = service.snapshots.loading if service.snapshots is not None else None
         answer["workers"] = service.workers.describe() if service.workers is not None else []
         answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
         return answer
