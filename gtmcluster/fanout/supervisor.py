@@ -264,8 +264,12 @@ class Workers(Service):
             yield None
         if slot.side is side:
             slot.fed = True
-            self._send_state(side)
-            self._uncover(slot)  # the worker answers from now on
+
+            def answering(_: object) -> None:
+                if slot.side is side:
+                    self._uncover(slot)  # the worker has taken every record in: it answers now
+
+            self._send_state(side).addCallback(answering)
 
     def _lost(self, slot: _Slot, side: feed.NodeSide) -> None:
         if slot.side is side:
@@ -295,9 +299,11 @@ class Workers(Service):
             if slot.side is not None and slot.fed:
                 self._send_state(slot.side)
 
-    def _send_state(self, side: feed.NodeSide) -> None:
+    def _send_state(self, side: feed.NodeSide) -> defer.Deferred[Any]:
+        """Fires once the worker has taken the state in (and every record sent before it)."""
         observers = sorted(self.observers())
-        side.callRemote(feed.State, observers=observers, ready=self.node.ready).addErrback(lambda _: None)
+        sent: defer.Deferred[Any] = side.callRemote(feed.State, observers=observers, ready=self.node.ready)
+        return sent.addErrback(lambda _: None)
 
     def reload(self, path: str) -> None:
         """Have every worker read the config (checked by the node already) again."""
