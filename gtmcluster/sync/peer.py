@@ -359,9 +359,11 @@ class PeerProtocol(amp.AMP):
             self.resumeProducing()
 
     @commands.Summary.responder
-    def summary(self, summary: bytes) -> Deferred[dict[str, Any]]:
-        """Answered once this node's store holds its whole snapshot (`Replicator.hold_until`)."""
-        return self.replicator.when_loaded().addCallback(lambda _: {"summary": self.replicator.summary_message()})
+    def summary(self, summary: bytes) -> dict[str, Any]:
+        """Refused (`commands.Loading`) while this node loads its snapshot (`Replicator.hold_until`)."""
+        if self.replicator.loading:
+            raise commands.Loading("still loading its state snapshot; it says Changed when done")
+        return {"summary": self.replicator.summary_message()}
 
     @commands.Buckets.responder
     def buckets(self, origin: str) -> dict[str, Any]:

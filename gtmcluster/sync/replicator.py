@@ -115,38 +115,29 @@ class Replicator:
         #: called whenever the set of connected peers changes
         self.peer_listeners: list[Callable[[], object]] = []
         self._digest_call: IDelayedCall | None = None
-        #: while the store is still loading its snapshot (see `hold_until`): the answers to
-        #: peers' summary requests waiting for the end of it
-        self._held: list[defer.Deferred[None]] | None = None
+        #: the store is still loading its snapshot (see `hold_until`)
+        self.loading = False
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
         """Hold anti-entropy until *loaded* fires (the store has loaded its whole snapshot):
-        this node's reconciliations wait, and so do its answers to peers' summary requests
-        (the peers' reconciliations with it). Until then the store's digests describe part
+        this node's reconciliations wait, and peers asking for its summary are told it is
+        still loading (`commands.Loading`). Until then the store's digests describe part
         of its state, and a comparison would pull or offer most of the table. Pushes and
-        relays go on meanwhile. Once loaded, the peers hear the new digest and every
-        reconciliation held goes ahead."""
-        held: list[defer.Deferred[None]] = []
-        self._held = held
+        relays go on meanwhile. Once loaded, the reconciliations held go ahead, and every
+        connected peer hears the new digest and is asked to reconcile (`Changed`)."""
+        self.loading = True
         taken = self._lock.acquire()  # free at start (nothing reconciles before peers connect)
 
         def release(_: object) -> None:
-            self._held = None
-            for waiter in held:
-                waiter.callback(None)
+            self.loading = False
             self._lock.release()
             self._tell_digest()
+            for peer in self.peers.values():
+                if peer.channels:
+                    self._ask_to_reconcile(peer.channels[0])
 
         taken.addCallback(lambda _: loaded).addBoth(release)
-
-    def when_loaded(self) -> defer.Deferred[None]:
-        """Fires when anti-entropy may run (see `hold_until`)."""
-        if self._held is None:
-            return defer.succeed(None)
-        waiter: defer.Deferred[None] = defer.Deferred()
-        self._held.append(waiter)
-        return waiter
 
     # -- connections ----------------------------------------------------------------------
 
@@ -445,6 +436,12 @@ class Replicator:
             if isinstance(result, Failure):
                 if result.check(BadMessage):
                     proto.violation(f"malformed reconciliation answer: {result.getErrorMessage()}")
+                elif result.check(commands.Loading):
+                    log.info(
+                        "{peer} is still loading its state snapshot: reconciling when it says it is done",
+                        peer=proto.peer,
+                        event="peer_loading",
+                    )
                 elif proto.phase == "established":
                     log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet import defer, task
+from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.config.load import load
@@ -457,10 +457,14 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     a = trio.stores["gtm-a"]
     snaps.startService()
     slices.turn()
-    trio.connect("gtm-b", "gtm-a")
-    slices.turn()
-    trio.settle()
+    with capturedLogs() as events:
+        trio.connect("gtm-b", "gtm-a")
+        slices.turn()
+        trio.settle()
     assert not snaps.loaded and fresh.kinds()["path"] == 200
+    lines = [formatEvent(e) for e in events]
+    assert "gtm-b is still loading its state snapshot: reconciling when it says it is done" in lines, lines
+    assert not [line for line in lines if "failed" in line], lines
     assert value_of(fresh, "obs/vs/vs1/gtm-a") == "up"  # not pulled yet
     assert "path" not in a.kinds()  # not pulled from b, nor pushed by it
     trio.write("gtm-a", "admin/vs/vs1", {"state": "disabled"})
@@ -480,24 +484,6 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
 def value_of(store: Store, key: str) -> Any:
     record = store.get(key)
     return None if record is None else record.value
-
-
-def test_a_summary_request_is_answered_once_loaded() -> None:
-    """The answering side: `when_loaded` waits while held, fires for every waiter at the
-    end, and is at once when nothing is held."""
-    clock = task.Clock()
-    store = Store("n1", clock.seconds)
-    from gtmcluster.sync.replicator import Replicator
-
-    replicator = Replicator(store, clock, node="n1", group="g", datacenter="DC1", members=["n1"], config_digest="d")
-    assert replicator.when_loaded().called
-    loaded: defer.Deferred[None] = defer.Deferred()
-    replicator.hold_until(loaded)
-    waiters = [replicator.when_loaded(), replicator.when_loaded()]
-    assert not any(w.called for w in waiters)
-    loaded.callback(None)
-    assert all(w.called for w in waiters)
-    assert replicator.when_loaded().called
 
 
 def test_rows_are_read_in_table_order_not_through_the_key_index(tmp_path: Path) -> None:
