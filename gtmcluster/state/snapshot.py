@@ -31,12 +31,13 @@ Crash safety (a node may be killed at any instant, also in the middle of a write
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ SCHEMA = (
 )""",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)",
 )
+#: rows a write makes per reactor turn (a few milliseconds), when it has more than that
+ROWS_PER_TURN = 2000
 #: files SQLite keeps beside the database, moved aside with it
 COMPANIONS = ("-journal", "-wal", "-shm")
 #: the largest parts of a version (see `store.fingerprint`: wall_ms is packed as 64 bits,
@@ -341,6 +344,12 @@ def read(path: Path, store: Store, wall_now: float) -> int:
         reader.close()
 
 
+def _turns(make: Callable[[int], bool], count: int) -> Iterator[None]:
+    """Steps of *count* rows each, until *make* says none are left."""
+    while make(count):
+        yield None
+
+
 def damaged(error: BaseException) -> bool:
     """Whether *error* says the file itself is bad (rather than the disk, a lock or a
     permission), so that moving it aside helps."""
@@ -547,21 +556,37 @@ class Snapshotter(Service):
         return self.save()
 
     def save(self) -> defer.Deferred[Any]:
-        """Write the keys changed since the last write (in a thread)."""
+        """Write the keys changed since the last write (in a thread). The rows are made on
+        the reactor's thread, `ROWS_PER_TURN` per turn when there are more (the whole
+        store, after a damaged file was set aside, is millions of rows)."""
         dirty, self._dirty = self._dirty, set()
-        wall, local = self.wall(), self.store.clock()
         data: list[Row] = []
         deleted: list[str] = []
-        for key in dirty:
-            record = self.store.raw(key)
-            made = row(record, wall, local) if record is not None else None
-            if made is None:
-                deleted.append(key)
-            else:
-                data.append(made)
-        d = threads.deferToThreadPool(
-            self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin, deleted, False
-        )
+        keys = iter(dirty)
+
+        def make(count: int) -> bool:
+            """Rows of the next *count* keys; whether keys are left."""
+            wall, local = self.wall(), self.store.clock()
+            for key in itertools.islice(keys, count):
+                record = self.store.raw(key)
+                made = row(record, wall, local) if record is not None else None
+                if made is None:
+                    deleted.append(key)
+                else:
+                    data.append(made)
+            return len(data) + len(deleted) < len(dirty)
+
+        def write_rows(_: object = None) -> defer.Deferred[Any]:
+            return threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin, deleted, False
+            )
+
+        if len(dirty) <= ROWS_PER_TURN:
+            make(len(dirty))
+            d = write_rows()
+        else:
+            d = self._row_cooperator().cooperate(_turns(make, ROWS_PER_TURN)).whenDone()
+            d.addCallback(write_rows)
 
         def done(result: Any) -> Any:
             self._writing = None
@@ -584,6 +609,12 @@ class Snapshotter(Service):
         d.addErrback(failed)
         self._writing = d
         return d
+
+    def _row_cooperator(self) -> task.Cooperator:
+        """One step per reactor turn."""
+        return task.Cooperator(
+            terminationPredicateFactory=lambda: lambda: True, scheduler=lambda step: self.reactor.callLater(0, step)
+        )
 
     def flush(self) -> defer.Deferred[bool]:
         """Write every change made so far now, without waiting for the interval; fires with
