@@ -288,28 +288,34 @@ class Reader:
         return store.load(records)
 
     def next_slice(self, store: Store, count: int) -> int:
-        """Read up to *count* more rows of the later part into *store*; how many records
-        changed it. Raises `Unreadable` (having merged none of the slice) for a damaged
-        row or page; `done` once every row has been read."""
+        """Read the rows of the later part among the next *count* rows of the table (by
+        rowid: a slice looks at *count* rows at most, also where the table holds a long run
+        of other rows) into *store*; how many records changed it. Raises `Unreadable`
+        (having merged none of the slice) for a damaged row or page; `done` once every row
+        has been read."""
         if self.later is None or self.done:
             return 0
         low, high = self.later
+        start = self.cursor
         try:
-            # "+key": walk the table in rowid order, not the key index (see `fetch`)
+            # "+key": walk the table by rowid, not through the key index (see `fetch`)
             found = self.db.execute(
                 "SELECT rowid, key, value, wall_ms, logical, origin, expires FROM records "
-                "WHERE rowid > ? AND +key >= ? AND +key < ? ORDER BY rowid LIMIT ?",
-                (self.cursor, low, high, count),
+                "WHERE rowid > ? AND rowid <= ? AND +key >= ? AND +key < ? ORDER BY rowid",
+                (start, start + count, low, high),
             ).fetchall()
+            self.cursor = start + count
+            if not found:  # past a gap in the rowids, or past the last row
+                (following,) = self.db.execute("SELECT min(rowid) FROM records WHERE rowid > ?", (start,)).fetchone()
+                if following is None:
+                    self.done = True
+                else:
+                    self.cursor = max(self.cursor, following - 1)
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
         wall_now, local_now = self.wall(), store.clock()
         records = [r for entry in found if (r := _record(entry[1:], wall_now, local_now)) is not None]
-        if found:
-            self.cursor = found[-1][0]
         self.done_rows += len(found)
-        if len(found) < count:
-            self.done = True
         return store.load(records)
 
     def fetch(self, store: Store, key: str) -> bool:
