@@ -440,6 +440,10 @@ def member_run(config: Path, work: Path, table: Table, seconds_after: float) -> 
         "answered_while_loading": len(while_loading),
         "wrong": [(a.kind, a.sent, a.expected, a.got) for a in answered if a.method_ok is False],
         "slowest_ms": max(latencies) * 1000 if latencies else None,
+        "slowest": sorted(
+            ((a.answered - a.sent, a.sent, a.kind) for a in answered if a.answered and a.sent >= answered[0].answered),
+            reverse=True,
+        )[:5],
         "p99_ms": statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) > 100 else None,
         "rss_loaded": max((r for t, r in watch.rss if loaded_at is None or t <= loaded_at + 1), default=0),
         "rss_peak": max((r for _, r in watch.rss), default=0),
@@ -623,6 +627,8 @@ def report(member: dict[str, Any] | None, inproc: dict[str, Any] | None, args: a
             f"{member['lost_after_first_answer']} lost after the first answer; "
             f"slowest answer {member['slowest_ms']:.0f} ms, p99 {member['p99_ms'] or 0:.1f} ms"
         )
+        slowest = ", ".join(f"{ms * 1000:.0f} ms ({kind}, asked at {at:.2f} s)" for ms, at, kind in member["slowest"])
+        print(f"  slowest answers: {slowest}")
         print(f"  answers a fully loaded member would not give: {len(member['wrong'])} {member['wrong'][:5]}")
         mb = 1 << 20
         print(f"  RSS when loaded {member['rss_loaded'] / mb:,.0f} MB, peak {member['rss_peak'] / mb:,.0f} MB")
