@@ -65,6 +65,8 @@ SCHEMA = (
 )""",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)",
 )
+#: keys of the later part remembered as not in the file, at most (see `Reader.fetch`)
+MAX_ABSENT = 100_000
 #: rows a write makes per reactor turn (a few milliseconds), when it has more than that
 ROWS_PER_TURN = 2000
 #: files SQLite keeps beside the database, moved aside with it
@@ -225,6 +227,9 @@ class Reader:
         self.done_rows = 0
         #: every row has been read
         self.done = later is None
+        #: keys of the later part looked up and not in the file (asked again and again for
+        #: LDNSes never measured: an index lookup each time would cost tens of microseconds)
+        self._absent: set[str] = set()
 
     @classmethod
     def open(cls, path: Path, later: str | None, wall: Callable[[], float]) -> Reader | None:
@@ -324,13 +329,20 @@ class Reader:
         expired); whether a record was taken. Raises `Unreadable`."""
         if self.later is None or self.done or not self.later[0] <= key < self.later[1]:
             return False
+        if key in self._absent:
+            return False
         try:
             entry = self.db.execute(
                 "SELECT rowid, key, value, wall_ms, logical, origin, expires FROM records WHERE key = ?", (key,)
             ).fetchone()
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
-        if entry is None or entry[0] <= self.cursor:
+        if entry is None:
+            # (a key written into the file later is one the store holds: never asked for)
+            if len(self._absent) < MAX_ABSENT:
+                self._absent.add(key)
+            return False
+        if entry[0] <= self.cursor:
             return False
         record = _record(entry[1:], self.wall(), store.clock())
         return record is not None and store.load([record]) == 1

@@ -522,6 +522,23 @@ def test_a_slice_looks_at_a_slice_of_the_table_also_across_a_long_run_of_other_r
     assert store.kinds()["path"] == 450
 
 
+def test_a_key_not_in_the_file_is_looked_up_once(tmp_path: Path) -> None:
+    """An LDNS the table never measured is asked about again and again: its keys are looked
+    up in the file once, then known to be absent; a key in the file is read once too (then
+    the store holds it)."""
+    r = Restart(tmp_path)
+    loading_now = r.snaps._loading  # the reader and its connection, to trace its statements
+    assert loading_now is not None
+    statements: list[str] = []
+    reader = loading_now.reader
+    assert isinstance(reader, snapshot.Reader)
+    reader.db.set_trace_callback(statements.append)
+    for _ in range(3):
+        assert r.node.store.get(path_key("192.0.2.200", "DC1")) is None
+        assert r.node.store.get(path_key(ldns(TABLE - 1), "DC1")) is not None
+    assert len(statements) == 2, statements
+
+
 def test_rows_are_read_in_table_order_not_through_the_key_index(tmp_path: Path) -> None:
     """The slice query walks the table by rowid (SQLite's plan says so): a key-ordered walk
     would look up every row's page at random."""
