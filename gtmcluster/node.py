@@ -183,6 +183,20 @@ class Node:
         if probe is not None:
             request(self.store, self.probe_budget, probe, self.member.name)
 
+    def health_keys(self) -> list[str]:
+        """The keys of every record the health evaluation and the load-based methods read
+        for this config (the formats of health.status and health.checker): each member's
+        verdict on each virtual server and link, admin and held states, load figures."""
+        config = self.config
+        members = [m.name for m in config.sync_group.members]
+        keys = []
+        for vs in config.virtual_servers:
+            keys += [f"obs/vs/{vs}/{member}" for member in members]
+            keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
+        for link in config.links:
+            keys += [f"obs/link/{link}/{member}" for member in members]
+        return keys
+
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
         self.store.expire()

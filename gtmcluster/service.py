@@ -284,8 +284,10 @@ def make_service(
         node.health.refresh()  # loading is silent (Store.load): evaluate what came in
         gc.collect()
         heap.freeze_now()  # the loaded state is long-lived: keep it out of later collections
-    # anti-entropy compares whole stores: not before the whole snapshot is in
+    # anti-entropy compares whole stores: not before the whole snapshot is in; meanwhile
+    # each peer that connects is asked for the records health and admin states are made of
     replicator.hold_until(snapshots.when_loaded())
+    replicator.catch_up = node.health_keys
     snapshots.setName("snapshot")
     snapshots.setServiceParent(top)
     top.snapshots = snapshots

@@ -117,6 +117,10 @@ class Replicator:
         self._digest_call: IDelayedCall | None = None
         #: the store is still loading its snapshot (see `hold_until`)
         self.loading = False
+        #: keys to pull from each peer that connects while the store loads (the records of
+        #: health and admin states, see `Node.health_keys`), so what the group decided while
+        #: this node was down counts at once, not only after the load
+        self.catch_up: Callable[[], list[str]] | None = None
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
@@ -199,7 +203,35 @@ class Replicator:
                 ours=self.config_digest,
                 event="config_mismatch",
             )
+        if self.loading and self.catch_up is not None:
+            self._catch_up(proto, self.catch_up())
         self.reconcile(proto)
+
+    def _catch_up(self, proto: PeerProtocol, keys: list[str]) -> defer.Deferred[None]:
+        """Pull *keys* from *proto*'s peer (the newer version of each wins, as always)."""
+
+        async def pull() -> None:
+            before = self._bulk_merged
+            await self._pull_keys(proto, keys)
+            log.info(
+                "took {count} newer records of {keys} health and admin keys from {peer} while loading",
+                count=self._bulk_merged - before,
+                keys=len(keys),
+                peer=proto.peer,
+                event="caught_up",
+            )
+
+        def failed(failure: Failure) -> None:
+            if failure.check(BadMessage):
+                proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
+            elif proto.phase == "established":
+                log.warn(
+                    "pulling health and admin records from {peer} failed: {why}",
+                    peer=proto.peer,
+                    why=failure.getErrorMessage(),
+                )
+
+        return defer.ensureDeferred(pull()).addErrback(failed)
 
     def lost(self, proto: PeerProtocol, why: str) -> None:
         peer = self.peers.get(proto.peer or "")
@@ -500,6 +532,10 @@ class Replicator:
                 if mine is None or mine < version:
                     wanted.append(key)
             pending = _bucket_list(answer["rest"]) + pending
+        await self._pull_keys(proto, wanted)
+
+    async def _pull_keys(self, proto: PeerProtocol, wanted: list[str]) -> None:
+        """Pull *wanted* from *proto*'s peer, `PULL_KEYS` per request."""
         while wanted:
             keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
             answer = await proto.callRemote(commands.Pull, keys=json.dumps(keys).encode())

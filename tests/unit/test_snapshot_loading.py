@@ -21,9 +21,11 @@ import pytest
 from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
+from gtmcluster.api.admin import set_admin
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.health.checker import subjects
 from gtmcluster.lb.context import Client, PersistKey
 from gtmcluster.lb.trace import Decision
 from gtmcluster.node import Node
@@ -436,10 +438,12 @@ def test_stopping_while_loading_leaves_the_rest_on_disk(tmp_path: Path) -> None:
 
 def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> None:
     """gtm-b measured paths while apart from gtm-a, then restarts on its snapshot and
-    connects to gtm-a while those paths load: neither side reconciles meanwhile (b pulls
-    nothing a wrote while b was down, a pulls none of the paths b has loaded so far),
-    while a new write of a still reaches b at once. When the load ends, both reconcile
-    and the digests agree."""
+    connects to gtm-a while those paths load. Neither side reconciles meanwhile: b pulls
+    nothing else a wrote while b was down (a persistence record), and a asks for b's
+    summary, is told b is still loading and pulls none of the paths b has loaded so far.
+    But b pulls the health and admin keys (`Replicator.catch_up`) at once: a's verdict
+    changed while b was down counts right away. A new write of a reaches b at once. When
+    the load ends, both reconcile and the digests agree."""
     trio = MemoryCluster(["gtm-a", "gtm-b"], tmp_path / "certs")
     trio.clock.advance(1000)
     trio.connect("gtm-a", "gtm-b")
@@ -451,12 +455,14 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     state.mkdir()
     snapshot.write(state / snapshot.FILENAME, snapshot.rows(trio.stores["gtm-b"], WALL, trio.clock.seconds()), "gtm-b")
     trio.write("gtm-a", "obs/vs/vs1/gtm-a", "down")  # while b is down
+    trio.write("gtm-a", "persist/www/1/192.0.2.0/24", {"pool": "p", "members": ["vs1"]})
     fresh = Store("gtm-b", trio.clock.seconds)
     slices = Slices()
     snaps = Snapshotter(fresh, state, trio.clock, lambda: WALL, later=PATH, cooperator=slices.cooperator)
     snaps.load()
     replicator = trio.add("gtm-b", fresh)
     replicator.hold_until(snaps.when_loaded())
+    replicator.catch_up = lambda: ["obs/vs/vs1/gtm-a", "obs/vs/vs1/gtm-b", "admin/vs/vs1"]
     a = trio.stores["gtm-a"]
     snaps.startService()
     slices.turn()
@@ -468,7 +474,9 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     lines = [formatEvent(e) for e in events]
     assert "gtm-b is still loading its state snapshot: reconciling when it says it is done" in lines, lines
     assert not [line for line in lines if "failed" in line], lines
-    assert value_of(fresh, "obs/vs/vs1/gtm-a") == "up"  # not pulled yet
+    assert "took 1 newer records of 3 health and admin keys from gtm-a while loading" in lines, lines
+    assert value_of(fresh, "obs/vs/vs1/gtm-a") == "down"  # caught up
+    assert value_of(fresh, "persist/www/1/192.0.2.0/24") is None  # not pulled yet
     assert "path" not in a.kinds()  # not pulled from b, nor pushed by it
     trio.write("gtm-a", "admin/vs/vs1", {"state": "disabled"})
     assert fresh.get("admin/vs/vs1") is not None  # pushed at once
@@ -479,9 +487,28 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
         trio.settle()
     assert snaps.when_loaded().called
     trio.settle()
-    assert value_of(fresh, "obs/vs/vs1/gtm-a") == "down"
+    assert value_of(fresh, "persist/www/1/192.0.2.0/24") is not None
     assert a.kinds()["path"] == 300
     assert trio.converged()
+
+
+def test_the_keys_caught_up_are_those_health_and_admin_states_are_made_of(tmp_path: Path) -> None:
+    """`Node.health_keys` holds every member's verdict key as the health checker writes it
+    (for servers and links), the admin key the API writes, and the held and load keys."""
+    raw = configs.base()
+    configs.add_member(raw, "n2", "DC2", "127.0.0.2")
+    raw["monitors"] = {"t": {"type": "tcp", "interval": 5, "timeout": 2}}
+    for vs in raw["virtual_servers"].values():
+        vs["monitor"] = "t"
+    raw["links"] = {"l1": {"datacenter": "DC1", "monitor": "t", "targets": ["192.0.2.9:80"]}}
+    cfg = load(configs.write(tmp_path, raw))
+    node = Node(cfg, "n1", task.Clock().seconds)
+    keys = set(node.health_keys())
+    for member in ("n1", "n2"):
+        assert {s.key for s in subjects(cfg, member)} <= keys
+    set_admin(node, "vs2", "disable")
+    assert {r.key for r in node.store.all_records()} <= keys
+    assert {"held/vs/vs1", "metrics/vs/vs1", "obs/link/l1/n2"} <= keys
 
 
 def value_of(store: Store, key: str) -> Any:
