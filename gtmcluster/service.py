@@ -288,6 +288,7 @@ def make_service(
     # each peer that connects is asked for the records health and admin states are made of
     replicator.hold_until(snapshots.when_loaded())
     replicator.catch_up = node.health_keys
+    node.before_persisting = replicator.ask_first  # a client's record may be on a peer only
     snapshots.setName("snapshot")
     snapshots.setServiceParent(top)
     top.snapshots = snapshots

@@ -121,6 +121,8 @@ class Replicator:
         #: health and admin states, see `Node.health_keys`), so what the group decided while
         #: this node was down counts at once, not only after the load
         self.catch_up: Callable[[], list[str]] | None = None
+        #: keys being asked of the peers before a write (see `ask_first`), with the write
+        self._asking: dict[str, Callable[[], object]] = {}
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
@@ -221,17 +223,39 @@ class Replicator:
                 event="caught_up",
             )
 
-        def failed(failure: Failure) -> None:
-            if failure.check(BadMessage):
-                proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
-            elif proto.phase == "established":
-                log.warn(
-                    "pulling health and admin records from {peer} failed: {why}",
-                    peer=proto.peer,
-                    why=failure.getErrorMessage(),
-                )
+        return defer.ensureDeferred(pull()).addErrback(self._pull_failed, proto)
 
-        return defer.ensureDeferred(pull()).addErrback(failed)
+    def _pull_failed(self, failure: Failure, proto: PeerProtocol) -> None:
+        if failure.check(BadMessage):
+            proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
+        elif proto.phase == "established":
+            log.warn("pulling records from {peer} failed: {why}", peer=proto.peer, why=failure.getErrorMessage())
+
+    def ask_first(self, key: str, write: Callable[[], object]) -> None:
+        """`write` *key*, unless the group holds it already: while the store loads (and is
+        not reconciled), the record might have been written elsewhere while this node was
+        down, so every connected peer is asked for it first (`Pull`), and *write* runs only
+        if none of them has it (a persistence record: a new one would override the group's
+        and move the client). Otherwise, at once. A write asked for while the same key is
+        being asked about is dropped: the first one stands for it."""
+        channels = [peer.channels[0] for peer in self.peers.values() if peer.channels]
+        if not self.loading or not channels:
+            write()
+            return
+        if key in self._asking:
+            return
+        self._asking[key] = write
+
+        def asked(_: object) -> None:
+            first = self._asking.pop(key)
+            if self.store.get(key) is None:
+                first()
+
+        pulls = [
+            defer.ensureDeferred(self._pull_keys(proto, [key])).addErrback(self._pull_failed, proto)
+            for proto in channels
+        ]
+        defer.DeferredList(pulls).addCallback(asked)
 
     def lost(self, proto: PeerProtocol, why: str) -> None:
         peer = self.peers.get(proto.peer or "")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.api.admin import set_admin
@@ -490,6 +490,57 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     assert value_of(fresh, "persist/www/1/192.0.2.0/24") is not None
     assert a.kinds()["path"] == 300
     assert trio.converged()
+
+
+def test_while_loading_a_persistence_record_is_asked_of_the_peers_before_it_is_written(tmp_path: Path) -> None:
+    """While gtm-b loads (not reconciled yet), a record a decision asks it to write (a
+    client's persistence) goes to the peers first: a client gtm-a persisted while b was
+    down keeps a's record (b's own would be newer and move the client group-wide); one no
+    peer holds is written once they have answered (a second write asked meanwhile is
+    dropped); once loaded, b writes at once."""
+    trio = MemoryCluster(["gtm-a", "gtm-b"], tmp_path / "certs")
+    trio.clock.advance(1000)
+    known, new = "persist/www/1/192.0.2.0/24", "persist/www/1/198.51.100.0/24"
+    trio.write("gtm-a", known, {"pool": "p", "members": ["vs1"]})
+    loaded: defer.Deferred[None] = defer.Deferred()
+    trio.replicators["gtm-b"].hold_until(loaded)
+    trio.connect("gtm-b", "gtm-a")
+    b, replicator = trio.stores["gtm-b"], trio.replicators["gtm-b"]
+    writes: list[str] = []
+
+    def write(key: str, member: str) -> Callable[[], object]:
+        def put() -> None:
+            writes.append(f"{key} {member}")
+            b.put(key, {"pool": "p", "members": [member]})
+
+        return put
+
+    replicator.ask_first(known, write(known, "vs2"))
+    replicator.ask_first(new, write(new, "vs2"))
+    replicator.ask_first(new, write(new, "vs3"))
+    assert writes == []
+    trio.settle()
+    assert writes == [f"{new} vs2"]
+    assert value_of(b, known) == {"pool": "p", "members": ["vs1"]}
+    loaded.callback(None)
+    trio.settle()
+    replicator.ask_first(new, write(new, "vs3"))
+    assert writes == [f"{new} vs2", f"{new} vs3"]
+
+
+def test_a_decisions_persistence_record_goes_through_before_persisting(tmp_path: Path) -> None:
+    """A node with `before_persisting` hands it each persistence record's key and the write."""
+    node = Node(config(tmp_path), "n1", task.Clock().seconds)
+    node.ready = True
+    asked: list[tuple[str, Callable[[], object]]] = []
+    node.before_persisting = lambda key, write: asked.append((key, write))
+    sticky = next(w for w in node.config.wideips.values() if w.name == STICKY)
+    client = Client(ipaddress.ip_address("100.64.9.7"), 32, ipaddress.ip_address(ldns(1)), True)
+    node.decide(sticky, TYPE_A, client)
+    assert [key for key, _ in asked] == [f"persist/{STICKY}/1/100.64.9.0/24"]
+    assert node.store.get(asked[0][0]) is None
+    asked[0][1]()
+    assert node.store.get(asked[0][0]) is not None
 
 
 def test_the_keys_caught_up_are_those_health_and_admin_states_are_made_of(tmp_path: Path) -> None:
