@@ -234,6 +234,7 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[Path, Path, Table]:
     if cache:
         shutil.copyfile(cache, target)
         os.chmod(target, 0o600)
+    os.sync()  # a restarted member's file was written long before: no writeback under way
     print(f"snapshot: {target.stat().st_size / (1 << 20):,.0f} MB")
     return config, target, table
 
@@ -680,6 +681,7 @@ def run() -> None:
     member = None if args.skip_member else member_run(config, work, table, args.after)
     if args.cache:  # the member's run has rewritten part of the file: start again from the same one
         shutil.copyfile(args.cache, path)
+        os.sync()
 
     async def main() -> None:
         try:
