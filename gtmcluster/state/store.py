@@ -190,7 +190,7 @@ class Store:
         #: while a list, every `get` notes the key and the record held (the decision cache
         #: learns what a decision read)
         self.reads: list[tuple[str, Record | None]] | None = None
-        #: while set (a snapshot still loading, see `state.snapshot`), called with a key the
+        #: while set (a snapshot still loading, see `state.loading`), called with a key the
         #: store does not hold before `get` or `merge` looks at it, so that the part of the
         #: state not yet loaded is brought in (with `load`) before anything reads or
         #: overwrites it; it must not raise
