@@ -22,7 +22,7 @@ from gtmcluster.lb.trace import Decision
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import Measurements
-from gtmcluster.state.persistence import StorePersistence
+from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
 
@@ -50,6 +50,10 @@ class Node:
         self.ready_listeners: list[Callable[[bool], object]] = []
         #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
         self.delegate: Callable[[PersistRecord | None, str | None], object] | None = None
+        #: when set, a persistence record a decision asks for is written only through it:
+        #: it is called with the record's key and the write, and writes when it sees fit
+        #: (a node still loading its snapshot first asks its peers for the client's record)
+        self.before_persisting: Callable[[str, Callable[[], object]], object] | None = None
         #: how many configs this node has run (1 at start, +1 per reload) and since when
         self.generation = 0
         self.loaded_at = clock()
@@ -195,9 +199,26 @@ class Node:
 
     def carry_out(self, persist: PersistRecord | None, probe: str | None) -> None:
         if persist is not None:
-            self.persistence.put(persist)
+            if self.before_persisting is None:
+                self.persistence.put(persist)
+            else:
+                self.before_persisting(record_key(persist.key), lambda: self.persistence.put(persist))
         if probe is not None:
             request(self.store, self.probe_budget, probe, self.member.name)
+
+    def health_keys(self) -> list[str]:
+        """The keys of every record the health evaluation and the load-based methods read
+        for this config (the formats of health.status and health.checker): each member's
+        verdict on each virtual server and link, admin and held states, load figures."""
+        config = self.config
+        members = [m.name for m in config.sync_group.members]
+        keys = []
+        for vs in config.virtual_servers:
+            keys += [f"obs/vs/{vs}/{member}" for member in members]
+            keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
+        for link in config.links:
+            keys += [f"obs/link/{link}/{member}" for member in members]
+        return keys
 
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""

@@ -194,6 +194,11 @@ class Store:
         #: while a list, every `get` notes the key and the record held (the decision cache
         #: learns what a decision read)
         self.reads: list[tuple[str, Record | None]] | None = None
+        #: while set (a snapshot still loading, see `state.loading`), called with a key the
+        #: store does not hold before `get` or `merge` looks at it, so that the part of the
+        #: state not yet loaded is brought in (with `load`) before anything reads or
+        #: overwrites it; it must not raise
+        self.missing: Callable[[str], None] | None = None
 
     def _account(self, record: Record, sign: int, bucket: int) -> None:
         """Add (sign=1) or remove (sign=-1) a record from the digests."""
@@ -275,14 +280,45 @@ class Store:
         Should two differ in value anyway (a node that lost its state and its clock went
         back), the larger value (in canonical JSON) wins, so merging stays commutative.
         """
+        taken = self._take(record, self.missing)
+        if taken is None:
+            return False
+        self._notify(taken)
+        return True
+
+    def load(self, records: Iterable[Record]) -> int:
+        """Merge *records* as `merge` does, in bulk and silently: no listener hears of them
+        (they are the node's own saved state, read back at start: not news to relay, save
+        or react to one by one). Returns how many changed the store."""
+        changed = 0
+        for record in records:
+            if self._take(record, None) is not None:
+                changed += 1
+        if changed:
+            self.last_change = self.clock()
+        return changed
+
+    def witness(self, wall_ms: int, logical: int) -> None:
+        """Move this node's clock past the version (*wall_ms*, *logical*), as merging a
+        record of that version would (a snapshot's versions, before all of it is loaded)."""
+        if wall_ms > self._last.wall_ms or (wall_ms == self._last.wall_ms and logical > self._last.logical):
+            self._last = Version(wall_ms, logical, self.origin)
+
+    def _take(self, record: Record, missing: Callable[[str], None] | None) -> Record | None:
+        """Hold *record* if it is newer than ours (the rule of `merge`): the record held
+        now (its value in compact form), or None when ours stays. *missing* is asked first
+        when no record is held at its key (see `missing`)."""
         mine = self._records.get(record.key)
+        if mine is None and missing is not None:
+            missing(record.key)
+            mine = self._records.get(record.key)
         if mine is not None:
             if mine.newer_than(record):
-                return False
+                return None
             if mine.same_version(record) and (
                 mine.value == record.value or _canonical(mine.value) >= _canonical(record.value)
             ):
-                return False
+                return None
         if record.wall_ms > self._last.wall_ms or (
             record.wall_ms == self._last.wall_ms and record.logical > self._last.logical
         ):
@@ -291,8 +327,7 @@ class Store:
         if value is not record.value:
             record = Record(record.key, value, record.version, record.ttl, record.born)
         self._replace(record)
-        self._notify(record)
-        return True
+        return record
 
     def version_of(self, key: str) -> Version | None:
         """The version held at *key* (live or not, deleted or not)."""
@@ -306,6 +341,9 @@ class Store:
     def get(self, key: str) -> Record | None:
         """The live, non-deleted record at *key*."""
         record = self._records.get(key)
+        if record is None and self.missing is not None:
+            self.missing(key)
+            record = self._records.get(key)
         if self.reads is not None:
             self.reads.append((key, record))
         if record is None or record.value is None or not record.live(self.clock()):
