@@ -24,9 +24,10 @@ After `--warmup` seconds (the first round and its spread), it measures for `--se
 - checks/s: checks started in the window, against the configured N / interval;
 - gap: the time between two starts of the same server's check, against the interval; a
   server checked less often than its interval detects failures that much later;
-- lag: how late each check started after its due time (p50/p99/max); from the checker's
-  own statistics where it keeps them, else by instrumenting its loop (the tick that made
-  a check due, to the start of the check);
+- lag: how late each check started after its due time (p50/p99/max), from the due times
+  of the checker's schedule;
+- skipped: checks the checker did not start (no budget or free slot within half an
+  interval, or the previous round still running), from its statistics;
 - CPU of the process (user + system) in the window, as a share of one core;
 - file descriptors: the peak of ``/proc/self/fd`` over the run (sampled every 0.1 s);
 - the reactor's longest stall: a 10 ms timer's worst lateness, over the whole run (the first
@@ -39,6 +40,7 @@ is printed with them).
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import os
@@ -148,7 +150,8 @@ def report(r: dict[str, Any]) -> None:
     )
     print(
         f"  checks/s {r['checks_per_second']:.0f} of {r['wanted_per_second']:.0f} wanted; "
-        f"skipped {r['skipped']}; servers never checked in the window {r['never_checked']}"
+        f"skipped {r['skipped']} (whole run {r['skipped_run']}); servers never checked in the window "
+        f"{r['never_checked']}"
     )
     if gap["max"] is None:
         print("  gap: no server was checked twice in the window")
@@ -157,9 +160,11 @@ def report(r: dict[str, Any]) -> None:
             f"  gap p50 {gap['p50']:.2f} s, p99 {gap['p99']:.2f} s, max {gap['max']:.2f} s, "
             f"interval {r['interval']:g} s"
         )
-    print(f"  lag p50 {ms(lag['p50'])}, p99 {ms(lag['p99'])}, max {ms(lag['max'])} ({lag['source']})")
+    print(f"  lag p50 {ms(lag['p50'])}, p99 {ms(lag['p99'])}, max {ms(lag['max'])} (whole run {ms(lag['max_run'])})")
     print(
-        f"  CPU {r['cpu'] * 100:.0f}% of a core; peak fds {r['peak_fds']} (at start {r['base_fds']}); "
+        f"  CPU {r['cpu'] * 100:.0f}% of a core (garbage collection {r['gc'] * 100:.0f}%: "
+        f"{', '.join(f'{t:.1f}' for t in r['gc_by_generation'])} s by generation over the run); "
+        f"peak fds {r['peak_fds']} (at start {r['base_fds']}); "
         f"peak in flight {r['peak_in_flight']}"
     )
     print(
@@ -256,7 +261,7 @@ def cpu_seconds() -> float:
 def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     from twisted.internet import reactor as global_reactor
 
-    from gtmcluster import limits
+    from gtmcluster import heap, limits
     from gtmcluster.config.load import load
     from gtmcluster.health.checker import HealthChecker
     from gtmcluster.probe.base import Check, Result, Target
@@ -276,10 +281,9 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     config = load(config_for(case, args, folder))
 
     starts: dict[str, list[float]] = defaultdict(list)
-    lags: list[float] = []
+    lags: list[tuple[float, float]] = []  # (when started, how late)
     in_flight = 0
     peak_in_flight = 0
-    pending_tick: dict[str, float] = {}  # legacy instrumentation: address -> when it became due
 
     def factory(monitor: Any) -> Check:
         real = make_check(monitor, reactor)
@@ -289,9 +293,6 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
             now = reactor.seconds()
             key = str(target.address)
             starts[key].append(now)
-            due = pending_tick.pop(key, None)
-            if due is not None:
-                lags.append(now - due)
             in_flight += 1
             peak_in_flight = max(peak_in_flight, in_flight)
 
@@ -306,16 +307,15 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
 
     store = Store("n1", reactor.seconds)
     checker = HealthChecker(config, store, reactor, "n1", factory)
-    own_stats = getattr(checker, "stats", None)
-    if own_stats is None:  # the checker keeps no lag figures: note when each tick made a check due
-        tick = checker._tick
+    take = checker.schedule.take
 
-        def instrumented(subject: Any) -> None:
-            for target in subject.targets:
-                pending_tick.setdefault(str(target.address), reactor.seconds())
-            tick(subject)
+    def noting_lags(now: float) -> list[Any]:
+        entries = take(now)
+        for entry in entries:  # (an entry's due time moves on when its round ends)
+            lags.append((now, now - entry.due))
+        return entries
 
-        checker._tick = instrumented  # type: ignore[method-assign]
+    checker.schedule.take = noting_lags  # type: ignore[method-assign]
 
     stalls: list[tuple[float, float]] = []  # (when, lateness)
     fds = [fd_count()]
@@ -331,25 +331,44 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         fds.append(fd_count())
         reactor.callLater(0.1, sample_fds)
 
+    gc_time = [0.0, 0.0]  # seconds spent collecting; when the current collection began
+    gc_by_generation = [0.0, 0.0, 0.0]
+
+    def gc_hook(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            took = time.perf_counter() - gc_time[1]
+            gc_time[0] += took
+            gc_by_generation[info["generation"]] += took
+
+    gc.callbacks.append(gc_hook)
     marks: dict[str, float] = {}
 
     def begin_window() -> None:
         marks["start"] = reactor.seconds()
         marks["mono"] = time.monotonic()
         marks["cpu"] = cpu_seconds()
+        marks["gc"] = gc_time[0]
         marks["skipped"] = skipped_count()
 
     def end_window() -> None:
         marks["end"] = reactor.seconds()
         marks["mono_end"] = time.monotonic()
         marks["cpu_end"] = cpu_seconds()
+        marks["gc_end"] = gc_time[0]
         marks["skipped_end"] = skipped_count()
         checker.stopService()
         reactor.callLater(args.timeout + 0.5, reactor.stop)
 
     def skipped_count() -> int:
-        return int(getattr(own_stats, "skipped", 0)) if own_stats is not None else 0
+        return checker.stats.skipped
 
+    # as the node does: what is loaded is frozen out of later collections, and a slow full
+    # collection is followed by a freeze (gtmcluster/heap.py)
+    heap.freeze_now()
+    keeper = heap.HeapKeeper(reactor)
+    reactor.callWhenRunning(keeper.startService)
     reactor.callWhenRunning(checker.startService)
     reactor.callWhenRunning(heartbeat, time.monotonic() + period)
     reactor.callWhenRunning(sample_fds)
@@ -366,15 +385,13 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     for times in starts.values():
         gaps.extend(b - a for a, b in itertools.pairwise(times) if start <= b < end)
     never = sum(1 for i in range(args.servers) if not any(start <= t < end for t in starts[address(case, i)]))
-    if own_stats is not None:
-        lag = {"source": "the checker's own statistics", **own_stats.lag_summary()}
-    else:
-        lag = {
-            "source": "instrumented loop",
-            "p50": percentile(lags, 0.5),
-            "p99": percentile(lags, 0.99),
-            "max": max(lags) if lags else None,
-        }
+    window_lags = [late for when, late in lags if start <= when < end]
+    lag = {
+        "p50": percentile(window_lags, 0.5),
+        "p99": percentile(window_lags, 0.99),
+        "max": max(window_lags) if window_lags else None,
+        "max_run": max((late for _, late in lags), default=None),
+    }
     window_stalls = [s for when, s in stalls if marks["mono"] <= when < marks["mono_end"]]
     verdicts: dict[str, int] = defaultdict(int)
     for i in range(args.servers):
@@ -390,6 +407,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         "checks_per_second": len(in_window) / seconds,
         "wanted_per_second": args.servers / args.interval,
         "skipped": marks["skipped_end"] - marks["skipped"],
+        "skipped_run": checker.stats.skipped,
         "never_checked": never,
         "gap": {
             "p50": percentile(gaps, 0.5),
@@ -398,6 +416,8 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         },
         "lag": lag,
         "cpu": (marks["cpu_end"] - marks["cpu"]) / (marks["mono_end"] - marks["mono"]),
+        "gc": (marks["gc_end"] - marks["gc"]) / (marks["mono_end"] - marks["mono"]),
+        "gc_by_generation": gc_by_generation,
         "base_fds": base_fds,
         "peak_fds": max(fds),
         "peak_in_flight": peak_in_flight,

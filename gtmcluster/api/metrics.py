@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from gtmcluster.api.server import Raw
-from gtmcluster.stats import Histogram
+from gtmcluster.stats import CheckStats, Histogram
 
 if TYPE_CHECKING:
     from gtmcluster.service import NodeService
@@ -109,6 +109,9 @@ class NodeCollector(Collector):
             yield ignored
             yield _histogram("gtm_probe_rtt_seconds", "measured LDNS round trips", stats.rtt, {"datacenter": dc})
 
+        if service.checker is not None:
+            yield from health_check_metrics(service.checker.stats)
+
         connected = GaugeMetricFamily("gtm_peer_connected", "1 when connected to the peer", labels=["peer"])
         sent = CounterMetricFamily("gtm_sync_records_sent", "records pushed to the peer", labels=["peer"])
         received = CounterMetricFamily("gtm_sync_records_received", "records received from the peer", labels=["peer"])
@@ -175,6 +178,27 @@ class NodeCollector(Collector):
             )
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
+
+
+# -- the health checker (gtmcluster/health/checker.py, schedule.py)
+
+
+def health_check_metrics(stats: CheckStats) -> Iterator[Metric]:
+    """What the health checker did: checks started and skipped, in flight, how late they started."""
+    yield CounterMetricFamily(
+        "gtm_health_checks_started", "health checks started (one per target)", value=stats.started
+    )
+    skipped = CounterMetricFamily(
+        "gtm_health_checks_skipped",
+        "health checks not started: no budget or free slot within half their interval (late), "
+        "or their previous round still running (busy)",
+        labels=["reason"],
+    )
+    skipped.add_metric(["late"], stats.skipped_late)
+    skipped.add_metric(["busy"], stats.skipped_busy)
+    yield skipped
+    yield GaugeMetricFamily("gtm_health_checks_in_flight", "health checks running now", value=stats.in_flight)
+    yield _histogram("gtm_health_check_lag_seconds", "how late health checks started after they were due", stats.lag)
 
 
 def metrics_handler(service: NodeService) -> Raw:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from gtmcluster.config.model import (
     Monitor,
     TcpCheck,
     UdpCheck,
+    VirtualServer,
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
@@ -222,9 +224,51 @@ def read_links(
 def read_health(r: Reader, raw: Any) -> Health:
     if raw is None:
         return Health()
-    m = r.mapping(("health",), raw, "a mapping {max_in_flight}")
+    m = r.mapping(("health",), raw, "a mapping {max_in_flight, max_checks_per_second}")
     if m is None:
         return Health()
-    in_flight = m.integer("max_in_flight", 64, 1, 10000)
+    default = Health()
+    in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
+    rate = m.number("max_checks_per_second", default.max_checks_per_second, 1, 100000)
     m.done()
-    return Health(in_flight or 64)
+    return Health(in_flight or default.max_in_flight, rate or default.max_checks_per_second)
+
+
+def check_budget(r: Reader, settings: Health, vss: dict[str, VirtualServer], links: dict[str, Link]) -> None:
+    """The monitors must fit the node's budget: their checks per second within
+    `max_checks_per_second`, and, should every target hang until its timeout, the checks
+    running at once within `max_in_flight`. Otherwise checks would be skipped every round."""
+    rate = 0.0
+    in_flight = 0.0
+    monitored = 0
+    for vs in vss.values():
+        if vs.monitor is not None:
+            monitored += 1
+            rate += 1 / vs.monitor.interval
+            in_flight += vs.monitor.timeout / vs.monitor.interval
+    targets = 0
+    for link in links.values():
+        n = len(link.targets)
+        targets += n
+        rate += n / link.monitor.interval
+        in_flight += n * link.monitor.timeout / link.monitor.interval
+    what = f"{monitored} monitored virtual servers" + (f" and {targets} link targets" if links else "")
+    if rate > settings.max_checks_per_second * (1 + 1e-9):
+        r.error(
+            ("health", "max_checks_per_second"),
+            f"the monitors need {amount(rate)} checks a second ({what}), more than "
+            f"{settings.max_checks_per_second:g}: raise it (see bench/checker.py for what a node "
+            "sustains) or lengthen the intervals",
+        )
+    if math.ceil(in_flight - 1e-9) > settings.max_in_flight:
+        r.error(
+            ("health", "max_in_flight"),
+            f"if every target hung until its timeout, {math.ceil(in_flight - 1e-9):,} checks would run at once "
+            f"({what}), more than {settings.max_in_flight}: raise it (each check in flight holds a socket) "
+            "or shorten the timeouts",
+        )
+
+
+def amount(value: float) -> str:
+    """``1000.2`` -> ``"1,000.2"``, ``6.0`` -> ``"6"``."""
+    return f"{value:,.1f}".removesuffix(".0")
