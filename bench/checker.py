@@ -33,6 +33,15 @@ After `--warmup` seconds (the first round and its spread), it measures for `--se
 - the reactor's longest stall: a 10 ms timer's worst lateness, over the whole run (the first
   round included) and in the window.
 
+The process runs as a node does: what is loaded is frozen out of the garbage collector's
+sight, and `gtmcluster.heap.HeapKeeper` freezes after a slow full collection; the time the
+collector took and the freezes are reported.
+
+`--source DIR` (repeatable) runs the checker of another source tree (a `git archive` of an
+older commit, say), each case with each tree in turn, for figures taken side by side. For
+the checker before issue 12 (a LoopingCall per subject, a semaphore of max_in_flight), the
+lag is measured from the tick that made a check due to its start.
+
 Not a test: figures depend on the machine and on what else runs on it (the load average
 is printed with them).
 """
@@ -95,8 +104,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     netns = f"{NETNS_PREFIX}-{os.getpid()}"
     make_netns(netns)
     results = []
+    here = Path(__file__).resolve().parent.parent
+    sources = [Path(s).resolve() for s in args.source] or [here]
     try:
-        for case in args.cases:
+        for case, source in itertools.product(args.cases, sources):
             loads = Path("/proc/loadavg").read_text().split()[:3]
             cmd = [
                 "ip",
@@ -120,14 +131,14 @@ def orchestrate(args: argparse.Namespace) -> int:
             ]
             for setting in args.health:
                 cmd += ["--health", setting]
-            proc = subprocess.run(
-                cmd, check=False, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
-            )
+            env = {**os.environ, "PYTHONPATH": str(source)}
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=source, env=env)
             if proc.returncode != 0:
                 print(f"case {case} failed:\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)
                 return 1
             result = json.loads(proc.stdout.strip().splitlines()[-1])
             result["load_average"] = " ".join(loads)
+            result["source"] = "this checkout" if source == here else str(source)
             results.append(result)
             report(result)
     finally:
@@ -146,7 +157,7 @@ def report(r: dict[str, Any]) -> None:
     gap = r["gap"]
     print(
         f"{r['case']:9} {r['servers']} servers, interval {r['interval']:g} s, timeout {r['timeout']:g} s, "
-        f"health {r['health'] or 'defaults'} (load average {r['load_average']})"
+        f"health {r['health'] or 'defaults'}, {r['source']} (load average {r['load_average']})"
     )
     print(
         f"  checks/s {r['checks_per_second']:.0f} of {r['wanted_per_second']:.0f} wanted; "
@@ -164,7 +175,7 @@ def report(r: dict[str, Any]) -> None:
     print(
         f"  CPU {r['cpu'] * 100:.0f}% of a core (garbage collection {r['gc'] * 100:.0f}%: "
         f"{', '.join(f'{t:.1f}' for t in r['gc_by_generation'])} s by generation over the run); "
-        f"peak fds {r['peak_fds']} (at start {r['base_fds']}); "
+        f"{r['freezes']} freezes; peak fds {r['peak_fds']} (at start {r['base_fds']}); "
         f"peak in flight {r['peak_in_flight']}"
     )
     print(
@@ -282,6 +293,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
 
     starts: dict[str, list[float]] = defaultdict(list)
     lags: list[tuple[float, float]] = []  # (when started, how late)
+    due_since: dict[str, float] = {}  # the old checker: address -> the tick that made it due
     in_flight = 0
     peak_in_flight = 0
 
@@ -293,6 +305,9 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
             now = reactor.seconds()
             key = str(target.address)
             starts[key].append(now)
+            due = due_since.pop(key, None)
+            if due is not None:
+                lags.append((now, now - due))
             in_flight += 1
             peak_in_flight = max(peak_in_flight, in_flight)
 
@@ -307,15 +322,26 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
 
     store = Store("n1", reactor.seconds)
     checker = HealthChecker(config, store, reactor, "n1", factory)
-    take = checker.schedule.take
+    schedule = getattr(checker, "schedule", None)
+    if schedule is not None:
+        take = schedule.take
 
-    def noting_lags(now: float) -> list[Any]:
-        entries = take(now)
-        for entry in entries:  # (an entry's due time moves on when its round ends)
-            lags.append((now, now - entry.due))
-        return entries
+        def noting_lags(now: float) -> list[Any]:
+            entries = take(now)
+            for entry in entries:  # (an entry's due time moves on when its round ends)
+                lags.append((now, now - entry.due))
+            return entries
 
-    checker.schedule.take = noting_lags  # type: ignore[method-assign]
+        schedule.take = noting_lags
+    else:  # the checker before issue 12 (--source): a LoopingCall per subject and a semaphore
+        tick = checker._tick
+
+        def noting_ticks(subject: Any) -> None:
+            for target in subject.targets:
+                due_since.setdefault(str(target.address), reactor.seconds())
+            tick(subject)
+
+        checker._tick = noting_ticks
 
     stalls: list[tuple[float, float]] = []  # (when, lateness)
     fds = [fd_count()]
@@ -362,7 +388,8 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         reactor.callLater(args.timeout + 0.5, reactor.stop)
 
     def skipped_count() -> int:
-        return checker.stats.skipped
+        stats = getattr(checker, "stats", None)  # (the old checker skipped nothing: it queued)
+        return 0 if stats is None else int(stats.skipped)
 
     # as the node does: what is loaded is frozen out of later collections, and a slow full
     # collection is followed by a freeze (gtmcluster/heap.py)
@@ -407,7 +434,8 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         "checks_per_second": len(in_window) / seconds,
         "wanted_per_second": args.servers / args.interval,
         "skipped": marks["skipped_end"] - marks["skipped"],
-        "skipped_run": checker.stats.skipped,
+        "skipped_run": skipped_count(),
+        "freezes": keeper.freezes,
         "never_checked": never,
         "gap": {
             "p50": percentile(gaps, 0.5),
@@ -438,6 +466,12 @@ def main() -> int:
     parser.add_argument("--cases", type=lambda s: s.split(","), default=list(CASES))
     parser.add_argument("--health", action="append", default=[], help="a health setting, KEY=VALUE (repeatable)")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        help="run the checker of this source tree instead (repeatable: each case runs with each, in turn)",
+    )
     parser.add_argument("--inside", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--serve", choices=("accept", "http"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -35,6 +35,10 @@ DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
 DNS_QTYPES = ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME", "SRV", "PTR")
 #: checks that connect to a port (icmp does not)
 PORTED = ("tcp", "http", "https", "udp", "dns", "metrics")
+#: the checks in flight if every target hung until its timeout, times this, must fit in
+#: health.max_in_flight: a slot is held a little longer than the timeout, and rounds
+#: delayed by a busy reactor catch up (more at once for a moment)
+IN_FLIGHT_HEADROOM = 1.25
 
 
 def read_monitors(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Monitor]:
@@ -235,23 +239,24 @@ def read_health(r: Reader, raw: Any) -> Health:
 
 
 def check_budget(r: Reader, settings: Health, vss: dict[str, VirtualServer], links: dict[str, Link]) -> None:
-    """The monitors must fit the node's budget: their checks per second within
-    `max_checks_per_second`, and, should every target hang until its timeout, the checks
-    running at once within `max_in_flight`. Otherwise checks would be skipped every round."""
+    """The monitors must fit the node's budget: their checks a second within
+    `max_checks_per_second`, and the checks that would run at once if every target hung
+    until its timeout, with `IN_FLIGHT_HEADROOM`, within `max_in_flight`. Otherwise checks
+    would be skipped round after round."""
     rate = 0.0
-    in_flight = 0.0
+    hanging = 0.0
     monitored = 0
     for vs in vss.values():
         if vs.monitor is not None:
             monitored += 1
             rate += 1 / vs.monitor.interval
-            in_flight += vs.monitor.timeout / vs.monitor.interval
+            hanging += vs.monitor.timeout / vs.monitor.interval
     targets = 0
     for link in links.values():
         n = len(link.targets)
         targets += n
         rate += n / link.monitor.interval
-        in_flight += n * link.monitor.timeout / link.monitor.interval
+        hanging += n * link.monitor.timeout / link.monitor.interval
     what = f"{monitored} monitored virtual servers" + (f" and {targets} link targets" if links else "")
     if rate > settings.max_checks_per_second * (1 + 1e-9):
         r.error(
@@ -260,12 +265,14 @@ def check_budget(r: Reader, settings: Health, vss: dict[str, VirtualServer], lin
             f"{settings.max_checks_per_second:g}: raise it (see bench/checker.py for what a node "
             "sustains) or lengthen the intervals",
         )
-    if math.ceil(in_flight - 1e-9) > settings.max_in_flight:
+    at_once = math.ceil(hanging - 1e-9)
+    needed = math.ceil(hanging * IN_FLIGHT_HEADROOM - 1e-9)
+    if needed > settings.max_in_flight:
         r.error(
             ("health", "max_in_flight"),
-            f"if every target hung until its timeout, {math.ceil(in_flight - 1e-9):,} checks would run at once "
-            f"({what}), more than {settings.max_in_flight}: raise it (each check in flight holds a socket) "
-            "or shorten the timeouts",
+            f"if every target hung until its timeout, {at_once:,} checks would run at once ({what}); "
+            f"with a quarter more to spare it must be at least {needed:,}, not {settings.max_in_flight}: "
+            "raise it (each check in flight holds a socket) or shorten the timeouts",
         )
 
 

@@ -9,10 +9,12 @@ asks `wakeup(now)` when to ask again.
   the subject's key), so 5,000 subjects at interval 5 come due at about 1,000 a second
   instead of all at once, and a round that starts late does not move the phase: the next
   one is due one interval after the last was *due*.
-- **The budget.** At most `max_per_second` checks start a second (a token bucket holding
-  `BURST` seconds' worth, so one call of `take` starts at most that many: a late reactor
-  turn does not start a flood), and at most `max_in_flight` run at once (each may hold a
-  socket). A round of a subject with several targets (a link) takes one of each per target.
+- **The budget.** At most `max_per_second` checks start a second, averaged over a second
+  (a token bucket holding one second's worth, so rounds delayed by a busy reactor catch
+  up), and at most `max_in_flight` run at once (each may hold a socket). A round of a
+  subject with several targets (a link) takes one of each per target. One call of `take`
+  starts at most `TURN` seconds' worth, so a late reactor turn does not start a flood: the
+  rest start in the next turns.
 - **Waiting, and skipping.** A due round that cannot start yet waits, oldest due first.
   One still waiting `MAX_WAIT` of its interval after it was due is skipped: counted in
   `CheckStats.skipped_late`, and due again one interval after. A round still running when
@@ -36,8 +38,10 @@ from gtmcluster.tokenbucket import TokenBucket
 
 T = TypeVar("T")
 
-#: the rate bucket holds this many seconds' worth of checks (the most one turn starts)
-BURST = 0.02
+#: the rate bucket holds this many seconds' worth of checks (the catching up allowed)
+BUCKET = 1.0
+#: one call of `take` starts at most this many seconds' worth of checks (at least one)
+TURN = 0.05
 #: a round not started this share of its interval after it was due is skipped
 MAX_WAIT = 0.5
 
@@ -61,13 +65,15 @@ class Entry(Generic[T]):
 class Schedule(Generic[T]):
     def __init__(self, max_per_second: float, max_in_flight: int, now: float) -> None:
         self.max_in_flight = max_in_flight
-        self.bucket = TokenBucket(max_per_second, burst(max_per_second), now)
+        self.bucket = TokenBucket(max_per_second, max(1.0, max_per_second * BUCKET), now)
+        self.per_turn = per_turn(max_per_second)
         self.stats = CheckStats()
         self._heap: list[tuple[float, int, Entry[T]]] = []
         self._order = itertools.count()  # ties in due time: first come, first served
 
     def configure(self, max_per_second: float, max_in_flight: int) -> None:
-        self.bucket.configure(max_per_second, burst(max_per_second))
+        self.bucket.configure(max_per_second, max(1.0, max_per_second * BUCKET))
+        self.per_turn = per_turn(max_per_second)
         self.max_in_flight = max_in_flight
 
     def add(self, item: T, interval: float, cost: int, first_due: float) -> Entry[T]:
@@ -87,6 +93,7 @@ class Schedule(Generic[T]):
         """The rounds to start now (their checks are counted in flight until `finished`)."""
         started: list[Entry[T]] = []
         stats = self.stats
+        turn = 0
         while self._heap:
             due, _, entry = self._heap[0]
             if entry.removed:
@@ -102,8 +109,11 @@ class Schedule(Generic[T]):
             # a round bigger than the whole cap may run alone
             if stats.in_flight and stats.in_flight + entry.cost > self.max_in_flight:
                 break
+            if turn and turn + entry.cost > self.per_turn:
+                break
             if not self.bucket.take(entry.cost, now):
                 break
+            turn += entry.cost
             self._pop()
             entry.running = True
             stats.in_flight += entry.cost
@@ -133,7 +143,8 @@ class Schedule(Generic[T]):
 
     def wakeup(self, now: float) -> float | None:
         """When `take` may have something to start or skip; None when nothing is scheduled.
-        A round waiting for a free slot may start sooner, when one is `finished`."""
+        A round waiting for a free slot may start sooner, when one is `finished`. (After a
+        `take` that stopped at its `per_turn`, the answer is now: the caller spaces turns.)"""
         while self._heap and self._heap[0][2].removed:
             self._pop()
         if not self._heap:
@@ -166,6 +177,6 @@ class Schedule(Generic[T]):
         heapq.heappop(self._heap)
 
 
-def burst(max_per_second: float) -> float:
-    """The bucket's capacity: `BURST` seconds' worth, at least one check."""
-    return max(1.0, max_per_second * BURST)
+def per_turn(max_per_second: float) -> int:
+    """Checks one `take` may start: `TURN` seconds' worth, at least one."""
+    return max(1, round(max_per_second * TURN))

@@ -87,11 +87,19 @@ BAD = [
         id="links-count-per-target",
     ),
     pytest.param(
-        combined(servers(1000, interval=5, timeout=5), put("health", value={"max_in_flight": 999})),
+        combined(servers(1000, interval=5, timeout=5), put("health", value={"max_in_flight": 1249})),
         "health.max_in_flight",
         "if every target hung until its timeout, 1,000 checks would run at once (1000 monitored "
-        "virtual servers), more than 999: raise it (each check in flight holds a socket)",
+        "virtual servers); with a quarter more to spare it must be at least 1,250, not 1249: raise it "
+        "(each check in flight holds a socket)",
         id="over-in-flight",
+    ),
+    pytest.param(
+        servers(4001, interval=5, timeout=3),
+        "health.max_in_flight",
+        "2,401 checks would run at once (4001 monitored virtual servers); with a quarter more to "
+        "spare it must be at least 3,001, not 2500",
+        id="over-the-default-in-flight",
     ),
 ]
 
@@ -105,9 +113,9 @@ def test_bad_health_settings(tmp_path: Path, mutation: Mutation, path: str, frag
 
 
 def test_defaults(tmp_path: Path) -> None:
-    """Without a health section: 2000 checks in flight, 1000 started a second."""
+    """Without a health section: 2500 checks in flight, 1000 started a second."""
     config = load(configs.write(tmp_path, configs.base()))
-    assert config.health == Health(2000, 1000.0)
+    assert config.health == Health(2500, 1000.0)
 
 
 def test_values_are_read(tmp_path: Path) -> None:
@@ -119,7 +127,7 @@ def test_values_are_read(tmp_path: Path) -> None:
 
 def test_monitors_exactly_at_the_budget_are_accepted(tmp_path: Path) -> None:
     """5,000 servers at interval 5 and timeout 2 are 1,000 checks a second and, every target
-    hanging, 2,000 in flight: exactly the defaults."""
+    hanging, 2,000 in flight (2,500 with the headroom): exactly the defaults."""
     raw = configs.base()
     servers(5000)(raw)
     config = load(configs.write(tmp_path, raw))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtmcluster.health.schedule import BURST, MAX_WAIT, Entry, Schedule, burst
+from gtmcluster.health.schedule import BUCKET, MAX_WAIT, TURN, Entry, Schedule
 from gtmcluster.tokenbucket import TokenBucket
 
 
@@ -75,12 +75,13 @@ def test_over_the_rate_rounds_are_spread_then_skipped_and_counted_not_queued() -
     run = Run(schedule)
     run.until(10 * MAX_WAIT + 0.5)
     started = schedule.stats.started
-    # the bucket starts full (BURST s worth, at least 1), then 10 a second for 5 s
-    assert started == pytest.approx(burst(10) + 10 * 10 * MAX_WAIT, abs=1)
+    # the bucket starts full (a second's worth), then 10 a second for 5 s
+    assert started == pytest.approx(10 * BUCKET + 10 * 10 * MAX_WAIT, abs=1)
     assert schedule.stats.skipped_late == 100 - started
     assert len(schedule) == 100
     windows = [sum(1 for t, _ in run.starts if k <= t < k + 1) for k in range(5)]
-    assert max(windows) <= 10 + burst(10)
+    assert windows[0] <= 10 * BUCKET + 10 + 1
+    assert max(windows[1:]) <= 10 + 1
     assert schedule.stats.lag_max <= 10 * MAX_WAIT
 
 
@@ -158,15 +159,33 @@ def test_after_a_long_stall_missed_rounds_are_counted_and_the_phase_kept() -> No
     assert schedule.stats.lag_max == pytest.approx(2.0)
 
 
-def test_a_stall_does_not_start_more_than_one_burst_in_one_call() -> None:
-    """1000 rounds due at once, 1000 checks/s: one call of take starts at most BURST's worth
-    (one reactor turn stays short); wakeup says when the next tokens come."""
+def test_one_turn_starts_at_most_a_turns_worth_and_the_rest_follow() -> None:
+    """1000 rounds due at once, 1000 checks/s: one call of take starts at most TURN's worth
+    (one reactor turn stays short) and wakeup says to come back at once; the bucket holds a
+    second's worth, so the next turns catch up without waiting for the rate."""
     schedule: Schedule[str] = Schedule(1000, 5000, 0.0)
     for i in range(1000):
         schedule.add(f"s{i}", 5.0, 1, 0.0)
-    assert len(schedule.take(0.0)) == int(1000 * BURST)
-    assert schedule.wakeup(0.0) == pytest.approx(0.001)
-    assert len(schedule.take(0.01)) == 10
+    assert len(schedule.take(0.0)) == int(1000 * TURN)
+    assert schedule.wakeup(0.0) == 0.0
+    assert len(schedule.take(0.01)) == int(1000 * TURN)
+    started = 2 * int(1000 * TURN)
+    now = 0.01
+    while started < 1000:
+        now += 0.01
+        started += len(schedule.take(now))
+    assert now == pytest.approx(1000 / (1000 * TURN) * 0.01 - 0.01)  # 20 turns, 0.19 s
+    assert schedule.stats.skipped == 0
+
+
+def test_the_rate_is_kept_over_a_second() -> None:
+    """Once the second's worth in the bucket is spent, starts follow the rate."""
+    schedule: Schedule[str] = Schedule(100, 5000, 0.0)
+    for i in range(1000):
+        schedule.add(f"s{i}", 20.0, 1, 0.0)
+    run = Run(schedule)
+    run.until(5.0)
+    assert schedule.stats.started == pytest.approx(100 * BUCKET + 100 * 5, abs=2)
 
 
 def test_wakeup_names_the_next_due_time_or_the_deadline_of_one_waiting_for_a_slot() -> None:
