@@ -174,10 +174,10 @@ def report(r: dict[str, Any]) -> None:
     print(f"  lag p50 {ms(lag['p50'])}, p99 {ms(lag['p99'])}, max {ms(lag['max'])} (whole run {ms(lag['max_run'])})")
     print(
         f"  CPU {r['cpu'] * 100:.0f}% of a core (garbage collection {r['gc'] * 100:.0f}%: "
-        f"{', '.join(f'{t:.1f}' for t in r['gc_by_generation'])} s by generation over the run); "
-        f"{r['freezes']} freezes; peak fds {r['peak_fds']} (at start {r['base_fds']}); "
-        f"peak in flight {r['peak_in_flight']}"
+        f"{', '.join(f'{t:.1f}' for t in r['gc_by_generation'])} s by generation over the run, "
+        f"{r['freezes']} freezes); RSS {r['rss'][0]:.0f} -> {r['rss'][1]:.0f} MB in the window"
     )
+    print(f"  peak fds {r['peak_fds']} (at start {r['base_fds']}); peak in flight {r['peak_in_flight']}")
     print(
         f"  reactor stall max {ms(r['stall_max'])} (window {ms(r['stall_max_window'])}, p99 {ms(r['stall_p99'])}); "
         f"verdicts {r['verdicts']}"
@@ -262,6 +262,13 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def cpu_seconds() -> float:
@@ -376,6 +383,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         marks["mono"] = time.monotonic()
         marks["cpu"] = cpu_seconds()
         marks["gc"] = gc_time[0]
+        marks["rss"] = rss_mb()
         marks["skipped"] = skipped_count()
 
     def end_window() -> None:
@@ -383,6 +391,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         marks["mono_end"] = time.monotonic()
         marks["cpu_end"] = cpu_seconds()
         marks["gc_end"] = gc_time[0]
+        marks["rss_end"] = rss_mb()
         marks["skipped_end"] = skipped_count()
         checker.stopService()
         reactor.callLater(args.timeout + 0.5, reactor.stop)
@@ -436,6 +445,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         "skipped": marks["skipped_end"] - marks["skipped"],
         "skipped_run": skipped_count(),
         "freezes": keeper.freezes,
+        "rss": [marks["rss"], marks["rss_end"]],
         "never_checked": never,
         "gap": {
             "p50": percentile(gaps, 0.5),

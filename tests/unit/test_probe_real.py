@@ -71,6 +71,44 @@ def test_tcp_connect_and_refused(listening: dict[int, int]) -> None:
     assert_clean(run)
 
 
+def test_plain_tcp_on_a_bare_socket_gives_the_verdicts_of_twisteds_client(listening: dict[int, int]) -> None:
+    """A plain tcp check uses a bare socket on a real reactor (tcpconnect.py); for the same
+    targets it gives the same verdicts and reasons as the general path: connected (both
+    families), refused (both), black-holed (a listener whose queue is full drops the SYN:
+    the timeout), and a network the kernel cannot reach (at once). Nothing is left behind."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    filler = socket.create_connection(full.getsockname())  # the queue's one place is taken
+    try:
+        targets = [
+            ("127.0.0.1", listening[4]),
+            ("::1", listening[6]),
+            ("127.0.0.1", closed_port(4, socket.SOCK_STREAM)),
+            ("::1", closed_port(6, socket.SOCK_STREAM)),
+            ("127.0.0.1", full.getsockname()[1]),
+            ("224.0.0.1", 80),  # multicast: no TCP route, refused by the kernel itself
+        ]
+        bare = run_checks(*(job("tcp", a, p) for a, p in targets))
+        general = run_checks(*({**job("tcp", a, p), "general": True} for a, p in targets))
+    finally:
+        filler.close()
+        full.close()
+    expected = [
+        "connected",
+        "connected",
+        "connection refused",
+        "connection refused",
+        "no connection within 0.5s",
+        "no route to host",
+    ]
+    assert bare.reasons() == expected
+    assert general.reasons() == expected
+    assert [r["ok"] for r in bare.results] == [r["ok"] for r in general.results]
+    assert_clean(bare)
+    assert_clean(general)
+
+
 def test_tcp_send_and_expect() -> None:
     """tcp send/expect: the echoed bytes contain what is expected, or the check fails when the
     server closes without it."""
