@@ -13,8 +13,10 @@ asks `wakeup(now)` when to ask again.
   (a token bucket holding one second's worth, so rounds delayed by a busy reactor catch
   up), and at most `max_in_flight` run at once (each may hold a socket). A round of a
   subject with several targets (a link) takes one of each per target. One call of `take`
-  starts at most `TURN` seconds' worth, so a late reactor turn does not start a flood: the
-  rest start in the next turns.
+  starts at most what the rate allows in one and a half times the time since the last call
+  (at least `TURN_MIN`, at most `TURN_MAX` seconds' worth): the checks' share of the
+  reactor's time stays about the same however often it comes round, and a turn after a
+  stall does not start a flood: the rest start in the next turns.
 - **Waiting, and skipping.** A due round that cannot start yet waits, oldest due first.
   One still waiting `MAX_WAIT` of its interval after it was due is skipped: counted in
   `CheckStats.skipped_late`, and due again one interval after. A round still running when
@@ -40,8 +42,12 @@ T = TypeVar("T")
 
 #: the rate bucket holds this many seconds' worth of checks (the catching up allowed)
 BUCKET = 1.0
-#: one call of `take` starts at most this many seconds' worth of checks (at least one)
-TURN = 0.05
+#: one call of `take` starts at least this many seconds' worth of checks, if due (and one)
+TURN_MIN = 0.05
+#: ... and at most this many
+TURN_MAX = 0.25
+#: ... or in between, this many times what the rate allowed since the last call
+TURN_CATCH_UP = 1.5
 #: a round not started this share of its interval after it was due is skipped
 MAX_WAIT = 0.5
 
@@ -66,14 +72,13 @@ class Schedule(Generic[T]):
     def __init__(self, max_per_second: float, max_in_flight: int, now: float) -> None:
         self.max_in_flight = max_in_flight
         self.bucket = TokenBucket(max_per_second, max(1.0, max_per_second * BUCKET), now)
-        self.per_turn = per_turn(max_per_second)
+        self._last_take = now
         self.stats = CheckStats()
         self._heap: list[tuple[float, int, Entry[T]]] = []
         self._order = itertools.count()  # ties in due time: first come, first served
 
     def configure(self, max_per_second: float, max_in_flight: int) -> None:
         self.bucket.configure(max_per_second, max(1.0, max_per_second * BUCKET))
-        self.per_turn = per_turn(max_per_second)
         self.max_in_flight = max_in_flight
 
     def add(self, item: T, interval: float, cost: int, first_due: float) -> Entry[T]:
@@ -94,6 +99,8 @@ class Schedule(Generic[T]):
         started: list[Entry[T]] = []
         stats = self.stats
         turn = 0
+        per_turn = self.per_turn(now)
+        self._last_take = now
         while self._heap:
             due, _, entry = self._heap[0]
             if entry.removed:
@@ -109,7 +116,7 @@ class Schedule(Generic[T]):
             # a round bigger than the whole cap may run alone
             if stats.in_flight and stats.in_flight + entry.cost > self.max_in_flight:
                 break
-            if turn and turn + entry.cost > self.per_turn:
+            if turn and turn + entry.cost > per_turn:
                 break
             if not self.bucket.take(entry.cost, now):
                 break
@@ -124,6 +131,11 @@ class Schedule(Generic[T]):
             stats.lag_max = max(stats.lag_max, late)
             started.append(entry)
         return started
+
+    def per_turn(self, now: float) -> int:
+        """How many checks a `take` at *now* may start."""
+        since = min(max(TURN_MIN, TURN_CATCH_UP * (now - self._last_take)), TURN_MAX)
+        return max(1, round(self.bucket.rate * since))
 
     def finished(self, entry: Entry[T], now: float) -> None:
         """*entry*'s round is over: its checks leave flight, and the next round is due one
@@ -175,8 +187,3 @@ class Schedule(Generic[T]):
 
     def _pop(self) -> None:
         heapq.heappop(self._heap)
-
-
-def per_turn(max_per_second: float) -> int:
-    """Checks one `take` may start: `TURN` seconds' worth, at least one."""
-    return max(1, round(max_per_second * TURN))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtmcluster.health.schedule import BUCKET, MAX_WAIT, TURN, Entry, Schedule
+from gtmcluster.health.schedule import BUCKET, MAX_WAIT, TURN_CATCH_UP, TURN_MAX, TURN_MIN, Entry, Schedule
 from gtmcluster.tokenbucket import TokenBucket
 
 
@@ -160,22 +160,44 @@ def test_after_a_long_stall_missed_rounds_are_counted_and_the_phase_kept() -> No
 
 
 def test_one_turn_starts_at_most_a_turns_worth_and_the_rest_follow() -> None:
-    """1000 rounds due at once, 1000 checks/s: one call of take starts at most TURN's worth
-    (one reactor turn stays short) and wakeup says to come back at once; the bucket holds a
-    second's worth, so the next turns catch up without waiting for the rate."""
+    """1000 rounds due at once, 1000 checks/s, turns every 10 ms: one call of take starts at
+    most TURN_MIN's worth (one reactor turn stays short) and wakeup says to come back at
+    once; the bucket holds a second's worth, so the next turns catch up without waiting
+    for the rate."""
     schedule: Schedule[str] = Schedule(1000, 5000, 0.0)
     for i in range(1000):
         schedule.add(f"s{i}", 5.0, 1, 0.0)
-    assert len(schedule.take(0.0)) == int(1000 * TURN)
+    per_turn = int(1000 * TURN_MIN)
+    assert len(schedule.take(0.0)) == per_turn
     assert schedule.wakeup(0.0) == 0.0
-    assert len(schedule.take(0.01)) == int(1000 * TURN)
-    started = 2 * int(1000 * TURN)
+    assert len(schedule.take(0.01)) == per_turn
+    started = 2 * per_turn
     now = 0.01
     while started < 1000:
-        now += 0.01
+        now = round(now + 0.01, 9)
         started += len(schedule.take(now))
-    assert now == pytest.approx(1000 / (1000 * TURN) * 0.01 - 0.01)  # 20 turns, 0.19 s
+    assert now == pytest.approx((1000 / per_turn - 1) * 0.01)  # 20 turns, 0.19 s
     assert schedule.stats.skipped == 0
+
+
+def test_turns_that_come_seldom_start_more_each_but_never_a_flood() -> None:
+    """When the reactor comes round only every 200 ms (busy, or the process starved of CPU),
+    each turn starts one and a half times what the rate allowed meanwhile, so the checks
+    keep up; after a long stall a turn starts at most TURN_MAX's worth."""
+    schedule: Schedule[str] = Schedule(1000, 5000, 0.0)
+    for i in range(5000):
+        schedule.add(f"s{i}", 5.0, 1, i * 0.001)  # 1000 due a second
+    run = Run(schedule)
+    for _ in range(50):
+        before = len(run.starts)
+        run.step(0.2)
+        assert len(run.starts) - before <= 1000 * 0.2 * TURN_CATCH_UP
+    assert schedule.stats.skipped == 0
+    assert schedule.stats.started == pytest.approx(10000, abs=250)
+    assert schedule.stats.lag_max <= 0.2 + 1e-9
+    before = len(run.starts)
+    run.step(3.0)  # a stall
+    assert len(run.starts) - before == 1000 * TURN_MAX
 
 
 def test_the_rate_is_kept_over_a_second() -> None:
