@@ -131,6 +131,10 @@ def orchestrate(args: argparse.Namespace) -> int:
             ]
             for setting in args.health:
                 cmd += ["--health", setting]
+            if args.no_keeper:
+                cmd.append("--no-keeper")
+            if args.gc_threshold:
+                cmd += ["--gc-threshold", ",".join(str(n) for n in args.gc_threshold)]
             env = {**os.environ, "PYTHONPATH": str(source)}
             proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=source, env=env)
             if proc.returncode != 0:
@@ -404,7 +408,10 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     # collection is followed by a freeze (gtmcluster/heap.py)
     heap.freeze_now()
     keeper = heap.HeapKeeper(reactor)
-    reactor.callWhenRunning(keeper.startService)
+    if not args.no_keeper:
+        reactor.callWhenRunning(keeper.startService)
+    if args.gc_threshold:
+        gc.set_threshold(*args.gc_threshold)
     reactor.callWhenRunning(checker.startService)
     reactor.callWhenRunning(heartbeat, time.monotonic() + period)
     reactor.callWhenRunning(sample_fds)
@@ -476,6 +483,14 @@ def main() -> int:
     parser.add_argument("--cases", type=lambda s: s.split(","), default=list(CASES))
     parser.add_argument("--health", action="append", default=[], help="a health setting, KEY=VALUE (repeatable)")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument(
+        "--gc-threshold",
+        type=lambda s: tuple(int(n) for n in s.split(",")),
+        help="gc.set_threshold(...) for the run, e.g. 50000,10,10 (default: Python's, 700,10,10)",
+    )
+    parser.add_argument(
+        "--no-keeper", action="store_true", help="no freeze after a slow full collection (gtmcluster/heap.py)"
+    )
     parser.add_argument(
         "--source",
         action="append",

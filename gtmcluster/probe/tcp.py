@@ -3,8 +3,8 @@
 Without `TcpCheck.expect` the connection itself is the success ("connected"; the `send`
 bytes, if any, are written and flushed before the close). With `expect`, the bytes read
 must contain it; reading stops when it is found, when the peer closes, or at the timeout.
-With neither, on a real reactor, the check is only a connection attempt on a bare socket
-(`gtmcluster.probe.tcpconnect`: the same verdicts at about half the cost).
+On a real reactor the connection is a bare socket (`gtmcluster.probe.bare`: the same
+verdicts at about half the cost).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from gtmcluster.config.model import TcpCheck
+from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.stream import connect
-from gtmcluster.probe.tcpconnect import connect_only, lean
 
 
 def close(transport: ITransport | None, ok: bool) -> None:
@@ -88,20 +88,21 @@ class TcpChecker:
     def __init__(
         self, settings: TcpCheck, reactor: Any, timeout: float, port: int | None = None, bare: bool = True
     ) -> None:
-        """*bare*: a plain check may use a bare socket (False: always Twisted's client, as
+        """*bare*: on a real reactor, connect on a bare socket (False: Twisted's client, as
         the tests that compare the two need)."""
         self._settings = settings
         self._reactor = reactor
         self._timeout = timeout
         self._port = port
-        self._connect_only = bare and settings.send is None and settings.expect is None and lean(reactor)
+        self._bare = bare and bare_stream.usable(reactor)
 
     def __call__(self, target: Target) -> Deferred[Result]:
         clock: IReactorTime = self._reactor
         attempt = Attempt(clock, self._timeout)
-        if self._connect_only:
-            connect_only(self._reactor, target.address, self._port or target.port, attempt, self._timeout)
-            return attempt.deferred
         probe = TcpProbe(self._settings, attempt)
-        connect(self._reactor, target.address, self._port or target.port, probe, attempt, self._timeout)
+        port = self._port or target.port
+        if self._bare:
+            bare_stream.connect(self._reactor, target.address, port, probe, attempt, self._timeout)
+        else:
+            connect(self._reactor, target.address, port, probe, attempt, self._timeout)
         return attempt.deferred

@@ -8,7 +8,7 @@ as a subprocess::
 
 Each job is a monitor (its ``type``, ``timeout``, optional ``port`` and the fields of its
 check settings, as in `gtmcluster.config.model`) and a target; ``"general": true`` makes a
-plain tcp check use Twisted's client instead of a bare socket. All jobs run at once. The
+tcp or plain http check use Twisted's client instead of a bare socket. All jobs run at once. The
 output is one JSON object: ``results`` (``ok``, ``reason``, ``elapsed`` per job, in order)
 and ``leftovers``: the timers and readers/writers the checks left in the reactor once the
 results were in and the reactor had a few turns to finish closing sockets (should be none).
@@ -30,6 +30,7 @@ from gtmcluster.config.model import Check, DnsCheck, HttpCheck, IcmpCheck, Monit
 from gtmcluster.probe.base import Check as Checker
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
 from gtmcluster.probe.tcp import TcpChecker
 
@@ -87,9 +88,10 @@ async def run(reactor: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     for job in jobs:
         m = monitor(job["monitor"])
         check: Checker
-        if job.get("general"):
-            assert isinstance(m.check, TcpCheck)
+        if job.get("general") and isinstance(m.check, TcpCheck):
             check = TcpChecker(m.check, reactor, m.timeout, m.port, bare=False)
+        elif job.get("general") and isinstance(m.check, HttpCheck):
+            check = HttpChecker(m.check, reactor, m.timeout, m.port, bare=False)
         else:
             check = make_check(m, reactor, pinger)
         address = ipaddress.ip_address(job["address"])
