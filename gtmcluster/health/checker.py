@@ -36,6 +36,8 @@ log = Logger()
 
 #: due rounds are started together, at most this often (seconds): a little late, in batches
 TICK = 0.01
+#: skipped checks are logged at most this often (seconds)
+SKIP_LOG_EVERY = 60.0
 #: an observation lives this long at least, and is rewritten every third of its life
 MIN_OBSERVATION_TTL = 90.0
 
@@ -100,6 +102,7 @@ class HealthChecker(Service):
         self._timer: IDelayedCall | None = None
         self._last_pump = float("-inf")
         self._pumping = False
+        self._skips_logged = (0, 0, float("-inf"))  # skipped late, skipped busy, when
 
     def startService(self) -> None:
         super().startService()
@@ -182,6 +185,26 @@ class HealthChecker(Service):
         finally:
             self._pumping = False
         self._arm(now)
+        self._log_skips(now)
+
+    def _log_skips(self, now: float) -> None:
+        late, busy, when = self._skips_logged
+        stats = self.stats
+        if (stats.skipped_late, stats.skipped_busy) == (late, busy) or now - when < SKIP_LOG_EVERY:
+            return
+        log.warn(
+            "{late} health checks skipped for want of budget (health.max_checks_per_second "
+            "{rate:g}, max_in_flight {cap}: {in_flight} running) and {busy} because their last "
+            "round still ran, since {since}",
+            late=stats.skipped_late - late,
+            busy=stats.skipped_busy - busy,
+            rate=self.schedule.bucket.rate,
+            cap=self.schedule.max_in_flight,
+            in_flight=stats.in_flight,
+            since="start" if when == float("-inf") else f"{now - when:.0f} s ago",
+            event="health_checks_skipped",
+        )
+        self._skips_logged = (stats.skipped_late, stats.skipped_busy, now)
 
     # -- a round
 

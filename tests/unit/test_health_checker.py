@@ -330,3 +330,23 @@ def test_the_checker_statistics_in_prometheus_text(tmp_path: Path) -> None:
     assert f"gtm_health_checks_in_flight {stats.in_flight:.1f}" in text
     assert f"gtm_health_check_lag_seconds_count {stats.lag.count:.1f}" in text
     checker.stopService()
+
+
+def test_skipped_checks_are_logged_at_most_once_a_minute(tmp_path: Path) -> None:
+    """An operator hears of skipped checks: one warning with the counts, then at most one a
+    minute while more are skipped."""
+    from twisted.logger import capturedLogs
+
+    raw = health_config()
+    raw["health"] = {"max_in_flight": 2}
+    checker, _, clock, checks = make(tmp_path, raw)
+    checks.slow.update(dict.fromkeys(("10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"), 1.0))
+    with capturedLogs() as events:
+        checker.startService()
+        run(clock, 90, step=0.05)
+    warnings = [e for e in events if e.get("event") == "health_checks_skipped"]
+    assert len(warnings) == 2  # the first skip, then 60 s later
+    assert warnings[0]["late"] > 0 and warnings[0]["since"] == "start"
+    assert warnings[1]["since"] in ("60 s ago", "61 s ago")  # at the first turn a minute later
+    assert sum(w["late"] for w in warnings) <= checker.stats.skipped_late
+    checker.stopService()
