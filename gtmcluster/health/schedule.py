@@ -22,7 +22,8 @@ asks `wakeup(now)` when to ask again.
   `CheckStats.skipped_late`, and due again one interval after. A round still running when
   its next one is due delays that one; a next round that could not even start within
   `MAX_WAIT` is skipped the same way (`skipped_busy`). So nothing queues without bound: a
-  subject has one entry, due at most `MAX_WAIT` of its interval ago.
+  subject has one entry, and no round starts more than `MAX_WAIT` of its interval late
+  (one waiting behind a blocked round is skipped when it comes to the front).
 
 Every entry is in exactly one place: the heap (due, or waiting for budget), or running.
 """
