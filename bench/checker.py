@@ -102,11 +102,11 @@ def orchestrate(args: argparse.Namespace) -> int:
         print("bench/checker.py needs root (it creates a network namespace)", file=sys.stderr)
         return 2
     netns = f"{NETNS_PREFIX}-{os.getpid()}"
-    make_netns(netns)
     results = []
     here = Path(__file__).resolve().parent.parent
     sources = [Path(s).resolve() for s in args.source] or [here]
     try:
+        make_netns(netns)
         for case, source in itertools.product(args.cases, sources):
             loads = Path("/proc/loadavg").read_text().split()[:3]
             cmd = [
