@@ -158,6 +158,41 @@ class OriginSummary:
     xor: int = 0
 
 
+#: the record table is split in this many dicts (a power of two), by key hash
+SHARDS = 64
+
+
+class _Records:
+    """Records by key, in `SHARDS` dicts: a dict grows by copying itself whole, which at
+    millions of records stops the reactor for hundreds of milliseconds (650 ms at 2.8M keys
+    under load); a shard grows by a sixty-fourth of that."""
+
+    __slots__ = ("shards",)
+
+    def __init__(self) -> None:
+        self.shards: list[dict[str, Record]] = [{} for _ in range(SHARDS)]
+
+    def get(self, key: str) -> Record | None:
+        return self.shards[hash(key) & (SHARDS - 1)].get(key)
+
+    def __setitem__(self, key: str, record: Record) -> None:
+        self.shards[hash(key) & (SHARDS - 1)][key] = record
+
+    def __delitem__(self, key: str) -> None:
+        del self.shards[hash(key) & (SHARDS - 1)][key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.shards[hash(key) & (SHARDS - 1)]
+
+    def __len__(self) -> int:
+        return sum(len(shard) for shard in self.shards)
+
+    def values(self) -> Iterator[Record]:
+        """Every record (the store must not change meanwhile)."""
+        for shard in self.shards:
+            yield from shard.values()
+
+
 Listener = Callable[[Record], None]
 
 
@@ -167,7 +202,9 @@ class Store:
     def __init__(self, origin: str, clock: Callable[[], float]):
         self.origin = origin
         self.clock = clock
-        self._records: dict[str, Record] = {}
+        self._records = _Records()
+        self._shards = self._records.shards  # (read directly where every nanosecond counts)
+        self._count = 0
         self._last = Version(0, 0, origin)
         self._listeners: list[Listener] = []
         self.last_change = clock()  # when a record last changed (for the digest's age)
@@ -226,6 +263,7 @@ class Store:
         self._account(record, 1, bucket)
         kind = kind_of(key)
         if old is None:
+            self._count += 1
             self._kinds[kind] = self._kinds.get(kind, 0) + 1
             self._bucket_keys[bucket].append(key)
         if not numerous(kind):
@@ -336,11 +374,11 @@ class Store:
 
     def raw(self, key: str) -> Record | None:
         """The record held at *key*, tombstones included (for replication)."""
-        return self._records.get(key)
+        return self._shards[hash(key) & (SHARDS - 1)].get(key)
 
     def get(self, key: str) -> Record | None:
         """The live, non-deleted record at *key*."""
-        record = self._records.get(key)
+        record = self._shards[hash(key) & (SHARDS - 1)].get(key)
         if record is None and self.missing is not None:
             self.missing(key)
             record = self._records.get(key)
@@ -406,6 +444,7 @@ class Store:
         key = record.key
         bucket = bucket_of(key)
         del self._records[key]
+        self._count -= 1
         self._account(record, -1, bucket)
         # The key stays in its bucket's list until the list is mostly keys no longer held.
         self._bucket_dead[bucket] += 1
@@ -441,14 +480,11 @@ class Store:
             except Exception:
                 log.failure("a store listener failed on {key}", key=record.key)
 
-    def __len__(self) -> int:
-        return len(self._records)
-
     # --- anti-entropy and digests -------------------------------------------------------
 
     def digest(self) -> str:
         """The held state in one word: equal on two nodes that hold the same records."""
-        return f"{len(self._records)}-{self._xor:016x}"
+        return f"{self._count}-{self._xor:016x}"
 
     def summaries(self) -> dict[str, OriginSummary]:
         out: dict[str, OriginSummary] = {}
@@ -490,3 +526,6 @@ class Store:
 
     def all_records(self) -> Iterator[Record]:
         return iter(list(self._records.values()))
+
+    def __len__(self) -> int:
+        return self._count

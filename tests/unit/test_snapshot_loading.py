@@ -107,7 +107,9 @@ def saved_table(directory: Path) -> Path:
             version = Version(stamp + i, n, ORIGINS[dc])
             store.merge(Record(path_key(ldns(i), dc), path_value(rng, dc), version, 2419200.0, clock.seconds()))
     path = directory / snapshot.FILENAME
-    snapshot.write(path, snapshot.rows(store, WALL, clock.seconds()), "n1")
+    # the other records first in the file, then the table (as a node that added paths later)
+    rows = sorted(snapshot.rows(store, WALL, clock.seconds()), key=lambda row: row[0].startswith("path/"))
+    snapshot.write(path, rows, "n1")
     return path
 
 
