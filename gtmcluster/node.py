@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
+from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
@@ -207,18 +208,9 @@ class Node:
             request(self.store, self.probe_budget, probe, self.member.name)
 
     def health_keys(self) -> list[str]:
-        """The keys of every record the health evaluation and the load-based methods read
-        for this config (the formats of health.status and health.checker): each member's
-        verdict on each virtual server and link, admin and held states, load figures."""
-        config = self.config
-        members = [m.name for m in config.sync_group.members]
-        keys = []
-        for vs in config.virtual_servers:
-            keys += [f"obs/vs/{vs}/{member}" for member in members]
-            keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
-        for link in config.links:
-            keys += [f"obs/link/{link}/{member}" for member in members]
-        return keys
+        """The keys of every record health and the load-based methods read (see
+        `health.status.record_keys`)."""
+        return record_keys(self.config)
 
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
