@@ -82,6 +82,7 @@ class Node:
             self.stats,
             self.cached,
             version=config.dns_server.version,
+            ecs_trusted=config.dns_server.ecs_trusted,
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).
