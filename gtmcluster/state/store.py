@@ -376,13 +376,16 @@ class Store:
                 break
             record = self._records[key]
             self._remove(record)
+            expires = record.expires()
+            if expires is not None:
+                self._expiries.forget(expires)
             bound.evicted += 1
             evicted.append(record)
         if evicted:
             now = self.clock()
             for record in evicted:
                 # told as ended now, as an expired record is told: not live, not relayed
-                ended = Record(record.key, record.value, record.version, max(0.0, now - record.born), record.born)
+                ended = Record(record.key, record.value, record.version, 0.0, now)
                 self._notify(ended)
         return evicted
 

@@ -3,7 +3,9 @@ member whatever the order records arrive in; evictions told to listeners as endi
 
 from __future__ import annotations
 
+import gc
 import random
+import tracemalloc
 import zlib
 
 from hypothesis import given, settings
@@ -232,6 +234,35 @@ def test_the_version_order_stays_near_the_size_of_the_kind_under_rewrites() -> N
     order = store.bounds()["persist"].order
     assert len(held(store)) == 100
     assert len(order) <= 2 * 100 + 50
+
+
+def test_a_bounded_store_does_not_grow_with_what_is_flooded_through_it() -> None:
+    """Records written and evicted by the ten thousand (a flood of new clients, each with a
+    TTL of an hour) leave nothing behind: not in the version order, the expiry queue or
+    the anti-entropy buckets. The memory held after 20,000 more is what it was."""
+    clock = Clock()
+    store = Store("gtm-a", clock)
+    store.bound("persist", 500)
+
+    def flood(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            clock.now += 0.001
+            store.put(f"persist/w/1/{10 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}.0/24", {"pool": "p"}, ttl=3600)
+
+    tracemalloc.start()  # (before the first flood: what it allocates and later frees is seen)
+    try:
+        flood(0, 5_000)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        flood(5_000, 20_000)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert store.kinds() == {"persist": 500}
+    assert store.bounds()["persist"].evicted == 24_500
+    # 20,000 more records of ~300 bytes each would be 6 MB
+    assert grown < 60_000, grown
 
 
 def test_the_least_version_is_found_across_bins_and_late_arrivals() -> None:
