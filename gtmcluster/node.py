@@ -21,7 +21,8 @@ from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
-from gtmcluster.proximity.table import Measurements
+from gtmcluster.proximity.table import PATH_KIND, Measurements
+from gtmcluster.state import persistence
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
@@ -94,12 +95,24 @@ class Node:
         self._wideip_health: dict[str, int] = {}
         self.member: Member = config.member(name)
         self.measurements = measurements
-        self.probe_budget = Budget(config.prober, self.clock)
+        budget = Budget(config.prober, self.clock)
+        old_budget: Budget | None = getattr(self, "probe_budget", None)
+        if old_budget is not None:
+            budget.unfiled = old_budget.unfiled  # a counter: it outlives a reload
+        self.probe_budget = budget
         self.balancer = balancer
         self.responder = responder
         self.cache = cache
         self.generation += 1
         self.loaded_at = self.clock()
+        self._bound_store(config)
+
+    def _bound_store(self, config: Config) -> None:
+        """Bound the kinds of record DNS clients cause, alike on every member (see
+        `Store.bound`): persistence records, and paths (per data center with a member)."""
+        self.store.bound(persistence.KIND, config.persistence.max_records)
+        datacenters = {m.datacenter for m in config.sync_group.members}
+        self.store.bound(PATH_KIND, config.prober.max_ldns * max(1, len(datacenters)))
 
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the
