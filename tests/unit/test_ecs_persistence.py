@@ -68,7 +68,6 @@ def test_one_resolvers_client_subnet_does_not_pin_another_resolvers_answer(tmp_p
     127.0.8.0/24, still gets its own topology answer (DC2), not DC3 "by persistence"."""
     asker = Asker(tmp_path, persistent)
     assert asker.ask("127.0.0.1", "127.0.8.200/32", fast) == ([DC3], 32)
-    assert asker.persist_keys() == [f"persist/{WIDEIP}/1/127.0.0.0/24/ecs/127.0.8.0/24"]
     for _ in range(3):  # (again: the decision kept for the network must not be shared either)
         assert asker.ask("127.0.8.53", fast=fast) == ([DC2], None)
         assert asker.ask("127.0.8.54", fast=fast) == ([DC2], None)

@@ -1,6 +1,9 @@
-"""A flood of DNS clients against a real three-member sync group (`twistd -n gtm` processes).
+"""What DNS clients can make a real three-member sync group (`twistd -n gtm` processes) hold.
 
-A Python client sends 6,000 UDP queries from 1,024 source addresses, each query with a new
+One resolver's client subnet option (real `dig` with +subnet) cannot pin the answer
+another resolver's clients get: persistence is kept per resolver and client subnet.
+
+In a flood, a Python client sends 6,000 UDP queries from 1,024 source addresses, each query with a new
 EDNS client subnet (IPv4 /24s and IPv6 /56s), spread over the three members. Every answer
 writes a persistence record and each new source asks for a probe (the pool's preferred
 method is rtt). Afterwards every member holds `persistence.max_records` persistence
@@ -24,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.trio import Group, running_group
+from tests.support.dig import dig
+from tests.support.trio import DNS_PORT, Group, running_group
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -36,7 +40,21 @@ PROBES_PER_SECOND = 2
 SOURCES = [f"127.0.{86 + i // 256}.{i % 256}" for i in range(1024)]
 
 
+#: a wide IP by topology with persistence per /24, where 127.0.8.200 alone goes to DC3 and
+#: the rest of 127.0.8.0/24 to DC2
+PINNED = "pinned.example.test"
+LONE, VICTIMS = "10.0.3.1", "10.0.2.1"
+
+
 def customize(config: dict[str, Any]) -> None:
+    config["regions"]["lone"] = ["127.0.8.200/32"]
+    config["regions"]["victims"] = ["127.0.8.0/24"]
+    config["topology"][:0] = [
+        {"ldns": "region lone", "server": "datacenter DC3", "score": 100},
+        {"ldns": "region victims", "server": "datacenter DC2", "score": 50},
+    ]
+    config["pools"]["pt"] = {"members": ["vs1", "vs2", "vs3"], "load_balancing": {"preferred": "topology"}}
+    config["wideips"][PINNED] = {"type": "A", "pools": ["pt"], "persistence": {"ttl": 3600, "ipv4_prefix": 24}}
     config["pools"]["p"]["load_balancing"] = {"preferred": "rtt", "alternate": "topology"}
     config["wideips"][WIDEIP]["persistence"] = {"ttl": 3600, "ipv4_prefix": 24, "ipv6_prefix": 56}
     config["persistence"] = {"max_records": MAX_RECORDS}
@@ -159,6 +177,33 @@ def settled(group: Group) -> None:
         "the snapshots to hold the bounded table",
         lambda: {node: snapshot_rows(group, node) for node in group.members},
     )
+
+
+@pytest.mark.usefixtures("dig_tool")
+def test_one_resolvers_client_subnet_does_not_pin_another_resolvers_answer(group: Group) -> None:
+    """127.0.0.1 asks n1 for client 127.0.8.200/32 and gets DC3, held for that client through
+    127.0.0.1; the record reaches n2; 127.0.8.53, the resolver of 127.0.8.0/24 itself,
+    asking n2 gets its own topology answer, DC2 (before: DC3 "by persistence")."""
+    n1, n2 = group.members["n1"].address, group.members["n2"].address
+    first = dig(n1, DNS_PORT, PINNED, "A", "+subnet=127.0.8.200/32", source="127.0.0.1")
+    assert first.answer_data() == [LONE]
+    key = f"persist/{PINNED}/1/127.0.0.0/24/ecs/127.0.8.0/24"
+    group.wait_for(lambda: key in persist_keys(group, "n2"), 10, f"{key} on n2")
+    for _ in range(3):
+        assert dig(n2, DNS_PORT, PINNED, "A", source="127.0.8.53").answer_data() == [VICTIMS]
+        assert dig(n1, DNS_PORT, PINNED, "A", source="127.0.8.54").answer_data() == [VICTIMS]
+
+
+def persist_keys(group: Group, node: str) -> set[str]:
+    """The persistence keys of *node*'s snapshot as committed now (written every second)."""
+    path = group.workdir / "var" / "state" / node / "state.sqlite"
+    if not path.exists():
+        return set()
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {key for (key,) in db.execute("SELECT key FROM records WHERE key LIKE 'persist/%'")}
+    finally:
+        db.close()
 
 
 def test_a_flood_of_client_subnets_leaves_each_member_the_same_bounded_state(group: Group) -> None:
