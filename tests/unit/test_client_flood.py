@@ -218,3 +218,28 @@ def test_members_apart_during_a_flood_converge_on_the_same_records_when_they_mee
     assert group.cluster.digests() == digests
     refused = sum(node.store.bounds()["persist"].refused for node in group.nodes.values())
     assert refused > 0  # what one side had evicted, offered back, was refused
+
+
+def test_paths_are_bounded_per_data_center_and_a_reload_moves_the_bounds(tmp_path: Path) -> None:
+    """prober.max_ldns bounds the path records at that many per data center with a member
+    (each writes its own path to an LDNS); a reload with smaller bounds evicts at once, the
+    oldest first, and the counters carry on."""
+    raw = configs.base()
+    configs.add_member(raw, "n2", "DC2", "127.0.0.2")
+    raw["prober"]["max_ldns"] = 10
+    raw["persistence"] = {"max_records": 50}
+    path = configs.write(tmp_path, raw)
+    clock = [1000.0]
+    node = Node(load(path), "n1", clock=lambda: clock[0])
+    assert {kind: b.limit for kind, b in node.store.bounds().items()} == {"persist": 50, "path": 20}
+    for i in range(30):
+        clock[0] += 1
+        for dc in ("DC1", "DC2"):
+            node.store.put(f"path/198.51.100.{i}/{dc}", {"rtt": i}, ttl=3600)
+    held = sorted(r.key for r in node.store.scan("path/"))
+    assert held == sorted(f"path/198.51.100.{i}/{dc}" for i in range(20, 30) for dc in ("DC1", "DC2"))
+    raw["prober"]["max_ldns"] = 3
+    node.reload(load(configs.write(tmp_path, raw)))
+    held = sorted(r.key for r in node.store.scan("path/"))
+    assert held == sorted(f"path/198.51.100.{i}/{dc}" for i in range(27, 30) for dc in ("DC1", "DC2"))
+    assert node.store.bounds()["path"].evicted == 60 - 6
