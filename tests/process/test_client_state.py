@@ -151,6 +151,8 @@ def snapshot_rows(group: Group, node: str) -> dict[str, int]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         rows = db.execute("SELECT substr(key, 1, instr(key, '/') - 1), count(*) FROM records GROUP BY 1").fetchall()
+    except sqlite3.OperationalError:
+        return {}  # created, its first write not committed yet
     finally:
         db.close()
     return {str(kind): int(n) for kind, n in rows}
@@ -202,6 +204,8 @@ def persist_keys(group: Group, node: str) -> set[str]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return {key for (key,) in db.execute("SELECT key FROM records WHERE key LIKE 'persist/%'")}
+    except sqlite3.OperationalError:
+        return set()  # created, its first write not committed yet
     finally:
         db.close()
 
