@@ -13,7 +13,8 @@ price: a reference cycle that is alive when frozen and becomes garbage later is 
 collected. So the node freezes rarely, at moments when nearly everything alive is
 long-lived state:
 
-- after the snapshot is loaded at start (`freeze_now`);
+- after the snapshot is loaded at start (`freeze_now`), and while its path records load
+  after the node answers, every few thousand rows (`collect_and_freeze`);
 - after a full collection that took longer than `SLOW` (it has just removed every cycle
   that was garbage, and what it examined cost that much, so the next one would too):
   the freeze happens at the reactor's next turn (`HeapKeeper`).
@@ -95,6 +96,15 @@ class HeapKeeper(Service):
             ms=took * 1000,
             frozen=frozen,
         )
+
+
+def collect_and_freeze() -> None:
+    """A full collection (it examines only what is not frozen yet), then a freeze: while a
+    snapshot loads after the node answers (see gtmcluster.state.loading), now and then, so
+    no collection ever examines more than the records of the last few thousand rows, and
+    only objects alive are frozen. (Counting what is frozen would walk all of it.)"""
+    gc.collect()
+    gc.freeze()
 
 
 def freeze_now() -> int:

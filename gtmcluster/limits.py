@@ -1,6 +1,8 @@
-"""Process limits the node needs: enough open files for the TCP clients it accepts.
+"""Process limits the node needs: enough open files for the TCP clients it accepts and the
+health checks it runs.
 
-Every TCP DNS client holds a file descriptor. systemd starts services with a soft limit of
+Every TCP DNS client holds a file descriptor, and so does every health check in flight
+(at most `health.max_in_flight`). systemd starts services with a soft limit of
 1024 open files (the hard limit is far higher), which a node with `tcp_max_clients: 1000`
 on two addresses would hit: accepting would fail with EMFILE while the cap was not reached.
 So the node raises its soft limit to the hard one at start, says so in its log, and warns
@@ -24,8 +26,9 @@ UNLIMITED_TARGET = 1 << 20
 
 
 def needed_open_files(config: Config, node: str) -> int:
-    """The open files *node* may need: its TCP client caps on every DNS address, and spare."""
-    return config.dns_server.tcp_max_clients * len(config.member(node).dns) + SPARE
+    """The open files *node* may need: its TCP client caps on every DNS address, its health
+    checks in flight, and spare."""
+    return config.dns_server.tcp_max_clients * len(config.member(node).dns) + config.health.max_in_flight + SPARE
 
 
 def raise_open_files(needed: int) -> tuple[int, int]:
@@ -54,7 +57,8 @@ def raise_open_files(needed: int) -> tuple[int, int]:
     if after != resource.RLIM_INFINITY and after < needed:
         log.warn(
             "the open-file limit {limit} is below the {needed} the TCP client caps may need "
-            "(dns_server.tcp_max_clients per DNS address, plus {spare}): raise LimitNOFILE or ulimit -n",
+            "(dns_server.tcp_max_clients per DNS address, health.max_in_flight, plus {spare}): "
+            "raise LimitNOFILE or ulimit -n",
             limit=after,
             needed=needed,
             spare=SPARE,

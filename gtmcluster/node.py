@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
+from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
@@ -23,7 +24,7 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
 from gtmcluster.state import persistence
-from gtmcluster.state.persistence import StorePersistence
+from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
 
@@ -51,6 +52,10 @@ class Node:
         self.ready_listeners: list[Callable[[bool], object]] = []
         #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
         self.delegate: Callable[[PersistRecord | None, str | None], object] | None = None
+        #: when set, a persistence record a decision asks for is written only through it:
+        #: it is called with the record's key and the write, and writes when it sees fit
+        #: (a node still loading its snapshot first asks its peers for the client's record)
+        self.before_persisting: Callable[[str, Callable[[], object]], object] | None = None
         #: how many configs this node has run (1 at start, +1 per reload) and since when
         self.generation = 0
         self.loaded_at = clock()
@@ -209,9 +214,17 @@ class Node:
 
     def carry_out(self, persist: PersistRecord | None, probe: str | None) -> None:
         if persist is not None:
-            self.persistence.put(persist)
+            if self.before_persisting is None:
+                self.persistence.put(persist)
+            else:
+                self.before_persisting(record_key(persist.key), lambda: self.persistence.put(persist))
         if probe is not None:
             request(self.store, self.probe_budget, probe, self.member.name)
+
+    def health_keys(self) -> list[str]:
+        """The keys of every record health and the load-based methods read (see
+        `health.status.record_keys`)."""
+        return record_keys(self.config)
 
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""

@@ -31,6 +31,7 @@ from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
+from gtmcluster.proximity.table import PATH
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.sync.replicator import Replicator
@@ -273,11 +274,27 @@ def make_service(
     node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
     # Children stop in reverse order: the snapshot is written last, after everything else.
-    snapshots = Snapshotter(node.store, config.state_dir_for(node_name), reactor, time.time, settings.snapshot_interval)
+    # Path records (the bulk of a full table) are read after the node starts answering.
+    snapshots = Snapshotter(
+        node.store,
+        config.state_dir_for(node_name),
+        reactor,
+        time.time,
+        settings.snapshot_interval,
+        later=PATH,
+        settle=heap.collect_and_freeze,
+    )
     if snapshots.load():
-        node.health.settle()  # the loaded verdicts, evaluated before the first answer
+        # loading is silent (Store.load): evaluate what came in, all of it before the first answer
+        node.health.refresh()
+        node.health.settle()
         gc.collect()
         heap.freeze_now()  # the loaded state is long-lived: keep it out of later collections
+    # anti-entropy compares whole stores: not before the whole snapshot is in; meanwhile
+    # each peer that connects is asked for the records health and admin states are made of
+    replicator.hold_until(snapshots.when_loaded())
+    replicator.catch_up = node.health_keys
+    node.before_persisting = replicator.ask_first  # a client's record may be on a peer only
     snapshots.setName("snapshot")
     snapshots.setServiceParent(top)
     top.snapshots = snapshots
@@ -346,6 +363,7 @@ def make_service(
             config_path,
             lambda: dns.udp[0].fast,
             lambda: frozenset([node_name, *replicator.connected_names()]),
+            snapshots.when_loaded,
         )
         replicator.peer_listeners.append(workers.send_state)
         workers.setName("workers")

@@ -62,3 +62,40 @@ class ProbeStats:
         self.failures = 0
         self.ignored = 0  # probe requests ignored: their origin had too many waiting
         self.rtt = Histogram(RTT_BUCKETS)
+
+
+#: health check lag buckets (seconds): how late a check started after it was due
+LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass
+class CheckStats:
+    """What the health checker did, in checks (one per target per round)."""
+
+    started: int = 0
+    #: not started: no budget (health.max_checks_per_second) or no free slot
+    #: (health.max_in_flight) until half an interval after it was due
+    skipped_late: int = 0
+    #: not started: the subject's previous round was still running
+    skipped_busy: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    lag: Histogram = field(default_factory=lambda: Histogram(LAG_BUCKETS))
+    lag_max: float = 0.0
+
+    @property
+    def skipped(self) -> int:
+        return self.skipped_late + self.skipped_busy
+
+    def lag_quantile(self, q: float) -> float | None:
+        """The upper bound of the bucket holding the *q* quantile of lags (inf beyond the
+        last bucket: then `lag_max` says more), or None before any check."""
+        if not self.lag.count:
+            return None
+        wanted = q * self.lag.count
+        running = 0
+        for bound, n in zip(self.lag.buckets, self.lag.counts, strict=False):
+            running += n
+            if running >= wanted:
+                return bound
+        return float("inf")

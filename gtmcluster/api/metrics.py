@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from gtmcluster.api.server import Raw
 from gtmcluster.slices import Steps
 from gtmcluster.state.bounds import Bound
-from gtmcluster.stats import Histogram
+from gtmcluster.stats import CheckStats, Histogram
 
 if TYPE_CHECKING:
     from gtmcluster.service import NodeService
@@ -131,6 +131,9 @@ class NodeCollector(Collector):
             ignored.add_metric([dc], stats.ignored)
             yield ignored
             yield _histogram("gtm_probe_rtt_seconds", "measured LDNS round trips", stats.rtt, {"datacenter": dc})
+
+        if service.checker is not None:
+            yield from health_check_metrics(service.checker.stats)
 
         connected = GaugeMetricFamily("gtm_peer_connected", "1 when connected to the peer", labels=["peer"])
         sent = CounterMetricFamily("gtm_sync_records_sent", "records pushed to the peer", labels=["peer"])
@@ -245,3 +248,24 @@ class _One(CollectorRegistry):
 
     def collect(self) -> Iterator[Metric]:
         yield self.family
+
+
+# -- the health checker (gtmcluster/health/checker.py, schedule.py)
+
+
+def health_check_metrics(stats: CheckStats) -> Iterator[Metric]:
+    """What the health checker did: checks started and skipped, in flight, how late they started."""
+    yield CounterMetricFamily(
+        "gtm_health_checks_started", "health checks started (one per target)", value=stats.started
+    )
+    skipped = CounterMetricFamily(
+        "gtm_health_checks_skipped",
+        "health checks not started: no budget or free slot within half their interval (late), "
+        "or their previous round still running (busy)",
+        labels=["reason"],
+    )
+    skipped.add_metric(["late"], stats.skipped_late)
+    skipped.add_metric(["busy"], stats.skipped_busy)
+    yield skipped
+    yield GaugeMetricFamily("gtm_health_checks_in_flight", "health checks running now", value=stats.in_flight)
+    yield _histogram("gtm_health_check_lag_seconds", "how late health checks started after they were due", stats.lag)

@@ -42,6 +42,8 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
 
     def get_status(args: Args, parts: Args) -> Any:
         def more(answer: dict[str, Any]) -> dict[str, Any]:
+            # while the path records of the snapshot are still being read (see state.loading)
+            answer["loading"] = service.snapshots.loading if service.snapshots is not None else None
             answer["workers"] = service.workers.describe() if service.workers is not None else []
             answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
             return answer

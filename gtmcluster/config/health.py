@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from gtmcluster.config.model import (
     Monitor,
     TcpCheck,
     UdpCheck,
+    VirtualServer,
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
@@ -33,6 +35,10 @@ DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
 DNS_QTYPES = ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME", "SRV", "PTR")
 #: checks that connect to a port (icmp does not)
 PORTED = ("tcp", "http", "https", "udp", "dns", "metrics")
+#: the checks in flight if every target hung until its timeout, times this, must fit in
+#: health.max_in_flight: a slot is held a little longer than the timeout, and rounds
+#: delayed by a busy reactor catch up (more at once for a moment)
+IN_FLIGHT_HEADROOM = 1.25
 
 
 def read_monitors(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Monitor]:
@@ -222,9 +228,54 @@ def read_links(
 def read_health(r: Reader, raw: Any) -> Health:
     if raw is None:
         return Health()
-    m = r.mapping(("health",), raw, "a mapping {max_in_flight}")
+    m = r.mapping(("health",), raw, "a mapping {max_in_flight, max_checks_per_second}")
     if m is None:
         return Health()
-    in_flight = m.integer("max_in_flight", 64, 1, 10000)
+    default = Health()
+    in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
+    rate = m.number("max_checks_per_second", default.max_checks_per_second, 1, 100000)
     m.done()
-    return Health(in_flight or 64)
+    return Health(in_flight or default.max_in_flight, rate or default.max_checks_per_second)
+
+
+def check_budget(r: Reader, settings: Health, vss: dict[str, VirtualServer], links: dict[str, Link]) -> None:
+    """The monitors must fit the node's budget: their checks a second within
+    `max_checks_per_second`, and the checks that would run at once if every target hung
+    until its timeout, with `IN_FLIGHT_HEADROOM`, within `max_in_flight`. Otherwise checks
+    would be skipped round after round."""
+    rate = 0.0
+    hanging = 0.0
+    monitored = 0
+    for vs in vss.values():
+        if vs.monitor is not None:
+            monitored += 1
+            rate += 1 / vs.monitor.interval
+            hanging += vs.monitor.timeout / vs.monitor.interval
+    targets = 0
+    for link in links.values():
+        n = len(link.targets)
+        targets += n
+        rate += n / link.monitor.interval
+        hanging += n * link.monitor.timeout / link.monitor.interval
+    what = f"{monitored} monitored virtual servers" + (f" and {targets} link targets" if links else "")
+    if rate > settings.max_checks_per_second * (1 + 1e-9):
+        r.error(
+            ("health", "max_checks_per_second"),
+            f"the monitors need {amount(rate)} checks a second ({what}), more than "
+            f"{settings.max_checks_per_second:g}: raise it (see bench/checker.py for what a node "
+            "sustains) or lengthen the intervals",
+        )
+    at_once = math.ceil(hanging - 1e-9)
+    needed = math.ceil(hanging * IN_FLIGHT_HEADROOM - 1e-9)
+    if needed > settings.max_in_flight:
+        r.error(
+            ("health", "max_in_flight"),
+            f"if every target hung until its timeout, {at_once:,} checks would run at once ({what}); "
+            f"with a quarter more to spare it must be at least {needed:,}, not {settings.max_in_flight}: "
+            "raise it (each check in flight holds a socket) or shorten the timeouts",
+        )
+
+
+def amount(value: float) -> str:
+    """``1000.2`` -> ``"1,000.2"``, ``6.0`` -> ``"6"``."""
+    return f"{value:,.1f}".removesuffix(".0")

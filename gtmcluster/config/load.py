@@ -123,6 +123,7 @@ def _load(file: str) -> Config:
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
     vss = traffic.read_virtual_servers(r, top.get("virtual_servers", {}), datacenters, monitors, links)
+    health.check_budget(r, health_settings, vss, links)
     regions = traffic.read_regions(r, top.get("regions", {}), resolve)
     raw_pools = top.get("pools", {})
     pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []

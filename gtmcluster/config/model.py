@@ -181,9 +181,10 @@ class VirtualServer:
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """Node-wide health checking settings."""
+    """Node-wide health checking settings: the checker's budget (`gtmcluster.health.schedule`)."""
 
-    max_in_flight: int = 64  # checks running at once on one node
+    max_in_flight: int = 2500  # checks running at once on one node (each may hold a socket)
+    max_checks_per_second: float = 1000.0  # checks started per second on one node
 
 
 @dataclass(frozen=True, slots=True)

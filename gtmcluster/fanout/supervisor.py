@@ -7,9 +7,13 @@ worker gets the node's records (all of them, then every change), who the observe
 whether the node is ready; it sends back what its decisions ask for (written here) and its
 counters (added to the node's).
 
-A worker that exits is restarted, after 1 s and then longer while it keeps failing; until
-it is back, the node reads its sockets itself, so its share of queries is still answered.
-Stopping the node stops the workers (SIGTERM, SIGKILL after `STOP_TIMEOUT`).
+Until a worker holds the node's whole state, the node reads the worker's sockets itself
+(it covers them), so no query is answered from part of the state: the worker begins to
+answer when it hears the state (`feed.State`), which comes after every record. The feed
+begins once the node has loaded its whole snapshot (see `state.loading`). A worker that
+exits is covered the same way until it is restarted (after 1 s, and then longer while it
+keeps failing) and fed again. Stopping the node stops the workers (SIGTERM, SIGKILL after
+`STOP_TIMEOUT`).
 """
 
 from __future__ import annotations
@@ -99,12 +103,14 @@ class Workers(Service):
         config_path: str,
         fast_path: Callable[[], FastPath],
         observers: Callable[[], frozenset[str]],
+        loaded: Callable[[], defer.Deferred[None]] = lambda: defer.succeed(None),
     ):
         self.node = node
         self.reactor = reactor
         self.config_path = config_path
         self.fast_path = fast_path  # the node's own fast path, for covering a worker's sockets
         self.observers = observers
+        self.loaded = loaded  # fires once the node's store holds its whole snapshot
         count = len(listeners[0].workers) if listeners else 0
         self.slots = [
             _Slot(i + 1, [(listener.workers[i], listener.family) for listener in listeners]) for i in range(count)
@@ -119,13 +125,27 @@ class Workers(Service):
     def startService(self) -> None:
         super().startService()
         for slot in self.slots:
+            self._cover(slot)
             self._spawn(slot)
 
-    def _spawn(self, slot: _Slot) -> None:
-        slot.restart = None
+    def _cover(self, slot: _Slot) -> None:
+        """Answer on *slot*'s sockets here (its worker is not answering)."""
+        if slot.covering:
+            return
+        fast = self.fast_path()
+        for sock, family in slot.sockets:
+            proto = DNSDatagramProtocol(fast)
+            slot.covering.append(
+                self.reactor.adoptDatagramPort(sock.fileno(), family, proto, maxPacketSize=MAX_UDP_QUERY)
+            )
+
+    def _uncover(self, slot: _Slot) -> None:
         for port in slot.covering:
             port.stopListening()
         slot.covering = []
+
+    def _spawn(self, slot: _Slot) -> None:
+        slot.restart = None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds = [sock.fileno() for sock, _ in slot.sockets]
         child: dict[int, int | str] = {0: "w", 1: "r", 2: "r"}
@@ -185,12 +205,7 @@ class Workers(Service):
             delay=slot.delay,
             event="worker_exited",
         )
-        fast = self.fast_path()
-        for sock, family in slot.sockets:
-            proto = DNSDatagramProtocol(fast)
-            slot.covering.append(
-                self.reactor.adoptDatagramPort(sock.fileno(), family, proto, maxPacketSize=MAX_UDP_QUERY)
-            )
+        self._cover(slot)
         slot.restart = self.reactor.callLater(slot.delay, self._spawn, slot)
         slot.delay = min(MAX_RESTART, slot.delay * 2)
 
@@ -200,9 +215,7 @@ class Workers(Service):
         for slot in self.slots:
             if slot.restart is not None and slot.restart.active():
                 slot.restart.cancel()
-            for port in slot.covering:
-                port.stopListening()
-            slot.covering = []
+            self._uncover(slot)
             if slot.process is not None and slot.output is not None:
                 waits.append(self._stop(slot))
         for slot in self.slots:
@@ -232,11 +245,13 @@ class Workers(Service):
     def _connected(self, slot: _Slot, side: feed.NodeSide) -> None:
         slot.side = side
         slot.fed = False
-        # Every record held, a batch per turn of the reactor (a full table is millions of
-        # records, seconds of encoding); changes meanwhile go out as they happen, and the
-        # worker keeps the newest version of each. Then the state: the worker hears that
-        # the node is ready only once it holds what the node held.
-        task.cooperate(self._feed_all(slot, side))
+        # Every record held (once the snapshot is loaded whole: records loaded are not
+        # news that goes out as changes), a batch per turn of the reactor (a full table is
+        # millions of records, seconds of encoding); changes meanwhile go out as they
+        # happen, and the worker keeps the newest version of each. Then the state: the
+        # worker answers, and hears whether the node is ready, only once it holds what the
+        # node held.
+        self.loaded().addCallback(lambda _: task.cooperate(self._feed_all(slot, side)))
 
     def _feed_all(self, slot: _Slot, side: feed.NodeSide) -> Iterator[None]:
         records = self.node.store.all_records()
@@ -249,7 +264,12 @@ class Workers(Service):
             yield None
         if slot.side is side:
             slot.fed = True
-            self._send_state(side)
+
+            def answering(_: object) -> None:
+                if slot.side is side:
+                    self._uncover(slot)  # the worker has taken every record in: it answers now
+
+            self._send_state(side).addCallback(answering)
 
     def _lost(self, slot: _Slot, side: feed.NodeSide) -> None:
         if slot.side is side:
@@ -279,9 +299,11 @@ class Workers(Service):
             if slot.side is not None and slot.fed:
                 self._send_state(slot.side)
 
-    def _send_state(self, side: feed.NodeSide) -> None:
+    def _send_state(self, side: feed.NodeSide) -> defer.Deferred[Any]:
+        """Fires once the worker has taken the state in (and every record sent before it)."""
         observers = sorted(self.observers())
-        side.callRemote(feed.State, observers=observers, ready=self.node.ready).addErrback(lambda _: None)
+        sent: defer.Deferred[Any] = side.callRemote(feed.State, observers=observers, ready=self.node.ready)
+        return sent.addErrback(lambda _: None)
 
     def reload(self, path: str) -> None:
         """Have every worker read the config (checked by the node already) again."""

@@ -58,6 +58,8 @@ class Worker:
         node.health.writes = False
         node.delegate = self._carry
         self.protocols: list[DNSDatagramProtocol] = []
+        #: the UDP sockets, answered on from the first `State` (sent once every record is here)
+        self._fds: list[int] = []
         #: this process's own rate limiter (the kernel sends a client's queries to one process)
         self.limiter = ratelimit.make(node.config.dns_server.rate_limit, reactor.seconds, node.stats)
         self.side: feed.WorkerSide | None = None
@@ -67,6 +69,12 @@ class Worker:
         ]
 
     def answer_on(self, fds: list[int]) -> None:
+        """Answer on *fds* once the node has sent its whole state (until then it answers
+        on them itself)."""
+        self._fds = fds
+
+    def _answer(self) -> None:
+        fds, self._fds = self._fds, []
         fast = FastPath(self.node.responder, self.limiter)
         for fd in fds:
             sock = socket.socket(fileno=fd)
@@ -100,6 +108,8 @@ class Worker:
         self.observers = frozenset(observers)
         self.node.health.observers_changed()
         self.node.ready = ready
+        if self._fds:
+            self._answer()  # the first State: every record is here
 
     def _reload(self, path: str) -> defer.Deferred[dict[str, Any]]:
         async def reload() -> dict[str, Any]:

@@ -5,8 +5,13 @@ others'). Each subject has a `Flap` (anti-flap thresholds) fed by raw results; a
 result is the OR of its targets (one dead target does not fail it). A verdict change is
 written at once as this node's observation record, ``obs/vs/<vs>/<node>`` or
 ``obs/link/<link>/<node>``; unchanged verdicts are rewritten now and then so that they
-outlive their TTL only while this node keeps checking. At most `health.max_in_flight`
-checks run at once; a subject whose previous round is still running skips a round.
+outlive their TTL only while this node keeps checking.
+
+When rounds run is the `Schedule`'s business (`gtmcluster.health.schedule`): each subject
+every interval at a phase of its own (spread over the first interval from its key), at
+most `health.max_checks_per_second` checks started a second and `health.max_in_flight`
+running at once; a round that cannot start within half an interval is skipped and
+counted (`HealthChecker.stats`), never queued. One timer drives it all.
 """
 
 from __future__ import annotations
@@ -17,19 +22,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet import defer, task
+from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
 from gtmcluster.config.model import Config, Monitor
 from gtmcluster.health.flap import UP, Flap
+from gtmcluster.health.schedule import Entry, Schedule
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.state.store import Store
 
 log = Logger()
 
-#: the first round of checks is spread over this many seconds (at most one interval)
-STARTUP_SPREAD = 2.0
+#: due rounds are started together, at most this often (seconds): a little late, in batches
+TICK = 0.01
+#: skipped checks are logged at most this often (seconds)
+SKIP_LOG_EVERY = 60.0
 #: an observation lives this long at least, and is rewritten every third of its life
 MIN_OBSERVATION_TTL = 90.0
 
@@ -44,11 +52,8 @@ class Subject:
     targets: tuple[Target, ...]
     flap: Flap
     key: str
-    busy: bool = False
-    due: bool = False  # a tick came while a round ran: the next round starts when it ends
     last_written: float = float("-inf")
-    loop: task.LoopingCall | None = None
-    starter: IDelayedCall | None = None
+    entry: Entry[Subject] | None = field(default=None, repr=False)  # its place in the schedule
     check: Check | None = field(default=None, repr=False)
 
     @property
@@ -85,103 +90,147 @@ class HealthChecker(Service):
         self.reactor = reactor
         self.node = node
         self.make_check = make_check
-        self.semaphore = defer.DeferredSemaphore(config.health.max_in_flight)
+        settings = config.health
+        self.schedule: Schedule[Subject] = Schedule(
+            settings.max_checks_per_second, settings.max_in_flight, reactor.seconds()
+        )
+        #: checks started and skipped, in flight, and how late they started
+        self.stats = self.schedule.stats
         self.subjects = subjects(config, node)
         for subject in self.subjects:
             subject.check = make_check(subject.monitor)
+        self._timer: IDelayedCall | None = None
+        self._last_pump = float("-inf")
+        self._pumping = False
+        self._skips_logged = (0, 0, float("-inf"))  # skipped late, skipped busy, when
 
     def startService(self) -> None:
         super().startService()
+        now = self.reactor.seconds()
         for subject in self.subjects:
-            self._schedule(subject)
+            self._add(subject, now)
+        self._arm(now)
 
-    def _schedule(self, subject: Subject) -> None:
-        interval = subject.monitor.interval
-        spread = min(interval, STARTUP_SPREAD)
-        delay = (zlib.crc32(subject.key.encode()) % 1000) / 1000 * spread
-        loop = task.LoopingCall(self._tick, subject)
-        loop.clock = self.reactor
-        subject.loop = loop
-        subject.starter = self.reactor.callLater(delay, self._start_loop, subject)
+    def stopService(self) -> None:
+        super().stopService()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        for subject in self.subjects:
+            self._remove(subject)
 
     def reconfigure(self, config: Config) -> None:
         """Check what *config* says from now on. A subject whose monitor and targets are
-        unchanged keeps its verdict and thresholds; others start afresh; removed ones stop
-        (their records expire with their TTL)."""
+        unchanged keeps its verdict, thresholds and schedule; others start afresh; removed
+        ones stop (their records expire with their TTL)."""
         old = {s.key: s for s in self.subjects}
         new = subjects(config, self.node)
         kept = []
+        now = self.reactor.seconds()
         for subject in new:
             before = old.pop(subject.key, None)
             if before is not None and (before.monitor, before.targets) == (subject.monitor, subject.targets):
                 kept.append(before)
                 continue
             if before is not None:
-                self._stop(before)
+                self._remove(before)
             subject.check = self.make_check(subject.monitor)
             if self.running:
-                self._schedule(subject)
+                self._add(subject, now)
             kept.append(subject)
         for gone in old.values():
-            self._stop(gone)
+            self._remove(gone)
         self.subjects = kept
-        self.semaphore.limit = config.health.max_in_flight
+        settings = config.health
+        self.schedule.configure(settings.max_checks_per_second, settings.max_in_flight)
+        if self.running:
+            self._arm(now)
 
-    def _stop(self, subject: Subject) -> None:
-        if subject.starter is not None and subject.starter.active():
-            subject.starter.cancel()
-        subject.starter = None
-        if subject.loop is not None and subject.loop.running:
-            subject.loop.stop()
+    def _add(self, subject: Subject, now: float) -> None:
+        interval = subject.monitor.interval
+        phase = zlib.crc32(subject.key.encode()) / 2**32 * interval
+        subject.entry = self.schedule.add(subject, interval, len(subject.targets), now + phase)
 
-    def _start_loop(self, subject: Subject) -> None:
-        subject.starter = None
-        if self.running and subject.loop is not None:
-            subject.loop.start(subject.monitor.interval, now=True).addErrback(
-                lambda f: log.failure("health checks of {subject} stopped", f, subject=subject.description)
-            )
+    def _remove(self, subject: Subject) -> None:
+        if subject.entry is not None:
+            self.schedule.remove(subject.entry)
+            subject.entry = None
 
-    def stopService(self) -> None:
-        super().stopService()
-        for subject in self.subjects:
-            self._stop(subject)
+    # -- the one timer
 
-    def _tick(self, subject: Subject) -> None:
-        """The loop's tick, every interval whatever a round takes: a round, or, while the last
-        one still runs, a round as soon as it ends (never two at once, never a queue). A loop
-        that waited for each round would start the next at the tick after the round ended:
-        with a check that times out after a whole interval (timeout = interval), a round every
-        two intervals, and a server down after twice the failover bound."""
-        if subject.busy:
-            subject.due = True
+    def _arm(self, now: float) -> None:
+        """Have `_pump` run when the schedule next needs it (no sooner than `TICK` after
+        the last run: due rounds are started in batches, a little late, not one per turn)."""
+        if self._pumping or not self.running:
             return
-        self.round(subject)
+        at = self.schedule.wakeup(now)
+        if at is None:
+            return
+        at = max(at, self._last_pump + TICK)
+        timer = self._timer
+        if timer is not None and timer.active():
+            if timer.getTime() <= at:
+                return
+            timer.cancel()  # (moving a timer sooner would search the reactor's heap)
+        self._timer = self.reactor.callLater(max(0.0, at - now), self._pump)
 
-    def round(self, subject: Subject) -> defer.Deferred[Any] | None:
-        """Check every target of *subject* once (skipped while the last round runs)."""
-        if subject.busy:
-            return None
-        subject.busy = True
+    def _pump(self) -> None:
+        self._timer = None
+        now = self.reactor.seconds()
+        self._last_pump = now
+        self._pumping = True
+        try:
+            for entry in self.schedule.take(now):
+                self._round(entry)
+        finally:
+            self._pumping = False
+        self._arm(now)
+        self._log_skips(now)
+
+    def _log_skips(self, now: float) -> None:
+        late, busy, when = self._skips_logged
+        stats = self.stats
+        if (stats.skipped_late, stats.skipped_busy) == (late, busy) or now - when < SKIP_LOG_EVERY:
+            return
+        log.warn(
+            "{late} health checks skipped for want of budget (health.max_checks_per_second "
+            "{rate:g}, max_in_flight {cap}: {in_flight} running) and {busy} because their last "
+            "round still ran, since {since}",
+            late=stats.skipped_late - late,
+            busy=stats.skipped_busy - busy,
+            rate=self.schedule.bucket.rate,
+            cap=self.schedule.max_in_flight,
+            in_flight=stats.in_flight,
+            since="start" if when == float("-inf") else f"{now - when:.0f} s ago",
+            event="health_checks_skipped",
+        )
+        self._skips_logged = (stats.skipped_late, stats.skipped_busy, now)
+
+    # -- a round
+
+    def _round(self, entry: Entry[Subject]) -> None:
+        """Check every target of the entry's subject once."""
+        subject = entry.item
         check = subject.check
         assert check is not None
-        runs = [self.semaphore.run(check, target) for target in subject.targets]
-        d: defer.Deferred[Any] = defer.gatherResults(runs, consumeErrors=True)
-        d.addCallback(self._judge, subject)
+        d: defer.Deferred[Any]
+        if len(subject.targets) == 1:
+            d = check(subject.targets[0]).addCallback(lambda result: [result])
+        else:
+            d = defer.gatherResults([check(target) for target in subject.targets], consumeErrors=True)
+        d.addCallback(self._judge, entry)
         d.addErrback(lambda f: log.failure("health check of {subject} failed", f, subject=subject.description))
+        d.addBoth(self._finished, entry)
 
-        def done(_: object) -> None:
-            subject.busy = False
-            if subject.due:
-                subject.due = False
-                if self.running and subject.loop is not None and subject.loop.running:
-                    self.round(subject)
+    def _finished(self, _: object, entry: Entry[Subject]) -> None:
+        now = self.reactor.seconds()
+        self.schedule.finished(entry, now)
+        self._arm(now)
 
-        d.addBoth(done)
-        return d
-
-    def _judge(self, results: list[Result], subject: Subject) -> None:
-        if not self.running:
-            return
+    def _judge(self, results: list[Result], entry: Entry[Subject]) -> None:
+        if not self.running or entry.removed:
+            return  # (removed: the subject is no longer checked, or checked afresh)
+        subject = entry.item
         ok = any(r.ok for r in results)
         if len(results) == 1:
             reason = results[0].reason

@@ -50,7 +50,7 @@ class Attempt:
         self._done = False
         self.waiting_for = waiting_for
         self.deferred: Deferred[Result] = Deferred(self._cancel)
-        self._timer: IDelayedCall = clock.callLater(timeout, self._expire)
+        self._timer: IDelayedCall | None = clock.callLater(timeout, self._expire)
 
     @property
     def done(self) -> bool:
@@ -80,8 +80,9 @@ class Attempt:
 
     def _stop(self) -> None:
         self._done = True
-        if self._timer.active():
-            self._timer.cancel()
+        timer, self._timer = self._timer, None  # (a fired timer still refers to us: no cycle)
+        if timer is not None and timer.active():
+            timer.cancel()
         cleanups, self._cleanups = self._cleanups, []
         for cleanup in reversed(cleanups):
             self._run(cleanup)

@@ -6,7 +6,8 @@ address), ``User-Agent: gtmcluster-monitor`` and ``Connection: close``. At most
 is made on what was read (the reason says so). The verdict comes as soon as it is certain:
 a status outside `expect_status` fails at once, a good status without body conditions
 succeeds at once, and body conditions are judged when the body is complete (the peer closed,
-``Content-Length`` bytes arrived, or the cap was reached).
+``Content-Length`` bytes arrived, or the cap was reached). Plain http on a real reactor
+connects on a bare socket (`gtmcluster.probe.bare`), https through Twisted's TLS client.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gtmcluster.config.model import HttpCheck
+from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import IPAddress, Result, Target
 from gtmcluster.probe.stream import connect, lost_reason
@@ -275,11 +277,16 @@ def format_metrics(data: Mapping[str, float]) -> str:
 class HttpChecker:
     """``check(target)`` for an http or https monitor."""
 
-    def __init__(self, settings: HttpCheck, reactor: Any, timeout: float, port: int | None = None) -> None:
+    def __init__(
+        self, settings: HttpCheck, reactor: Any, timeout: float, port: int | None = None, bare: bool = True
+    ) -> None:
+        """*bare*: plain http on a real reactor connects on a bare socket (False: Twisted's
+        client, as the tests that compare the two need)."""
         self._settings = settings
         self._reactor = reactor
         self._timeout = timeout
         self._port = port
+        self._bare = bare and not settings.tls and bare_stream.usable(reactor)
         self._trust: IOpenSSLTrustRoot | None = None
         self._trust_problem: str | None = None
         self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}
@@ -300,7 +307,10 @@ class HttpChecker:
         name = server_name(s, target.address) if s.tls else None
         probe = HttpProbe(s, request_bytes(s, target.address, port), attempt, name)
         tls = self._creator(name) if name is not None else None
-        connect(self._reactor, target.address, port, probe, attempt, self._timeout, tls)
+        if self._bare:
+            bare_stream.connect(self._reactor, target.address, port, probe, attempt, self._timeout)
+        else:
+            connect(self._reactor, target.address, port, probe, attempt, self._timeout, tls)
         return attempt.deferred
 
     def _creator(self, name: str) -> IOpenSSLClientConnectionCreator:

@@ -62,6 +62,12 @@ def connect(
 def connect_failure(reason: Failure, timeout: float) -> str:
     """The reason for a connection that could not be made."""
     e = reason.value
+    assert isinstance(e, BaseException)
+    return connect_error_reason(e, timeout)
+
+
+def connect_error_reason(e: BaseException, timeout: float) -> str:
+    """The reason for a connection that could not be made, from the exception."""
     if isinstance(e, error.ConnectionRefusedError):
         return "connection refused"
     if isinstance(e, error.NoRouteError):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from gtmcluster.config.model import Prober
 from gtmcluster.proximity.ranges import NEVER, SPECIAL_PURPOSE
+from gtmcluster.tokenbucket import TokenBucket
 from gtmcluster.topology.prefixes import PrefixMap
 
 #: a probe request lives this long (or half the probe interval, when shorter): the time for
@@ -48,35 +49,6 @@ def queue_limit(prober: Prober) -> int:
     return max(MIN_QUEUE, math.ceil(prober.max_per_second * request_ttl(prober.probe_interval)))
 
 
-class TokenBucket:
-    """*rate* tokens a second, at most *burst* held; it starts full."""
-
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float]):
-        self.rate = rate
-        self.burst = burst
-        self.clock = clock
-        self.tokens = burst
-        self.at = clock()
-
-    def _refill(self) -> None:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-
-    def take(self) -> bool:
-        """Take a token, if there is one."""
-        self._refill()
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-    def wait(self) -> float:
-        """Seconds until a token is there."""
-        self._refill()
-        return max(0.0, (1 - self.tokens) / self.rate)
-
-
 class Budget:
     def __init__(self, prober: Prober, clock: Callable[[], float]):
         self.prober = prober
@@ -87,9 +59,9 @@ class Budget:
         self.allow: PrefixMap[bool] = PrefixMap((n, True) for n in prober.allow)
         self.only: PrefixMap[bool] | None = PrefixMap((n, True) for n in prober.only) if prober.only else None
         #: probes started: max_per_second, no more saved up than a second's worth
-        self.starts = TokenBucket(prober.max_per_second, prober.max_per_second, clock)
+        self.starts = TokenBucket(prober.max_per_second, prober.max_per_second, clock())
         #: probe requests filed: as many a second, a burst of what a request's life holds
-        self.filings = TokenBucket(prober.max_per_second, queue_limit(prober), clock)
+        self.filings = TokenBucket(prober.max_per_second, queue_limit(prober), clock())
         #: requests not filed for the filing rate (a flood of new sources)
         self.unfiled = 0
         self.in_flight = 0
@@ -112,14 +84,14 @@ class Budget:
 
     def take(self) -> bool:
         """Start one probe now, if the rate and in-flight limits allow."""
-        if self.in_flight >= self.prober.max_in_flight or not self.starts.take():
+        if self.in_flight >= self.prober.max_in_flight or not self.starts.take(1, self.clock()):
             return False
         self.in_flight += 1
         return True
 
     def file(self) -> bool:
         """File one probe request now, if the filing rate allows (else count it unfiled)."""
-        if self.filings.take():
+        if self.filings.take(1, self.clock()):
             return True
         self.unfiled += 1
         return False
@@ -129,4 +101,4 @@ class Budget:
 
     def next_start(self) -> float:
         """Seconds until a probe may start (as far as the rate goes)."""
-        return self.starts.wait()
+        return self.starts.ready_in(1, self.clock())

@@ -31,12 +31,13 @@ Crash safety (a node may be killed at any instant, also in the middle of a write
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from twisted.application.service import Service
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
+from gtmcluster.state.loading import Damaged, Loading
 from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.state.values import compact, plain, shared_text
 
@@ -63,6 +65,10 @@ SCHEMA = (
 )""",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)",
 )
+#: keys of the later part remembered as not in the file, at most (see `Reader.fetch`)
+MAX_ABSENT = 100_000
+#: rows a write makes per reactor turn (a few milliseconds), when it has more than that
+ROWS_PER_TURN = 2000
 #: files SQLite keeps beside the database, moved aside with it
 COMPANIONS = ("-journal", "-wal", "-shm")
 #: the largest parts of a version (see `store.fingerprint`: wall_ms is packed as 64 bits,
@@ -73,7 +79,7 @@ MAX_LOGICAL = 2**32 - 1
 Row = tuple[str, str, int, int, str, float | None]
 
 
-class Unreadable(Exception):
+class Unreadable(Damaged):
     """The snapshot file cannot be trusted; the message says why."""
 
 
@@ -173,53 +179,193 @@ def _valid(found: tuple[Any, ...]) -> bool:
     )
 
 
-def _rows_of(path: Path) -> list[tuple[Any, ...]]:
-    """Every row of the snapshot at *path*, after SQLite's own check of the whole file.
-
-    Opening the file rolls back a write that was cut short (see the module's docstring)."""
+def _record(entry: tuple[Any, ...], wall_now: float, local_now: float) -> Record | None:
+    """The record of a row, or None when it has expired; raises `Unreadable` for a row
+    this version does not write."""
+    if not _valid(entry):
+        raise Unreadable(f"record {entry[0]!r}: malformed row {entry!r}")
+    key, value, wall_ms, logical, origin, expires = entry
+    ttl = None if expires is None else expires - wall_now
+    if ttl is not None and ttl <= 0:
+        return None
     try:
-        db = _connect(path)
+        # compact at once (as the store would): a large table's values are not held twice
+        decoded: Any = compact(key, json.loads(value))
+    except ValueError as e:
+        raise Unreadable(f"record {key!r}: the value is not JSON ({e})") from None
+    return Record(key, decoded, Version(wall_ms, logical, shared_text(origin)), ttl, local_now)
+
+
+def key_range(prefix: str) -> tuple[str, str]:
+    """The keys starting with *prefix*, as a range [low, high) of SQLite's text order."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class Reader:
+    """A snapshot open for reading, in two parts.
+
+    `open` checks the whole file (SQLite's check, the schema version) before anything is
+    read. `first` merges every row but those under the prefix *later*, all of them or,
+    when one is malformed, none. The rows under *later* (the numerous path records) are
+    then read in slices in the table's own order (`next_slice`), and any one of them not
+    read yet can be read at once by its key (`fetch`, a lookup in the key's index), so
+    a node can answer from the whole snapshot while most of it is still on disk. Records
+    go into the store with `Store.load`: newest version wins, no listener hears of them.
+
+    Times: a record's remaining TTL is counted from the wall-clock time *wall* gives when
+    its row is read. Every call runs on one thread (the reactor's).
+    """
+
+    def __init__(self, db: sqlite3.Connection, later: str | None, wall: Callable[[], float]):
+        self.db = db
+        self.later = key_range(later) if later else None
+        self.wall = wall
+        #: the rowid of the last row of the later part read (rows up to it are in the store)
+        self.cursor = 0
+        #: rows of the later part at the start, and how many of them have been read
+        self.total = 0
+        self.done_rows = 0
+        #: every row has been read
+        self.done = later is None
+        #: keys of the later part looked up and not in the file (asked again and again for
+        #: LDNSes never measured: an index lookup each time would cost tens of microseconds)
+        self._absent: set[str] = set()
+
+    @classmethod
+    def open(cls, path: Path, later: str | None, wall: Callable[[], float]) -> Reader | None:
+        """The snapshot at *path* opened and checked whole (opening rolls back a write that
+        was cut short, see the module's docstring); None when there is no snapshot (no
+        file, or no write committed yet). Raises `Unreadable`."""
+        if not path.exists():
+            return None
+        try:
+            db = _connect(path)
+        except sqlite3.Error as e:
+            raise Unreadable(str(e)) from e
         try:
             (version,) = db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
                 raise Unreadable(_newer(version))
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "records" not in tables:
-                return []  # created, but no write committed yet
+                db.close()
+                return None  # created, but no write committed yet
             problems = [text for (text,) in db.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
                 raise Unreadable("SQLite's check found: " + "; ".join(problems))
-            return db.execute("SELECT key, value, wall_ms, logical, origin, expires FROM records").fetchall()
-        finally:
+        except sqlite3.Error as e:
             db.close()
-    except sqlite3.Error as e:
-        raise Unreadable(str(e)) from e
+            raise Unreadable(str(e)) from e
+        except BaseException:
+            db.close()
+            raise
+        return cls(db, later, wall)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def first(self, store: Store) -> int:
+        """Merge every row outside the later part into *store* (all or, raising
+        `Unreadable`, none), and move the store's clock past every version the file
+        holds; how many records changed the store."""
+        columns = "key, value, wall_ms, logical, origin, expires"
+        try:
+            if self.later is None:
+                found = self.db.execute(f"SELECT {columns} FROM records").fetchall()
+            else:
+                low, high = self.later
+                found = self.db.execute(
+                    f"SELECT {columns} FROM records WHERE key < ? OR key >= ?", (low, high)
+                ).fetchall()
+                # one pass over the table: the rows of the later part and the latest version
+                count, latest = self.db.execute("SELECT count(*), max(wall_ms) FROM records").fetchone()
+        except sqlite3.Error as e:
+            raise Unreadable(str(e)) from e
+        wall_now, local_now = self.wall(), store.clock()
+        records = [r for entry in found if (r := _record(entry, wall_now, local_now)) is not None]
+        if self.later is not None:
+            self.total = count - len(found)
+            self.done = self.total == 0
+            if type(latest) is int and 0 <= latest <= MAX_WALL_MS:
+                # the next millisecond: past every logical counter of that one
+                store.witness(latest + 1, 0)
+        # every row is good: only now does the store see any of them
+        return store.load(records)
+
+    def next_slice(self, store: Store, count: int) -> int:
+        """Read the rows of the later part among the next *count* rows of the table (by
+        rowid: a slice looks at *count* rows at most, also where the table holds a long run
+        of other rows) into *store*; how many records changed it. Raises `Unreadable`
+        (having merged none of the slice) for a damaged row or page; `done` once every row
+        has been read."""
+        if self.later is None or self.done:
+            return 0
+        low, high = self.later
+        start = self.cursor
+        try:
+            # "+key": walk the table by rowid, not through the key index (see `fetch`)
+            found = self.db.execute(
+                "SELECT rowid, key, value, wall_ms, logical, origin, expires FROM records "
+                "WHERE rowid > ? AND rowid <= ? AND +key >= ? AND +key < ? ORDER BY rowid",
+                (start, start + count, low, high),
+            ).fetchall()
+            self.cursor = start + count
+            if not found:  # past a gap in the rowids, or past the last row
+                (following,) = self.db.execute("SELECT min(rowid) FROM records WHERE rowid > ?", (start,)).fetchone()
+                if following is None:
+                    self.done = True
+                else:
+                    self.cursor = max(self.cursor, following - 1)
+        except sqlite3.Error as e:
+            raise Unreadable(str(e)) from e
+        wall_now, local_now = self.wall(), store.clock()
+        records = [r for entry in found if (r := _record(entry[1:], wall_now, local_now)) is not None]
+        self.done_rows += len(found)
+        return store.load(records)
+
+    def fetch(self, store: Store, key: str) -> bool:
+        """Read *key*'s row into *store* now if it belongs to the later part and its slice
+        has not been read yet (a row at or before the cursor is in the store already, or
+        expired); whether a record was taken. Raises `Unreadable`."""
+        if self.later is None or self.done or not self.later[0] <= key < self.later[1]:
+            return False
+        if key in self._absent:
+            return False
+        try:
+            entry = self.db.execute(
+                "SELECT rowid, key, value, wall_ms, logical, origin, expires FROM records WHERE key = ?", (key,)
+            ).fetchone()
+        except sqlite3.Error as e:
+            raise Unreadable(str(e)) from e
+        if entry is None:
+            # (a key written into the file later is one the store holds: never asked for)
+            if len(self._absent) < MAX_ABSENT:
+                self._absent.add(key)
+            return False
+        if entry[0] <= self.cursor:
+            return False
+        record = _record(entry[1:], self.wall(), store.clock())
+        return record is not None and store.load([record]) == 1
 
 
 def read(path: Path, store: Store, wall_now: float) -> int:
-    """Merge the snapshot at *path* into *store*; returns how many live records it held.
+    """Merge the snapshot at *path* into *store* (silently: see `Store.load`); returns how
+    many live records it held.
 
     Raises `Unreadable` (having merged nothing) when the file cannot be trusted."""
-    if not path.exists():
+    reader = Reader.open(path, None, lambda: wall_now)
+    if reader is None:
         return 0
-    found = _rows_of(path)
-    local_now = store.clock()
-    records: list[Record] = []
-    for entry in found:
-        if not _valid(entry):
-            raise Unreadable(f"record {entry[0]!r}: malformed row {entry!r}")
-        key, value, wall_ms, logical, origin, expires = entry
-        ttl = None if expires is None else expires - wall_now
-        if ttl is not None and ttl <= 0:
-            continue
-        try:
-            # compact at once (as the store would): a large table's values are not held twice
-            decoded: Any = compact(key, json.loads(value))
-        except ValueError as e:
-            raise Unreadable(f"record {key!r}: the value is not JSON ({e})") from None
-        records.append(Record(key, decoded, Version(wall_ms, logical, shared_text(origin)), ttl, local_now))
-    # every row is good: only now does the store see any of them
-    return sum(1 for record in records if store.merge(record))
+    try:
+        return reader.first(store)
+    finally:
+        reader.close()
+
+
+def _turns(make: Callable[[int], bool], count: int) -> Iterator[None]:
+    """Steps of *count* rows each, until *make* says none are left."""
+    while make(count):
+        yield None
 
 
 def damaged(error: BaseException) -> bool:
@@ -253,30 +399,59 @@ def set_aside(path: Path, wall_now: float) -> Path:
 
 
 class Snapshotter(Service):
-    """Loads the snapshot at start; writes it every `interval` seconds when changed, and at stop."""
+    """Loads the snapshot at start; writes it every `interval` seconds when changed, and at stop.
 
-    def __init__(self, store: Store, directory: Path, reactor: Any, wall: Callable[[], float], interval: float = 10.0):
+    With *later* (a key prefix: the path records), `load` reads everything else, and the
+    records under *later* are read after the node starts answering (see `state.loading`);
+    `when_loaded` fires once all of it is in the store (or the rest turned out damaged)."""
+
+    def __init__(
+        self,
+        store: Store,
+        directory: Path,
+        reactor: Any,
+        wall: Callable[[], float],
+        interval: float = 10.0,
+        later: str | None = None,
+        settle: Callable[[], object] | None = None,
+        cooperator: task.Cooperator | None = None,
+    ):
         self.store = store
         self.path = directory / FILENAME
         self.reactor = reactor
         self.wall = wall
         self.interval = interval
+        self.later = later
+        self.settle = settle  # called now and then while the later part loads (see state.loading)
+        self.cooperator = cooperator
         self._dirty: set[str] = set()  # keys changed since the last write
         self._writing: defer.Deferred[Any] | None = None
         self._loop: task.LoopingCall | None = None
+        #: the later part still being read, and who waits for the end of it
+        self._loading: Loading | None = None
+        self._loaded_at_start = 0
+        self._waiting: list[defer.Deferred[None]] = []
+        self.loaded = True
         store.subscribe(self._changed)
 
     def _changed(self, record: Record) -> None:
         self._dirty.add(record.key)
 
     def load(self) -> int:
-        """Merge the snapshot into the store. A file that cannot be trusted is moved aside
-        (see `set_aside`) and nothing is loaded: the node starts anyway, empty, and its
-        peers send it their state when they connect."""
+        """Merge the snapshot into the store (all of it, or all but the records under
+        `later`, which follow once the service runs); how many records came in now. A
+        file that cannot be trusted is moved aside (see `set_aside`) and nothing is
+        loaded: the node starts anyway, empty, and its peers send it their state when
+        they connect."""
         interrupted = Path(f"{self.path}-journal").exists()
+        reader = None
         try:
-            loaded = read(self.path, self.store, self.wall())
+            reader = Reader.open(self.path, self.later, self.wall)
+            loaded = 0 if reader is None else reader.first(self.store)
         except Unreadable as e:
+            if reader is not None:
+                reader.close()
+            reader = None
             self._set_aside(str(e), "starting with an empty store, which the sync group's peers fill")
             loaded = 0
         else:
@@ -287,9 +462,81 @@ class Snapshotter(Service):
                     path=str(self.path),
                 )
         self._dirty.clear()
+        if reader is not None and not reader.done:
+            self.loaded = False
+            self._loaded_at_start = loaded
+            self._loading = Loading(
+                reader,
+                self.store,
+                self.reactor,
+                self._is_writing,
+                self._damaged,
+                self._finished,
+                self.settle,
+                self.cooperator,
+            )
+            log.info(
+                "read {count} records from {path}; answering while the other {rest} (under {later}) load",
+                count=loaded,
+                path=str(self.path),
+                rest=reader.total,
+                later=self.later,
+                event="snapshot_loading",
+            )
+            return loaded
+        if reader is not None:
+            reader.close()
         if loaded:
-            log.info("loaded {count} records from {path}", count=loaded, path=str(self.path))
+            log.info("loaded {count} records from {path}", count=loaded, path=str(self.path), event="snapshot_loaded")
         return loaded
+
+    @property
+    def loading(self) -> dict[str, int] | None:
+        """While the later part is read: rows read of those it held (for status)."""
+        return None if self._loading is None else self._loading.progress
+
+    def when_loaded(self) -> defer.Deferred[None]:
+        """Fires once the whole snapshot is in the store (at once if it is)."""
+        if self.loaded:
+            return defer.succeed(None)
+        waiter: defer.Deferred[None] = defer.Deferred()
+        self._waiting.append(waiter)
+        return waiter
+
+    def _is_writing(self) -> bool:
+        return self._writing is not None
+
+    def _finished(self, count: int) -> None:
+        loading, self._loading = self._loading, None
+        took = 0.0 if loading is None else self.reactor.seconds() - loading.started
+        log.info(
+            "loaded {count} records from {path} ({later} ones in the {seconds:.1f} s after answering began)",
+            count=self._loaded_at_start + count,
+            path=str(self.path),
+            later=count,
+            seconds=took,
+            event="snapshot_loaded",
+        )
+        self._done_loading()
+
+    def _damaged(self, reason: str) -> None:
+        """The part read after answering began is damaged: what was read stays; the file is
+        moved aside, the next write saves the whole store to a new one, and the sync group's
+        peers bring the rest when this node reconciles with them."""
+        self._loading = None
+        self._set_aside(
+            reason,
+            f"the {len(self.store)} records read stay, the sync group's peers bring the rest, "
+            "and the next write saves the whole store to a new file",
+        )
+        self._dirty = {record.key for record in self.store.all_records()}
+        self._done_loading()
+
+    def _done_loading(self) -> None:
+        self.loaded = True
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            waiter.callback(None)
 
     def _set_aside(self, reason: str, then: str) -> None:
         """Move the damaged file aside (on the reactor thread: a rename and a directory sync,
@@ -315,6 +562,8 @@ class Snapshotter(Service):
 
     def startService(self) -> None:
         super().startService()
+        if self._loading is not None:
+            self._loading.start()
         self._loop = task.LoopingCall(self.save_if_changed)
         self._loop.clock = self.reactor
         self._loop.start(self.interval, now=False)
@@ -325,21 +574,37 @@ class Snapshotter(Service):
         return self.save()
 
     def save(self) -> defer.Deferred[Any]:
-        """Write the keys changed since the last write (in a thread)."""
+        """Write the keys changed since the last write (in a thread). The rows are made on
+        the reactor's thread, `ROWS_PER_TURN` per turn when there are more (the whole
+        store, after a damaged file was set aside, is millions of rows)."""
         dirty, self._dirty = self._dirty, set()
-        wall, local = self.wall(), self.store.clock()
         data: list[Row] = []
         deleted: list[str] = []
-        for key in dirty:
-            record = self.store.raw(key)
-            made = row(record, wall, local) if record is not None else None
-            if made is None:
-                deleted.append(key)
-            else:
-                data.append(made)
-        d = threads.deferToThreadPool(
-            self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin, deleted, False
-        )
+        keys = iter(dirty)
+
+        def make(count: int) -> bool:
+            """Rows of the next *count* keys; whether keys are left."""
+            wall, local = self.wall(), self.store.clock()
+            for key in itertools.islice(keys, count):
+                record = self.store.raw(key)
+                made = row(record, wall, local) if record is not None else None
+                if made is None:
+                    deleted.append(key)
+                else:
+                    data.append(made)
+            return len(data) + len(deleted) < len(dirty)
+
+        def write_rows(_: object = None) -> defer.Deferred[Any]:
+            return threads.deferToThreadPool(
+                self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin, deleted, False
+            )
+
+        if len(dirty) <= ROWS_PER_TURN:
+            make(len(dirty))
+            d = write_rows()
+        else:
+            d = self._row_cooperator().cooperate(_turns(make, ROWS_PER_TURN)).whenDone()
+            d.addCallback(write_rows)
 
         def done(result: Any) -> Any:
             self._writing = None
@@ -349,6 +614,10 @@ class Snapshotter(Service):
             self._dirty |= dirty  # try these again next time
             if damaged(failure.value):
                 # the file went bad under us: start a new one, with everything in it
+                if self._loading is not None:  # and what was not read yet comes from peers
+                    self._loading.stop()
+                    self._damaged(str(failure.value))
+                    return
                 self._set_aside(str(failure.value), "the next write saves the whole store to a new file")
                 self._dirty = {record.key for record in self.store.all_records()}
                 return
@@ -358,6 +627,12 @@ class Snapshotter(Service):
         d.addErrback(failed)
         self._writing = d
         return d
+
+    def _row_cooperator(self) -> task.Cooperator:
+        """One step per reactor turn."""
+        return task.Cooperator(
+            terminationPredicateFactory=lambda: lambda: True, scheduler=lambda step: self.reactor.callLater(0, step)
+        )
 
     def flush(self) -> defer.Deferred[bool]:
         """Write every change made so far now, without waiting for the interval; fires with
@@ -389,6 +664,9 @@ class Snapshotter(Service):
 
     def stopService(self) -> defer.Deferred[Any]:
         super().stopService()
+        if self._loading is not None:
+            self._loading.stop()  # the records not read yet stay on disk, untouched
+            self._loading = None
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         pending = self._writing if self._writing is not None else defer.succeed(None)

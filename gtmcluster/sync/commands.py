@@ -53,9 +53,15 @@ class Publish(amp.Command):
     response = [(b"merged", amp.Integer())]
 
 
+class Loading(Exception):
+    """The member asked is still loading its state snapshot: its digests describe part of
+    its state. It says `Changed` when it is done, and the asker reconciles then."""
+
+
 class Summary(amp.Command):
     arguments = [(b"summary", amp.String())]
     response = [(b"summary", amp.String())]
+    errors = {Loading: b"LOADING"}
 
 
 class Buckets(amp.Command):

@@ -360,6 +360,9 @@ class PeerProtocol(amp.AMP):
 
     @commands.Summary.responder
     def summary(self, summary: bytes) -> dict[str, Any]:
+        """Refused (`commands.Loading`) while this node loads its snapshot (`Replicator.hold_until`)."""
+        if self.replicator.loading:
+            raise commands.Loading("still loading its state snapshot; it says Changed when done")
         return {"summary": self.replicator.summary_message()}
 
     @commands.Buckets.responder

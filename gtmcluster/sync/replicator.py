@@ -115,7 +115,35 @@ class Replicator:
         #: called whenever the set of connected peers changes
         self.peer_listeners: list[Callable[[], object]] = []
         self._digest_call: IDelayedCall | None = None
+        #: the store is still loading its snapshot (see `hold_until`)
+        self.loading = False
+        #: keys to pull from each peer that connects while the store loads (the records of
+        #: health and admin states, see `Node.health_keys`), so what the group decided while
+        #: this node was down counts at once, not only after the load
+        self.catch_up: Callable[[], list[str]] | None = None
+        #: keys being asked of the peers before a write (see `ask_first`), with the write
+        self._asking: dict[str, Callable[[], object]] = {}
         store.subscribe(self._changed)
+
+    def hold_until(self, loaded: defer.Deferred[None]) -> None:
+        """Hold anti-entropy until *loaded* fires (the store has loaded its whole snapshot):
+        this node's reconciliations wait, and peers asking for its summary are told it is
+        still loading (`commands.Loading`). Until then the store's digests describe part
+        of its state, and a comparison would pull or offer most of the table. Pushes and
+        relays go on meanwhile. Once loaded, the reconciliations held go ahead, and every
+        connected peer hears the new digest and is asked to reconcile (`Changed`)."""
+        self.loading = True
+        taken = self._lock.acquire()  # free at start (nothing reconciles before peers connect)
+
+        def release(_: object) -> None:
+            self.loading = False
+            self._lock.release()
+            self._tell_digest()
+            for peer in self.peers.values():
+                if peer.channels:
+                    self._ask_to_reconcile(peer.channels[0])
+
+        taken.addCallback(lambda _: loaded).addBoth(release)
 
     # -- connections ----------------------------------------------------------------------
 
@@ -177,7 +205,57 @@ class Replicator:
                 ours=self.config_digest,
                 event="config_mismatch",
             )
+        if self.loading and self.catch_up is not None:
+            self._catch_up(proto, self.catch_up())
         self.reconcile(proto)
+
+    def _catch_up(self, proto: PeerProtocol, keys: list[str]) -> defer.Deferred[None]:
+        """Pull *keys* from *proto*'s peer (the newer version of each wins, as always)."""
+
+        async def pull() -> None:
+            before = self._bulk_merged
+            await self._pull_keys(proto, keys)
+            log.info(
+                "took {count} newer records of {keys} health and admin keys from {peer} while loading",
+                count=self._bulk_merged - before,
+                keys=len(keys),
+                peer=proto.peer,
+                event="caught_up",
+            )
+
+        return defer.ensureDeferred(pull()).addErrback(self._pull_failed, proto)
+
+    def _pull_failed(self, failure: Failure, proto: PeerProtocol) -> None:
+        if failure.check(BadMessage):
+            proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
+        elif proto.phase == "established":
+            log.warn("pulling records from {peer} failed: {why}", peer=proto.peer, why=failure.getErrorMessage())
+
+    def ask_first(self, key: str, write: Callable[[], object]) -> None:
+        """`write` *key*, unless the group holds it already: while the store loads (and is
+        not reconciled), the record might have been written elsewhere while this node was
+        down, so every connected peer is asked for it first (`Pull`), and *write* runs only
+        if none of them has it (a persistence record: a new one would override the group's
+        and move the client). Otherwise, at once. A write asked for while the same key is
+        being asked about is dropped: the first one stands for it."""
+        channels = [peer.channels[0] for peer in self.peers.values() if peer.channels]
+        if not self.loading or not channels:
+            write()
+            return
+        if key in self._asking:
+            return
+        self._asking[key] = write
+
+        def asked(_: object) -> None:
+            first = self._asking.pop(key)
+            if self.store.get(key) is None:
+                first()
+
+        pulls = [
+            defer.ensureDeferred(self._pull_keys(proto, [key])).addErrback(self._pull_failed, proto)
+            for proto in channels
+        ]
+        defer.DeferredList(pulls).addCallback(asked)
 
     def lost(self, proto: PeerProtocol, why: str) -> None:
         peer = self.peers.get(proto.peer or "")
@@ -414,6 +492,12 @@ class Replicator:
             if isinstance(result, Failure):
                 if result.check(BadMessage):
                     proto.violation(f"malformed reconciliation answer: {result.getErrorMessage()}")
+                elif result.check(commands.Loading):
+                    log.info(
+                        "{peer} is still loading its state snapshot: reconciling when it says it is done",
+                        peer=proto.peer,
+                        event="peer_loading",
+                    )
                 elif proto.phase == "established":
                     log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
 
@@ -472,6 +556,10 @@ class Replicator:
                 if mine is None or mine < version:
                     wanted.append(key)
             pending = _bucket_list(answer["rest"]) + pending
+        await self._pull_keys(proto, wanted)
+
+    async def _pull_keys(self, proto: PeerProtocol, wanted: list[str]) -> None:
+        """Pull *wanted* from *proto*'s peer, `PULL_KEYS` per request."""
         while wanted:
             keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
             answer = await proto.callRemote(commands.Pull, keys=json.dumps(keys).encode())

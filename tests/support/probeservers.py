@@ -250,6 +250,26 @@ def tcp_echo(version: int) -> Iterator[SocketLoop]:
         loop.stop()
 
 
+@contextlib.contextmanager
+def canned(reply: bytes, version: int = 4) -> Iterator[SocketLoop]:
+    """A TCP server that reads each connection's first bytes, sends *reply* and closes."""
+    sock = bound(version, socket.SOCK_STREAM)
+    sock.listen(16)
+
+    def handle(server: socket.socket) -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(2)
+            conn.recv(4096)
+            conn.sendall(reply)
+
+    loop = SocketLoop(sock, handle)
+    try:
+        yield loop
+    finally:
+        loop.stop()
+
+
 def closed_port(version: int, kind: int) -> int:
     """A port nothing listens on (bound, then closed again)."""
     with bound(version, kind) as sock:

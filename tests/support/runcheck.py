@@ -7,7 +7,8 @@ as a subprocess::
                                         "address": "127.0.0.1", "port": 8080}]'
 
 Each job is a monitor (its ``type``, ``timeout``, optional ``port`` and the fields of its
-check settings, as in `gtmcluster.config.model`) and a target. All jobs run at once. The
+check settings, as in `gtmcluster.config.model`) and a target; ``"general": true`` makes a
+tcp or plain http check use Twisted's client instead of a bare socket. All jobs run at once. The
 output is one JSON object: ``results`` (``ok``, ``reason``, ``elapsed`` per job, in order)
 and ``leftovers``: the timers and readers/writers the checks left in the reactor once the
 results were in and the reactor had a few turns to finish closing sockets (should be none).
@@ -26,9 +27,12 @@ import dns.rdatatype
 from twisted.internet import defer, task
 
 from gtmcluster.config.model import Check, DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
+from gtmcluster.probe.base import Check as Checker
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
+from gtmcluster.probe.tcp import TcpChecker
 
 #: reactor turns allowed for closes to complete after the last result
 SETTLE_TURNS = 20
@@ -82,7 +86,14 @@ async def run(reactor: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         pinger = open_pinger(reactor)
     runs: list[defer.Deferred[Result]] = []
     for job in jobs:
-        check = make_check(monitor(job["monitor"]), reactor, pinger)
+        m = monitor(job["monitor"])
+        check: Checker
+        if job.get("general") and isinstance(m.check, TcpCheck):
+            check = TcpChecker(m.check, reactor, m.timeout, m.port, bare=False)
+        elif job.get("general") and isinstance(m.check, HttpCheck):
+            check = HttpChecker(m.check, reactor, m.timeout, m.port, bare=False)
+        else:
+            check = make_check(m, reactor, pinger)
         address = ipaddress.ip_address(job["address"])
         runs.append(check(Target(address, int(job.get("port", 0)), "test target")))
     results: list[Result] = await defer.gatherResults(runs)

@@ -1,4 +1,9 @@
-"""The health checker service, with a fake clock and scripted check results."""
+"""The health checker service, with a fake clock and scripted check results.
+
+The fake clock is advanced in small steps (`run`), as a real reactor's time passes: one
+big `clock.advance` would be a reactor that stood still that long, and the checker skips
+rounds that could not start in time (see test_health_schedule.py for the schedule alone).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,14 @@ from typing import Any
 
 import pytest
 from twisted.internet import defer, task
+from twisted.internet.testing import MemoryReactorClock
 
 from gtmcluster.config.model import Monitor
-from gtmcluster.health.checker import STARTUP_SPREAD, HealthChecker
+from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result, Target
+from gtmcluster.probe.checks import make_check
 from gtmcluster.state.store import Store
+from tests.support import configs
 from tests.support.healthcfg import health_config, load_config
 
 
@@ -25,24 +33,35 @@ class ScriptedChecks:
         self.hang: set[str] = set()
         self.slow: dict[str, float] = {}  # address -> seconds until it fails (a timeout)
         self.calls: list[str] = []
+        self.times: list[tuple[float, str]] = []  # (when, address) of every call
         self.pending: list[defer.Deferred[Result]] = []
+        self.in_flight = 0
+        self.peak = 0
 
     def factory(self, monitor: Monitor) -> Check:
         def check(target: Target) -> defer.Deferred[Result]:
             address = str(target.address)
             self.calls.append(address)
+            self.times.append((self.clock.seconds(), address))
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            d: defer.Deferred[Result]
             if address in self.slow:
-                late: defer.Deferred[Result] = defer.Deferred()
-                self.clock.callLater(self.slow[address], late.callback, Result(False, "timed out", 0))
-                return late
-            if address in self.hang:
-                d: defer.Deferred[Result] = defer.Deferred()
+                d = defer.Deferred()
+                self.clock.callLater(self.slow[address], d.callback, Result(False, "timed out", 0))
+            elif address in self.hang:
+                d = defer.Deferred()
                 self.pending.append(d)
-                return d
-            ok = self.ok[address]
-            return defer.succeed(Result(ok, "fine" if ok else "refused", 0.001))
+            else:
+                ok = self.ok[address]
+                d = defer.succeed(Result(ok, "fine" if ok else "refused", 0.001))
+            return d.addBoth(self._done)
 
         return check
+
+    def _done(self, result: Result) -> Result:
+        self.in_flight -= 1
+        return result
 
 
 def make(tmp_path: Path, raw: dict[str, Any] | None = None) -> tuple[HealthChecker, Store, task.Clock, ScriptedChecks]:
@@ -59,37 +78,65 @@ def verdict(store: Store, key: str) -> Any:
     return None if record is None else record.value["up"]
 
 
-def test_every_monitored_server_and_link_is_checked_soon_after_start(tmp_path: Path) -> None:
-    """The first round is spread over the first seconds, then checks repeat every interval."""
+def run(clock: task.Clock, seconds: float, step: float = 0.01) -> None:
+    """Let *seconds* pass in steps of *step*, as a reactor's time does."""
+    clock.pump([step] * round(seconds / step))
+
+
+def test_every_monitored_server_and_link_is_checked_within_its_first_interval(tmp_path: Path) -> None:
+    """The first round of each subject comes within its first interval (spread over it, not
+    all at once), then rounds repeat every interval at the same phase."""
     checker, store, clock, checks = make(tmp_path)
     checker.startService()
-    clock.advance(STARTUP_SPREAD)
-    assert sorted(checks.calls) == ["10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"]
+    run(clock, 2)
+    assert checks.calls.count("192.0.2.1") == 1  # the link: ping, interval 2
+    run(clock, 3)
+    assert sorted(set(checks.calls)) == ["10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"]
     assert verdict(store, "obs/vs/vs1/n1") is True
     assert verdict(store, "obs/link/l1/n1") is True
-    checks.calls.clear()
-    clock.advance(5)
-    assert checks.calls.count("10.0.2.1") == 1  # web's interval is 5 s
+    first = [t for t, a in checks.times if a == "10.0.2.1"]
+    run(clock, 10)
+    again = [t for t, a in checks.times if a == "10.0.2.1"]
+    assert again == pytest.approx([first[0], first[0] + 5, first[0] + 10], abs=0.011)
+    assert checker.stats.skipped == 0
+    assert checker.stats.lag_max <= 0.011  # due rounds start within a tick
     checker.stopService()
     assert not clock.getDelayedCalls()
+
+
+def test_first_rounds_are_spread_over_the_interval(tmp_path: Path) -> None:
+    """200 servers at interval 5: the first round's checks spread over the 5 s (about 40 a
+    second), not in a burst; each server's phase comes from its key."""
+    raw = health_config()
+    raw["monitors"]["web"]["type"] = "tcp"
+    for i in range(200):
+        raw["virtual_servers"][f"x{i}"] = {"address": f"10.1.{i // 250}.{i % 250 + 1}", "datacenter": "DC1"}
+        raw["virtual_servers"][f"x{i}"]["monitor"] = "web"
+    checker, _, clock, checks = make(tmp_path, raw)
+    checker.startService()
+    run(clock, 5)
+    firsts = sorted(t for t, a in checks.times if a.startswith("10.1."))
+    assert len(firsts) == 200
+    per_second = [sum(1 for t in firsts if k <= t < k + 1) for k in range(5)]
+    assert all(20 <= n <= 60 for n in per_second), per_second
+    checker.stopService()
 
 
 def test_down_after_thresholds_then_up_after(tmp_path: Path) -> None:
     """A server goes down after down_after failing rounds and back after up_after good ones."""
     checker, store, clock, checks = make(tmp_path)
     checker.startService()
-    clock.advance(STARTUP_SPREAD)
+    run(clock, 5)
     checks.ok["10.0.2.1"] = False
-    clock.advance(5)
-    clock.advance(5)
+    run(clock, 10)
     assert verdict(store, "obs/vs/vs2/n1") is True  # two failures: not yet (down_after 3)
-    clock.advance(5)
+    run(clock, 5)
     record = store.get("obs/vs/vs2/n1")
     assert record is not None and record.value == {"up": False, "reason": "refused"}
     checks.ok["10.0.2.1"] = True
-    clock.advance(5)
+    run(clock, 5)
     assert verdict(store, "obs/vs/vs2/n1") is False  # one success: not yet (up_after 2)
-    clock.advance(5)
+    run(clock, 5)
     assert verdict(store, "obs/vs/vs2/n1") is True
     checker.stopService()
 
@@ -99,43 +146,46 @@ def test_a_link_with_one_live_target_stays_up(tmp_path: Path) -> None:
     checker, store, clock, checks = make(tmp_path)
     checks.ok["192.0.2.1"] = False
     checker.startService()
-    clock.advance(STARTUP_SPREAD + 10)
+    run(clock, 5)
     record = store.get("obs/link/l1/n1")
     assert record is not None and record.value["up"] is True
     assert "192.0.2.1: refused" in record.value["reason"]
     checks.ok["192.0.2.2"] = False
-    for _ in range(2):  # ping: interval 2, down_after 2 (one step per round: LoopingCall skips missed rounds)
-        clock.advance(2)
+    run(clock, 4)  # ping: interval 2, down_after 2
     assert verdict(store, "obs/link/l1/n1") is False
     checker.stopService()
 
 
 def test_a_round_still_running_makes_the_next_one_wait(tmp_path: Path) -> None:
-    """Checks never pile up: while a subject's last round runs, its ticks start nothing; when
-    it ends, one round starts at once (not one per missed tick), then every interval."""
+    """Checks never pile up: while a subject's round runs, it gets no other; when it ends,
+    the rounds it missed are counted as skipped, the one due within the last half interval
+    starts at once, and the following ones keep the old phase."""
     checker, _, clock, checks = make(tmp_path)
     checks.hang.add("10.0.3.1")
     checker.startService()
-    clock.advance(STARTUP_SPREAD)
-    for _ in range(4):
-        clock.advance(5)  # four ticks while the round hangs
+    run(clock, 5)
+    began = next(t for t, a in checks.times if a == "10.0.3.1")
+    run(clock, 20)  # four more intervals while the round hangs
     assert checks.calls.count("10.0.3.1") == 1
+    assert checker.stats.in_flight == 1
     checks.hang.clear()
+    ended = clock.seconds()
     checks.pending[0].callback(Result(True, "late", 25))
-    assert checks.calls.count("10.0.3.1") == 2
-    clock.advance(5)
-    assert checks.calls.count("10.0.3.1") == 3
+    assert checker.stats.skipped_busy == 3  # due at +5, +10, +15: more than 2.5 s late
+    run(clock, 5)
+    times = [t for t, a in checks.times if a == "10.0.3.1"]
+    assert times[1:] == pytest.approx([ended, began + 25], abs=0.011)  # +20 at once, then +25
     checker.stopService()
 
 
 def test_checks_that_time_out_after_a_whole_interval_still_come_every_interval(tmp_path: Path) -> None:
-    """timeout = interval is allowed: each failing check then ends just after the next tick.
-    The next round starts as soon as it ends (not at the tick after), so a server is down
-    after interval x down_after + timeout (web: 5 x 3 + 0.01 from its first failing check),
-    not twice that."""
+    """timeout = interval is allowed: each failing check then ends just after the next is
+    due. The next round starts as soon as it ends (not an interval later), so a server is
+    down after interval x down_after + timeout (web: 5 x 3 + 0.01 from its first failing
+    check), not twice that."""
     checker, store, clock, checks = make(tmp_path)
     checker.startService()
-    clock.advance(STARTUP_SPREAD)
+    run(clock, 5)
     assert verdict(store, "obs/vs/vs2/n1") is True
     checks.slow["10.0.2.1"] = 5.01
     checks.calls.clear()
@@ -146,20 +196,69 @@ def test_checks_that_time_out_after_a_whole_interval_still_come_every_interval(t
         clock.advance(0.01)
     assert clock.seconds() - began == pytest.approx(15.03, abs=0.05)
     assert checks.calls.count("10.0.2.1") == 4  # a round every ~5 s: the fourth has begun
+    assert checker.stats.skipped == 0
     checker.stopService()
 
 
-def test_checks_in_flight_are_bounded(tmp_path: Path) -> None:
-    """No more than health.max_in_flight checks run at once; the rest wait their turn."""
+def test_checks_in_flight_never_exceed_the_cap_and_waiting_is_bounded(tmp_path: Path) -> None:
+    """health.max_in_flight 2 and every check taking its whole timeout (1 s): never more than
+    2 run at once; a round that gets no slot within half its interval is skipped and counted,
+    not queued; when slots free, waiting rounds start."""
     raw = health_config()
     raw["health"] = {"max_in_flight": 2}
     checker, _, clock, checks = make(tmp_path, raw)
-    checks.hang.update({"10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"})
+    checks.slow.update(dict.fromkeys(("10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"), 1.0))
     checker.startService()
-    clock.advance(STARTUP_SPREAD)
-    assert len(checks.calls) == 2
-    checks.pending[0].callback(Result(True, "ok", 1))
-    assert len(checks.calls) == 3
+    run(clock, 30)
+    assert checks.peak == 2
+    assert checker.stats.peak_in_flight == 2
+    assert checker.stats.skipped_late > 0
+    assert checker.stats.lag_max <= 1.0 + 0.011  # the ping link's half interval
+    assert len(checker.schedule) + checker.stats.in_flight // 2 <= 4  # one place per subject
+    # 30 s: web (3 servers, interval 5) 18 rounds due, the link (2 targets, interval 2) 15:
+    # each check holds a slot 1 s, so at most 2 checks a second start
+    assert checker.stats.started <= 60 + 2
+    assert checker.stats.started + checker.stats.skipped == pytest.approx(18 + 30, abs=4)
+    checker.stopService()
+
+
+def test_a_check_hanging_past_its_timeout_releases_its_socket_and_slot(tmp_path: Path) -> None:
+    """A real tcp check whose connection never completes (a black hole): at its timeout it
+    stops connecting (the socket is closed), its verdict is a failure, and its slot is free."""
+    raw = configs.base()
+    raw["monitors"] = {"web": {"type": "tcp", "interval": 5, "timeout": 2, "up_after": 1, "down_after": 1}}
+    raw["virtual_servers"]["vs1"]["port"] = 80
+    raw["virtual_servers"]["vs1"]["monitor"] = "web"
+    config = load_config(tmp_path, raw)
+    reactor = MemoryReactorClock()
+    store = Store("n1", reactor.seconds)
+    checker = HealthChecker(config, store, reactor, "n1", lambda m: make_check(m, reactor))
+    checker.startService()
+    while not reactor.connectors:
+        reactor.advance(0.01)
+    [connector] = reactor.connectors
+    began = reactor.seconds()
+    assert checker.stats.in_flight == 1
+    while not connector.stoppedConnecting:
+        reactor.advance(0.01)
+    assert reactor.seconds() - began == pytest.approx(2, abs=0.011)
+    assert checker.stats.in_flight == 0
+    record = store.get("obs/vs/vs1/n1")
+    assert record is not None and record.value == {"up": False, "reason": "no connection within 2s"}
+    checker.stopService()
+
+
+def test_a_reactor_that_stood_still_skips_what_it_missed(tmp_path: Path) -> None:
+    """A 30 s stall (one clock jump): rounds missed are counted as skipped, and afterwards
+    each subject comes back on its own phase, not in one burst of old rounds."""
+    checker, _, clock, checks = make(tmp_path)
+    checker.startService()
+    run(clock, 5)
+    checks.calls.clear()
+    clock.advance(30)
+    assert checker.stats.skipped_late >= 3 * 5  # web: 3 servers, 6 rounds in 30 s, most missed
+    run(clock, 5)
+    assert 1 <= checks.calls.count("10.0.2.1") <= 2
     checker.stopService()
 
 
@@ -167,13 +266,87 @@ def test_unchanged_verdicts_are_rewritten_before_they_expire(tmp_path: Path) -> 
     """A steady verdict is rewritten every third of its TTL, so it never lapses while checked."""
     checker, store, clock, _ = make(tmp_path)
     checker.startService()
-    clock.advance(STARTUP_SPREAD)
+    run(clock, 5)
     first = store.get("obs/vs/vs2/n1")
     assert first is not None and first.ttl is not None
     for _ in range(int(first.ttl / 5) * 2):
-        clock.advance(5)
+        run(clock, 5, step=0.05)
         store.expire()
         assert store.get("obs/vs/vs2/n1") is not None
     latest = store.get("obs/vs/vs2/n1")
     assert latest is not None and latest.version > first.version
+    checker.stopService()
+
+
+def test_reconfigure_keeps_unchanged_subjects_on_schedule_and_stops_removed_ones(tmp_path: Path) -> None:
+    """A reload keeps the phase of servers whose monitor did not change, starts new ones
+    within an interval, and never checks a removed server again (even one mid-round)."""
+    checker, store, clock, checks = make(tmp_path)
+    checks.hang.add("10.0.3.1")
+    checker.startService()
+    run(clock, 5)
+    before = [t for t, a in checks.times if a == "10.0.1.1"]
+    raw = health_config()
+    del raw["virtual_servers"]["vs3"]["monitor"]
+    raw["virtual_servers"]["vs4"] = {"address": "10.0.4.1", "datacenter": "DC1", "monitor": "web"}
+    checker.reconfigure(load_config(tmp_path, raw))
+    run(clock, 10)
+    after = [t for t, a in checks.times if a == "10.0.1.1"]
+    assert after[len(before) :] == pytest.approx([before[0] + 5, before[0] + 10], abs=0.011)
+    assert checks.calls.count("10.0.4.1") == 2
+    checks.pending[0].callback(Result(False, "late", 15))  # the removed server's round ends
+    assert checks.calls.count("10.0.3.1") == 1
+    assert checker.stats.in_flight == 0
+    assert verdict(store, "obs/vs/vs3/n1") is None
+    checker.stopService()
+
+
+def test_the_checker_statistics_in_prometheus_text(tmp_path: Path) -> None:
+    """/metrics shows checks started and skipped (by reason), in flight, and the lag histogram."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.registry import Collector
+
+    from gtmcluster.api.metrics import health_check_metrics
+
+    raw = health_config()
+    raw["health"] = {"max_in_flight": 2}
+    checker, _, clock, checks = make(tmp_path, raw)
+    checks.slow.update(dict.fromkeys(("10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"), 1.0))
+    checker.startService()
+    run(clock, 20)
+    stats = checker.stats
+
+    class Checks(Collector):
+        def collect(self) -> Any:
+            yield from health_check_metrics(stats)
+
+    registry = CollectorRegistry()
+    registry.register(Checks())
+    text = generate_latest(registry).decode()
+    assert f"gtm_health_checks_started_total {stats.started:.1f}" in text
+    assert f'gtm_health_checks_skipped_total{{reason="late"}} {stats.skipped_late:.1f}' in text
+    assert stats.skipped_late > 0
+    assert 'gtm_health_checks_skipped_total{reason="busy"} 0.0' in text
+    assert f"gtm_health_checks_in_flight {stats.in_flight:.1f}" in text
+    assert f"gtm_health_check_lag_seconds_count {stats.lag.count:.1f}" in text
+    checker.stopService()
+
+
+def test_skipped_checks_are_logged_at_most_once_a_minute(tmp_path: Path) -> None:
+    """An operator hears of skipped checks: one warning with the counts, then at most one a
+    minute while more are skipped."""
+    from twisted.logger import capturedLogs
+
+    raw = health_config()
+    raw["health"] = {"max_in_flight": 2}
+    checker, _, clock, checks = make(tmp_path, raw)
+    checks.slow.update(dict.fromkeys(("10.0.1.1", "10.0.2.1", "10.0.3.1", "192.0.2.1", "192.0.2.2"), 1.0))
+    with capturedLogs() as events:
+        checker.startService()
+        run(clock, 90, step=0.05)
+    warnings = [e for e in events if e.get("event") == "health_checks_skipped"]
+    assert len(warnings) == 2  # the first skip, then 60 s later
+    assert warnings[0]["late"] > 0 and warnings[0]["since"] == "start"
+    assert warnings[1]["since"] in ("60 s ago", "61 s ago")  # at the first turn a minute later
+    assert sum(w["late"] for w in warnings) <= checker.stats.skipped_late
     checker.stopService()

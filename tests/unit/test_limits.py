@@ -70,10 +70,12 @@ def test_nothing_is_logged_when_the_limit_is_already_high(fake: FakeLimits) -> N
     assert events == []
 
 
-def test_the_need_counts_every_dns_address(tmp_path: Path) -> None:
-    """tcp_max_clients applies per listener: two addresses need twice the descriptors."""
+def test_the_need_counts_every_dns_address_and_the_health_checks_in_flight(tmp_path: Path) -> None:
+    """tcp_max_clients applies per listener: two addresses need twice the descriptors; each
+    health check in flight may hold one too."""
     raw = configs.base()
     raw["sync_group"]["members"][0]["dns"] = ["127.0.0.1:5353", "[::1]:5353"]
     raw["dns_server"] = {"tcp_max_clients": 3000}
+    raw["health"] = {"max_in_flight": 500}
     config = load(configs.write(tmp_path, raw))
-    assert limits.needed_open_files(config, "n1") == 2 * 3000 + limits.SPARE
+    assert limits.needed_open_files(config, "n1") == 2 * 3000 + 500 + limits.SPARE

@@ -22,6 +22,7 @@ from tests.support.probeservers import (
     LOOPBACKS,
     Certificates,
     CheckRun,
+    canned,
     closed_port,
     dns_responder,
     http_server,
@@ -69,6 +70,102 @@ def test_tcp_connect_and_refused(listening: dict[int, int]) -> None:
     assert run.reasons() == ["connected", "connected", "connection refused", "connection refused"]
     assert [r["ok"] for r in run.results] == [True, True, False, False]
     assert_clean(run)
+
+
+def test_plain_tcp_on_a_bare_socket_gives_the_verdicts_of_twisteds_client(listening: dict[int, int]) -> None:
+    """A plain tcp check uses a bare socket on a real reactor (bare.py); for the same
+    targets it gives the same verdicts and reasons as the general path: connected (both
+    families), refused (both), black-holed (a listener whose queue is full drops the SYN:
+    the timeout), and a network the kernel cannot reach (at once). Nothing is left behind."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    filler = socket.create_connection(full.getsockname())  # the queue's one place is taken
+    try:
+        targets = [
+            ("127.0.0.1", listening[4]),
+            ("::1", listening[6]),
+            ("127.0.0.1", closed_port(4, socket.SOCK_STREAM)),
+            ("::1", closed_port(6, socket.SOCK_STREAM)),
+            ("127.0.0.1", full.getsockname()[1]),
+            ("224.0.0.1", 80),  # multicast: no TCP route, refused by the kernel itself
+        ]
+        bare = run_checks(*(job("tcp", a, p) for a, p in targets))
+        general = run_checks(*({**job("tcp", a, p), "general": True} for a, p in targets))
+    finally:
+        filler.close()
+        full.close()
+    expected = [
+        "connected",
+        "connected",
+        "connection refused",
+        "connection refused",
+        "no connection within 0.5s",
+        "no route to host",
+    ]
+    assert bare.reasons() == expected
+    assert general.reasons() == expected
+    assert [r["ok"] for r in bare.results] == [r["ok"] for r in general.results]
+    assert_clean(bare)
+    assert_clean(general)
+
+
+def test_stream_checks_on_a_bare_socket_give_the_verdicts_of_twisteds_client(listening: dict[int, int]) -> None:
+    """tcp with send/expect and plain http use a bare socket on a real reactor (bare.py);
+    for the same servers they give the same verdicts and reasons as Twisted's client: good
+    and bad statuses and bodies, a reply that is not HTTP, a connection closed without a
+    reply, a reply over max_response_bytes, a server that never replies, echo matches and
+    mismatches. Nothing is left behind."""
+    big = b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 5000 + b"all ok"
+    with (
+        http_server(4) as v4,
+        http_server(6) as v6,
+        tcp_echo(4) as echo,
+        canned(b"SSH-2.0-OpenSSH_9.2\r\n") as ssh,
+        canned(b"\x16\x03\x01binary") as binary,
+        canned(b"") as silent_close,
+        canned(big) as large,
+    ):
+        jobs = [
+            job("http", "127.0.0.1", v4.port, path="/", expect_body="all ok"),
+            job("http", "::1", v6.port, path="/", expect_body_regex="^all ok$"),
+            job("http", "127.0.0.1", v4.port, path="/down"),
+            job("http", "::1", v6.port, path="/other", expect_body="all ok"),
+            job("http", "127.0.0.1", v4.port, method="HEAD", path="/", expect_status=[501]),
+            job("http", "127.0.0.1", ssh.port),
+            job("http", "127.0.0.1", binary.port),
+            job("http", "127.0.0.1", silent_close.port),
+            job("http", "127.0.0.1", large.port, expect_body="all ok", max_response_bytes=1024),
+            job("http", "127.0.0.1", listening[4]),
+            job("http", "127.0.0.1", closed_port(4, socket.SOCK_STREAM)),
+            job("tcp", "127.0.0.1", echo.port, send="hello", expect="echo:hello"),
+            job("tcp", "127.0.0.1", echo.port, send="hello", expect="bye"),
+            job("tcp", "127.0.0.1", echo.port, send="hello"),
+            job("tcp", "127.0.0.1", listening[4], expect="+OK"),
+        ]
+        bare = run_checks(*jobs)
+        general = run_checks(*({**j, "general": True} for j in jobs))
+    assert bare.reasons() == [
+        "HTTP 200",
+        "HTTP 200",
+        "HTTP 503 not in [200]",
+        "HTTP 200, body lacks 'all ok'",
+        "HTTP 501",  # (the test server knows no HEAD)
+        "malformed status line 'SSH-2.0-OpenSSH_9.2\\r'",
+        "not an HTTP response: '\\x16\\x03\\x01binary'",
+        "connection closed without a response",
+        "HTTP 200, body lacks 'all ok' (read capped at 1024 bytes)",
+        "no response within 0.5s",
+        "connection refused",
+        "received 'echo:hello'",
+        "closed after 10 bytes without 'bye'",
+        "connected",
+        "no reply within 0.5s",
+    ]
+    assert general.reasons() == bare.reasons()
+    assert [r["ok"] for r in general.results] == [r["ok"] for r in bare.results]
+    assert_clean(bare)
+    assert_clean(general)
 
 
 def test_tcp_send_and_expect() -> None:

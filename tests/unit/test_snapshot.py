@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.state import snapshot
@@ -322,6 +323,58 @@ def test_a_snapshot_damaged_while_running_is_set_aside_and_written_whole_again(t
     again = Store("n1", reactor.seconds)
     assert snapshot.read(path, again, 0.0) == len(store) == 21
     assert again.digest() == store.digest()
+
+
+class Turns(InlineThreads):
+    """InlineThreads whose zero-delay calls wait in a list: `turn` runs the first of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.soon: list[Callable[[], None]] = []
+
+    def callLater(self, delay: float, f: Callable[..., Any], *a: Any, **kw: Any) -> Any:
+        if delay:
+            return super().callLater(delay, f, *a, **kw)
+        self.soon.append(lambda: f(*a, **kw))
+        return task.Clock().callLater(0, lambda: None)  # a delayed call nobody runs
+
+    def turn(self) -> None:
+        self.soon.pop(0)()
+
+
+def test_a_write_of_many_rows_makes_them_a_few_thousand_per_reactor_turn(tmp_path: Path, monkeypatch: Any) -> None:
+    """A save of more than `ROWS_PER_TURN` keys (the whole store, after a damaged file) makes
+    its rows `ROWS_PER_TURN` per reactor turn, then writes them; a key changed meanwhile
+    is written by the next save."""
+    reactor = Turns()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0)
+    count = 3 * snapshot.ROWS_PER_TURN + 5
+    for i in range(count):
+        store.put(f"k/{i}", i)
+    made: list[int] = []
+    original = snapshot.row
+
+    def counting(record: Any, wall: float, local: float) -> Any:
+        made.append(1)
+        return original(record, wall, local)
+
+    monkeypatch.setattr(snapshot, "row", counting)
+    saving = snaps.save()
+    assert made == [] and reactor.ran == 0
+    per_turn = []
+    while reactor.soon:
+        before = len(made)
+        reactor.turn()
+        per_turn.append(len(made) - before)
+        if per_turn[-1] and len(per_turn) == 2:
+            store.put("k/0", "changed meanwhile")
+    assert max(per_turn) == snapshot.ROWS_PER_TURN and sum(per_turn) == count
+    assert saving.called and reactor.ran == 1
+    snaps.save()
+    again = Store("n1", reactor.seconds)
+    assert snapshot.read(tmp_path / snapshot.FILENAME, again, 0.0) == count
+    assert again.get("k/0").value == "changed meanwhile"  # type: ignore[union-attr]
 
 
 class HeldThreads(InlineThreads):
