@@ -22,7 +22,8 @@ from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
-from gtmcluster.proximity.table import Measurements
+from gtmcluster.proximity.table import PATH_KIND, Measurements
+from gtmcluster.state import persistence
 from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
@@ -87,6 +88,7 @@ class Node:
             self.stats,
             self.cached,
             version=config.dns_server.version,
+            ecs_trusted=config.dns_server.ecs_trusted,
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).
@@ -98,12 +100,24 @@ class Node:
         self._wideip_health: dict[str, int] = {}
         self.member: Member = config.member(name)
         self.measurements = measurements
-        self.probe_budget = Budget(config.prober, self.clock)
+        budget = Budget(config.prober, self.clock)
+        old_budget: Budget | None = getattr(self, "probe_budget", None)
+        if old_budget is not None:
+            budget.unfiled = old_budget.unfiled  # a counter: it outlives a reload
+        self.probe_budget = budget
         self.balancer = balancer
         self.responder = responder
         self.cache = cache
         self.generation += 1
         self.loaded_at = self.clock()
+        self._bound_store(config)
+
+    def _bound_store(self, config: Config) -> None:
+        """Bound the kinds of record DNS clients cause, alike on every member (see
+        `Store.bound`): persistence records, and paths (per data center with a member)."""
+        self.store.bound(persistence.KIND, config.persistence.max_records)
+        datacenters = {m.datacenter for m in config.sync_group.members}
+        self.store.bound(PATH_KIND, config.prober.max_ldns * max(1, len(datacenters)))
 
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the

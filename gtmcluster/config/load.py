@@ -24,6 +24,7 @@ from gtmcluster.config.model import (
     DNSServer,
     HostPort,
     Member,
+    PersistenceTable,
     Prober,
     RateLimit,
     SyncGroup,
@@ -60,6 +61,7 @@ TOP_LEVEL = (
     "topology",
     "pools",
     "wideips",
+    "persistence",
     "prober",
     "zones",
 )
@@ -115,6 +117,7 @@ def _load(file: str) -> Config:
             )
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
+    persistence = _persistence(r, top)
     zone_data, broken_zones = _zones(r, top, resolve)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
@@ -155,6 +158,7 @@ def _load(file: str) -> Config:
         zones=zones,
         dns_server=dns_server,
         api=api_settings,
+        persistence=persistence,
         raw=MappingProxyType(data),
         digest=_digest(data, zone_data, regions),
         wideips_of=MappingProxyType(wideips_by_server(wideips.values())),
@@ -350,6 +354,7 @@ def _prober(r: Reader, top: Mapping) -> Prober:
     rate = m.number("max_per_second", default.max_per_second, 0.1, 100000)
     in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
     udp_port = m.integer("udp_port", default.udp_port, 1, 65535)
+    max_ldns = m.integer("max_ldns", default.max_ldns, 1, 100_000_000)
     lists: dict[str, list[Any]] = {}
     special = [ipaddress.ip_network(n) for n in SPECIAL_PURPOSE]
     for key in ("allow", "deny", "only"):
@@ -368,9 +373,9 @@ def _prober(r: Reader, top: Mapping) -> Prober:
                 continue
             lists[key].append(network)
     m.done()
-    if None in (path_ttl, interval, inactive, timeout, rate, in_flight, udp_port):
+    if None in (path_ttl, interval, inactive, timeout, rate, in_flight, udp_port, max_ldns):
         return default
-    assert path_ttl and interval and inactive and timeout and rate and in_flight and udp_port
+    assert path_ttl and interval and inactive and timeout and rate and in_flight and udp_port and max_ldns
     return Prober(
         tuple(protocols),
         path_ttl,
@@ -383,7 +388,20 @@ def _prober(r: Reader, top: Mapping) -> Prober:
         tuple(lists["allow"]),
         tuple(lists["deny"]),
         tuple(lists["only"]),
+        max_ldns,
     )
+
+
+def _persistence(r: Reader, top: Mapping) -> PersistenceTable:
+    default = PersistenceTable()
+    if not top.has("persistence"):
+        return default
+    m = r.mapping(("persistence",), top.get("persistence"), "a mapping {max_records}")
+    if m is None:
+        return default
+    max_records = m.integer("max_records", default.max_records, 1, 100_000_000)
+    m.done()
+    return PersistenceTable(max_records or default.max_records)
 
 
 def _dns_server(r: Reader, top: Mapping) -> DNSServer:
@@ -404,6 +422,13 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
     if version is not None and not (version.isascii() and version.isprintable() and len(version) <= 255):
         r.error(m.at("version"), "must be at most 255 printable ASCII characters (one TXT string)")
         version = None
+    ecs_trusted: list[IPNetwork] = []
+    if m.has("ecs_trusted"):
+        items = r.list(m.at("ecs_trusted"), m.get("ecs_trusted"), "a list of resolver networks such as 192.0.2.0/24")
+        for i, item in enumerate(items or []):
+            network = r.network((*m.at("ecs_trusted"), i), item)
+            if network is not None:
+                ecs_trusted.append(network)
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
@@ -413,6 +438,7 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
         message or default.tcp_message_timeout,
         rate_limit,
         version,
+        tuple(ecs_trusted),
     )
 
 
