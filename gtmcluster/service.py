@@ -31,6 +31,7 @@ from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
+from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.sync.replicator import Replicator
@@ -68,6 +69,7 @@ class NodeService(MultiService):
         self.probes: ProbeScheduler | None = None
         self.workers: Workers | None = None
         self.heap: heap.HeapKeeper | None = None
+        self.lag: ReactorLag | None = None
         self.snapshots: Snapshotter | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
@@ -280,6 +282,10 @@ def make_service(
     keeper.setName("heap")
     keeper.setServiceParent(top)
     top.heap = keeper
+    lag = ReactorLag(reactor)
+    lag.setName("reactorlag")
+    lag.setServiceParent(top)
+    top.lag = lag
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")
