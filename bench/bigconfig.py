@@ -263,6 +263,12 @@ class Run:
 
     def reload(self) -> dict[str, Any]:
         assert self.member is not None
+        # A reload holds the old config and the new one at once: on a shared machine, do
+        # not start one that would not fit in the memory left.
+        held = self.member.memory().get("VmRSS", 0)
+        available = memory_available()
+        if available is not None and available < held * 1.2:
+            return {"error": f"not run: n1 holds {held / 1e9:.1f} GB, only {available / 1e9:.1f} GB are available"}
         started = time.monotonic()
         try:
             code, body = self.member.api("/api/v1/reload", "POST", timeout=self.args.phase_timeout)
@@ -439,6 +445,14 @@ class Run:
                 f"{memory.get('VmRSS', 0) / 1e6:.0f} MB, peak {memory.get('VmHWM', 0) / 1e6:.0f} MB",
                 None,
             )
+
+
+def memory_available() -> int | None:
+    """MemAvailable of /proc/meminfo, bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def rounded(seconds: float | None) -> float | None:
