@@ -30,12 +30,16 @@ timeout, and its memory goes with it); it prints one JSON line per figure, as it
    of turns and the longest one are what a real reactor would spend and stand still for,
    without the network's noise.
 
-Every phase stops when `--budget` seconds are used up and says how far it got.
+Every phase stops when `--budget` seconds are used up and says how far it got. Before each
+timed phase what is alive is frozen out of the garbage collector's reach (`settle`), as the
+node's heap keeper does after a slow full collection: else the collector, walking millions
+of config objects again and again, would be what is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -48,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from twisted.internet import task  # noqa: E402
 
+from gtmcluster import heap  # noqa: E402
 from gtmcluster.config.load import load  # noqa: E402
 from gtmcluster.config.model import Config  # noqa: E402
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
@@ -132,6 +137,7 @@ def one_verdict_change(big: Config, shell: Config, samples: int, budget: float) 
         verdicts=len(servers) * len(members),
         seconds=time.perf_counter() - started,
     )
+    settle()
     started = time.perf_counter()
     node.reload(big)
     snapshot = node.health.snapshot
@@ -197,6 +203,7 @@ def reconcile(big: Config, shell: Config, budget: float) -> None:
     channel = cast(PeerProtocol, _Channel(members[1]))
     servers = sorted(big.virtual_servers)
     records = [verdict(versions, vs, origin, UP) for origin in members for vs in servers]
+    settle()
     turns: list[float] = []
     merged = 0
     started = time.perf_counter()
@@ -238,6 +245,15 @@ def reconcile(big: Config, shell: Config, budget: float) -> None:
     )
 
 
+def settle() -> None:
+    """Keep what is alive now out of later garbage collections, as a node does (its heap
+    keeper freezes long-lived objects after a slow full collection: gtmcluster/heap.py);
+    else every full collection walks the whole config, millions of objects, and the
+    figures would be the collector's."""
+    gc.collect()
+    heap.freeze_now()
+
+
 class _Channel:
     def __init__(self, peer: str):
         self.peer = peer
@@ -257,6 +273,7 @@ def main() -> None:
     big = load(args.config)
     emit(phase="config_load", seconds=time.perf_counter() - started, digest=big.digest, rss=rss(), rss_before=before)
     shell = load(args.config.with_name(f"shell-{args.config.name}"))
+    settle()
     if "verdict_change" not in skip:
         one_verdict_change(big, shell, args.samples, args.budget)
     if "reconcile" not in skip:
