@@ -326,6 +326,8 @@ class Run:
         out: dict[str, Any] = {}
         self.report["phases"]["reconcile"] = out
         self.scrape()
+        # its peak so far includes the reload's (the old config and the new one at once)
+        out["memory_before"] = member.memory()
         stopped_at = time.monotonic()
         out["stop_s"] = member.stop()
         state = self.workdir / "state" / TARGET / FILENAME
@@ -370,81 +372,86 @@ class Run:
     # -- targets --------------------------------------------------------------------------
 
     def judge(self) -> None:
+        """Each of issue 12's targets: met, NOT met, or (memory) a figure only."""
         inproc, phases = self.report["inprocess"], self.report["phases"]
         targets = self.report["targets"]
 
         def target(what: str, figure: str, met: bool | None) -> None:
             targets.append({"target": what, "figure": figure, "met": met})
 
+        def under(value: float | None, bound: float) -> bool:
+            return value is not None and value < bound
+
         change = inproc.get("verdict_change/done", {})
         medians = change.get("median_ms", {})
+        what = f"one verdict change under {VERDICT_CHANGE_MS} ms"
         if medians:
-            worst = max(medians.values())
             figure = ", ".join(f"{k} median {v:.3f} ms (max {change['max_ms'][k]:.3f})" for k, v in medians.items())
-            target(f"one verdict change under {VERDICT_CHANGE_MS} ms", figure, worst < VERDICT_CHANGE_MS)
+            if sum(change.get("not_visible", {}).values()):
+                figure += f"; changes not visible when read: {change['not_visible']}"
+            target(what, figure, under(max(medians.values()), VERDICT_CHANGE_MS))
         else:
-            target(f"one verdict change under {VERDICT_CHANGE_MS} ms", "not measured (cut off)", False)
+            evaluated = inproc.get("verdict_change/evaluated", {}).get("evaluate_all_s")
+            figure = "not measured: the in-process part was cut off"
+            if evaluated is None:
+                figure += " before one evaluation of every server was done"
+            target(what, figure, False)
         rec = inproc.get("reconcile_inprocess")
         if rec:
             figure = (
                 f"{rec['merged']:,} of {rec['verdicts']:,} merged in {rec['seconds']:.2f} s, "
-                f"longest turn {rec['longest_turn_ms']:.1f} ms"
+                f"{rec['turns']} turns, longest {rec['longest_turn_ms']:.1f} ms"
             )
-            ok = rec["complete"] and rec["seconds"] < RECONCILE_S and rec["longest_turn_ms"] < STALL_S * 1000
+            ok = rec["complete"] and under(rec["seconds"], RECONCILE_S) and under(rec["longest_turn_ms"], 50)
             target("reconcile of 25,000 verdicts in-process: under 2 s, no turn over 50 ms", figure, ok)
         r = phases.get("reconcile", {})
         if r:
             figure = (
-                f"reconciled {r.get('reconciled_s')} s and agreeing {r.get('agrees_s')} s after answering "
-                f"(answering {r.get('spawn_to_answer_s')} s after the restart), longest stall {r.get('stall_ms')} ms"
+                f"answering {show(r.get('spawn_to_answer_s'), 's')} after the restart, then reconciled "
+                f"{show(r.get('reconciled_s'), 's')} and agreeing {show(r.get('agrees_s'), 's')} later; "
+                f"longest stall {show(r.get('stall_ms'), 'ms')}"
             )
-            ok = "error" not in r and (r.get("reconciled_s") or 99) < RECONCILE_S and (r.get("stall_ms") or 1e9) < 50
+            ok = under(r.get("reconciled_s"), RECONCILE_S) and under(r.get("stall_ms"), 50)
             target("reconcile after a restart (process): under 2 s, no stall over 50 ms", figure, ok)
         o = phases.get("outage", {})
         if o:
             figure = (
-                f"moved after {o.get('moved_s')} s (bound {o.get('bound_s')} s), longest stall {o.get('stall_ms')} ms"
+                f"moved after {show(o.get('moved_s'), 's')} (bound {o['bound_s']:g} s), "
+                f"longest stall {show(o.get('stall_ms'), 'ms')}"
             )
-            ok = "error" not in o and o["moved_s"] <= o["bound_s"] and (o.get("stall_ms") or 1e9) < 50
-            down = len(self.shape.servers_in("DC1"))
+            ok = under(o.get("moved_s"), o["bound_s"] + 1e-9) and under(o.get("stall_ms"), 50)
+            down = len(self.shape.servers_in(self.shape.datacenters[0]))
             target(f"outage of {down:,} servers: answers move in the bound, no stall over 50 ms", figure, ok)
-        lost = [(n, p["dnsperf"].get("lost")) for n, p in phases.items() if isinstance(p.get("dnsperf"), dict)]
-        if "reconcile" in phases and "dnsperf_from_restart" in phases["reconcile"]:
-            lost.append(("reconcile", phases["reconcile"]["dnsperf_from_restart"].get("lost")))
-        if lost:
-            p99 = {
-                n: (p.get("dnsperf") or p.get("dnsperf_from_restart") or {}).get("p99_ms") for n, p in phases.items()
-            }
-            figure = (
-                "lost "
-                + ", ".join(f"{n} {v}" for n, v in lost)
-                + "; p99 ms "
-                + ", ".join(f"{n} {v}" for n, v in p99.items())
+        runs = {n: p.get("dnsperf") or p.get("dnsperf_from_restart") for n, p in phases.items()}
+        runs = {n: d for n, d in runs.items() if isinstance(d, dict) and "sent" in d}
+        if runs:
+            figure = "; ".join(
+                f"{n}: {d['lost']} of {d['sent']} lost, p99 {show(d.get('p99_ms'), 'ms')}" for n, d in runs.items()
             )
             target(
-                "dnsperf through all of it: 0 lost (the reconcile counts from the restart)",
+                "dnsperf through all of it: 0 lost (the reconcile's from n1's answer on), p99",
                 figure,
-                all(v == 0 for _, v in lost),
+                all(d["lost"] == 0 for d in runs.values()),
             )
-        load = inproc.get("config_load", {})
+        load = inproc.get("config_load", {}).get("seconds")
+        started = phases.get("start", {}).get("spawn_to_answer_s")
         reload = phases.get("reload", {})
         figure = (
-            f"load {load.get('seconds', 'cut off')} s, reload {reload.get('reload_s')} s, "
-            f"reload's longest stall {reload.get('stall_ms')} ms"
+            f"load {show(load, 's')} in-process, first answer {show(started, 's')} after twistd started, "
+            f"reload {show(reload.get('reload_s'), 's')} with a longest stall of {show(reload.get('stall_ms'), 'ms')}"
         )
-        ok = (
-            (load.get("seconds") or 99) < CONFIG_S
-            and (reload.get("reload_s") or 99) < CONFIG_S
-            and (reload.get("stall_ms") or 1e9) < 50
-        )
+        ok = under(load, CONFIG_S) and under(reload.get("reload_s"), CONFIG_S) and under(reload.get("stall_ms"), 50)
         target("config load and reload: under 3 s, no answer pause over 50 ms", figure, ok)
-        memory = self.report.get("memory") or phases.get("start", {}).get("memory")
+        memory = phases.get("start", {}).get("memory", {})
+        before = phases.get("reconcile", {}).get("memory_before", {})
+        restarted = self.report.get("memory", {})
         if memory:
-            target(
-                "memory of a member (VmRSS, peak VmHWM)",
-                f"{memory.get('VmRSS', 0) / 1e6:.0f} MB, peak {memory.get('VmHWM', 0) / 1e6:.0f} MB",
-                None,
-            )
+            figure = f"{memory.get('VmRSS', 0) / 1e6:,.0f} MB once started"
+            if before:
+                figure += f", peak {before.get('VmHWM', 0) / 1e6:,.0f} MB (the reload included)"
+            if restarted:
+                figure += f", {restarted.get('VmRSS', 0) / 1e6:,.0f} MB after the restart"
+            target("memory of a member (VmRSS; the peak is VmHWM)", figure, None)
 
 
 def memory_available() -> int | None:
@@ -453,6 +460,13 @@ def memory_available() -> int | None:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     return None
+
+
+def show(value: float | None, unit: str) -> str:
+    """A figure, or what its absence means (a wait cut off, a /metrics that did not answer)."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.2f} {unit}" if unit == "s" else f"{value:,.1f} {unit}"
 
 
 def rounded(seconds: float | None) -> float | None:

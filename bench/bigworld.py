@@ -261,9 +261,9 @@ class Dnsperf:
             "lost": int(figures["lost"]),
             "interrupted": interrupted,
             "rcodes": figures["rcodes"],
-            "p50_ms": round(percentile(latencies, 50) * 1000, 2),
-            "p99_ms": round(percentile(latencies, 99) * 1000, 2),
-            "max_ms": round(latencies[-1] * 1000, 1) if latencies else 0.0,
+            "p50_ms": round(percentile(latencies, 50) * 1000, 2) if latencies else None,
+            "p99_ms": round(percentile(latencies, 99) * 1000, 2) if latencies else None,
+            "max_ms": round(latencies[-1] * 1000, 1) if latencies else None,
         }
 
 

@@ -48,11 +48,12 @@ class Figures:
             "sent": self.sent,
             "answered": self.answered,
             "lost": self.lost,
-            "slowest_ms": round(self.slowest * 1000, 1),
+            # no answer at all: no latency to speak of
+            "slowest_ms": round(self.slowest * 1000, 1) if self.answered else None,
             "over_100ms": self.over_100ms,
-            "p50_ms": round(self.p50 * 1000, 2),
-            "p99_ms": round(self.p99 * 1000, 2),
-            "longest_gap_ms": round(self.longest_gap * 1000, 1),
+            "p50_ms": round(self.p50 * 1000, 2) if self.answered else None,
+            "p99_ms": round(self.p99 * 1000, 2) if self.answered else None,
+            "longest_gap_ms": round(self.longest_gap * 1000, 1) if self.answered > 1 else None,
         }
 
 
