@@ -442,6 +442,13 @@ class Run:
         )
         ok = under(load, CONFIG_S) and under(reload.get("reload_s"), CONFIG_S) and under(reload.get("stall_ms"), 50)
         target("config load and reload: under 3 s, no answer pause over 50 ms", figure, ok)
+        decided = inproc.get("decide")
+        if decided:
+            figure = (
+                f"median {decided['median_ms']:.2f} ms, max {decided['max_ms']:.2f} ms "
+                f"({decided['topology_records']:,} topology records)"
+            )
+            target("a decision with nothing kept, as every answer after a health change (no target)", figure, None)
         memory = phases.get("start", {}).get("memory", {})
         before = phases.get("reconcile", {}).get("memory_before", {})
         restarted = self.report.get("memory", {})

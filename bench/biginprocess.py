@@ -7,7 +7,9 @@ timeout, and its memory goes with it); it prints one JSON line per figure, as it
 `--config` is a config written by `tests.support.bigconfig.write` (its shell beside it).
 
 1. **Config load**: `config.load.load` of the whole config (parse, validate, resolve).
-2. **One verdict change.** A `Node` (the member ``n1``) holds a verdict from every member
+2. **A decision** with nothing kept (as every answer after a health change): the
+   balancer's `decide` for 200 wide IPs, for a client of region isp000, one by one.
+3. **One verdict change.** A `Node` (the member ``n1``) holds a verdict from every member
    on every server (5 x 5,000 = 25,000, all up, except two sample sets below). They are
    merged while the node runs the config's shell (same group, no servers), then the node is
    reloaded with the whole config (one evaluation of everything: timed too, as
@@ -20,7 +22,7 @@ timeout, and its memory goes with it); it prints one JSON line per figure, as it
      member seeing it up is enough); only its reason changes.
    Each sample checks that the change is visible in what it read; one that is not is
    counted (`not_visible`) and its time is still shown.
-3. **A reconcile in-process.** A fresh node (the shell, then the whole config, no verdicts)
+4. **A reconcile in-process.** A fresh node (the shell, then the whole config, no verdicts)
    and its `Replicator` on a fake reactor (`task.Clock`) receive 25,000 verdicts (5,000 of
    each member, as a restarted member pulls them) as Publish batches made by the sync codec,
    one batch at a time, merged through `Replicator.receive_in_slices` exactly as a peer's
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ipaddress
 import json
 import statistics
 import sys
@@ -55,7 +58,9 @@ from twisted.internet import task  # noqa: E402
 from gtmcluster import heap  # noqa: E402
 from gtmcluster.config.load import load  # noqa: E402
 from gtmcluster.config.model import Config  # noqa: E402
+from gtmcluster.dns.zone import TYPE_A  # noqa: E402
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
+from gtmcluster.lb.context import Client  # noqa: E402
 from gtmcluster.node import Node  # noqa: E402
 from gtmcluster.state.store import Record, Version  # noqa: E402
 from gtmcluster.sync import codec  # noqa: E402
@@ -183,6 +188,30 @@ def one_verdict_change(big: Config, shell: Config, samples: int, budget: float) 
     )
 
 
+def decide(big: Config, count: int = 200) -> None:
+    """An answer's decision with nothing kept (every answer after a health change): the
+    balancer's `decide` for *count* wide IPs, a client of region isp000 (topology prefers
+    DC1), timed one by one."""
+    clock = task.Clock()
+    clock.advance(time.time())
+    node = Node(big, NODE, clock.seconds)
+    client_address = ipaddress.ip_address("127.77.0.1")
+    client = Client(client_address, 32, client_address)
+    names = sorted(big.wideips, key=str)[:count]
+    times = []
+    for name in names:
+        t0 = time.perf_counter()
+        node.balancer.decide(big.wideips[name], TYPE_A, client)
+        times.append(time.perf_counter() - t0)
+    emit(
+        phase="decide",
+        decisions=len(times),
+        median_ms=statistics.median(times) * 1000,
+        max_ms=max(times) * 1000,
+        topology_records=len(big.topology.records),
+    )
+
+
 def reconcile(big: Config, shell: Config, budget: float) -> None:
     clock = TurnClock()
     clock.advance(time.time())
@@ -265,7 +294,7 @@ def main() -> None:
     p.add_argument("--config", type=Path, required=True, help="a config written by tests.support.bigconfig.write")
     p.add_argument("--budget", type=float, default=120.0, help="seconds each timed phase may take at most")
     p.add_argument("--samples", type=int, default=20, help="verdict changes of each kind")
-    p.add_argument("--skip", default="", help="phases to leave out: verdict_change, reconcile")
+    p.add_argument("--skip", default="", help="phases to leave out: decide, verdict_change, reconcile")
     args = p.parse_args()
     skip = set(args.skip.split(","))
     before = rss()
@@ -274,6 +303,8 @@ def main() -> None:
     emit(phase="config_load", seconds=time.perf_counter() - started, digest=big.digest, rss=rss(), rss_before=before)
     shell = load(args.config.with_name(f"shell-{args.config.name}"))
     settle()
+    if "decide" not in skip:
+        decide(big)
     if "verdict_change" not in skip:
         one_verdict_change(big, shell, args.samples, args.budget)
     if "reconcile" not in skip:
