@@ -31,6 +31,7 @@ heard (heartbeats carry it), and each data center's latest raw check result.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import ipaddress
 import json
@@ -139,7 +140,7 @@ class World:
             others = [m for m in self.members if m.name != member.name]
             service = PeerService(replicator, creds, listener, others, reactor, sync["reconcile_interval"])
             sim = Simulated(member.name, store, replicator, service)
-            replicator.peer_listeners.append(lambda r=replicator: forget_gone(r, self.spec["target"]))
+            replicator.peer_listeners.append(functools.partial(forget_gone, replicator, self.spec["target"]))
             spread = min(self.shape.interval, STARTUP_SPREAD)
             for vs in self.datacenter_of:
                 sim.flaps[vs] = Flap(self.shape.up_after, self.shape.down_after)
