@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))  # tests.support.bigconfig of this checkout
 from twisted.internet import defer, reactor, task  # noqa: E402
 
 from gtmcluster.config.model import HealthRule, HostPort, Member, Monitor, TcpCheck, TLSFiles  # noqa: E402
-from gtmcluster.health.checker import MIN_OBSERVATION_TTL, STARTUP_SPREAD  # noqa: E402
+from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
 from gtmcluster.health.flap import UP, Flap  # noqa: E402
 from gtmcluster.probe.base import Result, Target  # noqa: E402
 from gtmcluster.probe.checks import make_check  # noqa: E402
@@ -141,10 +141,9 @@ class World:
             service = PeerService(replicator, creds, listener, others, reactor, sync["reconcile_interval"])
             sim = Simulated(member.name, store, replicator, service)
             replicator.peer_listeners.append(functools.partial(forget_gone, replicator, self.spec["target"]))
-            spread = min(self.shape.interval, STARTUP_SPREAD)
             for vs in self.datacenter_of:
                 sim.flaps[vs] = Flap(self.shape.up_after, self.shape.down_after)
-                phase = bigconfig.check_phase(f"obs/vs/{vs}/{member.name}", spread)
+                phase = bigconfig.check_phase(f"obs/vs/{vs}/{member.name}", self.shape.interval)
                 sim.due.append((self.started + phase, vs))
             heapq.heapify(sim.due)
             self.sims.append(sim)

@@ -127,9 +127,11 @@ class Member:
 
     def api(self, path: str, method: str = "GET", timeout: float = HTTP_TIMEOUT) -> tuple[int, bytes]:
         request = urllib.request.Request(
-            f"http://{self.address}:{bigconfig.API_PORT}{path}", method=method, data=b"" if method == "POST" else None
+            f"http://{self.address}:{bigconfig.API_PORT}{path}", method=method, data=b"{}" if method == "POST" else None
         )
         request.add_header("Authorization", f"Bearer {bigconfig.TOKEN}")
+        if method == "POST":
+            request.add_header("Content-Type", "application/json")  # (writes must be JSON)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return int(response.status), response.read()

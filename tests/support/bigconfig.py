@@ -257,10 +257,10 @@ def dump(path: Path, data: dict[str, Any]) -> None:
     path.write_text(yaml.dump(data, Dumper=dumper, sort_keys=False))
 
 
-def check_phase(key: str, spread: float) -> float:
-    """When in its first round a subject is checked: the health checker spreads the first
-    round of checks over *spread* seconds by a hash of the verdict's key (the same rule)."""
-    return (zlib.crc32(key.encode()) % 1000) / 1000 * spread
+def check_phase(key: str, interval: float) -> float:
+    """When in each interval a subject is checked: the health checker gives each its phase
+    by a hash of the verdict's key (the same rule as health.checker)."""
+    return zlib.crc32(key.encode()) / 2**32 * interval
 
 
 class Backend:
