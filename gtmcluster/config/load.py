@@ -38,6 +38,7 @@ from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.gcpause import collection_paused
 from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
+from gtmcluster.state import schema
 from gtmcluster.sync import certs
 
 DEFAULT_PEER_PORT = 4353
@@ -345,7 +346,8 @@ def _prober(r: Reader, top: Mapping) -> Prober:
         r.error(m.at("protocols"), "at least one probe protocol is needed")
     path_ttl = m.integer("path_ttl", default.path_ttl, 60, 2**31 - 1)
     interval = m.number("probe_interval", default.probe_interval, 10, 86400 * 30)
-    inactive = m.integer("inactive_ldns_ttl", default.inactive_ldns_ttl, 60, 2**31 - 1)
+    # (a path record lives this long: no longer than the sync group's members take, state.schema)
+    inactive = m.integer("inactive_ldns_ttl", default.inactive_ldns_ttl, 60, int(schema.MAX_PATH_TTL))
     timeout = m.number("timeout", default.timeout, 0.05, 30)
     rate = m.number("max_per_second", default.max_per_second, 0.1, 100000)
     in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)

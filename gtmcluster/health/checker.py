@@ -30,6 +30,7 @@ from gtmcluster.config.model import Config, Monitor
 from gtmcluster.health.flap import UP, Flap
 from gtmcluster.health.schedule import Entry, Schedule
 from gtmcluster.probe.base import Check, Result, Target
+from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store
 
 log = Logger()
@@ -236,6 +237,7 @@ class HealthChecker(Service):
             reason = results[0].reason
         else:
             reason = ", ".join(f"{t.address}: {r.reason}" for t, r in zip(subject.targets, results, strict=True))
+        reason = shorten(reason)  # what peers take (state.schema)
         old = subject.flap.state
         changed = subject.flap.feed(ok)
         now = self.reactor.seconds()

@@ -27,6 +27,8 @@ Crash safety (a node may be killed at any instant, also in the middle of a write
   saying why, and the node starts with an empty store, which its peers fill when they
   connect. A snapshot is loaded whole or not at all. A file found damaged by a write is
   moved aside the same way, and the next write saves the whole store to a new one.
+- A well-formed row whose record the schema of its kind refuses (`state.schema`) is not a
+  damaged file: that record is skipped with a log line (see `Reader`), the rest is loaded.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +48,9 @@ from twisted.application.service import Service
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
+from gtmcluster.state import schema
 from gtmcluster.state.loading import Damaged, Loading
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.store import Record, Store, Version, kind_of
 from gtmcluster.state.values import compact, plain, shared_text
 
 log = Logger()
@@ -65,6 +69,8 @@ SCHEMA = (
 )""",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)",
 )
+#: records skipped on loading (see `Reader`) that are logged one by one, at most
+LOGGED_SKIPS = 10
 #: keys of the later part remembered as not in the file, at most (see `Reader.fetch`)
 MAX_ABSENT = 100_000
 #: rows a write makes per reactor turn (a few milliseconds), when it has more than that
@@ -179,9 +185,22 @@ def _valid(found: tuple[Any, ...]) -> bool:
     )
 
 
+class Refused(Exception):
+    """A well-formed row holding a record its kind's schema refuses (`state.schema`): it is
+    skipped, and the rest of the file loaded."""
+
+    def __init__(self, problem: schema.Problem):
+        super().__init__(problem.text)
+        self.problem = problem
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
 def _record(entry: tuple[Any, ...], wall_now: float, local_now: float) -> Record | None:
     """The record of a row, or None when it has expired; raises `Unreadable` for a row
-    this version does not write."""
+    this version does not write, and `Refused` for a record its kind's schema refuses."""
     if not _valid(entry):
         raise Unreadable(f"record {entry[0]!r}: malformed row {entry!r}")
     key, value, wall_ms, logical, origin, expires = entry
@@ -189,11 +208,14 @@ def _record(entry: tuple[Any, ...], wall_now: float, local_now: float) -> Record
     if ttl is not None and ttl <= 0:
         return None
     try:
-        # compact at once (as the store would): a large table's values are not held twice
-        decoded: Any = compact(key, json.loads(value))
-    except ValueError as e:
+        decoded: Any = json.loads(value, parse_constant=_constant)
+    except (ValueError, RecursionError) as e:
         raise Unreadable(f"record {key!r}: the value is not JSON ({e})") from None
-    return Record(key, decoded, Version(wall_ms, logical, shared_text(origin)), ttl, local_now)
+    problem = schema.problem(key, decoded, origin, ttl)
+    if problem is not None:
+        raise Refused(problem)
+    # compact at once (as the store would): a large table's values are not held twice
+    return Record(key, compact(key, decoded), Version(wall_ms, logical, shared_text(origin)), ttl, local_now)
 
 
 def key_range(prefix: str) -> tuple[str, str]:
@@ -212,12 +234,30 @@ class Reader:
     a node can answer from the whole snapshot while most of it is still on disk. Records
     go into the store with `Store.load`: newest version wins, no listener hears of them.
 
+    A well-formed row whose record its kind's schema refuses (`state.schema`: a value of
+    another shape, a TTL or size beyond the kind's cap, an unknown kind; or one beyond its
+    origin's cap of records of that kind) is skipped, counted in *refused* by (kind,
+    reason), and logged (the first `LOGGED_SKIPS` of them, then a count when reading ends):
+    one bad record, which a peer may have sent before this version checked, does not cost
+    the rest of the file.
+
     Times: a record's remaining TTL is counted from the wall-clock time *wall* gives when
     its row is read. Every call runs on one thread (the reactor's).
     """
 
-    def __init__(self, db: sqlite3.Connection, later: str | None, wall: Callable[[], float]):
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        later: str | None,
+        wall: Callable[[], float],
+        refused: Counter[tuple[str, str]] | None = None,
+        path: Path | None = None,
+    ):
         self.db = db
+        self.path = path
+        self.refused: Counter[tuple[str, str]] = Counter() if refused is None else refused
+        #: records skipped by this reader
+        self.skipped = 0
         self.later = key_range(later) if later else None
         self.wall = wall
         #: the rowid of the last row of the later part read (rows up to it are in the store)
@@ -232,7 +272,9 @@ class Reader:
         self._absent: set[str] = set()
 
     @classmethod
-    def open(cls, path: Path, later: str | None, wall: Callable[[], float]) -> Reader | None:
+    def open(
+        cls, path: Path, later: str | None, wall: Callable[[], float], refused: Counter[tuple[str, str]] | None = None
+    ) -> Reader | None:
         """The snapshot at *path* opened and checked whole (opening rolls back a write that
         was cut short, see the module's docstring); None when there is no snapshot (no
         file, or no write committed yet). Raises `Unreadable`."""
@@ -259,7 +301,7 @@ class Reader:
         except BaseException:
             db.close()
             raise
-        return cls(db, later, wall)
+        return cls(db, later, wall, refused, path)
 
     def close(self) -> None:
         self.db.close()
@@ -282,15 +324,15 @@ class Reader:
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
         wall_now, local_now = self.wall(), store.clock()
-        records = [r for entry in found if (r := _record(entry, wall_now, local_now)) is not None]
+        records = self._records(found, 0, wall_now, local_now)
         if self.later is not None:
             self.total = count - len(found)
             self.done = self.total == 0
             if type(latest) is int and 0 <= latest <= MAX_WALL_MS:
                 # the next millisecond: past every logical counter of that one
                 store.witness(latest + 1, 0)
-        # every row is good: only now does the store see any of them
-        return store.load(records)
+        # every row is well-formed: only now does the store see any of them
+        return store.load(self._within_caps(store, records))
 
     def next_slice(self, store: Store, count: int) -> int:
         """Read the rows of the later part among the next *count* rows of the table (by
@@ -318,10 +360,9 @@ class Reader:
                     self.cursor = max(self.cursor, following - 1)
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
-        wall_now, local_now = self.wall(), store.clock()
-        records = [r for entry in found if (r := _record(entry[1:], wall_now, local_now)) is not None]
+        records = self._records(found, 1, self.wall(), store.clock())
         self.done_rows += len(found)
-        return store.load(records)
+        return store.load(self._within_caps(store, records))
 
     def fetch(self, store: Store, key: str) -> bool:
         """Read *key*'s row into *store* now if it belongs to the later part and its slice
@@ -344,8 +385,50 @@ class Reader:
             return False
         if entry[0] <= self.cursor:
             return False
-        record = _record(entry[1:], self.wall(), store.clock())
-        return record is not None and store.load([record]) == 1
+        records = self._records([entry], 1, self.wall(), store.clock())
+        return store.load(self._within_caps(store, records)) == 1
+
+    def _records(self, rows: list[Any], skip: int, wall_now: float, local_now: float) -> list[Record]:
+        """The live records of *rows* (each from its column *skip* on); raises `Unreadable`
+        for a malformed row, and skips (see `_skip`) one its kind's schema refuses."""
+        out = []
+        for entry in rows:
+            try:
+                record = _record(entry[skip:] if skip else entry, wall_now, local_now)
+            except Refused as e:
+                self._skip(e.problem)
+                continue
+            if record is not None:
+                out.append(record)
+        return out
+
+    def _within_caps(self, store: Store, records: Iterable[Record]) -> Iterator[Record]:
+        """*records* but those beyond their origin's cap of records of their kind, counted
+        as the store takes each one (`Store.load` reads them one at a time)."""
+        for record in records:
+            kind = kind_of(record.key)
+            limit = schema.KINDS[kind].max_records
+            if store.held_by(record.origin, kind) >= limit:
+                held = store.raw(record.key)
+                if held is None or held.origin != record.origin:
+                    self._skip(
+                        schema.Problem(
+                            kind, "count", f"record {record.key[:60]!r}: {record.origin} holds {limit} {kind} records"
+                        )
+                    )
+                    continue
+            yield record
+
+    def _skip(self, problem: schema.Problem) -> None:
+        self.refused[problem.kind, problem.reason] += 1
+        self.skipped += 1
+        if self.skipped <= LOGGED_SKIPS:
+            log.warn(
+                "state snapshot {path}: skipped a record this version does not take: {why}",
+                path=str(self.path),
+                why=problem.text,
+                event="snapshot_record_skipped",
+            )
 
 
 def read(path: Path, store: Store, wall_now: float) -> int:
@@ -432,6 +515,8 @@ class Snapshotter(Service):
         self._loaded_at_start = 0
         self._waiting: list[defer.Deferred[None]] = []
         self.loaded = True
+        #: records of the file skipped on loading, by (kind, reason) (see `Reader`)
+        self.refused: Counter[tuple[str, str]] = Counter()
         store.subscribe(self._changed)
 
     def _changed(self, record: Record) -> None:
@@ -446,7 +531,7 @@ class Snapshotter(Service):
         interrupted = Path(f"{self.path}-journal").exists()
         reader = None
         try:
-            reader = Reader.open(self.path, self.later, self.wall)
+            reader = Reader.open(self.path, self.later, self.wall, self.refused)
             loaded = 0 if reader is None else reader.first(self.store)
         except Unreadable as e:
             if reader is not None:
@@ -486,9 +571,22 @@ class Snapshotter(Service):
             return loaded
         if reader is not None:
             reader.close()
+            self._say_skipped()
         if loaded:
             log.info("loaded {count} records from {path}", count=loaded, path=str(self.path), event="snapshot_loaded")
         return loaded
+
+    def _say_skipped(self) -> None:
+        """Log how many records loading skipped, by kind and reason (when any were)."""
+        if not self.refused:
+            return
+        log.warn(
+            "skipped {count} records of {path} that this version does not take ({detail}); the rest is loaded",
+            count=sum(self.refused.values()),
+            path=str(self.path),
+            detail=", ".join(f"{kind} {reason}: {n}" for (kind, reason), n in sorted(self.refused.items())),
+            event="snapshot_records_skipped",
+        )
 
     @property
     def loading(self) -> dict[str, int] | None:
@@ -517,6 +615,7 @@ class Snapshotter(Service):
             seconds=took,
             event="snapshot_loaded",
         )
+        self._say_skipped()
         self._done_loading()
 
     def _damaged(self, reason: str) -> None:

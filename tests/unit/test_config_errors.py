@@ -319,7 +319,7 @@ OUT_OF_RANGE = [
     pytest.param(
         put(*WIP, "persistence", value={"ttl": 0}),
         f"{WIP_PATH}.persistence.ttl",
-        "0 is out of range (1 to 2147483647)",
+        "0 is out of range (1 to 2592000)",
         id="persistence-ttl-0",
     ),
     pytest.param(
