@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
@@ -25,6 +26,20 @@ from gtmcluster.proximity.table import Measurements
 from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The parts of a node that depend on its config, built for a new config (see
+    `Node.prepare_reload`)."""
+
+    config: Config
+    member: Member
+    measurements: Measurements
+    probe_budget: Budget
+    balancer: Balancer
+    responder: Responder
+    cache: DecisionCache | None
 
 
 class Node:
@@ -63,6 +78,10 @@ class Node:
 
     def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
         """Build everything that depends on the config, then switch to it in one step."""
+        self._use(self._build(config, name, rotations))
+
+    def _build(self, config: Config, name: str, rotations: Rotations) -> Prepared:
+        """Everything that depends on *config*, built and not yet in use (what can fail)."""
         measurements = Measurements(
             self.store,
             config.prober,
@@ -92,23 +111,38 @@ class Node:
         cache = None
         if self.availability is self.health:
             cache = DecisionCache(self.store.raw, self.clock, self._health_of, stats=self.stats)
+        return Prepared(
+            config, config.member(name), measurements, Budget(config.prober, self.clock), balancer, responder, cache
+        )
+
+    def _use(self, built: Prepared) -> None:
+        """Answer from *built* from now on (assignments only: it cannot fail half way)."""
+        config = built.config
         self.config = config
         self._wideips_of = config.wideips_of
         self._wideip_health: dict[str, int] = {}
-        self.member: Member = config.member(name)
-        self.measurements = measurements
-        self.probe_budget = Budget(config.prober, self.clock)
-        self.balancer = balancer
-        self.responder = responder
-        self.cache = cache
+        self.member: Member = built.member
+        self.measurements = built.measurements
+        self.probe_budget = built.probe_budget
+        self.balancer = built.balancer
+        self.responder = built.responder
+        self.cache = built.cache
         self.generation += 1
         self.loaded_at = self.clock()
 
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the
         store (health verdicts, paths, persistence) is the same; health re-evaluates."""
-        self._apply(config, self.member.name, self.balancer.rotations)
-        self.health.reconfigure(config)
+        self.switch_to(self.prepare_reload(config))
+
+    def prepare_reload(self, config: Config) -> Prepared:
+        """What answering from *config* needs, built (raising if it cannot be), not yet in
+        use: `switch_to` puts it in use (see `service.NodeService.switch`)."""
+        return self._build(config, self.member.name, self.balancer.rotations)
+
+    def switch_to(self, prepared: Prepared) -> None:
+        self._use(prepared)
+        self.health.reconfigure(prepared.config)
 
     @property
     def ready(self) -> bool:
