@@ -33,11 +33,13 @@ Crash safety (a node may be killed at any instant, also in the middle of a write
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
 import os
 import sqlite3
+import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -105,7 +107,12 @@ def rows(store: Store, wall_now: float, local_now: float) -> list[Row]:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), rollback journal, full syncs."""
+    """A connection in autocommit mode (transactions are explicit), rollback journal, full
+    syncs. Raises `Unreadable` when the file or a file SQLite keeps beside it (its journal)
+    is a symbolic link or not a regular file: SQLite would follow the link, reading another
+    file as the state or creating one where the link points."""
+    for name in (path, *(Path(f"{path}{suffix}") for suffix in COMPANIONS)):
+        _refuse_link(name)
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=DELETE")
@@ -114,6 +121,19 @@ def _connect(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _refuse_link(path: Path) -> None:
+    """Raise `Unreadable` when *path* is a symbolic link (dangling or not) or anything but a
+    regular file; nothing there is fine."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise Unreadable(f"{path} is a symbolic link (never followed)")
+    if not stat.S_ISREG(mode):
+        raise Unreadable(f"{path} is not a regular file")
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -126,15 +146,32 @@ def _fsync_directory(directory: Path) -> None:
 
 def _create_private(path: Path) -> None:
     """Create *path* empty with mode 0600 (never readable by others, not even for a moment)
-    and make its name durable; an existing file is only narrowed to 0600."""
-    if path.exists():
-        if os.stat(path).st_mode & 0o077:
-            os.chmod(path, 0o600)  # written by an older version
+    and make its name durable; an existing file is only narrowed to 0600. Never through a
+    symbolic link: one at *path* raises `Unreadable` (and is set aside like a damaged file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Unreadable(f"{path} is a symbolic link (never followed)") from None
+        raise
+    else:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Unreadable(f"{path} is not a regular file")
+            if st.st_mode & 0o077:
+                os.fchmod(fd, 0o600)  # written by an older version
+        finally:
+            os.close(fd)
         return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        # O_EXCL: fails on anything already at *path*, a symbolic link included (not followed)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
+        _refuse_link(path)  # made meanwhile: a link is refused, a file is another writer's
         return
     os.close(fd)
     _fsync_directory(path.parent)
@@ -278,7 +315,7 @@ class Reader:
         """The snapshot at *path* opened and checked whole (opening rolls back a write that
         was cut short, see the module's docstring); None when there is no snapshot (no
         file, or no write committed yet). Raises `Unreadable`."""
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
         try:
             db = _connect(path)
@@ -469,13 +506,13 @@ def set_aside(path: Path, wall_now: float) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(wall_now))
     target = path.with_name(f"{path.name}.bad-{stamp}")
     n = 1
-    while any(Path(f"{target}{suffix}").exists() for suffix in ("", *COMPANIONS)):
+    while any(os.path.lexists(f"{target}{suffix}") for suffix in ("", *COMPANIONS)):
         n += 1
         target = path.with_name(f"{path.name}.bad-{stamp}-{n}")
     os.rename(path, target)
     for suffix in COMPANIONS:
         companion = Path(f"{path}{suffix}")
-        if companion.exists():
+        if os.path.lexists(companion):  # (a link is renamed itself, not followed)
             os.rename(companion, f"{target}{suffix}")
     _fsync_directory(path.parent)
     return target
@@ -528,7 +565,7 @@ class Snapshotter(Service):
         file that cannot be trusted is moved aside (see `set_aside`) and nothing is
         loaded: the node starts anyway, empty, and its peers send it their state when
         they connect."""
-        interrupted = Path(f"{self.path}-journal").exists()
+        interrupted = os.path.lexists(f"{self.path}-journal")
         reader = None
         try:
             reader = Reader.open(self.path, self.later, self.wall, self.refused)

@@ -534,3 +534,58 @@ def test_a_bad_record_in_the_part_read_later_is_skipped(tmp_path: Path) -> None:
     reader.close()
     assert taken == 19 and store.raw("path/192.0.2.7/DC1") is None
     assert refused == {("path", "value"): 1}
+
+
+# --- symbolic links are never followed ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["state.sqlite", "state.sqlite-journal", "state.sqlite-wal"])
+@pytest.mark.parametrize("dangling", [True, False])
+def test_a_symbolic_link_in_the_state_directory_is_never_followed(tmp_path: Path, name: str, dangling: bool) -> None:
+    """Issue 13: a dangling link at the snapshot's place made the writer create an SQLite
+    file at its target (mode 0644); a link to a file got that file chmod-ed. Now a link at
+    the snapshot's or its journal's place is neither read, written, created nor chmod-ed
+    through: loading and writing set it aside (renamed, the link itself) with a warning,
+    and the next write makes a regular 0600 file that loads the whole store."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    if not dangling:
+        target.write_bytes(b"precious")
+        target.chmod(0o644)
+    (state / name).symlink_to(target)
+    reactor = InlineThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, state, reactor, lambda: 1_700_000_000.0)
+    with capturedLogs() as events:
+        assert snaps.load() == 0
+        store.put("admin/vs/a", {"state": "drain"})
+        snaps.save()  # (a link left behind by the load, if any, is set aside here)
+        snaps.save()
+    warnings = [formatEvent(e) for e in events if "symbolic link" in formatEvent(e)]
+    assert warnings and "moved it aside" in warnings[0], [formatEvent(e) for e in events]
+    if dangling:
+        assert not os.path.lexists(target)
+    else:
+        assert target.read_bytes() == b"precious" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    moved = [p for p in state.iterdir() if p.is_symlink()]
+    assert [p.name.startswith("state.sqlite.bad-") for p in moved] == [True]
+    path = state / snapshot.FILENAME
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = Store("n1", reactor.seconds)
+    assert snapshot.read(path, again, 0.0) == 1 and again.get("admin/vs/a") is not None
+
+
+def test_a_link_where_a_file_is_set_aside_is_replaced_not_followed(tmp_path: Path) -> None:
+    """Setting aside renames the entries themselves: a link at the name a file is moved to
+    is not written through."""
+    state = tmp_path / "state"
+    state.mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"precious")
+    path = state / snapshot.FILENAME
+    path.write_bytes(b"garbage" * 100)
+    (state / "state.sqlite.bad-20231114T221320Z").symlink_to(target)
+    moved = snapshot.set_aside(path, 1_700_000_000.0)
+    assert moved.name == "state.sqlite.bad-20231114T221320Z-2"
+    assert target.read_bytes() == b"precious" and moved.read_bytes() == b"garbage" * 100
