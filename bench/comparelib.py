@@ -138,7 +138,8 @@ def node_config(dns: Endpoint, api_port: int, sources: int, processes: int = 1) 
         },
         "state_dir": "state/{node}",
         "log_dir": "log",
-        "dns_server": {"processes": processes},
+        # (the queries' client subnets count: they come from loopback, the trusted resolver)
+        "dns_server": {"processes": processes, "ecs_trusted": ["127.0.0.0/8", "::1/128"]},
         "datacenters": ["DC1", "DC2", "DC3"],
         "virtual_servers": {name: {"address": address, "datacenter": dc} for name, dc, address in POOL},
         "regions": regions,

@@ -140,11 +140,17 @@ wideips:
     persistence: {{ttl: {PERSIST_TTL}, ipv4_prefix: 24}}
 zones:
   - {{origin: bench.test, file: {zone_file}}}
+dns_server:
+  ecs_trusted: [{CLIENT_NET}]
 """
 
 
 def client_address(k: int) -> str:
     return f"127.0.10.{k + 1}"
+
+
+#: the /24 of the benchmark's LDNSes (persistence's prefix), trusted with client subnets
+CLIENT_NET = "127.0.10.0/24"
 
 
 def client_paths(k: int) -> dict[str, int]:
@@ -178,7 +184,8 @@ def build_rows(ldns: int, persist: int, wall: float) -> tuple[list[snapshot.Row]
         origin = NODES[j % 3]
         v = versions.next(origin)
         value = json.dumps({"pool": "near", "members": [member]})
-        key = record_key(PersistKey(PERSIST_WIDEIP, TYPE_A, network))
+        # held per resolver and client subnet: the benchmark's LDNSes are all in CLIENT_NET
+        key = record_key(PersistKey(PERSIST_WIDEIP, TYPE_A, network, CLIENT_NET))
         rows.append((key, value, v.wall_ms, v.logical, origin, wall + PERSIST_TTL))
         if j % max(1, persist // 200) == 0:
             persisted[network] = SERVERS[DATACENTERS[int(member[2:]) - 1]]
@@ -527,8 +534,8 @@ async def in_process(config: Path, path: Path, ldns: int, table: Table) -> dict[
             client = Client.from_ldns(ipaddress_of(rng.choice(sample)))
             wideip = rtt
         else:
-            subnet = rng.choice(subnets)
-            client = Client.from_ldns(ipaddress_of(subnet.split("/")[0]))
+            subnet = rng.choice(subnets)  # (asked by one of the benchmark's LDNSes, as queries are)
+            client = Client(ipaddress_of(subnet.split("/")[0]), 24, ipaddress_of(client_address(0)), True)
             wideip = sticky
         mine = node.decide(wideip, TYPE_A, client)
         theirs = reference.decide(wideip, TYPE_A, client)

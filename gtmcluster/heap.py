@@ -15,9 +15,10 @@ long-lived state:
 
 - after the snapshot is loaded at start (`freeze_now`), and while its path records load
   after the node answers, every few thousand rows (`collect_and_freeze`);
-- after a full collection that took longer than `SLOW` (it has just removed every cycle
-  that was garbage, and what it examined cost that much, so the next one would too):
-  the freeze happens at the reactor's next turn (`HeapKeeper`).
+- after a full collection that took more than `SLOW` of CPU time (it has just removed
+  every cycle that was garbage, and what it examined cost that much, so the next one would
+  too): the freeze happens at the reactor's next turn (`HeapKeeper`), at most once per
+  `MIN_INTERVAL` unless a collection took four times `SLOW`.
 
 Between freezes, full collections examine only what was created since the last one, and
 the keeper's own trigger keeps that to about `SLOW` of work. `gtm_gc_*` metrics and a log
@@ -38,19 +39,35 @@ from twisted.logger import Logger
 
 log = Logger()
 
-#: a full collection at least this long (seconds) is followed by a freeze
+#: a full collection that took at least this much CPU time (seconds) is followed by a freeze
 SLOW = 0.05
+#: ... but at most one freeze per this many seconds, unless a collection took 4 x SLOW: each
+#: freeze keeps forever the reference cycles then alive that die later (an HTTPS check or a
+#: TCP client under way), so freezes must stay rare where cycles are made all the time
+MIN_INTERVAL = 60.0
 
 
 class HeapKeeper(Service):
     """Watches full collections (a `gc.callbacks` hook) and freezes after a slow one."""
 
-    def __init__(self, reactor: Any, slow: float = SLOW, clock: Any = time.perf_counter) -> None:
+    def __init__(
+        self,
+        reactor: Any,
+        slow: float = SLOW,
+        clock: Any = time.perf_counter,
+        cpu_clock: Any = time.thread_time,
+        min_interval: float = MIN_INTERVAL,
+    ) -> None:
         self.reactor = reactor
         self.slow = slow
-        self.clock = clock
-        self._started: float | None = None
+        self.clock = clock  # wall time: how long the reactor stood still (the metrics)
+        #: the collecting thread's CPU time: what the collection cost, whatever else the
+        #: machine did meanwhile (a busy machine makes quick collections slow on the wall)
+        self.cpu_clock = cpu_clock
+        self.min_interval = min_interval
+        self._started: tuple[float, float] | None = None
         self._pending = False  # a freeze is scheduled
+        self._last_freeze: float | None = None
         #: full collections seen, freezes made, and the longest full collection (seconds)
         self.full_collections = 0
         self.freezes = 0
@@ -71,16 +88,20 @@ class HeapKeeper(Service):
         if info.get("generation") != 2:
             return
         if phase == "start":
-            self._started = self.clock()
+            self._started = (self.clock(), self.cpu_clock())
             return
         if self._started is None:
             return
-        took = self.clock() - self._started
+        took = self.clock() - self._started[0]
+        cpu = self.cpu_clock() - self._started[1]
         self._started = None
         self.full_collections += 1
         self.last_pause = took
         self.longest = max(self.longest, took)
-        if took >= self.slow and not self._pending:
+        if cpu < self.slow or self._pending:
+            return
+        last = self._last_freeze
+        if cpu >= 4 * self.slow or last is None or self.reactor.seconds() - last >= self.min_interval:
             self._pending = True
             self.reactor.callFromThread(self._freeze_after, took)
 
@@ -90,6 +111,7 @@ class HeapKeeper(Service):
             return
         frozen = freeze_now()
         self.freezes += 1
+        self._last_freeze = self.reactor.seconds()
         log.info(
             "a full garbage collection took {ms:.0f} ms: {frozen:,} long-lived objects frozen "
             "(later collections leave them out)",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
+from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
@@ -22,7 +23,8 @@ from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
-from gtmcluster.proximity.table import Measurements
+from gtmcluster.proximity.table import PATH_KIND, Measurements
+from gtmcluster.state import persistence
 from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
@@ -105,6 +107,7 @@ class Node:
             self.stats,
             self.cached,
             version=config.dns_server.version,
+            ecs_trusted=config.dns_server.ecs_trusted,
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).
@@ -116,19 +119,32 @@ class Node:
         )
 
     def _use(self, built: Prepared) -> None:
-        """Answer from *built* from now on (assignments only: it cannot fail half way)."""
+        """Answer from *built* from now on: assignments, and the store's bounds (evictions),
+        nothing that can fail half way."""
         config = built.config
         self.config = config
         self._wideips_of = config.wideips_of
         self._wideip_health: dict[str, int] = {}
         self.member: Member = built.member
         self.measurements = built.measurements
-        self.probe_budget = built.probe_budget
+        budget = built.probe_budget
+        old_budget: Budget | None = getattr(self, "probe_budget", None)
+        if old_budget is not None:
+            budget.unfiled = old_budget.unfiled  # a counter: it outlives a reload
+        self.probe_budget = budget
         self.balancer = built.balancer
         self.responder = built.responder
         self.cache = built.cache
         self.generation += 1
         self.loaded_at = self.clock()
+        self._bound_store(config)
+
+    def _bound_store(self, config: Config) -> None:
+        """Bound the kinds of record DNS clients cause, alike on every member (see
+        `Store.bound`): persistence records, and paths (per data center with a member)."""
+        self.store.bound(persistence.KIND, config.persistence.max_records)
+        datacenters = {m.datacenter for m in config.sync_group.members}
+        self.store.bound(PATH_KIND, config.prober.max_ldns * max(1, len(datacenters)))
 
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the
@@ -241,18 +257,9 @@ class Node:
             request(self.store, self.probe_budget, probe, self.member.name)
 
     def health_keys(self) -> list[str]:
-        """The keys of every record the health evaluation and the load-based methods read
-        for this config (the formats of health.status and health.checker): each member's
-        verdict on each virtual server and link, admin and held states, load figures."""
-        config = self.config
-        members = [m.name for m in config.sync_group.members]
-        keys = []
-        for vs in config.virtual_servers:
-            keys += [f"obs/vs/{vs}/{member}" for member in members]
-            keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
-        for link in config.links:
-            keys += [f"obs/link/{link}/{member}" for member in members]
-        return keys
+        """The keys of every record health and the load-based methods read (see
+        `health.status.record_keys`)."""
+        return record_keys(self.config)
 
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""

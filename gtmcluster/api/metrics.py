@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from gtmcluster.api.server import Raw
 from gtmcluster.slices import Steps
+from gtmcluster.state.bounds import Bound
 from gtmcluster.stats import CheckStats, Histogram
 
 if TYPE_CHECKING:
@@ -29,6 +30,26 @@ def _histogram(name: str, documentation: str, h: Histogram, labels: dict[str, st
     family = HistogramMetricFamily(name, documentation, labels=list(labels or {}))
     family.add_metric(list((labels or {}).values()), h.cumulative(), h.total)
     return family
+
+
+def _bounds(bounds: Mapping[str, Bound]) -> Iterator[Metric]:
+    """The bounded kinds of record (what DNS clients cause): limit, evicted, refused."""
+    limit = GaugeMetricFamily("gtm_store_limit", "records of the kind kept at most", labels=["kind"])
+    evicted = CounterMetricFamily(
+        "gtm_store_evicted",
+        "records dropped to keep their kind within its limit: the least recently written",
+        labels=["kind"],
+    )
+    refused = CounterMetricFamily(
+        "gtm_store_evicted_on_arrival",
+        "records a peer offered that ranked below every record held of a full kind (not kept)",
+        labels=["kind"],
+    )
+    for kind, bound in sorted(bounds.items()):
+        limit.add_metric([kind], bound.limit)
+        evicted.add_metric([kind], bound.evicted)
+        refused.add_metric([kind], bound.refused)
+    yield from (limit, evicted, refused)
 
 
 class NodeCollector(Collector):
@@ -147,6 +168,13 @@ class NodeCollector(Collector):
         for kind, n in sorted(kinds.items()):
             records.add_metric([kind], n)
         yield records
+        yield from _bounds(node.store.bounds())
+        yield CounterMetricFamily(
+            "gtm_probe_requests_unfiled",
+            "probe requests queries would have filed, not filed: this node had filed as many as it "
+            "can probe (prober.max_per_second; a flood of new source addresses)",
+            value=node.probe_budget.unfiled,
+        )
         yield GaugeMetricFamily(
             "gtm_store_last_change_seconds", "seconds since a record last changed", value=now - node.store.last_change
         )

@@ -95,7 +95,8 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             network = ipaddress.ip_network(subnet, strict=False)
         except ValueError:
             raise ApiError(400, f"subnet {subnet!r} is not a network") from None
-        client = Client(network.network_address, network.prefixlen, ldns, True)
+        if network.prefixlen and ldns in node.responder.ecs_trusted:
+            client = Client(network.network_address, network.prefixlen, ldns, True)
     qtype_name = args.get("type", "AAAA" if TYPE_AAAA in wideip.types and TYPE_A not in wideip.types else "A").upper()
     qtype = {"A": TYPE_A, "AAAA": TYPE_AAAA}.get(qtype_name)
     if qtype is None or qtype not in wideip.types:
@@ -107,7 +108,10 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         "client": {
             "ldns": str(ldns),
             "subnet": subnet or None,
-            "keys": "topology and persistence use the client subnet; " + PATH_NOTE
+            "keys": "topology and persistence use the client subnet (persistence together with the LDNS); " + PATH_NOTE
+            if client.from_ecs
+            else "the client subnet is ignored: the LDNS is not in dns_server.ecs_trusted; "
+            "topology, persistence and paths all use the LDNS address"
             if subnet
             else "topology, persistence and paths all use the LDNS address",
         },

@@ -24,6 +24,7 @@ from gtmcluster.config.model import (
     DNSServer,
     HostPort,
     Member,
+    PersistenceTable,
     Prober,
     RateLimit,
     SyncGroup,
@@ -42,6 +43,10 @@ from gtmcluster.state import schema
 from gtmcluster.sync import certs
 
 DEFAULT_PEER_PORT = 4353
+#: a node files probe requests at max_per_second, after a burst of a request's life (60 s)
+#: of them: it holds at most 2 x 60 x max_per_second live ones, which must stay within what
+#: its peers take from one member (state.schema)
+MAX_PROBES_PER_SECOND = schema.KINDS["probe"].writer_limit // 120
 DEFAULT_DNS_PORT = 53
 DEFAULT_API_PORT = 8053
 PROBE_PROTOCOLS = ("dns_dot", "dns_rev", "udp", "tcp", "icmp")
@@ -61,6 +66,7 @@ TOP_LEVEL = (
     "topology",
     "pools",
     "wideips",
+    "persistence",
     "prober",
     "zones",
 )
@@ -116,6 +122,7 @@ def _load(file: str) -> Config:
             )
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
+    persistence = _persistence(r, top)
     zone_data, broken_zones = _zones(r, top, resolve)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
@@ -156,6 +163,7 @@ def _load(file: str) -> Config:
         zones=zones,
         dns_server=dns_server,
         api=api_settings,
+        persistence=persistence,
         raw=MappingProxyType(data),
         digest=_digest(data, zone_data, regions),
         wideips_of=MappingProxyType(wideips_by_server(wideips.values())),
@@ -349,9 +357,12 @@ def _prober(r: Reader, top: Mapping) -> Prober:
     # (a path record lives this long: no longer than the sync group's members take, state.schema)
     inactive = m.integer("inactive_ldns_ttl", default.inactive_ldns_ttl, 60, int(schema.MAX_PATH_TTL))
     timeout = m.number("timeout", default.timeout, 0.05, 30)
-    rate = m.number("max_per_second", default.max_per_second, 0.1, 100000)
+    # (the most a sync group's members take from one member, state.schema, bound what the
+    # config may let a node write: live probe requests, its paths, persistence records)
+    rate = m.number("max_per_second", default.max_per_second, 0.1, MAX_PROBES_PER_SECOND)
     in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
     udp_port = m.integer("udp_port", default.udp_port, 1, 65535)
+    max_ldns = m.integer("max_ldns", default.max_ldns, 1, schema.KINDS["path"].writer_limit)
     lists: dict[str, list[Any]] = {}
     special = [ipaddress.ip_network(n) for n in SPECIAL_PURPOSE]
     for key in ("allow", "deny", "only"):
@@ -370,9 +381,9 @@ def _prober(r: Reader, top: Mapping) -> Prober:
                 continue
             lists[key].append(network)
     m.done()
-    if None in (path_ttl, interval, inactive, timeout, rate, in_flight, udp_port):
+    if None in (path_ttl, interval, inactive, timeout, rate, in_flight, udp_port, max_ldns):
         return default
-    assert path_ttl and interval and inactive and timeout and rate and in_flight and udp_port
+    assert path_ttl and interval and inactive and timeout and rate and in_flight and udp_port and max_ldns
     return Prober(
         tuple(protocols),
         path_ttl,
@@ -385,7 +396,20 @@ def _prober(r: Reader, top: Mapping) -> Prober:
         tuple(lists["allow"]),
         tuple(lists["deny"]),
         tuple(lists["only"]),
+        max_ldns,
     )
+
+
+def _persistence(r: Reader, top: Mapping) -> PersistenceTable:
+    default = PersistenceTable()
+    if not top.has("persistence"):
+        return default
+    m = r.mapping(("persistence",), top.get("persistence"), "a mapping {max_records}")
+    if m is None:
+        return default
+    max_records = m.integer("max_records", default.max_records, 1, schema.KINDS["persist"].writer_limit)
+    m.done()
+    return PersistenceTable(max_records or default.max_records)
 
 
 def _dns_server(r: Reader, top: Mapping) -> DNSServer:
@@ -406,6 +430,13 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
     if version is not None and not (version.isascii() and version.isprintable() and len(version) <= 255):
         r.error(m.at("version"), "must be at most 255 printable ASCII characters (one TXT string)")
         version = None
+    ecs_trusted: list[IPNetwork] = []
+    if m.has("ecs_trusted"):
+        items = r.list(m.at("ecs_trusted"), m.get("ecs_trusted"), "a list of resolver networks such as 192.0.2.0/24")
+        for i, item in enumerate(items or []):
+            network = r.network((*m.at("ecs_trusted"), i), item)
+            if network is not None:
+                ecs_trusted.append(network)
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
@@ -415,6 +446,7 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
         message or default.tcp_message_timeout,
         rate_limit,
         version,
+        tuple(ecs_trusted),
     )
 
 

@@ -334,6 +334,9 @@ class Prober:
     allow: tuple[IPNetwork, ...] = ()  # special-purpose networks (RFC 6890) that may be probed
     deny: tuple[IPNetwork, ...] = ()  # never probed (wins over allow)
     only: tuple[IPNetwork, ...] = ()  # when set, only LDNSes in these networks are probed
+    #: LDNSes whose paths the group keeps (per data center with a member: the path records
+    #: are at most this many times those data centers); past it the least recently measured go
+    max_ldns: int = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +368,17 @@ class DNSServer:
     rate_limit: RateLimit = RateLimit()
     #: the answer to CH TXT version.bind; None (the default): such queries are refused
     version: str | None = None
+    #: resolvers whose EDNS client subnet option is used (topology, persistence); from any
+    #: other source the option is echoed with scope 0 and the query decided by its address
+    ecs_trusted: tuple[IPNetwork, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PersistenceTable:
+    """The group's LDNS persistence records, all wide IPs together."""
+
+    #: records kept at most; past it the least recently written go (on every member alike)
+    max_records: int = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +415,7 @@ class Config:
     zones: ZoneSet
     dns_server: DNSServer
     api: ApiSettings
+    persistence: PersistenceTable = PersistenceTable()
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs

@@ -29,7 +29,7 @@ from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
-from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder, client_of
+from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision
@@ -131,7 +131,7 @@ class FastPath:
         qtype = plain.qtype
         who = source if ecs is None else (source, ecs)
         # (with persistence, a new client of a held network gets its network's decision)
-        client = partial(_client, source, ecs) if wideip.persistence is not None else None
+        client = partial(_client, self.responder, source, ecs) if wideip.persistence is not None else None
         try:
             decision = cached(wideip, qtype, who, client)
         except ValueError:
@@ -149,7 +149,7 @@ class FastPath:
                 self._replies.clear()
             kept = self._replies[key] = (
                 decision,
-                self._encode(data, plain, decision),
+                self._encode(data, source, plain, decision),
                 _counter(wideip, qtype, decision),
             )
         reply = kept[1]
@@ -160,7 +160,7 @@ class FastPath:
         end = plain.question_end
         return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
 
-    def _encode(self, data: bytes, plain: _Plain, decision: Decision) -> bytes:
+    def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> bytes:
         """The reply to *plain* with *decision*'s addresses (ID and flags filled in later)."""
         rtype = TYPE_A if plain.qtype == TYPE_A else TYPE_AAAA
         answers = b"".join(
@@ -172,7 +172,9 @@ class FastPath:
             options = b""
             ecs = plain.ecs
             if ecs is not None:
-                scope = decision.scope if ecs[2] else 0
+                # the scope the decision had on the client subnet, if it was used (see Responder.client_of)
+                used = ecs[2] and self.responder.trusts_ecs_from(source)
+                scope = decision.scope if used else 0
                 body = ecs[:3] + bytes([scope]) + ecs[4:]
                 options = _OPTION.pack(wire.OPTION_ECS, len(body)) + body
             opt = b"\x00" + _OPT.pack(TYPE_OPT, self.responder.udp_payload_size, plain.do, len(options)) + options
@@ -184,8 +186,8 @@ def _counter(wideip: WideIP, qtype: int, decision: Decision) -> tuple[str, str, 
     return (wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)
 
 
-def _client(source: str, ecs: bytes | None) -> Client:
-    return client_of(source, wire.parse_ecs(ecs) if ecs is not None else None)
+def _client(responder: Responder, source: str, ecs: bytes | None) -> Client:
+    return responder.client_of(source, wire.parse_ecs(ecs) if ecs is not None else None)
 
 
 def _parse(data: bytes, our_size: int) -> _Plain | None:

@@ -11,8 +11,10 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
 - EDNS: OPT echoed (version 0, our payload size, DO copied), BADVERS for version > 0,
   unknown options ignored, answers cut to the client's payload size (512 without EDNS) with
   whole RRsets and TC; TCP carries up to 65535 bytes.
-- EDNS Client Subnet: the client subnet, not the LDNS address, is what topology and
-  persistence see; the reply echoes the option with the scope the decision depended on.
+- EDNS Client Subnet: from a resolver in `dns_server.ecs_trusted`, the client subnet, not
+  the LDNS address, is what topology and persistence see, and the reply echoes the option
+  with the scope the decision depended on; from any other source the option is echoed with
+  scope 0 and the query decided by its source address (RFC 7871 7.2.1).
 - Wide IP names are answered by the load balancer for their types; other types at those
   names, and `return_to_dns` decisions, come from the static zone.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from twisted.logger import Logger
 
-from gtmcluster.config.model import WideIP
+from gtmcluster.config.model import IPNetwork, WideIP
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.wire import Query, Section
@@ -47,6 +49,7 @@ from gtmcluster.dns.zone import (
 from gtmcluster.lb.context import Client, IPAddress
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.stats import QueryStats
+from gtmcluster.topology.prefixes import PrefixMap
 
 log = Logger()
 
@@ -105,8 +108,11 @@ class Responder:
         stats: QueryStats | None = None,
         cached: Cached | None = None,
         version: str | None = None,
+        ecs_trusted: tuple[IPNetwork, ...] = (),
     ):
         self.zones = zones
+        #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
+        self.ecs_trusted: PrefixMap[bool] = PrefixMap((n, True) for n in ecs_trusted)
         #: the answer to CH TXT version.bind (dns_server.version); None: such queries are refused
         self.version = version
         self.wideips = wideips
@@ -127,6 +133,15 @@ class Responder:
             if found.outcome is Outcome.NODE and not found.wildcard:
                 out[key] = wideip
         return out
+
+    def client_of(self, source: str, ecs: wire.ClientSubnet | None) -> Client:
+        """Who asks, as load balancing sees it: the client subnet is used only from a
+        resolver in `dns_server.ecs_trusted` (the fast path asks here too)."""
+        return client_of(source, ecs, self.ecs_trusted)
+
+    def trusts_ecs_from(self, source: str) -> bool:
+        """Whether a client subnet option from *source* is used (`client_of`)."""
+        return address_of(source) in self.ecs_trusted
 
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
@@ -187,7 +202,7 @@ class Responder:
         if self.zones.find(names.key(query.qname)) is None or qtype in _REFUSEDTYPE_LABELS:
             return _Answer(rcode=wire.REFUSED, aa=False)
         ecs = edns.ecs if edns is not None else None
-        return self._resolve(query, _client(source, query), client_key(source, ecs))
+        return self._resolve(query, self.client_of(source, ecs), client_key(source, ecs))
 
     def _chaos(self, query: Query) -> _Answer:
         """CH TXT version.bind (or version.server): the configured string, not authoritative
@@ -232,7 +247,8 @@ class Responder:
                 wanted = min(wideip.types) if qtype == TYPE_ANY else qtype
                 if wanted in wideip.types:
                     decision = self.decide(wideip, wanted, client, who)
-                    result.scope = max(result.scope, decision.scope)
+                    if client.from_ecs:  # (else the answer depended on none of the client subnet)
+                        result.scope = max(result.scope, decision.scope)
                     result.wideip = wideip.name
                     result.method = decision.method or decision.action.value
                     if decision.action is Action.DROP:
@@ -315,15 +331,18 @@ def client_key(source: str, ecs: wire.ClientSubnet | None) -> Hashable:
     return (source, struct.pack("!HBB", ecs.family, ecs.source_prefix, 0) + ecs.address)
 
 
-def _client(source: str, query: Query) -> Client:
-    return client_of(source, query.edns.ecs if query.edns is not None else None)
-
-
-def client_of(source: str, ecs: wire.ClientSubnet | None) -> Client:
-    """The client of a query from *source* (an address as received) with *ecs*."""
+def address_of(source: str) -> IPAddress:
+    """The address of a source as received (an IPv6 zone left out, IPv4-mapped unmapped)."""
     ldns: IPAddress = ipaddress.ip_address(source.split("%", 1)[0])
     if isinstance(ldns, ipaddress.IPv6Address) and ldns.ipv4_mapped is not None:
         ldns = ldns.ipv4_mapped
-    if ecs is None or ecs.source_prefix == 0:
+    return ldns
+
+
+def client_of(source: str, ecs: wire.ClientSubnet | None, trusted: PrefixMap[bool] | None = None) -> Client:
+    """The client of a query from *source* (an address as received) with *ecs*: known by
+    the client subnet when *source* is in *trusted*, else by its own address."""
+    ldns = address_of(source)
+    if ecs is None or ecs.source_prefix == 0 or trusted is None or ldns not in trusted:
         return Client.from_ldns(ldns)
     return Client(ecs.network.network_address, ecs.source_prefix, ldns, True)

@@ -65,7 +65,9 @@ def carry_ops(persist: PersistRecord | None, probe: str | None) -> bytes:
     ops: list[list[Any]] = []
     if persist is not None:
         k = persist.key
-        ops.append(["persist", k.wideip, k.qtype, k.network, persist.pool, list(persist.members), persist.ttl])
+        ops.append(
+            ["persist", k.wideip, k.qtype, k.network, k.resolver, persist.pool, list(persist.members), persist.ttl]
+        )
     if probe is not None:
         ops.append(["probe", probe])
     return json.dumps(ops).encode()
@@ -76,8 +78,8 @@ def read_ops(data: bytes, now: float) -> list[tuple[PersistRecord | None, str | 
     out: list[tuple[PersistRecord | None, str | None]] = []
     for op in json.loads(data):
         if op[0] == "persist":
-            _, wideip, qtype, network, pool, members, ttl = op
-            key = PersistKey(str(wideip), int(qtype), str(network))
+            _, wideip, qtype, network, resolver, pool, members, ttl = op
+            key = PersistKey(str(wideip), int(qtype), str(network), str(resolver))
             out.append((PersistRecord(key, str(pool), tuple(str(m) for m in members), now, float(ttl)), None))
         elif op[0] == "probe":
             out.append((None, str(op[1])))

@@ -179,6 +179,20 @@ def vs_status(
     return VsStatus(vs.name, observed.state, admin, held is not None, healthy, serving, available, reason)
 
 
+def record_keys(config: Config) -> list[str]:
+    """The keys of every record the evaluation (and the load-based methods) may read for
+    *config*: each member's verdict on each server and link (as `health.checker` writes
+    them), admin and held states, load figures."""
+    members = [m.name for m in config.sync_group.members]
+    keys = []
+    for vs in config.virtual_servers:
+        keys += [f"obs/vs/{vs}/{member}" for member in members]
+        keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
+    for link in config.links:
+        keys += [f"obs/link/{link}/{member}" for member in members]
+    return keys
+
+
 def evaluate(
     config: Config, store: Store, observers: frozenset[str] | None = None
 ) -> tuple[dict[str, VsStatus], dict[str, Observed]]:
@@ -219,6 +233,7 @@ __all__ = [
     "combine",
     "evaluate",
     "link_status",
+    "record_keys",
     "snapshot",
     "verdicts",
     "vs_status",

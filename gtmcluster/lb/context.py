@@ -20,7 +20,8 @@ class Client:
     """Who is asking, as far as load balancing is concerned."""
 
     #: the address topology and persistence key on: the EDNS client subnet's address when
-    #: the query carried one, else the LDNS address
+    #: the query carried one from a trusted resolver (`dns_server.ecs_trusted`), else the
+    #: LDNS address
     address: IPAddress
     #: how many leading bits of `address` are known (the ECS source prefix, or the full width)
     prefix: int
@@ -79,9 +80,18 @@ class ConfiguredAvailability:
 
 @dataclass(frozen=True, slots=True)
 class PersistKey:
+    """Whose persistence record: a wide IP and query type, and the client's network.
+
+    A client known by its EDNS client subnet is held together with the resolver that sent
+    it (`resolver`, that resolver's network at the same prefix): a resolver creates,
+    refreshes and reads only records of its own, so one resolver's client subnet option
+    cannot pin the answer another resolver's clients get."""
+
     wideip: str
     qtype: int
     network: str  # the client's network at the persistence prefix, e.g. "202.106.1.0/24"
+    #: with a client subnet: the asking resolver's network at the persistence prefix
+    resolver: str = ""
 
 
 @dataclass(frozen=True, slots=True)

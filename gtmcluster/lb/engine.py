@@ -10,6 +10,7 @@ fallback addresses whatever their health.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -113,11 +114,20 @@ class Balancer:
 
     @staticmethod
     def persist_key(wideip: WideIP, qtype: int, client: Client) -> tuple[PersistKey, int] | None:
-        """The persistence record *client* would be held by, and the bits of its network."""
+        """The persistence record *client* would be held by, and the bits of its network.
+
+        A client known by its client subnet is held together with the resolver that sent
+        it, each at the wide IP's persistence prefix (BIG-IP's "persist CIDR" of the LDNS):
+        a resolver reads and writes only its own records."""
         if wideip.persistence is None:
             return None
-        network = client.network(wideip.persistence.prefixes.for_version(client.address.version))
-        return PersistKey(wideip.name, qtype, str(network)), network.prefixlen
+        prefixes = wideip.persistence.prefixes
+        network = client.network(prefixes.for_version(client.address.version))
+        resolver = ""
+        if client.from_ecs:
+            ldns = client.ldns
+            resolver = str(ipaddress.ip_network((ldns, prefixes.for_version(ldns.version)), strict=False))
+        return PersistKey(wideip.name, qtype, str(network), resolver), network.prefixlen
 
     def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
         run = _Run(ctx, 4 if qtype == TYPE_A else 6)

@@ -13,17 +13,40 @@ turned into a scanner of networks it has no business with:
 - when `prober.only` is set, nothing outside it;
 - at most `max_per_second` probes started and `max_in_flight` running per node, one
   request per LDNS at a time across the group, and exponential backoff for LDNSes that
-  never answer.
+  never answer;
+- at most `max_per_second` probe requests filed per second by a node (a burst of what it
+  probes while a request lives): a node cannot probe more than that, so every further
+  request a flood of new source addresses would file is not filed (counted), and the
+  request records clients cause stay within that many per member.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable
 
 from gtmcluster.config.model import Prober
 from gtmcluster.proximity.ranges import NEVER, SPECIAL_PURPOSE
+from gtmcluster.tokenbucket import TokenBucket
 from gtmcluster.topology.prefixes import PrefixMap
+
+#: a probe request lives this long (or half the probe interval, when shorter): the time for
+#: every node to probe once. While it lives no other request for that LDNS is filed, so it
+#: must not outlive the interval, or a stale path waits for it rather than for the interval.
+REQUEST_TTL = 60.0
+#: requests of one origin that may always wait, however slow the prober
+MIN_QUEUE = 10
+
+
+def request_ttl(probe_interval: float) -> float:
+    return min(REQUEST_TTL, probe_interval / 2)
+
+
+def queue_limit(prober: Prober) -> int:
+    """Requests of one origin that may wait: what this node probes while one request lives
+    (also the most requests a node files at once, `Budget.file`)."""
+    return max(MIN_QUEUE, math.ceil(prober.max_per_second * request_ttl(prober.probe_interval)))
 
 
 class Budget:
@@ -35,8 +58,12 @@ class Budget:
         self.deny: PrefixMap[bool] = PrefixMap((n, True) for n in prober.deny)
         self.allow: PrefixMap[bool] = PrefixMap((n, True) for n in prober.allow)
         self.only: PrefixMap[bool] | None = PrefixMap((n, True) for n in prober.only) if prober.only else None
-        self.tokens = prober.max_per_second
-        self.tokens_at = clock()
+        #: probes started: max_per_second, no more saved up than a second's worth
+        self.starts = TokenBucket(prober.max_per_second, prober.max_per_second, clock())
+        #: probe requests filed: as many a second, a burst of what a request's life holds
+        self.filings = TokenBucket(prober.max_per_second, queue_limit(prober), clock())
+        #: requests not filed for the filing rate (a flood of new sources)
+        self.unfiled = 0
         self.in_flight = 0
 
     def allowed(self, ldns: str) -> str | None:
@@ -57,19 +84,21 @@ class Budget:
 
     def take(self) -> bool:
         """Start one probe now, if the rate and in-flight limits allow."""
-        now = self.clock()
-        rate = self.prober.max_per_second
-        self.tokens = min(rate, self.tokens + (now - self.tokens_at) * rate)
-        self.tokens_at = now
-        if self.tokens < 1 or self.in_flight >= self.prober.max_in_flight:
+        if self.in_flight >= self.prober.max_in_flight or not self.starts.take(1, self.clock()):
             return False
-        self.tokens -= 1
         self.in_flight += 1
         return True
+
+    def file(self) -> bool:
+        """File one probe request now, if the filing rate allows (else count it unfiled)."""
+        if self.filings.take(1, self.clock()):
+            return True
+        self.unfiled += 1
+        return False
 
     def done(self) -> None:
         self.in_flight -= 1
 
     def next_start(self) -> float:
-        """Seconds until a token is available."""
-        return max(0.0, (1 - self.tokens) / self.prober.max_per_second)
+        """Seconds until a probe may start (as far as the rate goes)."""
+        return self.starts.ready_in(1, self.clock())

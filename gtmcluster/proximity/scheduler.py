@@ -18,7 +18,6 @@ probes all origins together start.
 from __future__ import annotations
 
 import ipaddress
-import math
 from collections import deque
 from typing import Any, Protocol
 
@@ -26,8 +25,7 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from gtmcluster.config.model import Prober as ProberSettings
-from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.budget import Budget, queue_limit, request_ttl
 from gtmcluster.proximity.table import REQUEST, Measurements, from_record, path_key, request_key, updated
 from gtmcluster.state.schema import KINDS
 from gtmcluster.state.store import Record, Store
@@ -35,12 +33,6 @@ from gtmcluster.stats import ProbeStats
 
 log = Logger()
 
-#: a probe request lives this long (or half the probe interval, when shorter): the time for
-#: every node to probe once. While it lives no other request for that LDNS is filed, so it
-#: must not outlive the interval, or a stale path waits for it rather than for the interval.
-REQUEST_TTL = 60.0
-#: requests of one origin that may always wait, however slow the prober
-MIN_QUEUE = 10
 #: paths of its own a node keeps at most (a full table of 1,000,000 LDNSes fits)
 PATH_LIMIT = KINDS["path"].writer_limit
 
@@ -59,19 +51,14 @@ class Prober(Protocol):
     def close(self) -> None: ...
 
 
-def request_ttl(probe_interval: float) -> float:
-    return min(REQUEST_TTL, probe_interval / 2)
-
-
-def queue_limit(prober: ProberSettings) -> int:
-    """Requests of one origin that may wait: what this node probes while one request lives."""
-    return max(MIN_QUEUE, math.ceil(prober.max_per_second * request_ttl(prober.probe_interval)))
-
-
 def request(store: Store, budget: Budget, ldns: str, node: str) -> bool:
-    """Ask the group to probe *ldns*, unless a request is live or it may not be probed."""
+    """Ask the group to probe *ldns*, unless a request is live, it may not be probed, or
+    this node has filed as many requests as it can probe (`Budget.file`: then the request
+    is dropped and counted in `budget.unfiled`; the LDNS asks again later)."""
     if store.get(request_key(ldns)) is not None or budget.allowed(ldns) is not None:
         return False  # (the cheaper test first: a client that keeps asking finds its request)
+    if not budget.file():
+        return False
     store.put(request_key(ldns), {"by": node}, ttl=request_ttl(budget.prober.probe_interval))
     return True
 

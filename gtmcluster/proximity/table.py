@@ -28,6 +28,7 @@ BACKOFF_BASE = 60.0
 BACKOFF_MAX = 86400.0
 
 PATH = "path/"
+PATH_KIND = "path"
 REQUEST = "probe/"
 METRICS = "metrics/vs/"
 

@@ -10,6 +10,9 @@ holds only about one window's worth. Keys come out of `due` soonest first.
 The queue asks the store for a key's expiry when it needs it (`expiry_of`), so an entry
 is a reminder to look at a key, not a copy of its record: the store checks what it holds
 and, when the record still lives (it was rewritten with a later expiry), adds it again.
+A record removed before its end (evicted for a bound) leaves its entry behind: the store
+says so (`forget`), and a window that is half such entries is compacted, so a flood of
+records evicted at once does not keep their keys until their TTL would have ended.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class ExpiryQueue:
         self._windows: list[int] = []  # heap of the window numbers in _later
         self._soon: list[tuple[float, str]] = []  # heap of (expiry, key) before _horizon
         self._horizon = float("-inf")  # where the windows not yet opened begin
+        self._forgotten: dict[int, int] = {}  # window number -> entries of keys removed early
 
     def add(self, key: str, at: float) -> None:
         """Have *key* come out of `due` once the time is *at* (then the store looks at it)."""
@@ -42,12 +46,32 @@ class ExpiryQueue:
             heapq.heappush(self._windows, window)
         keys.append(key)
 
+    def forget(self, at: float) -> None:
+        """A key due at *at* was removed before then: its entry is stale (see the module)."""
+        if at < self._horizon:
+            return  # in the exact heap: about one window's worth, it empties soon
+        window = int(at // self._width)
+        keys = self._later.get(window)
+        if keys is None:
+            return
+        stale = self._forgotten.get(window, 0) + 1
+        if stale * 2 <= len(keys):
+            self._forgotten[window] = stale
+            return
+        self._forgotten.pop(window, None)
+        live = [key for key in dict.fromkeys(keys) if self._expiry_of(key) is not None]
+        if live:
+            self._later[window] = live
+        else:
+            del self._later[window]  # (its number stays in _windows: skipped when met)
+
     def due(self, now: float) -> list[str]:
         """Keys whose time has come by *now*, soonest first (a key may come more than once)."""
         while self._windows and self._windows[0] * self._width <= now:
             window = heapq.heappop(self._windows)
             self._horizon = (window + 1) * self._width
-            for key in self._later.pop(window):
+            self._forgotten.pop(window, None)
+            for key in self._later.pop(window, ()):
                 at = self._expiry_of(key)
                 if at is not None:
                     self.add(key, at)

@@ -1,8 +1,13 @@
 """LDNS persistence kept as records in the store, so every GTM knows every client's answer.
 
-A persistence record lives at ``persist/<wide IP>/<qtype>/<client network>`` with the pool
-and the members chosen, and the wide IP's persistence TTL; replicated like any record, it
-lets a client keep its answer whichever GTM of the sync group it asks.
+A persistence record lives at ``persist/<wide IP>/<qtype>/<client network>`` (a client
+known by the client subnet a trusted resolver sent: ``persist/<wide IP>/<qtype>/<resolver
+network>/ecs/<client network>``, so each resolver has its own) with the pool and the members
+chosen, and the wide IP's persistence TTL; replicated like any record, it lets a client
+keep its answer whichever GTM of the sync group it asks.
+
+The records are bounded (`persistence.max_records`, see `Store.bound`): the group keeps the
+most recently written ones (an active client's record is rewritten past half its TTL).
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ from gtmcluster.state import values
 from gtmcluster.state.store import Store
 
 PREFIX = "persist/"
+KIND = "persist"
 
 
 def record_key(key: PersistKey) -> str:
+    if key.resolver:
+        return f"{PREFIX}{key.wideip}/{key.qtype}/{key.resolver}/ecs/{key.network}"
     return f"{PREFIX}{key.wideip}/{key.qtype}/{key.network}"
 
 

@@ -302,9 +302,15 @@ KINDS: dict[str, Kind] = {
         Kind("admin", _vs_key, _admin, 4096, MAX_STATE_TTL, False, 200_000),
         Kind("held", _vs_key, _held, 4096, MAX_STATE_TTL, False, 200_000),
         Kind("metrics", _vs_key, _metrics, 4096, MAX_OBSERVATION_TTL, True, 200_000),
-        # 1,000,000 LDNSes of one data center are one origin's paths (bench/scale.py): twice that
+        # One data center's paths to 1,000,000 LDNSes are one origin's (bench/scale.py): twice
+        # that. The config's prober.max_ldns is at most the writer limit, and a node keeps
+        # at most that many paths of its own (proximity.scheduler).
         Kind("path", _path_key, _path, 2048, MAX_PATH_TTL, True, 2_000_000, bounded=8),
+        # A node holds at most 120 x prober.max_per_second live requests (proximity.budget),
+        # which the config caps at 750 a second.
         Kind("probe", _probe_key, _probe, 2048, MAX_PROBE_TTL, True, 100_000, bounded=1),
+        # The group keeps persistence.max_records (at most the writer limit), all of which
+        # one member may have written.
         Kind(
             "persist",
             _persist_key,
@@ -312,7 +318,7 @@ KINDS: dict[str, Kind] = {
             PERSIST_SIZE,
             MAX_PERSIST_TTL,
             True,
-            1_000_000,
+            2_000_000,
             bounded=2,
             bound=_persist_bound,
         ),

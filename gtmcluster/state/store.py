@@ -17,6 +17,16 @@ For anti-entropy the store keeps, per origin and per bucket of keys, the XOR of 
 each record's (key, version): two stores hold the same records exactly when these agree
 (up to hash collisions), and a difference narrows down to a bucket whose (key, version)
 listing is small. The live-state digest is the count and XOR over all of them.
+
+Kinds of record that DNS clients cause (persistence records, paths to LDNSes) can be
+bounded (`bound`): the store keeps at most `limit` of that kind, those of greatest
+version, and drops the others locally, without a tombstone. A version is the same on
+every member (unlike when a record arrived), so members that have seen the same records
+hold the same ones and their digests agree: a record one member evicted ranks below
+`limit` records that member holds, so when a peer offers it again (anti-entropy pulls
+what differs) it is refused, and the peer evicts it too once it has those newer records.
+Listeners hear of an evicted record as of an expired one: the record as it was, but with
+its life ended at the eviction (so it is not live, and is not relayed).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from gtmcluster.state.bounds import Bound, VersionOrder, order_width
 from gtmcluster.state.expiry import ExpiryQueue
 from gtmcluster.state.values import Compact, compact, numerous
 
@@ -238,6 +249,8 @@ class Store:
         #: state not yet loaded is brought in (with `load`) before anything reads or
         #: overwrites it; it must not raise
         self.missing: Callable[[str], None] | None = None
+        #: kind -> its bound (see `bound`)
+        self._bounds: dict[str, Bound] = {}
 
     def _account(self, record: Record, sign: int, bucket: int) -> None:
         """Add (sign=1) or remove (sign=-1) a record from the digests."""
@@ -272,6 +285,11 @@ class Store:
         elif old.origin != record.origin:
             self._own(old.origin, kind, -1)
             self._own(record.origin, kind, 1)
+        bound = self._bounds.get(kind)
+        if bound is not None:
+            if old is not None:
+                bound.order.dropped(old.wall_ms)
+            bound.order.add(key, record.wall_ms)
         if not numerous(kind):
             index = self._index.get(kind)
             if index is None:
@@ -319,10 +337,12 @@ class Store:
         return self._last
 
     def put(self, key: str, value: Any, ttl: float | None = None) -> Record:
-        """Write *key* as this node, with a version newer than anything seen."""
+        """Write *key* as this node, with a version newer than anything seen (so, in a
+        bounded kind, it stays and the record of least version goes when over the bound)."""
         record = Record(key, compact(key, value), self._next_version(), ttl, self.clock())
         self._replace(record)
         self._notify(record)
+        self._evict_over(kind_of(key))
         return record
 
     def delete(self, key: str) -> Record | None:
@@ -342,6 +362,7 @@ class Store:
         if taken is None:
             return False
         self._notify(taken)
+        self._evict_over(kind_of(taken.key))
         return True
 
     def load(self, records: Iterable[Record]) -> int:
@@ -350,8 +371,10 @@ class Store:
         or react to one by one). Returns how many changed the store."""
         changed = 0
         for record in records:
-            if self._take(record, None) is not None:
+            taken = self._take(record, None)
+            if taken is not None:
                 changed += 1
+                self._evict_over(kind_of(taken.key))  # (evictions are told: they are endings)
         if changed:
             self.last_change = self.clock()
         return changed
@@ -377,6 +400,11 @@ class Store:
                 mine.value == record.value or _canonical(mine.value) >= _canonical(record.value)
             ):
                 return None
+        kind = kind_of(record.key)
+        bound = self._bounds.get(kind)
+        if bound is not None and mine is None and not self._admits(bound, kind, record):
+            bound.refused += 1
+            return None
         if record.wall_ms > self._last.wall_ms or (
             record.wall_ms == self._last.wall_ms and record.logical > self._last.logical
         ):
@@ -386,6 +414,76 @@ class Store:
             record = Record(record.key, value, record.version, record.ttl, record.born)
         self._replace(record)
         return record
+
+    # --- bounds on kinds of record -------------------------------------------------------
+
+    def bound(self, kind: str, limit: int | None) -> list[Record]:
+        """Keep at most *limit* records of *kind* (None: no bound), those of greatest
+        version; returns the records evicted now to meet it (listeners hear of each)."""
+        if limit is None:
+            self._bounds.pop(kind, None)
+            return []
+        bound = self._bounds.get(kind)
+        if bound is None:
+            bound = self._bounds[kind] = Bound(limit, VersionOrder(self._version_key, order_width(kind)))
+            prefix = kind + "/"
+            for record in self._records.values():
+                if record.key.startswith(prefix):
+                    bound.order.add(record.key, record.wall_ms)
+        bound.limit = limit
+        return self._evict_over(kind)
+
+    def bounds(self) -> dict[str, Bound]:
+        """The bounded kinds and their bounds (for metrics)."""
+        return dict(self._bounds)
+
+    def _version_key(self, key: str) -> tuple[int, int, str] | None:
+        record = self._records.get(key)
+        return None if record is None else (record.wall_ms, record.logical, record.origin)
+
+    def _admits(self, bound: Bound, kind: str, record: Record) -> bool:
+        """Whether a record new to the store ranks among the *limit* of greatest version."""
+        if self._kinds.get(kind, 0) < bound.limit:
+            return True
+        least = bound.order.least()
+        if least is None:
+            return True
+        other = self._records.get(least)
+        assert other is not None  # (least() names a key held)
+        # by version, then key: two keys of one version (a node whose clock went back)
+        # still rank the same way on every member
+        return (record.wall_ms, record.logical, record.origin, record.key) > (
+            other.wall_ms,
+            other.logical,
+            other.origin,
+            other.key,
+        )
+
+    def _evict_over(self, kind: str) -> list[Record]:
+        """Drop records of *kind* of least version while it holds more than its bound."""
+        bound = self._bounds.get(kind)
+        if bound is None:
+            return []
+        evicted = []
+        while self._kinds.get(kind, 0) > bound.limit:
+            key = bound.order.least()
+            if key is None:
+                break
+            record = self._records.get(key)
+            assert record is not None
+            self._remove(record)
+            expires = record.expires()
+            if expires is not None:
+                self._expiries.forget(expires)
+            bound.evicted += 1
+            evicted.append(record)
+        if evicted:
+            now = self.clock()
+            for record in evicted:
+                # told as ended now, as an expired record is told: not live, not relayed
+                ended = Record(record.key, record.value, record.version, 0.0, now)
+                self._notify(ended)
+        return evicted
 
     def version_of(self, key: str) -> Version | None:
         """The version held at *key* (live or not, deleted or not)."""
@@ -473,6 +571,9 @@ class Store:
             self._bucket_dead[bucket] = 0
         kind = kind_of(key)
         self._own(record.origin, kind, -1)
+        bound = self._bounds.get(kind)
+        if bound is not None:
+            bound.order.dropped(record.wall_ms)
         count = self._kinds[kind] - 1
         if count:
             self._kinds[kind] = count

@@ -138,6 +138,8 @@ def group_config() -> dict[str, Any]:
         },
         "zones": [{"origin": ZONE, "file": f"{ZONE}.zone"}],
         "api": {"token": API_TOKEN},
+        # the load generator's client subnets count (it is the group's resolver)
+        "dns_server": {"ecs_trusted": [SUBNET]},
     }
 
 

@@ -66,7 +66,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     port6 = 20000 + os.getpid() % 20000
     config = configs.base(address, DNS_PORT)
     config["sync_group"]["members"][0]["dns"].append(f"[::1]:{port6}")
-    config["dns_server"] = {"tcp_idle_timeout": IDLE_TIMEOUT}
+    config["dns_server"]["tcp_idle_timeout"] = IDLE_TIMEOUT
     workdir: Path = tmp_path_factory.mktemp("node")
     path = configs.write(workdir, config, zone=zones.LARGE_ZONE)
     with running_node(path, "n1", address, DNS_PORT, workdir) as proc:

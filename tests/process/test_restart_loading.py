@@ -75,12 +75,15 @@ def write_snapshot(path: Path, askers: list[str]) -> Table:
         rows.append((path_key(ldns, dc), json.dumps(value), stamp + len(rows), 0, ORIGINS[dc], wall + 86400))
 
     persisted = {}
+    # a client subnet is held per resolver (each asker's /24: persistence's prefix)
+    resolvers = sorted({str(ipaddress.ip_network(f"{asker}/24", strict=False)) for asker in askers})
     for j in range(PERSIST):
         subnet = f"100.{64 + j // 256}.{j % 256}.0/24"
         member = rng.choice(("vs1", "vs2", "vs3"))
-        key = record_key(PersistKey(STICKY, TYPE_A, subnet))
         value = json.dumps({"pool": "near", "members": [member]})
-        rows.append((key, value, stamp + len(rows), 0, "n1", wall + 3600))
+        for resolver in resolvers:
+            key = record_key(PersistKey(STICKY, TYPE_A, subnet, resolver))
+            rows.append((key, value, stamp + len(rows), 0, "n1", wall + 3600))
         if j % 97 == 0:
             persisted[subnet] = SERVERS[f"DC{member[2]}"]
     for i in range(TABLE_LDNS):
@@ -101,7 +104,7 @@ def write_snapshot(path: Path, askers: list[str]) -> Table:
 def config(address: str) -> dict[str, Any]:
     raw = configs.base(address, 5353)
     raw["sync_group"]["cold_start_wait"] = 0  # no peers: measured methods at once
-    raw["dns_server"] = {"processes": 2}
+    raw["dns_server"]["processes"] = 2  # (the askers' client subnets count: configs.ECS_TRUSTED)
     raw["state_dir"] = "state/{node}"
     raw["pools"]["near"] = {
         "members": ["vs1", "vs2", "vs3"],

@@ -35,7 +35,7 @@ SUBNETS += [f"192.0.2.{i}/32" for i in range(0, 60, 4)]
 
 def config(address: str, processes: int) -> dict[str, Any]:
     raw = configs.base(address, 5353)
-    raw["dns_server"] = {"processes": processes}
+    raw["dns_server"]["processes"] = processes
     raw["wideips"]["gslb.example.test"]["persistence"] = {"ttl": 600, "ipv4_prefix": 24}
     return raw
 

@@ -57,7 +57,8 @@ class MemoryCluster:
 
     def add(self, name: str, store: Store | None = None) -> Replicator:
         """(Re)create node *name* with a fresh (or the given) store."""
-        store = store or Store(name, self.clock.seconds)
+        if store is None:  # (not `or`: an empty store is falsy, having a length)
+            store = Store(name, self.clock.seconds)
         self.stores[name] = store
         self.credentials[name] = load_credentials(self.files(name), name)
         replicator = Replicator(

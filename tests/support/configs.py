@@ -45,6 +45,11 @@ TEST_NETWORKS = [
 ]
 
 
+#: the resolvers whose client subnet option the tests' nodes use (dns_server.ecs_trusted):
+#: the tests ask from loopback
+ECS_TRUSTED = ["127.0.0.0/8", "::1/128"]
+
+
 def base(address: str = "127.0.0.1", port: int = 5353) -> dict[str, Any]:
     """A one-node config: zone example.test with wide IPs over three data centers."""
     return {
@@ -86,6 +91,7 @@ def base(address: str = "127.0.0.1", port: int = 5353) -> dict[str, Any]:
         },
         "zones": [{"origin": "example.test", "file": "example.test.zone"}],
         "prober": {"allow": list(TEST_NETWORKS)},
+        "dns_server": {"ecs_trusted": list(ECS_TRUSTED)},
     }
 
 

@@ -359,6 +359,36 @@ OUT_OF_RANGE = [
         id="version-not-a-string",
     ),
     pytest.param(
+        put("dns_server", value={"ecs_trusted": ["8.8.8.0/33"]}),
+        "dns_server.ecs_trusted[0]",
+        "8.8.8.0/33",
+        id="ecs_trusted-bad-network",
+    ),
+    pytest.param(
+        put("dns_server", value={"ecs_trusted": "8.8.8.0/24"}),
+        "dns_server.ecs_trusted",
+        "a list of resolver networks",
+        id="ecs_trusted-not-a-list",
+    ),
+    pytest.param(
+        put("persistence", value={"max_records": 0}),
+        "persistence.max_records",
+        "0 is out of range (1 to 1800000)",
+        id="persistence-max_records-0",
+    ),
+    pytest.param(
+        put("persistence", value={"max_entries": 10}),
+        "persistence.max_entries",
+        "unknown key",
+        id="persistence-unknown-key",
+    ),
+    pytest.param(
+        put("prober", value={"max_ldns": 0}),
+        "prober.max_ldns",
+        "0 is out of range (1 to 1800000)",
+        id="prober-max_ldns-0",
+    ),
+    pytest.param(
         put("dns_server", value={"rate_limit": {"slip": -1}}),
         "dns_server.rate_limit.slip",
         "-1 is out of range (0 to 100)",

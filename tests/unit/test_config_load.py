@@ -16,6 +16,7 @@ from gtmcluster.config.model import (
     HostPort,
     Methods,
     Persistence,
+    PersistenceTable,
     Prefixes,
     Prober,
     RateLimit,
@@ -317,9 +318,13 @@ def test_server_and_prober_defaults(tmp_path: Path) -> None:
     """Without dns_server and prober sections the documented defaults apply."""
     config = configs.base()
     del config["prober"]
+    del config["dns_server"]
     loaded = _load(tmp_path, config)
     assert loaded.dns_server == DNSServer(udp_payload_size=1232, tcp_idle_timeout=10.0, tcp_max_clients=1000)
+    assert loaded.dns_server.ecs_trusted == ()  # no resolver's client subnet is used unless listed
     assert loaded.prober == Prober(("dns_dot", "dns_rev", "udp", "tcp", "icmp"), 2419200)
+    assert loaded.prober.max_ldns == 1_000_000
+    assert loaded.persistence == PersistenceTable(max_records=200_000)
     assert loaded.state_dir == "var/state/{node}"
 
 
@@ -332,14 +337,18 @@ def test_server_and_prober_settings(tmp_path: Path) -> None:
         "tcp_message_timeout": 1.5,
         "rate_limit": {"responses_per_second": 50, "slip": 0, "ipv4_prefix": 32, "exempt": ["192.0.2.0/24"]},
         "version": "gtmcluster",
+        "ecs_trusted": ["8.8.8.0/24", "2001:4860::/32"],
     }
-    config["prober"] = {"protocols": ["udp", "dns_dot"], "path_ttl": 3600}
+    config["prober"] = {"protocols": ["udp", "dns_dot"], "path_ttl": 3600, "max_ldns": 5000}
+    config["persistence"] = {"max_records": 1234}
     loaded = _load(tmp_path, config)
     limit = RateLimit(responses_per_second=50, slip=0, ipv4_prefix=32, exempt=(ipaddress.ip_network("192.0.2.0/24"),))
+    trusted = (ipaddress.ip_network("8.8.8.0/24"), ipaddress.ip_network("2001:4860::/32"))
     assert loaded.dns_server == DNSServer(
-        1200, 2.5, 1000, tcp_message_timeout=1.5, rate_limit=limit, version="gtmcluster"
+        1200, 2.5, 1000, tcp_message_timeout=1.5, rate_limit=limit, version="gtmcluster", ecs_trusted=trusted
     )
-    assert loaded.prober == Prober(("udp", "dns_dot"), 3600)
+    assert loaded.prober == Prober(("udp", "dns_dot"), 3600, max_ldns=5000)
+    assert loaded.persistence == PersistenceTable(max_records=1234)
 
 
 def test_virtual_server_and_member_defaults(tmp_path: Path) -> None:

@@ -322,6 +322,58 @@ def test_any_sequence_of_queries_and_changes(tmp_path_factory: pytest.TempPathFa
             twins.ask(*step)
 
 
+def persistent_and_partly_trusted(raw: dict[str, Any]) -> None:
+    """Persistence per /24 over round robin; only 127.0.1.0/24 is trusted with ECS."""
+    raw["pools"]["p"]["load_balancing"] = {"preferred": "round_robin"}
+    raw["wideips"]["gslb.example.test"]["persistence"] = {"ttl": 100, "ipv4_prefix": 24}
+    raw["dns_server"]["ecs_trusted"] = ["127.0.1.0/24"]
+
+
+def test_kept_persistence_decisions_echo_the_scope_only_for_trusted_resolvers(tmp_path: Path) -> None:
+    """A decision kept for an untrusted resolver's network depended on none of the client
+    subnet it sends: the fast path echoes scope 0, as the general path does; a trusted
+    resolver's gets the persistence prefix."""
+    twins = Twins(tmp_path, persistent_and_partly_trusted)
+    subnet = (1, 24, bytes([203, 0, 113]))
+    for source in ("127.0.2.9", "127.0.1.9"):
+        replies = [twins.ask(make_query("gslb.example.test", ecs=subnet), source) for _ in range(3)]
+        # (written, then held and kept, then answered from what was kept)
+        reply = replies[-1]
+        assert reply is not None
+        scope = reply[-4]  # the option's last bytes: family 1, source 24, scope, 203.0.113
+        assert scope == (24 if source == "127.0.1.9" else 0)
+    twins.general_path_off()
+    for source in ("127.0.2.9", "127.0.2.10", "127.0.1.9"):
+        twins.ask(make_query("gslb.example.test", ecs=subnet), source)
+
+
+#: resolvers trusted with ECS (127.0.1.x) and not (127.0.2.x, 192.0.2.x), some in one /24
+RESOLVER = st.sampled_from(["127.0.1.9", "127.0.1.10", "127.0.2.9", "127.0.2.10", "192.0.2.200", "::ffff:127.0.1.9"])
+SUBNET = st.none() | st.sampled_from(
+    [(1, 24, bytes([203, 0, 113])), (1, 32, bytes([203, 0, 113, 7])), (1, 24, bytes([127, 0, 2])), (1, 0, b"")]
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(RESOLVER, SUBNET) | st.sampled_from(["tick", "disable", "enable"]), max_size=40))
+def test_persistence_per_resolver_is_the_same_on_both_paths(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[Any]
+) -> None:
+    """Persistence keyed on the resolver and the client subnet, from trusted and untrusted
+    resolvers, with the decisions kept for a network: both paths reply alike."""
+    twins = Twins(tmp_path_factory.mktemp("twins"), persistent_and_partly_trusted)
+    for step in steps:
+        if step == "tick":
+            twins.clock.now += 40
+            twins.both(lambda n: n.store.expire())
+        elif step in ("disable", "enable"):
+            twins.both(lambda n, s=step: n.store.put("admin/vs/vs2", {"state": f"{s}d"}))  # type: ignore[misc]
+            twins.both(lambda n: n.health.refresh())
+        else:
+            source, ecs = step
+            twins.ask(make_query("gslb.example.test", ecs=ecs), source)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.binary(max_size=80)

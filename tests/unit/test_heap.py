@@ -16,6 +16,10 @@ class Reactor:
 
     def __init__(self) -> None:
         self.queued: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self.now = 1000.0
+
+    def seconds(self) -> float:
+        return self.now
 
     def callFromThread(self, f: Callable[..., Any], *args: Any) -> None:
         self.queued.append((f, args))
@@ -43,10 +47,13 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()
 
 
-def keeper(slow: float, took: float) -> tuple[HeapKeeper, Reactor]:
-    reactor, clock = Reactor(), Clock()
+def keeper(slow: float, took: float, cpu: float | None = None) -> tuple[HeapKeeper, Reactor]:
+    """A keeper whose clocks say each full collection took *took* seconds (and *cpu* of CPU
+    time, *took* by default)."""
+    reactor, clock, cpu_clock = Reactor(), Clock(), Clock()
     clock.per_call = took
-    k = HeapKeeper(reactor, slow=slow, clock=clock)
+    cpu_clock.per_call = took if cpu is None else cpu
+    k = HeapKeeper(reactor, slow=slow, clock=clock, cpu_clock=cpu_clock)
     k.startService()
     return k, reactor
 
@@ -99,3 +106,37 @@ def test_a_stopped_keeper_no_longer_watches(unfrozen: None) -> None:
     k.stopService()
     gc.collect()
     assert reactor.queued == [] and k.full_collections == 0
+
+
+def test_a_collection_slow_only_on_the_wall_freezes_nothing(unfrozen: None) -> None:
+    """A collection that took long on the wall but little CPU (the machine was busy with
+    other work) says nothing of the heap: no freeze, though the pause is still reported."""
+    k, reactor = keeper(slow=0.05, took=0.3, cpu=0.01)
+    try:
+        gc.collect()
+        assert reactor.queued == [] and k.longest == pytest.approx(0.3)
+    finally:
+        k.stopService()
+
+
+def test_freezes_stay_rare_unless_a_collection_is_very_slow(unfrozen: None) -> None:
+    """After a freeze, slow collections freeze again only a minute later (each freeze keeps
+    the cycles then alive forever); one four times too slow freezes at once."""
+    k, reactor = keeper(slow=0.05, took=0.08)
+    try:
+        gc.collect()
+        reactor.run()
+        assert k.freezes == 1
+        reactor.now += 30
+        gc.collect()
+        assert reactor.queued == []
+        reactor.now += 31
+        gc.collect()
+        reactor.run()
+        assert k.freezes == 2
+        k.cpu_clock.per_call = 0.25
+        gc.collect()
+        reactor.run()
+        assert k.freezes == 3
+    finally:
+        k.stopService()

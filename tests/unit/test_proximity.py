@@ -11,8 +11,8 @@ from twisted.internet import defer, task
 from twisted.logger import capturedLogs
 
 from gtmcluster.config.model import Prober
-from gtmcluster.proximity.budget import Budget
-from gtmcluster.proximity.scheduler import ProbeScheduler, queue_limit, request
+from gtmcluster.proximity.budget import Budget, queue_limit
+from gtmcluster.proximity.scheduler import ProbeScheduler, request
 from gtmcluster.proximity.table import Measurements, PathInfo, from_record, path_key, request_key, updated
 from gtmcluster.state.store import Store
 from tests.support import configs
@@ -194,6 +194,26 @@ def test_one_request_at_a_time_per_ldns() -> None:
     assert store.get(request_key("198.51.100.7")) == first
     clock.advance(61)
     assert request(store, budget, "198.51.100.7", "n1")
+
+
+def test_a_flood_of_new_sources_files_no_more_requests_than_the_node_can_probe() -> None:
+    """Each new source address would file a probe request record (replicated to every
+    member): a node files at most max_per_second a second, with a burst of what it probes
+    while a request lives (queue_limit); the rest are counted, not filed."""
+    _, store, clock, _ = scheduler()
+    settings = Prober(max_per_second=5, allow=OPEN)
+    budget = Budget(settings, clock.seconds)
+    burst = queue_limit(settings)
+    filed = sum(request(store, budget, f"198.51.{i // 256}.{i % 256}", "n1") for i in range(1000))
+    assert filed == burst == 300
+    assert budget.unfiled == 1000 - burst
+    assert store.kinds()["probe"] == burst
+    clock.advance(2)
+    filed = sum(request(store, budget, f"203.0.{i // 256}.{i % 256}", "n1") for i in range(100))
+    assert filed == 10  # two seconds' worth
+    clock.advance(59)
+    store.expire()
+    assert store.kinds()["probe"] == 10  # the burst's requests ended with their TTL
 
 
 def test_a_request_never_outlives_half_the_probe_interval() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.config.load import load
+from gtmcluster.config.load import MAX_PROBES_PER_SECOND, load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL, subjects
-from gtmcluster.proximity.scheduler import REQUEST_TTL
+from gtmcluster.proximity.budget import REQUEST_TTL, queue_limit
 from gtmcluster.proximity.table import WINDOW, PathValue, updated
 from gtmcluster.state import schema
 from gtmcluster.state.store import TOMBSTONE_TTL
@@ -231,6 +231,27 @@ def test_ttls_the_config_allows_are_within_the_caps(tmp_path: Path) -> None:
     assert schema.KINDS["probe"].max_ttl >= REQUEST_TTL
     assert TOMBSTONE_TTL <= schema.MAX_TOMBSTONE_TTL
     assert WINDOW <= schema.MAX_WINDOW
+
+
+def test_counts_the_config_allows_are_within_the_caps(tmp_path: Path) -> None:
+    """A config at the largest bounds it accepts makes a node write no more records of its
+    own than the writer limits: paths to prober.max_ldns LDNSes of its data center, up to
+    persistence.max_records persistence records (all of the group's may be its own), and
+    live probe requests: a burst of a request's life, then max_per_second, living a
+    request's life (proximity.budget). One beyond is refused by the config."""
+    raw = configs.base()
+    raw["prober"] = {"max_ldns": schema.KINDS["path"].writer_limit, "max_per_second": MAX_PROBES_PER_SECOND}
+    raw["persistence"] = {"max_records": schema.KINDS["persist"].writer_limit}
+    config = load(configs.write(tmp_path / "at", raw))
+    assert config.prober.max_ldns <= schema.KINDS["path"].writer_limit
+    assert config.persistence.max_records <= schema.KINDS["persist"].writer_limit
+    live_requests = queue_limit(config.prober) + math.ceil(config.prober.max_per_second * REQUEST_TTL)
+    assert live_requests <= schema.KINDS["probe"].writer_limit
+    raw["prober"] = {"max_ldns": schema.KINDS["path"].writer_limit + 1, "max_per_second": MAX_PROBES_PER_SECOND + 1}
+    raw["persistence"] = {"max_records": schema.KINDS["persist"].writer_limit + 1}
+    with pytest.raises(ConfigError) as refused:
+        load(configs.write(tmp_path / "beyond", raw))
+    assert {p.path[-1] for p in refused.value.problems} == {"max_ldns", "max_per_second", "max_records"}
 
 
 def test_a_reason_is_shortened_for_peers() -> None:

@@ -553,7 +553,8 @@ def test_a_decisions_persistence_record_goes_through_before_persisting(tmp_path:
     sticky = next(w for w in node.config.wideips.values() if w.name == STICKY)
     client = Client(ipaddress.ip_address("100.64.9.7"), 32, ipaddress.ip_address(ldns(1)), True)
     node.decide(sticky, TYPE_A, client)
-    assert [key for key, _ in asked] == [f"persist/{STICKY}/1/100.64.9.0/24"]
+    resolver = ipaddress.ip_network(f"{ldns(1)}/24", strict=False)  # (held per resolver and client subnet)
+    assert [key for key, _ in asked] == [f"persist/{STICKY}/1/{resolver}/ecs/100.64.9.0/24"]
     assert node.store.get(asked[0][0]) is None
     asked[0][1]()
     assert node.store.get(asked[0][0]) is not None
