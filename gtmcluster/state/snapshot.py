@@ -52,7 +52,7 @@ from twisted.logger import Logger
 
 from gtmcluster.state import schema
 from gtmcluster.state.loading import Damaged, Loading
-from gtmcluster.state.store import Record, Store, Version, kind_of
+from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.state.values import compact, plain, shared_text
 
 log = Logger()
@@ -442,10 +442,12 @@ class Reader:
     def _within_caps(self, store: Store, records: Iterable[Record]) -> Iterator[Record]:
         """*records* but those beyond their origin's cap of records of their kind, counted
         as the store takes each one (`Store.load` reads them one at a time)."""
+        held_by = store.held_by
+        kinds = schema.KINDS
         for record in records:
-            kind = kind_of(record.key)
-            limit = schema.KINDS[kind].max_records
-            if store.held_by(record.origin, kind) >= limit:
+            kind = record.key.partition("/")[0]
+            limit = kinds[kind].max_records
+            if held_by(record.origin, kind) >= limit:
                 held = store.raw(record.key)
                 if held is None or held.origin != record.origin:
                     self._skip(

@@ -281,7 +281,9 @@ class Store:
             self._count += 1
             self._kinds[kind] = self._kinds.get(kind, 0) + 1
             self._bucket_keys[bucket].append(key)
-            self._own(record.origin, kind, 1)
+            owned = self._owned  # (inline `_own`: a full table loads millions this way)
+            pair = (record.origin, kind)
+            owned[pair] = owned.get(pair, 0) + 1
         elif old.origin != record.origin:
             self._own(old.origin, kind, -1)
             self._own(record.origin, kind, 1)
