@@ -52,8 +52,8 @@ from typing import Any, NamedTuple
 
 from gtmcluster.state.values import Compact, plain
 
-#: the longest text (in characters) of a reason or a name a writer of this version puts in
-#: a record; longer text is shortened (`shorten`)
+#: the longest text (in characters) of a reason a writer of this version puts in a record;
+#: longer text is shortened (`shorten`)
 MAX_TEXT = 500
 #: a name in a record (a member, a pool, a server) at most, in characters
 MAX_NAME = 253
@@ -158,15 +158,15 @@ def _persist_key(parts: list[str], origin: str) -> str | None:
 # -- values ----------------------------------------------------------------------------------
 
 
-def _text(value: Mapping[str, Any], field: str, limit: int, required: bool = False) -> str | None:
-    """What is wrong with *field* as text of at most *limit* characters (absent is fine
-    unless *required*)."""
+def _text(value: Mapping[str, Any], field: str, limit: int | None = None, required: bool = False) -> str | None:
+    """What is wrong with *field* as text (of at most *limit* characters, when given: the
+    kinds whose values are not measured); absent is fine unless *required*."""
     if field not in value:
         return f"has no {field!r}" if required else None
     text = value[field]
     if type(text) is not str:
         return f"{field!r} is not text"
-    if len(text) > limit:
+    if limit is not None and len(text) > limit:
         return f"{field!r} is longer than {limit} characters"
     return None
 
@@ -187,7 +187,7 @@ def _finite(number: Any) -> bool:
 def _observation(value: Mapping[str, Any]) -> str | None:
     if type(value.get("up")) is not bool:
         return "'up' is not true or false" if "up" in value else "has no 'up'"
-    return _text(value, "reason", MAX_TEXT)
+    return _text(value, "reason")
 
 
 ADMIN_STATES = ("enabled", "disabled", "drain")
@@ -197,13 +197,13 @@ def _admin(value: Mapping[str, Any]) -> str | None:
     state = value.get("state")
     if state not in ADMIN_STATES or type(state) is not str:
         return f"'state' is not one of {', '.join(ADMIN_STATES)}" if "state" in value else "has no 'state'"
-    return _text(value, "by", MAX_NAME) or _text(value, "reason", MAX_TEXT)
+    return _text(value, "by") or _text(value, "reason")
 
 
 def _held(value: Mapping[str, Any]) -> str | None:
     if "since" in value and not _finite(value["since"]):
         return "'since' is not a number"
-    return _text(value, "reason", MAX_TEXT) or _text(value, "by", MAX_NAME)
+    return _text(value, "reason") or _text(value, "by")
 
 
 #: the load figures a monitor reports (`probe.http.METRICS`); any other number is carried too
@@ -214,7 +214,7 @@ def _metrics(value: Mapping[str, Any]) -> str | None:
     for field in LOAD_FIGURES:
         if field in value and not (_finite(value[field]) and value[field] >= 0):
             return f"{field!r} is not a non-negative number"
-    return _text(value, "by", MAX_NAME)
+    return _text(value, "by")
 
 
 #: a path's numbers: rtt and last_rtt in microseconds, completion in 1/10000
@@ -270,6 +270,8 @@ def _probe(value: Mapping[str, Any]) -> str | None:
 
 
 PERSIST_SIZE = 4096
+#: the largest value of a verdict, an admin or held state, load figures (bytes)
+STATE_SIZE = 8192
 #: members of a persistence record at most (a pool answers up to 16: `max_answers`)
 MAX_PERSIST_MEMBERS = 64
 
@@ -298,10 +300,12 @@ def _persist_bound(value: Mapping[str, Any]) -> int:
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
-        Kind("obs", _observation_key, _observation, 4096, MAX_OBSERVATION_TTL, True, 200_000),
-        Kind("admin", _vs_key, _admin, 4096, MAX_STATE_TTL, False, 200_000),
-        Kind("held", _vs_key, _held, 4096, MAX_STATE_TTL, False, 200_000),
-        Kind("metrics", _vs_key, _metrics, 4096, MAX_OBSERVATION_TTL, True, 200_000),
+        # (the few kinds whose every value is measured: text of any length within the size,
+        # which leaves room for what an older version wrote before writers shortened it)
+        Kind("obs", _observation_key, _observation, STATE_SIZE, MAX_OBSERVATION_TTL, True, 200_000),
+        Kind("admin", _vs_key, _admin, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
+        Kind("held", _vs_key, _held, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
+        Kind("metrics", _vs_key, _metrics, STATE_SIZE, MAX_OBSERVATION_TTL, True, 200_000),
         # One data center's paths to 1,000,000 LDNSes are one origin's (bench/scale.py): twice
         # that. The config's prober.max_ldns is at most the writer limit, and a node keeps
         # at most that many paths of its own (proximity.scheduler).

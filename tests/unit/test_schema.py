@@ -81,8 +81,8 @@ REFUSED: dict[str, tuple[tuple[str, Any, str, float | None], tuple[str, str, str
         ("obs", "value", "'reason' is not text"),
     ),
     "a verdict with a reason too long": (
-        ("obs/vs/vs-a/gtm-cnc", {"up": True, "reason": "r" * (schema.MAX_TEXT + 1)}, NODE, 90.0),
-        ("obs", "value", "longer than"),
+        ("obs/vs/vs-a/gtm-cnc", {"up": True, "reason": "r" * schema.STATE_SIZE}, NODE, 90.0),
+        ("obs", "size", f"over {schema.STATE_SIZE} bytes"),
     ),
     "a verdict without a TTL": (("obs/vs/vs-a/gtm-cnc", {"up": True}, NODE, None), ("obs", "ttl", "no TTL")),
     "a verdict of a 10-year TTL": (("obs/vs/vs-a/gtm-cnc", {"up": True}, NODE, 3.2e8), ("obs", "ttl", "TTL over")),
@@ -129,8 +129,8 @@ REFUSED: dict[str, tuple[tuple[str, Any, str, float | None], tuple[str, str, str
     "a deletion without a TTL": (("admin/vs/vs-a", None, NODE, None), ("admin", "ttl", "deletion")),
     "a deletion of a year": (("admin/vs/vs-a", None, NODE, 365 * 86400.0), ("admin", "ttl", "deletion")),
     "an admin state with a large new field": (
-        ("admin/vs/vs-a", {"state": "drain", "note": "n" * 5000}, NODE, None),
-        ("admin", "size", "over 4096 bytes"),
+        ("admin/vs/vs-a", {"state": "drain", "note": "n" * schema.STATE_SIZE}, NODE, None),
+        ("admin", "size", f"over {schema.STATE_SIZE} bytes"),
     ),
     "a path with a large new field": (
         ("path/203.0.113.77/CNC", {**PATH, "trace": ["hop"] * 1000}, NODE, 60.0),
@@ -266,6 +266,6 @@ def test_every_cap_is_a_number_that_makes_sense() -> None:
     for kind in schema.KINDS.values():
         assert 0 < kind.writer_limit < kind.max_records
         assert math.isfinite(kind.max_ttl) and kind.max_ttl > 0
-        assert 512 <= kind.max_size <= 4096
+        assert 512 <= kind.max_size <= 8192
     # a data center's paths to 1,000,000 LDNSes are one origin's (bench/scale.py)
     assert schema.KINDS["path"].writer_limit >= 1_000_000

@@ -149,8 +149,8 @@ def test_the_largest_record_accepted_can_always_be_sent_on() -> None:
 
 def test_a_value_that_grows_when_re_encoded_is_measured_as_it_would_be_sent() -> None:
     """Numbers written short (1e15) are longer in the form this node sends them: a value of
-    1.6 KB of them on the wire is over its kind's 4096 bytes once re-encoded, and refused."""
-    raw = b'[["admin/vs/a",{"state":"enabled","n":[' + b",".join([b"1e15"] * 300) + b']},5000,0,"gtm-a",null,0]]'
-    assert len(raw) < 2_000
-    with pytest.raises(codec.BadRecord, match="over 4096 bytes"):
+    3 KB of them on the wire is over its kind's 8192 bytes once re-encoded, and refused."""
+    raw = b'[["admin/vs/a",{"state":"enabled","n":[' + b",".join([b"1e15"] * 600) + b']},5000,0,"gtm-a",null,0]]'
+    assert len(raw) < 3_100 and schema.STATE_SIZE == 8192
+    with pytest.raises(codec.BadRecord, match="over 8192 bytes"):
         codec.decode(raw, now=10.0)
