@@ -32,6 +32,7 @@ from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
+from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.sync.replicator import Replicator
@@ -71,6 +72,7 @@ class NodeService(MultiService):
         self.probes: ProbeScheduler | None = None
         self.workers: Workers | None = None
         self.heap: heap.HeapKeeper | None = None
+        self.lag: ReactorLag | None = None
         self.snapshots: Snapshotter | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
@@ -367,6 +369,10 @@ def make_service(
     keeper.setName("heap")
     keeper.setServiceParent(top)
     top.heap = keeper
+    lag = ReactorLag(reactor)
+    lag.setName("reactorlag")
+    lag.setServiceParent(top)
+    top.lag = lag
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")

@@ -224,6 +224,21 @@ class NodeCollector(Collector):
             for reason, n in sorted(self.api_refused.items()):
                 refused.add_metric([reason], n)
             yield refused
+        probe = service.lag
+        if probe is not None:
+            yield _histogram(
+                "gtm_reactor_lag_seconds",
+                "how late the reactor ran a call due every 10 ms: how long answers could have waited",
+                probe.lag,
+            )
+            yield GaugeMetricFamily(
+                "gtm_reactor_lag_max_seconds", "the reactor's longest stall since start", value=probe.max
+            )
+            yield GaugeMetricFamily(
+                "gtm_reactor_lag_recent_max_seconds",
+                "the reactor's longest stall since the previous scrape of /metrics",
+                value=probe.take_recent(),
+            )
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 

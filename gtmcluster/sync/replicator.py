@@ -87,7 +87,7 @@ class PeerState:
     digest: str | None = None  # its state digest, as of its last heartbeat
     sent: int = 0  # records sent to it
     received: int = 0  # records received from it
-    synced: bool = False  # one full reconciliation has completed
+    synced: bool = False  # one full reconciliation has completed since it connected
     #: the certificate its latest connection showed (serial, expiry)
     certificate: dict[str, str] = field(default_factory=dict)
 
@@ -286,6 +286,7 @@ class Replicator:
         if not peer.channels:
             peer.connected_since = None
             peer.their_peers = frozenset()
+            peer.synced = False  # it may have changed (or lost everything) while apart
             self._announce_connections()
             log.info("peer {peer} disconnected: {why}", peer=peer.name, why=why, event="peer_down")
 

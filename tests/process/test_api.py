@@ -150,3 +150,5 @@ def test_metrics_in_prometheus_format(node: tuple[RunningNode, Path]) -> None:
     assert "gtm_gc_full_collections_total" in text and "gtm_gc_longest_full_collection_seconds" in text
     assert "gtm_gc_frozen_objects" in text
     assert "gtm_health_checks_started_total" in text and "gtm_health_check_lag_seconds_count" in text
+    assert "gtm_reactor_lag_seconds_bucket" in text and "gtm_reactor_lag_max_seconds" in text
+    assert "gtm_reactor_lag_recent_max_seconds" in text

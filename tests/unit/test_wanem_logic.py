@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from tests.support.poll import until
 from tests.tools.wanem import (
     DEFAULT_LINK,
     Forwarder,
@@ -316,7 +317,8 @@ def test_emulator_forwards_between_pipes() -> None:
         assert not done.wait(0.03), "delivered before the delay"
         assert done.wait(2.0)
         assert got == [packet]
-        assert emulator.stats()[("a", "b")].forwarded == 1
+        # (the thread counts a packet once written, so the reader may see it first)
+        until(lambda: (s := emulator.stats().get(("a", "b"))) is not None and s.forwarded == 1, 2.0, "the count")
     finally:
         emulator.stop()
         for fd in (a_in_w, b_out_r):
