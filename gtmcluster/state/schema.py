@@ -10,7 +10,8 @@ A record's kind is its key's first segment. The kinds, their keys and values:
     metrics/vs/<vs>             load figures (non-negative numbers) and "by"   TTL required
     path/<ldns>/<datacenter>    the eight fields of `proximity.table.PathValue`   TTL required
     probe/<ldns>                {"by": str}                          TTL required
-    persist/<wideip>/<qtype>/<network...>  {"pool": str, "members": [str, ...]}   TTL required
+    persist/<wideip>/<qtype>/<client...>   {"pool": str, "members": [str, ...]}   TTL required
+                                (<client>: a network, or <resolver network>/ecs/<network>)
 
 A value of None is a tombstone (a deletion) of any kind; it needs a TTL, of at most
 `MAX_TOMBSTONE_TTL`.
@@ -33,8 +34,10 @@ How strict, and why:
   type) is a new protocol version (`sync.commands.PROTOCOL_VERSION`), and a newer member
   sends it only to peers whose Hello says they speak it.
 - Sizes, TTLs and counts are capped per kind (`KINDS`). The writers of this version stay
-  within them with room to spare (their text is shortened to `MAX_TEXT`; the config
-  cannot set a TTL beyond a kind's cap), so an honest member is never refused.
+  within them with room to spare (their text is shortened to `MAX_TEXT`; the config can
+  set no TTL beyond a kind's cap, and no bound on records, `prober.max_ldns`,
+  `persistence.max_records`, `prober.max_per_second`, beyond a kind's `writer_limit`), so
+  an honest member is never refused.
 - The forgeries cheap to catch are: a verdict (``obs/...``) whose key names another
   observer than its origin. A record's origin itself cannot be checked (relays carry the
   records of others, and records are not signed): members are trusted (see README, "Trust
