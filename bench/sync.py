@@ -85,7 +85,7 @@ async def main(args: argparse.Namespace) -> None:
         stores[name].subscribe(lambda r, seen=seen: seen.setdefault(r.key, time.monotonic()))
     written: dict[str, float] = {}
     for i in range(args.changes):
-        key = f"obs/vs/bench/{i}"
+        key = f"obs/vs/bench{i}/node-a"
         written[key] = time.monotonic()
         stores["node-a"].put(key, {"up": i % 2 == 0, "reason": "bench"}, ttl=600)
         await task.deferLater(reactor, 0.005, lambda: None)
@@ -106,7 +106,16 @@ async def main(args: argparse.Namespace) -> None:
         a.merge(
             Record(
                 f"path/{ldns}/CNC",
-                {"rtt": 1000 + i % 5000, "hops": 12, "completion": 10000, "protocol": "dns_dot"},
+                {
+                    "rtt": 1000 + i % 5000,
+                    "last_rtt": 1000 + i % 5000,
+                    "hops": 12,
+                    "completion": 10000,
+                    "protocol": "dns_dot",
+                    "failures": 0,
+                    "window": "1111111111",
+                    "by": "node-a",
+                },
                 a._next_version(),
                 2419200.0,
                 now,

@@ -103,9 +103,15 @@ def records() -> list[Record]:
     path.update({"failures": 0, "window": "1", "by": "gtm-b", "at": 1000.0})
     return [
         Record("path/198.51.100.53/DC2", path, Version(999_000_000, 0, "gtm-b"), 2419200.0, 999_990.0),
-        Record("obs/vs/vs-cnc/gtm-b", {"up": False, "reason": "refused"}, Version(999_000_001, 0, "gtm-b"), None, 0),
+        Record("obs/vs/vs-cnc/gtm-b", {"up": False, "reason": "refused"}, Version(999_000_001, 0, "gtm-b"), 90.0, 0),
         Record("admin/vs/vs-tel", {"state": "disabled"}, Version(999_000_002, 3, "gtm-b"), None, 0),
-        Record("persist/www.example.test/1/198.51.100.0/24", {"vs": "vs1"}, Version(999_000_003, 0, "gtm-c"), 3600, 0),
+        Record(
+            "persist/www.example.test/1/198.51.100.0/24",
+            {"pool": "p", "members": ["vs1"]},
+            Version(999_000_003, 0, "gtm-c"),
+            3600,
+            0,
+        ),
         Record("probe/198.51.100.53", None, Version(999_000_004, 0, "gtm-b"), 3600.0, 999_999.0),
     ]
 
@@ -121,7 +127,8 @@ def peer_decode() -> list[bytes]:
         b"\4" + b'[["k/1",999000000,0,"gtm-b"],["k/2",999000001,5,"gtm-b"]]',
         b"\5" + b'[[4,"k/9"]]',
         b"\6" + b'["k/10","k/11"]',
-        b"\0" + b'[["k/caf\\u00e9",{"v":"\\u00e9"},999000000,0,"gtm-b",60,1.5]]',  # JSON escapes
+        # JSON escapes
+        b"\0" + b'[["admin/vs/caf\\u00e9",{"state":"drain","by":"\\u00e9"},999000000,0,"gtm-b",60,1.5]]',
     ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
@@ -27,6 +28,20 @@ from gtmcluster.state import persistence
 from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import QueryStats
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The parts of a node that depend on its config, built for a new config (see
+    `Node.prepare_reload`)."""
+
+    config: Config
+    member: Member
+    measurements: Measurements
+    probe_budget: Budget
+    balancer: Balancer
+    responder: Responder
+    cache: DecisionCache | None
 
 
 class Node:
@@ -65,6 +80,10 @@ class Node:
 
     def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
         """Build everything that depends on the config, then switch to it in one step."""
+        self._use(self._build(config, name, rotations))
+
+    def _build(self, config: Config, name: str, rotations: Rotations) -> Prepared:
+        """Everything that depends on *config*, built and not yet in use (what can fail)."""
         measurements = Measurements(
             self.store,
             config.prober,
@@ -95,19 +114,27 @@ class Node:
         cache = None
         if self.availability is self.health:
             cache = DecisionCache(self.store.raw, self.clock, self._health_of, stats=self.stats)
+        return Prepared(
+            config, config.member(name), measurements, Budget(config.prober, self.clock), balancer, responder, cache
+        )
+
+    def _use(self, built: Prepared) -> None:
+        """Answer from *built* from now on: assignments, and the store's bounds (evictions),
+        nothing that can fail half way."""
+        config = built.config
         self.config = config
         self._wideips_of = config.wideips_of
         self._wideip_health: dict[str, int] = {}
-        self.member: Member = config.member(name)
-        self.measurements = measurements
-        budget = Budget(config.prober, self.clock)
+        self.member: Member = built.member
+        self.measurements = built.measurements
+        budget = built.probe_budget
         old_budget: Budget | None = getattr(self, "probe_budget", None)
         if old_budget is not None:
             budget.unfiled = old_budget.unfiled  # a counter: it outlives a reload
         self.probe_budget = budget
-        self.balancer = balancer
-        self.responder = responder
-        self.cache = cache
+        self.balancer = built.balancer
+        self.responder = built.responder
+        self.cache = built.cache
         self.generation += 1
         self.loaded_at = self.clock()
         self._bound_store(config)
@@ -122,8 +149,16 @@ class Node:
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the
         store (health verdicts, paths, persistence) is the same; health re-evaluates."""
-        self._apply(config, self.member.name, self.balancer.rotations)
-        self.health.reconfigure(config)
+        self.switch_to(self.prepare_reload(config))
+
+    def prepare_reload(self, config: Config) -> Prepared:
+        """What answering from *config* needs, built (raising if it cannot be), not yet in
+        use: `switch_to` puts it in use (see `service.NodeService.switch`)."""
+        return self._build(config, self.member.name, self.balancer.rotations)
+
+    def switch_to(self, prepared: Prepared) -> None:
+        self._use(prepared)
+        self.health.reconfigure(prepared.config)
 
     @property
     def ready(self) -> bool:

@@ -25,7 +25,7 @@ from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
-from gtmcluster.node import Node
+from gtmcluster.node import Node, Prepared
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
@@ -147,42 +147,107 @@ class NodeService(MultiService):
             except Exception:
                 log.failure("reading the TLS files failed")
                 problems = ["sync group TLS: the files could not be read (an internal error, see the node's log)"]
-        if problems:
-            log.error(
-                "reload refused, the running config stays: {problems}",
-                problems="; ".join(problems),
-                event="reload_refused",
-            )
-            return problems
-        self.switch(new, creds)
-        return []
+        if not problems:
+            try:
+                self.switch(new, creds)
+            except NotTaken as e:
+                problems = [f"{self.config_path}: {e}"]
+            else:
+                return []
+        log.error(
+            "reload refused, the running config stays: {problems}",
+            problems="; ".join(problems),
+            event="reload_refused",
+        )
+        return problems
 
     def switch(self, new: Config, creds: Credentials | None = None) -> None:
         """Answer from *new* (checked already) from now on, and retune every part; new peer
-        connections use *creds* (checked already), when given."""
+        connections use *creds* (checked already), when given.
+
+        All or nothing: first every part builds what it needs for *new* (what can fail:
+        answers, DNS fast path and rate limits, health checks, probe budget), none of it in
+        use yet; if one part cannot, `NotTaken` says which and why, and every part keeps the
+        old config. Then each part switches, by assignments that do not fail (should one fail
+        anyway, a bug, the others still switch, and `PartlyTaken` says which did not)."""
         node = self.node
-        node.reload(new)
+        switches: list[tuple[str, Callable[[], object]]] = []
+
+        def prepare(part: str, make: Callable[[], Callable[[], object]]) -> None:
+            try:
+                switches.append((part, make()))
+            except Exception as e:
+                log.failure("{part} cannot take the new config", part=part)
+                raise NotTaken(part, f"{type(e).__name__}: {e}") from e
+
+        prepared: list[Prepared] = []
+
+        def answers() -> Callable[[], object]:
+            prepared.append(node.prepare_reload(new))
+            return lambda: node.switch_to(prepared[0])
+
+        prepare("answers", answers)
         if self.dns is not None:
-            self.dns.configure(new.dns_server)
-            self.dns.set_responder(node.responder)
+            dns = self.dns
+            prepare("DNS", lambda: dns.prepare(new.dns_server, prepared[0].responder))
         if self.checker is not None:
-            self.checker.reconfigure(new)
-        names = [m.name for m in new.sync_group.members]
-        self.replicator.reconfigure(names, new.digest)
-        if self.peers is not None:
-            self.peers.reconfigure([m for m in new.sync_group.members if m.name != node.member.name])
-            if creds is not None:
-                self.peers.use_credentials(creds)
+            checker = self.checker
+            prepare("health checks", lambda: checker.prepare(new))
         if self.probes is not None:
-            self.probes.reconfigure(node.measurements, Budget(new.prober, self.reactor.seconds))
+            probes = self.probes
+
+            def probing() -> Callable[[], object]:
+                budget = Budget(new.prober, self.reactor.seconds)
+                return lambda: probes.reconfigure(prepared[0].measurements, budget)
+
+            prepare("probes", probing)
+        names = [m.name for m in new.sync_group.members]
+        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest)))
+        if self.peers is not None:
+            peers = self.peers
+            others = [m for m in new.sync_group.members if m.name != node.member.name]
+
+            def dial() -> None:
+                peers.reconfigure(others)
+                if creds is not None:
+                    peers.use_credentials(creds)
+
+            switches.append(("peers", dial))
         if self.workers is not None:
-            self.workers.reload(self.config_path)
+            workers = self.workers
+            switches.append(("answering workers", lambda: workers.reload(self.config_path)))
+        failed = []
+        for part, switch in switches:
+            try:
+                switch()
+            except Exception:
+                log.failure("{part} failed to switch to the new config", part=part)
+                failed.append(part)
+        if failed:
+            raise PartlyTaken(failed)
         log.info(
             "reloaded {path}: generation {generation}, config digest {digest}",
             path=self.config_path,
             generation=node.generation,
             digest=new.digest,
             event="reloaded",
+        )
+
+
+class NotTaken(Exception):
+    """A part of the node cannot take a new config (nothing was switched)."""
+
+    def __init__(self, part: str, why: str):
+        super().__init__(f"{part} cannot take the new config: {why}")
+        self.part = part
+
+
+class PartlyTaken(Exception):
+    """Parts of the node failed to switch to a new config that the others took (a bug)."""
+
+    def __init__(self, parts: list[str]):
+        super().__init__(
+            f"{', '.join(parts)} failed to switch to the new config (see the node's log): restart the node"
         )
 
 

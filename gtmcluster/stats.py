@@ -61,6 +61,9 @@ class ProbeStats:
         self.probes = 0
         self.failures = 0
         self.ignored = 0  # probe requests ignored: their origin had too many waiting
+        #: paths to new LDNSes measured but not kept: this node holds as many paths as it
+        #: writes at most (state.schema: `writer_limit` of the path kind)
+        self.not_kept = 0
         self.rtt = Histogram(RTT_BUCKETS)
 
 

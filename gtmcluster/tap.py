@@ -1,8 +1,9 @@
 """`twistd gtm`: options and the service for one node. Only the tap touches the reactor.
 
 Everything that can fail because of the environment (a config problem, an address in use,
-missing certificates, no ICMP sockets, an unusable API token file) fails here, while twistd can still print a clear
-usage error, and while still privileged (so port 53 works with --uid).
+missing certificates, no ICMP sockets, an unusable API token file, a state_dir or log_dir
+others may write in) fails here, while twistd can still print a clear usage error, and while
+still privileged (so port 53 works with --uid).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from twisted.python import usage
 
-from gtmcluster import sockets
+from gtmcluster import private, sockets
 from gtmcluster.api import token as api_token
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
@@ -82,8 +83,14 @@ class Options(usage.Options):
             )
         node = self["node"]
         member = config.member(node)
+        owner = _dropped_to(self.parent)
+        uid = owner[0] if owner is not None else os.geteuid()
+        for what, directory in (("state_dir", config.state_dir_for(node)), ("log_dir", config.log_dir)):
+            problem = private.directory_problem(directory, uid, what)
+            if problem is not None:
+                raise usage.UsageError(problem)
         try:
-            self.api_token = api_token.settle(config.state_dir_for(node), _dropped_to(self.parent))
+            self.api_token = api_token.settle(config.state_dir_for(node), owner)
         except api_token.TokenFileError as e:
             raise usage.UsageError(f"the API's token: {e}") from None
         self.credentials = None

@@ -130,6 +130,13 @@ class NodeCollector(Collector):
             )
             ignored.add_metric([dc], stats.ignored)
             yield ignored
+            not_kept = CounterMetricFamily(
+                "gtm_probe_paths_not_kept",
+                "paths to new LDNSes measured but not kept: the node holds the most paths of its own it writes",
+                labels=["datacenter"],
+            )
+            not_kept.add_metric([dc], stats.not_kept)
+            yield not_kept
             yield _histogram("gtm_probe_rtt_seconds", "measured LDNS round trips", stats.rtt, {"datacenter": dc})
 
         if service.checker is not None:
@@ -154,6 +161,7 @@ class NodeCollector(Collector):
             if peer.digest is not None:
                 agree.add_metric([peer.name], 1.0 if peer.digest == digest else 0.0)
         yield from (connected, sent, received, lag, agree)
+        yield records_refused(service)
 
         kinds = node.store.kinds()
         records = GaugeMetricFamily("gtm_store_records", "records held, by kind", labels=["kind"])
@@ -233,6 +241,25 @@ class NodeCollector(Collector):
             )
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
+
+
+def records_refused(service: NodeService) -> Metric:
+    """Records refused from peers (the peer is dropped, or for a count cap the record alone
+    refused) and skipped in the snapshot at start, by kind and reason (state.schema)."""
+    refused = CounterMetricFamily(
+        "gtm_records_refused",
+        "records not taken, from a peer or from the snapshot at start: an unknown kind, or a key, "
+        "value, TTL, size or writer its kind does not allow (the peer is dropped), or beyond "
+        "the records of that kind one member may hold (count)",
+        labels=["source", "kind", "reason"],
+    )
+    sources = [("peer", service.replicator.refused)]
+    if service.snapshots is not None:
+        sources.append(("snapshot", service.snapshots.refused))
+    for source, counts in sources:
+        for (kind, reason), n in sorted(counts.items()):
+            refused.add_metric([source, kind, reason], n)
+    return refused
 
 
 #: samples formatted per slice (a family of 5,000 servers is formatted in several)

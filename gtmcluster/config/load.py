@@ -39,9 +39,14 @@ from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.gcpause import collection_paused
 from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
+from gtmcluster.state import schema
 from gtmcluster.sync import certs
 
 DEFAULT_PEER_PORT = 4353
+#: a node files probe requests at max_per_second, after a burst of a request's life (60 s)
+#: of them: it holds at most 2 x 60 x max_per_second live ones, which must stay within what
+#: its peers take from one member (state.schema)
+MAX_PROBES_PER_SECOND = schema.KINDS["probe"].writer_limit // 120
 DEFAULT_DNS_PORT = 53
 DEFAULT_API_PORT = 8053
 PROBE_PROTOCOLS = ("dns_dot", "dns_rev", "udp", "tcp", "icmp")
@@ -349,12 +354,15 @@ def _prober(r: Reader, top: Mapping) -> Prober:
         r.error(m.at("protocols"), "at least one probe protocol is needed")
     path_ttl = m.integer("path_ttl", default.path_ttl, 60, 2**31 - 1)
     interval = m.number("probe_interval", default.probe_interval, 10, 86400 * 30)
-    inactive = m.integer("inactive_ldns_ttl", default.inactive_ldns_ttl, 60, 2**31 - 1)
+    # (a path record lives this long: no longer than the sync group's members take, state.schema)
+    inactive = m.integer("inactive_ldns_ttl", default.inactive_ldns_ttl, 60, int(schema.MAX_PATH_TTL))
     timeout = m.number("timeout", default.timeout, 0.05, 30)
-    rate = m.number("max_per_second", default.max_per_second, 0.1, 100000)
+    # (the most a sync group's members take from one member, state.schema, bound what the
+    # config may let a node write: live probe requests, its paths, persistence records)
+    rate = m.number("max_per_second", default.max_per_second, 0.1, MAX_PROBES_PER_SECOND)
     in_flight = m.integer("max_in_flight", default.max_in_flight, 1, 100000)
     udp_port = m.integer("udp_port", default.udp_port, 1, 65535)
-    max_ldns = m.integer("max_ldns", default.max_ldns, 1, 100_000_000)
+    max_ldns = m.integer("max_ldns", default.max_ldns, 1, schema.KINDS["path"].writer_limit)
     lists: dict[str, list[Any]] = {}
     special = [ipaddress.ip_network(n) for n in SPECIAL_PURPOSE]
     for key in ("allow", "deny", "only"):
@@ -399,7 +407,7 @@ def _persistence(r: Reader, top: Mapping) -> PersistenceTable:
     m = r.mapping(("persistence",), top.get("persistence"), "a mapping {max_records}")
     if m is None:
         return default
-    max_records = m.integer("max_records", default.max_records, 1, 100_000_000)
+    max_records = m.integer("max_records", default.max_records, 1, schema.KINDS["persist"].writer_limit)
     m.done()
     return PersistenceTable(max_records or default.max_records)
 

@@ -29,6 +29,7 @@ from gtmcluster.dns import names
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
+from gtmcluster.state import schema
 from gtmcluster.topology import addrlist
 from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, Record, Selector, ServerFacts, Topology
 
@@ -454,7 +455,8 @@ def read_wideips(
         if m.has("persistence"):
             p = r.mapping(m.at("persistence"), m.get("persistence"), "a mapping {ttl, ipv4_prefix, ipv6_prefix}")
             if p is not None:
-                ttl = p.integer("ttl", 3600, 1, MAX_TTL)
+                # (a persistence record lives this long: no longer than peers take, state.schema)
+                ttl = p.integer("ttl", 3600, 1, int(schema.MAX_PERSIST_TTL))
                 prefixes = _prefixes(p, 32, 128)
                 if p.boolean("enabled", True) and ttl is not None:
                     persistence = Persistence(ttl, prefixes)

@@ -95,6 +95,7 @@ class Processes:
     def start_node(self, member: Member, config_path: Path) -> subprocess.Popen[bytes]:
         log_dir = self.config.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir.chmod(log_dir.stat().st_mode & 0o755)  # a node refuses a log_dir others may write in
         run_dir = self.directory / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         argv = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
@@ -208,12 +209,7 @@ class DNSService(Service):
 
     def configure(self, settings: DNSServer) -> None:
         """Take the TCP limits and the rate limits of a new config."""
-        self.tcp.idle_timeout = settings.tcp_idle_timeout
-        self.tcp.message_timeout = settings.tcp_message_timeout
-        self.tcp.max_clients = settings.tcp_max_clients
-        self.limiter = ratelimit.update(self.limiter, settings.rate_limit, self.reactor.seconds, self.responder.stats)
-        for proto in self.udp:
-            proto.fast.limiter = self.limiter
+        self.prepare(settings, self.responder)()
 
     def set_responder(self, responder: Responder) -> None:
         """Answer from now on with *responder* (a new config); no query is lost."""
@@ -222,6 +218,24 @@ class DNSService(Service):
         for proto in self.udp:
             proto.fast = fast
         self.tcp.responder = responder
+
+    def prepare(self, settings: DNSServer, responder: Responder) -> Callable[[], None]:
+        """What answering with *responder* under *settings* (a new config) needs, built now
+        (raising if it cannot be); the switch it returns puts it in use in one step."""
+        limiter = ratelimit.update(self.limiter, settings.rate_limit, self.reactor.seconds, responder.stats)
+        fast = FastPath(responder, limiter)  # templates of the old zones go with them
+
+        def switch() -> None:
+            self.tcp.idle_timeout = settings.tcp_idle_timeout
+            self.tcp.message_timeout = settings.tcp_message_timeout
+            self.tcp.max_clients = settings.tcp_max_clients
+            self.limiter = limiter
+            self.responder = responder
+            for proto in self.udp:
+                proto.fast = fast
+            self.tcp.responder = responder
+
+        return switch
 
     def startService(self) -> None:
         super().startService()

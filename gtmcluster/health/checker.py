@@ -30,6 +30,7 @@ from gtmcluster.config.model import Config, Monitor
 from gtmcluster.health.flap import UP, Flap
 from gtmcluster.health.schedule import Entry, Schedule
 from gtmcluster.probe.base import Check, Result, Target
+from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store
 
 log = Logger()
@@ -123,28 +124,40 @@ class HealthChecker(Service):
         """Check what *config* says from now on. A subject whose monitor and targets are
         unchanged keeps its verdict, thresholds and schedule; others start afresh; removed
         ones stop (their records expire with their TTL)."""
+        self.prepare(config)()
+
+    def prepare(self, config: Config) -> Callable[[], None]:
+        """The checks *config* needs, made now (raising if one cannot be); the switch it
+        returns puts them in use (as `reconfigure` describes) in one step."""
         old = {s.key: s for s in self.subjects}
-        new = subjects(config, self.node)
-        kept = []
-        now = self.reactor.seconds()
-        for subject in new:
+        plan: list[tuple[Subject, Subject | None]] = []  # (subject, the one it replaces)
+        for subject in subjects(config, self.node):
             before = old.pop(subject.key, None)
             if before is not None and (before.monitor, before.targets) == (subject.monitor, subject.targets):
-                kept.append(before)
+                plan.append((before, before))  # kept as it is
                 continue
-            if before is not None:
-                self._remove(before)
             subject.check = self.make_check(subject.monitor)
-            if self.running:
-                self._add(subject, now)
-            kept.append(subject)
-        for gone in old.values():
-            self._remove(gone)
-        self.subjects = kept
+            plan.append((subject, before))
+        gone = list(old.values())
         settings = config.health
-        self.schedule.configure(settings.max_checks_per_second, settings.max_in_flight)
-        if self.running:
-            self._arm(now)
+
+        def switch() -> None:
+            now = self.reactor.seconds()
+            for subject, before in plan:
+                if subject is before:
+                    continue
+                if before is not None:
+                    self._remove(before)
+                if self.running:
+                    self._add(subject, now)
+            for subject in gone:
+                self._remove(subject)
+            self.subjects = [subject for subject, _ in plan]
+            self.schedule.configure(settings.max_checks_per_second, settings.max_in_flight)
+            if self.running:
+                self._arm(now)
+
+        return switch
 
     def _add(self, subject: Subject, now: float) -> None:
         interval = subject.monitor.interval
@@ -236,6 +249,7 @@ class HealthChecker(Service):
             reason = results[0].reason
         else:
             reason = ", ".join(f"{t.address}: {r.reason}" for t, r in zip(subject.targets, results, strict=True))
+        reason = shorten(reason)  # what peers take (state.schema)
         old = subject.flap.state
         changed = subject.flap.feed(ok)
         now = self.reactor.seconds()

@@ -33,6 +33,7 @@ from twisted.logger import Logger
 
 from gtmcluster.config.model import Config, VirtualServer
 from gtmcluster.health.status import HealthSnapshot, Observed, VsStatus, link_status, vs_status
+from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Record, Store
 
 log = Logger()
@@ -339,7 +340,7 @@ class HealthTracker:
                 event="vs_state",
             )
         if self.writes and vs.manual_resume and before.healthy and not after.healthy and not after.held:
-            self.store.put(f"held/vs/{vs.name}", {"since": now, "reason": after.reason, "by": self.node})
+            self.store.put(f"held/vs/{vs.name}", {"since": now, "reason": shorten(after.reason), "by": self.node})
             log.warn(
                 "virtual server {vs} held out until an operator enables it (manual_resume): {reason}",
                 vs=vs.name,

@@ -27,10 +27,14 @@ from twisted.logger import Logger
 
 from gtmcluster.proximity.budget import Budget, queue_limit, request_ttl
 from gtmcluster.proximity.table import REQUEST, Measurements, from_record, path_key, request_key, updated
+from gtmcluster.state.schema import KINDS
 from gtmcluster.state.store import Record, Store
 from gtmcluster.stats import ProbeStats
 
 log = Logger()
+
+#: paths of its own a node keeps at most (a full table of 1,000,000 LDNSes fits)
+PATH_LIMIT = KINDS["path"].writer_limit
 
 
 class Sample(Protocol):
@@ -81,6 +85,7 @@ class ProbeScheduler(Service):
         self.pending: dict[str, deque[str]] = {}
         self.queued: set[str] = set()
         self._flooding: set[str] = set()  # origins whose queue is full (logged once)
+        self._full = False  # this node holds `PATH_LIMIT` paths of its own (logged once)
         self._wake: Any = None
         #: requests heard this turn, taken on the next (see `_changed`)
         self._incoming: list[tuple[str, str]] = []
@@ -186,7 +191,31 @@ class ProbeScheduler(Service):
             self.stats.rtt.observe(sample.rtt_us / 1e6)
         else:
             self.stats.failures += 1
-        self.store.put(path_key(ldns, self.datacenter), path.value(), ttl=self.measurements.prober.inactive_ldns_ttl)
+        key = path_key(ldns, self.datacenter)
+        if self._table_full(key):
+            return
+        self.store.put(key, path.value(), ttl=self.measurements.prober.inactive_ldns_ttl)
+
+    def _table_full(self, key: str) -> bool:
+        """Whether this node holds as many paths of its own as it writes (a new LDNS's path
+        is then not kept, until older ones expire): its peers take at most a cap of them
+        from one member (state.schema), and this keeps the node well under it."""
+        if self.store.held_by(self.node, "path") < PATH_LIMIT:
+            self._full = False
+            return False
+        held = self.store.raw(key)
+        if held is not None and held.origin == self.node:
+            return False  # an update of one it holds
+        self.stats.not_kept += 1
+        if not self._full:
+            self._full = True
+            log.warn(
+                "this node holds {limit} paths of its own, the most it writes: paths to new LDNSes are not "
+                "kept until older ones expire (prober.inactive_ldns_ttl)",
+                limit=PATH_LIMIT,
+                event="path_table_full",
+            )
+        return True
 
     def reconfigure(self, measurements: Measurements, budget: Budget) -> None:
         """New prober settings (a reload); probes in flight finish under the old budget."""

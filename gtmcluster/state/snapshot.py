@@ -27,17 +27,22 @@ Crash safety (a node may be killed at any instant, also in the middle of a write
   saying why, and the node starts with an empty store, which its peers fill when they
   connect. A snapshot is loaded whole or not at all. A file found damaged by a write is
   moved aside the same way, and the next write saves the whole store to a new one.
+- A well-formed row whose record the schema of its kind refuses (`state.schema`) is not a
+  damaged file: that record is skipped with a log line (see `Reader`), the rest is loaded.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
 import os
 import sqlite3
+import stat
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,7 @@ from twisted.application.service import Service
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
+from gtmcluster.state import schema
 from gtmcluster.state.loading import Damaged, Loading
 from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.state.values import compact, plain, shared_text
@@ -65,6 +71,8 @@ SCHEMA = (
 )""",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)",
 )
+#: records skipped on loading (see `Reader`) that are logged one by one, at most
+LOGGED_SKIPS = 10
 #: keys of the later part remembered as not in the file, at most (see `Reader.fetch`)
 MAX_ABSENT = 100_000
 #: rows a write makes per reactor turn (a few milliseconds), when it has more than that
@@ -99,7 +107,12 @@ def rows(store: Store, wall_now: float, local_now: float) -> list[Row]:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), rollback journal, full syncs."""
+    """A connection in autocommit mode (transactions are explicit), rollback journal, full
+    syncs. Raises `Unreadable` when the file or a file SQLite keeps beside it (its journal)
+    is a symbolic link or not a regular file: SQLite would follow the link, reading another
+    file as the state or creating one where the link points."""
+    for name in (path, *(Path(f"{path}{suffix}") for suffix in COMPANIONS)):
+        _refuse_link(name)
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=DELETE")
@@ -108,6 +121,19 @@ def _connect(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _refuse_link(path: Path) -> None:
+    """Raise `Unreadable` when *path* is a symbolic link (dangling or not) or anything but a
+    regular file; nothing there is fine."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise Unreadable(f"{path} is a symbolic link (never followed)")
+    if not stat.S_ISREG(mode):
+        raise Unreadable(f"{path} is not a regular file")
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -120,15 +146,32 @@ def _fsync_directory(directory: Path) -> None:
 
 def _create_private(path: Path) -> None:
     """Create *path* empty with mode 0600 (never readable by others, not even for a moment)
-    and make its name durable; an existing file is only narrowed to 0600."""
-    if path.exists():
-        if os.stat(path).st_mode & 0o077:
-            os.chmod(path, 0o600)  # written by an older version
+    and make its name durable; an existing file is only narrowed to 0600. Never through a
+    symbolic link: one at *path* raises `Unreadable` (and is set aside like a damaged file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Unreadable(f"{path} is a symbolic link (never followed)") from None
+        raise
+    else:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Unreadable(f"{path} is not a regular file")
+            if st.st_mode & 0o077:
+                os.fchmod(fd, 0o600)  # written by an older version
+        finally:
+            os.close(fd)
         return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        # O_EXCL: fails on anything already at *path*, a symbolic link included (not followed)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
+        _refuse_link(path)  # made meanwhile: a link is refused, a file is another writer's
         return
     os.close(fd)
     _fsync_directory(path.parent)
@@ -179,9 +222,22 @@ def _valid(found: tuple[Any, ...]) -> bool:
     )
 
 
+class Refused(Exception):
+    """A well-formed row holding a record its kind's schema refuses (`state.schema`): it is
+    skipped, and the rest of the file loaded."""
+
+    def __init__(self, problem: schema.Problem):
+        super().__init__(problem.text)
+        self.problem = problem
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
 def _record(entry: tuple[Any, ...], wall_now: float, local_now: float) -> Record | None:
     """The record of a row, or None when it has expired; raises `Unreadable` for a row
-    this version does not write."""
+    this version does not write, and `Refused` for a record its kind's schema refuses."""
     if not _valid(entry):
         raise Unreadable(f"record {entry[0]!r}: malformed row {entry!r}")
     key, value, wall_ms, logical, origin, expires = entry
@@ -189,11 +245,14 @@ def _record(entry: tuple[Any, ...], wall_now: float, local_now: float) -> Record
     if ttl is not None and ttl <= 0:
         return None
     try:
-        # compact at once (as the store would): a large table's values are not held twice
-        decoded: Any = compact(key, json.loads(value))
-    except ValueError as e:
+        decoded: Any = json.loads(value, parse_constant=_constant)
+    except (ValueError, RecursionError) as e:
         raise Unreadable(f"record {key!r}: the value is not JSON ({e})") from None
-    return Record(key, decoded, Version(wall_ms, logical, shared_text(origin)), ttl, local_now)
+    problem = schema.problem(key, decoded, origin, ttl)
+    if problem is not None:
+        raise Refused(problem)
+    # compact at once (as the store would): a large table's values are not held twice
+    return Record(key, compact(key, decoded), Version(wall_ms, logical, shared_text(origin)), ttl, local_now)
 
 
 def key_range(prefix: str) -> tuple[str, str]:
@@ -212,12 +271,30 @@ class Reader:
     a node can answer from the whole snapshot while most of it is still on disk. Records
     go into the store with `Store.load`: newest version wins, no listener hears of them.
 
+    A well-formed row whose record its kind's schema refuses (`state.schema`: a value of
+    another shape, a TTL or size beyond the kind's cap, an unknown kind; or one beyond its
+    origin's cap of records of that kind) is skipped, counted in *refused* by (kind,
+    reason), and logged (the first `LOGGED_SKIPS` of them, then a count when reading ends):
+    one bad record, which a peer may have sent before this version checked, does not cost
+    the rest of the file.
+
     Times: a record's remaining TTL is counted from the wall-clock time *wall* gives when
     its row is read. Every call runs on one thread (the reactor's).
     """
 
-    def __init__(self, db: sqlite3.Connection, later: str | None, wall: Callable[[], float]):
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        later: str | None,
+        wall: Callable[[], float],
+        refused: Counter[tuple[str, str]] | None = None,
+        path: Path | None = None,
+    ):
         self.db = db
+        self.path = path
+        self.refused: Counter[tuple[str, str]] = Counter() if refused is None else refused
+        #: records skipped by this reader
+        self.skipped = 0
         self.later = key_range(later) if later else None
         self.wall = wall
         #: the rowid of the last row of the later part read (rows up to it are in the store)
@@ -232,11 +309,13 @@ class Reader:
         self._absent: set[str] = set()
 
     @classmethod
-    def open(cls, path: Path, later: str | None, wall: Callable[[], float]) -> Reader | None:
+    def open(
+        cls, path: Path, later: str | None, wall: Callable[[], float], refused: Counter[tuple[str, str]] | None = None
+    ) -> Reader | None:
         """The snapshot at *path* opened and checked whole (opening rolls back a write that
         was cut short, see the module's docstring); None when there is no snapshot (no
         file, or no write committed yet). Raises `Unreadable`."""
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
         try:
             db = _connect(path)
@@ -259,7 +338,7 @@ class Reader:
         except BaseException:
             db.close()
             raise
-        return cls(db, later, wall)
+        return cls(db, later, wall, refused, path)
 
     def close(self) -> None:
         self.db.close()
@@ -282,15 +361,15 @@ class Reader:
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
         wall_now, local_now = self.wall(), store.clock()
-        records = [r for entry in found if (r := _record(entry, wall_now, local_now)) is not None]
+        records = self._records(found, 0, wall_now, local_now)
         if self.later is not None:
             self.total = count - len(found)
             self.done = self.total == 0
             if type(latest) is int and 0 <= latest <= MAX_WALL_MS:
                 # the next millisecond: past every logical counter of that one
                 store.witness(latest + 1, 0)
-        # every row is good: only now does the store see any of them
-        return store.load(records)
+        # every row is well-formed: only now does the store see any of them
+        return store.load(self._within_caps(store, records))
 
     def next_slice(self, store: Store, count: int) -> int:
         """Read the rows of the later part among the next *count* rows of the table (by
@@ -318,10 +397,9 @@ class Reader:
                     self.cursor = max(self.cursor, following - 1)
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
-        wall_now, local_now = self.wall(), store.clock()
-        records = [r for entry in found if (r := _record(entry[1:], wall_now, local_now)) is not None]
+        records = self._records(found, 1, self.wall(), store.clock())
         self.done_rows += len(found)
-        return store.load(records)
+        return store.load(self._within_caps(store, records))
 
     def fetch(self, store: Store, key: str) -> bool:
         """Read *key*'s row into *store* now if it belongs to the later part and its slice
@@ -344,8 +422,52 @@ class Reader:
             return False
         if entry[0] <= self.cursor:
             return False
-        record = _record(entry[1:], self.wall(), store.clock())
-        return record is not None and store.load([record]) == 1
+        records = self._records([entry], 1, self.wall(), store.clock())
+        return store.load(self._within_caps(store, records)) == 1
+
+    def _records(self, rows: list[Any], skip: int, wall_now: float, local_now: float) -> list[Record]:
+        """The live records of *rows* (each from its column *skip* on); raises `Unreadable`
+        for a malformed row, and skips (see `_skip`) one its kind's schema refuses."""
+        out = []
+        for entry in rows:
+            try:
+                record = _record(entry[skip:] if skip else entry, wall_now, local_now)
+            except Refused as e:
+                self._skip(e.problem)
+                continue
+            if record is not None:
+                out.append(record)
+        return out
+
+    def _within_caps(self, store: Store, records: Iterable[Record]) -> Iterator[Record]:
+        """*records* but those beyond their origin's cap of records of their kind, counted
+        as the store takes each one (`Store.load` reads them one at a time)."""
+        held_by = store.held_by
+        kinds = schema.KINDS
+        for record in records:
+            kind = record.key.partition("/")[0]
+            limit = kinds[kind].max_records
+            if held_by(record.origin, kind) >= limit:
+                held = store.raw(record.key)
+                if held is None or held.origin != record.origin:
+                    self._skip(
+                        schema.Problem(
+                            kind, "count", f"record {record.key[:60]!r}: {record.origin} holds {limit} {kind} records"
+                        )
+                    )
+                    continue
+            yield record
+
+    def _skip(self, problem: schema.Problem) -> None:
+        self.refused[problem.kind, problem.reason] += 1
+        self.skipped += 1
+        if self.skipped <= LOGGED_SKIPS:
+            log.warn(
+                "state snapshot {path}: skipped a record this version does not take: {why}",
+                path=str(self.path),
+                why=problem.text,
+                event="snapshot_record_skipped",
+            )
 
 
 def read(path: Path, store: Store, wall_now: float) -> int:
@@ -386,13 +508,13 @@ def set_aside(path: Path, wall_now: float) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(wall_now))
     target = path.with_name(f"{path.name}.bad-{stamp}")
     n = 1
-    while any(Path(f"{target}{suffix}").exists() for suffix in ("", *COMPANIONS)):
+    while any(os.path.lexists(f"{target}{suffix}") for suffix in ("", *COMPANIONS)):
         n += 1
         target = path.with_name(f"{path.name}.bad-{stamp}-{n}")
     os.rename(path, target)
     for suffix in COMPANIONS:
         companion = Path(f"{path}{suffix}")
-        if companion.exists():
+        if os.path.lexists(companion):  # (a link is renamed itself, not followed)
             os.rename(companion, f"{target}{suffix}")
     _fsync_directory(path.parent)
     return target
@@ -432,6 +554,8 @@ class Snapshotter(Service):
         self._loaded_at_start = 0
         self._waiting: list[defer.Deferred[None]] = []
         self.loaded = True
+        #: records of the file skipped on loading, by (kind, reason) (see `Reader`)
+        self.refused: Counter[tuple[str, str]] = Counter()
         store.subscribe(self._changed)
 
     def _changed(self, record: Record) -> None:
@@ -443,10 +567,10 @@ class Snapshotter(Service):
         file that cannot be trusted is moved aside (see `set_aside`) and nothing is
         loaded: the node starts anyway, empty, and its peers send it their state when
         they connect."""
-        interrupted = Path(f"{self.path}-journal").exists()
+        interrupted = os.path.lexists(f"{self.path}-journal")
         reader = None
         try:
-            reader = Reader.open(self.path, self.later, self.wall)
+            reader = Reader.open(self.path, self.later, self.wall, self.refused)
             loaded = 0 if reader is None else reader.first(self.store)
         except Unreadable as e:
             if reader is not None:
@@ -486,9 +610,22 @@ class Snapshotter(Service):
             return loaded
         if reader is not None:
             reader.close()
+            self._say_skipped()
         if loaded:
             log.info("loaded {count} records from {path}", count=loaded, path=str(self.path), event="snapshot_loaded")
         return loaded
+
+    def _say_skipped(self) -> None:
+        """Log how many records loading skipped, by kind and reason (when any were)."""
+        if not self.refused:
+            return
+        log.warn(
+            "skipped {count} records of {path} that this version does not take ({detail}); the rest is loaded",
+            count=sum(self.refused.values()),
+            path=str(self.path),
+            detail=", ".join(f"{kind} {reason}: {n}" for (kind, reason), n in sorted(self.refused.items())),
+            event="snapshot_records_skipped",
+        )
 
     @property
     def loading(self) -> dict[str, int] | None:
@@ -517,6 +654,7 @@ class Snapshotter(Service):
             seconds=took,
             event="snapshot_loaded",
         )
+        self._say_skipped()
         self._done_loading()
 
     def _damaged(self, reason: str) -> None:

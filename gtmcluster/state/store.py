@@ -225,6 +225,8 @@ class Store:
         self._xor = 0
         #: kind (a key's first segment: "path", "obs", ...) -> records held, tombstones too
         self._kinds: dict[str, int] = {}
+        #: (origin, kind) -> records held, tombstones too (see `held_by`)
+        self._owned: dict[tuple[str, str], int] = {}
         #: kind -> key -> record, for every kind but the numerous ones (paths, persistence),
         #: so that scanning a few health verdicts does not walk a million paths
         self._index: dict[str, dict[str, Record]] = {}
@@ -279,6 +281,12 @@ class Store:
             self._count += 1
             self._kinds[kind] = self._kinds.get(kind, 0) + 1
             self._bucket_keys[bucket].append(key)
+            owned = self._owned  # (inline `_own`: a full table loads millions this way)
+            pair = (record.origin, kind)
+            owned[pair] = owned.get(pair, 0) + 1
+        elif old.origin != record.origin:
+            self._own(old.origin, kind, -1)
+            self._own(record.origin, kind, 1)
         bound = self._bounds.get(kind)
         if bound is not None:
             if old is not None:
@@ -301,6 +309,20 @@ class Store:
             held = None if old is None else old.expires()
             if held is None or expires < held:
                 self._expiries.add(record.key, expires)
+
+    def _own(self, origin: str, kind: str, change: int) -> None:
+        owned = self._owned
+        pair = (origin, kind)
+        count = owned.get(pair, 0) + change
+        if count:
+            owned[pair] = count
+        else:
+            del owned[pair]
+
+    def held_by(self, origin: str, kind: str) -> int:
+        """Records of *kind* written by *origin* held (tombstones too): what the per-origin
+        caps of `state.schema` count."""
+        return self._owned.get((origin, kind), 0)
 
     def _expiry_of(self, key: str) -> float | None:
         record = self._records.get(key)
@@ -550,6 +572,7 @@ class Store:
             self._bucket_keys[bucket] = list(dict.fromkeys(k for k in self._bucket_keys[bucket] if k in self._records))
             self._bucket_dead[bucket] = 0
         kind = kind_of(key)
+        self._own(record.origin, kind, -1)
         bound = self._bounds.get(kind)
         if bound is not None:
             bound.order.dropped(record.wall_ms)

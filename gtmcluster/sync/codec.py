@@ -4,7 +4,10 @@ A record travels as ``[key, value, wall_ms, logical, origin, ttl, age]``: its TT
 old it is at sending, not when it was born, so the receiver computes its expiry from its
 own clock (born = now - age) and clock skew between nodes neither kills nor resurrects
 records. Batches are JSON arrays of such entries, each batch at most `MAX_BATCH` bytes.
-Decoding validates everything and raises `BadMessage` for anything malformed.
+Decoding validates everything and raises `BadMessage` for anything malformed: the wire
+format here, and each record against the schema of its kind (`state.schema`: key, value,
+TTL and size; a `BadRecord` says which kind and why). JSON's NaN and Infinity are refused
+anywhere in a batch.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from gtmcluster.state import schema
 from gtmcluster.state.store import MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text
 
@@ -40,6 +44,19 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=pl
 
 class BadMessage(Exception):
     """A peer sent something malformed; the connection is dropped."""
+
+
+class BadRecord(BadMessage):
+    """A record that its kind's schema refuses (`state.schema.problem`)."""
+
+    def __init__(self, problem: schema.Problem):
+        super().__init__(problem.text)
+        self.problem = problem
+
+
+def _constant(name: str) -> Any:
+    """JSON's NaN, Infinity and -Infinity: not numbers any record may hold."""
+    raise ValueError(f"{name} is not a number")
 
 
 def encode(record: Record, now: float) -> bytes:
@@ -83,7 +100,7 @@ def batches(records: Iterable[Record], now: float, limit: int = MAX_BATCH) -> It
 def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> list[Record]:
     """Records from a batch; *origins*, when given, are the only writers accepted."""
     try:
-        entries = json.loads(batch)
+        entries = json.loads(batch, parse_constant=_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise BadMessage(f"records are not JSON: {type(e).__name__}") from None
     if not isinstance(entries, list):
@@ -126,6 +143,9 @@ def _record(entry: Any, now: float, origins: frozenset[str] | None, check_text: 
             _encode([key, value, origin]).encode()
         except UnicodeEncodeError:
             raise BadMessage(f"record {key!r} holds text that is not valid UTF-8 (a lone surrogate)") from None
+    problem = schema.problem(key, value, origin, ttl)
+    if problem is not None:
+        raise BadRecord(problem)
     if ttl is not None and age >= ttl:
         return None  # expired in transit
     # Origins and TTLs repeat across records: the store keeps one object of each, and

@@ -11,6 +11,22 @@ for all of it (`SendAll`), otherwise it compares the origin's 1024 bucket hashes
 (key, version) pairs of the differing buckets and pulls the keys where the peer is newer.
 Each side pulls what it lacks, so one round in each direction brings both to the same state.
 The same reconciliation runs now and then on every connection, and after a peer fell behind.
+
+What a peer sends is checked before any of it is merged: the wire format and each record
+against its kind's schema (`sync.codec`, `state.schema`); a peer that sends a bad record is
+dropped with the reason. Then each origin may hold at most `max_records` records of each
+kind here (`state.schema.KINDS`). Every honest member applies the same caps, and writers
+stay under them, so records beyond a cap come from an origin that wrote too many:
+
+- if the peer sending them is that origin, it is dropped (it reconnects with backoff, and is
+  dropped again while it keeps writing too many);
+- if a peer relays them, it is not at fault: the records are refused, and anti-entropy skips
+  that origin while this node holds its cap of it (its digest differs from the relay's, and
+  comparing them would list and pull the refused records again every round); once the
+  origin holds less than `WRITER_SHARE` of the cap here (records expire), it is reconciled
+  again. Pushes of that origin's records are still taken, within the cap.
+
+Every refusal is counted by kind and reason (`refused`, shown in /metrics).
 """
 
 from __future__ import annotations
@@ -18,7 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +44,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.state.store import BUCKETS, Record, Store, Version
+from gtmcluster.state import schema
+from gtmcluster.state.store import BUCKETS, Record, Store, Version, kind_of
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.peer import PeerProtocol
@@ -123,6 +140,10 @@ class Replicator:
         self.catch_up: Callable[[], list[str]] | None = None
         #: keys being asked of the peers before a write (see `ask_first`), with the write
         self._asking: dict[str, Callable[[], object]] = {}
+        #: records refused, by (kind, reason): "unknown" is any kind this version does not know
+        self.refused: Counter[tuple[str, str]] = Counter()
+        #: origins this node holds its cap of, with the kinds: skipped by anti-entropy
+        self.capped: dict[str, set[str]] = {}
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
@@ -382,7 +403,11 @@ class Replicator:
         return done
 
     def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:
-        records = codec.decode(batch, self.clock.seconds(), self.members)
+        try:
+            records = codec.decode(batch, self.clock.seconds(), self.members)
+        except codec.BadRecord as e:
+            self.refused[e.problem.kind, e.problem.reason] += 1
+            raise
         peer = self.peers[proto.peer or ""]
         peer.last_contact = self.clock.seconds()
         peer.received += len(records)
@@ -394,12 +419,59 @@ class Replicator:
         self._bulk = bulk
         try:
             for record in records:
+                if not self._room_for(proto, record):
+                    if proto.phase == "closed":
+                        break  # dropped: the rest is not merged
+                    continue
                 if self.store.merge(record):
                     merged += 1
         finally:
             self._merging_from = None
             self._bulk = False
         return merged
+
+    def _room_for(self, proto: PeerProtocol, record: Record) -> bool:
+        """Whether *record* stays within its origin's cap for its kind (see the module's
+        docstring); when not, it is counted and its sender dropped or its origin capped."""
+        kind = kind_of(record.key)
+        limit = schema.KINDS[kind].max_records  # (a known kind: the codec checked)
+        origin = record.origin
+        if self.store.held_by(origin, kind) < limit:
+            return True
+        held = self.store.raw(record.key)
+        if held is not None and held.origin == origin:
+            return True  # it replaces one of the origin's own: the count stays
+        self.refused[kind, "count"] += 1
+        if origin == proto.peer:
+            proto.violation(f"it wrote more than {limit} {kind} records, the most one member may hold")
+            return False
+        kinds = self.capped.setdefault(origin, set())
+        if kind not in kinds:
+            kinds.add(kind)
+            log.warn(
+                "{origin} holds {limit} {kind} records here, the most one member may: more of them are refused, "
+                "and anti-entropy skips {origin} until it holds fewer",
+                origin=origin,
+                limit=limit,
+                kind=kind,
+                event="origin_capped",
+            )
+        return False
+
+    def _still_capped(self, origin: str) -> bool:
+        """Whether this node still holds about its cap of *origin*'s records of a kind (the
+        cap is lifted once it holds less than `schema.WRITER_SHARE` of it)."""
+        kinds = self.capped.get(origin)
+        if not kinds:
+            return False
+        for kind in list(kinds):
+            if self.store.held_by(origin, kind) < schema.KINDS[kind].writer_limit:
+                kinds.discard(kind)
+        if kinds:
+            return True
+        del self.capped[origin]
+        log.info("{origin} holds fewer records than its caps here: reconciled again", origin=origin)
+        return False
 
     # -- anti-entropy: the answering side -----------------------------------------------------
 
@@ -529,6 +601,8 @@ class Replicator:
             held = mine.get(origin)
             if held is not None and (held.count, held.xor) == (count, xor):
                 continue
+            if self._still_capped(origin):
+                continue  # what differs would be refused again (see the module's docstring)
             if held is None:
                 await proto.callRemote(commands.SendAll, origin=origin)
                 continue

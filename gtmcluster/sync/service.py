@@ -8,7 +8,10 @@ carries the pushes).
 
 Every new connection, accepted or dialled, is built from the credentials in use at that
 moment (`TLSContexts`), so `use_credentials` (a reload that found renewed files) changes
-the certificate without a restart; open connections keep theirs until they reconnect.
+the certificate without a restart; open connections keep theirs until they reconnect,
+unless the CA changed: then every open connection is closed, so that each peer is checked
+against the new CA when it reconnects (a member whose key leaked, left out of the new CA,
+is cut off at once: see README, "Trust model and limits").
 """
 
 from __future__ import annotations
@@ -126,11 +129,17 @@ class PeerService(MultiService):
             event="tls_rotated",
         )
         if creds.ca_certificate != before.ca_certificate:
+            open_channels = [proto for peer in self.replicator.peers.values() for proto in peer.channels]
             log.info(
-                "sync group TLS: peers must now chain to the CA {ca}",
+                "sync group TLS: peers must now chain to the CA {ca}; the {count} open peer connections are "
+                "closed, and each peer is checked against the new CA when it reconnects",
                 ca=describe(creds.ca_certificate),
+                count=len(open_channels),
                 event="tls_ca_changed",
             )
+            for proto in open_channels:
+                if proto.transport is not None:
+                    proto.transport.loseConnection()
 
     def startService(self) -> None:
         family = self.listener.family

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.sync.codec import MAX_FUTURE_MS, MAX_KEY, MAX_RECORD, MAX_TTL
+from gtmcluster.state import schema
+from gtmcluster.sync.codec import MAX_FUTURE_MS, MAX_KEY
 from tests.support import dnsclient
 from tests.support.nodeproc import loopback_address
 from tests.support.peerattack import (
@@ -53,11 +54,16 @@ LOGICAL_LIMIT = 2**31 - 1
 AMP_MAX_VALUE = 65_535
 
 
+#: the kind of records most tests here send: an admin state (no TTL needed)
+ADMIN = schema.KINDS["admin"]
+
+
 def sized(record: list[Any], size: int) -> list[Any]:
-    """*record* with its (string) value padded so that it encodes to *size* bytes."""
-    encoded = len(json.dumps(record, separators=(",", ":")).encode())
-    record[1] += "v" * (size - encoded)
-    assert len(json.dumps(record, separators=(",", ":")).encode()) == size
+    """*record* (an admin state) with a field of its value padded so that the value encodes
+    to *size* bytes (as its kind's size is measured)."""
+    record[1] = {"state": "drain", "note": ""}
+    record[1]["note"] = "v" * (size - schema.size_of(record[1]))
+    assert schema.size_of(record[1]) == size
     return record
 
 
@@ -84,14 +90,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 def entry(
     key: str,
-    value: Any = 1,
+    value: Any = None,
     wall_ms: int | None = None,
     logical: int = 0,
     origin: str = IDLE_MEMBER,
     ttl: float | None = None,
     age: float = 0.0,
 ) -> list[Any]:
-    """A record as it travels: [key, value, wall_ms, logical, origin, ttl, age]."""
+    """A record as it travels: [key, value, wall_ms, logical, origin, ttl, age]; the value
+    by default an admin state."""
+    value = {"state": "drain", "by": origin} if value is None else value
     return [key, value, int(time.time() * 1000) if wall_ms is None else wall_ms, logical, origin, ttl, age]
 
 
@@ -130,8 +138,8 @@ def test_a_stale_replayed_record_is_ignored(lab: Lab) -> None:
     on n1 grew by exactly one."""
     before = lab.group.status(TARGET)["state"]["by_origin"].get(IDLE_MEMBER, 0)
     now_ms = int(time.time() * 1000)
-    newer = entry("test/replayed", {"v": "new"}, now_ms, 3)
-    older = entry("test/replayed", {"v": "old"}, now_ms - 60_000, 0)
+    newer = entry("admin/vs/replayed", {"state": "drain", "v": "new"}, now_ms, 3)
+    older = entry("admin/vs/replayed", {"state": "drain", "v": "old"}, now_ms - 60_000, 0)
     follow = publish(2, [newer]) + publish(3, [older]) + publish(4, [newer])
     outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest), follow, until_answered="4")
     assert outcome.answered("1"), f"the Hello was not answered: {outcome}"
@@ -142,18 +150,18 @@ def test_a_stale_replayed_record_is_ignored(lab: Lab) -> None:
 
 
 def test_values_at_their_limits_are_accepted_and_the_group_carries_on(lab: Lab) -> None:
-    """A key of MAX_KEY characters, a TTL of MAX_TTL, and a version just under a day ahead with
-    the largest logical counter are merged (answer "merged 3"), and so is a record of
-    MAX_RECORD bytes (which n1 then relays: the digests agree). The node's clock follows the version it saw, so
-    its next own write must still carry a version its peers accept: a new record on n1
-    reaches n2, and n1 and n2 stay connected."""
+    """A key of MAX_KEY characters, an admin state of its kind's longest TTL, and a version
+    just under a day ahead with the largest logical counter are merged (answer "merged 3"),
+    and so is a value of its kind's largest size (which n1 then relays: the digests agree).
+    The node's clock follows the version it saw, so its next own write must still carry a
+    version its peers accept: a new record on n1 reaches n2, and n1 and n2 stay connected."""
     now_ms = int(time.time() * 1000)
     records = [
-        entry("test/" + "k" * (MAX_KEY - len("test/"))),
-        entry("test/longest-ttl", ttl=MAX_TTL),
-        entry("test/latest", wall_ms=now_ms + MAX_FUTURE_MS - 60_000, logical=LOGICAL_LIMIT),
+        entry("admin/vs/" + "k" * (MAX_KEY - len("admin/vs/"))),
+        entry("admin/vs/longest-ttl", ttl=ADMIN.max_ttl),
+        entry("admin/vs/latest", wall_ms=now_ms + MAX_FUTURE_MS - 60_000, logical=LOGICAL_LIMIT),
     ]
-    largest = sized(entry("test/largest", ""), MAX_RECORD)
+    largest = sized(entry("admin/vs/largest"), ADMIN.max_size)
     follow = publish(2, records) + publish(3, [largest])
     outcome = attack(lab.group, lab.member_context(), hello(lab.config_digest), follow, until_answered="3")
     assert merged(outcome, 2) == 3, outcome
@@ -164,28 +172,48 @@ def test_values_at_their_limits_are_accepted_and_the_group_carries_on(lab: Lab) 
 
 #: a case beyond a limit: the records of its Publish (given the time in ms), and the reason logged
 BEYOND: dict[str, tuple[Callable[[int], list[Any] | bytes], str]] = {
-    "a key one character too long": (lambda now: [entry("k" * (MAX_KEY + 1))], "bad record key"),
+    "a key one character too long": (lambda now: [entry("admin/vs/" + "k" * MAX_KEY)], "bad record key"),
     "an empty key": (lambda now: [entry("")], "bad record key"),
-    "a record one byte too large": (lambda now: [sized(entry("test/large", ""), MAX_RECORD + 1)], "larger than"),
-    "a record as large as AMP can frame": (
-        lambda now: [sized(entry("test/larger", ""), AMP_MAX_VALUE - 2)],
-        "larger than",
+    "a value one byte over its kind's size": (
+        lambda now: [sized(entry("admin/vs/large"), ADMIN.max_size + 1)],
+        f"over {ADMIN.max_size} bytes",
     ),
-    "a TTL over the limit": (lambda now: [entry("test/ttl", ttl=MAX_TTL * 1.001)], "bad TTL"),
-    "a TTL of zero": (lambda now: [entry("test/ttl", ttl=0)], "bad TTL"),
+    "a record as large as AMP can frame": (
+        lambda now: [sized(entry("admin/vs/larger"), AMP_MAX_VALUE - 600)],
+        f"over {ADMIN.max_size} bytes",
+    ),
+    "a TTL over its kind's": (lambda now: [entry("admin/vs/ttl", ttl=ADMIN.max_ttl * 1.001)], "TTL over"),
+    "a TTL of zero": (lambda now: [entry("admin/vs/ttl", ttl=0)], "bad TTL"),
     "a version more than a day ahead": (
-        lambda now: [entry("test/future", wall_ms=now + MAX_FUTURE_MS + 60_000)],
+        lambda now: [entry("admin/vs/future", wall_ms=now + MAX_FUTURE_MS + 60_000)],
         "more than a day ahead",
     ),
-    "a logical counter over 31 bits": (lambda now: [entry("test/logical", logical=LOGICAL_LIMIT + 1)], "bad version"),
-    "a negative wall clock": (lambda now: [entry("test/wall", wall_ms=-1)], "bad version"),
-    "a negative age": (lambda now: [entry("test/age", age=-1)], "bad age"),
-    "an origin that is not a member": (lambda now: [entry("test/origin", origin="intruder")], "not a member"),
+    "a logical counter over 31 bits": (
+        lambda now: [entry("admin/vs/logical", logical=LOGICAL_LIMIT + 1)],
+        "bad version",
+    ),
+    "a negative wall clock": (lambda now: [entry("admin/vs/wall", wall_ms=-1)], "bad version"),
+    "a negative age": (lambda now: [entry("admin/vs/age", age=-1)], "bad age"),
+    "an origin that is not a member": (lambda now: [entry("admin/vs/origin", origin="intruder")], "not a member"),
     "a lone surrogate in the key": (
-        lambda now: b'[["test/\\ud800",1,' + str(now).encode() + b',0,"n3",null,0]]',
+        lambda now: b'[["admin/vs/\\ud800",{"state":"drain"},' + str(now).encode() + b',0,"n3",null,0]]',
         "not valid UTF-8",
     ),
-    "a record of six fields": (lambda now: [entry("test/short")[:6]], "7 fields"),
+    "a record of six fields": (lambda now: [entry("admin/vs/short")[:6]], "7 fields"),
+    # issue 13: values no kind allows
+    "an admin state that is text": (lambda now: [entry("admin/vs/vs1", "x")], "the value is not a mapping"),
+    "a verdict of another observer under the node's own origin": (
+        lambda now: [entry("obs/vs/vs1/zz", [], origin=TARGET, ttl=90)],
+        "a verdict of 'zz' written by 'n1'",
+    ),
+    "an invented kind of 50 KB for ten years": (
+        lambda now: [entry("zz/0", {"x": "y" * 50_000}, ttl=10 * 365 * 86400.0)],
+        "of no known kind",
+    ),
+    "a path of another shape": (
+        lambda now: [entry("path/198.51.100.7/DC1", {"rtt": "fast"}, ttl=60)],
+        "the value has no",
+    ),
     "records that are not JSON": (lambda now: b"[[", "not JSON"),
     "deeply nested JSON": (lambda now: b"[" * 60_000, "not JSON"),
 }
@@ -206,6 +234,21 @@ def test_a_value_beyond_its_limit_drops_only_that_peer(lab: Lab, case: str) -> N
     line = lab.wait_line(offset, "dropping peer connection", IDLE_MEMBER, "malformed")
     assert reason in line, line
     assert lab.group.status(TARGET)["state"]["digest"] == before
+    lab.assert_intact()
+
+
+def test_a_refused_record_is_counted_by_kind_and_reason_in_metrics(lab: Lab) -> None:
+    """Each record refused from a peer is counted in /metrics (gtm_records_refused_total) by
+    kind and reason; an invented kind is counted as "unknown" (a peer cannot add labels)."""
+    admin = 'gtm_records_refused_total{kind="admin",reason="value",source="peer"}'
+    unknown = 'gtm_records_refused_total{kind="unknown",reason="kind",source="peer"}'
+    before = {name: metric(lab, TARGET, name) for name in (admin, unknown)}
+    for records in ([entry("admin/vs/vs1", "x")], [entry("zz-invented/0", {"x": 1}, ttl=60)]):
+        offset = lab.mark()
+        attack(lab.group, lab.member_context(), hello(lab.config_digest), publish(2, records))
+        lab.wait_line(offset, "dropping peer connection", IDLE_MEMBER, "malformed")
+    assert metric(lab, TARGET, admin) == before[admin] + 1
+    assert metric(lab, TARGET, unknown) == before[unknown] + 1
     lab.assert_intact()
 
 

@@ -68,12 +68,12 @@ def apply(store: Store, clock: Clock, seed: int, generation: int) -> None:
     store.expire()
     rng = random.Random(seed * 1_000_003 + generation)
     for _ in range(rng.randint(50, 400)):
-        key = f"k/{rng.randrange(KEYS)}"
+        key = f"admin/vs/k{rng.randrange(KEYS)}"
         roll = rng.random()
         if roll < 0.2:
             store.delete(key)
         else:
-            value = {"g": generation, "pad": "x" * rng.randint(0, 400)}
+            value = {"state": "enabled", "g": generation, "pad": "x" * rng.randint(0, 400)}
             store.put(key, value, SHORT_TTL if roll < 0.3 else TTL if roll < 0.45 else None)
 
 

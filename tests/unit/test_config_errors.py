@@ -319,7 +319,7 @@ OUT_OF_RANGE = [
     pytest.param(
         put(*WIP, "persistence", value={"ttl": 0}),
         f"{WIP_PATH}.persistence.ttl",
-        "0 is out of range (1 to 2147483647)",
+        "0 is out of range (1 to 2592000)",
         id="persistence-ttl-0",
     ),
     pytest.param(
@@ -373,7 +373,7 @@ OUT_OF_RANGE = [
     pytest.param(
         put("persistence", value={"max_records": 0}),
         "persistence.max_records",
-        "0 is out of range (1 to 100000000)",
+        "0 is out of range (1 to 1800000)",
         id="persistence-max_records-0",
     ),
     pytest.param(
@@ -385,7 +385,7 @@ OUT_OF_RANGE = [
     pytest.param(
         put("prober", value={"max_ldns": 0}),
         "prober.max_ldns",
-        "0 is out of range (1 to 100000000)",
+        "0 is out of range (1 to 1800000)",
         id="prober-max_ldns-0",
     ),
     pytest.param(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 from twisted.internet import defer, task
+from twisted.logger import capturedLogs
 
 from gtmcluster.config.model import Prober
 from gtmcluster.proximity.budget import Budget, queue_limit
@@ -320,3 +321,32 @@ def test_a_flooding_origin_may_ask_again_once_its_queue_drained() -> None:
     s.want("198.51.100.200", "n3")
     clock.advance(1.01)
     assert prober.asked[-1] == "198.51.100.200"
+
+
+def test_a_node_holding_its_most_paths_keeps_no_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node writes at most `PATH_LIMIT` paths of its own (under the cap its peers apply,
+    state/schema.py, so that they never refuse an honest member): past it, a new LDNS's path
+    is measured but not kept (counted, logged once), while a path it holds is still updated;
+    once older ones expire, new ones are kept again."""
+    from gtmcluster.proximity import scheduler as module
+
+    monkeypatch.setattr(module, "PATH_LIMIT", 3)
+    s, store, clock, prober = scheduler(Prober(probe_interval=600, inactive_ldns_ttl=3600))
+    for i in range(1, 4):
+        s.want(f"198.51.100.{i}")
+        clock.advance(1)
+    with capturedLogs() as events:
+        s.want("198.51.100.4")
+        s.want("198.51.100.5")
+        clock.advance(400)
+        s.want("198.51.100.1")  # held: measured again and updated
+    assert prober.asked[-3:] == ["198.51.100.4", "198.51.100.5", "198.51.100.1"]
+    assert store.get(path_key("198.51.100.4", "CNC")) is None
+    assert store.held_by("n1", "path") == 3 and s.stats.not_kept == 2
+    updated_one = store.get(path_key("198.51.100.1", "CNC"))
+    assert updated_one is not None and clock.seconds() - updated_one.born < 1
+    assert len([e for e in events if e.get("event") == "path_table_full"]) == 1
+    clock.advance(3600)
+    store.expire()
+    s.want("198.51.100.4")
+    assert store.get(path_key("198.51.100.4", "CNC")) is not None

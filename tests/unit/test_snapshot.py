@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import sqlite3
 import stat
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import pytest
 from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
-from gtmcluster.state import snapshot
+from gtmcluster.state import schema, snapshot
 from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.state.store import Store
 from tests.support.inline import InlineThreads
@@ -27,17 +30,17 @@ def test_changes_are_written_and_restored(tmp_path: Path) -> None:
     store = Store("n1", reactor.seconds)
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 10_000.0, interval=5)
     for i in range(50):
-        store.put(f"k/{i}", {"i": i})
+        store.put(f"admin/vs/k{i}", {"state": "enabled", "i": i})
     snaps.save()
-    store.put("k/0", "changed")
-    store.delete("k/1")
-    store.put("short", 1, ttl=30)
+    store.put("admin/vs/k0", {"state": "drain"})
+    store.delete("admin/vs/k1")
+    store.put("probe/192.0.2.1", {"by": "n1"}, ttl=30)
     snaps.save()
     restored = Store("n1", reactor.seconds)
     assert snapshot.read(tmp_path / snapshot.FILENAME, restored, 10_000.0) == 51
     assert restored.digest() == store.digest()
-    assert restored.get("k/0").value == "changed"  # type: ignore[union-attr]
-    assert restored.get("k/1") is None
+    assert restored.get("admin/vs/k0").value == {"state": "drain"}  # type: ignore[union-attr]
+    assert restored.get("admin/vs/k1") is None
     assert stat.S_IMODE(os.stat(tmp_path / snapshot.FILENAME).st_mode) == 0o600
 
 
@@ -47,7 +50,7 @@ def test_only_changed_keys_are_written(tmp_path: Path, monkeypatch: Any) -> None
     store = Store("n1", reactor.seconds)
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0)
     for i in range(1000):
-        store.put(f"k/{i}", i)
+        store.put(f"admin/vs/k{i}", {"state": "enabled"})
     snaps.save()
     written: list[int] = []
     original = snapshot.write
@@ -57,7 +60,7 @@ def test_only_changed_keys_are_written(tmp_path: Path, monkeypatch: Any) -> None
         return original(path, data, node, deleted, full)
 
     monkeypatch.setattr(snapshot, "write", counting)  # a spy: it still writes
-    store.put("k/5", "new")
+    store.put("admin/vs/k5", {"state": "drain"})
     snaps.save()
     assert written == [1]
 
@@ -67,11 +70,11 @@ def test_expiry_is_wall_clock_time_on_disk(tmp_path: Path) -> None:
     restored after its end is dropped."""
     reactor = InlineThreads()
     store = Store("n1", reactor.seconds)
-    store.put("persist/x", {"pool": "p", "members": ["v"]}, ttl=100)
+    store.put("persist/www/1/192.0.2.0/24", {"pool": "p", "members": ["v"]}, ttl=100)
     snapshot.write(tmp_path / "s.sqlite", snapshot.rows(store, 5000.0, reactor.seconds()), "n1")
     later = Store("n1", reactor.seconds)
     assert snapshot.read(tmp_path / "s.sqlite", later, 5060.0) == 1
-    assert later.raw("persist/x").remaining(reactor.seconds()) == 40  # type: ignore[union-attr]
+    assert later.raw("persist/www/1/192.0.2.0/24").remaining(reactor.seconds()) == 40  # type: ignore[union-attr]
     too_late = Store("n1", reactor.seconds)
     assert snapshot.read(tmp_path / "s.sqlite", too_late, 5101.0) == 0
 
@@ -82,12 +85,12 @@ def test_periodic_save_and_save_at_stop(tmp_path: Path) -> None:
     store = Store("n1", reactor.seconds)
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0, interval=5)
     snaps.startService()
-    store.put("a", 1)
+    store.put("admin/vs/a", {"state": "enabled"})
     reactor.clock.advance(5)
     assert reactor.ran == 1
     reactor.clock.advance(5)
     assert reactor.ran == 1  # nothing changed: no write
-    store.put("b", 2)
+    store.put("admin/vs/b", {"state": "enabled"})
     snaps.stopService()
     restored = Store("n1", reactor.seconds)
     assert snapshot.read(tmp_path / snapshot.FILENAME, restored, 0.0) == 2
@@ -102,7 +105,7 @@ def saved(directory: Path, count: int = 20) -> tuple[Path, Store]:
     store = Store("n1", reactor.seconds)
     snaps = Snapshotter(store, directory, reactor, lambda: 0.0)
     for i in range(count):
-        store.put(f"k/{i}", {"i": i, "pad": "x" * 300})
+        store.put(f"admin/vs/k{i}", {"state": "enabled", "i": i, "pad": "x" * 300})
     snaps.save()
     assert snapshot.read(directory / snapshot.FILENAME, Store("n1", reactor.seconds), 0.0) == count
     return directory / snapshot.FILENAME, store
@@ -140,21 +143,21 @@ def newer_schema(path: Path) -> None:
 
 def bad_version_part(path: Path) -> None:
     db = sqlite3.connect(path)
-    db.execute("UPDATE records SET logical = ? WHERE key = 'k/7'", (2**40,))
+    db.execute("UPDATE records SET logical = ? WHERE key = 'admin/vs/k7'", (2**40,))
     db.commit()
     db.close()
 
 
 def value_not_json(path: Path) -> None:
     db = sqlite3.connect(path)
-    db.execute("UPDATE records SET value = '{not json' WHERE key = 'k/3'")
+    db.execute("UPDATE records SET value = '{not json' WHERE key = 'admin/vs/k3'")
     db.commit()
     db.close()
 
 
 def wall_ms_as_text(path: Path) -> None:
     db = sqlite3.connect(path)
-    db.execute("UPDATE records SET wall_ms = 'soon' WHERE key = 'k/5'")
+    db.execute("UPDATE records SET wall_ms = 'soon' WHERE key = 'admin/vs/k5'")
     db.commit()
     db.close()
 
@@ -165,9 +168,9 @@ def wall_ms_as_text(path: Path) -> None:
         (damage_header, "file is not a database"),
         (truncate_half, "malformed"),
         (newer_schema, "schema version 99 is newer than this gtmcluster reads (1)"),
-        (bad_version_part, "record 'k/7': malformed row"),
-        (value_not_json, "record 'k/3': the value is not JSON"),
-        (wall_ms_as_text, "record 'k/5': malformed row"),
+        (bad_version_part, "record 'admin/vs/k7': malformed row"),
+        (value_not_json, "record 'admin/vs/k3': the value is not JSON"),
+        (wall_ms_as_text, "record 'admin/vs/k5': malformed row"),
     ],
 )
 def test_an_untrustworthy_snapshot_is_set_aside_and_the_node_starts_empty(
@@ -191,11 +194,11 @@ def test_an_untrustworthy_snapshot_is_set_aside_and_the_node_starts_empty(
     assert str(path) in warning[0] and reason in warning[0], warning
     assert "moved it aside to " + str(tmp_path / "state.sqlite.bad-20231114T221320Z") in warning[0], warning
     assert "starting with an empty store" in warning[0], warning
-    store.put("fresh", 1)
+    store.put("admin/vs/fresh", {"state": "enabled"})
     snaps.save()
     again = Store("n1", lambda: 0.0)
     assert snapshot.read(path, again, 0.0) == 1
-    assert again.get("fresh") is not None
+    assert again.get("admin/vs/fresh") is not None
 
 
 def test_setting_aside_keeps_the_journal_with_its_file_and_never_overwrites(tmp_path: Path) -> None:
@@ -236,15 +239,15 @@ def test_a_snapshot_of_the_version_before_schema_versions_loads_and_is_upgraded(
         "CREATE TABLE records (key TEXT PRIMARY KEY, value TEXT, wall_ms INTEGER NOT NULL,"
         " logical INTEGER NOT NULL, origin TEXT NOT NULL, expires REAL);"
         "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT);"
-        "INSERT INTO records VALUES ('old', '{\"a\": 1}', 5, 0, 'n2', NULL);"
+        "INSERT INTO records VALUES ('admin/vs/old', '{\"state\": \"drain\"}', 5, 0, 'n2', NULL);"
     )
     db.close()
     reactor = InlineThreads()
     store = Store("n1", reactor.seconds)
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0)
     assert snaps.load() == 1
-    assert store.get("old").value == {"a": 1}  # type: ignore[union-attr]
-    store.put("new", 2)
+    assert store.get("admin/vs/old").value == {"state": "drain"}  # type: ignore[union-attr]
+    store.put("admin/vs/new", {"state": "enabled"})
     snaps.save()
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone() == (snapshot.SCHEMA_VERSION,)
@@ -310,7 +313,7 @@ def test_a_snapshot_damaged_while_running_is_set_aside_and_written_whole_again(t
     reactor = InlineThreads()
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 1_700_000_000.0)
     damage_header(path)
-    store.put("later", 1)
+    store.put("admin/vs/later", {"state": "enabled"})
     with capturedLogs() as events:
         snaps.save()
     lines = [formatEvent(e) for e in events]
@@ -351,7 +354,7 @@ def test_a_write_of_many_rows_makes_them_a_few_thousand_per_reactor_turn(tmp_pat
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0)
     count = 3 * snapshot.ROWS_PER_TURN + 5
     for i in range(count):
-        store.put(f"k/{i}", i)
+        store.put(f"admin/vs/k{i}", {"state": "enabled"})
     made: list[int] = []
     original = snapshot.row
 
@@ -368,13 +371,13 @@ def test_a_write_of_many_rows_makes_them_a_few_thousand_per_reactor_turn(tmp_pat
         reactor.turn()
         per_turn.append(len(made) - before)
         if per_turn[-1] and len(per_turn) == 2:
-            store.put("k/0", "changed meanwhile")
+            store.put("admin/vs/k0", {"state": "drain"})
     assert max(per_turn) == snapshot.ROWS_PER_TURN and sum(per_turn) == count
     assert saving.called and reactor.ran == 1
     snaps.save()
     again = Store("n1", reactor.seconds)
     assert snapshot.read(tmp_path / snapshot.FILENAME, again, 0.0) == count
-    assert again.get("k/0").value == "changed meanwhile"  # type: ignore[union-attr]
+    assert again.get("admin/vs/k0").value == {"state": "drain"}  # type: ignore[union-attr]
 
 
 class HeldThreads(InlineThreads):
@@ -420,17 +423,17 @@ def test_flush_waits_for_the_write_in_progress_then_writes_what_changed_since(tm
     store = Store("n1", reactor.seconds)
     snaps = Snapshotter(store, tmp_path, reactor, lambda: 0.0, interval=5)
     snaps.startService()
-    store.put("a", 1)
-    reactor.clock.advance(5)  # the periodic write of a=1 begins, and is held
-    store.put("a", 2)
+    store.put("admin/vs/a", {"state": "drain"})
+    reactor.clock.advance(5)  # the periodic write of "drain" begins, and is held
+    store.put("admin/vs/a", {"state": "disabled"})
     results: list[bool] = []
     snaps.flush().addCallback(results.append)
-    reactor.release()  # a=1 on disk; the flush then writes a=2
+    reactor.release()  # "drain" on disk; the flush then writes "disabled"
     assert results == []
-    assert on_disk(tmp_path) == {"a": 1}
+    assert on_disk(tmp_path) == {"admin/vs/a": {"state": "drain"}}
     reactor.release()
     assert results == [True]
-    assert on_disk(tmp_path) == {"a": 2}
+    assert on_disk(tmp_path) == {"admin/vs/a": {"state": "disabled"}}
 
 
 def test_flush_with_nothing_changed_writes_nothing(tmp_path: Path) -> None:
@@ -453,3 +456,136 @@ def test_flush_says_when_the_write_failed(tmp_path: Path) -> None:
     assert results == [False]
     store.put("b", 1)
     assert snaps._dirty == {"a", "b"}  # kept for the next write
+
+
+# --- records their kind does not allow (state/schema.py) ------------------------------------
+
+
+def add_rows(path: Path, rows: list[tuple[Any, ...]]) -> None:
+    db = sqlite3.connect(path)
+    db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.close()
+
+
+def test_a_record_its_kind_does_not_allow_is_skipped_and_the_rest_loaded(tmp_path: Path) -> None:
+    """Issue 13: a verdict [] under the node's own origin came back from the snapshot at every
+    restart. Rows whose records their kind refuses (that one, an admin state "x", an invented
+    kind) are skipped, each with a warning, and counted; every other record loads, and the
+    file is not set aside for them."""
+    path, store = saved(tmp_path)
+    add_rows(
+        path,
+        [
+            ("obs/vs/vs-m/zz", "[]", 5, 0, "n1", 1_700_000_090.0),
+            ("admin/vs/vs-a", '"x"', 5, 0, "n2", None),
+            ("zz/0", json.dumps({"x": "y" * 50_000}), 5, 0, "n2", 1_700_000_000.0 + 10 * 365 * 86400),
+        ],
+    )
+    snaps, loaded_store, loaded, lines = load_logged(tmp_path)
+    assert loaded == 20 and loaded_store.digest() == store.digest()
+    assert set_aside_files(tmp_path) == [] and path.exists()
+    skipped = [line for line in lines if "skipped a record this version does not take" in line]
+    assert len(skipped) == 3, lines
+    assert any("'obs/vs/vs-m/zz' is a verdict of 'zz' written by 'n1'" in line for line in skipped), skipped
+    assert any("'admin/vs/vs-a': the value is not a mapping" in line for line in skipped), skipped
+    assert any("'zz/0' is of no known kind" in line for line in skipped), skipped
+    assert any("skipped 3 records of" in line for line in lines), lines
+    assert snaps.refused == {("obs", "origin"): 1, ("admin", "value"): 1, ("unknown", "kind"): 1}
+
+
+def test_records_beyond_an_origins_cap_are_skipped_on_loading(tmp_path: Path, monkeypatch: Any) -> None:
+    """A file holding more of one origin's records of a kind than the cap loads the cap of
+    them; the rest are skipped and counted."""
+    saved(tmp_path)  # 20 admin records of n1
+    monkeypatch.setitem(schema.KINDS, "admin", dataclasses.replace(schema.KINDS["admin"], max_records=15))
+    snaps, store, loaded, _ = load_logged(tmp_path)
+    assert loaded == 15 and store.held_by("n1", "admin") == 15
+    assert snaps.refused == {("admin", "count"): 5}
+
+
+def test_a_bad_record_in_the_part_read_later_is_skipped(tmp_path: Path) -> None:
+    """The path records are read in slices after the node answers (state/loading.py): a bad
+    one among them is skipped too, the others of its slice are taken."""
+    good = {
+        "rtt": 1000,
+        "last_rtt": 1000,
+        "hops": 0,
+        "completion": 10000,
+        "protocol": "udp",
+        "failures": 0,
+        "window": "1",
+        "by": "n1",
+    }
+    rows: list[snapshot.Row] = [
+        (f"path/192.0.2.{i}/DC1", json.dumps(good if i != 7 else {**good, "rtt": "fast"}), 5, i, "n1", 3600.0)
+        for i in range(1, 21)
+    ]
+    path = tmp_path / snapshot.FILENAME
+    snapshot.write(path, rows, "n1")
+    refused: Counter[tuple[str, str]] = Counter()
+    reader = snapshot.Reader.open(path, "path/", lambda: 0.0, refused)
+    assert reader is not None
+    store = Store("n1", lambda: 0.0)
+    reader.first(store)
+    taken = 0
+    while not reader.done:
+        taken += reader.next_slice(store, 10)
+    reader.close()
+    assert taken == 19 and store.raw("path/192.0.2.7/DC1") is None
+    assert refused == {("path", "value"): 1}
+
+
+# --- symbolic links are never followed ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["state.sqlite", "state.sqlite-journal", "state.sqlite-wal"])
+@pytest.mark.parametrize("dangling", [True, False])
+def test_a_symbolic_link_in_the_state_directory_is_never_followed(tmp_path: Path, name: str, dangling: bool) -> None:
+    """Issue 13: a dangling link at the snapshot's place made the writer create an SQLite
+    file at its target (mode 0644); a link to a file got that file chmod-ed. Now a link at
+    the snapshot's or its journal's place is neither read, written, created nor chmod-ed
+    through: loading and writing set it aside (renamed, the link itself) with a warning,
+    and the next write makes a regular 0600 file that loads the whole store."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    if not dangling:
+        target.write_bytes(b"precious")
+        target.chmod(0o644)
+    (state / name).symlink_to(target)
+    reactor = InlineThreads()
+    store = Store("n1", reactor.seconds)
+    snaps = Snapshotter(store, state, reactor, lambda: 1_700_000_000.0)
+    with capturedLogs() as events:
+        assert snaps.load() == 0
+        store.put("admin/vs/a", {"state": "drain"})
+        snaps.save()  # (a link left behind by the load, if any, is set aside here)
+        snaps.save()
+    warnings = [formatEvent(e) for e in events if "symbolic link" in formatEvent(e)]
+    assert warnings and "moved it aside" in warnings[0], [formatEvent(e) for e in events]
+    if dangling:
+        assert not os.path.lexists(target)
+    else:
+        assert target.read_bytes() == b"precious" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    moved = [p for p in state.iterdir() if p.is_symlink()]
+    assert [p.name.startswith("state.sqlite.bad-") for p in moved] == [True]
+    path = state / snapshot.FILENAME
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = Store("n1", reactor.seconds)
+    assert snapshot.read(path, again, 0.0) == 1 and again.get("admin/vs/a") is not None
+
+
+def test_a_link_where_a_file_is_set_aside_is_replaced_not_followed(tmp_path: Path) -> None:
+    """Setting aside renames the entries themselves: a link at the name a file is moved to
+    is not written through."""
+    state = tmp_path / "state"
+    state.mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"precious")
+    path = state / snapshot.FILENAME
+    path.write_bytes(b"garbage" * 100)
+    (state / "state.sqlite.bad-20231114T221320Z").symlink_to(target)
+    moved = snapshot.set_aside(path, 1_700_000_000.0)
+    assert moved.name == "state.sqlite.bad-20231114T221320Z-2"
+    assert target.read_bytes() == b"precious" and moved.read_bytes() == b"garbage" * 100

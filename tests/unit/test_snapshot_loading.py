@@ -85,6 +85,20 @@ def path_value(rng: random.Random, dc: str) -> dict[str, Any]:
     }
 
 
+def path_of(rtt: int, by: str) -> dict[str, Any]:
+    """A path value of *rtt* microseconds, as *by* measured it."""
+    return {
+        "rtt": rtt,
+        "last_rtt": rtt,
+        "hops": 0,
+        "completion": 10000,
+        "protocol": "udp",
+        "failures": 0,
+        "window": "1",
+        "by": by,
+    }
+
+
 def saved_table(directory: Path) -> Path:
     """A snapshot of node n1: `TABLE` LDNSes with a path from each data center (written by
     that data center's member), persistence records of STICKY for half of the asked
@@ -328,7 +342,7 @@ def test_slices_wait_while_a_snapshot_write_is_under_way(tmp_path: Path) -> None
     record) and the load both end up in the file and the store."""
     r = Restart(tmp_path)
     r.turn()
-    r.node.store.put("admin/vs/vs3", {"state": "drained"})
+    r.node.store.put("admin/vs/vs3", {"state": "drain"})
     writing = r.snaps.save()
     before = r.snaps.loading
     for _ in range(5):
@@ -407,7 +421,7 @@ def test_a_file_a_write_finds_damaged_while_loading_ends_the_load(tmp_path: Path
     r.turn()
     with r.path.open("r+b") as f:
         f.write(b"this is no SQLite file at all!!\0" * 4)
-    r.node.store.put("admin/vs/vs3", {"state": "drained"})
+    r.node.store.put("admin/vs/vs3", {"state": "drain"})
     r.snaps.save()
     with capturedLogs() as events:
         r.reactor.release()
@@ -449,15 +463,15 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     trio = MemoryCluster(["gtm-a", "gtm-b"], tmp_path / "certs")
     trio.clock.advance(1000)
     trio.connect("gtm-a", "gtm-b")
-    trio.write("gtm-a", "obs/vs/vs1/gtm-a", "up")
+    trio.write("gtm-a", "obs/vs/vs1/gtm-a", {"up": True}, ttl=600)
     trio.links[0].cut()
     for i in range(300):
-        trio.stores["gtm-b"].put(path_key(ldns(i), "DC-b"), {"rtt": 1000 + i})
+        trio.stores["gtm-b"].put(path_key(ldns(i), "DC-b"), path_of(1000 + i, "gtm-b"), ttl=86400)
     state = tmp_path / "b-state"
     state.mkdir()
     snapshot.write(state / snapshot.FILENAME, snapshot.rows(trio.stores["gtm-b"], WALL, trio.clock.seconds()), "gtm-b")
-    trio.write("gtm-a", "obs/vs/vs1/gtm-a", "down")  # while b is down
-    trio.write("gtm-a", "persist/www/1/192.0.2.0/24", {"pool": "p", "members": ["vs1"]})
+    trio.write("gtm-a", "obs/vs/vs1/gtm-a", {"up": False}, ttl=600)  # while b is down
+    trio.write("gtm-a", "persist/www/1/192.0.2.0/24", {"pool": "p", "members": ["vs1"]}, ttl=3600)
     fresh = Store("gtm-b", trio.clock.seconds)
     slices = Slices()
     snaps = Snapshotter(fresh, state, trio.clock, lambda: WALL, later=PATH, cooperator=slices.cooperator)
@@ -477,7 +491,7 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     assert "gtm-b is still loading its state snapshot: reconciling when it says it is done" in lines, lines
     assert not [line for line in lines if "failed" in line], lines
     assert "took 1 newer records of 3 health and admin keys from gtm-a while loading" in lines, lines
-    assert value_of(fresh, "obs/vs/vs1/gtm-a") == "down"  # caught up
+    assert value_of(fresh, "obs/vs/vs1/gtm-a") == {"up": False}  # caught up
     assert value_of(fresh, "persist/www/1/192.0.2.0/24") is None  # not pulled yet
     assert "path" not in a.kinds()  # not pulled from b, nor pushed by it
     trio.write("gtm-a", "admin/vs/vs1", {"state": "disabled"})
@@ -503,7 +517,7 @@ def test_while_loading_a_persistence_record_is_asked_of_the_peers_before_it_is_w
     trio = MemoryCluster(["gtm-a", "gtm-b"], tmp_path / "certs")
     trio.clock.advance(1000)
     known, new = "persist/www/1/192.0.2.0/24", "persist/www/1/198.51.100.0/24"
-    trio.write("gtm-a", known, {"pool": "p", "members": ["vs1"]})
+    trio.write("gtm-a", known, {"pool": "p", "members": ["vs1"]}, ttl=3600)
     loaded: defer.Deferred[None] = defer.Deferred()
     trio.replicators["gtm-b"].hold_until(loaded)
     trio.connect("gtm-b", "gtm-a")
@@ -513,7 +527,7 @@ def test_while_loading_a_persistence_record_is_asked_of_the_peers_before_it_is_w
     def write(key: str, member: str) -> Callable[[], object]:
         def put() -> None:
             writes.append(f"{key} {member}")
-            b.put(key, {"pool": "p", "members": [member]})
+            b.put(key, {"pool": "p", "members": [member]}, ttl=3600)
 
         return put
 
@@ -578,9 +592,8 @@ def test_a_slice_looks_at_a_slice_of_the_table_also_across_a_long_run_of_other_r
     rows: list[snapshot.Row] = []
     for i in range(1450):
         key = path_key(ldns(i), "DC1") if not 250 <= i < 1250 else f"persist/x/1/10.{i // 256}.{i % 256}.0/24"
-        rows.append(
-            (key, json.dumps({"rtt": i} if key.startswith(PATH) else {"pool": "p", "members": ["a"]}), i, 0, "n1", None)
-        )
+        value = path_of(i, "n1") if key.startswith(PATH) else {"pool": "p", "members": ["a"]}
+        rows.append((key, json.dumps(value), i, 0, "n1", WALL + 3600))
     path = tmp_path / snapshot.FILENAME
     snapshot.write(path, rows, "n1")
     db = sqlite3.connect(path)

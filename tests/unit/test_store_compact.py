@@ -189,7 +189,8 @@ PREFIXES = ["obs/", "obs/vs/www1/", "obs/vs/", "obs/link/", "admin/", "path/", "
 def test_scans_and_kind_counts_match_a_plain_walk(ops: list[tuple[str, str, float | None, float]]) -> None:
     """Scans of one kind look only at that kind's records (an index); whatever the writes,
     merges, deletions and expiries, they find exactly what a walk over every record finds,
-    and the counts by kind are the records held."""
+    and the counts by kind, and by origin and kind (what the caps of state/schema.py count,
+    also when a record of one origin replaces another's), are the records held."""
     clock = Clock(0.0)
     store = Store("gtm-1", clock)
     for key, op, ttl, step in ops:
@@ -208,9 +209,15 @@ def test_scans_and_kind_counts_match_a_plain_walk(ops: list[tuple[str, str, floa
             walked = {r.key for r in held if r.key.startswith(prefix) and r.value is not None and r.live(clock.now)}
             assert {r.key for r in store.scan(prefix)} == walked, prefix
         kinds: dict[str, int] = {}
+        owned: dict[tuple[str, str], int] = {}
         for r in held:
-            kinds[r.key.partition("/")[0]] = kinds.get(r.key.partition("/")[0], 0) + 1
+            kind = r.key.partition("/")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+            owned[r.origin, kind] = owned.get((r.origin, kind), 0) + 1
         assert store.kinds() == kinds
+        for origin in ("gtm-1", "gtm-2"):
+            for kind in {k.partition("/")[0] for k in KEYS}:
+                assert store.held_by(origin, kind) == owned.get((origin, kind), 0), (origin, kind)
 
 
 @settings(max_examples=200, deadline=None)

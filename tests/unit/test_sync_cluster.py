@@ -30,6 +30,20 @@ def trio(tmp_path: Path) -> MemoryCluster:
     return MemoryCluster(["gtm-a", "gtm-b", "gtm-c"], tmp_path)
 
 
+def path_value(rtt: int, by: str) -> dict[str, Any]:
+    """A path record's value (`proximity.table.PathInfo.value`)."""
+    return {
+        "rtt": rtt,
+        "last_rtt": rtt,
+        "hops": 0,
+        "completion": 10000,
+        "protocol": "udp",
+        "failures": 0,
+        "window": "1",
+        "by": by,
+    }
+
+
 def established(cluster: MemoryCluster, name: str) -> set[str]:
     return {peer for peer, state in cluster.replicators[name].peers.items() if state.connected}
 
@@ -47,7 +61,7 @@ def test_a_write_reaches_every_peer_at_once(trio: MemoryCluster) -> None:
     """A new local record is pushed to every connected peer."""
     trio.connect("gtm-a", "gtm-b")
     trio.connect("gtm-a", "gtm-c")
-    trio.write("gtm-a", "obs/vs/web/gtm-a", {"up": False, "reason": "refused"})
+    trio.write("gtm-a", "obs/vs/web/gtm-a", {"up": False, "reason": "refused"}, ttl=90)
     for name in ("gtm-b", "gtm-c"):
         record = trio.stores[name].get("obs/vs/web/gtm-a")
         assert record is not None and record.value == {"up": False, "reason": "refused"}
@@ -62,8 +76,8 @@ def test_peers_hear_the_new_digest_a_second_after_a_change(trio: MemoryCluster) 
     trio.connect("gtm-a", "gtm-b")
     trio.advance(DIGEST_DELAY + 0.1)  # what the connection itself changed is told
     before = trio.replicators["gtm-b"].peers["gtm-a"].digest
-    trio.write("gtm-a", "k/1", 1)
-    trio.write("gtm-a", "k/2", 2)
+    trio.write("gtm-a", "admin/vs/v1", {"state": "drain"})
+    trio.write("gtm-a", "admin/vs/v2", {"state": "drain"})
     assert trio.replicators["gtm-b"].peers["gtm-a"].digest == before
     trio.advance(DIGEST_DELAY)
     assert trio.replicators["gtm-a"].idle_timeout / 3 > DIGEST_DELAY
@@ -75,10 +89,10 @@ def test_records_are_relayed_through_a_middle_node(trio: MemoryCluster) -> None:
     """A node that reaches only one peer still gets everything: the middle node relays."""
     trio.connect("gtm-a", "gtm-b")
     trio.connect("gtm-b", "gtm-c")  # a and c never meet
-    trio.write("gtm-a", "k/from-a", 1)
-    trio.write("gtm-c", "k/from-c", 2)
-    assert trio.stores["gtm-c"].get("k/from-a") is not None
-    assert trio.stores["gtm-a"].get("k/from-c") is not None
+    trio.write("gtm-a", "admin/vs/from-a", {"state": "drain"})
+    trio.write("gtm-c", "admin/vs/from-c", {"state": "drain"})
+    assert trio.stores["gtm-c"].get("admin/vs/from-a") is not None
+    assert trio.stores["gtm-a"].get("admin/vs/from-c") is not None
     assert trio.converged()
 
 
@@ -97,26 +111,26 @@ def test_newest_version_wins_for_keys_written_on_two_nodes(trio: MemoryCluster) 
 def test_reconnect_pulls_what_was_missed_in_both_directions(trio: MemoryCluster) -> None:
     """Records written while two nodes were apart are exchanged when they reconnect."""
     link = trio.connect("gtm-a", "gtm-b")
-    trio.write("gtm-a", "before", 0)
+    trio.write("gtm-a", "admin/vs/before", {"state": "enabled"})
     link.cut()
     assert established(trio, "gtm-a") == set()
     for i in range(300):
-        trio.stores["gtm-a"].put(f"a/{i}", i)
-        trio.stores["gtm-b"].put(f"b/{i}", i)
-    trio.stores["gtm-b"].put("before", "changed on b")
+        trio.stores["gtm-a"].put(f"admin/vs/a{i}", {"state": "drain"})
+        trio.stores["gtm-b"].put(f"admin/vs/b{i}", {"state": "drain"})
+    trio.stores["gtm-b"].put("admin/vs/before", {"state": "disabled", "by": "gtm-b"})
     assert not trio.converged()
     trio.connect("gtm-b", "gtm-a")
     a, b = trio.stores["gtm-a"], trio.stores["gtm-b"]
     assert a.digest() == b.digest()
-    assert a.get("b/299") is not None and b.get("a/299") is not None
-    assert a.get("before").value == "changed on b"  # type: ignore[union-attr]
+    assert a.get("admin/vs/b299") is not None and b.get("admin/vs/a299") is not None
+    assert a.get("admin/vs/before").value == {"state": "disabled", "by": "gtm-b"}  # type: ignore[union-attr]
 
 
 def test_a_fresh_node_pulls_everything_in_batches(trio: MemoryCluster) -> None:
     """A node with an empty store receives a large state (many AMP messages) on connect."""
     big = trio.stores["gtm-a"]
     for i in range(5000):
-        big.put(f"path/{i}/CNC", {"rtt": i, "pad": "x" * 40})
+        big.put(f"path/10.0.{i // 250}.{i % 250}/CNC", path_value(i, "gtm-a"), ttl=3600)
     trio.connect("gtm-c", "gtm-a")
     assert len(trio.stores["gtm-c"]) == 5000
     assert trio.stores["gtm-c"].digest() == big.digest()
@@ -138,21 +152,21 @@ def test_restart_from_snapshot_then_catch_up(trio: MemoryCluster, tmp_path: Path
     """A node restarted from its snapshot keeps its records, never reuses a version, and
     pulls what it missed while down."""
     trio.connect("gtm-a", "gtm-b")
-    trio.write("gtm-b", "mine", 1)
-    trio.write("gtm-a", "theirs", 1)
-    old_version = trio.stores["gtm-b"].version_of("mine")
+    trio.write("gtm-b", "admin/vs/mine", {"state": "drain"})
+    trio.write("gtm-a", "admin/vs/theirs", {"state": "drain"})
+    old_version = trio.stores["gtm-b"].version_of("admin/vs/mine")
     path = tmp_path / "b-state" / snapshot.FILENAME
     snapshot.write(path, snapshot.rows(trio.stores["gtm-b"], 5000.0, trio.clock.seconds()), "gtm-b")
     trio.links[0].cut()
-    trio.write("gtm-a", "while-b-was-down", 1)
+    trio.write("gtm-a", "admin/vs/while-b-was-down", {"state": "drain"})
     fresh = Store("gtm-b", trio.clock.seconds)
     assert snapshot.read(path, fresh, 5000.0) == 2
     trio.add("gtm-b", fresh)
-    rewritten = fresh.put("mine", 2)
+    rewritten = fresh.put("admin/vs/mine", {"state": "enabled"})
     assert old_version is not None and rewritten.version > old_version
     trio.connect("gtm-b", "gtm-a")
-    assert fresh.get("while-b-was-down") is not None
-    assert trio.stores["gtm-a"].get("mine").value == 2  # type: ignore[union-attr]
+    assert fresh.get("admin/vs/while-b-was-down") is not None
+    assert trio.stores["gtm-a"].get("admin/vs/mine").value == {"state": "enabled"}  # type: ignore[union-attr]
     assert trio.stores["gtm-a"].digest() == fresh.digest()
 
 
@@ -210,8 +224,8 @@ def test_a_misbehaving_peer_is_dropped_and_the_others_carry_on(trio: MemoryClust
         trio.settle()
     assert established(trio, "gtm-b") == {"gtm-c"}
     assert any("malformed" in e.get("reason", "") for e in events if e.get("event") == "peer_refused")
-    trio.write("gtm-c", "still", "working")
-    assert trio.stores["gtm-b"].get("still") is not None
+    trio.write("gtm-c", "admin/vs/still", {"state": "enabled"})
+    assert trio.stores["gtm-b"].get("admin/vs/still") is not None
 
 
 def test_a_silent_peer_is_dropped_after_the_idle_timeout(trio: MemoryCluster) -> None:
@@ -234,7 +248,9 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
     receiver = trio.replicators["gtm-b"]
     proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
     now = trio.clock.seconds()
-    records = [Record(f"k/{i}", i, Version(1000 + i, 0, "gtm-a"), None, now) for i in range(250)]
+    records = [
+        Record(f"admin/vs/v{i}", {"state": "drain"}, Version(1000 + i, 0, "gtm-a"), None, now) for i in range(250)
+    ]
     ((batch, _),) = list(codec.batches(records, now))
     results: list[int] = []
     receiver.receive_in_slices(proto, batch).addCallback(results.append)

@@ -7,19 +7,31 @@ import json
 import pytest
 from twisted.internet import task
 
+from gtmcluster.state import schema
 from gtmcluster.state.store import Record, Store, Version
 from gtmcluster.sync import codec
 from gtmcluster.sync import replicator as rep
 
+KEY = "probe/192.0.2.1"
 
-def rec(key: str = "k", value: object = 1, ttl: float | None = 60.0, born: float = 100.0) -> Record:
-    return Record(key, value, Version(5000, 2, "gtm-a"), ttl, born)
+
+def rec(key: str = KEY, value: object = None, ttl: float | None = 60.0, born: float = 100.0) -> Record:
+    return Record(key, {"by": "gtm-a"} if value is None else value, Version(5000, 2, "gtm-a"), ttl, born)
+
+
+def entry(key: str = KEY, value: object = None, ttl: float | None = 60.0, origin: str = "gtm-a") -> list[object]:
+    """A record as it travels: [key, value, wall_ms, logical, origin, ttl, age]."""
+    return [key, {"by": "gtm-a"} if value is None else value, 5000, 0, origin, ttl, 0]
+
+
+def wire(*entries: list[object]) -> bytes:
+    return json.dumps(list(entries)).encode()
 
 
 def test_round_trip_carries_age_not_birth() -> None:
     """The receiver computes birth from the age it was sent with, on its own clock."""
     batch, keys = next(codec.batches([rec(born=100.0)], now=130.0))
-    assert keys == ["k"]
+    assert keys == [KEY]
     (back,) = codec.decode(batch, now=9000.0)
     assert back.version == Version(5000, 2, "gtm-a")
     assert back.born == pytest.approx(8970.0)
@@ -29,13 +41,13 @@ def test_round_trip_carries_age_not_birth() -> None:
 def test_expired_records_are_not_sent_nor_kept() -> None:
     """A record past its TTL is left out of batches; one that expires in transit is dropped."""
     assert list(codec.batches([rec(ttl=10, born=0)], now=20)) == []
-    stale = json.dumps([["k", 1, 5000, 0, "gtm-a", 10, 11]]).encode()
+    stale = json.dumps([[KEY, {"by": "gtm-a"}, 5000, 0, "gtm-a", 10, 11]]).encode()
     assert codec.decode(stale, now=50) == []
 
 
 def test_batches_stay_under_the_limit_and_never_split_a_record() -> None:
     """Many records make several batches, each within the limit, together holding all."""
-    records = [rec(f"key/{i}", "x" * 100) for i in range(2000)]
+    records = [rec(f"probe/10.0.{i // 250}.{i % 250}", {"by": "gtm-a", "note": "x" * 100}) for i in range(2000)]
     out = list(codec.batches(records, now=100.0))
     assert len(out) > 1
     assert all(len(batch) <= codec.MAX_BATCH for batch, _ in out)
@@ -55,7 +67,8 @@ def test_batches_stay_under_the_limit_and_never_split_a_record() -> None:
         (json.dumps([["k", 1, 5, True, "gtm-a", None, 0]]).encode(), "bad version"),
         (json.dumps([["k", 1, 5, 0, "stranger", None, 0]]).encode(), "not a member"),
         (json.dumps([["k", 1, 5, 0, "gtm-a", -1, 0]]).encode(), "bad TTL"),
-        (b'[["k", 1, 5, 0, "gtm-a", NaN, 0]]', "bad TTL"),
+        (b'[["k", 1, 5, 0, "gtm-a", NaN, 0]]', "not JSON"),
+        (b'[["admin/vs/a", {"state": "enabled", "load": Infinity}, 5, 0, "gtm-a", null, 0]]', "not JSON"),
         (json.dumps([["k", 1, 5, 0, "gtm-a", None, -1]]).encode(), "bad age"),
         (json.dumps([["k", 1, 10**15, 0, "gtm-a", None, 0]]).encode(), "a day ahead"),
         (b"[" * 50000 + b"]" * 50000, "not JSON"),
@@ -78,7 +91,7 @@ def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_
     for i in range(count):
         store.merge(Record(f"k/{i}", i, Version(5000 + i, 0, "gtm-a"), 600.0, 1000.0))
     store.merge(Record("other", 1, Version(5000, 0, "gtm-b"), None, 1000.0))
-    store.merge(Record("dead", 1, Version(5000, 0, "gtm-a"), 10.0, 900.0))
+    store.merge(Record("dead", 1, Version(5000, 0, "gtm-a"), 10.0, 900.0))  # (encoding checks no schema)
     r = rep.Replicator(store, clock, node="n1", group="g", datacenter="DC1", members=["n1"], config_digest="x")
     batches = r._batches_of("gtm-a")
     first_batch, _ = next(batches)
@@ -96,8 +109,8 @@ def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_
 def test_text_that_is_not_utf8_is_refused(field: str) -> None:
     """JSON may escape a lone UTF-16 surrogate; such a string cannot be hashed (keys) nor sent
     on (values), so a record holding one is malformed."""
-    key = '"k\\ud800"' if field == "key" else '"k"'
-    value = '"\\udfff"' if field == "value" else "1"
+    key = '"admin/vs/k\\ud800"' if field == "key" else '"admin/vs/k"'
+    value = '{"state":"enabled","by":"\\udfff"}' if field == "value" else '{"state":"enabled"}'
     batch = f'[[{key},{value},5000,0,"gtm-a",null,0]]'.encode()
     with pytest.raises(codec.BadMessage, match="not valid UTF-8"):
         codec.decode(batch, now=10.0)
@@ -105,31 +118,39 @@ def test_text_that_is_not_utf8_is_refused(field: str) -> None:
 
 def test_an_escaped_surrogate_pair_is_ordinary_text() -> None:
     """A pair of escaped surrogates is one character outside the BMP: accepted."""
-    (record,) = codec.decode(b'[["k","\\ud83d\\ude00",5000,0,"gtm-a",null,0]]', now=10.0)
-    assert record.value == "\U0001f600"
+    (record,) = codec.decode(
+        b'[["admin/vs/k",{"state":"drain","by":"\\ud83d\\ude00"},5000,0,"gtm-a",null,0]]', now=10.0
+    )
+    assert record.value["by"] == "\U0001f600"
 
 
 def test_the_largest_record_accepted_can_always_be_sent_on() -> None:
-    """A record of MAX_RECORD bytes (encoded with age 0) is accepted and still fits a batch
-    when sent on a year later (its age then longer); one byte more is refused."""
+    """The largest record any kind allows (a key of MAX_KEY characters, a value of its kind's
+    largest size) is accepted and still fits a batch when sent on a year later (its age then
+    longer): well within MAX_RECORD, which stays the wire's own bound. A value one byte over
+    its kind's size is refused."""
+    largest = schema.KINDS["admin"]
+    assert largest.max_size == max(k.max_size for k in schema.KINDS.values())
+    key = "admin/vs/" + "v" * (codec.MAX_KEY - len("admin/vs/"))
 
-    def entry(size: int) -> bytes:
-        base = ["k", "", 5000, 0, "gtm-a", None, 0.0]
-        base[1] = "v" * (size - len(json.dumps(base, separators=(",", ":"))))
-        return json.dumps([base], separators=(",", ":")).encode()
+    def sized(size: int) -> bytes:
+        value = {"state": "enabled", "note": ""}
+        value["note"] = "r" * (size - schema.size_of(value))
+        assert schema.size_of(value) == size
+        return json.dumps([[key, value, 5000, 0, "gtm-a", None, 0.0]], separators=(",", ":")).encode()
 
-    (record,) = codec.decode(entry(codec.MAX_RECORD), now=10.0)
+    (record,) = codec.decode(sized(largest.max_size), now=10.0)
+    assert len(codec.encode(record, record.born)) < codec.MAX_RECORD
     ((batch, keys),) = list(codec.batches([record], now=10.0 + 365 * 86400.123))
-    assert keys == ["k"] and len(batch) <= codec.MAX_BATCH
-    with pytest.raises(codec.BadMessage, match="larger than"):
-        codec.decode(entry(codec.MAX_RECORD + 1), now=10.0)
+    assert keys == [key] and len(batch) <= codec.MAX_BATCH
+    with pytest.raises(codec.BadRecord, match=f"over {largest.max_size} bytes"):
+        codec.decode(sized(largest.max_size + 1), now=10.0)
 
 
-def test_a_record_that_grows_when_re_encoded_is_measured_as_it_would_be_sent() -> None:
-    """Numbers written short (1e15) are longer in the form this node sends them: a batch of
-    14 KB of them holds a record over MAX_RECORD once re-encoded, and is refused."""
-    value = [1e15] * 3500  # "1e15" on the wire, "1000000000000000.0" when sent on
-    raw = b'[["k",[' + b",".join([b"1e15"] * len(value)) + b'],5000,0,"gtm-a",null,0]]'
-    assert len(raw) < 20_000
-    with pytest.raises(codec.BadMessage, match="larger than"):
+def test_a_value_that_grows_when_re_encoded_is_measured_as_it_would_be_sent() -> None:
+    """Numbers written short (1e15) are longer in the form this node sends them: a value of
+    3 KB of them on the wire is over its kind's 8192 bytes once re-encoded, and refused."""
+    raw = b'[["admin/vs/a",{"state":"enabled","n":[' + b",".join([b"1e15"] * 600) + b']},5000,0,"gtm-a",null,0]]'
+    assert len(raw) < 3_100 and schema.STATE_SIZE == 8192
+    with pytest.raises(codec.BadRecord, match="over 8192 bytes"):
         codec.decode(raw, now=10.0)
