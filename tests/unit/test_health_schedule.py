@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtmcluster.health.schedule import BUCKET, MAX_WAIT, TURN_CATCH_UP, TURN_MAX, TURN_MIN, Entry, Schedule
+from gtmcluster.health.schedule import BUCKET, MAX_WAIT, TURN_MAX, TURN_MIN, Entry, Schedule
 from gtmcluster.tokenbucket import TokenBucket
 
 
