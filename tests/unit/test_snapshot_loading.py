@@ -121,8 +121,9 @@ def saved_table(directory: Path) -> Path:
             version = Version(stamp + i, n, ORIGINS[dc])
             store.merge(Record(path_key(ldns(i), dc), path_value(rng, dc), version, 2419200.0, clock.seconds()))
     path = directory / snapshot.FILENAME
-    # the other records first in the file, then the table (as a node that added paths later)
-    rows = sorted(snapshot.rows(store, WALL, clock.seconds()), key=lambda row: row[0].startswith("path/"))
+    # the other records first in the file, then the table in the order it was measured (as a
+    # node that added paths later); the store's own order follows the keys' hashes
+    rows = sorted(snapshot.rows(store, WALL, clock.seconds()), key=lambda row: (row[0].startswith("path/"), row[2]))
     snapshot.write(path, rows, "n1")
     return path
 
