@@ -84,7 +84,8 @@ class Tokens:
         elif (env := (os.environ if environ is None else environ).get(ENV_TOKEN, "").strip()) != "":
             self.given = Token(env, ENV_TOKEN)
         elif config.api.token is not None:
-            self.given = Token(config.api.token, "the config's api.token" + ("_file" if _from_file(config) else ""))
+            where = "the config's api.token_file" if config.api.token_file is not None else "the config's api.token"
+            self.given = Token(config.api.token, where)
         #: why a member's own token file could not be read, by member
         self.unreadable: dict[str, str] = {}
 
@@ -106,11 +107,6 @@ class Tokens:
             f"give it with --token-file PATH or {ENV_TOKEN}, set api.token or api.token_file in the config, "
             f"or run this on {m.name}'s host as a user who can read {path}"
         )
-
-
-def _from_file(config: Config) -> bool:
-    section = config.raw.get("api")
-    return isinstance(section, dict) and "token_file" in section
 
 
 def url_of(m: Member, path: str = "/") -> str:

@@ -164,7 +164,6 @@ def _load(file: str) -> Config:
         dns_server=dns_server,
         api=api_settings,
         persistence=persistence,
-        raw=MappingProxyType(data),
         digest=_digest(data, zone_data, regions),
         wideips_of=MappingProxyType(wideips_by_server(wideips.values())),
     )
@@ -298,6 +297,7 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     if m is None:
         return ApiSettings()
     token = None
+    token_file = None
     if m.has("token") and m.has("token_file"):
         r.error(m.at("token_file"), "give 'token' or 'token_file', not both")
     elif m.has("token"):
@@ -305,7 +305,7 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     elif m.has("token_file"):
         name = m.string("token_file", None)
         if name is not None:
-            path = resolve(name)
+            path = token_file = resolve(name)
             try:
                 token = path.read_text(encoding="utf-8").strip()
             except OSError as e:
@@ -316,7 +316,7 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     if token is not None and len(token) < 16:
         r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
         token = None
-    return ApiSettings(token, for_reads, names)
+    return ApiSettings(token, for_reads, names, token_file if token is not None else None)
 
 
 #: a host name as a Host header gives it: labels of letters, digits and '-' ({node} allowed)

@@ -11,7 +11,6 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
@@ -393,6 +392,8 @@ class ApiSettings:
     #: names operators use for the API (``{node}`` stands for the member's name), accepted
     #: in ``Host`` besides the API's own address (and ``localhost`` when on loopback)
     names: tuple[str, ...] = ()
+    #: where the token was read from (``api.token_file``), None when given inline or not at all
+    token_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -416,7 +417,6 @@ class Config:
     dns_server: DNSServer
     api: ApiSettings
     persistence: PersistenceTable = PersistenceTable()
-    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs
     digest: str = ""

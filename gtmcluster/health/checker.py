@@ -67,21 +67,31 @@ class Subject:
         return f"{'virtual server' if self.kind == 'vs' else 'link'} {self.name}"
 
 
-def subjects(config: Config, node: str) -> list[Subject]:
-    """What this node checks: every monitored virtual server and every link."""
+def subjects(config: Config, node: str, keep: Callable[[str, object], Subject | None] | None = None) -> list[Subject]:
+    """What this node checks: every monitored virtual server and every link. *keep*, given
+    a verdict key and the definition (the VirtualServer or Link), may return the subject to
+    keep for it as it is (its definition unchanged), so none is made anew."""
     out = []
     for vs in config.virtual_servers.values():
         if vs.monitor is None:
             continue
+        key = f"obs/vs/{vs.name}/{node}"
+        kept = keep(key, vs) if keep is not None else None
+        if kept is not None:
+            out.append(kept)
+            continue
         m = vs.monitor
         target = Target(vs.address, m.port or vs.port, f"virtual server {vs.name}")
-        out.append(Subject("vs", vs.name, m, (target,), Flap(m.up_after, m.down_after), f"obs/vs/{vs.name}/{node}"))
+        out.append(Subject("vs", vs.name, m, (target,), Flap(m.up_after, m.down_after), key))
     for link in config.links.values():
+        key = f"obs/link/{link.name}/{node}"
+        kept = keep(key, link) if keep is not None else None
+        if kept is not None:
+            out.append(kept)
+            continue
         m = link.monitor
         targets = tuple(Target(t.host, m.port or t.port, f"link {link.name} target {t}") for t in link.targets)
-        out.append(
-            Subject("link", link.name, m, targets, Flap(m.up_after, m.down_after), f"obs/link/{link.name}/{node}")
-        )
+        out.append(Subject("link", link.name, m, targets, Flap(m.up_after, m.down_after), key))
     return out
 
 
@@ -97,9 +107,12 @@ class HealthChecker(Service):
         )
         #: checks started and skipped, in flight, and how late they started
         self.stats = self.schedule.stats
+        self.config = config
         self.subjects = subjects(config, node)
+        #: one check per monitor, shared by the subjects it checks
+        self._checks: dict[Monitor, Check] = {}
         for subject in self.subjects:
-            subject.check = make_check(subject.monitor)
+            subject.check = self._check_for(subject.monitor, self._checks)
         self._timer: IDelayedCall | None = None
         self._last_pump = float("-inf")
         self._pumping = False
@@ -130,18 +143,36 @@ class HealthChecker(Service):
         """The checks *config* needs, made now (raising if one cannot be); the switch it
         returns puts them in use (as `reconfigure` describes) in one step."""
         old = {s.key: s for s in self.subjects}
+        previous = self.config
+        checks: dict[Monitor, Check] = {}
+
+        def keep(key: str, definition: object) -> Subject | None:
+            # the same definition (read from a file again: equal, not the same object)
+            before = old.get(key)
+            if before is None:
+                return None
+            was = previous.virtual_servers.get(before.name) if before.kind == "vs" else previous.links.get(before.name)
+            if was != definition:
+                return None
+            if before.check is not None:
+                checks.setdefault(before.monitor, before.check)
+            return before
+
         plan: list[tuple[Subject, Subject | None]] = []  # (subject, the one it replaces)
-        for subject in subjects(config, self.node):
+        for subject in subjects(config, self.node, keep):
             before = old.pop(subject.key, None)
-            if before is not None and (before.monitor, before.targets) == (subject.monitor, subject.targets):
+            unchanged = before is not None and (before.monitor, before.targets) == (subject.monitor, subject.targets)
+            if before is not None and (subject is before or unchanged):
                 plan.append((before, before))  # kept as it is
                 continue
-            subject.check = self.make_check(subject.monitor)
+            subject.check = self._check_for(subject.monitor, checks)
             plan.append((subject, before))
         gone = list(old.values())
         settings = config.health
 
         def switch() -> None:
+            self.config = config
+            self._checks = checks
             now = self.reactor.seconds()
             for subject, before in plan:
                 if subject is before:
@@ -158,6 +189,13 @@ class HealthChecker(Service):
                 self._arm(now)
 
         return switch
+
+    def _check_for(self, monitor: Monitor, made: dict[Monitor, Check]) -> Check:
+        """The check of *monitor*: one per monitor (a check holds no state of its targets)."""
+        check = made.get(monitor)
+        if check is None:
+            check = made[monitor] = self.make_check(monitor)
+        return check
 
     def _add(self, subject: Subject, now: float) -> None:
         interval = subject.monitor.interval

@@ -301,6 +301,38 @@ def test_reconfigure_keeps_unchanged_subjects_on_schedule_and_stops_removed_ones
     checker.stopService()
 
 
+def test_a_reload_keeps_unchanged_subjects_and_makes_one_check_per_monitor(tmp_path: Path) -> None:
+    """A config read again (equal, not the same objects) keeps every subject as it is and
+    makes no check (a reload at thousands of servers costs what changed, not what is
+    there); a changed server gets a new subject; servers of one monitor share its check."""
+    made: list[str] = []
+    config = load_config(tmp_path, health_config())
+    clock = task.Clock()
+    checks = ScriptedChecks(clock)
+
+    def factory(monitor: Monitor) -> Check:
+        made.append(monitor.name)
+        return checks.factory(monitor)
+
+    checker = HealthChecker(config, Store("n1", clock.seconds), clock, "n1", factory)
+    assert sorted(made) == sorted({s.monitor.name for s in checker.subjects})
+    by_monitor: dict[str, set[int]] = defaultdict(set)
+    for subject in checker.subjects:
+        by_monitor[subject.monitor.name].add(id(subject.check))
+    assert all(len(ids) == 1 for ids in by_monitor.values()), by_monitor
+    before = {s.key: s for s in checker.subjects}
+    made.clear()
+    checker.reconfigure(load_config(tmp_path, health_config()))
+    assert made == []
+    assert all(before[s.key] is s for s in checker.subjects)
+    raw = health_config()
+    raw["virtual_servers"]["vs1"]["port"] = 8080
+    checker.reconfigure(load_config(tmp_path, raw))
+    assert made == []  # its monitor's check is still there
+    changed = [s.key for s in checker.subjects if before[s.key] is not s]
+    assert changed == ["obs/vs/vs1/n1"]
+
+
 def test_the_checker_statistics_in_prometheus_text(tmp_path: Path) -> None:
     """/metrics shows checks started and skipped (by reason), in flight, and the lag histogram."""
     from prometheus_client import CollectorRegistry, generate_latest

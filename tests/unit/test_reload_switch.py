@@ -24,8 +24,10 @@ def raw_config(tmp_path: Path, changed: bool) -> dict[str, Any]:
     raw["state_dir"] = str(tmp_path / "state")
     raw["monitors"] = {"tcp": {"type": "tcp", "interval": 5, "timeout": 2, "port": 80}}
     raw["virtual_servers"]["vs1"]["monitor"] = "tcp"
-    if changed:  # a new monitored server, other DNS limits, another probe rate, a new zone TTL
-        raw["virtual_servers"]["vs2"]["monitor"] = "tcp"
+    if changed:  # a new monitored server (with a new monitor: a check is made per monitor),
+        # other DNS limits, another probe rate, a new zone TTL
+        raw["monitors"]["tcp81"] = {"type": "tcp", "interval": 5, "timeout": 2, "port": 81}
+        raw["virtual_servers"]["vs2"]["monitor"] = "tcp81"
         raw["dns_server"] = {"tcp_idle_timeout": 3}
         raw["prober"] = {"max_per_second": 7}
         raw["pools"]["p"]["ttl"] = 17
@@ -74,7 +76,7 @@ def refuse(top: NodeService, part: str, monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.setattr(top.dns, "prepare", cannot)
     elif part == "health checks":
         assert top.checker is not None
-        monkeypatch.setattr(top.checker, "make_check", cannot)  # the new server's check
+        monkeypatch.setattr(top.checker, "make_check", cannot)  # the new monitor's check
     else:
         monkeypatch.setattr("gtmcluster.service.Budget", cannot)
 
