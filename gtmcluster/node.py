@@ -11,8 +11,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
 from gtmcluster.health.status import record_keys
@@ -42,6 +43,8 @@ class Prepared:
     balancer: Balancer
     responder: Responder
     cache: DecisionCache | None
+    #: what differs from the running config (None: compared when switching)
+    changes: Changes | None = None
 
 
 class Node:
@@ -151,14 +154,15 @@ class Node:
         store (health verdicts, paths, persistence) is the same; health re-evaluates."""
         self.switch_to(self.prepare_reload(config))
 
-    def prepare_reload(self, config: Config) -> Prepared:
+    def prepare_reload(self, config: Config, changes: Changes | None = None) -> Prepared:
         """What answering from *config* needs, built (raising if it cannot be), not yet in
-        use: `switch_to` puts it in use (see `service.NodeService.switch`)."""
-        return self._build(config, self.member.name, self.balancer.rotations)
+        use: `switch_to` puts it in use (see `service.NodeService.switch`). *changes*: what
+        differs from the running config, when known."""
+        return replace(self._build(config, self.member.name, self.balancer.rotations), changes=changes)
 
     def switch_to(self, prepared: Prepared) -> None:
         self._use(prepared)
-        self.health.reconfigure(prepared.config)
+        self.health.reconfigure(prepared.config, prepared.changes)
 
     @property
     def ready(self) -> bool:

@@ -37,6 +37,7 @@ from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
 from gtmcluster.fanout import feed
+from gtmcluster.gcpause import built_long_lived
 from gtmcluster.lb.context import PersistRecord
 from gtmcluster.node import Node
 from gtmcluster.sync import codec
@@ -114,7 +115,9 @@ class Worker:
     def _reload(self, path: str) -> defer.Deferred[dict[str, Any]]:
         async def reload() -> dict[str, Any]:
             try:
-                config = await threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), load, path)
+                config = await threads.deferToThreadPool(
+                    self.reactor, self.reactor.getThreadPool(), built_long_lived, load, path
+                )
             except ConfigError as e:
                 return {"problems": [str(p) for p in e.problems]}
             self.node.reload(config)

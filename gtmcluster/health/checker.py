@@ -26,6 +26,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
+from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, Monitor
 from gtmcluster.health.flap import UP, Flap
 from gtmcluster.health.schedule import Entry, Schedule
@@ -139,23 +140,24 @@ class HealthChecker(Service):
         ones stop (their records expire with their TTL)."""
         self.prepare(config)()
 
-    def prepare(self, config: Config) -> Callable[[], None]:
+    def prepare(self, config: Config, changes: Changes | None = None) -> Callable[[], None]:
         """The checks *config* needs, made now (raising if one cannot be); the switch it
-        returns puts them in use (as `reconfigure` describes) in one step."""
+        returns puts them in use (as `reconfigure` describes) in one step. *changes*: what
+        differs from the running config (compared here when not given)."""
         old = {s.key: s for s in self.subjects}
-        previous = self.config
-        checks: dict[Monitor, Check] = {}
+        if changes is None:
+            changes = between(self.config, config)
+        #: the checks made so far, by monitor (a few; a new subject of a monitor already
+        #: checked shares its check)
+        checks: dict[Monitor, Check] = dict(self._checks)
 
         def keep(key: str, definition: object) -> Subject | None:
-            # the same definition (read from a file again: equal, not the same object)
+            # an unchanged definition (read from a file again: equal, not the same object)
             before = old.get(key)
             if before is None:
                 return None
-            was = previous.virtual_servers.get(before.name) if before.kind == "vs" else previous.links.get(before.name)
-            if was != definition:
+            if before.name in (changes.virtual_servers if before.kind == "vs" else changes.links):
                 return None
-            if before.check is not None:
-                checks.setdefault(before.monitor, before.check)
             return before
 
         plan: list[tuple[Subject, Subject | None]] = []  # (subject, the one it replaces)

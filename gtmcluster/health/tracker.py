@@ -31,6 +31,7 @@ from types import MappingProxyType
 
 from twisted.logger import Logger
 
+from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
 from gtmcluster.health.status import HealthSnapshot, Observed, VsStatus, link_status, vs_status
 from gtmcluster.state.schema import shorten
@@ -170,11 +171,13 @@ class HealthTracker:
         self._observers = observers
         self.refresh()
 
-    def reconfigure(self, config: Config) -> None:
+    def reconfigure(self, config: Config, changes: Changes | None = None) -> None:
         """Evaluate with *config* from now on. Only the servers and links whose definition
         changed (and what hangs on them) are evaluated again: a reload that changes one
-        server costs one evaluation, not one per server."""
-        old = self.config
+        server costs one evaluation, not one per server. *changes*: what differs from the
+        running config (compared here when not given)."""
+        if changes is None:
+            changes = between(self.config, config)
         self.config = config
         self._index(config)
         for name in [n for n in self._vs if n not in config.virtual_servers]:
@@ -184,12 +187,8 @@ class HealthTracker:
         for name in [n for n in self._links if n not in config.links]:
             del self._links[name]
             self._dirty_links.pop(name, None)
-        for name, link in config.links.items():
-            if old.links.get(name) != link:
-                self._dirty_links[name] = None
-        for name, vs in config.virtual_servers.items():
-            if old.virtual_servers.get(name) != vs:
-                self._dirty_vs[name] = None
+        self._dirty_links.update((name, None) for name in changes.links if name in config.links)
+        self._dirty_vs.update((name, None) for name in changes.virtual_servers if name in config.virtual_servers)
         self._generation += 1
         self._flush(None if self.schedule is None else SLICE)
         self._kick()
