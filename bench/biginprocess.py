@@ -218,6 +218,8 @@ def reconcile(big: Config, shell: Config, budget: float) -> None:
     versions = Versions(clock)
     members = members_of(big)
     node = Node(shell, NODE, clock.seconds)
+    # as the node's service wires it: what records change is evaluated once per turn
+    node.health.schedule = lambda flush: clock.callLater(0, flush)
     node.reload(big)
     replicator = Replicator(
         node.store,

@@ -169,11 +169,11 @@ class Reader:
         if not isinstance(value, str):
             self.error(path, f"must be a network such as 192.0.2.0/24, not {type_name(value)}")
             return None
-        problem = network_problem(value)
-        if problem:
-            self.error(path, problem)
+        try:
+            return network_of(value)
+        except ValueError:
+            self.error(path, network_problem(value) or f"{value!r} is not an IPv4 or IPv6 network")
             return None
-        return ipaddress.ip_network(value)
 
     def hostport(self, path: KeyPath, value: Any, default_port: int | None) -> tuple[IPAddress, int] | None:
         """``192.0.2.1:53``, ``[2001:db8::1]:53``, or (with a default port) just the address."""
@@ -211,6 +211,27 @@ class Reader:
             self.error(path, f"port {port_text!r} is not a number from 1 to 65535")
             return None
         return address, int(port_text)
+
+
+def network_of(text: str) -> IPNetwork:
+    """`ipaddress.ip_network(text)` (strict: no host bits), raising ValueError as it does;
+    plain IPv4 networks (``192.0.2.0/24``, decimal octets without leading zeros) are read
+    without its string parser, which is most of the time a config of 40,000 networks takes."""
+    address, slash, bits = text.partition("/")
+    octets = address.split(".")
+    if (
+        slash
+        and len(octets) == 4
+        and bits.isdigit()
+        and bits.isascii()
+        and (len(bits) == 1 or bits[0] != "0")
+        and all(o.isdigit() and o.isascii() and len(o) <= 3 and (len(o) == 1 or o[0] != "0") for o in octets)
+    ):
+        a, b, c, d = (int(o) for o in octets)
+        prefix = int(bits)
+        if a < 256 and b < 256 and c < 256 and d < 256 and prefix <= 32:
+            return ipaddress.IPv4Network(((a << 24) | (b << 16) | (c << 8) | d, prefix))
+    return ipaddress.ip_network(text)
 
 
 def network_problem(text: str) -> str | None:
