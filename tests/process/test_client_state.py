@@ -13,12 +13,10 @@ more probe requests than they can probe, and /metrics shows the evictions.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import selectors
 import socket
 import sqlite3
-import struct
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.support.dig import dig
+from tests.support.ecsquery import ecs_query
 from tests.support.trio import DNS_PORT, Group, running_group
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -71,17 +70,6 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
         yield running
 
 
-def ecs_query(qid: int, subnet: str) -> bytes:
-    """An A query for WIDEIP with an EDNS client subnet option (RFC 7871)."""
-    network = ipaddress.ip_network(subnet)
-    family = 1 if network.version == 4 else 2
-    address = network.network_address.packed[: (network.prefixlen + 7) // 8]
-    option = struct.pack("!HBB", family, network.prefixlen, 0) + address
-    opt = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 4 + len(option)) + struct.pack("!HH", 8, len(option)) + option
-    qname = b"".join(bytes([len(label)]) + label.encode() for label in WIDEIP.split(".")) + b"\x00"
-    return struct.pack("!HHHHHH", qid & 0xFFFF, 0x0100, 1, 0, 0, 1) + qname + struct.pack("!HH", 1, 1) + opt
-
-
 def subnet_of(i: int) -> str:
     if i % 4 == 3:
         return f"2001:db8:{i >> 8:x}:{(i & 255) << 8:x}::/56"
@@ -117,7 +105,7 @@ def flood(group: Group, first: int, count: int, per_second: float = 1000.0) -> i
     try:
         started = time.monotonic()
         for i in range(first, first + count):
-            sockets[i % len(sockets)].sendto(ecs_query(i, subnet_of(i)), members[i % len(members)])
+            sockets[i % len(sockets)].sendto(ecs_query(i, WIDEIP, subnet_of(i)), members[i % len(members)])
             if i % 50 == 49:
                 due = started + (i - first + 1) / per_second
                 drain(0.0)

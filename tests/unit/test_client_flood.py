@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import gc
 import heapq
-import ipaddress
 import random
-import struct
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +28,7 @@ from gtmcluster.state.snapshot import Snapshotter
 from gtmcluster.state.store import Record, Version
 from tests.support import configs
 from tests.support.cluster import MemoryCluster
+from tests.support.ecsquery import ecs_query
 from tests.support.inline import InlineThreads
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -96,7 +95,7 @@ class FloodGroup:
                 subnet = f"{10 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}.0/24"
             source = f"198.18.{(i >> 8) & 255}.{i & 255}" if i < 65536 else f"198.19.{(i >> 8) & 255}.{i & 255}"
             name = on[i % len(on)]
-            reply = self.fast[name].handle(ecs_query(i, subnet), source)
+            reply = self.fast[name].handle(ecs_query(i, WIDEIP, subnet), source)
             assert reply is not None
             self.cluster.clock.advance(0.001)
             if i % 20 == 19:
@@ -138,17 +137,6 @@ class FloodGroup:
     def top(self) -> dict[str, Version]:
         """The bound's rule applied to everything written: the newest MAX_RECORDS."""
         return {key: version for version, key in self.newest}
-
-
-def ecs_query(qid: int, subnet: str) -> bytes:
-    """An A query for WIDEIP with an EDNS client subnet option (RFC 7871), as bytes."""
-    network = ipaddress.ip_network(subnet)
-    family = 1 if network.version == 4 else 2
-    address = network.network_address.packed[: (network.prefixlen + 7) // 8]
-    option = struct.pack("!HBB", family, network.prefixlen, 0) + address
-    opt = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 4 + len(option)) + struct.pack("!HH", 8, len(option)) + option
-    qname = b"".join(bytes([len(label)]) + label.encode() for label in WIDEIP.split(".")) + b"\x00"
-    return struct.pack("!HHHHHH", qid & 0xFFFF, 0x0100, 1, 0, 0, 1) + qname + struct.pack("!HH", 1, 1) + opt
 
 
 @pytest.fixture
