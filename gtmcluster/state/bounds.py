@@ -4,9 +4,11 @@ A bounded kind (see `Store.bound`) keeps its `limit` records of greatest version
 store must find the record of least version of that kind, over and over, among up to
 millions. A heap entry per record costs about a hundred bytes; here, as in `expiry`, keys
 are kept coarsely by the wall-clock part of their version: a list of bare keys per bin of
-`width_ms` milliseconds (8 bytes a key). Only the lowest bin is ever sorted exactly (its
-keys with their versions, the "front"), when the first eviction reaches it; evictions then
-take the front in order, so each costs about O(log n) however large the kind.
+`width_ms` milliseconds (8 bytes a key), a bin that grows past `SPLIT_AT` keys split into
+narrower ones. Only the lowest bin is ever sorted exactly (its keys with their versions,
+the "front"), when the first eviction reaches it; evictions then take the front in order,
+so each costs about O(log n) however large the kind, and no sort more than about
+`SPLIT_AT` keys however fast the records were written.
 
 An entry is a reminder of a key, not a copy of its record: a key rewritten since (its
 record now of a later version, in a later bin) or removed leaves a stale entry, which is
@@ -36,21 +38,49 @@ def order_width(kind: str) -> int:
     return ORDER_WIDTH_MS.get(kind, DEFAULT_ORDER_WIDTH_MS)
 
 
+#: a bin holding more keys than this is split into `FANOUT` narrower bins (when it is at
+#: least `FANOUT` milliseconds wide), so sorting the lowest bin never costs more than about
+#: this many keys: a table written at thousands of records a second (a benchmark's, a bulk
+#: import) holds a million versions in one minute, and sorting them took 4.2 s of reactor
+SPLIT_AT = 2048
+FANOUT = 16
+
+#: a bin: the index of its base bin (wall_ms // width), then its index within each split
+#: bin above it; tuples compare in version order, and the bins held never overlap
+BinKey = tuple[int, ...]
+
+
 class VersionOrder:
-    def __init__(self, version_of: Callable[[str], VersionKey | None], width_ms: int):
+    def __init__(self, version_of: Callable[[str], VersionKey | None], width_ms: int, split_at: int = SPLIT_AT):
         self._version_of = version_of  # the version of the record held at a key now
         self._width = width_ms
-        self._bins: dict[int, list[str]] = {}  # bin -> keys whose version fell in it when added
-        self._heap: list[int] = []  # the bins of _bins (and some no longer there)
-        self._dead: dict[int, int] = {}  # bin -> entries known to be stale
+        self._split_at = split_at
+        self._bins: dict[BinKey, list[str]] = {}  # bin -> keys whose version fell in it when added
+        self._heap: list[BinKey] = []  # the bins of _bins (and some no longer there)
+        self._dead: dict[BinKey, int] = {}  # bin -> entries known to be stale
+        self._split: set[BinKey] = set()  # bins split into narrower ones
         # the lowest bin, taken out of _bins and sorted: (version..., key) from _pos on
-        self._front_bin: int | None = None
+        self._front_bin: BinKey | None = None
         self._front: list[tuple[int, int, str, str]] = []
         self._pos = 0
 
+    def _bin(self, wall_ms: int) -> tuple[BinKey, int]:
+        """The bin holding versions of wall-clock part *wall_ms*, and its width (ms)."""
+        width = self._width
+        base = wall_ms // width
+        b: BinKey = (base,)
+        if not self._split:
+            return b, width
+        start = base * width
+        while b in self._split:
+            j = (wall_ms - start) * FANOUT // width
+            low, high = start + j * width // FANOUT, start + (j + 1) * width // FANOUT
+            b, start, width = (*b, j), low, high - low
+        return b, width
+
     def add(self, key: str, wall_ms: int) -> None:
         """*key* now holds a record whose version has wall-clock part *wall_ms*."""
-        b = wall_ms // self._width
+        b, width = self._bin(wall_ms)
         front = self._front_bin
         if front is not None:
             if b == front:
@@ -65,11 +95,29 @@ class VersionOrder:
             keys = self._bins[b] = []
             heapq.heappush(self._heap, b)
         keys.append(key)
+        if len(keys) > self._split_at and width >= FANOUT:
+            self._split_bin(b)
+
+    def _split_bin(self, b: BinKey) -> None:
+        """Spread the live keys of bin *b* over `FANOUT` narrower bins (a cost of its size,
+        once per `split_at` keys added to it)."""
+        keys = self._live(b, self._bins.pop(b))
+        self._dead.pop(b, None)
+        self._split.add(b)
+        for key in keys:
+            version = self._version_of(key)
+            assert version is not None
+            sub, _ = self._bin(version[0])
+            held = self._bins.get(sub)
+            if held is None:
+                held = self._bins[sub] = []
+                heapq.heappush(self._heap, sub)
+            held.append(key)
 
     def dropped(self, wall_ms: int) -> None:
         """A record whose version has wall-clock part *wall_ms* left its key (replaced or
         removed): its entry is stale now."""
-        b = wall_ms // self._width
+        b, _ = self._bin(wall_ms)
         keys = self._bins.get(b)
         if keys is None:
             return  # the front's bin (stale entries are skipped there) or compacted away
@@ -101,12 +149,11 @@ class VersionOrder:
         """Entries held (stale ones too): about the records of the kind, at most twice."""
         return sum(len(keys) for keys in self._bins.values()) + len(self._front) - self._pos
 
-    def _live(self, b: int, keys: list[str]) -> list[str]:
-        width = self._width
+    def _live(self, b: BinKey, keys: list[str]) -> list[str]:
         out = []
         for key in dict.fromkeys(keys):
             version = self._version_of(key)
-            if version is not None and version[0] // width == b:
+            if version is not None and self._bin(version[0])[0] == b:
                 out.append(key)
         return out
 
@@ -117,7 +164,7 @@ class VersionOrder:
             keys = self._bins.pop(b, None)
             self._dead.pop(b, None)
             if keys is None:
-                continue  # compacted away, or a second heap entry of one bin
+                continue  # compacted away, split, or a second heap entry of one bin
             entries = []
             for key in self._live(b, keys):
                 version = self._version_of(key)
