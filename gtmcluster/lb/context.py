@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gtmcluster.config.model import VirtualServer
+from gtmcluster.health.admin import AdminState
 from gtmcluster.topology.records import Match, Topology
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -64,6 +65,10 @@ class Availability(Protocol):
     def weight(self, vs: VirtualServer, now: float) -> float:
         """Its share under ratio and round robin, below 1 while it ramps up (slow start)."""
 
+    def admin_state(self, level: str, name: str) -> AdminState | None:
+        """An operator's admin state of a pool ("pool", NAME), a pool member ("member",
+        "POOL/SERVER") or a wide IP ("wideip", NAME), if one is set (see `health.admin`)."""
+
 
 class ConfiguredAvailability:
     """Availability from configuration alone: the configured admin state decides."""
@@ -76,6 +81,9 @@ class ConfiguredAvailability:
 
     def weight(self, vs: VirtualServer, now: float) -> float:
         return 1.0
+
+    def admin_state(self, level: str, name: str) -> AdminState | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
