@@ -314,8 +314,8 @@ class HealthTracker:
         wideips = self._wideips_of_admin(level, name)
         if not self._quiet:
             log.info(
-                "{level} {name} admin state now {state}",
-                level=admin.LEVEL_WORDS[level],
+                "{target} {name} admin state now {state}",
+                target=admin.LEVEL_WORDS[level],
                 name=name,
                 state=state.state if state is not None else admin.ENABLED,
                 by=state.by if state is not None else "",
