@@ -74,7 +74,7 @@ def ask(service: NodeService, method: str, path: str, body: Any = None, token: s
     ],
 )
 def test_each_target_takes_a_change_with_who_and_why(service: NodeService, target: str, name: str, record: str) -> None:
-    service.reactor.advance(1_800_000_000)  # type: ignore[attr-defined]
+    service.reactor.advance(1_800_000_000)
     code, answer = ask(service, "POST", f"/api/v1/admin/{target}/{name}/drain", {"reason": "upgrade", "by": "bob"})
     assert code == 200, answer
     assert (answer["admin"], answer["by"], answer["why"], answer["node"]) == ("drain", "bob", "upgrade", "n1")
@@ -147,7 +147,7 @@ def test_status_and_the_admin_list_show_who_why_and_when(service: NodeService) -
     }
     code, answer = ask(service, "GET", "/api/v1/admin", token=None)
     assert code == 200 and answer["admin"] == [expected]
-    service.reactor.advance(0)  # type: ignore[attr-defined]  # (status answers in slices)
+    service.reactor.advance(0)  # (status answers in slices)
     code, status = ask(service, "GET", "/api/v1/status", token=None)
     assert code == 200 and status["admin"] == [expected]
 
