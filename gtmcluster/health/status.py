@@ -118,8 +118,8 @@ class HealthSnapshot:
         status = self.vs.get(vs.name)
         return status.serving if status is not None else vs.admin_state != "disabled"
 
-    def admin_state(self, level: str, name: str) -> admin_mod.AdminState | None:
-        return self.admin.get(f"{level}/{name}")
+    def admin_states(self) -> Mapping[str, admin_mod.AdminState]:
+        return self.admin
 
     def weight(self, vs: VirtualServer, now: float) -> float:
         """Slow start: the share of a returning server, rising in tenths to 1."""

@@ -32,7 +32,7 @@ It is also the `Availability` the balancer asks (delegating to the current snaps
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from twisted.logger import Logger
@@ -205,8 +205,8 @@ class HealthTracker:
     def weight(self, vs: VirtualServer, now: float) -> float:
         return self.snapshot.weight(vs, now)
 
-    def admin_state(self, level: str, name: str) -> AdminState | None:
-        return self._admin.get(f"{level}/{name}")
+    def admin_states(self) -> Mapping[str, AdminState]:
+        return self._snapshot.admin
 
     # -- what changes it ----------------------------------------------------------------------
 

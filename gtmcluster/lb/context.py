@@ -6,7 +6,9 @@ from __future__ import annotations
 import ipaddress
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from gtmcluster.config.model import VirtualServer
@@ -65,9 +67,12 @@ class Availability(Protocol):
     def weight(self, vs: VirtualServer, now: float) -> float:
         """Its share under ratio and round robin, below 1 while it ramps up (slow start)."""
 
-    def admin_state(self, level: str, name: str) -> AdminState | None:
-        """An operator's admin state of a pool ("pool", NAME), a pool member ("member",
-        "POOL/SERVER") or a wide IP ("wideip", NAME), if one is set (see `health.admin`)."""
+    def admin_states(self) -> Mapping[str, AdminState]:
+        """Operators' admin states of pools ("pool/NAME"), pool members
+        ("member/POOL/SERVER") and wide IPs ("wideip/NAME"), those set (see `health.admin`)."""
+
+
+_NO_ADMIN: Mapping[str, AdminState] = MappingProxyType({})
 
 
 class ConfiguredAvailability:
@@ -82,8 +87,8 @@ class ConfiguredAvailability:
     def weight(self, vs: VirtualServer, now: float) -> float:
         return 1.0
 
-    def admin_state(self, level: str, name: str) -> AdminState | None:
-        return None
+    def admin_states(self) -> Mapping[str, AdminState]:
+        return _NO_ADMIN
 
 
 @dataclass(frozen=True, slots=True)

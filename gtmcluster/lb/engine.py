@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +48,12 @@ class _Run:
     version: int
     steps: list[Step] = field(default_factory=list)
     scope: int = 0
+    #: operators' admin states of pools, pool members and wide IPs, by "<level>/<name>"
+    #: (usually empty: then nothing is looked up)
+    admin: Mapping[str, AdminState] = field(default_factory=dict)
+
+    def admin_state(self, key: str) -> AdminState | None:
+        return self.admin.get(key) if self.admin else None
 
     def decision(self, action: Action, **fields: Any) -> Decision:
         """The decision, with the scope, the trace and what the context noted on the way."""
@@ -138,8 +144,8 @@ class Balancer:
         return PersistKey(wideip.name, qtype, str(network), resolver), network.prefixlen
 
     def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
-        run = _Run(ctx, 4 if qtype == TYPE_A else 6)
-        admin = self.availability.admin_state("wideip", wideip.name)
+        run = _Run(ctx, 4 if qtype == TYPE_A else 6, admin=self.availability.admin_states())
+        admin = run.admin_state(f"wideip/{wideip.name}") if run.admin else None
         if admin is not None and admin.state == DISABLED:
             run.steps.append(_admin_step(f"wideip {wideip.name}", admin))
             return self._failure(wideip, run)
@@ -215,16 +221,16 @@ class Balancer:
         if ref is not None:
             by_name = {m.name: m for m in ref.pool.members}
             members = [by_name.get(n) for n in record.members]
-        admin = self.availability.admin_state
+        admin = run.admin_state
         usable = (
             ref is not None
             and members
-            and not _disabled(admin("pool", ref.pool.name))
+            and not (run.admin and _disabled(admin(f"pool/{ref.pool.name}")))
             and all(
                 m is not None
                 and m.vs.address.version == run.version
                 and self.availability.vs_serving(m.vs)
-                and not _disabled(admin("member", f"{ref.pool.name}/{m.name}"))
+                and not (run.admin and _disabled(admin(f"member/{ref.pool.name}/{m.name}")))
                 for m in members
             )
         )
@@ -259,16 +265,14 @@ class Balancer:
         )
 
     def _usable(self, pool: Pool, member: PoolMember, run: _Run) -> bool:
-        return (
-            member.vs.address.version == run.version
-            and self.availability.vs_up(member.vs)
-            and _enabled(self.availability.admin_state("member", f"{pool.name}/{member.name}"))
-        )
+        if member.vs.address.version != run.version or not self.availability.vs_up(member.vs):
+            return False
+        return not run.admin or _enabled(run.admin.get(f"member/{pool.name}/{member.name}"))
 
     def _pool_up(self, pool: Pool, run: _Run) -> bool:
         """A pool is a candidate when it is enabled and a member is available, or when its
         chain has `fallback_ip` and an address of the right family to answer with."""
-        if not _enabled(self.availability.admin_state("pool", pool.name)):
+        if run.admin and not _enabled(run.admin.get(f"pool/{pool.name}")):
             return False
         if any(self._usable(pool, m, run) for m in pool.members):
             return True
@@ -295,10 +299,11 @@ class Balancer:
 
     def _choose(self, wideip: WideIP, run: _Run) -> tuple[_PoolOutcome, PoolRef | None]:
         subject = f"wideip {wideip.name}"
-        for r in wideip.pools:
-            admin = self.availability.admin_state("pool", r.name)
-            if admin is not None and admin.state != ENABLED:
-                run.steps.append(_admin_step(f"pool {r.name}", admin))
+        if run.admin:
+            for r in wideip.pools:
+                admin = run.admin.get(f"pool/{r.name}")
+                if admin is not None and admin.state != ENABLED:
+                    run.steps.append(_admin_step(f"pool {r.name}", admin))
         available = [r for r in wideip.pools if self._pool_up(r.pool, run)]
         order: tuple[PoolRef, ...] = ()
         if available:
@@ -326,7 +331,7 @@ class Balancer:
             if outcome.action is not Action.NOTHING:
                 return outcome, ref
         last = wideip.last_resort
-        if last is not None and last not in order and _enabled(self.availability.admin_state("pool", last.name)):
+        if last is not None and last not in order and _enabled(run.admin_state(f"pool/{last.name}")):
             outcome = self._run_pool(last.pool, run, last_resort=True)
             if outcome.action is not Action.NOTHING:
                 return outcome, last
@@ -335,10 +340,11 @@ class Balancer:
     def _run_pool(self, pool: Pool, run: _Run, last_resort: bool = False) -> _PoolOutcome:
         subject = f"pool {pool.name}" + (" (last resort)" if last_resort else "")
         members = [m for m in pool.members if self._usable(pool, m, run)]
-        for m in pool.members:
-            admin = self.availability.admin_state("member", f"{pool.name}/{m.name}")
-            if admin is not None and admin.state != ENABLED:
-                run.steps.append(_admin_step(subject, admin))
+        if run.admin:
+            for m in pool.members:
+                admin = run.admin.get(f"member/{pool.name}/{m.name}")
+                if admin is not None and admin.state != ENABLED:
+                    run.steps.append(_admin_step(subject, admin))
         names = tuple(m.name for m in members)
         for slot_name, method in pool.methods.chain():
             if method == "none":

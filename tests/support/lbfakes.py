@@ -57,8 +57,8 @@ class FakeAvailability:
     def weight(self, vs: VirtualServer, now: float) -> float:
         return self.weights.get(vs.name, 1.0)
 
-    def admin_state(self, level: str, name: str) -> AdminState | None:
-        return self.admin.get(f"{level}/{name}")
+    def admin_states(self) -> dict[str, AdminState]:
+        return self.admin
 
 
 class NoPersistence:
