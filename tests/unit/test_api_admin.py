@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from OpenSSL import crypto
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock
 
 from gtmcluster.api import admin as api_admin
 from gtmcluster.api.routes import api_site
-from gtmcluster.api.server import ApiChannel
+from gtmcluster.api.server import ApiChannel, caller
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
@@ -178,3 +179,31 @@ def test_a_datacenter_disabled_on_one_member_moves_the_answers_of_another(tmp_pa
     api_admin.change(nodes["n1"], "datacenter", "DC1", "enable", by="alice")
     cluster.settle()
     assert nodes["n2"].decide(wideip, 1, r1, key="r1").members == ("vs1",)
+
+
+class _CertTransport:
+    def __init__(self, certificate: Any) -> None:
+        self.certificate = certificate
+
+    def getPeerCertificate(self) -> Any:
+        return self.certificate
+
+
+class _Request:
+    def __init__(self, transport: Any) -> None:
+        self.channel = type("Channel", (), {"transport": transport})()
+
+
+def test_who_is_the_client_certificate_when_one_was_given(service: NodeService) -> None:
+    """Over TLS with a client certificate, the change is recorded under the certificate's
+    name (what the caller says it acts for in brackets); without one, under what it says."""
+    certificate = crypto.X509()
+    certificate.get_subject().CN = "ops-alice"
+    assert caller(_Request(_CertTransport(certificate))) == "ops-alice"  # type: ignore[arg-type]
+    assert caller(_Request(_CertTransport(None))) == ""  # type: ignore[arg-type]
+    assert caller(_Request(object())) == ""  # type: ignore[arg-type]  # plain TCP
+    node = service.node
+    assert (
+        api_admin.change(node, "pool", "p", "drain", by="bob", certificate="ops-alice")["by"] == "ops-alice (for bob)"
+    )
+    assert api_admin.change(node, "pool", "p", "drain", certificate="ops-alice")["by"] == "ops-alice"
