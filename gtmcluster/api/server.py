@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.x509.oid import NameOID
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
@@ -131,9 +132,12 @@ def caller(request: IRequest) -> str:
         return ""
     try:
         certificate = get_certificate()
-        name = certificate.get_subject().commonName if certificate is not None else None
+        if certificate is None:
+            return ""
+        names = certificate.to_cryptography().subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     except Exception:  # not a TLS connection (yet): no certificate
         return ""
+    name = names[0].value if names else ""
     return name if isinstance(name, str) else ""
 
 

@@ -83,9 +83,6 @@ _origin = operator.attrgetter("origin")
 NO_VERDICT = Observed(UNKNOWN, reason="no verdict yet")
 
 
-ADMIN_STATES = ("enabled", "disabled", "drain")
-
-
 @dataclass(frozen=True, slots=True)
 class VsStatus:
     name: str

@@ -9,6 +9,7 @@ reactor has not. That an acknowledged write is on disk is the process tests'.)""
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 import random
@@ -16,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from OpenSSL import crypto
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock
@@ -197,8 +202,20 @@ class _Request:
 def test_who_is_the_client_certificate_when_one_was_given(service: NodeService) -> None:
     """Over TLS with a client certificate, the change is recorded under the certificate's
     name (what the caller says it acts for in brackets); without one, under what it says."""
-    certificate = crypto.X509()
-    certificate.get_subject().CN = "ops-alice"
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ops-alice")])
+    now = datetime.datetime.now(datetime.UTC)
+    made = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    certificate = crypto.X509.from_cryptography(made)
     assert caller(_Request(_CertTransport(certificate))) == "ops-alice"  # type: ignore[arg-type]
     assert caller(_Request(_CertTransport(None))) == ""  # type: ignore[arg-type]
     assert caller(_Request(object())) == ""  # type: ignore[arg-type]  # plain TCP
