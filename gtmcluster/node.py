@@ -80,6 +80,7 @@ class Node:
         self.stats = QueryStats()
         self._apply(config, name, Rotations())
         self.health.standing_listeners.append(self._standing_changed)
+        self.health.wideip_listeners.append(self._wideips_changed)
 
     def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
         """Build everything that depends on the config, then switch to it in one step."""
@@ -217,6 +218,13 @@ class Node:
         for name in servers:
             for wideip in wideips_of.get(name, ()):
                 generations[wideip] = generations.get(wideip, 0) + 1
+
+    def _wideips_changed(self, wideips: Iterable[str]) -> None:
+        """An admin state of these wide IPs (or of their pools or pool members) changed:
+        their kept decisions end, no other's."""
+        generations = self._wideip_health
+        for wideip in wideips:
+            generations[wideip] = generations.get(wideip, 0) + 1
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None

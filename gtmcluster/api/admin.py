@@ -1,14 +1,17 @@
-"""Health and wide IP views, and the operator's admin actions on virtual servers."""
+"""Health and wide IP views, and the operator's admin actions at every level (`health.admin`)."""
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from gtmcluster.api.server import ApiError
+from gtmcluster.health import admin
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
+from gtmcluster.state.schema import MAX_NAME, MAX_TEXT
 
-ACTIONS = {"enable": "enabled", "disable": "disabled", "drain": "drain"}
+ACTIONS = admin.ACTIONS
 
 
 #: servers (or wide IPs) described per step of a sliced answer
@@ -109,26 +112,109 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
 
 
 def set_admin(node: Node, name: str, action: str) -> dict[str, Any]:
-    """enable / disable / drain a virtual server, for the whole sync group (a replicated
-    admin record). Enabling also releases a manual-resume hold."""
-    vs = node.config.virtual_servers.get(name)
-    if vs is None:
-        raise ApiError(404, f"no virtual server named {name!r}")
-    state = ACTIONS.get(action)
+    """enable / disable / drain a virtual server (``POST /api/v1/virtual-servers/NAME/ACTION``,
+    the older path of `change`)."""
+    return change(node, "virtual-server", name, action)
+
+
+def change(
+    node: Node, target: str, name: str, action: str, by: str = "", reason: str = "", certificate: str = ""
+) -> dict[str, Any]:
+    """enable / disable / drain an object (*target*: a level as the CLI names it, see
+    `health.admin.LEVEL_NAMES`) for the whole sync group: a replicated admin record saying
+    who (*certificate*: the name on the caller's client certificate, when it gave one;
+    *by*: who the caller says it acts for), why and when. Enabling a virtual server also
+    releases a manual-resume hold."""
+    level = admin.LEVEL_NAMES.get(target)
+    if level is None:
+        raise ApiError(404, f"no admin target {target!r} (targets: {', '.join(admin.LEVEL_NAMES)})")
+    state = admin.ACTIONS.get(action)
     if state is None:
         raise ApiError(404, f"no action {action!r} (use enable, disable or drain)")
-    node.store.put(f"admin/vs/{name}", {"state": state, "by": node.member.name})
+    name = _known_name(node, level, urllib.parse.unquote(name))
+    if len(by) > MAX_NAME:
+        raise ApiError(400, f"'by' is longer than {MAX_NAME} characters")
+    if len(reason) > MAX_TEXT:
+        raise ApiError(400, f"'reason' is longer than {MAX_TEXT} characters")
+    who = certificate or by or "api"
+    if certificate and by and by != certificate:
+        who = f"{certificate} (for {by})"
+    now = node.clock()
+    node.store.put(admin.key(level, name), admin.value(state, who, reason, now, node.member.name))
     released = False
-    if state == "enabled" and node.store.delete(f"held/vs/{name}") is not None:
+    if level == "vs" and state == admin.ENABLED and node.store.delete(f"held/vs/{name}") is not None:
         released = True
-    status = node.health.snapshot.vs.get(name)
-    return {
-        "virtual_server": name,
+    answer: dict[str, Any] = {
+        "target": target,
+        "name": name,
         "admin": state,
-        "released_hold": released,
-        "available": status.available if status else None,
-        "reason": status.reason if status else "",
+        "by": who,
+        "why": reason,
+        "at": now,
+        "node": node.member.name,
     }
+    snapshot = node.health.snapshot
+    if level == "vs":
+        status = snapshot.vs.get(name)
+        answer.update(
+            virtual_server=name,
+            released_hold=released,
+            available=status.available if status else None,
+            reason=status.reason if status else "",
+        )
+    elif level in ("datacenter", "link"):
+        servers = [
+            vs.name
+            for vs in node.config.virtual_servers.values()
+            if (vs.datacenter if level == "datacenter" else (vs.link.name if vs.link else None)) == name
+        ]
+        answer["virtual_servers"] = {
+            n: {"available": snapshot.vs[n].available, "serving": snapshot.vs[n].serving}
+            for n in servers[:PER_STEP]
+            if n in snapshot.vs
+        }
+        answer["virtual_servers_total"] = len(servers)
+    return answer
+
+
+def _known_name(node: Node, level: str, name: str) -> str:
+    """*name* as the running config spells it; 404 unless it is an object of *level* there."""
+    config = node.config
+    if level == "vs":
+        known = name in config.virtual_servers
+    elif level == "datacenter":
+        known = name in config.datacenters
+    elif level == "link":
+        known = name in config.links
+    elif level == "pool":
+        known = name in config.pools
+    elif level == "wideip":
+        name = name.lower().rstrip(".")
+        known = any(w.name == name for w in config.wideips.values())
+    else:
+        pool_name, slash, member = name.partition("/")
+        pool = config.pools.get(pool_name)
+        if not slash or pool is None:
+            raise ApiError(404, f"no pool member {name!r}: give POOL/VIRTUAL-SERVER, with a pool of the config")
+        known = any(m.name == member for m in pool.members)
+        if not known:
+            raise ApiError(404, f"pool {pool_name!r} has no member {member!r}")
+        return name
+    if not known:
+        raise ApiError(404, f"no {admin.LEVEL_WORDS[level]} named {name!r}")
+    return name
+
+
+def admin_states(node: Node) -> list[dict[str, Any]]:
+    """Every admin state set by an operator (enabled ones too: who enabled what, when)."""
+    out = []
+    for record in node.store.scan("admin/"):
+        parsed = admin.parse_key(record.key)
+        state = admin.from_value(parsed[0], parsed[1], record.value) if parsed is not None else None
+        if state is not None:
+            out.append(state.to_json())
+    out.sort(key=lambda s: (admin.LEVELS.index(s["level"]), s["name"]))
+    return out
 
 
 def saved(answer: dict[str, Any], on_disk: bool) -> dict[str, Any]:
@@ -136,5 +222,5 @@ def saved(answer: dict[str, Any], on_disk: bool) -> dict[str, Any]:
     when the write could not be made durable (it holds in memory and is replicated, but a
     crash of this node before the next snapshot could lose it here)."""
     if not on_disk:
-        raise ApiError(503, f"{answer['virtual_server']} is {answer['admin']} but the state could not be saved to disk")
+        raise ApiError(503, f"{answer['name']} is {answer['admin']} but the state could not be saved to disk")
     return answer

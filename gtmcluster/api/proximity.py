@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gtmcluster.api.server import ApiError
+from gtmcluster.config.model import WideIP
 from gtmcluster.dns import names
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
 from gtmcluster.lb.context import Client
@@ -136,4 +137,22 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             }
             for s in decision.trace
         ],
+        "admin": admin_out(node, wideip),
     }
+
+
+def admin_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
+    """The wide IP's servers an operator's admin state keeps out (their own, or their data
+    center's or link's): which, how, and why (who, when is in /api/v1/admin). Those of its
+    pools, pool members and itself are steps of the trace."""
+    snapshot = node.health.snapshot
+    out = []
+    seen = set()
+    for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
+        for m in ref.pool.members:
+            status = snapshot.vs.get(m.name)
+            if m.name in seen or status is None or status.admin == "enabled":
+                continue
+            seen.add(m.name)
+            out.append({"virtual_server": m.name, "admin": status.admin, "reason": status.reason})
+    return out

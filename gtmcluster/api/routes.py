@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from gtmcluster.service import NodeService
 
 Args = Mapping[str, str]
+#: what an admin change's body may say: who it is done for, and why
+ADMIN_FIELDS = ("by", "reason")
 
 
 def api_site(service: NodeService, generated: str) -> Site:
@@ -52,7 +54,15 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
         return slices.run(steps, service.reactor).addCallback(more)
 
     def post_admin(args: Args, parts: Args) -> Any:
-        answer = admin.set_admin(node, parts["name"], parts["action"])
+        answer = admin.change(
+            node,
+            parts.get("target", "virtual-server"),
+            parts["name"],
+            parts["action"],
+            by=args.get("by", ""),
+            reason=args.get("reason", ""),
+            certificate=args.get("caller", ""),
+        )
         if service.snapshots is None:
             return answer
         # acknowledged means on disk: a node killed right after its 200 keeps the write
@@ -73,7 +83,10 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
         Route("GET", "/api/v1/wideips", lambda a, p: slices.run(admin.wideips_steps(node), service.reactor)),
         Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit")),
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
-        Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin),
+        Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
+        Route("GET", "/api/v1/admin", lambda a, p: {"node": node.member.name, "admin": admin.admin_states(node)}),
+        # a pool member's NAME is POOL/SERVER: the action is the last segment
+        Route("POST", r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
         Route("POST", "/api/v1/reload", post_reload),
         Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service, refused), service.reactor)),
     ]

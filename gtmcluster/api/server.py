@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.x509.oid import NameOID
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
@@ -70,6 +71,9 @@ class Route:
     #: served without the token even where reads need one: the dashboard page holds no
     #: data (it asks the API with the token from its #token=... fragment)
     public: bool = False
+    #: text fields a POST's JSON object body may give (passed with the query arguments,
+    #: with "caller": who the connection is, see `caller`); empty: the body is not read
+    body: tuple[str, ...] = ()
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
@@ -95,6 +99,46 @@ def query_args(request: IRequest) -> dict[str, str]:
             raise ApiError(400, f"give {key!r} once")
         out[key] = values[0].decode(errors="replace")
     return out
+
+
+def body_fields(request: IRequest, fields: tuple[str, ...]) -> dict[str, str]:
+    """The text *fields* of a request's JSON object body (none when it is empty)."""
+    content = getattr(request, "content", None)
+    raw = content.getvalue() if isinstance(content, io.BytesIO) else b""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body is not a JSON object")
+    out = {}
+    for key, value in body.items():
+        if key not in fields:
+            raise ApiError(400, f"unknown field {key!r} (fields: {', '.join(fields)})")
+        if not isinstance(value, str):
+            raise ApiError(400, f"{key!r} must be text")
+        out[key] = value
+    return out
+
+
+def caller(request: IRequest) -> str:
+    """Who the API's client is, as far as the connection proves it: the common name of its
+    TLS client certificate, when it gave one; else "" (it holds the token, nothing more)."""
+    transport = getattr(getattr(request, "channel", None), "transport", None)
+    get_certificate = getattr(transport, "getPeerCertificate", None)
+    if get_certificate is None:
+        return ""
+    try:
+        certificate = get_certificate()
+        if certificate is None:
+            return ""
+        names = certificate.to_cryptography().subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    except Exception:  # not a TLS connection (yet): no certificate
+        return ""
+    name = names[0].value if names else ""
+    return name if isinstance(name, str) else ""
 
 
 def _answer(request: IRequest, result: Any) -> bytes:
@@ -157,6 +201,9 @@ class Api(resource.Resource):
             if unknown:
                 known = ", ".join(route.params) or "none"
                 raise ApiError(400, f"unknown parameter {unknown[0]!r} (parameters: {known})")
+            if route.body:
+                args.update(body_fields(request, route.body))
+                args["caller"] = caller(request)
             result = route.handler(args, parts)
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(

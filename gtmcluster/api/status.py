@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gtmcluster.api.admin import admin_states
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
 from gtmcluster.sync.replicator import Replicator
@@ -55,6 +56,7 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
             "reason": s.reason,
         }
     return {
+        "admin": admin_states(node),
         "node": node.member.name,
         "datacenter": node.member.datacenter,
         "group": config.sync_group.name,

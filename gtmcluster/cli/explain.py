@@ -33,6 +33,8 @@ def render(e: dict[str, Any]) -> str:
     lines = [f"{e['wideip']} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
     for step in e["trace"]:
         lines.append(f"  {step['text']}")
+    for out in e.get("admin", ()):
+        lines.append(f"  virtual server {out['virtual_server']} out by admin state {out['admin']}: {out['reason']}")
     if e["action"] == "answer":
         lines.append(
             f"=> {', '.join(e['answer'])} from pool {e['pool']} ({', '.join(e['members']) or 'fallback'}) "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import certs, check, dashboard, demo, explain, ldns, logs, status
+from gtmcluster.cli import admin, certs, check, dashboard, demo, explain, ldns, logs, status
 
 
 def parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def parser() -> argparse.ArgumentParser:
     ldns.add_parser(sub)
     logs.add_parser(sub)
     status.add_parser(sub)
+    admin.add_parser(sub)  # enable, disable, drain
     return p
 
 

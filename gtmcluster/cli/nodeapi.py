@@ -140,6 +140,39 @@ def get(m: Member, path: str, params: dict[str, str] | None = None, tokens: Toke
         raise CliError(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?)") from None
 
 
+def post(m: Member, path: str, body: dict[str, Any], tokens: Tokens) -> Any:
+    """POST *body* as JSON to the node's *path* with its token; the answer's JSON, or a
+    clear error (as `get`)."""
+    url = url_of(m, path)
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Accept": "application/json", "Content-Type": "application/json"},
+    )
+    token = tokens.for_member(m)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token.value}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.load(e).get("error", e.reason)
+        except (ValueError, AttributeError):
+            message = e.reason
+        if e.code in (401, 403) and "token" in str(message):
+            raise CliError(_token_problem(m, e.code, token, tokens)) from None
+        raise CliError(f"{m.name}: {message}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?)") from None
+
+
+class Unreachable(CliError):
+    """The node's API did not answer at all (another member may)."""
+
+
 def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) -> str:
     if code == 401 or token is None:
         why = tokens.unreadable.get(m.name)

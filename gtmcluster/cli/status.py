@@ -21,8 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gtmcluster.cli.admin import when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
 from gtmcluster.config.model import Member
+from gtmcluster.health.admin import LEVEL_WORDS
 
 
 def add_parser(sub: Any) -> None:
@@ -202,12 +204,31 @@ def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], sum
             ]
         )
     lines = table(rows)
+    lines.extend(admin_lines(statuses))
     if summary.problems:
         lines.append("")
         lines.extend(summary.problems)
     lines.append("")
     lines.extend(verdict(summary))
     return "\n".join(lines)
+
+
+def admin_lines(statuses: dict[str, dict[str, Any]]) -> list[str]:
+    """The admin states operators set (replicated: as the first node that answered holds
+    them), those not `enabled`: what, by whom, when, where, why."""
+    held = next((s.get("admin") for s in statuses.values() if "error" not in s), None)
+    if not held:
+        return []
+    out = []
+    for a in held:
+        if a["state"] == "enabled":
+            continue
+        level = LEVEL_WORDS.get(a["level"], a["level"])
+        state = "draining" if a["state"] == "drain" else a["state"]
+        where = f" on {a['node']}" if a["node"] else ""
+        why = f": {a['reason']}" if a["reason"] else ""
+        out.append(f"{level} {a['name']} {state} by {a['by'] or '?'} at {when(a['at'])}{where}{why}")
+    return ["", "admin states:", *(f"  {line}" for line in out)] if out else []
 
 
 def verdict(summary: Summary) -> list[str]:

@@ -9,8 +9,10 @@ disconnected peer's last word is stale and does not count) combine by the monito
 - its link (if any) must be up (a link's verdicts combine the same way);
 - every server it `depends_on` must be serving;
 - a `held` record (manual resume after going down) keeps it out;
-- its admin state (an ``admin/vs/<vs>`` record, else the config's) decides the rest:
-  `disabled` takes it out, `drain` keeps it only for clients held by persistence.
+- its admin state (an ``admin/vs/<vs>`` record, else the config's), made more restrictive
+  by its data center's (``admin/datacenter/<dc>``) and its link's (``admin/link/<link>``),
+  decides the rest: `disabled` takes it out, `drain` keeps it only for clients held by
+  persistence (see `health.admin`; pools, pool members and wide IPs are the balancer's).
 
 `serving` means it may answer clients held by persistence; `available` means it may also
 take new ones. A verdict, hold or admin record whose value has another shape (written by a
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gtmcluster.config.model import Config, HealthRule, Link, Monitor, VirtualServer
+from gtmcluster.health import admin as admin_mod
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
 from gtmcluster.state.store import Record, Store
 
@@ -80,9 +83,6 @@ _origin = operator.attrgetter("origin")
 NO_VERDICT = Observed(UNKNOWN, reason="no verdict yet")
 
 
-ADMIN_STATES = ("enabled", "disabled", "drain")
-
-
 @dataclass(frozen=True, slots=True)
 class VsStatus:
     name: str
@@ -103,6 +103,9 @@ class HealthSnapshot:
     links: Mapping[str, Observed] = field(default_factory=dict)
     #: virtual server -> (ramp start, ramp end) for slow start
     ramps: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: operators' admin states of pools, pool members and wide IPs, by "<level>/<name>"
+    #: (those of data centers, links and servers are in each server's status)
+    admin: Mapping[str, admin_mod.AdminState] = field(default_factory=dict)
 
     def vs_up(self, vs: VirtualServer) -> bool:
         status = self.vs.get(vs.name)
@@ -111,6 +114,9 @@ class HealthSnapshot:
     def vs_serving(self, vs: VirtualServer) -> bool:
         status = self.vs.get(vs.name)
         return status.serving if status is not None else vs.admin_state != "disabled"
+
+    def admin_states(self) -> Mapping[str, admin_mod.AdminState]:
+        return self.admin
 
     def weight(self, vs: VirtualServer, now: float) -> float:
         """Slow start: the share of a returning server, rising in tenths to 1."""
@@ -159,24 +165,61 @@ def vs_status(
     if held is not None:
         why = held.value.get("reason", "") if isinstance(held.value, Mapping) else ""
         problems.append(f"held for manual resume since it went down ({why})")
-    admin_record = store.get(f"admin/vs/{vs.name}")
-    admin = vs.admin_state
-    if admin_record is not None and isinstance(admin_record.value, Mapping):
-        state = admin_record.value.get("state", vs.admin_state)
-        admin = state if state in ADMIN_STATES else vs.admin_state
+    own = _admin_of(store, "vs", vs.name)  # None: not one this version understands, the config's holds
+    admin = own.state if own is not None else vs.admin_state
+    above = admin_mod.worst(
+        [
+            s
+            for s in (
+                _admin_of(store, "datacenter", vs.datacenter),
+                _admin_of(store, "link", vs.link.name) if vs.link is not None else None,
+            )
+            if s is not None
+        ]
+    )
+    if above is not None and admin_mod.RANK[above.state] > admin_mod.RANK[admin]:
+        admin = above.state
     else:
-        admin_record = None  # not an admin state this version understands: the config's holds
+        above = None
     if admin == "disabled":
-        problems.append("disabled by an operator" if admin_record else "disabled in the config")
+        if above is not None:
+            problems.append(above.describe())
+        elif own is not None:
+            detail = ": ".join(t for t in (own.by, own.reason) if t)
+            problems.append("disabled by an operator" + (f" ({detail})" if detail else ""))
+        else:
+            problems.append("disabled in the config")
     serving = not problems
     available = serving and admin == "enabled"
     if serving and not available:
-        reason = "draining: only clients held by persistence"
+        why = f" ({above.describe()})" if above is not None else ""
+        reason = f"draining: only clients held by persistence{why}"
     elif problems:
         reason = "; ".join(problems)
     else:
         reason = observed.reason if vs.monitor else "no monitor"
     return VsStatus(vs.name, observed.state, admin, held is not None, healthy, serving, available, reason)
+
+
+def _admin_of(store: Store, level: str, name: str) -> admin_mod.AdminState | None:
+    record = store.get(admin_mod.key(level, name))
+    return None if record is None else admin_mod.from_value(level, name, record.value)
+
+
+#: the admin levels the balancer applies (kept in `HealthSnapshot.admin`)
+BALANCER_LEVELS = ("pool", "member", "wideip")
+
+
+def balancer_admin(store: Store) -> dict[str, admin_mod.AdminState]:
+    """The admin states of pools, pool members and wide IPs held, by "<level>/<name>"."""
+    out = {}
+    for record in store.scan("admin/"):
+        parsed = admin_mod.parse_key(record.key)
+        if parsed is not None and parsed[0] in BALANCER_LEVELS:
+            state = admin_mod.from_value(parsed[0], parsed[1], record.value)
+            if state is not None:
+                out[f"{parsed[0]}/{parsed[1]}"] = state
+    return out
 
 
 def record_keys(config: Config) -> list[str]:
@@ -190,6 +233,12 @@ def record_keys(config: Config) -> list[str]:
         keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
     for link in config.links:
         keys += [f"obs/link/{link}/{member}" for member in members]
+        keys.append(f"admin/link/{link}")
+    keys += [f"admin/datacenter/{dc}" for dc in config.datacenters]
+    for pool in config.pools.values():
+        keys.append(f"admin/pool/{pool.name}")
+        keys += [f"admin/member/{pool.name}/{m.name}" for m in pool.members]
+    keys += [f"admin/wideip/{w.name}" for w in config.wideips.values()]
     return keys
 
 
@@ -220,16 +269,23 @@ def snapshot(
     observers: frozenset[str] | None = None,
 ) -> HealthSnapshot:
     vs, links = evaluate(config, store, observers)
-    return HealthSnapshot(MappingProxyType(vs), MappingProxyType(links), MappingProxyType(dict(ramps or {})))
+    return HealthSnapshot(
+        MappingProxyType(vs),
+        MappingProxyType(links),
+        MappingProxyType(dict(ramps or {})),
+        MappingProxyType(balancer_admin(store)),
+    )
 
 
 __all__ = [
+    "BALANCER_LEVELS",
     "DOWN",
     "UNKNOWN",
     "UP",
     "HealthSnapshot",
     "Observed",
     "VsStatus",
+    "balancer_admin",
     "combine",
     "evaluate",
     "link_status",

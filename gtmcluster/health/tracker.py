@@ -1,7 +1,13 @@
 """Keeps the node's current `HealthSnapshot` and acts on changes, in proportion to them.
 
 A changed record marks its subject dirty: ``obs/vs/<vs>/<observer>``, ``admin/vs/<vs>`` and
-``held/vs/<vs>`` mark the server, ``obs/link/<link>/<observer>`` the link. Dirty subjects
+``held/vs/<vs>`` mark the server, ``obs/link/<link>/<observer>`` the link,
+``admin/datacenter/<dc>`` every server of that data center and ``admin/link/<link>`` every
+server bound to that link (see `health.admin`). The admin states of pools, pool members
+and wide IPs (``admin/pool/...``, ``admin/member/...``, ``admin/wideip/...``) are the
+balancer's to apply: the tracker keeps them in the snapshot (`HealthSnapshot.admin`) and
+tells its `wideip_listeners` which wide IPs they concern, so only those wide IPs' kept
+decisions end. Dirty subjects
 are evaluated once (`health.status`: each reads its own records only) when the tracker
 flushes: on the next reactor turn when the node gave it a `schedule` (so a reconcile that
 merges a hundred verdicts in one turn evaluates each server once), at once without one
@@ -26,20 +32,29 @@ It is also the `Availability` the balancer asks (delegating to the current snaps
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.health.status import HealthSnapshot, Observed, VsStatus, link_status, vs_status
+from gtmcluster.health import admin
+from gtmcluster.health.admin import AdminState
+from gtmcluster.health.status import (
+    HealthSnapshot,
+    Observed,
+    VsStatus,
+    balancer_admin,
+    link_status,
+    vs_status,
+)
 from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Record, Store
 
 log = Logger()
 
-WATCHED = ("obs/", "admin/vs/", "held/vs/")
+WATCHED = ("obs/", "admin/", "held/vs/")
 #: how often (seconds) ramps that ended are dropped (a ramp's end needs no evaluation)
 RAMP_SWEEP = 1.0
 #: with a schedule, subjects evaluated at most per reactor turn (or per read of the
@@ -71,10 +86,15 @@ class HealthTracker:
         self._vs: dict[str, VsStatus] = {}
         self._links: dict[str, Observed] = {}
         self._ramps: dict[str, tuple[float, float]] = {}
+        #: admin states of pools, pool members and wide IPs, by "<level>/<name>"
+        self._admin: dict[str, AdminState] = {}
         self._swept = float("-inf")
         #: what a reader sees: views of the tracker's current statuses
         self._snapshot = HealthSnapshot(
-            MappingProxyType(self._vs), MappingProxyType(self._links), MappingProxyType(self._ramps)
+            MappingProxyType(self._vs),
+            MappingProxyType(self._links),
+            MappingProxyType(self._ramps),
+            MappingProxyType(self._admin),
         )
         #: subjects to evaluate (dicts as ordered sets)
         self._dirty_vs: dict[str, None] = {}
@@ -93,7 +113,10 @@ class HealthTracker:
         self.evaluations = 0
         #: told, after each evaluation, the servers whose availability or serving changed
         self.standing_listeners: list[Callable[[list[str]], object]] = []
+        #: told the wide IPs whose pools', pool members' or own admin state changed
+        self.wideip_listeners: list[Callable[[list[str]], object]] = []
         self._index(config)
+        self._read_admin()
         self._all_dirty()
         self._quiet = True
         try:
@@ -103,16 +126,40 @@ class HealthTracker:
         store.subscribe(self._changed)
 
     def _index(self, config: Config) -> None:
-        """Who hangs on whom: the servers bound to each link, depending on each server."""
+        """Who hangs on whom: the servers bound to each link, in each data center, depending
+        on each server; the wide IPs using each pool."""
         on_link: dict[str, list[str]] = {}
+        in_dc: dict[str, list[str]] = {}
         dependants: dict[str, list[str]] = {}
         for vs in config.virtual_servers.values():
+            in_dc.setdefault(vs.datacenter, []).append(vs.name)
             if vs.link is not None:
                 on_link.setdefault(vs.link.name, []).append(vs.name)
             for dep in vs.depends_on:
                 dependants.setdefault(dep, []).append(vs.name)
+        using: dict[str, list[str]] = {}
+        for wideip in config.wideips.values():
+            for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
+                users = using.setdefault(ref.pool.name, [])
+                if wideip.name not in users:
+                    users.append(wideip.name)
         self._on_link = on_link
+        self._in_dc = in_dc
         self._dependants = dependants
+        self._using_pool = using
+        self._wideip_names = frozenset(w.name for w in config.wideips.values())
+
+    def _read_admin(self) -> None:
+        """The admin states the balancer applies, from the store (at start, on a new config)."""
+        self._admin.clear()
+        self._admin.update(balancer_admin(self.store))
+
+    def _wideips_of_admin(self, level: str, name: str) -> list[str]:
+        """The wide IPs an admin state at *level* of *name* concerns."""
+        if level == "wideip":
+            return [name] if name in self._wideip_names else []
+        pool = name.partition("/")[0] if level == "member" else name
+        return list(self._using_pool.get(pool, ()))
 
     def _all_dirty(self) -> None:
         self._dirty_links.update(dict.fromkeys(self.config.links))
@@ -158,6 +205,9 @@ class HealthTracker:
     def weight(self, vs: VirtualServer, now: float) -> float:
         return self.snapshot.weight(vs, now)
 
+    def admin_states(self) -> Mapping[str, AdminState]:
+        return self._snapshot.admin
+
     # -- what changes it ----------------------------------------------------------------------
 
     @property
@@ -180,6 +230,7 @@ class HealthTracker:
             changes = between(self.config, config)
         self.config = config
         self._index(config)
+        self._read_admin()
         for name in [n for n in self._vs if n not in config.virtual_servers]:
             del self._vs[name]
             self._ramps.pop(name, None)
@@ -223,15 +274,57 @@ class HealthTracker:
             if not slash or name not in self.config.links:
                 return
             self._dirty_links[name] = None
-        else:  # admin/vs/<vs>, held/vs/<vs>
+        elif key.startswith(("admin/vs/", "held/vs/")):
             name = key[key.index("/vs/") + 4 :]
             if name not in self.config.virtual_servers:
                 return
             self._dirty_vs[name] = None
+        else:
+            parsed = admin.parse_key(key)
+            if parsed is None:
+                return
+            level, name = parsed
+            if level == "datacenter":
+                servers = self._in_dc.get(name, ())
+            elif level == "link":
+                servers = self._on_link.get(name, ())
+            else:
+                self._balancer_admin_changed(level, name, record)
+                return
+            if not servers:
+                return
+            self._dirty_vs.update(dict.fromkeys(servers))
         if self.schedule is None:
             self._flush(None)
         else:
             self._kick()
+
+    def _balancer_admin_changed(self, level: str, name: str, record: Record) -> None:
+        """A pool's, pool member's or wide IP's admin state changed: keep it, and tell the
+        listeners which wide IPs it concerns (their kept decisions end)."""
+        state = admin.from_value(level, name, record.value)
+        held = f"{level}/{name}"
+        if state is None:
+            if self._admin.pop(held, None) is None:
+                return
+        elif self._admin.get(held) == state:
+            return
+        else:
+            self._admin[held] = state
+        wideips = self._wideips_of_admin(level, name)
+        if not self._quiet:
+            log.info(
+                "{target} {name} admin state now {state}",
+                target=admin.LEVEL_WORDS[level],
+                name=name,
+                state=state.state if state is not None else admin.ENABLED,
+                by=state.by if state is not None else "",
+                reason=state.reason if state is not None else "",
+                event="admin_state",
+            )
+        if wideips:
+            for listener in self.wideip_listeners:
+                listener(wideips)
 
     def _kick(self) -> None:
         """Have the next reactor turn evaluate what is dirty (with a schedule)."""

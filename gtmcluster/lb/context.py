@@ -6,10 +6,13 @@ from __future__ import annotations
 import ipaddress
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from gtmcluster.config.model import VirtualServer
+from gtmcluster.health.admin import AdminState
 from gtmcluster.topology.records import Match, Topology
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -64,6 +67,13 @@ class Availability(Protocol):
     def weight(self, vs: VirtualServer, now: float) -> float:
         """Its share under ratio and round robin, below 1 while it ramps up (slow start)."""
 
+    def admin_states(self) -> Mapping[str, AdminState]:
+        """Operators' admin states of pools ("pool/NAME"), pool members
+        ("member/POOL/SERVER") and wide IPs ("wideip/NAME"), those set (see `health.admin`)."""
+
+
+_NO_ADMIN: Mapping[str, AdminState] = MappingProxyType({})
+
 
 class ConfiguredAvailability:
     """Availability from configuration alone: the configured admin state decides."""
@@ -76,6 +86,9 @@ class ConfiguredAvailability:
 
     def weight(self, vs: VirtualServer, now: float) -> float:
         return 1.0
+
+    def admin_states(self) -> Mapping[str, AdminState]:
+        return _NO_ADMIN
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,13 @@ A method that yields nothing passes to the next; a pool whose chain yields nothi
 to the next pool in the wide IP's ranking, then to the last resort pool. `return_to_dns`
 and `drop_packet` end the search with that outcome; `fallback_ip` answers with the pool's
 fallback addresses whatever their health.
+
+Operators' admin states (`health.admin`) of pools, pool members and wide IPs apply here
+(those of data centers, links and servers are in each server's availability): a disabled
+pool or pool member is no candidate, for anyone; a draining one is no candidate for new
+clients, while clients held by persistence keep it. A disabled wide IP answers with its
+`failure_response` (as when no pool has an available member), persistence aside; a
+draining one does so for new clients only.
 """
 
 from __future__ import annotations
@@ -12,12 +19,13 @@ from __future__ import annotations
 import copy
 import ipaddress
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, WideIP
 from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.health.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.lb.context import (
     Availability,
     Client,
@@ -40,6 +48,12 @@ class _Run:
     version: int
     steps: list[Step] = field(default_factory=list)
     scope: int = 0
+    #: operators' admin states of pools, pool members and wide IPs, by "<level>/<name>"
+    #: (usually empty: then nothing is looked up)
+    admin: Mapping[str, AdminState] = field(default_factory=dict)
+
+    def admin_state(self, key: str) -> AdminState | None:
+        return self.admin.get(key) if self.admin else None
 
     def decision(self, action: Action, **fields: Any) -> Decision:
         """The decision, with the scope, the trace and what the context noted on the way."""
@@ -130,7 +144,11 @@ class Balancer:
         return PersistKey(wideip.name, qtype, str(network), resolver), network.prefixlen
 
     def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
-        run = _Run(ctx, 4 if qtype == TYPE_A else 6)
+        run = _Run(ctx, 4 if qtype == TYPE_A else 6, admin=self.availability.admin_states())
+        admin = run.admin_state(f"wideip/{wideip.name}") if run.admin else None
+        if admin is not None and admin.state == DISABLED:
+            run.steps.append(_admin_step(f"wideip {wideip.name}", admin))
+            return self._failure(wideip, run)
         persisted = self.persist_key(wideip, qtype, client)
         key = None
         if persisted is not None:
@@ -138,6 +156,9 @@ class Balancer:
             hit = self._persisted(wideip, key, run)
             if hit is not None:
                 return hit
+        if admin is not None and admin.state != ENABLED:  # draining: new clients are refused
+            run.steps.append(_admin_step(f"wideip {wideip.name}", admin))
+            return self._failure(wideip, run)
         outcome, ref = self._choose(wideip, run)
         if outcome.action is Action.NOTHING:
             return self._failure(wideip, run)
@@ -200,11 +221,16 @@ class Balancer:
         if ref is not None:
             by_name = {m.name: m for m in ref.pool.members}
             members = [by_name.get(n) for n in record.members]
+        admin = run.admin_state
         usable = (
             ref is not None
             and members
+            and not (run.admin and _disabled(admin(f"pool/{ref.pool.name}")))
             and all(
-                m is not None and m.vs.address.version == run.version and self.availability.vs_serving(m.vs)
+                m is not None
+                and m.vs.address.version == run.version
+                and self.availability.vs_serving(m.vs)
+                and not (run.admin and _disabled(admin(f"member/{ref.pool.name}/{m.name}")))
                 for m in members
             )
         )
@@ -238,13 +264,17 @@ class Balancer:
             method="persistence",
         )
 
-    def _usable(self, member: PoolMember, run: _Run) -> bool:
-        return member.vs.address.version == run.version and self.availability.vs_up(member.vs)
+    def _usable(self, pool: Pool, member: PoolMember, run: _Run) -> bool:
+        if member.vs.address.version != run.version or not self.availability.vs_up(member.vs):
+            return False
+        return not run.admin or _enabled(run.admin.get(f"member/{pool.name}/{member.name}"))
 
     def _pool_up(self, pool: Pool, run: _Run) -> bool:
-        """A pool is a candidate when a member is available, or when its chain has
-        `fallback_ip` and an address of the right family to answer with."""
-        if any(self._usable(m, run) for m in pool.members):
+        """A pool is a candidate when it is enabled and a member is available, or when its
+        chain has `fallback_ip` and an address of the right family to answer with."""
+        if run.admin and not _enabled(run.admin.get(f"pool/{pool.name}")):
+            return False
+        if any(self._usable(pool, m, run) for m in pool.members):
             return True
         return "fallback_ip" in pool.methods.names() and any(a.version == run.version for a in pool.fallback_ips)
 
@@ -269,6 +299,11 @@ class Balancer:
 
     def _choose(self, wideip: WideIP, run: _Run) -> tuple[_PoolOutcome, PoolRef | None]:
         subject = f"wideip {wideip.name}"
+        if run.admin:
+            for r in wideip.pools:
+                admin = run.admin.get(f"pool/{r.name}")
+                if admin is not None and admin.state != ENABLED:
+                    run.steps.append(_admin_step(f"pool {r.name}", admin))
         available = [r for r in wideip.pools if self._pool_up(r.pool, run)]
         order: tuple[PoolRef, ...] = ()
         if available:
@@ -296,7 +331,7 @@ class Balancer:
             if outcome.action is not Action.NOTHING:
                 return outcome, ref
         last = wideip.last_resort
-        if last is not None and last not in order:
+        if last is not None and last not in order and _enabled(run.admin_state(f"pool/{last.name}")):
             outcome = self._run_pool(last.pool, run, last_resort=True)
             if outcome.action is not Action.NOTHING:
                 return outcome, last
@@ -304,7 +339,12 @@ class Balancer:
 
     def _run_pool(self, pool: Pool, run: _Run, last_resort: bool = False) -> _PoolOutcome:
         subject = f"pool {pool.name}" + (" (last resort)" if last_resort else "")
-        members = [m for m in pool.members if self._usable(m, run)]
+        members = [m for m in pool.members if self._usable(pool, m, run)]
+        if run.admin:
+            for m in pool.members:
+                admin = run.admin.get(f"member/{pool.name}/{m.name}")
+                if admin is not None and admin.state != ENABLED:
+                    run.steps.append(_admin_step(subject, admin))
         names = tuple(m.name for m in members)
         for slot_name, method in pool.methods.chain():
             if method == "none":
@@ -344,3 +384,17 @@ class Balancer:
                 picked = tuple(c for c in chosen if isinstance(c, PoolMember))
                 return _PoolOutcome(Action.ANSWER, picked, tuple(m.vs.address for m in picked), method)
         return _PoolOutcome(Action.NOTHING)
+
+
+def _enabled(admin: AdminState | None) -> bool:
+    return admin is None or admin.state == ENABLED
+
+
+def _disabled(admin: AdminState | None) -> bool:
+    return admin is not None and admin.state == DISABLED
+
+
+def _admin_step(subject: str, admin: AdminState) -> Step:
+    """A trace step saying what an operator's admin state took out."""
+    scope = "for every client" if admin.state == DISABLED else "for new clients"
+    return Step(subject, "admin", admin.state, (admin.name,), (), note=f"{admin.describe()}: out {scope}")

@@ -5,7 +5,10 @@ A record's kind is its key's first segment. The kinds, their keys and values:
 
     obs/vs/<vs>/<observer>      {"up": bool, "reason": str}         TTL required
     obs/link/<link>/<observer>  the same; the observer must be the record's origin
-    admin/vs/<vs>               {"state": "enabled" | "disabled" | "drain", "by": str, ...}
+    admin/<level>/<name>        {"state": "enabled" | "disabled" | "drain", "by": str,
+                                 "reason": str, "at": number, "node": str}
+                                (<level>: datacenter, link, vs, pool, wideip; or
+                                 admin/member/<pool>/<vs>: see `health.admin`)
     held/vs/<vs>                {"since": number, "reason": str, "by": str}
     metrics/vs/<vs>             load figures (non-negative numbers) and "by"   TTL required
     path/<ldns>/<datacenter>    the eight fields of `proximity.table.PathValue`   TTL required
@@ -194,13 +197,24 @@ def _observation(value: Mapping[str, Any]) -> str | None:
 
 
 ADMIN_STATES = ("enabled", "disabled", "drain")
+#: the levels of an admin record's key (`health.admin`); a pool member's is admin/member/<pool>/<vs>
+ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
+
+
+def _admin_key(parts: list[str], origin: str) -> str | None:
+    wanted = 3 if parts[0] == "member" else 2
+    if parts[0] not in ADMIN_LEVELS or len(parts) != wanted or not all(parts):
+        return "is not admin/<level>/<name> (levels: datacenter, link, vs, pool, wideip) or admin/member/<pool>/<vs>"
+    return None
 
 
 def _admin(value: Mapping[str, Any]) -> str | None:
     state = value.get("state")
     if state not in ADMIN_STATES or type(state) is not str:
         return f"'state' is not one of {', '.join(ADMIN_STATES)}" if "state" in value else "has no 'state'"
-    return _text(value, "by") or _text(value, "reason")
+    if "at" in value and not _finite(value["at"]):
+        return "'at' is not a number"
+    return _text(value, "by") or _text(value, "reason") or _text(value, "node")
 
 
 def _held(value: Mapping[str, Any]) -> str | None:
@@ -306,7 +320,7 @@ KINDS: dict[str, Kind] = {
         # (the few kinds whose every value is measured: text of any length within the size,
         # which leaves room for what an older version wrote before writers shortened it)
         Kind("obs", _observation_key, _observation, STATE_SIZE, MAX_OBSERVATION_TTL, True, 200_000),
-        Kind("admin", _vs_key, _admin, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
+        Kind("admin", _admin_key, _admin, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
         Kind("held", _vs_key, _held, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
         Kind("metrics", _vs_key, _metrics, STATE_SIZE, MAX_OBSERVATION_TTL, True, 200_000),
         # One data center's paths to 1,000,000 LDNSes are one origin's (bench/scale.py): twice
@@ -385,6 +399,7 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
 
 
 __all__ = [
+    "ADMIN_LEVELS",
     "ADMIN_STATES",
     "KINDS",
     "MAX_NAME",

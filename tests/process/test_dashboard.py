@@ -100,6 +100,7 @@ SNAPSHOT_JS = """(() => {
       time: e.querySelector("time").getAttribute("datetime"), text: e.innerText,
     })),
     actions: all("button[data-action]").map((e) => `${e.dataset.action} ${e.dataset.target}`),
+    admin: Object.fromEntries(all("[data-admin]").map((e) => [e.dataset.admin, e.dataset.state])),
     acted: document.body.dataset.acted,
   };
 })()"""
@@ -304,10 +305,11 @@ class Site:
         """The token *node* made (the group's config sets none)."""
         return apiclient.token_of(self.group.config_path, node)
 
-    def api(self, node: str, path: str, method: str = "GET") -> Any:
-        """The JSON answer of *node* (a write with its token); fails unless 200."""
+    def api(self, node: str, path: str, method: str = "GET", body: Any = None) -> Any:
+        """The JSON answer of *node* (a write with its token, and *body* as JSON); fails unless 200."""
         token = self.token(node) if method == "POST" else None
-        code, body = apiclient.call(self.group.members[node].api, path, method, token)
+        sent = None if body is None else json.dumps(body).encode()
+        code, body = apiclient.call(self.group.members[node].api, path, method, token, body=sent)
         assert code == 200, (node, method, path, code, body)
         return body
 
@@ -614,6 +616,46 @@ def test_acts_with_the_token(site: Site) -> None:
         tab.close()
         if site.api("n1", "/api/v1/health")["virtual_servers"]["vs2"]["admin"] != "enabled":
             site.api("n1", "/api/v1/virtual-servers/vs2/enable", "POST")
+
+
+def test_disables_a_datacenter_and_shows_who_why_and_when(site: Site) -> None:
+    """With the token, DC3's own disable button takes vs3 out for the whole group; the
+    Admin states panel then shows who did it (the API: the page gives no name), and a
+    change made with the CLI's reason shows that reason; enable gives DC3 back."""
+    command = ["dashboard-url", "--config", str(site.group.config_path), "--node", "n1"]
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "gtmcluster"), *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    tab = site.browser.open(run.stdout.strip())
+    try:
+        tab.wait_for(lambda s: s["polls"] >= 1 and s["vs"].get("vs3") == "available", "vs3 available")
+        tab.evaluate(
+            'document.querySelector(\'button[data-kind="datacenter"][data-action="disable"][data-target="DC3"]\').click()'
+        )
+        snap = tab.wait_for(
+            lambda s: s["vs"]["vs3"] == "unavailable" and s["admin"].get("datacenter/DC3") == "disabled",
+            "DC3 disabled by its button",
+        )
+        assert "data center DC3 disabled by api" in snap["text"]
+        site.group.wait_for(
+            lambda: site.group.status("n3")["health"]["virtual_servers"]["vs3"]["admin"] == "disabled",
+            10.0,
+            "n3 to hear that DC3 is disabled",
+        )
+        site.api("n2", "/api/v1/admin/datacenter/DC3/drain", "POST", {"reason": "moving racks", "by": "carol"})
+        snap = tab.wait_for(lambda s: s["admin"].get("datacenter/DC3") == "drain", "DC3 draining")
+        assert "carol" in snap["text"] and "moving racks" in snap["text"]
+        tab.evaluate(
+            'document.querySelector(\'button[data-kind="datacenter"][data-action="enable"][data-target="DC3"]\').click()'
+        )
+        tab.wait_for(lambda s: s["vs"]["vs3"] == "available", "DC3 enabled again")
+    finally:
+        tab.close()
+        site.api("n1", "/api/v1/admin/datacenter/DC3/enable", "POST")
 
 
 #: what a page of another site tries: the writes a browser sends without asking the target

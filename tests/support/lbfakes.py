@@ -15,6 +15,7 @@ from typing import Any
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Prefixes, VirtualServer, WideIP
+from gtmcluster.health.admin import AdminState
 from gtmcluster.lb.context import Client, Context, PersistKey, PersistRecord, Rotations
 from gtmcluster.lb.methods import Slot
 from gtmcluster.topology.records import Topology
@@ -44,6 +45,8 @@ class FakeAvailability:
     down: set[str] = field(default_factory=set)
     draining: set[str] = field(default_factory=set)
     weights: dict[str, float] = field(default_factory=dict)
+    #: admin states of pools, pool members, wide IPs by "<level>/<name>"
+    admin: dict[str, AdminState] = field(default_factory=dict)
 
     def vs_up(self, vs: VirtualServer) -> bool:
         return vs.name not in self.down and vs.name not in self.draining
@@ -53,6 +56,9 @@ class FakeAvailability:
 
     def weight(self, vs: VirtualServer, now: float) -> float:
         return self.weights.get(vs.name, 1.0)
+
+    def admin_states(self) -> dict[str, AdminState]:
+        return self.admin
 
 
 class NoPersistence:

@@ -29,6 +29,15 @@ WRITTEN: dict[str, tuple[str, Any, float | None]] = {
     "a verdict (health.checker)": ("obs/vs/vs-a/gtm-cnc", {"up": True, "reason": "HTTP 200"}, 90.0),
     "a link verdict": ("obs/link/cnc-uplink/gtm-cnc", {"up": False, "reason": "timed out"}, 90.0),
     "an admin state (api.admin)": ("admin/vs/vs-a", {"state": "drain", "by": NODE}, None),
+    "an admin state with who, why and when (issue 14)": (
+        "admin/datacenter/CNC",
+        {"state": "disabled", "by": "alice", "reason": "maintenance", "at": 1.8e9, "node": NODE},
+        None,
+    ),
+    "a link's admin state": ("admin/link/cnc-uplink", {"state": "drain", "by": "api"}, None),
+    "a pool's admin state": ("admin/pool/web", {"state": "disabled", "by": "api"}, None),
+    "a pool member's admin state": ("admin/member/web/vs-a", {"state": "drain", "by": "api"}, None),
+    "a wide IP's admin state": ("admin/wideip/www.wip.example.com", {"state": "disabled", "by": "api"}, None),
     "a hold (health.tracker)": (
         "held/vs/vs-a",
         {"since": 1700000000.5, "reason": "monitor web: down", "by": NODE},
@@ -73,8 +82,24 @@ REFUSED: dict[str, tuple[tuple[str, Any, str, float | None], tuple[str, str, str
     "an admin state of another type": (("admin/vs/vs-a", {"state": ["drain"]}, NODE, None), ("admin", "value", "")),
     "an admin state without state": (("admin/vs/vs-a", {"by": NODE}, NODE, None), ("admin", "value", "no 'state'")),
     "admin 'by' that is not text": (("admin/vs/vs-a", {"state": "drain", "by": 7}, NODE, None), ("admin", "value", "")),
-    "an admin key of another target": (("admin/pool/web", {"state": "drain"}, NODE, None), ("admin", "key", "")),
+    "an admin key of another target": (("admin/region/web", {"state": "drain"}, NODE, None), ("admin", "key", "")),
     "an admin key of more segments": (("admin/vs/a/b", {"state": "drain"}, NODE, None), ("admin", "key", "")),
+    "a pool member's key without its server": (
+        ("admin/member/web", {"state": "drain"}, NODE, None),
+        ("admin", "key", ""),
+    ),
+    "a pool member's key with an empty pool": (
+        ("admin/member//vs-a", {"state": "drain"}, NODE, None),
+        ("admin", "key", ""),
+    ),
+    "an admin 'at' that is text": (
+        ("admin/pool/web", {"state": "drain", "at": "now"}, NODE, None),
+        ("admin", "value", "'at'"),
+    ),
+    "an admin 'reason' that is a list": (
+        ("admin/wideip/w", {"state": "drain", "reason": ["x"]}, NODE, None),
+        ("admin", "value", "'reason'"),
+    ),
     "a verdict whose up is text": (("obs/vs/vs-a/gtm-cnc", {"up": "yes"}, NODE, 90.0), ("obs", "value", "'up'")),
     "a verdict whose reason is a list": (
         ("obs/vs/vs-a/gtm-cnc", {"up": True, "reason": []}, NODE, 90.0),
