@@ -29,6 +29,7 @@ from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.gcpause import built_long_lived
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.node import Node, Prepared
+from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
@@ -77,6 +78,8 @@ class NodeService(MultiService):
         self.heap: heap.HeapKeeper | None = None
         self.lag: ReactorLag | None = None
         self.snapshots: Snapshotter | None = None
+        #: the node's own log file (gtmcluster.nodelog), when the tap made one
+        self.node_log: NodeLog | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread (and freezes it, so no
@@ -336,7 +339,12 @@ class ColdStart(Service):
 
 
 def make_service(
-    config: Config, node_name: str, reactor: Any, sockets: Sockets, config_path: str | None = None
+    config: Config,
+    node_name: str,
+    reactor: Any,
+    sockets: Sockets,
+    config_path: str | None = None,
+    node_log: NodeLog | None = None,
 ) -> NodeService:
     config_path = config_path or str(config.path)
     node = Node(config, node_name, reactor.seconds)
@@ -354,12 +362,17 @@ def make_service(
         handshake_timeout=settings.handshake_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
+    if node_log is not None:
+        # the first child: it starts before the others log, and stops after them
+        node_log.setName("log")
+        node_log.setServiceParent(top)
+        top.node_log = node_log
     # Health counts this node's verdicts and those of connected peers only, and evaluates
     # the changes of one reactor turn together, on the next.
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
     node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
-    # Children stop in reverse order: the snapshot is written last, after everything else.
+    # Children stop in reverse order: the snapshot is written last, after everything but the log.
     # Path records (the bulk of a full table) are read after the node starts answering.
     snapshots = Snapshotter(
         node.store,

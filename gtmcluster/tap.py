@@ -132,6 +132,7 @@ def makeService(options: Options) -> Any:
     from twisted.internet import reactor
 
     from gtmcluster.limits import needed_open_files, raise_open_files
+    from gtmcluster.nodelog.writer import NodeLog
     from gtmcluster.service import Sockets, make_service
 
     raise_open_files(needed_open_files(options.loaded, options["node"]))
@@ -149,4 +150,5 @@ def makeService(options: Options) -> Any:
             options.api_token,
         ),
         options["config"],
+        NodeLog(options.loaded.log_dir, options["node"], reactor.seconds),
     )
