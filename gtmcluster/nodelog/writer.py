@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from twisted.application.service import Service
-from twisted.logger import ILogObserver, LogLevel, LogPublisher, globalLogPublisher
+from twisted.logger import ILogObserver, Logger, LogLevel, LogPublisher, globalLogPublisher
 from twisted.python.logfile import LogFile
 from zope.interface import implementer
 
@@ -97,9 +97,9 @@ class NodeLog(Service):
             self.problem = f"cannot write {self.path}: {e.strerror or e}"
         self.publisher.addObserver(self)
         if self.problem is not None:
-            from twisted.logger import Logger
-
-            Logger().error("the node's own log is not written: {problem}", problem=self.problem)
+            Logger(namespace=__name__, observer=self.publisher).error(
+                "the node's own log is not written: {problem}", problem=self.problem
+            )
 
     def stopService(self) -> None:
         super().stopService()
