@@ -106,6 +106,8 @@ class NodeService(MultiService):
         )
 
     def startService(self) -> None:
+        if self.node_log is not None:
+            self.node_log.startService()  # first: the node's own log has every line of the start
         c = self.node.config
         log.info(
             "gtmcluster node {node} (data center {datacenter}) of sync group {group}: "
@@ -125,7 +127,17 @@ class NodeService(MultiService):
         if self._previous_hup is not None:
             signal.signal(signal.SIGHUP, self._previous_hup)
             self._previous_hup = None
-        return super().stopService()
+        stopped = defer.maybeDeferred(super().stopService)
+        if self.node_log is not None:
+            # last: once every part has stopped (the final snapshot written), as it logs that
+            node_log = self.node_log
+
+            def stop_log(result: Any) -> Any:
+                node_log.stopService()
+                return result
+
+            stopped.addBoth(stop_log)
+        return stopped
 
     def _sighup(self, signum: int, frame: Any) -> None:
         self.reactor.callFromThread(self.reload)
@@ -362,17 +374,13 @@ def make_service(
         handshake_timeout=settings.handshake_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
-    if node_log is not None:
-        # the first child: it starts before the others log, and stops after them
-        node_log.setName("log")
-        node_log.setServiceParent(top)
-        top.node_log = node_log
+    top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers only, and evaluates
     # the changes of one reactor turn together, on the next.
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
     node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
-    # Children stop in reverse order: the snapshot is written last, after everything but the log.
+    # Children stop in reverse order: the snapshot is written last, after everything else.
     # Path records (the bulk of a full table) are read after the node starts answering.
     snapshots = Snapshotter(
         node.store,
