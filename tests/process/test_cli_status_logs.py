@@ -166,7 +166,8 @@ def test_logs_of_the_group_are_prefixed_and_merged(group: Group) -> None:
         assert m is not None, line
         if m["text"].startswith("    "):
             continue  # a traceback's line
-        stamp, _level, _system, message = m["text"].split(" ", 3)
+        stamp, _level, rest = m["text"].split(maxsplit=2)
+        message = rest.split("] ", 1)[1]
         seen.setdefault(m["node"], []).append(message)
         times.append(stamp)
     assert set(seen) == set(NODES)
