@@ -10,6 +10,7 @@ restarted node's new lines, without repeating any line. Waits are polls with dea
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from typing import IO
 import pytest
 
 from tests.support import poll
+from tests.support.nodeproc import twistd, wait_answering
 from tests.support.trio import Group, running_group
 
 GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
@@ -146,3 +148,36 @@ def test_logs_follow_goes_on_across_a_node_restart(group: Group) -> None:
     shown = [(m["node"], m["time"], m["message"]) for m in parsed(out.snapshot())]
     assert len(shown) == len(set(shown)), "a line was shown twice"
     assert "Traceback" not in err.text()
+
+
+@pytest.mark.process
+def test_under_systemd_stderr_lines_carry_journal_priorities(tmp_path: Path) -> None:
+    """``twistd -n --logger gtmcluster.nodelog.journal.observer`` with JOURNAL_STREAM set (as
+    systemd sets it): every stderr line starts with an sd-daemon priority, nothing goes to
+    stdout, and the node's own log file is written as well."""
+    g = Group(tmp_path, size=1, customize=lambda c: c.update(log_dir="logs"), logfile=False)
+    cmd = [
+        *twistd(),
+        "--nodaemon",
+        "--logger=gtmcluster.nodelog.journal.observer",
+        f"--pidfile={tmp_path / 'n1.pid'}",
+        "gtm",
+        f"--config={g.config_path}",
+        "--node=n1",
+    ]
+    env = {**os.environ, "JOURNAL_STREAM": "8:12345"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    try:
+        wait_answering(g.members["n1"].dns, proc)
+        proc.send_signal(signal.SIGTERM)
+        raw_out, raw_err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out, err = raw_out.decode(), raw_err.decode()
+    lines = err.splitlines()
+    assert lines and all(re.match(r"<[2-7]>\[", line) for line in lines), err
+    assert any(line.startswith("<6>[gtmcluster.service] HTTP API on") for line in lines), err
+    assert out == ""
+    assert "HTTP API on" in (tmp_path / "logs" / "n1.jsonl").read_text()
