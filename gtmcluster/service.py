@@ -301,6 +301,8 @@ def restart_needed(old: Config, new: Config, node: str) -> list[str]:
         problems.append("the group changed between one member and several: restart to open or close the peer port")
     if old.dns_server.processes != new.dns_server.processes:
         problems.append("dns_server.processes changed: restart the node to start or stop answering processes")
+    if old.log_dir != new.log_dir:
+        problems.append("log_dir changed: restart the node to write its log there")
     return problems
 
 
