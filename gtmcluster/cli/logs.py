@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -169,32 +170,39 @@ def merge(batches: Iterable[Iterable[Line]]) -> list[Line]:
 
 class Holder:
     """Followed lines, each held until `HOLD` seconds after it came, then let out in time
-    order with every other held line up to its time."""
+    order with every other held line up to its time. Each line costs O(log n)."""
 
     def __init__(self, hold: float = HOLD):
         self.hold = hold
-        self._heap: list[tuple[Line, float]] = []
+        self._heap: list[Line] = []
+        #: (arrival, line) in arrival order; lines already let out are skipped here lazily
+        self._arrivals: deque[tuple[float, Line]] = deque()
+        self._out: set[int] = set()
 
     def add(self, line: Line, now: float) -> None:
-        heapq.heappush(self._heap, (line, now))
+        heapq.heappush(self._heap, line)
+        self._arrivals.append((now, line))
 
     def due(self, now: float, everything: bool = False) -> list[Line]:
         """The lines to show now: every held line at or before the newest held line that
         has waited long enough (all of them with *everything*)."""
-        if not self._heap:
-            return []
-        ripe = [line for line, came in self._heap if everything or came <= now - self.hold]
-        if not ripe:
-            return []
-        upto = max(ripe)
-        out = []
-        while self._heap and self._heap[0][0] <= upto:
-            out.append(heapq.heappop(self._heap)[0])
+        upto: Line | None = None
+        while self._arrivals and (everything or self._arrivals[0][0] <= now - self.hold):
+            _, line = self._arrivals.popleft()
+            if line.seq in self._out:
+                self._out.discard(line.seq)
+            elif upto is None or line > upto:
+                upto = line
+        out: list[Line] = []
+        while upto is not None and self._heap and self._heap[0] <= upto:
+            line = heapq.heappop(self._heap)
+            out.append(line)
+            self._out.add(line.seq)
         return out
 
     def next_due(self) -> float | None:
-        """When the earliest held line will be due (monotonic seconds)."""
-        return min((came for _, came in self._heap), default=None)
+        """When the earliest held line came (monotonic seconds): it is due `hold` later."""
+        return self._arrivals[0][0] if self._arrivals else None
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -399,14 +407,18 @@ def follow(targets: list[Member], first: dict[str, str], tokens: Tokens, printer
         while refused < len(followers):
             wait = holder.next_due()
             timeout = 0.2 if wait is None else max(0.0, wait + holder.hold - time.monotonic())
+            items = []
             try:
-                item = inbox.get(timeout=timeout)
+                items.append(inbox.get(timeout=timeout))
+                while True:  # take everything already there before choosing what is due
+                    items.append(inbox.get_nowait())
             except queue.Empty:
-                item = None
+                pass
             now = time.monotonic()
-            if isinstance(item, Line):
-                holder.add(item, now)
-            elif item is not None:
+            for item in items:
+                if isinstance(item, Line):
+                    holder.add(item, now)
+                    continue
                 kind, text = item
                 if kind == "fatal":
                     refused += 1
