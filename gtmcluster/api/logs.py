@@ -113,6 +113,9 @@ class LogStream:
         self.request = request
         request.setHeader(b"content-type", NDJSON)
         request.setHeader(b"cache-control", b"no-store")
+        if request.method == b"HEAD":
+            request.finish()  # the headers only: nothing to read, nothing to follow
+            return
         snapshot = self.node_log.snapshot()
         if self.follow:
             self.owner.followers.add(self)

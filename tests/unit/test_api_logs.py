@@ -53,12 +53,12 @@ class Node:
             }
         )
 
-    def get(self, query: str, *headers: str) -> tuple[ApiChannel, StringTransport]:
+    def get(self, query: str, *headers: str, method: str = "GET") -> tuple[ApiChannel, StringTransport]:
         channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.9", 40000))
         assert isinstance(channel, ApiChannel)
         transport = StringTransport(IPv4Address("TCP", NODE, 8053), IPv4Address("TCP", "127.0.0.9", 40000))
         channel.makeConnection(transport)
-        lines = [f"GET /api/v1/logs{query} HTTP/1.1", f"Host: {NODE}:8053", *headers]
+        lines = [f"{method} /api/v1/logs{query} HTTP/1.1", f"Host: {NODE}:8053", *headers]
         channel.dataReceived(("\r\n".join(lines) + "\r\n\r\n").encode())
         return channel, transport
 
@@ -175,3 +175,13 @@ def test_followers_are_bounded(tmp_path: Path) -> None:
     assert code == 503 and "try again later" in json.loads(body)["error"]
     assert response(node.get("?lines=1")[1].value())[0] == 200  # reads without follow still work
     assert len(held) == logs.MAX_FOLLOWERS
+
+
+def test_head_answers_at_once_even_when_asked_to_follow(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.emit(1)
+    _, transport = node.get("?follow=1", method="HEAD")
+    head, _, body = transport.value().decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 200") and "application/x-ndjson" in head
+    assert "line 001" not in body
+    assert node.logs.followers == set() and node.log.listeners == []
