@@ -1,4 +1,4 @@
-"""`gtmcluster logs --config FILE [-f] [--since WHEN] [--lines N] [NODE ...]`: the nodes' logs.
+"""`gtmcluster logs --config FILE [-f] [--since WHEN] [--lines N] [--json] [NODE ...]`: the nodes' logs.
 
 Asks every member (or the NODEs named) for its own log through its API
 (``GET /api/v1/logs``, with the API's bearer token found as for the other commands), so it
@@ -11,12 +11,12 @@ everything since --since (a duration such as 30s, 10m, 2h, 1d or 1h30m, or a tim
 
 With -f it then follows every node until Ctrl-C. A node that goes away (restarted, cut off)
 is asked again every few seconds; once it answers, its log resumes where it stopped (since=
-the last line shown), without repeating lines. Following lines are held `HOLD` seconds, so
+the last line shown), without repeating lines. Followed lines are held half a second, so
 that lines of several nodes come out in time order.
 
 Exit status: 0 when every node's log was read (and after Ctrl-C with -f); 1 for a config
-problem, a NODE that is not a member, a --since not understood, or a node that could not be
-read (the others are still shown).
+problem, a NODE that is not a member, a --since not understood, a node that could not be
+read (the others are still shown), or with -f when every node refused (a wrong token).
 """
 
 from __future__ import annotations
