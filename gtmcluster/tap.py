@@ -136,6 +136,7 @@ def makeService(options: Options) -> Any:
     from gtmcluster.service import Sockets, make_service
 
     raise_open_files(needed_open_files(options.loaded, options["node"]))
+    threads: Any = reactor  # IReactorThreads, which the typed global reactor does not declare
 
     return make_service(
         options.loaded,
@@ -150,5 +151,5 @@ def makeService(options: Options) -> Any:
             options.api_token,
         ),
         options["config"],
-        NodeLog(options.loaded.log_dir, options["node"], reactor.seconds),
+        NodeLog(options.loaded.log_dir, options["node"], reactor.seconds, call_from_thread=threads.callFromThread),
     )

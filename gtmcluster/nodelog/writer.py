@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from twisted.application.service import Service
 from twisted.logger import ILogObserver, Logger, LogLevel, LogPublisher, globalLogPublisher
+from twisted.python import threadable
 from twisted.python.logfile import LogFile
 from zope.interface import implementer
 
@@ -65,6 +66,7 @@ class NodeLog(Service):
         max_bytes: int = MAX_BYTES,
         keep: int = KEEP,
         level: LogLevel = LogLevel.info,
+        call_from_thread: Callable[..., object] | None = None,
     ):
         self.log_dir = log_dir
         self.node = node
@@ -74,6 +76,9 @@ class NodeLog(Service):
         self.max_bytes = max_bytes
         self.keep = keep
         self.level = level
+        #: the reactor's callFromThread: an event logged in another thread is written, and
+        #: sent to followers, from the reactor thread
+        self.call_from_thread = call_from_thread
         self.file: LogFile | None = None
         self.listeners: list[Listener] = []
         #: why the file could not be opened or written, when it could not
@@ -110,11 +115,19 @@ class NodeLog(Service):
 
     def __call__(self, event: dict[str, Any]) -> None:
         level = event.get("log_level", LogLevel.info)
-        if self._emitting or (isinstance(level, type(LogLevel.info)) and level < self.level):
+        if isinstance(level, type(LogLevel.info)) and level < self.level:
+            return
+        line = event_line(event, self.node, self.seconds())
+        if self.call_from_thread is not None and not threadable.isInIOThread():
+            self.call_from_thread(self._emit, line)
+        else:
+            self._emit(line)
+
+    def _emit(self, line: str) -> None:
+        if self._emitting:
             return
         self._emitting = True  # what a follower's transport logs does not loop back here
         try:
-            line = event_line(event, self.node, self.seconds())
             self.write(line)
             for listener in list(self.listeners):
                 listener(line)

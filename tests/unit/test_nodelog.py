@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 from twisted.logger import Logger, LogLevel, LogPublisher
 from twisted.python.failure import Failure
@@ -168,3 +170,23 @@ def test_journal_lines_carry_sd_daemon_priorities() -> None:
     ]
     assert not isinstance(journal.observer({}), journal.JournalObserver)
     assert record.PRIORITY[LogLevel.critical.name] == 2
+
+
+def test_an_event_logged_in_another_thread_is_written_from_the_reactor_thread(tmp_path: Path) -> None:
+    """Followers write to connections: an event from a thread (a snapshot write, a config
+    read) goes through callFromThread, and is written and sent only when that runs."""
+    publisher = LogPublisher()
+    calls: list[tuple[Any, ...]] = []
+    node_log = NodeLog(tmp_path, "n1", lambda: T0, publisher, call_from_thread=lambda *a: calls.append(a))
+    node_log.startService()
+    followed: list[str] = []
+    node_log.follow(followed.append)
+    worker = threading.Thread(target=emit, args=(publisher, T0 + 1, "from a thread"))
+    worker.start()
+    worker.join()
+    assert followed == [] and log_path(tmp_path, "n1").read_text() == ""
+    [(function, line)] = calls
+    function(line)  # what the reactor does with it
+    assert [json.loads(x)["message"] for x in followed] == ["from a thread"]
+    assert json.loads(log_path(tmp_path, "n1").read_text())["time"] == record.iso_time(T0 + 1)
+    node_log.stopService()
