@@ -29,6 +29,7 @@ from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.gcpause import built_long_lived
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.node import Node, Prepared
+from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
@@ -77,6 +78,8 @@ class NodeService(MultiService):
         self.heap: heap.HeapKeeper | None = None
         self.lag: ReactorLag | None = None
         self.snapshots: Snapshotter | None = None
+        #: the node's own log file (gtmcluster.nodelog), when the tap made one
+        self.node_log: NodeLog | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread (and freezes it, so no
@@ -103,6 +106,8 @@ class NodeService(MultiService):
         )
 
     def startService(self) -> None:
+        if self.node_log is not None:
+            self.node_log.startService()  # first: the node's own log has every line of the start
         c = self.node.config
         log.info(
             "gtmcluster node {node} (data center {datacenter}) of sync group {group}: "
@@ -122,7 +127,17 @@ class NodeService(MultiService):
         if self._previous_hup is not None:
             signal.signal(signal.SIGHUP, self._previous_hup)
             self._previous_hup = None
-        return super().stopService()
+        stopped = defer.maybeDeferred(super().stopService)
+        if self.node_log is not None:
+            # last: once every part has stopped (the final snapshot written), as it logs that
+            node_log = self.node_log
+
+            def stop_log(result: Any) -> Any:
+                node_log.stopService()
+                return result
+
+            stopped.addBoth(stop_log)
+        return stopped
 
     def _sighup(self, signum: int, frame: Any) -> None:
         self.reactor.callFromThread(self.reload)
@@ -286,6 +301,8 @@ def restart_needed(old: Config, new: Config, node: str) -> list[str]:
         problems.append("the group changed between one member and several: restart to open or close the peer port")
     if old.dns_server.processes != new.dns_server.processes:
         problems.append("dns_server.processes changed: restart the node to start or stop answering processes")
+    if old.log_dir != new.log_dir:
+        problems.append("log_dir changed: restart the node to write its log there")
     return problems
 
 
@@ -336,7 +353,12 @@ class ColdStart(Service):
 
 
 def make_service(
-    config: Config, node_name: str, reactor: Any, sockets: Sockets, config_path: str | None = None
+    config: Config,
+    node_name: str,
+    reactor: Any,
+    sockets: Sockets,
+    config_path: str | None = None,
+    node_log: NodeLog | None = None,
 ) -> NodeService:
     config_path = config_path or str(config.path)
     node = Node(config, node_name, reactor.seconds)
@@ -354,6 +376,7 @@ def make_service(
         handshake_timeout=settings.handshake_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
+    top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers only, and evaluates
     # the changes of one reactor turn together, on the next.
     node.health.schedule = lambda flush: reactor.callLater(0, flush)

@@ -132,9 +132,11 @@ def makeService(options: Options) -> Any:
     from twisted.internet import reactor
 
     from gtmcluster.limits import needed_open_files, raise_open_files
+    from gtmcluster.nodelog.writer import NodeLog
     from gtmcluster.service import Sockets, make_service
 
     raise_open_files(needed_open_files(options.loaded, options["node"]))
+    threads: Any = reactor  # IReactorThreads, which the typed global reactor does not declare
 
     return make_service(
         options.loaded,
@@ -149,4 +151,5 @@ def makeService(options: Options) -> Any:
             options.api_token,
         ),
         options["config"],
+        NodeLog(options.loaded.log_dir, options["node"], reactor.seconds, call_from_thread=threads.callFromThread),
     )

@@ -6,11 +6,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet import threads
 from twisted.logger import Logger
 
 from gtmcluster import slices
 from gtmcluster.api import admin, guard, proximity, token
 from gtmcluster.api.dashboard import dashboard
+from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route, Site, site
 from gtmcluster.api.status import status_steps
@@ -76,8 +78,14 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
 
         return service.reload().addCallback(done)
 
+    logs = Logs(
+        service.node_log,
+        service.reactor,
+        lambda f: threads.deferToThreadPool(service.reactor, service.reactor.getThreadPool(), f),
+    )
     return [
         Route("GET", "/", dashboard, public=True),
+        Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow")),
         Route("GET", "/api/v1/status", get_status),
         Route("GET", "/api/v1/health", lambda a, p: slices.run(admin.health_steps(node), service.reactor)),
         Route("GET", "/api/v1/wideips", lambda a, p: slices.run(admin.wideips_steps(node), service.reactor)),

@@ -58,6 +58,14 @@ class Raw:
     body: bytes
 
 
+@dataclass(frozen=True)
+class Stream:
+    """An answer written over time (the log, followed): *start* takes the request, sets its
+    headers, writes and finishes it when it will."""
+
+    start: Callable[[Any], None]
+
+
 #: a handler gets the query arguments and the path's named parts
 Handler = Callable[[Mapping[str, str], Mapping[str, str]], Any]
 
@@ -205,6 +213,9 @@ class Api(resource.Resource):
                 args.update(body_fields(request, route.body))
                 args["caller"] = caller(request)
             result = route.handler(args, parts)
+            if isinstance(result, Stream):
+                result.start(request)
+                return server.NOT_DONE_YET  # type: ignore[return-value]
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(
                     lambda value: self._finish(request, lambda: _answer(request, value)),

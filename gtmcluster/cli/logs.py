@@ -1,48 +1,58 @@
-"""`gtmcluster logs --config FILE [-f] [--since WHEN] [--lines N] [NODE ...]`: the nodes' logs.
+"""`gtmcluster logs --config FILE [-f] [--since WHEN] [--lines N] [--json] [NODE ...]`: the nodes' logs.
 
-Reads ``<log_dir>/<node>.log`` of every member (or of the NODEs named), the files that
-``twistd --logfile`` writes, and prints each line prefixed with its node, coloured per node
-on a terminal (not when piped, with --no-color, or when NO_COLOR is set). The lines already
-written are merged across nodes in timestamp order: the last --lines entries of each node
-(20 by default), or everything since --since (a duration such as 30s, 10m, 2h, 1d or 1h30m,
-or a time such as 2026-11-30T08:00, local time unless it has an offset). An entry is a line
-with its timestamp and the lines that continue it (a traceback), which always stay together;
-when the current file holds too little, the rotated ones (NODE.log.1, .2 ...) are read too.
+Asks every member (or the NODEs named) for its own log through its API
+(``GET /api/v1/logs``, with the API's bearer token found as for the other commands), so it
+works from any host that reaches the nodes' APIs, however the nodes were started. Lines are
+merged across nodes by time and printed with their node as prefix, coloured per node on a
+terminal (not when piped, with --no-color, or when NO_COLOR is set); --json prints the
+nodes' JSON lines as they are. It shows the last --lines of each node (20 by default), or
+everything since --since (a duration such as 30s, 10m, 2h, 1d or 1h30m, or a time such as
+2026-11-30T08:00, local time unless it has an offset).
 
-With -f it then keeps following every file until Ctrl-C: across log rotation (the file
-renamed and a new one opened), truncation, and files that do not exist yet.
+With -f it then follows every node until Ctrl-C. A node that goes away (restarted, cut off)
+is asked again every few seconds; once it answers, its log resumes where it stopped (since=
+the last line shown), without repeating lines. Followed lines are held half a second, so
+that lines of several nodes come out in time order.
 
-Exit status: 0, also when stopped with Ctrl-C; 1 for a config problem, a NODE that is not a
-member, a missing log directory, no log file at all (without -f) or a --since not understood.
+Exit status: 0 when every node's log was read (and after Ctrl-C with -f); 1 for a config
+problem, a NODE that is not a member, a --since not understood, a node that could not be
+read (the others are still shown), or with -f when every node refused (a wrong token).
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import os
+import queue
 import re
 import signal
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 
-from gtmcluster.cli.nodeapi import CliError, load_config
+from gtmcluster.cli import nodeapi
+from gtmcluster.cli.nodeapi import CliError, Tokens, Unreachable, load_config
+from gtmcluster.config.model import Member
+from gtmcluster.nodelog.record import line_time, parse_line
 
-#: seconds between two looks at the files when following
-POLL_INTERVAL = 0.2
 DEFAULT_LINES = 20
-READ_SIZE = 65536
-#: for entries with no timestamp of their own and none before them in their file
-BEGINNING = datetime.min.replace(tzinfo=UTC)
+#: seconds a followed line waits for lines of other nodes that may come before it
+HOLD = 0.5
+#: seconds between attempts to reach a node that went away (doubling up to the last)
+RETRY = (1.0, 2.0, 4.0)
+#: a followed node sends an empty line after 15 s of silence; without even that for this
+#: long the connection is taken as dead and made again
+READ_TIMEOUT = 45.0
+PATH = "/api/v1/logs"
 
-#: twistd's ``2026-11-30T08:32:47+0000``; fractions, ``Z``, ``+00:00`` or no offset accepted too
-TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)(?=\s|$)")
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -54,23 +64,23 @@ RESET = "\x1b[0m"
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "logs",
-        help="show and follow the nodes' log files, each line prefixed with its node",
+        help="show and follow the nodes' logs (through their APIs), each line prefixed with its node",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", "-c", required=True, metavar="FILE", help="the sync group's YAML config (log_dir)")
-    p.add_argument("--follow", "-f", action="store_true", help="keep following the files until Ctrl-C")
-    p.add_argument(
-        "--since", metavar="WHEN", help="entries since a duration ago (10m, 2h) or a time (2026-11-30T08:00)"
-    )
+    p.add_argument("--config", "-c", required=True, metavar="FILE", help="the sync group's YAML config")
+    p.add_argument("--follow", "-f", action="store_true", help="keep following the logs until Ctrl-C")
+    p.add_argument("--since", metavar="WHEN", help="lines since a duration ago (10m, 2h) or a time (2026-11-30T08:00)")
     p.add_argument(
         "--lines",
         "-n",
         type=non_negative,
         metavar="N",
-        help=f"the last N entries of each node (default {DEFAULT_LINES}, or all since --since)",
+        help=f"the last N lines of each node (default {DEFAULT_LINES}, or all since --since)",
     )
+    p.add_argument("--json", action="store_true", help="print the nodes' JSON lines as they are")
     p.add_argument("--no-color", action="store_true", help="no ANSI colours, even on a terminal")
+    nodeapi.add_token_argument(p)
     p.add_argument("nodes", nargs="*", metavar="NODE", help="only these members (default: every member)")
     p.set_defaults(run=run)
 
@@ -85,24 +95,13 @@ def non_negative(text: str) -> int:
     return value
 
 
-# -- timestamps ------------------------------------------------------------------------------
+# -- times -----------------------------------------------------------------------------------
 
 
 def parse_time(text: str) -> datetime:
     """An ISO 8601 time as an aware datetime; one without an offset is local time."""
     value = datetime.fromisoformat(text.replace(",", "."))
     return value if value.tzinfo is not None else value.astimezone()
-
-
-def line_time(line: str) -> datetime | None:
-    """The timestamp a log line starts with, or None for a continuation line."""
-    m = TIMESTAMP.match(line)
-    if m is None:
-        return None
-    try:
-        return parse_time(m.group(1))
-    except ValueError:
-        return None
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -120,197 +119,110 @@ def parse_since(text: str, now: datetime) -> datetime:
         ) from None
 
 
-# -- entries ---------------------------------------------------------------------------------
+def log_time(moment: datetime) -> str:
+    """*moment* in the form of the log's time field (what ``since=`` takes)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@dataclass
-class Entry:
-    """One log event: its first line (with the timestamp) and the lines continuing it."""
+# -- lines -----------------------------------------------------------------------------------
 
-    node: str
-    time: datetime
-    lines: list[str] = field(default_factory=list)
+_seq = itertools.count()
 
 
-class EntryParser:
-    """Groups one node's lines into entries. A line without a timestamp continues the entry
-    before it; one with no entry before it (a file starting mid-traceback) gets the last
-    time seen, so it still sorts in place."""
+@dataclass(order=True)
+class Line:
+    """One line of a node's log; lines order by time, then by arrival."""
 
-    def __init__(self, node: str):
-        self.node = node
-        self.last_time = BEGINNING
-        self.pending: Entry | None = None
-
-    def feed(self, lines: Iterable[str]) -> Iterator[Entry]:
-        """The entries that *lines* complete (a new timestamped line completes the one before)."""
-        for line in lines:
-            stamp = line_time(line)
-            if stamp is None and self.pending is not None:
-                self.pending.lines.append(line)
-                continue
-            if self.pending is not None:
-                yield self.pending
-            if stamp is not None:
-                self.last_time = stamp
-            self.pending = Entry(self.node, self.last_time, [line])
-
-    def flush(self) -> list[Entry]:
-        """The entry still open, if any (when no more lines are coming for now)."""
-        entry, self.pending = self.pending, None
-        return [entry] if entry is not None else []
+    time: str
+    seq: int
+    node: str = field(compare=False)
+    raw: str = field(compare=False)
 
 
-def merge(batches: Iterable[Iterable[Entry]]) -> list[Entry]:
-    """Entries of several nodes in timestamp order; each node's own order is kept, and
-    entries with equal times come in the order of *batches*."""
-    return list(heapq.merge(*batches, key=lambda e: e.time))
+def make_line(node: str, raw: str) -> Line | None:
+    """*raw* as a Line of *node*, or None for what is not a log line (a heartbeat)."""
+    stamp = line_time(raw)
+    return None if stamp is None else Line(stamp, next(_seq), node, raw)
 
 
-# -- files -----------------------------------------------------------------------------------
+class Resume:
+    """Where a node's log was left: the time of the last line taken and the lines taken at
+    that time, so that asking again with ``since=`` that time repeats nothing."""
 
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.at_last: set[str] = set()
 
-class FileTail:
-    """Reads one log file as it grows, across rotation (the file renamed and a new one made
-    in its place), truncation, and a file that does not exist yet. Only complete lines are
-    returned; a partial last line waits for its newline."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._file: IO[bytes] | None = None
-        self._ident: tuple[int, int] | None = None
-        self._partial = b""
-
-    @property
-    def is_open(self) -> bool:
-        return self._file is not None
-
-    def open(self) -> bool:
-        """Open the file (from its start) unless already open; False when it does not exist."""
-        if self._file is not None:
-            return True
-        try:
-            f = self.path.open("rb")
-        except (FileNotFoundError, NotADirectoryError):
+    def take(self, line: Line) -> bool:
+        """Whether *line* is new (and so to be shown)."""
+        if self.last is not None and (line.time < self.last or (line.time == self.last and line.raw in self.at_last)):
             return False
-        st = os.fstat(f.fileno())
-        self._file, self._ident, self._partial = f, (st.st_dev, st.st_ino), b""
+        if line.time != self.last:
+            self.last, self.at_last = line.time, set()
+        self.at_last.add(line.raw)
         return True
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        self._file = None
-        self._ident = None
 
-    def lines(self) -> Iterator[str]:
-        """The complete lines from where reading stopped to the current end, read in chunks."""
-        if self._file is None:
-            return
-        while True:
-            data = self._file.read(READ_SIZE)
-            if not data:
-                return
-            parts = (self._partial + data).split(b"\n")
-            self._partial = parts.pop()
-            for part in parts:
-                yield decode(part)
+def merge(batches: Iterable[Iterable[Line]]) -> list[Line]:
+    """Lines of several nodes in time order (each node's own order kept)."""
+    return list(heapq.merge(*batches))
 
-    def take_partial(self) -> list[str]:
-        """The unfinished last line as a line of its own (at rotation, or when not following)."""
-        partial, self._partial = self._partial, b""
-        return [decode(partial)] if partial else []
 
-    def poll(self) -> list[str]:
-        """The lines written since the last call. Noticing that the path now names another
-        file (rotated: a new inode) it drains the old file first, then reads the new one from
-        its start; noticing that the file shrank (truncated) it starts over from its start."""
-        if not self.open():
-            return []
-        assert self._file is not None
-        out = list(self.lines())
-        try:
-            st = os.stat(self.path)
-        except (FileNotFoundError, NotADirectoryError):
-            return out  # renamed away and not recreated yet: the writer may still append to the old one
-        if (st.st_dev, st.st_ino) != self._ident:
-            out.extend(self.lines())
-            out.extend(self.take_partial())
-            self.close()
-            if self.open():
-                out.extend(self.lines())
-        elif st.st_size < self._file.tell():
-            self._file.seek(0)
-            self._partial = b""
-            out.extend(self.lines())
+class Holder:
+    """Followed lines, each held until `HOLD` seconds after it came, then let out in time
+    order with every other held line up to its time. Each line costs O(log n)."""
+
+    def __init__(self, hold: float = HOLD):
+        self.hold = hold
+        self._heap: list[Line] = []
+        #: (arrival, line) in arrival order; lines already let out are skipped here lazily
+        self._arrivals: deque[tuple[float, Line]] = deque()
+        self._out: set[int] = set()
+
+    def add(self, line: Line, now: float) -> None:
+        heapq.heappush(self._heap, line)
+        self._arrivals.append((now, line))
+
+    def due(self, now: float, everything: bool = False) -> list[Line]:
+        """The lines to show now: every held line at or before the newest held line that
+        has waited long enough (all of them with *everything*)."""
+        upto: Line | None = None
+        while self._arrivals and (everything or self._arrivals[0][0] <= now - self.hold):
+            _, line = self._arrivals.popleft()
+            if line.seq in self._out:
+                self._out.discard(line.seq)
+            elif upto is None or line > upto:
+                upto = line
+        out: list[Line] = []
+        while upto is not None and self._heap and self._heap[0] <= upto:
+            line = heapq.heappop(self._heap)
+            out.append(line)
+            self._out.add(line.seq)
         return out
 
-
-def decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace").rstrip("\r")
-
-
-def rotated(path: Path) -> Iterator[Path]:
-    """twistd's rotated files of *path*, newest first: ``X.log.1``, ``X.log.2`` ..."""
-    n = 1
-    while True:
-        older = path.with_name(f"{path.name}.{n}")
-        if not older.exists():
-            return
-        yield older
-        n += 1
-
-
-def history(tail: FileTail, node: str, since: datetime | None, count: int | None, partial: bool = False) -> list[Entry]:
-    """*node*'s entries already written: those since *since* and/or the last *count*. Reads
-    the current file through *tail* (which then stays at its end, ready to follow; with
-    *partial* an unfinished last line is taken too), and the rotated ones, newest first, for
-    as long as the files read so far do not reach back far enough."""
-    parser = EntryParser(node)
-    kept: deque[Entry] = deque(maxlen=count)
-    first: datetime | None = None
-
-    def take(entries: Iterable[Entry]) -> None:
-        nonlocal first
-        for e in entries:
-            if first is None:
-                first = e.time
-            if since is None or e.time >= since:
-                kept.append(e)
-
-    if tail.open():
-        take(parser.feed(tail.lines()))
-        if partial:
-            take(parser.feed(tail.take_partial()))
-    take(parser.flush())
-
-    def need_more() -> bool:
-        if count is not None and len(kept) >= count:
-            return False
-        return since is None or first is None or first > since
-
-    for older in rotated(tail.path):
-        if not need_more():
-            break
-        first = None
-        before = kept
-        kept = deque(maxlen=count)
-        older_parser = EntryParser(node)
-        with older.open("rb") as f:
-            take(older_parser.feed(decode(raw.rstrip(b"\n")) for raw in f))
-        take(older_parser.flush())
-        kept.extend(before)
-    return list(kept)
+    def next_due(self) -> float | None:
+        """When the earliest held line came (monotonic seconds): it is due `hold` later."""
+        return self._arrivals[0][0] if self._arrivals else None
 
 
 # -- output ----------------------------------------------------------------------------------
 
 
 class Printer:
-    """Writes entries with a prefix per node: its name padded to the longest, and a bar."""
+    """Writes lines with a prefix per node: its name padded to the longest, and a bar; the
+    time (UTC, milliseconds), level, system and message; a message's further lines (a
+    traceback) each under the same prefix."""
 
-    def __init__(self, nodes: Sequence[str], out: TextIO, color: bool, palette_order: Sequence[str] | None = None):
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        out: TextIO,
+        color: bool,
+        palette_order: Sequence[str] | None = None,
+        raw: bool = False,
+    ):
         self.out = out
+        self.raw = raw
         self.width = max((len(n) for n in nodes), default=0)
         order = list(palette_order) if palette_order is not None else list(nodes)
         self.prefixes = {}
@@ -321,13 +233,21 @@ class Printer:
                 text = f"\x1b[{code}m{text}{RESET}"
             self.prefixes[node] = text
 
-    def format(self, entry: Entry) -> str:
-        prefix = self.prefixes[entry.node]
-        return "".join(f"{prefix} {line}\n" for line in entry.lines)
+    def format(self, line: Line) -> str:
+        if self.raw:
+            return line.raw + "\n"
+        prefix = self.prefixes[line.node]
+        fields = parse_line(line.raw)
+        if fields is None:
+            return f"{prefix} {line.raw}\n"
+        shown = fields["time"][:23] + "Z"
+        first, *more = fields["message"].split("\n") or [""]
+        head = f"{prefix} {shown} {fields['level']:<5} [{fields['system']}] {first}\n"
+        return head + "".join(f"{prefix}     {text}\n" for text in more)
 
-    def write(self, entries: Iterable[Entry]) -> None:
-        for entry in entries:
-            self.out.write(self.format(entry))
+    def write(self, lines: Iterable[Line]) -> None:
+        for line in lines:
+            self.out.write(self.format(line))
         self.out.flush()
 
 
@@ -339,38 +259,84 @@ def use_color(no_color: bool, out: TextIO, environ: Mapping[str, str] = os.envir
     return bool(isatty and isatty())
 
 
-class Follower:
-    """Follows several nodes' files. Each `poll` returns the entries completed since the last
-    one, merged by time; an entry is held until its node writes the next entry or a poll
-    finds nothing new for it, so a traceback arriving in two reads stays in one piece."""
-
-    def __init__(self, tails: dict[str, FileTail], parsers: dict[str, EntryParser] | None = None):
-        self.tails = tails
-        self.parsers = parsers if parsers is not None else {node: EntryParser(node) for node in tails}
-
-    def poll(self) -> list[Entry]:
-        batches = []
-        for node, tail in self.tails.items():
-            parser = self.parsers[node]
-            lines = tail.poll()
-            batches.append(list(parser.feed(lines)) if lines else parser.flush())
-        return merge(batches)
-
-    def close(self) -> None:
-        for tail in self.tails.values():
-            tail.close()
+def note(text: str) -> None:
+    print(f"gtmcluster logs: {text}", file=sys.stderr, flush=True)
 
 
-def follow(
-    follower: Follower,
-    printer: Printer,
-    interval: float = POLL_INTERVAL,
-    running: Callable[[], bool] = lambda: True,
-) -> None:
-    """Print what the files gain, looking every *interval* seconds, until interrupted."""
-    while running():
-        printer.write(follower.poll())
-        time.sleep(interval)
+# -- asking the nodes ------------------------------------------------------------------------
+
+
+def params_for(since: str | None, count: int | None, follow: bool) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if since is not None:
+        out["since"] = since
+    if count is not None:
+        out["lines"] = str(count)
+    if follow:
+        out["follow"] = "1"
+    return out
+
+
+def read_all(m: Member, params: dict[str, str], tokens: Tokens) -> list[Line]:
+    """The lines *m* gives for *params* (not following)."""
+    with nodeapi.open_stream(m, PATH, params, tokens) as response:
+        lines = (make_line(m.name, raw.decode("utf-8", errors="replace").rstrip("\r\n")) for raw in response)
+        return [line for line in lines if line is not None]
+
+
+class NodeFollower(threading.Thread):
+    """Follows one node: puts its new lines on *out*, asks again when the connection ends
+    (`RETRY`), resuming with since= where it stopped; stops for good on a refusal."""
+
+    def __init__(
+        self,
+        m: Member,
+        first: dict[str, str],
+        tokens: Tokens,
+        out: queue.Queue[Line | tuple[str, str | None]],
+        stop: threading.Event,
+    ):
+        super().__init__(name=f"logs-{m.name}", daemon=True)
+        self.m = m
+        self.first = first
+        self.tokens = tokens
+        self.out = out
+        self.stop = stop
+        self.resume = Resume()
+
+    def params(self) -> dict[str, str]:
+        if self.resume.last is None:
+            return dict(self.first)
+        return {"since": self.resume.last, "follow": "1"}
+
+    def run(self) -> None:
+        failures = 0
+        lost = False
+        while not self.stop.is_set():
+            try:
+                with nodeapi.open_stream(self.m, PATH, self.params(), self.tokens, READ_TIMEOUT) as response:
+                    if lost:
+                        self.out.put(("note", f"{self.m.name}: reading its log again"))
+                    lost, failures = False, 0
+                    for raw in response:
+                        line = make_line(self.m.name, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                        if line is not None and self.resume.take(line):
+                            self.out.put(line)
+                        if self.stop.is_set():
+                            return
+                why = "the connection ended"
+            except Unreachable as e:
+                why = str(e)
+            except CliError as e:
+                self.out.put(("fatal", f"{e}"))
+                return
+            except OSError as e:  # a read timed out or the connection broke mid-answer
+                why = f"the connection broke: {e}"
+            if not lost:
+                self.out.put(("note", f"{self.m.name}: {why}; asking again until it answers"))
+                lost = True
+            self.stop.wait(RETRY[min(failures, len(RETRY) - 1)])
+            failures += 1
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -380,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return show(args)
     except CliError as e:
-        print(f"gtmcluster logs: {e}", file=sys.stderr)
+        note(str(e))
         return 1
     except KeyboardInterrupt:
         return 0
@@ -400,38 +366,66 @@ def show(args: argparse.Namespace) -> int:
             f"(members: {', '.join(members)})"
         )
     nodes = list(dict.fromkeys(args.nodes)) or members
-    log_dir = config.log_dir
-    if not log_dir.is_dir():
-        raise CliError(
-            f"log directory {log_dir} does not exist (log_dir in {args.config}; "
-            "nodes write <log_dir>/<node>.log when started with twistd --logfile)"
-        )
     try:
-        since = parse_since(args.since, datetime.now().astimezone()) if args.since else None
+        since = log_time(parse_since(args.since, datetime.now().astimezone())) if args.since else None
     except ValueError as e:
         raise CliError(str(e)) from None
     count = args.lines if args.lines is not None else (None if since is not None else DEFAULT_LINES)
+    tokens = Tokens(config, args.token_file)
+    printer = Printer(nodes, sys.stdout, use_color(args.no_color, sys.stdout), members, raw=args.json)
+    targets = [config.member(n) for n in nodes]
+    if args.follow:
+        return follow(targets, params_for(since, count, True), tokens, printer)
 
-    tails = {node: FileTail(log_dir / f"{node}.log") for node in nodes}
-    missing = [node for node, tail in tails.items() if not tail.path.exists()]
-    for node in missing:
-        note = "waiting for it" if args.follow else "skipped"
-        print(f"gtmcluster logs: no log file {tails[node].path} for {node} yet ({note})", file=sys.stderr)
-    if len(missing) == len(nodes) and not args.follow:
-        raise CliError(f"none of the log files exist in {log_dir}")
+    def ask(m: Member) -> list[Line] | str:
+        try:
+            return read_all(m, params_for(since, count, False), tokens)
+        except CliError as e:
+            return str(e)
 
-    printer = Printer(nodes, sys.stdout, use_color(args.no_color, sys.stdout), palette_order=members)
-    follower = Follower(tails)
+    with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+        answers = list(pool.map(ask, targets))
+    failed = [a for a in answers if isinstance(a, str)]
+    printer.write(merge(a for a in answers if not isinstance(a, str)))
+    for problem in failed:
+        note(problem)
+    return 1 if failed else 0
+
+
+def follow(targets: list[Member], first: dict[str, str], tokens: Tokens, printer: Printer) -> int:
+    """Follow every target until Ctrl-C (0), or until every one of them refused (1)."""
+    # Ctrl-C stops following, even when started with SIGINT ignored (a background job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    inbox: queue.Queue[Line | tuple[str, str | None]] = queue.Queue()
+    stop = threading.Event()
+    followers = [NodeFollower(m, first, tokens, inbox, stop) for m in targets]
+    for f in followers:
+        f.start()
+    holder = Holder()
+    refused = 0
     try:
-        past = []
-        for node, tail in tails.items():
-            # an unfinished last line is shown too when not waiting for its end
-            past.append(history(tail, node, since, count, partial=not args.follow))
-        printer.write(merge(past))
-        if args.follow:
-            # Ctrl-C stops following, even when started with SIGINT ignored (a background job)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            follow(follower, printer)
+        while refused < len(followers):
+            wait = holder.next_due()
+            timeout = 0.2 if wait is None else max(0.0, wait + holder.hold - time.monotonic())
+            items = []
+            try:
+                items.append(inbox.get(timeout=timeout))
+                while True:  # take everything already there before choosing what is due
+                    items.append(inbox.get_nowait())
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            for item in items:
+                if isinstance(item, Line):
+                    holder.add(item, now)
+                    continue
+                kind, text = item
+                if kind == "fatal":
+                    refused += 1
+                if text:
+                    note(text)
+            printer.write(holder.due(now))
+        printer.write(holder.due(time.monotonic(), everything=True))
+        return 1
     finally:
-        follower.close()
-    return 0
+        stop.set()

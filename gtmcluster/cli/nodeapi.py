@@ -179,3 +179,33 @@ def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) ->
         found = f" ({why})" if why else ""
         return f"{m.name}: its API needs the bearer token and none was found{found}: {tokens.where(m)}"
     return f"{m.name} refused the bearer token from {token.source} (not its token): {tokens.where(m)}"
+
+
+class Unreachable(CliError):
+    """The node could not be asked now (not running, no route, busy): worth trying again."""
+
+
+def open_stream(m: Member, path: str, params: dict[str, str], tokens: Tokens | None, timeout: float = TIMEOUT) -> Any:
+    """GET *path* of the node and return the open response, to be read line by line (the
+    log, followed). Unreachable when it cannot be reached or answers 5xx; CliError for a
+    refusal (a token problem says where to give the token)."""
+    url = url_of(m, path) + ("?" + urllib.parse.urlencode(params) if params else "")
+    request = urllib.request.Request(url, headers={"Accept": "application/x-ndjson"})
+    token = tokens.for_member(m) if tokens is not None else None
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token.value}")
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.load(e).get("error", e.reason)
+        except (ValueError, AttributeError):
+            message = e.reason
+        if e.code in (401, 403) and tokens is not None and "token" in str(message):
+            raise CliError(_token_problem(m, e.code, token, tokens)) from None
+        if e.code >= 500:
+            raise Unreachable(f"{m.name}: {message}") from None
+        raise CliError(f"{m.name}: {message}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?)") from None

@@ -2,32 +2,26 @@
 
 `status` runs against a real three-member group (tests/support/trio.py): every node shown,
 digests agreeing, exit 0; with a member killed it names that member unreachable and exits 1
-at once. `logs` prints the group's own log files merged by time, each line prefixed with its
-node. `logs -f` follows files written by the test in a log_dir of its own (so rotation can
-be done by hand) and stops on SIGINT with exit 0. The first tests check the status summary
+at once. `logs` prints the group's own logs (through the APIs) merged by time, each line
+prefixed with its node (following, and restarts: test_cli_logs_api.py). The first tests check the status summary
 itself on made-up answers (no processes). Waits are polls with deadlines.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from gtmcluster.cli import status
-from gtmcluster.cli.logs import line_time
-from tests.support import configs, poll
+from tests.support import poll
 from tests.support.trio import Group, running_group
 
 GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
@@ -160,8 +154,8 @@ def test_status_json_and_chosen_nodes(group: Group) -> None:
 
 @pytest.mark.process
 def test_logs_of_the_group_are_prefixed_and_merged(group: Group) -> None:
-    """`logs` shows lines of each node, each prefixed with its name, in timestamp order,
-    and no colour when piped."""
+    """`logs` shows lines of each node (asked through its API), each prefixed with its
+    name, in time order, and no colour when piped; each line is one of that node's own."""
     result = gtmcluster("logs", "--config", str(group.config_path), "--lines", "30")
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout
@@ -170,15 +164,18 @@ def test_logs_of_the_group_are_prefixed_and_merged(group: Group) -> None:
     for line in result.stdout.splitlines():
         m = PREFIXED.match(line)
         assert m is not None, line
-        seen.setdefault(m["node"], []).append(m["text"])
-        stamp = line_time(m["text"])
-        if stamp is not None:
-            times.append(stamp)
+        if m["text"].startswith("    "):
+            continue  # a traceback's line
+        stamp, _level, rest = m["text"].split(maxsplit=2)
+        message = rest.split("] ", 1)[1]
+        seen.setdefault(m["node"], []).append(message)
+        times.append(stamp)
     assert set(seen) == set(NODES)
     assert times == sorted(times)
     for node in NODES:
-        own = set(group.log_text(node).splitlines())
-        assert set(seen[node]) <= own  # every line shown under a node's name is from its own file
+        own = (group.workdir / f"{node}.jsonl").read_text()
+        for message in seen[node]:
+            assert json.dumps(message)[1:-1] in own  # shown under a node's name: from its own log
 
 
 @pytest.mark.process
@@ -203,120 +200,3 @@ def test_status_names_an_unreachable_node_at_once(group: Group) -> None:
         assert list(answer["summary"]["unreachable"]) == ["n3"]
     finally:
         group.restart("n3")
-
-
-# -- logs -f on files written by hand --------------------------------------------------------
-
-
-def stamped(seconds: float, text: str) -> str:
-    moment = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC) + timedelta(seconds=seconds)
-    return f"{moment.strftime('%Y-%m-%dT%H:%M:%S%z')} [gtmcluster.test#info] {text}"
-
-
-def append(path: Path, *lines: str) -> None:
-    with path.open("a") as f:
-        f.write("".join(f"{line}\n" for line in lines))
-
-
-class Output:
-    """Collects a process's output lines in a thread, so the test can poll for them."""
-
-    def __init__(self, stream: IO[str]):
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            with self._lock:
-                self.lines.append(line.rstrip("\n"))
-
-    def snapshot(self) -> list[str]:
-        with self._lock:
-            return list(self.lines)
-
-    def wait_line(self, text: str, timeout: float = 10.0) -> None:
-        wait_for(lambda: any(text in line for line in self.snapshot()), timeout, repr(text), self.text)
-
-    def join(self, timeout: float) -> None:
-        """Wait until the output has ended (the process closed it)."""
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "the output did not end"
-
-    def text(self) -> str:
-        return "\n".join(self.snapshot())
-
-
-@pytest.mark.process
-def test_logs_follow_survives_rotation_and_stops_on_sigint(tmp_path: Path) -> None:
-    """`logs -f` prints the history merged by time, then new lines as they are written: in
-    a file rotated by renaming it to .1 and making a new one, and in a file created only
-    after it started. SIGINT stops it with exit 0."""
-    config = configs.base("127.0.0.1")
-    template = config["sync_group"]["members"][0]
-    config["sync_group"]["members"] = [
-        {
-            **template,
-            "name": name,
-            "peer": f"127.0.0.{i + 2}:4353",
-            "dns": [f"127.0.0.{i + 2}:5353"],
-            "api": f"127.0.0.{i + 2}:8053",
-        }
-        for i, name in enumerate(("n1", "n2", "gtm-cmcc"))
-    ]
-    config["log_dir"] = "logs"
-    path = configs.write(tmp_path, config)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    append(logs / "n1.log", stamped(0, "n1 at 0"), stamped(2, "n1 at 2"))
-    append(logs / "n2.log", stamped(1, "n2 at 1"), stamped(3, "n2 boom"), "\tTraceback", "\tValueError: x")
-
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen(
-        [str(GTMCLUSTER), "logs", "-f", "--config", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    out = Output(proc.stdout)
-    try:
-        out.wait_line("ValueError: x")
-        assert out.snapshot()[:6] == [
-            f"n1       | {stamped(0, 'n1 at 0')}",
-            f"n2       | {stamped(1, 'n2 at 1')}",
-            f"n1       | {stamped(2, 'n1 at 2')}",
-            f"n2       | {stamped(3, 'n2 boom')}",
-            "n2       | \tTraceback",
-            "n2       | \tValueError: x",
-        ]
-
-        append(logs / "n1.log", stamped(4, "n1 before rotation"))
-        out.wait_line("n1 before rotation")
-        (logs / "n1.log").rename(logs / "n1.log.1")
-        append(logs / "n1.log.1", stamped(5, "n1 late in the old file"))
-        append(logs / "n1.log", stamped(6, "n1 after rotation"))
-        out.wait_line("n1 after rotation")
-        assert "n1 late in the old file" in out.text()
-
-        append(logs / "gtm-cmcc.log", stamped(7, "cmcc appears"))
-        out.wait_line("gtm-cmcc | " + stamped(7, "cmcc appears"))
-        append(logs / "n1.log", stamped(8, "n1 again"))
-        out.wait_line("n1 again")
-        assert "\x1b[" not in out.text()
-        before = len(out.snapshot())
-
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    assert code == 0, err
-    assert "Traceback" not in err
-    assert "no log file" in err and "gtm-cmcc" in err and "waiting for it" in err
-    out.join(10)
-    assert len(out.snapshot()) == before

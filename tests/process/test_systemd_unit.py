@@ -167,6 +167,7 @@ def test_the_unit_s_command_runs_the_node_as_deployed(namespace: str, site: Path
         stderr=subprocess.STDOUT,
         text=True,
         cwd=site,
+        env={**os.environ, "JOURNAL_STREAM": "8:12345"},  # as systemd sets it for the journal
     )
     try:
         address = re.compile(r"^\d+\.\d+\.\d+\.\d+$", re.MULTILINE)  # (dig prints its errors too)
@@ -194,6 +195,10 @@ def test_the_unit_s_command_runs_the_node_as_deployed(namespace: str, site: Path
     # twistd ends by its signal once shut down; systemd counts 0 and SIGTERM as a clean exit
     assert proc.returncode in (0, -stop_signal), output[-3000:]
     assert "Server Shut Down." in output, output[-3000:]
+    # each line carries its journal priority; the node's own log belongs to the user
+    assert all(re.match(r"<[2-7]>\[", line) for line in output.splitlines()), output[-3000:]
+    own_log = site / "log" / f"{NODE}.jsonl"
+    assert "Port 53 Closed" in own_log.read_text() and own_log.stat().st_uid == user.pw_uid  # lines of the stop too
     assert took < float(settings["TimeoutStopSec"])
     snapshot = site / "state" / NODE / "state.sqlite"
     assert snapshot.exists(), output[-3000:]

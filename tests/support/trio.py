@@ -78,8 +78,11 @@ class Group:
         workdir: Path,
         size: int = 3,
         customize: Callable[[dict[str, Any]], None] | None = None,
+        logfile: bool = True,
     ):
         self.workdir = workdir
+        #: started with twistd --logfile (else as under systemd: twistd -n, its text on stdout)
+        self.logfile = logfile
         self.certs = workdir / "certs"
         self.members: dict[str, Member] = {}
         for i in range(size):
@@ -125,7 +128,7 @@ class Group:
         cmd = [
             *twistd(),
             "--nodaemon",
-            f"--logfile={member.log}",
+            *([f"--logfile={member.log}"] if self.logfile else []),
             f"--pidfile={self.workdir / (node + '.pid')}",
             "gtm",
             f"--config={self.config_path}",
@@ -298,9 +301,10 @@ def running_group(
     size: int = 3,
     run: Iterable[str] | None = None,
     customize: Callable[[dict[str, Any]], None] | None = None,
+    logfile: bool = True,
 ) -> Iterator[Group]:
     """A `Group` of *size* members with *run* (default: all) started; every process stopped after."""
-    group = Group(workdir, size, customize)
+    group = Group(workdir, size, customize, logfile)
     try:
         group.start(*(run if run is not None else group.members))
         yield group

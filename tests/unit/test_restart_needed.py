@@ -75,3 +75,12 @@ def test_group_identity_needs_a_restart_but_new_tls_paths_do_not(tmp_path: Path)
     assert problems(tmp_path, new_tls) == []  # the reload loads and checks the files instead
     assert "between one member and several" in problems(tmp_path, alone)[0]
     assert problems(tmp_path, removed) == ["n1 is no longer a member of the sync group: stop it instead"]
+
+
+def test_a_new_log_dir_needs_a_restart(tmp_path: Path) -> None:
+    """The node's own log file is opened at start (gtmcluster.nodelog)."""
+
+    def change(raw: dict[str, Any]) -> None:
+        raw["log_dir"] = "elsewhere"
+
+    assert problems(tmp_path, change) == ["log_dir changed: restart the node to write its log there"]
