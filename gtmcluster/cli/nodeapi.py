@@ -170,7 +170,8 @@ def post(m: Member, path: str, body: dict[str, Any], tokens: Tokens) -> Any:
 
 
 class Unreachable(CliError):
-    """The node's API did not answer at all (another member may)."""
+    """The node could not be asked now (not running, no route, busy): another member may
+    answer, or this one later."""
 
 
 def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) -> str:
@@ -179,10 +180,6 @@ def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) ->
         found = f" ({why})" if why else ""
         return f"{m.name}: its API needs the bearer token and none was found{found}: {tokens.where(m)}"
     return f"{m.name} refused the bearer token from {token.source} (not its token): {tokens.where(m)}"
-
-
-class Unreachable(CliError):
-    """The node could not be asked now (not running, no route, busy): worth trying again."""
 
 
 def open_stream(m: Member, path: str, params: dict[str, str], tokens: Tokens | None, timeout: float = TIMEOUT) -> Any:
