@@ -352,12 +352,14 @@ def make_service(
         config_digest=config.digest,
         idle_timeout=settings.idle_timeout,
         handshake_timeout=settings.handshake_timeout,
+        heartbeat_interval=settings.heartbeat_interval,
+        heartbeat_timeout=settings.heartbeat_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
-    # Health counts this node's verdicts and those of connected peers only, and evaluates
-    # the changes of one reactor turn together, on the next.
+    # Health counts this node's verdicts and those of connected peers heard from within the
+    # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
-    node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
+    node.health.observers = lambda: frozenset([node_name, *replicator.live_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
     # Children stop in reverse order: the snapshot is written last, after everything else.
     # Path records (the bulk of a full table) are read after the node starts answering.
@@ -452,7 +454,7 @@ def make_service(
             reactor,
             config_path,
             lambda: dns.udp[0].fast,
-            lambda: frozenset([node_name, *replicator.connected_names()]),
+            lambda: frozenset([node_name, *replicator.live_names()]),
             snapshots.when_loaded,
         )
         replicator.peer_listeners.append(workers.send_state)
