@@ -45,6 +45,8 @@ from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 log = Logger()
 
 TICK_INTERVAL = 1.0
+#: seconds a stopping node waits for its parts (the snapshot excepted: it is always written)
+STOP_DEADLINE = 2.5
 
 
 @dataclass
@@ -118,11 +120,47 @@ class NodeService(MultiService):
         if threading.current_thread() is threading.main_thread():
             self._previous_hup = signal.signal(signal.SIGHUP, self._sighup)
 
-    def stopService(self) -> Any:
+    def stopService(self) -> defer.Deferred[Any]:
+        """Stop every part (in reverse order of start, all at once as `MultiService` does).
+        Fires when the snapshot is written and every other part has stopped, or
+        `STOP_DEADLINE` seconds after the start of the stop, whichever is later for the
+        snapshot and earlier for the rest: a part still stopping then is logged and left
+        behind (peer connections that do not close are aborted before, see `PeerService`),
+        so SIGTERM ends the node within seconds whatever its peers do, with its state on disk."""
         if self._previous_hup is not None:
             signal.signal(signal.SIGHUP, self._previous_hup)
             self._previous_hup = None
-        return super().stopService()
+        Service.stopService(self)
+        snapshot: defer.Deferred[Any] = defer.succeed(None)
+        parts: dict[str, defer.Deferred[Any]] = {}
+        for service in reversed(list(self)):
+            name = service.name or repr(service)
+            d = defer.maybeDeferred(service.stopService).addErrback(_stop_failed, name)
+            if service is self.snapshots:
+                snapshot = d
+            else:
+                parts[name] = d
+        bounded: defer.Deferred[None] = defer.Deferred()
+
+        def done(late: list[str]) -> None:
+            if bounded.called:
+                return
+            if late:
+                log.warn(
+                    "stopping: {parts} still stopping after {deadline:g}s; exiting without waiting for them",
+                    parts=", ".join(late),
+                    deadline=STOP_DEADLINE,
+                    event="stop_deadline",
+                )
+            if call.active():
+                call.cancel()
+            bounded.callback(None)
+
+        call = self.reactor.callLater(
+            STOP_DEADLINE, lambda: done(sorted(name for name, d in parts.items() if not d.called))
+        )
+        defer.gatherResults(list(parts.values())).addBoth(lambda _: done([]))
+        return defer.gatherResults([snapshot, bounded])
 
     def _sighup(self, signum: int, frame: Any) -> None:
         self.reactor.callFromThread(self.reload)
@@ -251,6 +289,10 @@ class NodeService(MultiService):
             digest=new.digest,
             event="reloaded",
         )
+
+
+def _stop_failed(failure: Any, part: str) -> None:
+    log.failure("stopping {part} failed", failure, part=part)
 
 
 class NotTaken(Exception):

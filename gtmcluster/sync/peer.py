@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
 from twisted.internet.protocol import connectionDone
@@ -93,11 +93,13 @@ class PeerProtocol(amp.AMP):
         self._tokens = RATE_BURST
         self._tokens_at = 0.0
         self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
+        self._closed: list[Deferred[None]] = []  # see `when_closed`
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         super().connectionMade()
+        self.replicator.connections.add(self)
         self._tokens_at = self.replicator.clock.seconds()
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
@@ -247,9 +249,21 @@ class PeerProtocol(amp.AMP):
             if timer is not None and timer.active():
                 timer.cancel()
         self._timer = self._heartbeat = self._silence = None
+        self.replicator.connections.discard(self)
         if self._announced:
             self.replicator.lost(self, self._why or reason.getErrorMessage())
         super().connectionLost(reason)
+        closed, self._closed = self._closed, []
+        for d in closed:
+            d.callback(None)
+
+    def when_closed(self) -> Deferred[None]:
+        """Fires when this connection is gone (at once if it is)."""
+        if self.phase == CLOSED and self not in self.replicator.connections:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._closed.append(d)
+        return d
 
     # -- limits ---------------------------------------------------------------------------
 

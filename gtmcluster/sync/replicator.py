@@ -132,6 +132,9 @@ class Replicator:
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.peers = {name: PeerState(name) for name in sorted(self.members) if name != node}
+        #: every open peer connection, dialled or accepted, in any phase (`PeerService` closes
+        #: them all when the node stops)
+        self.connections: set[PeerProtocol] = set()
         self._outbox: dict[str, list[Record]] = {}
         self._flush: IDelayedCall | None = None
         self._merging_from: str | None = None
