@@ -26,6 +26,7 @@ import os
 import signal
 import sqlite3
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,10 @@ def test_a_silent_peer_stops_counting_and_answers_move_within_the_partition_boun
     assert n2["connected"] is True and n2["counted"] is False, n2
     vsm = status["health"]["virtual_servers"]["vsm"]
     assert not vsm["available"] and "n2" not in vsm["reason"], vsm
+    host, port = group.members["n1"].api
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=2) as response:
+        metrics = response.read().decode()
+    assert 'gtm_peer_counted{peer="n2"} 0.0' in metrics and 'gtm_peer_connected{peer="n2"} 1.0' in metrics
     assert moved <= BOUND + SLACK, f"answers moved {moved:.2f}s after the cut; the bound is {BOUND:g}s"
     silent = group.wait_log("n1", "peer n2 silent", since=log_from)
     print(f"n1: {silent.strip()}")
