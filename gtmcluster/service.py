@@ -255,7 +255,11 @@ class NodeService(MultiService):
 
             prepare("probes", probing)
         names = [m.name for m in new.sync_group.members]
-        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest)))
+        timers = {
+            key: getattr(new.sync_group.settings, key)
+            for key in ("idle_timeout", "handshake_timeout", "heartbeat_interval", "heartbeat_timeout")
+        }
+        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
         if self.peers is not None:
             peers = self.peers
             others = [m for m in new.sync_group.members if m.name != node.member.name]

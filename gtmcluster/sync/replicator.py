@@ -35,7 +35,7 @@ import itertools
 import json
 import struct
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,10 +183,19 @@ class Replicator:
 
     # -- connections ----------------------------------------------------------------------
 
-    def reconfigure(self, members: Iterable[str], config_digest: str) -> None:
-        """A new config: the members (added ones get a state, removed ones are dropped)."""
+    def reconfigure(
+        self, members: Iterable[str], config_digest: str, timers: Mapping[str, float] | None = None
+    ) -> None:
+        """A new config: the members (added ones get a state, removed ones are dropped), and
+        *timers* (`idle_timeout`, `handshake_timeout`, `heartbeat_interval`,
+        `heartbeat_timeout`), which open connections take from their next timer on."""
         self.members = frozenset(members)
         self.config_digest = config_digest
+        if timers is not None:
+            self.idle_timeout = timers["idle_timeout"]
+            self.handshake_timeout = timers["handshake_timeout"]
+            self.heartbeat_interval = timers["heartbeat_interval"]
+            self.heartbeat_timeout = timers["heartbeat_timeout"]
         for name in list(self.peers):
             if name not in self.members:
                 for proto in list(self.peers[name].channels):
