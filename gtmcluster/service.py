@@ -45,7 +45,8 @@ from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 log = Logger()
 
 TICK_INTERVAL = 1.0
-#: seconds a stopping node waits for its parts (the snapshot excepted: it is always written)
+#: seconds a stopping node waits for its parts (except the snapshot, always written, and
+#: the answering workers, killed after `fanout.supervisor.STOP_TIMEOUT`)
 STOP_DEADLINE = 2.5
 
 
@@ -122,22 +123,23 @@ class NodeService(MultiService):
 
     def stopService(self) -> defer.Deferred[Any]:
         """Stop every part (in reverse order of start, all at once as `MultiService` does).
-        Fires when the snapshot is written and every other part has stopped, or
-        `STOP_DEADLINE` seconds after the start of the stop, whichever is later for the
-        snapshot and earlier for the rest: a part still stopping then is logged and left
-        behind (peer connections that do not close are aborted before, see `PeerService`),
-        so SIGTERM ends the node within seconds whatever its peers do, with its state on disk."""
+        Fires when the snapshot is written, the answering workers have exited (each is
+        killed `fanout.supervisor.STOP_TIMEOUT` after SIGTERM) and every other part has
+        stopped or `STOP_DEADLINE` seconds have passed: a part still stopping then is logged
+        and left behind (peer connections that do not close are aborted before that, see
+        `PeerService`), so SIGTERM ends the node within seconds whatever its peers do, with
+        its state on disk."""
         if self._previous_hup is not None:
             signal.signal(signal.SIGHUP, self._previous_hup)
             self._previous_hup = None
         Service.stopService(self)
-        snapshot: defer.Deferred[Any] = defer.succeed(None)
+        must: list[defer.Deferred[Any]] = []
         parts: dict[str, defer.Deferred[Any]] = {}
         for service in reversed(list(self)):
             name = service.name or repr(service)
             d = defer.maybeDeferred(service.stopService).addErrback(_stop_failed, name)
-            if service is self.snapshots:
-                snapshot = d
+            if service is self.snapshots or service is self.workers:
+                must.append(d)  # the state on disk; no worker left holding the DNS port
             else:
                 parts[name] = d
         bounded: defer.Deferred[None] = defer.Deferred()
@@ -160,7 +162,7 @@ class NodeService(MultiService):
             STOP_DEADLINE, lambda: done(sorted(name for name, d in parts.items() if not d.called))
         )
         defer.gatherResults(list(parts.values())).addBoth(lambda _: done([]))
-        return defer.gatherResults([snapshot, bounded])
+        return defer.gatherResults([*must, bounded])
 
     def _sighup(self, signum: int, frame: Any) -> None:
         self.reactor.callFromThread(self.reload)

@@ -3,8 +3,9 @@
 - `PeerService.stopService` asks every peer connection to close and aborts those still
   open `CLOSE_GRACE` seconds later (a peer that stopped reading never answers TLS's
   close_notify, and a dialled connection's `ClientService` waits for the close).
-- `NodeService.stopService` waits for the snapshot however long it takes, and for the
-  other parts at most `STOP_DEADLINE` seconds (those still stopping are logged).
+- `NodeService.stopService` waits for the snapshot and the answering workers (killed after
+  their own timeout), and for the other parts at most `STOP_DEADLINE` seconds (those still
+  stopping are logged).
 
 Fake clocks (`MemoryReactorClock`) and recording transports; the real thing with a peer
 stopped by SIGSTOP is tests/process/test_partition.py.
@@ -175,17 +176,23 @@ def test_the_stop_waits_for_other_parts_at_most_the_deadline(node: NodeService, 
     assert late["parts"] == "stuck"
 
 
-def test_the_stop_always_waits_for_the_snapshot(node: NodeService, reactor: MemoryReactorClock) -> None:
-    """The snapshot is waited for past the deadline (the state must be on disk); when every
-    part is done the stop ends at once, with no deadline left pending."""
-    made = parts(node, "snapshot", "quick")
+@pytest.mark.parametrize("kept", ["snapshot", "workers"])
+def test_the_stop_always_waits_for_the_snapshot_and_the_workers(
+    node: NodeService, reactor: MemoryReactorClock, kept: str
+) -> None:
+    """The snapshot (the state must be on disk) and the answering workers (none may be left
+    holding the DNS port; they are killed after their own timeout) are waited for past the
+    deadline; when every part is done the stop ends at once, with no deadline left pending."""
+    made = parts(node, "snapshot", "workers", "quick")
     node.snapshots = made["snapshot"]  # type: ignore[assignment]
+    node.workers = made["workers"]  # type: ignore[assignment]
     node.startService()
     stopped: list[object] = []
     node.stopService().addCallback(stopped.append)
     made["quick"].done.callback(None)
+    made["snapshot" if kept == "workers" else "workers"].done.callback(None)
     reactor.advance(STOP_DEADLINE * 4)
     assert not stopped
-    made["snapshot"].done.callback(None)
+    made[kept].done.callback(None)
     assert stopped
     assert not [c for c in reactor.getDelayedCalls() if c.active()]
