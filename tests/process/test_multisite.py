@@ -20,7 +20,8 @@ availability. With clients asking through each resolver (`dig` in the LDNS names
 - swapping the delays moves both answers after the re-probes;
 - cutting site cnc off makes vs-cnc unavailable within the partition bound (gtm-cnc goes
   silent at tel before its connection is closed) and its GTM silent, and the tel site goes
-  on answering everybody (vs-tel).
+  on answering everybody (vs-tel);
+- SIGTERM to both GTMs during the cut stops each within 3 s.
 
 The tests share one world and run in order; each waits (polls with a deadline) for what it
 checks. Needs root, /dev/net/tun, `ip`, `unbound` and `dig`: skipped without them, except
@@ -33,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,6 +81,8 @@ RTT_SLACK_US = 25_000
 STEADY = 3
 #: sync_group.heartbeat_timeout (the default: the multisite config does not set it)
 HEARTBEAT_TIMEOUT = 3.0
+#: SIGTERM to exit, whatever the peers do (README, "Running a node")
+STOP_BOUND = 3.0
 #: what the partition bound allows beyond the timers: status polling, the emulator, scheduling
 CUT_SLACK = 1.0
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -361,6 +365,29 @@ def test_a_cut_off_site_is_out_for_everybody(world: MultiSite) -> None:
     status = world.status("tel")
     assert status is not None
     assert status["health"]["virtual_servers"][world.vs("tel")]["available"], status["health"]
+
+
+def test_sigterm_during_the_partition_stops_both_nodes_within_3s(world: MultiSite) -> None:
+    """With site cnc still cut off, SIGTERM to both GTMs: each exits within 3 s (the cut-off
+    peer never answers; whatever is open to it is aborted, a dial to it cancelled), and
+    says it shut down. The times are printed."""
+    procs = {site: world.procs[world.member(site)] for site in SITES}
+    assert all(proc.poll() is None for proc in procs.values()), "a GTM exited before the SIGTERM"
+    start = time.monotonic()
+    for proc in procs.values():
+        proc.send_signal(signal.SIGTERM)
+    took: dict[str, float] = {}
+    for site, proc in procs.items():
+        try:
+            proc.wait(timeout=STOP_BOUND + 10)
+        finally:
+            took[site] = time.monotonic() - start
+    figures = ", ".join(f"{world.member(site)} {seconds:.2f}s" for site, seconds in took.items())
+    print(f"\nSIGTERM during the partition: exited after {figures}; load {os.getloadavg()[0]:.2f}")
+    for site, seconds in took.items():
+        assert procs[site].returncode in (0, -signal.SIGTERM), (site, procs[site].returncode)
+        assert seconds <= STOP_BOUND, f"{world.member(site)} took {seconds:.2f}s to exit after SIGTERM"
+        assert "Server Shut Down." in world.log_text(site), world.log_text(site)[-3000:]
 
 
 def test_no_node_logged_a_traceback(world: MultiSite) -> None:
