@@ -94,8 +94,8 @@ class Changed(amp.Command):
 
 
 class Heartbeat(amp.Command):
-    #: the members the sender is connected to: a record whose origin is among them reaches
-    #: the sender directly, so nobody needs to relay it there
+    #: the members the sender is connected to and hears from (not silent): a record whose
+    #: origin is among them reaches the sender directly, so nobody needs to relay it there
     #: digest: the sender's state digest, so status pages can say whether nodes agree
     arguments = [(b"connected", amp.Unicode(optional=True)), (b"digest", amp.Unicode(optional=True))]
     response = []
