@@ -46,6 +46,9 @@ from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 log = Logger()
 
 TICK_INTERVAL = 1.0
+#: seconds a stopping node waits for its parts (except the snapshot, always written, and
+#: the answering workers, killed after `fanout.supervisor.STOP_TIMEOUT`)
+STOP_DEADLINE = 2.5
 
 
 @dataclass
@@ -123,11 +126,48 @@ class NodeService(MultiService):
         if threading.current_thread() is threading.main_thread():
             self._previous_hup = signal.signal(signal.SIGHUP, self._sighup)
 
-    def stopService(self) -> Any:
+    def stopService(self) -> defer.Deferred[Any]:
+        """Stop every part (in reverse order of start, all at once as `MultiService` does).
+        Fires when the snapshot is written, the answering workers have exited (each is
+        killed `fanout.supervisor.STOP_TIMEOUT` after SIGTERM) and every other part has
+        stopped or `STOP_DEADLINE` seconds have passed: a part still stopping then is logged
+        and left behind (peer connections that do not close are aborted before that, see
+        `PeerService`), so SIGTERM ends the node within seconds whatever its peers do, with
+        its state on disk."""
         if self._previous_hup is not None:
             signal.signal(signal.SIGHUP, self._previous_hup)
             self._previous_hup = None
-        stopped = defer.maybeDeferred(super().stopService)
+        Service.stopService(self)
+        must: list[defer.Deferred[Any]] = []
+        parts: dict[str, defer.Deferred[Any]] = {}
+        for service in reversed(list(self)):
+            name = service.name or repr(service)
+            d = defer.maybeDeferred(service.stopService).addErrback(_stop_failed, name)
+            if service is self.snapshots or service is self.workers:
+                must.append(d)  # the state on disk; no worker left holding the DNS port
+            else:
+                parts[name] = d
+        bounded: defer.Deferred[None] = defer.Deferred()
+
+        def done(late: list[str]) -> None:
+            if bounded.called:
+                return
+            if late:
+                log.warn(
+                    "stopping: {parts} still stopping after {deadline:g}s; exiting without waiting for them",
+                    parts=", ".join(late),
+                    deadline=STOP_DEADLINE,
+                    event="stop_deadline",
+                )
+            if call.active():
+                call.cancel()
+            bounded.callback(None)
+
+        call = self.reactor.callLater(
+            STOP_DEADLINE, lambda: done(sorted(name for name, d in parts.items() if not d.called))
+        )
+        defer.gatherResults(list(parts.values())).addBoth(lambda _: done([]))
+        stopped = defer.gatherResults([*must, bounded])
         if self.node_log is not None:
             # last: once every part has stopped (the final snapshot written), as it logs that
             node_log = self.node_log
@@ -232,7 +272,11 @@ class NodeService(MultiService):
 
             prepare("probes", probing)
         names = [m.name for m in new.sync_group.members]
-        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest)))
+        timers = {
+            key: getattr(new.sync_group.settings, key)
+            for key in ("idle_timeout", "handshake_timeout", "heartbeat_interval", "heartbeat_timeout")
+        }
+        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
         if self.peers is not None:
             peers = self.peers
             others = [m for m in new.sync_group.members if m.name != node.member.name]
@@ -266,6 +310,10 @@ class NodeService(MultiService):
             digest=new.digest,
             event="reloaded",
         )
+
+
+def _stop_failed(failure: Any, part: str) -> None:
+    log.failure("stopping {part} failed", failure, part=part)
 
 
 class NotTaken(Exception):
@@ -374,13 +422,15 @@ def make_service(
         config_digest=config.digest,
         idle_timeout=settings.idle_timeout,
         handshake_timeout=settings.handshake_timeout,
+        heartbeat_interval=settings.heartbeat_interval,
+        heartbeat_timeout=settings.heartbeat_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
     top.node_log = node_log  # not a child: started before the children, stopped after them
-    # Health counts this node's verdicts and those of connected peers only, and evaluates
-    # the changes of one reactor turn together, on the next.
+    # Health counts this node's verdicts and those of connected peers heard from within the
+    # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
-    node.health.observers = lambda: frozenset([node_name, *replicator.connected_names()])
+    node.health.observers = lambda: frozenset([node_name, *replicator.live_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
     # Children stop in reverse order: the snapshot is written last, after everything else.
     # Path records (the bulk of a full table) are read after the node starts answering.
@@ -475,7 +525,7 @@ def make_service(
             reactor,
             config_path,
             lambda: dns.udp[0].fast,
-            lambda: frozenset([node_name, *replicator.connected_names()]),
+            lambda: frozenset([node_name, *replicator.live_names()]),
             snapshots.when_loaded,
         )
         replicator.peer_listeners.append(workers.send_state)

@@ -143,6 +143,11 @@ class NodeCollector(Collector):
             yield from health_check_metrics(service.checker.stats)
 
         connected = GaugeMetricFamily("gtm_peer_connected", "1 when connected to the peer", labels=["peer"])
+        counted = GaugeMetricFamily(
+            "gtm_peer_counted",
+            "1 when the peer was heard from within the heartbeat timeout (its health verdicts count)",
+            labels=["peer"],
+        )
         sent = CounterMetricFamily("gtm_sync_records_sent", "records pushed to the peer", labels=["peer"])
         received = CounterMetricFamily("gtm_sync_records_received", "records received from the peer", labels=["peer"])
         lag = GaugeMetricFamily(
@@ -154,13 +159,14 @@ class NodeCollector(Collector):
         digest = node.store.digest()
         for peer in service.replicator.peers.values():
             connected.add_metric([peer.name], 1.0 if peer.connected else 0.0)
+            counted.add_metric([peer.name], 1.0 if peer.live else 0.0)
             sent.add_metric([peer.name], peer.sent)
             received.add_metric([peer.name], peer.received)
             if peer.last_contact is not None:
                 lag.add_metric([peer.name], now - peer.last_contact)
             if peer.digest is not None:
                 agree.add_metric([peer.name], 1.0 if peer.digest == digest else 0.0)
-        yield from (connected, sent, received, lag, agree)
+        yield from (connected, counted, sent, received, lag, agree)
         yield records_refused(service)
 
         kinds = node.store.kinds()

@@ -32,6 +32,9 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
                 "name": peer.name,
                 "datacenter": peer.datacenter,
                 "connected": peer.connected,
+                # heard from within the heartbeat timeout: its verdicts count
+                "counted": peer.live,
+                "silent_for": None if peer.silent_since is None else round(now - peer.silent_since, 3),
                 "connected_for": None if peer.connected_since is None else round(now - peer.connected_since, 3),
                 "last_contact_ago": None if peer.last_contact is None else round(now - peer.last_contact, 3),
                 "config_digest": peer.config_digest,

@@ -125,6 +125,10 @@ def problems(s: dict[str, Any]) -> list[str]:
     for p in s["peers"]:
         if not p["connected"]:
             out.append(f"peer {p['name']} not connected (last contact {ago(p['last_contact_ago'])})")
+        elif p.get("counted") is False:
+            silent = p.get("silent_for")
+            since = f" for {silent:.1f}s" if silent is not None else ""
+            out.append(f"peer {p['name']} connected but silent{since}: its verdicts do not count")
         elif not p["synced"]:
             out.append(f"peer {p['name']} connected but not synced yet")
         if p["config_matches"] is False:
@@ -154,6 +158,8 @@ def peers_cell(peers: list[dict[str, Any]]) -> str:
     for p in peers:
         if not p["connected"]:
             word = "DOWN"
+        elif p.get("counted") is False:
+            word = "SILENT"
         elif p["config_matches"] is False:
             word = "OTHER-CONFIG"
         elif p["synced"]:

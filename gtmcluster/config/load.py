@@ -223,6 +223,8 @@ def _sync_group(
     values = {}
     for key, default, lo, hi in (
         ("idle_timeout", settings.idle_timeout, 3, 3600),
+        ("heartbeat_interval", settings.heartbeat_interval, 0.1, 60),
+        ("heartbeat_timeout", settings.heartbeat_timeout, 0.3, 600),
         ("handshake_timeout", settings.handshake_timeout, 1, 600),
         ("reconcile_interval", settings.reconcile_interval, 1, 86400),
         ("cold_start_wait", settings.cold_start_wait, 0, 600),
@@ -230,6 +232,18 @@ def _sync_group(
     ):
         value = m.number(key, default, lo, hi)
         values[key] = default if value is None else value
+    if values["heartbeat_timeout"] < 2 * values["heartbeat_interval"]:
+        r.error(
+            m.at("heartbeat_timeout"),
+            f"must be at least twice heartbeat_interval ({values['heartbeat_interval']:g}), "
+            "or one late heartbeat makes a peer silent",
+        )
+    if values["heartbeat_timeout"] >= values["idle_timeout"]:
+        r.error(
+            m.at("heartbeat_timeout"),
+            f"must be less than idle_timeout ({values['idle_timeout']:g}): a silent peer stops counting "
+            "before its connection is closed",
+        )
     settings = SyncSettings(**values)
     members: list[Member] = []
     raw_members = r.list(m.at("members"), m.require("members", "the GTM nodes of the group"))

@@ -54,6 +54,10 @@ class SyncSettings:
     """Timers of the peer protocol and of the state snapshot."""
 
     idle_timeout: float = 30.0  # a silent peer connection is closed after this
+    heartbeat_interval: float = 1.0  # each connection sends a heartbeat this often
+    #: a peer not heard from for this long stops counting (its verdicts, its quorum vote)
+    #: until it is heard again; its connection stays open until `idle_timeout`
+    heartbeat_timeout: float = 3.0
     handshake_timeout: float = 10.0  # TLS handshake and Hello must be done within this
     reconcile_interval: float = 60.0  # anti-entropy with every peer this often
     cold_start_wait: float = 5.0  # at start, wait this long for peers before using measurements

@@ -1,8 +1,9 @@
 """From records to availability: pure evaluations of one virtual server or link, or of all.
 
 For each virtual server with a monitor, the verdicts of the observers (records
-``obs/vs/<vs>/<observer>``: this node's, and those of the peers it is connected to; a
-disconnected peer's last word is stale and does not count) combine by the monitor's rule: `any` observer seeing it up,
+``obs/vs/<vs>/<observer>``: this node's, and those of the peers it is connected to and has
+heard from within `heartbeat_timeout`; a disconnected or silent peer's last word is stale
+and does not count) combine by the monitor's rule: `any` observer seeing it up,
 `all` of the reporting observers, or at least `quorum` of them; with no verdict yet it is
 `unknown`, counted as the monitor's `unknown_as`. A server without a monitor is up. Then:
 

@@ -8,7 +8,9 @@
     Listing     (key, version) of one origin's records in some buckets
     Pull        the records at these keys (answered with as many as fit, and the rest)
     SendAll     stream me every record of one origin (as Publish batches), then answer
-    Heartbeat   nothing; keeps an idle connection alive and proves the peer is there
+    Heartbeat   the members I hear from and my state digest; sent every heartbeat_interval
+                on every connection, so a peer that goes silent (cut off without a reset)
+                stops counting after heartbeat_timeout (see `peer`)
 
 Values stay under AMP's 64 KiB limit: record batches, listings and key lists are cut to
 fit. Version 1 is the first; a node refuses a peer whose range does not overlap its own.
@@ -92,8 +94,8 @@ class Changed(amp.Command):
 
 
 class Heartbeat(amp.Command):
-    #: the members the sender is connected to: a record whose origin is among them reaches
-    #: the sender directly, so nobody needs to relay it there
+    #: the members the sender is connected to and hears from (not silent): a record whose
+    #: origin is among them reaches the sender directly, so nobody needs to relay it there
     #: digest: the sender's state digest, so status pages can say whether nodes agree
     arguments = [(b"connected", amp.Unicode(optional=True)), (b"digest", amp.Unicode(optional=True))]
     response = []

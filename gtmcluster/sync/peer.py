@@ -7,7 +7,12 @@ State machine (inputs on the left, what happens on the right):
     hello     --initiator: our Hello answered OK----->   established
     hello     --responder: their Hello is right------>   established
     hello     --wrong name/group/version, timeout---->   closed (logged)
-    established --any whole box (command, answer)-->   (dispatched; idle timer reset)
+    established --any whole box (command, answer)-->   (dispatched; idle timer reset; heard:
+                                                         a silent connection is live again)
+    established --every heartbeat_interval---------->   a Heartbeat sent
+    established --no whole box for heartbeat_timeout->  silent: the peer's verdicts stop
+                                                         counting while every connection
+                                                         to it is silent (still open)
     established --no whole box for idle_timeout---->   closed (a box trickled byte by
                                                          byte never completes, so it
                                                          does not keep the connection)
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
 from twisted.internet.protocol import connectionDone
@@ -75,6 +80,11 @@ class PeerProtocol(amp.AMP):
         self.outstanding = 0  # our Publish commands not yet answered
         self._timer: IDelayedCall | None = None
         self._heartbeat: IDelayedCall | None = None
+        self._silence: IDelayedCall | None = None
+        #: when the last whole box came in (established connections)
+        self.last_heard = 0.0
+        #: nothing heard for `heartbeat_timeout` (see `_check_silence`)
+        self.silent = False
         self._box_bytes = 0
         self._announced = False  # the replicator knows this connection (and must hear of its end)
         self._was_established = False
@@ -83,11 +93,13 @@ class PeerProtocol(amp.AMP):
         self._tokens = RATE_BURST
         self._tokens_at = 0.0
         self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
+        self._closed: list[Deferred[None]] = []  # see `when_closed`
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         super().connectionMade()
+        self.replicator.connections.add(self)
         self._tokens_at = self.replicator.clock.seconds()
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
@@ -156,6 +168,8 @@ class PeerProtocol(amp.AMP):
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
         self._arm(self.replicator.idle_timeout, self._idle_reason())
         self._schedule_heartbeat()
+        self.last_heard = self._established_at
+        self._watch_silence(self.replicator.heartbeat_timeout)
         if self.initiator:
             self._announced = True
             self.replicator.established(self)
@@ -170,7 +184,38 @@ class PeerProtocol(amp.AMP):
             self.replicator.established(self)
 
     def _schedule_heartbeat(self) -> None:
-        self._heartbeat = self.replicator.clock.callLater(self.replicator.idle_timeout / 3, self._beat)
+        r = self.replicator
+        self._heartbeat = r.clock.callLater(min(r.heartbeat_interval, r.idle_timeout / 3), self._beat)
+
+    def _watch_silence(self, delay: float) -> None:
+        self._silence = self.replicator.clock.callLater(delay, self._check_silence, False)
+
+    def _check_silence(self, confirming: bool) -> None:
+        """Due `heartbeat_timeout` after the last box heard (as of when it was armed): the
+        timer is not moved on every box; it looks at `last_heard` when it fires and waits
+        again for what is left. A deadline that passed is confirmed one reactor turn later,
+        after the reactor has read its sockets: a node whose own reactor was busy past the
+        deadline (a long turn) reads the heartbeats waiting for it before judging."""
+        self._silence = None
+        if self.phase != ESTABLISHED or self.silent:
+            return
+        left = self.last_heard + self.replicator.heartbeat_timeout - self.replicator.clock.seconds()
+        if left > 0:
+            self._watch_silence(left)
+        elif not confirming:
+            self._silence = self.replicator.clock.callLater(0, self._check_silence, True)
+        else:
+            self.silent = True
+            if self._announced:
+                self.replicator.silence_changed(self)
+
+    def _heard(self) -> None:
+        self.last_heard = self.replicator.clock.seconds()
+        if self.silent:
+            self.silent = False
+            self._watch_silence(self.replicator.heartbeat_timeout)
+            if self._announced:
+                self.replicator.silence_changed(self)
 
     def _beat(self) -> None:
         self._heartbeat = None
@@ -179,7 +224,7 @@ class PeerProtocol(amp.AMP):
             self._schedule_heartbeat()
 
     def send_heartbeat(self) -> None:
-        connected = ",".join(self.replicator.connected_names())
+        connected = ",".join(self.replicator.live_names())
         digest = self.replicator.store.digest()
         self.callRemote(commands.Heartbeat, connected=connected, digest=digest).addErrback(lambda _: None)
 
@@ -200,13 +245,25 @@ class PeerProtocol(amp.AMP):
             lasted = self._was_established and self.replicator.clock.seconds() - self._established_at >= STABLE
             self.factory.refused = 0 if lasted else self.factory.refused + 1
         self.phase = CLOSED
-        for timer in (self._timer, self._heartbeat):
+        for timer in (self._timer, self._heartbeat, self._silence):
             if timer is not None and timer.active():
                 timer.cancel()
-        self._timer = self._heartbeat = None
+        self._timer = self._heartbeat = self._silence = None
+        self.replicator.connections.discard(self)
         if self._announced:
             self.replicator.lost(self, self._why or reason.getErrorMessage())
         super().connectionLost(reason)
+        closed, self._closed = self._closed, []
+        for d in closed:
+            d.callback(None)
+
+    def when_closed(self) -> Deferred[None]:
+        """Fires when this connection is gone (at once if it is)."""
+        if self.phase == CLOSED and self not in self.replicator.connections:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._closed.append(d)
+        return d
 
     # -- limits ---------------------------------------------------------------------------
 
@@ -248,6 +305,7 @@ class PeerProtocol(amp.AMP):
         # by byte is silent as far as the idle timeout goes.
         if self.phase == ESTABLISHED:
             self._arm(self.replicator.idle_timeout, self._idle_reason())
+            self._heard()
         super().ampBoxReceived(box)
 
     def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:

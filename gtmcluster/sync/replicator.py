@@ -35,7 +35,7 @@ import itertools
 import json
 import struct
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,10 +90,18 @@ class PeerState:
     synced: bool = False  # one full reconciliation has completed since it connected
     #: the certificate its latest connection showed (serial, expiry)
     certificate: dict[str, str] = field(default_factory=dict)
+    #: since when every connection to it has been silent (see `live`), or None
+    silent_since: float | None = None
 
     @property
     def connected(self) -> bool:
         return bool(self.channels)
+
+    @property
+    def live(self) -> bool:
+        """Connected and heard from within the heartbeat timeout on some connection: its
+        verdicts count (see `Replicator.live_names`)."""
+        return any(not proto.silent for proto in self.channels)
 
 
 class Replicator:
@@ -109,6 +117,8 @@ class Replicator:
         config_digest: str,
         idle_timeout: float = 30.0,
         handshake_timeout: float = 10.0,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float = 3.0,
     ):
         self.store = store
         self.clock = clock
@@ -119,7 +129,12 @@ class Replicator:
         self.config_digest = config_digest
         self.idle_timeout = idle_timeout
         self.handshake_timeout = handshake_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
         self.peers = {name: PeerState(name) for name in sorted(self.members) if name != node}
+        #: every open peer connection, dialled or accepted, in any phase (`PeerService` closes
+        #: them all when the node stops)
+        self.connections: set[PeerProtocol] = set()
         self._outbox: dict[str, list[Record]] = {}
         self._flush: IDelayedCall | None = None
         self._merging_from: str | None = None
@@ -168,10 +183,19 @@ class Replicator:
 
     # -- connections ----------------------------------------------------------------------
 
-    def reconfigure(self, members: Iterable[str], config_digest: str) -> None:
-        """A new config: the members (added ones get a state, removed ones are dropped)."""
+    def reconfigure(
+        self, members: Iterable[str], config_digest: str, timers: Mapping[str, float] | None = None
+    ) -> None:
+        """A new config: the members (added ones get a state, removed ones are dropped), and
+        *timers* (`idle_timeout`, `handshake_timeout`, `heartbeat_interval`,
+        `heartbeat_timeout`), which open connections take from their next timer on."""
         self.members = frozenset(members)
         self.config_digest = config_digest
+        if timers is not None:
+            self.idle_timeout = timers["idle_timeout"]
+            self.handshake_timeout = timers["handshake_timeout"]
+            self.heartbeat_interval = timers["heartbeat_interval"]
+            self.heartbeat_timeout = timers["heartbeat_timeout"]
         for name in list(self.peers):
             if name not in self.members:
                 for proto in list(self.peers[name].channels):
@@ -217,6 +241,7 @@ class Replicator:
                 event="peer_up",
             )
         if not first:
+            self._liveness(peer)  # a new connection to a peer whose others are silent
             return  # a second connection (both dialled at once): harmless, no new round
         if peer.config_digest != self.config_digest:
             log.warn(
@@ -285,13 +310,54 @@ class Replicator:
         peer.channels.remove(proto)
         if not peer.channels:
             peer.connected_since = None
+            peer.silent_since = None
             peer.their_peers = frozenset()
             peer.synced = False  # it may have changed (or lost everything) while apart
             self._announce_connections()
             log.info("peer {peer} disconnected: {why}", peer=peer.name, why=why, event="peer_down")
+        else:
+            self._liveness(peer)  # the connection that was not silent may be the one that went
 
     def connected_names(self) -> list[str]:
         return [name for name, peer in self.peers.items() if peer.connected]
+
+    def live_names(self) -> list[str]:
+        """The peers heard from within `heartbeat_timeout`: their verdicts and quorum votes
+        count, and they are the ones we tell our peers we reach. A peer that goes silent
+        (its links cut, packets dropped, no reset) leaves this list after the timeout,
+        long before its connection is closed for silence (`idle_timeout`)."""
+        return [name for name, peer in self.peers.items() if peer.live]
+
+    def silence_changed(self, proto: PeerProtocol) -> None:
+        """*proto* went silent (nothing heard for `heartbeat_timeout`) or was heard again."""
+        peer = self.peers.get(proto.peer or "")
+        if peer is not None and proto in peer.channels:
+            self._liveness(peer)
+
+    def _liveness(self, peer: PeerState) -> None:
+        """Tell (log, listeners, peers) when a connected *peer* went silent or was heard again."""
+        if not peer.channels:
+            return
+        if not peer.live and peer.silent_since is None:
+            peer.silent_since = self.clock.seconds()
+            log.warn(
+                "peer {peer} silent for {timeout:g}s: its verdicts no longer count (its connection is "
+                "closed if it stays silent for the idle timeout, {idle:g}s)",
+                peer=peer.name,
+                timeout=self.heartbeat_timeout,
+                idle=self.idle_timeout,
+                event="peer_silent",
+            )
+            self._announce_connections()
+        elif peer.live and peer.silent_since is not None:
+            log.info(
+                "peer {peer} heard again after {seconds:.1f}s of silence: its verdicts count again",
+                peer=peer.name,
+                seconds=self.clock.seconds() - peer.silent_since,
+                event="peer_heard",
+            )
+            peer.silent_since = None
+            self._announce_connections()
 
     def _announce_connections(self) -> None:
         """Tell every peer whom we now reach (so they know what not to relay to us), and

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import socket
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.application.service import MultiService
@@ -38,6 +38,8 @@ from gtmcluster.sync.tls import Credentials, TLSContexts
 log = Logger()
 
 CONNECT_TIMEOUT = 10.0
+#: seconds peer connections get to close when the node stops, before they are aborted
+CLOSE_GRACE = 1.0
 
 
 class PeerFactory(Factory[Protocol]):
@@ -155,15 +157,42 @@ class PeerService(MultiService):
         super().startService()
 
     def stopService(self) -> defer.Deferred[Any]:
+        """Stop listening and dialling, and close every peer connection: each is asked to
+        close (TLS close_notify), and those still open `CLOSE_GRACE` seconds later (a peer
+        that stopped reading: its links cut, its process stopped) are aborted. Fires when
+        all are gone, so within about `CLOSE_GRACE` whatever the peers do."""
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        stopped = super().stopService()
-        for peer in self.replicator.peers.values():
-            for proto in list(peer.channels):
-                if proto.transport is not None:
-                    proto.transport.loseConnection()
+        stopped = super().stopService()  # the dialling ClientServices close their connections
+        connections = list(self.replicator.connections)
+        for proto in connections:
+            if proto.transport is not None:
+                proto.transport.loseConnection()
         port, self.port = self.port, None
         waits: list[defer.Deferred[Any]] = [defer.maybeDeferred(lambda: stopped)]
+        waits += [proto.when_closed() for proto in connections]
         if port is not None:
             waits.append(defer.maybeDeferred(port.stopListening))
-        return defer.gatherResults(waits)
+        abort = self.reactor.callLater(CLOSE_GRACE, self._abort_open)
+        done = defer.gatherResults(waits, consumeErrors=True)
+
+        def finished(result: Any) -> Any:
+            if abort.active():
+                abort.cancel()
+            return result
+
+        return done.addBoth(finished)
+
+    def _abort_open(self) -> None:
+        left = [proto for proto in self.replicator.connections if proto.transport is not None]
+        if not left:
+            return
+        log.warn(
+            "stopping: aborting {count} peer connections that did not close within {grace:g}s ({peers})",
+            count=len(left),
+            grace=CLOSE_GRACE,
+            peers=", ".join(sorted(proto.peer or proto.expected or "?" for proto in left)),
+            event="peer_aborted",
+        )
+        for proto in left:
+            cast(Any, proto.transport).abortConnection()

@@ -18,8 +18,10 @@ availability. With clients asking through each resolver (`dig` in the LDNS names
   probed it, each LDNS gets the data center it is nearer to: ldns1 vs-tel, ldns2 vs-cnc;
 - both nodes' `gtmcluster ldns` show the same paths, with the emulated RTTs and hops;
 - swapping the delays moves both answers after the re-probes;
-- cutting site cnc off makes vs-cnc unavailable and its GTM silent, and the tel site goes
-  on answering everybody (vs-tel).
+- cutting site cnc off makes vs-cnc unavailable within the partition bound (gtm-cnc goes
+  silent at tel before its connection is closed) and its GTM silent, and the tel site goes
+  on answering everybody (vs-tel);
+- SIGTERM to both GTMs during the cut stops each within 3 s.
 
 The tests share one world and run in order; each waits (polls with a deadline) for what it
 checks. Needs root, /dev/net/tun, `ip`, `unbound` and `dig`: skipped without them, except
@@ -32,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +43,17 @@ from typing import Any
 import pytest
 
 from tests.conftest import IN_CI
-from tests.support.multisite import LDNSES, SITES, TIMEOUT, WIDEIP, MultiSite, running_multisite, wait_for
+from tests.support.multisite import (
+    LDNSES,
+    MONITOR,
+    SITES,
+    SYNC_SETTINGS,
+    TIMEOUT,
+    WIDEIP,
+    MultiSite,
+    running_multisite,
+    wait_for,
+)
 from tests.tools import wanem
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -65,6 +79,12 @@ HOPS = {("ldns1", "cnc"): 6, ("ldns1", "tel"): 3, ("ldns2", "cnc"): 3, ("ldns2",
 RTT_SLACK_US = 25_000
 #: the same answers this many rounds in a row count as settled (not a tie taken in turn)
 STEADY = 3
+#: sync_group.heartbeat_timeout (the default: the multisite config does not set it)
+HEARTBEAT_TIMEOUT = 3.0
+#: SIGTERM to exit, whatever the peers do (README, "Running a node")
+STOP_BOUND = 3.0
+#: what the partition bound allows beyond the timers: status polling, the emulator, scheduling
+CUT_SLACK = 1.0
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
@@ -296,24 +316,46 @@ def test_swapped_delays_move_the_answers(world: MultiSite) -> None:
 
 
 def test_a_cut_off_site_is_out_for_everybody(world: MultiSite) -> None:
-    """Site cnc cut off from every other host, both ways: gtm-tel loses its peer and finds
-    vs-cnc unavailable, the GTM at cnc answers nobody (queries to it from ldns1, ldns2 and
-    tel time out), and clients behind both LDNSes get vs-tel, from the GTM at tel (unbound
-    gives up on the silent server by itself)."""
+    """Site cnc cut off from every other host, both ways: gtm-tel finds gtm-cnc silent while
+    its connection is still open (packets are dropped, nothing resets it) and stops counting
+    its verdicts, so vs-cnc (which gtm-cnc still sees up) is unavailable at tel within the
+    partition bound, interval x down_after + timeout + heartbeat_timeout, and before the
+    connection is closed for silence (`idle_timeout`); then gtm-tel loses its peer; the GTM
+    at cnc answers nobody (queries to it from ldns1, ldns2 and tel time out), and clients
+    behind both LDNSes get vs-tel, from the GTM at tel (unbound gives up on the silent
+    server by itself). The times are printed."""
     world.cut_off("cnc")
+    cut = time.monotonic()
     cnc_address = world.addresses["cnc"]
     last: dict[str, Any] = {}
+    seen: dict[str, float] = {}  # when gtm-tel first showed each change, seconds after the cut
 
     def tel_sees_cnc_gone() -> bool:
         status = world.status("tel")
         last["gtm-tel"] = status
         if status is None:
             return False
+        now = time.monotonic() - cut
         peer = next(p for p in status["peers"] if p["name"] == world.member("cnc"))
         vs = status["health"]["virtual_servers"][world.vs("cnc")]
+        if peer["connected"] and peer["counted"] is False:
+            seen.setdefault("silent", now)
+        if not vs["available"]:
+            seen.setdefault("out", now)
+            seen.setdefault("out while connected" if peer["connected"] else "out after the close", now)
+        if not peer["connected"]:
+            seen.setdefault("closed", now)
         return not peer["connected"] and not vs["available"]
 
-    wait_for(tel_sees_cnc_gone, 30, "gtm-tel without its peer and with vs-cnc unavailable", lambda: last)
+    wait_for(tel_sees_cnc_gone, 30, "gtm-tel without its peer and with vs-cnc unavailable", lambda: last, poll=0.05)
+    bound = MONITOR["interval"] * MONITOR["down_after"] + MONITOR["timeout"] + HEARTBEAT_TIMEOUT
+    print(
+        f"\nsite cut off: at tel, gtm-cnc silent after {seen.get('silent', -1):.2f}s, vs-cnc out after "
+        f"{seen['out']:.2f}s (bound {bound:g}s), connection closed after {seen['closed']:.2f}s "
+        f"(idle_timeout {SYNC_SETTINGS['idle_timeout']}s); load {os.getloadavg()[0]:.2f}"
+    )
+    assert "silent" in seen and "out while connected" in seen, f"vs-cnc went out only with the connection: {seen}"
+    assert seen["out"] <= bound + CUT_SLACK, f"vs-cnc out {seen['out']:.2f}s after the cut; the bound is {bound:g}s"
     gone = next(p for p in last["gtm-tel"]["peers"] if p["name"] == world.member("cnc"))
     assert gone["synced"] is None, gone  # not known while apart (it was synced before)
     wait_answers(world, {"ldns1": "vs-tel", "ldns2": "vs-tel"}, 30, "vs-tel for everybody", proximity_details(world))
@@ -323,6 +365,29 @@ def test_a_cut_off_site_is_out_for_everybody(world: MultiSite) -> None:
     status = world.status("tel")
     assert status is not None
     assert status["health"]["virtual_servers"][world.vs("tel")]["available"], status["health"]
+
+
+def test_sigterm_during_the_partition_stops_both_nodes_within_3s(world: MultiSite) -> None:
+    """With site cnc still cut off, SIGTERM to both GTMs: each exits within 3 s (the cut-off
+    peer never answers; whatever is open to it is aborted, a dial to it cancelled), and
+    says it shut down. The times are printed."""
+    procs = {site: world.procs[world.member(site)] for site in SITES}
+    assert all(proc.poll() is None for proc in procs.values()), "a GTM exited before the SIGTERM"
+    start = time.monotonic()
+    for proc in procs.values():
+        proc.send_signal(signal.SIGTERM)
+    took: dict[str, float] = {}
+    for site, proc in procs.items():
+        try:
+            proc.wait(timeout=STOP_BOUND + 10)
+        finally:
+            took[site] = time.monotonic() - start
+    figures = ", ".join(f"{world.member(site)} {seconds:.2f}s" for site, seconds in took.items())
+    print(f"\nSIGTERM during the partition: exited after {figures}; load {os.getloadavg()[0]:.2f}")
+    for site, seconds in took.items():
+        assert procs[site].returncode in (0, -signal.SIGTERM), (site, procs[site].returncode)
+        assert seconds <= STOP_BOUND, f"{world.member(site)} took {seconds:.2f}s to exit after SIGTERM"
+        assert "Server Shut Down." in world.log_text(site), world.log_text(site)[-3000:]
 
 
 def test_no_node_logged_a_traceback(world: MultiSite) -> None:

@@ -232,6 +232,24 @@ WRONG_TYPES = [
 
 OUT_OF_RANGE = [
     pytest.param(
+        put("sync_group", "heartbeat_interval", value=0.05),
+        "sync_group.heartbeat_interval",
+        "0.05 is out of range (0.1 to 60)",
+        id="heartbeat-interval-too-small",
+    ),
+    pytest.param(
+        put("sync_group", "heartbeat_timeout", value=1.5),
+        "sync_group.heartbeat_timeout",
+        "must be at least twice heartbeat_interval (1)",
+        id="heartbeat-timeout-under-two-beats",
+    ),
+    pytest.param(
+        put("sync_group", "idle_timeout", value=3),
+        "sync_group.heartbeat_timeout",
+        "must be less than idle_timeout (3)",
+        id="heartbeat-timeout-not-under-idle",
+    ),
+    pytest.param(
         put("pools", "p", "ttl", value=2**31),
         "pools.p.ttl",
         "2147483648 is out of range (0 to 2147483647)",

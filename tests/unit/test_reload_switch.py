@@ -31,6 +31,7 @@ def raw_config(tmp_path: Path, changed: bool) -> dict[str, Any]:
         raw["dns_server"] = {"tcp_idle_timeout": 3}
         raw["prober"] = {"max_per_second": 7}
         raw["pools"]["p"]["ttl"] = 17
+        raw["sync_group"].update({"heartbeat_interval": 0.5, "heartbeat_timeout": 2})
     return raw
 
 
@@ -54,6 +55,7 @@ def state(top: NodeService) -> dict[str, Any]:
         "checked": sorted(s.key for s in top.checker.subjects),
         "probe rate": top.probes.budget.prober.max_per_second,
         "sync digest": top.replicator.config_digest,
+        "heartbeats": (top.replicator.heartbeat_interval, top.replicator.heartbeat_timeout),
     }
 
 
@@ -100,5 +102,6 @@ def test_a_part_that_cannot_take_the_new_config_leaves_every_part_on_the_old_one
     assert after["dns idle timeout"] == 3
     assert after["checked"] == ["obs/vs/vs1/n1", "obs/vs/vs2/n1"]
     assert after["probe rate"] == 7
+    assert after["heartbeats"] == (0.5, 2)
     config: Config = after["config"]
     assert after["sync digest"] == config.digest != before["sync digest"]
