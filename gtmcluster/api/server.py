@@ -261,7 +261,8 @@ class ApiChannel(http.HTTPChannel):
         transport: Any = self.transport
         transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
         self.setTimeout(None)
-        close_writing = getattr(transport, "loseWriteConnection", None)
+        # (under TLS a half close would reach past TLS to the TCP connection: close it all)
+        close_writing = None if self.isSecure() else getattr(transport, "loseWriteConnection", None)
         if close_writing is not None:
             close_writing()
             self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)

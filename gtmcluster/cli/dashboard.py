@@ -1,5 +1,5 @@
 """`gtmcluster dashboard-url --config FILE [--node N] [--token-file PATH]`: the address of a
-node's dashboard with its bearer token in the fragment (``http://ADDR:PORT/#token=...``),
+node's dashboard with its bearer token in the fragment (``http://ADDR:PORT/#token=...``, ``https://`` with api.tls),
 so that the page can read and act as the API requires.
 
 The token is found as for every command that talks to a node: ``--token-file``,
@@ -37,14 +37,14 @@ def dashboard_url(tokens: Tokens, m: Member) -> str | None:
     token = tokens.for_member(m)
     if token is None:
         return None
-    return url_of(m) + "#" + urllib.parse.urlencode({"token": token.value})
+    return url_of(m, tls=tokens.config.api.tls) + "#" + urllib.parse.urlencode({"token": token.value})
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         m = member(config, args.node)
-        tokens = Tokens(config, args.token_file)
+        tokens = Tokens.from_args(config, args)
         url = dashboard_url(tokens, m)
         if url is None:
             why = tokens.unreadable.get(m.name)
