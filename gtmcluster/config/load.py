@@ -345,6 +345,9 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
         r.error(m.at("client_certificates"), "client certificates are asked for over TLS only: set api.tls: true")
     if insecure and tls:
         r.error(m.at("insecure_http"), "api.tls is on, so nothing is served over plain HTTP: remove insecure_http")
+    # a tls or insecure_http that is not a boolean is its own problem: the members' API
+    # addresses are not judged by a guess about it
+    unsure = any(m.has(k) and not isinstance(m.get(k), bool) for k in ("tls", "insecure_http"))
     return ApiSettings(
         token,
         for_reads,
@@ -352,7 +355,7 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
         token_file if token is not None else None,
         tls=tls,
         client_certificates_required=clients == "required",
-        insecure_http=insecure,
+        insecure_http=insecure or unsure,
     )
 
 
