@@ -253,3 +253,29 @@ def test_check_refuses_a_token_over_plain_http_beyond_loopback(tmp_path: Path) -
     )
     raw["api"]["insecure_http"] = True
     assert gtmcluster("check", "--config", str(configs.write(tmp_path, raw))).returncode == 0
+
+
+def test_a_reload_takes_a_renewed_certificate_and_drops_the_client_requirement(site: Site) -> None:
+    """(Last: it changes the node.) After `certs issue n1 --force` and a config that no
+    longer requires client certificates, a reload over HTTPS makes new connections show the
+    new certificate, and the CLI needs no client certificate any more."""
+
+    def serial() -> str:
+        sock = socket.create_connection((site.node.address, 8053), timeout=5)
+        with site.context().wrap_socket(sock, server_hostname="n1") as tls:
+            peer = tls.getpeercert()
+            assert peer is not None
+            return str(peer["serialNumber"])
+
+    before = serial()
+    assert gtmcluster("certs", "issue", "n1", "--dir", "certs", "--force", cwd=site.directory).returncode == 0
+    raw = yaml.safe_load(site.config.read_text())
+    del raw["api"]["client_certificates"]
+    site.config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    headers = {"Host": "n1:8053", "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    code, body = site.request("POST", "/api/v1/reload", headers, b"{}")
+    assert code == 200, body
+    assert serial() != before
+    ran = gtmcluster("status", "--config", str(site.config))
+    assert ran.returncode == 0, ran.stdout
+    assert "HTTPS API: new connections use certificate serial" in site.node.log_text()
