@@ -158,7 +158,8 @@ def request(
     close. *target*: path and query. Raises `CliError` when the node cannot be reached."""
     tls = tokens is not None and tokens.config.api.tls
     url = url_of(m, target, tls)
-    sent = dict(headers or {})
+    # one request per connection: the socket goes when the response is closed
+    sent = {"Connection": "close", **(headers or {})}
     token = tokens.for_member(m) if tokens is not None else None
     if token is not None:
         sent["Authorization"] = f"Bearer {token.value}"
@@ -180,13 +181,23 @@ def request(
     except (http.client.RemoteDisconnected, http.client.BadStatusLine) as e:
         if connection is not None:
             connection.close()
-        hint = "" if tls else ": does it serve HTTPS (api.tls: true) while this config says plain HTTP?"
+        hint = _no_client_cert(tokens) if tls else ""
+        hint = hint or ("" if tls else ": does it serve HTTPS (api.tls: true) while this config says plain HTTP?")
         raise CliError(f"{m.name}'s API at {url} closed the connection without an HTTP answer{hint} ({e})") from None
     except (OSError, http.client.HTTPException) as e:
         if connection is not None:
             connection.close()
         reason = getattr(e, "strerror", None) or e
-        raise CliError(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?)") from None
+        hint = _no_client_cert(tokens) if tls else ""
+        raise CliError(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?){hint}") from None
+
+
+def _no_client_cert(tokens: Tokens | None) -> str:
+    """A hint for a connection that broke off, when the config requires client certificates
+    and none was given (TLS 1.3 may tell of the refusal only by closing)."""
+    if tokens is None or tokens.trust.client is not None or not tokens.config.api.client_certificates_required:
+        return ""
+    return f"; the config requires a client certificate from the group CA: {nodetls.CLIENT_HELP}"
 
 
 def get(m: Member, path: str, params: dict[str, str] | None = None, tokens: Tokens | None = None) -> Any:

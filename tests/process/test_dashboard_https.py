@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ class HttpsSite:
     address: str
     workdir: Path
     pin: str
+    config: Path
 
     @property
     def url(self) -> str:
@@ -74,7 +77,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsSite]:
     with running_node(path, "n1", address, 5353, workdir):
         browser = Chromium(workdir, f"MAP n1 {address}", (f"--ignore-certificate-errors-spki-list={pin}",))
         try:
-            yield HttpsSite(browser, address, workdir, pin)
+            yield HttpsSite(browser, address, workdir, pin, path)
         finally:
             browser.close()
 
@@ -89,9 +92,19 @@ def responses(site: HttpsSite, session: str) -> list[dict[str, Any]]:
 
 
 def test_the_page_polls_over_https(site: HttpsSite) -> None:
-    """The page and every API request it makes go over TLS 1.2 or newer to n1, whose
+    """`gtmcluster dashboard-url` gives the page's https address under the member's name;
+    the page and every API request it makes go over TLS 1.2 or newer to n1, whose
     certificate (subject n1, issuer the group CA) Chromium saw; the page shows the node."""
-    tab = site.browser.open(site.url + f"#token={TOKEN}")
+    ran = subprocess.run(
+        [str(Path(sys.executable).parent / "gtmcluster"), "dashboard-url", "--config", str(site.config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == site.url + f"#token={TOKEN}", ran
+    assert f"must reach it by that name ({site.address} in DNS or /etc/hosts)" in ran.stderr
+    tab = site.browser.open(ran.stdout.strip())
     try:
         snap = tab.wait_for(lambda s: s["polls"] >= 1, "a poll over HTTPS")
         assert snap["node"] == "n1" and not snap["error"] and not snap["banner"]
