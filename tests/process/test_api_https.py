@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import stat
@@ -37,6 +38,7 @@ import yaml
 
 from tests.support import configs, dnsclient, tlswire
 from tests.support.nodeproc import RunningNode, loopback_address, running_node, twistd
+from tests.support.trio import running_group
 
 pytestmark = [pytest.mark.process]
 
@@ -279,3 +281,21 @@ def test_a_reload_takes_a_renewed_certificate_and_drops_the_client_requirement(s
     ran = gtmcluster("status", "--config", str(site.config))
     assert ran.returncode == 0, ran.stdout
     assert "HTTPS API: new connections use certificate serial" in site.node.log_text()
+
+
+def test_a_group_serves_https_with_the_certificates_its_peers_use(tmp_path: Path) -> None:
+    """Two members with api.tls: they connect as peers and agree, and `gtmcluster status`
+    asks both over HTTPS (each checked for its own name); with one stopped it says so."""
+
+    def https(config: dict[str, Any]) -> None:
+        config["api"] = {"token": TOKEN, "tls": True}
+
+    with running_group(tmp_path, 2, customize=https) as group:
+        group.wait_converged()
+        ran = gtmcluster("status", "--config", str(group.config_path), "--json")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        summary = json.loads(ran.stdout)["summary"]
+        assert summary["answered"] == ["n1", "n2"] and summary["state_digests_agree"], summary
+        group.kill("n2", signal.SIGTERM)
+        ran = gtmcluster("status", "--config", str(group.config_path))
+        assert ran.returncode == 1 and "UNREACHABLE n2: cannot reach n2's API at https://" in ran.stdout, ran.stdout
