@@ -224,6 +224,27 @@ def test_writes_work_over_https(site: Site) -> None:
     assert answer() == ["10.0.1.1"]
 
 
+def test_a_refused_request_over_https_is_answered_before_its_body(site: Site) -> None:
+    """A POST announcing 300 MB without the token is answered 401 as soon as its headers
+    are in, over TLS, and the node closes the connection (no TCP half close under TLS)."""
+    sock = socket.create_connection((site.node.address, 8053), timeout=5)
+    with site.context().wrap_socket(sock, server_hostname="n1") as tls:
+        tls.sendall(
+            b"POST /api/v1/reload HTTP/1.1\r\nHost: n1:8053\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 300000000\r\n\r\n"
+        )
+        got = b""
+        while True:
+            try:
+                chunk = tls.recv(65536)
+            except ssl.SSLEOFError:  # closed without close_notify: closed all the same
+                break
+            if not chunk:
+                break
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 401") and b"bearer token" in got, got[:300]
+
+
 def test_twistd_wants_the_certificate_for_https(tmp_path: Path) -> None:
     """A group of one needs no certificate, unless its API serves HTTPS: then a missing one
     stops the start with the reason and the command that makes it."""
