@@ -58,6 +58,14 @@ class ApiTLS:
         self._options = server_options(creds, require_client)
         return True
 
+    def describe(self) -> dict[str, Any]:
+        """For the status page: the certificate served, and whether clients need one."""
+        return {
+            "serial": self.creds.serial,
+            "not_after": self.creds.not_after.strftime("%Y-%m-%d %H:%M:%SZ"),
+            "client_certificates": "required" if self.require_client else "none",
+        }
+
     def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
         return SSL.Connection(self._options.getContext(), None)
 

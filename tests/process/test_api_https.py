@@ -19,7 +19,6 @@ second, foreign CA with its own member and client certificates.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
@@ -36,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import configs, dnsclient, tlswire
+from tests.support import apiclient, configs, dnsclient, tlswire
 from tests.support.nodeproc import RunningNode, loopback_address, running_node, twistd
 from tests.support.trio import running_group
 
@@ -94,18 +93,11 @@ class Site:
             context.load_cert_chain(str(clients / f"{client}.pem"), str(clients / f"{client}.key"))
         return context
 
-    def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, Any]:
         """One request over HTTPS as alice, checked for the name n1 (SNI n1)."""
-        sock = socket.create_connection((self.node.address, 8053), timeout=5)
-        tls = self.context().wrap_socket(sock, server_hostname="n1")
-        connection = http.client.HTTPConnection(self.node.address, 8053, timeout=5)
-        connection.sock = tls
-        try:
-            connection.request(method, path, body=body, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
+        return apiclient.call(
+            (self.node.address, 8053), path, method, None, headers, body, tls=self.context(), name="n1"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -299,8 +291,10 @@ def test_a_reload_takes_a_renewed_certificate_and_drops_the_client_requirement(s
     code, body = site.request("POST", "/api/v1/reload", headers, b"{}")
     assert code == 200, body
     assert serial() != before
-    ran = gtmcluster("status", "--config", str(site.config))
+    ran = gtmcluster("status", "--config", str(site.config), "--json")
     assert ran.returncode == 0, ran.stdout
+    api_tls = json.loads(ran.stdout)["nodes"]["n1"]["api_tls"]
+    assert api_tls["client_certificates"] == "none" and int(api_tls["serial"], 16) == int(serial(), 16)
     assert "HTTPS API: new connections use certificate serial" in site.node.log_text()
 
 
