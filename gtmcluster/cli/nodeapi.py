@@ -181,21 +181,21 @@ def request(
     except (http.client.RemoteDisconnected, http.client.BadStatusLine) as e:
         if connection is not None:
             connection.close()
-        hint = _no_client_cert(tokens) if tls else ""
+        hint = _no_client_cert(m, tokens) if tls else ""
         hint = hint or ("" if tls else ": does it serve HTTPS (api.tls: true) while this config says plain HTTP?")
         raise CliError(f"{m.name}'s API at {url} closed the connection without an HTTP answer{hint} ({e})") from None
     except (OSError, http.client.HTTPException) as e:
         if connection is not None:
             connection.close()
         reason = getattr(e, "strerror", None) or e
-        hint = _no_client_cert(tokens) if tls else ""
+        hint = _no_client_cert(m, tokens) if tls else ""
         raise CliError(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?){hint}") from None
 
 
-def _no_client_cert(tokens: Tokens | None) -> str:
+def _no_client_cert(m: Member, tokens: Tokens | None) -> str:
     """A hint for a connection that broke off, when the config requires client certificates
-    and none was given (TLS 1.3 may tell of the refusal only by closing)."""
-    if tokens is None or tokens.trust.client is not None or not tokens.config.api.client_certificates_required:
+    and none was shown (TLS 1.3 may tell of the refusal only by closing)."""
+    if tokens is None or tokens.trust.client_for(m) is not None or not tokens.config.api.client_certificates_required:
         return ""
     return f"; the config requires a client certificate from the group CA: {nodetls.CLIENT_HELP}"
 

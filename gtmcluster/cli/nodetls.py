@@ -7,7 +7,10 @@ name), whatever address the API is reached at: the connection is made to the mem
 ``api`` address and checked for the member's name. A client certificate (for
 ``api.client_certificates: required``) is the first given of ``--client-cert FILE``
 (``--client-key FILE``, default: FILE with the suffix ``.key``) and ``GTM_API_CLIENT_CERT``
-(``GTM_API_CLIENT_KEY``); ``gtmcluster certs issue --client NAME`` makes one.
+(``GTM_API_CLIENT_KEY``); ``gtmcluster certs issue --client NAME`` makes one. Without one,
+where the config requires client certificates, the member's own certificate and key
+(``sync_group.tls``) are shown when they can be read: on the node's host, as its user or
+root, as its own token is found there.
 
 Every TLS failure becomes one line that says what went wrong and what to do.
 """
@@ -79,6 +82,8 @@ class Trust:
     def __init__(self, config: Config, client: ClientCert | None):
         self.config = config
         self.client = client
+        #: members shown their own certificate (on their host), by name
+        self.own: dict[str, ClientCert] = {}
 
     def ca_of(self, m: Member) -> Path:
         return self.config.tls_for(m.name).ca
@@ -105,7 +110,19 @@ class Trust:
                     f"cannot use the client certificate {self.client.cert} with key {self.client.key} "
                     f"({self.client.source}): {why}"
                 ) from None
+        elif self.config.api.client_certificates_required:
+            own = self.config.tls_for(m.name)
+            try:
+                context.load_cert_chain(str(own.cert), str(own.key))
+            except (OSError, ssl.SSLError):
+                pass  # not on the node's host (or not its user): no client certificate
+            else:
+                self.own[m.name] = ClientCert(own.cert, own.key, f"{m.name}'s own certificate {own.cert}")
         return context
+
+    def client_for(self, m: Member) -> ClientCert | None:
+        """The client certificate shown to *m* (after `context`), if any."""
+        return self.client or self.own.get(m.name)
 
     def connection(self, m: Member, timeout: float) -> http.client.HTTPConnection:
         """An HTTPS connection to *m*'s API address that checks the certificate names *m*."""
@@ -126,13 +143,14 @@ class Trust:
                 f"{m.name}'s API at {url} showed a certificate that is not from the group CA {ca} ({said}): "
                 "refused; check that the config's sync_group.tls.ca is this group's CA"
             )
-        if "CERTIFICATE_REQUIRED" in reason or ("HANDSHAKE_FAILURE" in reason and self.client is None):
+        client = self.client_for(m)
+        if "CERTIFICATE_REQUIRED" in reason or ("HANDSHAKE_FAILURE" in reason and client is None):
             return f"{m.name}'s API requires a client certificate from the group CA: {CLIENT_HELP}"
         if "UNKNOWN_CA" in reason or "BAD_CERTIFICATE" in reason or "DECRYPT_ERROR" in reason:
-            shown = self.client.source if self.client is not None else "the client certificate"
+            shown = client.source if client is not None else "the client certificate"
             return f"{m.name} refused {shown}: not signed by its group CA ({reason.lower()}); {CLIENT_HELP}"
         if "UNSUPPORTED_CERTIFICATE" in reason:
-            shown = self.client.source if self.client is not None else "the client certificate"
+            shown = client.source if client is not None else "the client certificate"
             return f"{m.name} refused {shown}: it may not be used for client authentication; {CLIENT_HELP}"
         if "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER_FAILURE" in reason:
             return (

@@ -151,7 +151,10 @@ def test_the_cli_refuses_what_it_cannot_trust(site: Site, case: str, said: str) 
     """Each mistake: exit 1, one line that says what is wrong, no traceback."""
     config, given = site.config, site.alice
     if case == "no client certificate":
+        # as on a management host: the group CA, none of the members' own files
         given = []
+        elsewhere = {"ca": "certs/ca.pem", "cert": "elsewhere/{node}.pem", "key": "elsewhere/{node}.key"}
+        config = site.variant("remote.yaml", lambda raw: raw["sync_group"].update(tls=elsewhere))
     elif case == "a foreign client certificate":
         given = ["--client-cert", str(site.directory / "foreign" / "clients" / "mallory.pem")]
     elif case == "the foreign CA":
@@ -170,6 +173,13 @@ def test_the_cli_refuses_what_it_cannot_trust(site: Site, case: str, said: str) 
     assert "Traceback" not in ran.stderr
     if case == "no client certificate":
         assert "gtmcluster certs issue --client NAME" in ran.stdout
+
+
+def test_on_the_nodes_host_the_cli_shows_the_nodes_own_certificate(site: Site) -> None:
+    """Without a client certificate given, where the member's own certificate and key can
+    be read (its host, as its user or root), the CLI shows them, as it finds the token."""
+    ran = gtmcluster("status", "--config", str(site.config))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
 def test_the_node_serves_tls_1_2_or_newer_with_its_member_certificate(site: Site) -> None:
