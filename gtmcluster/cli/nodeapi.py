@@ -204,7 +204,18 @@ def get(m: Member, path: str, params: dict[str, str] | None = None, tokens: Toke
     """GET the node's JSON resource at *path* (with its token, when *tokens* finds one);
     clear errors when it cannot be reached or refuses."""
     target = path + ("?" + urllib.parse.urlencode(params) if params else "")
-    response = request(m, "GET", target, tokens, {"Accept": "application/json"})
+    return _json_answer(m, target, request(m, "GET", target, tokens, {"Accept": "application/json"}), tokens)
+
+
+def post(m: Member, path: str, body: Any, tokens: Tokens | None = None) -> Any:
+    """POST *body* as JSON to the node's *path* (with its token); its JSON answer, or a
+    clear error (a refused token says where to give one)."""
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    data = json.dumps(body).encode()
+    return _json_answer(m, path, request(m, "POST", path, tokens, headers, data), tokens)
+
+
+def _json_answer(m: Member, target: str, response: http.client.HTTPResponse, tokens: Tokens | None) -> Any:
     try:
         data = response.read()
     except (OSError, http.client.HTTPException) as e:

@@ -35,6 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gtmcluster.cli import nodeapi
+from gtmcluster.config.load import load
 from tests.support import apiclient, configs, dnsclient, tlswire
 from tests.support.nodeproc import RunningNode, loopback_address, running_node, twistd
 from tests.support.trio import running_group
@@ -224,6 +226,19 @@ def test_writes_work_over_https(site: Site) -> None:
     code, body = site.request("POST", "/api/v1/virtual-servers/vs1/enable", headers, b"{}")
     assert code == 200, body
     assert answer() == ["10.0.1.1"]
+
+
+def test_the_clis_post_writes_over_https_and_names_a_wrong_token(site: Site) -> None:
+    """`nodeapi.post` (what admin commands use): with the config's token and alice's
+    certificate a disable and an enable work; a wrong GTM_API_TOKEN is named as such."""
+    config = load(site.config)
+    n1 = config.member("n1")
+    tokens = nodeapi.Tokens(config, environ={}, client_cert=site.alice[1])
+    assert nodeapi.post(n1, "/api/v1/virtual-servers/vs1/disable", {}, tokens)["admin"] == "disabled"
+    assert nodeapi.post(n1, "/api/v1/virtual-servers/vs1/enable", {}, tokens)["admin"] == "enabled"
+    wrong = nodeapi.Tokens(config, environ={"GTM_API_TOKEN": "not-the-token-0123456789"}, client_cert=site.alice[1])
+    with pytest.raises(nodeapi.CliError, match="n1 refused the bearer token from GTM_API_TOKEN"):
+        nodeapi.post(n1, "/api/v1/virtual-servers/vs1/disable", {}, wrong)
 
 
 def test_a_refused_request_over_https_is_answered_before_its_body(site: Site) -> None:
