@@ -72,14 +72,14 @@ class NodeService(MultiService):
         self.config_path = config_path
         self.dns: DNSService | None = None
         self.checker: HealthChecker | None = None
+        #: the API's TLS settings, when it serves HTTPS (api.tls)
+        self.api_tls: ApiTLS | None = None
         self.peers: PeerService | None = None
         self.probes: ProbeScheduler | None = None
         self.workers: Workers | None = None
         self.heap: heap.HeapKeeper | None = None
         self.lag: ReactorLag | None = None
         self.snapshots: Snapshotter | None = None
-        #: the API's TLS settings, when it serves HTTPS (api.tls)
-        self.api_tls: ApiTLS | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread (and freezes it, so no
