@@ -37,6 +37,11 @@ class CliError(Exception):
     """A problem to print (one line, no traceback) before exiting with status 1."""
 
 
+class Unreachable(CliError):
+    """The node's API could not be reached now (not running, no route): worth trying again,
+    or another member. (A TLS problem is a plain CliError: trying again does not fix it.)"""
+
+
 def load_config(path: str) -> Config:
     try:
         return load(path)
@@ -155,7 +160,8 @@ def request(
 ) -> http.client.HTTPResponse:
     """Send one request to *m*'s API (over HTTPS, checked, when the config says api.tls),
     with its token when *tokens* finds one; the response, whatever its status, to read and
-    close. *target*: path and query. Raises `CliError` when the node cannot be reached."""
+    close. *target*: path and query. Raises `Unreachable` when the node cannot be reached,
+    `CliError` for a TLS problem (each says what to do)."""
     tls = tokens is not None and tokens.config.api.tls
     url = url_of(m, target, tls)
     # one request per connection: the socket goes when the response is closed
@@ -183,13 +189,13 @@ def request(
             connection.close()
         hint = _no_client_cert(m, tokens) if tls else ""
         hint = hint or ("" if tls else ": does it serve HTTPS (api.tls: true) while this config says plain HTTP?")
-        raise CliError(f"{m.name}'s API at {url} closed the connection without an HTTP answer{hint} ({e})") from None
+        raise Unreachable(f"{m.name}'s API at {url} closed the connection without an HTTP answer{hint} ({e})") from None
     except (OSError, http.client.HTTPException) as e:
         if connection is not None:
             connection.close()
         reason = getattr(e, "strerror", None) or e
         hint = _no_client_cert(m, tokens) if tls else ""
-        raise CliError(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?){hint}") from None
+        raise Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?){hint}") from None
 
 
 def _no_client_cert(m: Member, tokens: Tokens | None) -> str:
