@@ -38,7 +38,8 @@ def add_parser(sub: Any) -> None:
     issue = actions.add_parser(
         "issue",
         help="create a node's key and certificate, signed by the CA",
-        description="Create NODE.key and NODE.pem, signed by the CA in --dir, with NODE as DNS name.",
+        description="Create NODE.key and NODE.pem, signed by the CA in --dir, with NODE as DNS name; "
+        "or with --client NAME an operator's client certificate for the HTTPS API.",
     )
     issue.add_argument("node", metavar="NODE", nargs="?", help="the member's name in the config; becomes the DNS name")
     issue.add_argument(
