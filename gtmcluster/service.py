@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from gtmcluster import heap
 from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
+from gtmcluster.api.tls import ApiTLS, wrap
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
@@ -75,6 +76,8 @@ class NodeService(MultiService):
         self.config_path = config_path
         self.dns: DNSService | None = None
         self.checker: HealthChecker | None = None
+        #: the API's TLS settings, when it serves HTTPS (api.tls)
+        self.api_tls: ApiTLS | None = None
         self.peers: PeerService | None = None
         self.probes: ProbeScheduler | None = None
         self.workers: Workers | None = None
@@ -207,7 +210,7 @@ class NodeService(MultiService):
         changes = None
         if not problems:
             changes = await self.compare_configs(node.config, new)
-        if not problems and self.peers is not None:
+        if not problems and (self.peers is not None or self.api_tls is not None):
             # renewed certificates (same paths, new files) or new paths: checked before use
             try:
                 creds = await self.read_credentials(new)
@@ -287,6 +290,19 @@ class NodeService(MultiService):
                     peers.use_credentials(creds)
 
             switches.append(("peers", dial))
+        if self.api_tls is not None:
+            api_tls = self.api_tls
+
+            def https() -> None:
+                if api_tls.use(creds or api_tls.creds, new.api.client_certificates_required):
+                    log.info(
+                        "HTTPS API: new connections use certificate serial {serial}; client certificates {clients}",
+                        serial=api_tls.creds.serial,
+                        clients="required" if api_tls.require_client else "not asked for",
+                        event="api_tls_changed",
+                    )
+
+            switches.append(("HTTPS API", https))
         if self.workers is not None:
             workers = self.workers
             switches.append(("answering workers", lambda: workers.reload(self.config_path)))
@@ -343,6 +359,8 @@ def restart_needed(old: Config, new: Config, node: str) -> list[str]:
     for what in ("dns", "peer", "api", "probe_source"):
         if getattr(before, what) != getattr(after, what):
             problems.append(f"{node}'s {what} address changed: restart the node to apply it")
+    if old.api.tls != new.api.tls:
+        problems.append("api.tls changed: restart the node to switch its API between HTTP and HTTPS")
     if old.sync_group.name != new.sync_group.name:
         problems.append("the sync group's name changed: restart every node")
     if (len(old.sync_group.members) > 1) != (len(new.sync_group.members) > 1):
@@ -534,7 +552,16 @@ def make_service(
         top.workers = workers
     if sockets.api is not None:
         generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))
-        api = AdoptedPort(reactor, sockets.api, api_site(top, generated), "HTTP API")
+        factory: Any = api_site(top, generated)
+        what = "HTTP API"
+        if config.api.tls:
+            if sockets.credentials is None:
+                raise CredentialError("api.tls is on but no certificate was loaded for the API")
+            top.api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required)
+            factory = wrap(factory, top.api_tls, reactor)
+            required = top.api_tls.require_client
+            what = "HTTPS API (" + ("client certificates required" if required else "no client certificate") + ")"
+        api = AdoptedPort(reactor, sockets.api, factory, what)
         api.setName("api")
         api.setServiceParent(top)
     return top

@@ -99,11 +99,12 @@ class Options(usage.Options):
         self.pinger = None
         self.listeners = []
         try:
-            if len(members) > 1:
-                # a group of one has no peers: no certificates needed, no listener opened
+            if len(members) > 1 or config.api.tls:
+                # a group of one has no peers: no certificates needed (unless the API serves
+                # HTTPS with the member's certificate), no peer listener opened
                 self.credentials = load_credentials(config.tls_for(node), node)
             self.listeners = sockets.bind(member.dns, config.dns_server.processes)
-            if self.credentials is not None:
+            if len(members) > 1:
                 self.peer_socket = sockets.bind_tcp(member.peer, "sync group peers")
             self.api_socket = sockets.bind_tcp(member.api, "the HTTP API")
             if uses_icmp(config):
@@ -112,7 +113,8 @@ class Options(usage.Options):
                 self.pinger = open_pinger(reactor)
         except CredentialError as e:
             self._release()
-            raise usage.UsageError(f"sync group TLS: {e}") from None
+            what = "sync group TLS" if len(members) > 1 else "the API's TLS (api.tls)"
+            raise usage.UsageError(f"{what}: {e}") from None
         except sockets.ListenError as e:
             self._release()
             raise usage.UsageError(str(e)) from None

@@ -6,9 +6,10 @@ address its connection reached, decide whether to refuse it, with which status a
 request's body is never read.
 
 - **Host** must name this node: an IP literal of the address the connection reached (or of
-  the member's ``api`` address), ``localhost`` when that address is loopback, or one of
-  ``api.names``; anything else is 421 (a page whose name was rebound to the node's address
-  sends its own name). A request-target must be a path (``/...``).
+  the member's ``api`` address), ``localhost`` when that address is loopback, one of
+  ``api.names``, or over HTTPS the member's name (the one its certificate proves);
+  anything else is 421 (a page whose name was rebound to the node's address sends its own
+  name). A request-target must be a path (``/...``).
 - **Writes** (any method but GET and HEAD, and any request with a body) always need the
   bearer token, must be ``application/json`` (which no page can send to another origin
   without a CORS preflight, which the API never grants), must carry no ``Origin`` but the
@@ -92,6 +93,10 @@ def policy(settings: ApiSettings, member: Member, generated: str) -> Policy:
 @lru_cache(maxsize=4)
 def _policy(settings: ApiSettings, member: Member, generated: str) -> Policy:
     names = frozenset(n.replace("{node}", member.name).lower() for n in settings.names)
+    if settings.tls:
+        # over HTTPS the member's name is the one its certificate proves (a client that
+        # reached it under that name has checked it): no rebound page can give it
+        names |= {member.name.lower()}
     beyond_loopback = not member.api.host.is_loopback
     return Policy(settings.token or generated, beyond_loopback or settings.token_for_reads, names, member.api.host)
 

@@ -50,6 +50,7 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
             answer["loading"] = service.snapshots.loading if service.snapshots is not None else None
             answer["workers"] = service.workers.describe() if service.workers is not None else []
             answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
+            answer["api_tls"] = service.api_tls.describe() if service.api_tls is not None else None
             return answer
 
         steps = status_steps(node, service.replicator, service.reactor.seconds())

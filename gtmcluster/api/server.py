@@ -319,6 +319,15 @@ class ApiChannel(http.HTTPChannel):
         transport: Any = self.transport
         transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
         self.setTimeout(None)
+        if self.isSecure():
+            # Under TLS a half close would reach past TLS to the TCP connection, and TLS
+            # closes only once this channel stops being the transport's producer: it sends
+            # its close alert now, and the connection ends when the client answers it or
+            # after DRAIN_SECONDS
+            transport.unregisterProducer()
+            transport.loseConnection()
+            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
+            return
         close_writing = getattr(transport, "loseWriteConnection", None)
         if close_writing is not None:
             close_writing()

@@ -2,8 +2,11 @@
 
 ``gtmcluster certs init [--dir certs]`` creates the CA (``ca.pem``, ``ca.key``);
 ``gtmcluster certs issue NODE [--dir certs]`` creates ``NODE.pem`` and ``NODE.key``, signed by
-it, with NODE (the member's name in the config) as the certificate's DNS name. Keys are
-written mode 0600; nothing is overwritten without ``--force``.
+it, with NODE (the member's name in the config) as the certificate's DNS name;
+``gtmcluster certs issue --client NAME [--dir certs]`` creates an operator's client
+certificate for the HTTPS API, ``clients/NAME.pem`` and ``clients/NAME.key`` (give them to
+the CLI with ``--client-cert``/``--client-key``). Keys are written mode 0600; nothing is
+overwritten without ``--force``.
 """
 
 from __future__ import annotations
@@ -35,9 +38,16 @@ def add_parser(sub: Any) -> None:
     issue = actions.add_parser(
         "issue",
         help="create a node's key and certificate, signed by the CA",
-        description="Create NODE.key and NODE.pem, signed by the CA in --dir, with NODE as DNS name.",
+        description="Create NODE.key and NODE.pem, signed by the CA in --dir, with NODE as DNS name; "
+        "or with --client NAME an operator's client certificate for the HTTPS API.",
     )
-    issue.add_argument("node", metavar="NODE", help="the member's name in the config; becomes the DNS name")
+    issue.add_argument("node", metavar="NODE", nargs="?", help="the member's name in the config; becomes the DNS name")
+    issue.add_argument(
+        "--client",
+        metavar="NAME",
+        help="instead of a node's: an operator's client certificate for the HTTPS API "
+        f"(DIR/{certs.CLIENTS_DIR}/NAME.pem and NAME.key; for api.client_certificates: required)",
+    )
     _common(issue, f"lifetime in days (default: {certs.NODE_DAYS}; never beyond the CA's expiry)", certs.NODE_DAYS)
     p.set_defaults(run=run)
 
@@ -53,8 +63,14 @@ def run(args: argparse.Namespace) -> int:
         if args.certs_action == "init":
             ca = certs.init_ca(args.dir, days=args.days, force=args.force)
             _report(ca.written)
+        elif (args.node is None) == (args.client is None):
+            print("gtmcluster certs issue: give NODE (a member's certificate) or --client NAME", file=sys.stderr)
+            return 2
         else:
-            node = certs.issue(args.dir, args.node, days=args.days, force=args.force)
+            if args.client is not None:
+                node = certs.issue_client(args.dir, args.client, days=args.days, force=args.force)
+            else:
+                node = certs.issue(args.dir, args.node, days=args.days, force=args.force)
             _report(node.written)
             if node.capped:
                 end = node.certificate.not_valid_after_utc.strftime("%Y-%m-%d")

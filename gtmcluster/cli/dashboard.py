@@ -1,6 +1,7 @@
 """`gtmcluster dashboard-url --config FILE [--node N] [--token-file PATH]`: the address of a
-node's dashboard with its bearer token in the fragment (``http://ADDR:PORT/#token=...``),
-so that the page can read and act as the API requires.
+node's dashboard with its bearer token in the fragment (``http://ADDR:PORT/#token=...``;
+with api.tls ``https://MEMBER:PORT/#token=...``, the name the node's certificate holds), so
+that the page can read and act as the API requires.
 
 The token is found as for every command that talks to a node: ``--token-file``,
 ``GTM_API_TOKEN``, the config's ``api.token``/``api.token_file``, or the token the node made
@@ -37,14 +38,18 @@ def dashboard_url(tokens: Tokens, m: Member) -> str | None:
     token = tokens.for_member(m)
     if token is None:
         return None
-    return url_of(m) + "#" + urllib.parse.urlencode({"token": token.value})
+    fragment = "#" + urllib.parse.urlencode({"token": token.value})
+    if tokens.config.api.tls:
+        # the certificate names the member: a browser checks the name it was given
+        return f"https://{m.name}:{m.api.port}/{fragment}"
+    return url_of(m) + fragment
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         m = member(config, args.node)
-        tokens = Tokens(config, args.token_file)
+        tokens = Tokens.from_args(config, args)
         url = dashboard_url(tokens, m)
         if url is None:
             why = tokens.unreadable.get(m.name)
@@ -53,4 +58,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"gtmcluster dashboard-url: {e}", file=sys.stderr)
         return 1
     print(url)
+    if config.api.tls:
+        print(
+            f"note: {m.name}'s certificate names {m.name}: the browser must reach it by that name "
+            f"({m.api.host} in DNS or /etc/hosts) and trust the group CA {tokens.trust.ca_of(m)}",
+            file=sys.stderr,
+        )
     return 0

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         m = member(config, args.node)
-        answer = get(m, "/api/v1/explain", params, Tokens(config, args.token_file))
+        answer = get(m, "/api/v1/explain", params, Tokens.from_args(config, args))
     except CliError as e:
         print(f"gtmcluster explain: {e}", file=sys.stderr)
         return 1

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         query = {"address": args.address} if args.address else {}
         if args.limit is not None:
             query["limit"] = str(args.limit)
-        table = get(m, "/api/v1/ldns", query or None, Tokens(config, args.token_file))
+        table = get(m, "/api/v1/ldns", query or None, Tokens.from_args(config, args))
     except CliError as e:
         print(f"gtmcluster ldns: {e}", file=sys.stderr)
         return 1

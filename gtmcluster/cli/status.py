@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         names = list(dict.fromkeys(args.node)) if args.node else [m.name for m in config.sync_group.members]
         members = [member(config, name) for name in names]
-        tokens = Tokens(config, args.token_file)
+        tokens = Tokens.from_args(config, args)
     except CliError as e:
         print(f"gtmcluster status: {e}", file=sys.stderr)
         return 1

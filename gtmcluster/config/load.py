@@ -108,7 +108,7 @@ def _load(file: str) -> Config:
 
     datacenters = _datacenters(r, top)
     api_settings = _api(r, top, resolve)
-    sync_group = _sync_group(r, top, datacenters, resolve, api_settings.token)
+    sync_group = _sync_group(r, top, datacenters, resolve, api_settings)
     monitors = health.read_monitors(r, top.get("monitors", {}), resolve)
     links = health.read_links(
         r, top.get("links", {}), lambda at, v: traffic.datacenter(r, at, v, datacenters), monitors
@@ -204,7 +204,7 @@ def _hostport(r: Reader, m: Mapping, key: str, default_port: int, default: str |
 
 
 def _sync_group(
-    r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any, api_token: str | None
+    r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any, api_settings: ApiSettings
 ) -> SyncGroup:
     empty = SyncGroup("", (), TLSFiles(Path(), Path(), Path()))
     m = r.mapping(("sync_group",), top.require("sync_group", "the sync group: name, tls and members"))
@@ -267,9 +267,11 @@ def _sync_group(
         dc = traffic.datacenter(r, e.at("datacenter"), e.require("datacenter", "the member's data center"), datacenters)
         peer = _hostport(r, e, "peer", DEFAULT_PEER_PORT)
         api = _hostport(r, e, "api", DEFAULT_API_PORT, "127.0.0.1:8053")
-        if api is not None and not api.host.is_loopback and not api_token:
-            r.error(e.at("api"), f"{api} is not loopback: set api.token or api.token_file first")
-            api = None
+        if api is not None and not api.host.is_loopback:
+            problem = _api_beyond_loopback(api, api_settings)
+            if problem is not None:
+                r.error(e.at("api"), problem)
+                api = None
         probe_source = r.address(e.at("probe_source"), e.get("probe_source")) if e.has("probe_source") else None
         dns: list[HostPort] = []
         raw_dns = e.require("dns", "the addresses the node answers DNS on")
@@ -301,13 +303,33 @@ def _sync_group(
     return SyncGroup(name, tuple(members), tls, settings)
 
 
+def _api_beyond_loopback(api: HostPort, settings: ApiSettings) -> str | None:
+    """Why a member's API may not listen on *api* (not loopback) under *settings*, if so."""
+    if not settings.token:
+        return f"{api} is not loopback: set api.token or api.token_file first"
+    if not settings.tls and not settings.insecure_http:
+        return (
+            f"{api} is not loopback and api.tls is off: the bearer token would cross the network in clear "
+            "text; set api.tls: true (HTTPS with the member's sync group certificate), or accept plain "
+            "HTTP knowingly with api.insecure_http: true"
+        )
+    return None
+
+
 def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API,
     ``token_for_reads: true`` to need it for reads on loopback too, and ``names: [...]``,
-    the host names operators reach the API by (``{node}``: the member's name)."""
+    the host names operators reach the API by (``{node}``: the member's name); ``tls: true``
+    (HTTPS with the member's certificate), ``client_certificates: required`` (clients must
+    show a certificate from the group CA), ``insecure_http: true`` (plain HTTP beyond
+    loopback, knowingly)."""
     if not top.has("api"):
         return ApiSettings()
-    m = r.mapping(("api",), top.get("api"), "a mapping {token or token_file, token_for_reads, names}")
+    m = r.mapping(
+        ("api",),
+        top.get("api"),
+        "a mapping {token or token_file, token_for_reads, names, tls, client_certificates, insecure_http}",
+    )
     if m is None:
         return ApiSettings()
     token = None
@@ -326,11 +348,29 @@ def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
                 r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
     for_reads = bool(m.boolean("token_for_reads", False))
     names = _api_names(r, m)
+    tls = bool(m.boolean("tls", False))
+    clients = m.string("client_certificates", "none", choices=("none", "required"))
+    insecure = bool(m.boolean("insecure_http", False))
     m.done()
     if token is not None and len(token) < 16:
         r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
         token = None
-    return ApiSettings(token, for_reads, names, token_file if token is not None else None)
+    if clients == "required" and not tls:
+        r.error(m.at("client_certificates"), "client certificates are asked for over TLS only: set api.tls: true")
+    if insecure and tls:
+        r.error(m.at("insecure_http"), "api.tls is on, so nothing is served over plain HTTP: remove insecure_http")
+    # a tls or insecure_http that is not a boolean is its own problem: the members' API
+    # addresses are not judged by a guess about it
+    unsure = any(m.has(k) and not isinstance(m.get(k), bool) for k in ("tls", "insecure_http"))
+    return ApiSettings(
+        token,
+        for_reads,
+        names,
+        token_file if token is not None else None,
+        tls=tls,
+        client_certificates_required=clients == "required",
+        insecure_http=insecure or unsure,
+    )
 
 
 #: a host name as a Host header gives it: labels of letters, digits and '-' ({node} allowed)

@@ -398,6 +398,13 @@ class ApiSettings:
     names: tuple[str, ...] = ()
     #: where the token was read from (``api.token_file``), None when given inline or not at all
     token_file: Path | None = None
+    #: serve the API over HTTPS with the member's sync group certificate (``api.tls``)
+    tls: bool = False
+    #: with `tls`: every connection must show a client certificate from the group CA
+    #: (``api.client_certificates: required``)
+    client_certificates_required: bool = False
+    #: the operator accepts plain HTTP beyond loopback (``api.insecure_http: true``)
+    insecure_http: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 
 `init_ca` makes the CA (``ca.pem``, ``ca.key``); `issue` makes ``NODE.pem`` and ``NODE.key``
 signed by it, with NODE as the certificate's only DNS name (SAN), which the TLS layer checks
-against the config's member names. Keys are EC P-256, unencrypted PKCS8 PEM. Every file is
-written to a temporary name in the same directory, created with its final mode (keys 0600,
-certificates 0644), synced and then renamed into place, so a crash never leaves a half-written
-or readable key; nothing is overwritten unless asked (``force``). Uses `cryptography` only:
-no ``openssl`` command is run.
+against the config's member names; `issue_client` makes an operator's client certificate for
+the HTTPS API (``clients/NAME.pem``, no DNS name: never a peer's). Keys are EC P-256,
+unencrypted PKCS8 PEM. Every file is written to a temporary name in the same directory,
+created with its final mode (keys 0600, certificates 0644), synced and then renamed into
+place, so a crash never leaves a half-written or readable key; nothing is overwritten
+unless asked (``force``). Uses `cryptography` only: no ``openssl`` command is run.
 
 The loaders and `describe` are for the TLS layer and its logs. Every failure is a `CertError`
 whose message says what to do.
@@ -252,6 +253,72 @@ def issue(
     )
     _write_pair(key_path, _key_pem(key), cert_path, certificate.public_bytes(serialization.Encoding.PEM), force)
     return NodeFiles(node=node, cert=cert_path, key=key_path, certificate=certificate, capped=not_after < wanted_end)
+
+
+#: where `issue_client` writes, under the CA's directory: apart from the nodes' files, so a
+#: client's name never collides with a member's
+CLIENTS_DIR = "clients"
+#: an operator's name: letters, digits and ``.-_@``, starting with a letter or digit
+_CLIENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+#: the organizational unit of client certificates (they name no member, so no peer takes them)
+CLIENT_OU = "gtmcluster API client"
+
+
+def issue_client(
+    directory: Path,
+    name: str,
+    *,
+    days: int = NODE_DAYS,
+    force: bool = False,
+    now: datetime.datetime | None = None,
+) -> NodeFiles:
+    """Create ``clients/NAME.key`` (0600) and ``clients/NAME.pem`` (0644) under `directory`,
+    signed by its CA: an operator's certificate for the HTTPS API (``api.client_certificates:
+    required``). It names NAME as subject CN only (no DNS name, so no member accepts it as a
+    peer) and is good for TLS client authentication only."""
+    directory = Path(directory)
+    _check_days(days)
+    if not isinstance(name, str) or not _CLIENT_RE.fullmatch(name):
+        raise CertError(
+            f"{name!r} is not a client name: use letters, digits and '.', '-', '_', '@' "
+            "(starting with a letter or digit; at most 64)"
+        )
+    now = _now(now)
+    ca_cert, ca_key = load_ca(directory)
+    ca_end = ca_cert.not_valid_after_utc
+    if ca_end <= now:
+        raise CertError(f"the CA in {directory} expired on {_when(ca_end)}: make a new one first")
+    clients = directory / CLIENTS_DIR
+    cert_path, key_path = clients / f"{name}.pem", clients / f"{name}.key"
+    if not force:
+        _refuse_existing([key_path, cert_path], f"pass --force to replace {name}'s key and certificate")
+    _make_directory(clients)
+    wanted_end = now + datetime.timedelta(days=days)
+    not_after = min(wanted_end, ca_end)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, CLIENT_OU),
+            x509.NameAttribute(NameOID.COMMON_NAME, name),
+        ]
+    )
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(max(now - CLOCK_SKEW, ca_cert.not_valid_before_utc))
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(digital_signature=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(_authority_key_identifier(ca_cert, ca_key), critical=False)
+        .sign(ca_key, _signature_hash(ca_key))
+    )
+    _write_pair(key_path, _key_pem(key), cert_path, certificate.public_bytes(serialization.Encoding.PEM), force)
+    return NodeFiles(node=name, cert=cert_path, key=key_path, certificate=certificate, capped=not_after < wanted_end)
 
 
 def _key_usage(

@@ -114,7 +114,7 @@ REBOUND = "rebound.test"
 class Chromium:
     """Headless Chromium driven through ``--remote-debugging-pipe``."""
 
-    def __init__(self, workdir: Path, resolver_rules: str = ""):
+    def __init__(self, workdir: Path, resolver_rules: str = "", flags: tuple[str, ...] = ()):
         self.log = workdir / "chromium.log"
         self.events: list[dict[str, Any]] = []
         self._ids = 0
@@ -140,6 +140,7 @@ class Chromium:
             f"--user-data-dir={workdir / 'profile'}",
             "--remote-debugging-pipe",
             *([f"--host-resolver-rules={resolver_rules}"] if resolver_rules else []),
+            *flags,
             "about:blank",
         ]
         with self.log.open("wb") as log:

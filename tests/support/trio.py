@@ -12,8 +12,11 @@ Everything waits by polling with a deadline (`POLL` steps); nothing sleeps blind
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import signal
+import socket
+import ssl
 import subprocess
 import urllib.error
 import urllib.request
@@ -198,10 +201,24 @@ class Group:
     # -- looking at members -----------------------------------------------------------------
 
     def status(self, node: str, timeout: float = 2.0) -> dict[str, Any]:
-        """GET /api/v1/status of *node*, parsed."""
+        """GET /api/v1/status of *node*, parsed (over HTTPS, checked against the group CA
+        and the member's name, when the config says api.tls)."""
         host, port = self.members[node].api
-        with urllib.request.urlopen(f"http://{host}:{port}/api/v1/status", timeout=timeout) as response:
-            body: dict[str, Any] = json.loads(response.read())
+        if not self.config.get("api", {}).get("tls"):
+            with urllib.request.urlopen(f"http://{host}:{port}/api/v1/status", timeout=timeout) as response:
+                body: dict[str, Any] = json.loads(response.read())
+            return body
+        context = ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
+        connection = http.client.HTTPConnection(host, port, timeout=timeout)
+        connection.sock = context.wrap_socket(socket.create_connection((host, port), timeout), server_hostname=node)
+        try:
+            connection.request("GET", "/api/v1/status")
+            response = connection.getresponse()
+            if response.status != 200:
+                raise OSError(f"{node}'s API answered {response.status}")
+            body = json.loads(response.read())
+        finally:
+            connection.close()
         return body
 
     def _try_status(self, node: str) -> dict[str, Any] | None:

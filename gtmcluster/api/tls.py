@@ -1,0 +1,77 @@
+"""HTTPS for the API (``api: {tls: true}``): the member's sync group certificate, TLS 1.2 or
+newer, and, with ``client_certificates: required``, a client certificate from the group CA.
+
+The node's certificate names the member (its DNS name), so a client checks it against the
+group CA and the member's name, as peers do. A client certificate must chain to the group
+CA and allow client authentication (OpenSSL checks both); which one it is does not matter
+beyond that: the bearer token still decides what a request may do.
+
+Like the peers' `gtmcluster.sync.tls.TLSContexts`, every new connection is built from the
+credentials in use at that moment, so a reload that finds renewed files (`ApiTLS.use`)
+changes the certificate without a restart; open connections keep theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from OpenSSL import SSL
+from twisted.internet import ssl
+from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from zope.interface import implementer
+
+from gtmcluster.sync.tls import MIN_TLS, Credentials
+
+
+def server_options(creds: Credentials, require_client: bool) -> ssl.CertificateOptions:
+    """Serve with *creds*' certificate; with *require_client*, accept only clients showing a
+    certificate from the group CA."""
+    return ssl.CertificateOptions(
+        privateKey=creds.own.privateKey.original,
+        certificate=creds.own.original,
+        verify=require_client,
+        caCerts=[creds.ca.original] if require_client else None,
+        requireCertificate=require_client,
+        raiseMinimumTo=MIN_TLS,
+        enableSessions=False,
+    )
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class ApiTLS:
+    """The TLS settings of the API's connections: this node's credentials, and whether a
+    client must show a certificate."""
+
+    def __init__(self, creds: Credentials, require_client: bool):
+        self.creds = creds
+        self.require_client = require_client
+        self._options = server_options(creds, require_client)
+
+    def use(self, creds: Credentials, require_client: bool) -> bool:
+        """New connections use *creds* and *require_client*; False when nothing changed."""
+        same = creds.certificate == self.creds.certificate and creds.ca_certificate == self.creds.ca_certificate
+        if same and require_client == self.require_client:
+            return False
+        self.creds = creds
+        self.require_client = require_client
+        self._options = server_options(creds, require_client)
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        """For the status page: the certificate served, and whether clients need one."""
+        return {
+            "serial": self.creds.serial,
+            "not_after": self.creds.not_after.strftime("%Y-%m-%d %H:%M:%SZ"),
+            "client_certificates": "required" if self.require_client else "none",
+        }
+
+    def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        return SSL.Connection(self._options.getContext(), None)
+
+
+def wrap(factory: Any, tls: ApiTLS, clock: Any) -> TLSMemoryBIOFactory:
+    """*factory* (the API's site) served over TLS as *tls* says."""
+    wrapped = TLSMemoryBIOFactory(tls, False, factory, clock)
+    wrapped.noisy = False
+    return wrapped
