@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         members = [member(config, args.node)] if args.node else list(config.sync_group.members)
-        tokens = Tokens(config, args.token_file)
+        tokens = Tokens.from_args(config, args)
         by = args.by if args.by is not None else _user()
         path = f"/api/v1/admin/{args.target}/{urllib.parse.quote(args.name, safe='/')}/{args.action}"
         body = {"reason": args.reason, "by": by}

@@ -371,7 +371,7 @@ def show(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     count = args.lines if args.lines is not None else (None if since is not None else DEFAULT_LINES)
-    tokens = Tokens(config, args.token_file)
+    tokens = Tokens.from_args(config, args)
     printer = Printer(nodes, sys.stdout, use_color(args.no_color, sys.stdout), members, raw=args.json)
     targets = [config.member(n) for n in nodes]
     if args.follow:

@@ -242,40 +242,6 @@ def _json_answer(m: Member, target: str, response: http.client.HTTPResponse, tok
     raise CliError(f"{m.name}: {message}")
 
 
-def post(m: Member, path: str, body: dict[str, Any], tokens: Tokens) -> Any:
-    """POST *body* as JSON to the node's *path* with its token; the answer's JSON, or a
-    clear error (as `get`)."""
-    url = url_of(m, path)
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Accept": "application/json", "Content-Type": "application/json"},
-    )
-    token = tokens.for_member(m)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token.value}")
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as e:
-        try:
-            message = json.load(e).get("error", e.reason)
-        except (ValueError, AttributeError):
-            message = e.reason
-        if e.code in (401, 403) and "token" in str(message):
-            raise CliError(_token_problem(m, e.code, token, tokens)) from None
-        raise CliError(f"{m.name}: {message}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?)") from None
-
-
-class Unreachable(CliError):
-    """The node could not be asked now (not running, no route, busy): another member may
-    answer, or this one later."""
-
-
 def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) -> str:
     if code == 401 or token is None:
         why = tokens.unreadable.get(m.name)
@@ -288,23 +254,19 @@ def open_stream(m: Member, path: str, params: dict[str, str], tokens: Tokens | N
     """GET *path* of the node and return the open response, to be read line by line (the
     log, followed). Unreachable when it cannot be reached or answers 5xx; CliError for a
     refusal (a token problem says where to give the token)."""
-    url = url_of(m, path) + ("?" + urllib.parse.urlencode(params) if params else "")
-    request = urllib.request.Request(url, headers={"Accept": "application/x-ndjson"})
-    token = tokens.for_member(m) if tokens is not None else None
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token.value}")
+    target = path + ("?" + urllib.parse.urlencode(params) if params else "")
+    response = request(m, "GET", target, tokens, {"Accept": "application/x-ndjson"}, timeout=timeout)
+    if response.status == 200:
+        return response
     try:
-        return urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as e:
-        try:
-            message = json.load(e).get("error", e.reason)
-        except (ValueError, AttributeError):
-            message = e.reason
-        if e.code in (401, 403) and tokens is not None and "token" in str(message):
-            raise CliError(_token_problem(m, e.code, token, tokens)) from None
-        if e.code >= 500:
-            raise Unreachable(f"{m.name}: {message}") from None
-        raise CliError(f"{m.name}: {message}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?)") from None
+        answer = json.loads(response.read())
+    except (ValueError, OSError, http.client.HTTPException):
+        answer = None
+    finally:
+        response.close()
+    message = answer.get("error", response.reason) if isinstance(answer, dict) else response.reason
+    if response.status in (401, 403) and tokens is not None and "token" in str(message):
+        raise CliError(_token_problem(m, response.status, tokens.for_member(m), tokens))
+    if response.status >= 500:
+        raise Unreachable(f"{m.name}: {message}")
+    raise CliError(f"{m.name}: {message}")
