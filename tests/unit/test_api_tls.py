@@ -113,7 +113,8 @@ def test_switching_tls_needs_a_restart_and_client_certificates_do_not(tmp_path: 
     plain = load(config_with(tmp_path / "a", {"token": TOKEN}, address="127.0.0.5"))
     https = load(config_with(tmp_path / "b", {"token": TOKEN, "tls": True}, address="127.0.0.5"))
     required = load(
-        config_with(tmp_path / "c", {"token": TOKEN, "tls": True, "client_certificates": "required"}, "127.0.0.5")
+        # the same folder as `https`: its log_dir (relative) must not change (that needs a restart too)
+        config_with(tmp_path / "b", {"token": TOKEN, "tls": True, "client_certificates": "required"}, "127.0.0.5")
     )
     assert any("api.tls changed" in p for p in restart_needed(plain, https, "n1"))
     assert restart_needed(https, required, "n1") == []
