@@ -111,6 +111,12 @@ class Run:
         (self.workdir / "queries").write_text("".join(f"{n} A\n" for n in self.shape.wideip_names()))
         return path
 
+    def pin(self, member: Member) -> None:
+        """With --pin, n1 on CPU 0 (the benchmark and everything it starts are on CPU 1):
+        set before its threads start, they inherit it."""
+        if self.args.pin and member.proc is not None:
+            os.sched_setaffinity(member.proc.pid, {0})
+
     # -- in-process -----------------------------------------------------------------------
 
     def inprocess(self, path: Path) -> str | None:
@@ -180,6 +186,7 @@ class Run:
         self.member = Member(self.workdir, path, TARGET, self.addresses[0])
         spawned = time.monotonic()
         self.member.spawn()
+        self.pin(self.member)
         answered = self.member.wait_answering(args.phase_timeout)
         start: dict[str, Any] = {"spawn_to_answer_s": rounded(answered)}
         self.report["phases"]["start"] = start
@@ -338,6 +345,7 @@ class Run:
         before = member.count(self.reconciled_lines())
         spawned = time.monotonic()
         member.spawn()
+        self.pin(member)
         answered = member.wait_answering(self.args.phase_timeout)
         out["spawn_to_answer_s"] = rounded(answered)
         if answered is None:
@@ -524,7 +532,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend-port", type=int, default=18000, help="the first port tried for the data centers")
     p.add_argument("--json", type=Path, help="write everything here")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="n1 alone on CPU 0, the simulated members, dnsperf, the client and the backends on CPU 1: "
+        "n1's stalls are then its own, not the other processes' (needs 2 CPUs)",
+    )
     args = p.parse_args(argv)
+    if args.pin:
+        if len(os.sched_getaffinity(0)) < 2:
+            print("bigconfig: --pin needs 2 CPUs", file=sys.stderr)
+            return 2
+        os.sched_setaffinity(0, {1})  # inherited by every process and thread started from here
     skip = set(args.skip.split(","))
     if "processes" not in skip and shutil.which("dnsperf") is None:
         print("bigconfig: dnsperf is not installed (Debian package dnsperf)", file=sys.stderr)
