@@ -27,13 +27,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gtmcluster import slices
 from gtmcluster.health import admin
 from gtmcluster.proximity.table import PATH, PathValue
 
 if TYPE_CHECKING:
+    from gtmcluster.config.model import Config
     from gtmcluster.node import Node
     from gtmcluster.state.store import Record
 
@@ -55,6 +58,8 @@ RTT_WINDOW = 256
 MAX_EVENTS = 500
 #: servers named per health change; more make one summary event
 EVENTS_PER_CHANGE = 20
+#: counters looked at between two checks of the time a sample's turn has taken
+STEP = 500
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ class History(Service):
         #: the counters at the previous sample (None before the first)
         self._queries: dict[str, int] | None = None
         self._answered: dict[tuple[str, ...], int] = {}
+        #: the data centers of each answer's servers, under `_config`
+        self._config: Config | None = None
+        self._datacenters_of: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._last = 0.0
         self._loop: LoopingCall | None = None
         self._hearing = False
@@ -181,15 +189,24 @@ class History(Service):
 
     # -- sampling -----------------------------------------------------------------------------
 
-    def sample(self) -> None:
-        """Take one sample: rates since the previous one (none on the first)."""
+    def sample(self) -> Deferred[None]:
+        """Take one sample: rates since the previous one (none on the first). With many
+        wide IPs queried, a few milliseconds per reactor turn (`gtmcluster.slices`)."""
+        return slices.run(self.sample_steps(), self.clock)
+
+    def sample_steps(self) -> slices.Steps[None]:
         now = self.clock.seconds()
         stats = self.node.stats
+        # the counters as they are now (copied at once: answers go on counting meanwhile)
+        counted = list(stats.queries.items())
+        answered = dict(stats.answered)
+        yield
         totals: dict[str, int] = {}
-        for (wideip, _qtype, _rcode, _method), n in stats.queries.items():
+        for i, ((wideip, _qtype, _rcode, _method), n) in enumerate(counted):
             if wideip:
                 totals[wideip] = totals.get(wideip, 0) + n
-        answered = dict(stats.answered)
+            if i % STEP == STEP - 1:
+                yield
         previous, self._queries = self._queries, totals
         previous_answered, self._answered = self._answered, answered
         elapsed, self._last = now - self._last, now
@@ -197,31 +214,37 @@ class History(Service):
         if previous is None or elapsed <= 0:
             return
         rates = {}
-        for wideip, n in totals.items():
+        for i, (wideip, n) in enumerate(totals.items()):
             delta = n - previous.get(wideip, 0)
             if delta > 0:
                 rates[wideip] = delta / elapsed
+            if i % STEP == STEP - 1:
+                yield
+        yield
         if len(rates) > TOP_PER_SAMPLE:
             top = heapq.nlargest(TOP_PER_SAMPLE, rates.items(), key=lambda item: item[1])
             other = sum(rates.values()) - sum(rate for _, rate in top)
             rates = dict(top)
             rates[OTHER] = other
-        self.samples.append(Sample(now, rates, self._per_datacenter(answered, previous_answered, elapsed), rtt))
-
-    def _per_datacenter(
-        self, answered: dict[tuple[str, ...], int], previous: dict[tuple[str, ...], int], elapsed: float
-    ) -> dict[str, float]:
-        """Answers per second by data center: an answer counts once for each data center
-        of its virtual servers."""
-        servers = self.node.config.virtual_servers
-        rates: dict[str, float] = {}
-        for members, n in answered.items():
-            delta = n - previous.get(members, 0)
-            if delta <= 0:
-                continue
-            for dc in {servers[m].datacenter for m in members if m in servers}:
-                rates[dc] = rates.get(dc, 0.0) + delta / elapsed
-        return rates
+        # answers per second by data center: an answer counts once for each data center
+        # of its virtual servers
+        config = self.node.config
+        if config is not self._config:  # (a reload may move a server)
+            self._config, self._datacenters_of = config, {}
+        datacenters_of = self._datacenters_of
+        servers = config.virtual_servers
+        per_dc: dict[str, float] = {}
+        for i, (members, n) in enumerate(answered.items()):
+            delta = n - previous_answered.get(members, 0)
+            if delta > 0:
+                dcs = datacenters_of.get(members)
+                if dcs is None:
+                    dcs = datacenters_of[members] = tuple({servers[m].datacenter for m in members if m in servers})
+                for dc in dcs:
+                    per_dc[dc] = per_dc.get(dc, 0.0) + delta / elapsed
+            if i % STEP == STEP - 1:
+                yield
+        self.samples.append(Sample(now, rates, per_dc, rtt))
 
     # -- reading ------------------------------------------------------------------------------
 
