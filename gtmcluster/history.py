@@ -165,11 +165,14 @@ class History(Service):
             return
         level, name = parsed
         state = admin.from_value(level, name, value)
+        at = self.clock.seconds()
         if state is None:
             text = f"{admin.LEVEL_WORDS.get(level, level)} {name}: admin state cleared"
         else:
             text = state.describe()
-        self.events.append(Event(self.clock.seconds(), "admin", text))
+            if state.at is not None and state.at <= at:  # when the operator made it (on any node)
+                at = state.at
+        self.events.append(Event(at, "admin", text))
 
     def _standing_changed(self, servers: list[str]) -> None:
         if not self.running:

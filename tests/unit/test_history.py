@@ -24,6 +24,7 @@ from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import path_key
 from gtmcluster.service import NodeService, Sockets, make_service
+from gtmcluster.state.store import Record, Version
 from gtmcluster.stats import QueryStats
 from tests.support import configs
 from tests.support.dnsclient import addresses, parse, query
@@ -137,6 +138,19 @@ def test_events_older_than_the_window_are_not_shown(tmp_path: Path) -> None:
     assert sorted(e["kind"] for e in history.to_json()["events"]) == ["admin", "failover"]
     clock.advance(61)
     assert history.to_json()["events"] == []
+
+
+def test_an_admin_change_from_a_peer_is_placed_when_it_was_made(tmp_path: Path) -> None:
+    """A replicated admin record that arrives late is on the timeline at the time its
+    operator made it (the record's "at"), not when it arrived."""
+    clock = Clock()
+    node = node_on(tmp_path, clock)
+    history = started(node, clock)
+    clock.advance(30)
+    value = {"state": "drain", "by": "carol", "reason": "", "at": 12.0, "node": "n2"}
+    node.store.merge(Record("admin/datacenter/DC2", value, Version(12_000, 0, "n2"), None, 12.0))
+    admin_events = [e for e in history.to_json()["events"] if e["kind"] == "admin"]
+    assert admin_events == [{"at": 12.0, "kind": "admin", "text": "data center DC2 draining by carol"}]
 
 
 def _path(rtt_us: int) -> dict[str, Any]:
