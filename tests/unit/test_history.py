@@ -203,17 +203,18 @@ def test_a_workers_counts_carry_its_answers() -> None:
     assert not worker.answered
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> NodeService:
-    top = make_service(load(configs.write(tmp_path, configs.base())), "n1", MemoryReactorClock(), Sockets(dns=[]))
+def a_service(tmp_path: Path, token_for_reads: bool) -> NodeService:
+    raw = configs.base()
+    raw["api"] = {"token_for_reads": token_for_reads}
+    top = make_service(load(configs.write(tmp_path, raw)), "n1", MemoryReactorClock(), Sockets(dns=[]))
     top.snapshots = None
     top.node.ready = True
     return top
 
 
-def test_the_api_serves_the_history_under_the_read_policy(service: NodeService) -> None:
-    """GET /api/v1/history: the samples the node took; without the token it answers as
-    /api/v1/status does."""
+def test_the_api_serves_the_history(tmp_path: Path) -> None:
+    """GET /api/v1/history: the samples the node took, 200 on loopback as other reads."""
+    service = a_service(tmp_path, token_for_reads=False)
     assert service.history is not None
     service.history.startService()
     node = service.node
@@ -221,10 +222,18 @@ def test_the_api_serves_the_history_under_the_read_policy(service: NodeService) 
     for _ in range(20):
         node.decide(wideip, 1, Client.from_ldns(ipaddress.ip_address(R1)))
     service.reactor.advance(10)
-    code, answer = ask(service, "GET", "/api/v1/history", token=TOKEN)
+    code, answer = ask(service, "GET", "/api/v1/history", token=None)
     assert code == 200
     assert answer["node"] == "n1" and answer["interval"] == 10.0 and answer["window"] == 3600.0
     assert answer["answers_per_second"]["DC1"] == [2.0]
-    status_code, _ = ask(service, "GET", "/api/v1/status", token="wrong-token-0123456789")
-    code, _ = ask(service, "GET", "/api/v1/history", token="wrong-token-0123456789")
-    assert code == status_code
+
+
+def test_the_history_needs_the_token_where_reads_do(tmp_path: Path) -> None:
+    """Where reads need the token (api.token_for_reads), the history does: refused without
+    it or with a wrong one, as /api/v1/status is; served with it."""
+    service = a_service(tmp_path, token_for_reads=True)
+    for token in (None, "wrong-token-0123456789"):
+        code, _ = ask(service, "GET", "/api/v1/history", token=token)
+        assert code in (401, 403)
+        assert code == ask(service, "GET", "/api/v1/status", token=token)[0]
+    assert ask(service, "GET", "/api/v1/history", token=TOKEN)[0] == 200
