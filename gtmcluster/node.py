@@ -204,6 +204,8 @@ class Node:
             if decision.method == "persistence":  # the same for the client's whole network
                 cache.put(self._network_key(wideip, qtype, client), wideip.name, decision, kept, health, now)
         self.stats.decisions.observe(time.perf_counter() - started)
+        if decision.members:
+            self.stats.answered[decision.members] += 1
         return self._carry_out(decision)
 
     def _health_of(self, wideip: str) -> int:

@@ -29,6 +29,7 @@ from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.gcpause import built_long_lived
 from gtmcluster.health.checker import HealthChecker
+from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.probe.checks import make_check
@@ -84,6 +85,8 @@ class NodeService(MultiService):
         self.heap: heap.HeapKeeper | None = None
         self.lag: ReactorLag | None = None
         self.snapshots: Snapshotter | None = None
+        #: the last hour of samples and events, for the dashboard's graphs
+        self.history: History | None = None
         #: the node's own log file (gtmcluster.nodelog), when the tap made one
         self.node_log: NodeLog | None = None
         self._previous_hup: Any = None
@@ -483,6 +486,10 @@ def make_service(
     lag.setName("reactorlag")
     lag.setServiceParent(top)
     top.lag = lag
+    history = History(node, reactor)
+    history.setName("history")
+    history.setServiceParent(top)
+    top.history = history
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")

@@ -79,6 +79,11 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
 
         return service.reload().addCallback(done)
 
+    def get_history(args: Args, parts: Args) -> Any:
+        if service.history is None:
+            raise ApiError(503, "this node keeps no history")
+        return service.history.to_json()
+
     logs = Logs(
         service.node_log,
         service.reactor,
@@ -93,6 +98,7 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
         Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit")),
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
         Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
+        Route("GET", "/api/v1/history", get_history),
         Route("GET", "/api/v1/admin", lambda a, p: {"node": node.member.name, "admin": admin.admin_states(node)}),
         # a pool member's NAME is POOL/SERVER: the action is the last segment
         Route("POST", r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),

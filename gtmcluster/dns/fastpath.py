@@ -155,7 +155,9 @@ class FastPath:
         reply = kept[1]
         if len(reply) > plain.limit:
             return None
-        self.responder.stats.queries[kept[2]] += 1
+        stats = self.responder.stats
+        stats.queries[kept[2]] += 1
+        stats.answered[decision.members] += 1
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
         return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]

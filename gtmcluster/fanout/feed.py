@@ -98,8 +98,10 @@ def take_counts(stats: QueryStats) -> bytes:
         "decisions": [stats.decisions.counts, stats.decisions.total, stats.decisions.count],
         "kept": [stats.kept_hits, stats.kept_misses],
         "rate_limited": [stats.rate_dropped, stats.rate_slipped],
+        "answered": [[list(members), n] for members, n in stats.answered.items()],
     }
     stats.queries.clear()
+    stats.answered.clear()
     d = stats.decisions
     d.counts = [0] * len(d.counts)
     d.total = 0.0
@@ -129,6 +131,8 @@ def add_counts(stats: QueryStats, data: bytes) -> int:
     dropped, slipped = counts.get("rate_limited", (0, 0))
     stats.rate_dropped += int(dropped)
     stats.rate_slipped += int(slipped)
+    for members, n in counts.get("answered", ()):
+        stats.answered[tuple(str(m) for m in members)] += int(n)
     return answered
 
 

@@ -441,8 +441,10 @@ def test_page_is_served_self_contained(site: Site) -> None:
         body = response.read().decode()
         assert response.headers["content-type"] == "text/html; charset=utf-8"
     assert body.startswith("<!DOCTYPE html>")
+    # the SVG namespace (createElementNS, for the graphs) is a name, not a resource
+    inside = body.replace('"http://www.w3.org/2000/svg"', "")
     for external in ("http://", "https://", "//fonts.", "@import", "url("):
-        assert external not in body, f"the page refers to something outside itself: {external!r}"
+        assert external not in inside, f"the page refers to something outside itself: {external!r}"
     tab = site.page()
     try:
         origin = site.url.rstrip("/")

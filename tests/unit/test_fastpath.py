@@ -205,6 +205,15 @@ def test_health_reevaluated_without_change_keeps_the_decisions(twins: Twins) -> 
     twins.ask(make_query("gslb.example.test"), "127.0.1.9")
 
 
+def test_kept_answers_are_counted_by_their_servers_like_the_general_path(twins: Twins) -> None:
+    """Answers from kept decisions count for the virtual servers they hold (the dashboard's
+    answers per data center) as the general path's do."""
+    for _ in range(5):
+        twins.ask(make_query("gslb.example.test"), "127.0.1.9")
+    assert twins.node.stats.kept_hits >= 4  # (the fast path answered the repeats)
+    assert dict(twins.node.stats.answered) == dict(twins.reference.stats.answered) == {("vs1",): 5}
+
+
 def test_a_change_elsewhere_keeps_the_decisions(tmp_path: Path) -> None:
     """A server that is in no pool of a wide IP going down ends none of that wide IP's kept
     decisions (in a large config some server is always changing); one in its pools does."""
