@@ -25,7 +25,8 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
     peers = []
     digests_agree = True
     for peer in replicator.peers.values():
-        if peer.connected and peer.digest is not None and peer.digest != store.digest():
+        # (a peer of an older protocol version holds only the records it can: see `sync.replicator`)
+        if peer.connected and peer.digest is not None and peer.digest != replicator.digest_for(peer.version):
             digests_agree = False
         peers.append(
             {
