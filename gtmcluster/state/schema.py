@@ -205,6 +205,9 @@ ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
 ADMIN_LEVEL_VERSIONS = {"vs": 1, "datacenter": 2, "link": 2, "pool": 2, "member": 2, "wideip": 2}
 #: the newest protocol version whose records this schema knows
 NEWEST_VERSION = max(ADMIN_LEVEL_VERSIONS.values())
+#: the kinds some of whose keys need a version above 1 (`version_needed`): none of them a
+#: numerous kind, so a node can list the records it withholds from an older peer
+VERSIONED_KINDS = ("admin",)
 
 
 def version_needed(key: str) -> int:
@@ -427,6 +430,7 @@ __all__ = [
     "MAX_TEXT",
     "MAX_TOMBSTONE_TTL",
     "NEWEST_VERSION",
+    "VERSIONED_KINDS",
     "Kind",
     "Problem",
     "kind_label",

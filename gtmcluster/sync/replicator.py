@@ -568,11 +568,16 @@ class Replicator:
         return [r for r in records if schema.version_needed(r.key) <= proto.version]
 
     def withheld(self, version: int) -> list[Record]:
-        """The records held here that a peer of protocol *version* would refuse (all of
-        them admin records, a kind of a few thousand records at most)."""
+        """The records held here (tombstones too) that a peer of protocol *version* would
+        refuse: of `schema.VERSIONED_KINDS` only (admin records, a few thousand at most)."""
         if version >= schema.NEWEST_VERSION:
             return []
-        return [r for r in self.store.held_of_kind("admin") if schema.version_needed(r.key) > version]
+        return [
+            r
+            for kind in schema.VERSIONED_KINDS
+            for r in self.store.held_of_kind(kind)
+            if schema.version_needed(r.key) > version
+        ]
 
     def summaries_for(self, proto: PeerProtocol | None) -> dict[str, OriginSummary]:
         """Per-origin summaries of the records *proto*'s peer can hold (all, for None)."""

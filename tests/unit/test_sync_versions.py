@@ -17,6 +17,7 @@ from twisted.logger import capturedLogs
 
 from gtmcluster.state import schema
 from gtmcluster.state.store import bucket_of
+from gtmcluster.state.values import numerous
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.replicator import RECONCILE_INTERVAL, Replicator
 from tests.support.cluster import MemoryCluster
@@ -80,6 +81,10 @@ def test_versions_and_the_schemas_they_take() -> None:
         assert schema.problem(key, None, NEW, 60.0, version=1) is not None
     for key in (VS, "obs/vs/www1/gtm-a", "probe/192.0.2.1"):
         assert schema.version_needed(key) == 1
+    # every key of another kind needs version 1 (the withheld records are listed from these)
+    assert all(not numerous(kind) for kind in schema.VERSIONED_KINDS)
+    for kind in set(schema.KINDS) - set(schema.VERSIONED_KINDS):
+        assert schema.version_needed(f"{kind}/x/y/z") == 1
     assert schema.problem(VS, admin("drain", NEW), NEW, None, version=1) is None
 
 
