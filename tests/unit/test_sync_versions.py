@@ -6,7 +6,9 @@ between them settles."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import random
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -15,11 +17,17 @@ from typing import Any
 import pytest
 from twisted.logger import capturedLogs
 
+from gtmcluster.api import admin as api_admin
+from gtmcluster.api.status import status
+from gtmcluster.config.load import load
+from gtmcluster.lb.context import Client
+from gtmcluster.node import Node
 from gtmcluster.state import schema
 from gtmcluster.state.store import bucket_of
 from gtmcluster.state.values import numerous
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.replicator import RECONCILE_INTERVAL, Replicator
+from tests.support import configs
 from tests.support.cluster import MemoryCluster
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -245,3 +253,37 @@ def test_an_old_member_catching_up_is_not_sent_new_records(pair: MemoryCluster) 
     record = pair.stores[OLD].get(VS)
     assert record is not None and record.value["state"] == "enabled"
     assert not old.refused
+
+
+def test_a_datacenter_disabled_during_a_rolling_upgrade(tmp_path: Path) -> None:
+    """Two nodes, n2 not yet upgraded (version 1): DC1 disabled through n1's admin code moves
+    n1's answers, n2 keeps answering as before (it never holds the record) and stays
+    connected; a virtual server's admin state set on n2 moves n1's answers; both nodes'
+    status says the state digests agree."""
+    raw = configs.add_member(configs.base(), "n2", "DC2", "127.0.0.2")
+    config = load(configs.write(tmp_path, raw))
+    cluster = MemoryCluster(["n1", "n2"], tmp_path / "certs", versions={"n2": 1})
+    nodes = {}
+    for name in ("n1", "n2"):
+        node = Node(config, name, clock=cluster.clock.seconds, rng=random.Random(1))
+        node.ready = True
+        cluster.add(name, store=node.store)
+        nodes[name] = node
+    cluster.connect("n2", "n1")
+    wideip = next(iter(config.wideips.values()))
+    r1 = Client.from_ldns(ipaddress.ip_address("198.51.100.53"))
+    api_admin.change(nodes["n1"], "datacenter", "DC1", "disable", by="alice", reason="maintenance")
+    cluster.settle()
+    assert nodes["n1"].decide(wideip, 1, r1, key="a").members == ("vs3",)
+    assert nodes["n2"].decide(wideip, 1, r1, key="a").members == ("vs1",)
+    assert nodes["n2"].store.raw("admin/datacenter/DC1") is None
+    api_admin.change(nodes["n2"], "virtual-server", "vs3", "disable", by="bob", reason="upgrade")
+    cluster.settle()
+    assert nodes["n1"].health.snapshot.vs["vs3"].admin == "disabled"
+    assert "vs3" not in nodes["n1"].decide(wideip, 1, r1, key="b").members
+    assert connected(cluster)
+    cluster.advance(5.0)  # heartbeats carry the digests
+    for name in ("n1", "n2"):
+        report = status(nodes[name], cluster.replicators[name], cluster.clock.seconds())
+        assert report["state"]["agrees"] is True, (name, report["peers"])
+        assert [p["protocol"] for p in report["peers"]] == [1]
