@@ -19,6 +19,7 @@ from twisted.logger import capturedLogs
 
 from gtmcluster.api import admin as api_admin
 from gtmcluster.api.status import status
+from gtmcluster.cli.status import summarize
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
@@ -283,7 +284,16 @@ def test_a_datacenter_disabled_during_a_rolling_upgrade(tmp_path: Path) -> None:
     assert "vs3" not in nodes["n1"].decide(wideip, 1, r1, key="b").members
     assert connected(cluster)
     cluster.advance(5.0)  # heartbeats carry the digests
+    reports = {}
     for name in ("n1", "n2"):
-        report = status(nodes[name], cluster.replicators[name], cluster.clock.seconds())
+        report = reports[name] = status(nodes[name], cluster.replicators[name], cluster.clock.seconds())
         assert report["state"]["agrees"] is True, (name, report["peers"])
         assert [p["protocol"] for p in report["peers"]] == [1]
+    # `gtmcluster status` compares the nodes over what the oldest of them can hold
+    assert reports["n1"]["state"]["digest"] != reports["n2"]["state"]["digest"]
+    assert reports["n1"]["state"]["digest_by_protocol"]["1"] == reports["n2"]["state"]["digest"]
+    assert summarize(reports).state_agree
+    del reports["n2"]["state"]["digest_by_protocol"]  # (as a member of version 1 answers)
+    assert summarize(reports).state_agree
+    reports["n2"]["state"]["digest"] = "0-0000000000000000"
+    assert not summarize(reports).state_agree
