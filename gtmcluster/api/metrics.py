@@ -154,7 +154,9 @@ class NodeCollector(Collector):
             "gtm_sync_last_contact_seconds", "seconds since the peer was last heard from", labels=["peer"]
         )
         agree = GaugeMetricFamily(
-            "gtm_sync_digest_agrees", "1 when the peer's last state digest equals ours (over the records its protocol version can hold)", labels=["peer"]
+            "gtm_sync_digest_agrees",
+            "1 when the peer's last state digest equals ours (over the records its protocol version can hold)",
+            labels=["peer"],
         )
         for peer in service.replicator.peers.values():
             connected.add_metric([peer.name], 1.0 if peer.connected else 0.0)
