@@ -256,6 +256,15 @@ class Replicator:
                 serial=peer.certificate.get("serial", "?"),
                 event="peer_up",
             )
+            if peer.version < self.protocol_version:
+                log.warn(
+                    "peer {peer} speaks protocol {version} (this node {ours}): it is sent no record it would "
+                    "refuse (admin states other than a virtual server's) until it is upgraded",
+                    peer=peer.name,
+                    version=peer.version,
+                    ours=self.protocol_version,
+                    event="peer_older_protocol",
+                )
         if not first:
             self._liveness(peer)  # a new connection to a peer whose others are silent
             return  # a second connection (both dialled at once): harmless, no new round

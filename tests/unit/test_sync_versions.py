@@ -119,11 +119,14 @@ def test_the_old_member_drops_a_peer_that_sends_it_a_new_key(pair: MemoryCluster
 @pytest.mark.parametrize("dialler", [NEW, OLD])
 def test_a_new_member_and_an_old_one_agree_on_version_1(pair: MemoryCluster, dialler: str) -> None:
     """Whoever dials, both sides record version 1 for the connection (a version-1 peer is
-    accepted)."""
-    pair.connect(dialler, OLD if dialler == NEW else NEW)
+    accepted), and the new member says what the old one will not be sent."""
+    with capturedLogs() as events:
+        pair.connect(dialler, OLD if dialler == NEW else NEW)
     assert connected(pair)
     assert pair.replicators[NEW].peers[OLD].version == 1
     assert pair.replicators[OLD].peers[NEW].version == 1
+    older = [e for e in events if e.get("event") == "peer_older_protocol"]
+    assert [(e["peer"], e["version"], e["ours"]) for e in older] == [(OLD, 1, 2)]
 
 
 @pytest.mark.parametrize("dialler", [NEW, OLD])
