@@ -154,9 +154,10 @@ class NodeCollector(Collector):
             "gtm_sync_last_contact_seconds", "seconds since the peer was last heard from", labels=["peer"]
         )
         agree = GaugeMetricFamily(
-            "gtm_sync_digest_agrees", "1 when the peer's last state digest equals ours", labels=["peer"]
+            "gtm_sync_digest_agrees",
+            "1 when the peer's last state digest equals ours (over the records its protocol version can hold)",
+            labels=["peer"],
         )
-        digest = node.store.digest()
         for peer in service.replicator.peers.values():
             connected.add_metric([peer.name], 1.0 if peer.connected else 0.0)
             counted.add_metric([peer.name], 1.0 if peer.live else 0.0)
@@ -165,7 +166,10 @@ class NodeCollector(Collector):
             if peer.last_contact is not None:
                 lag.add_metric([peer.name], now - peer.last_contact)
             if peer.digest is not None:
-                agree.add_metric([peer.name], 1.0 if peer.digest == digest else 0.0)
+                # (over the records the peer can hold: see `sync.replicator`, mixed versions)
+                agree.add_metric(
+                    [peer.name], 1.0 if peer.digest == service.replicator.digest_for(peer.version) else 0.0
+                )
         yield from (connected, counted, sent, received, lag, agree)
         yield records_refused(service)
 

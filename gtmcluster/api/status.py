@@ -8,6 +8,7 @@ from typing import Any
 from gtmcluster.api.admin import admin_states
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
+from gtmcluster.sync import commands
 from gtmcluster.sync.replicator import Replicator
 
 #: servers described per step of a sliced answer
@@ -25,7 +26,8 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
     peers = []
     digests_agree = True
     for peer in replicator.peers.values():
-        if peer.connected and peer.digest is not None and peer.digest != store.digest():
+        # (a peer of an older protocol version holds only the records it can: see `sync.replicator`)
+        if peer.connected and peer.digest is not None and peer.digest != replicator.digest_for(peer.version):
             digests_agree = False
         peers.append(
             {
@@ -67,7 +69,18 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
         "config_generation": node.generation,
         "config_loaded_ago": round(now - node.loaded_at, 3),
         "ready": node.ready,
-        "state": {"digest": store.digest(), "records": len(store), "by_origin": origins, "agrees": digests_agree},
+        "state": {
+            "digest": store.digest(),
+            # over the records a member of each protocol version can hold (an older one
+            # holds fewer: see `sync.replicator`), so mixed versions can be compared
+            "digest_by_protocol": {
+                str(v): replicator.digest_for(v)
+                for v in range(commands.MIN_PROTOCOL_VERSION, replicator.protocol_version + 1)
+            },
+            "records": len(store),
+            "by_origin": origins,
+            "agrees": digests_agree,
+        },
         "peers": peers,
         "health": {
             "virtual_servers": servers,

@@ -109,12 +109,26 @@ def summarize(statuses: dict[str, dict[str, Any]]) -> Summary:
         asked=list(statuses),
         answered=list(answered),
         unreachable={n: s["error"] for n, s in statuses.items() if "error" in s},
-        state_digests={n: s["state"]["digest"] for n, s in answered.items()},
+        state_digests=state_digests(answered),
         config_digests={n: s["config_digest"] for n, s in answered.items()},
     )
     for node, s in answered.items():
         summary.problems.extend(f"{node}: {p}" for p in problems(s))
     return summary
+
+
+def state_digests(answered: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each node's state digest over the records the oldest protocol version among them can
+    hold (`digest_by_protocol`; a node without it speaks version 1): in a group being
+    upgraded, an older member never holds the records of newer versions."""
+    by_protocol = {
+        n: {v: d for v, d in held.items() if v.isdigit()}
+        if isinstance(held := s["state"].get("digest_by_protocol"), dict)
+        else {}
+        for n, s in answered.items()
+    }
+    oldest = min((max((int(v) for v in d), default=1) for d in by_protocol.values()), default=1)
+    return {n: by_protocol[n].get(str(oldest), s["state"]["digest"]) for n, s in answered.items()}
 
 
 def problems(s: dict[str, Any]) -> list[str]:

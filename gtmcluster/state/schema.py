@@ -35,7 +35,8 @@ How strict, and why:
   refused by the members not yet upgraded: a rolling upgrade keeps the group connected.
   Anything an older member would refuse (a new kind, a new admin state, a field of another
   type) is a new protocol version (`sync.commands.PROTOCOL_VERSION`), and a newer member
-  sends it only to peers whose Hello says they speak it.
+  sends it only to peers whose Hello says they speak it (`version_needed` says which
+  version a key needs: version 2 brought the admin levels other than vs).
 - Sizes, TTLs and counts are capped per kind (`KINDS`). The writers of this version stay
   within them with room to spare (their text is shortened to `MAX_TEXT`; the config can
   set no TTL beyond a kind's cap, and no bound on records, `prober.max_ldns`,
@@ -199,6 +200,23 @@ def _observation(value: Mapping[str, Any]) -> str | None:
 ADMIN_STATES = ("enabled", "disabled", "drain")
 #: the levels of an admin record's key (`health.admin`); a pool member's is admin/member/<pool>/<vs>
 ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
+#: the peer protocol version (`sync.commands.PROTOCOL_VERSION`) that brought each admin
+#: level: a member of version 1 knows admin/vs/<vs> only, and refuses the others
+ADMIN_LEVEL_VERSIONS = {"vs": 1, "datacenter": 2, "link": 2, "pool": 2, "member": 2, "wideip": 2}
+#: the newest protocol version whose records this schema knows
+NEWEST_VERSION = max(ADMIN_LEVEL_VERSIONS.values())
+#: the kinds some of whose keys need a version above 1 (`version_needed`): none of them a
+#: numerous kind, so a node can list the records it withholds from an older peer
+VERSIONED_KINDS = ("admin",)
+
+
+def version_needed(key: str) -> int:
+    """The lowest peer protocol version whose members take a record at *key*: a member of
+    an older version refuses it (and drops the connection that carried it), so it is sent
+    only to peers that speak this version (see `sync.replicator`)."""
+    if key.startswith("admin/"):
+        return ADMIN_LEVEL_VERSIONS.get(key[6:].partition("/")[0], 1)
+    return 1
 
 
 def _admin_key(parts: list[str], origin: str) -> str | None:
@@ -352,9 +370,12 @@ def size_of(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=plain).encode())
 
 
-def problem(key: str, value: Any, origin: str, ttl: float | None) -> Problem | None:
+def problem(key: str, value: Any, origin: str, ttl: float | None, version: int = NEWEST_VERSION) -> Problem | None:
     """What is wrong with the record (*key*, *value*, *origin*, *ttl*), or None when it is
-    one this version takes. (Checks of the wire itself, versions and ages, are the codec's.)"""
+    one this version takes. (Checks of the wire itself, versions and ages, are the codec's.)
+    *version*: the protocol version of the member checking; a lower one than this schema's
+    newest refuses the key shapes newer versions brought (`version_needed`), as the
+    members of that version do."""
     name, slash, rest = key.partition("/")
     kind = KINDS.get(name)
     if kind is None or not slash:
@@ -363,6 +384,8 @@ def problem(key: str, value: Any, origin: str, ttl: float | None) -> Problem | N
     wrong = kind.key(parts, origin)
     if wrong:
         return Problem(name, "key", f"record {key[:60]!r}: the key {wrong}")
+    if version < NEWEST_VERSION and version_needed(key) > version:
+        return Problem(name, "key", f"record {key[:60]!r}: the key is of protocol version {version_needed(key)}")
     if name == "obs" and parts[2] != origin:
         return Problem(name, "origin", f"record {key[:60]!r} is a verdict of {parts[2]!r} written by {origin!r}")
     if value is None:
@@ -400,15 +423,19 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
 
 __all__ = [
     "ADMIN_LEVELS",
+    "ADMIN_LEVEL_VERSIONS",
     "ADMIN_STATES",
     "KINDS",
     "MAX_NAME",
     "MAX_TEXT",
     "MAX_TOMBSTONE_TTL",
+    "NEWEST_VERSION",
+    "VERSIONED_KINDS",
     "Kind",
     "Problem",
     "kind_label",
     "problem",
     "shorten",
     "size_of",
+    "version_needed",
 ]

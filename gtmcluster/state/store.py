@@ -648,6 +648,11 @@ class Store:
                 if record is not None and record.origin == origin:
                     yield record
 
+    def held_of_kind(self, kind: str) -> list[Record]:
+        """Every record of *kind*, one that is not numerous (see `scan`), as the digests
+        count them: tombstones, and records expired but not yet dropped, included."""
+        return list(self._index.get(kind, {}).values())
+
     def all_records(self) -> Iterator[Record]:
         return iter(list(self._records.values()))
 

@@ -97,8 +97,11 @@ def batches(records: Iterable[Record], now: float, limit: int = MAX_BATCH) -> It
         yield b"[" + b",".join(parts) + b"]", keys
 
 
-def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> list[Record]:
-    """Records from a batch; *origins*, when given, are the only writers accepted."""
+def decode(
+    batch: bytes, now: float, origins: frozenset[str] | None = None, version: int = schema.NEWEST_VERSION
+) -> list[Record]:
+    """Records from a batch; *origins*, when given, are the only writers accepted;
+    *version*: the protocol version whose schema checks them (`schema.problem`)."""
     try:
         entries = json.loads(batch, parse_constant=_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
@@ -114,7 +117,7 @@ def decode(batch: bytes, now: float, origins: frozenset[str] | None = None) -> l
     # checked record by record; smaller ones cannot hold a record too large.
     check_size = len(batch) * 5 > MAX_RECORD
     for entry in entries:
-        record = _record(entry, now, origins, check_text)
+        record = _record(entry, now, origins, check_text, version)
         if record is not None:
             if check_size and not _fits(record) and len(encode(record, record.born)) > MAX_RECORD:
                 raise BadMessage(f"record {record.key!r} is larger than {MAX_RECORD} bytes")
@@ -130,7 +133,13 @@ def _fits(record: Record) -> bool:
     return kind is not None and 6 * (len(record.key) + len(record.origin)) + kind.max_size + 100 <= MAX_RECORD
 
 
-def _record(entry: Any, now: float, origins: frozenset[str] | None, check_text: bool = False) -> Record | None:
+def _record(
+    entry: Any,
+    now: float,
+    origins: frozenset[str] | None,
+    check_text: bool = False,
+    version: int = schema.NEWEST_VERSION,
+) -> Record | None:
     if not isinstance(entry, list) or len(entry) != 7:
         raise BadMessage("a record is not a list of 7 fields")
     key, value, wall_ms, logical, origin, ttl, age = entry
@@ -151,7 +160,7 @@ def _record(entry: Any, now: float, origins: frozenset[str] | None, check_text: 
             _encode([key, value, origin]).encode()
         except UnicodeEncodeError:
             raise BadMessage(f"record {key!r} holds text that is not valid UTF-8 (a lone surrogate)") from None
-    problem = schema.problem(key, value, origin, ttl)
+    problem = schema.problem(key, value, origin, ttl, version)
     if problem is not None:
         raise BadRecord(problem)
     if ttl is not None and age >= ttl:

@@ -13,14 +13,22 @@
                 stops counting after heartbeat_timeout (see `peer`)
 
 Values stay under AMP's 64 KiB limit: record batches, listings and key lists are cut to
-fit. Version 1 is the first; a node refuses a peer whose range does not overlap its own.
+fit. A node refuses a peer whose range does not overlap its own; the two speak the lower
+of their versions (the answer to Hello says which), and a node sends a peer no record of a
+newer version than that (`state.schema.version_needed`, `sync.replicator`). The versions:
+
+    1   the first
+    2   admin records of every level (admin/datacenter/..., link, pool, member, wideip);
+        version 1 knows admin/vs/... only, and drops a peer that sends the others
 """
 
 from __future__ import annotations
 
 from twisted.protocols import amp
 
-PROTOCOL_VERSION = 1
+#: the newest version this node speaks (`state.schema.NEWEST_VERSION`: the records it knows)
+PROTOCOL_VERSION = 2
+#: the oldest version it still speaks (a member of version 1 is taken: see `sync.replicator`)
 MIN_PROTOCOL_VERSION = 1
 
 

@@ -118,7 +118,7 @@ class PeerProtocol(amp.AMP):
                 node=r.node,
                 group=r.group,
                 datacenter=r.datacenter,
-                version=commands.PROTOCOL_VERSION,
+                version=r.protocol_version,
                 min_version=commands.MIN_PROTOCOL_VERSION,
                 config_digest=r.config_digest,
             )
@@ -151,7 +151,7 @@ class PeerProtocol(amp.AMP):
         if problem:
             self._close_soon(problem)
             raise commands.Refused(problem)
-        agreed = min(version, commands.PROTOCOL_VERSION)
+        agreed = min(version, r.protocol_version)
         self._establish(datacenter, agreed, config_digest)
         return {
             "node": r.node,
@@ -225,7 +225,7 @@ class PeerProtocol(amp.AMP):
 
     def send_heartbeat(self) -> None:
         connected = ",".join(self.replicator.live_names())
-        digest = self.replicator.store.digest()
+        digest = self.replicator.digest_for(self.version)
         self.callRemote(commands.Heartbeat, connected=connected, digest=digest).addErrback(lambda _: None)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
@@ -421,11 +421,11 @@ class PeerProtocol(amp.AMP):
         """Refused (`commands.Loading`) while this node loads its snapshot (`Replicator.hold_until`)."""
         if self.replicator.loading:
             raise commands.Loading("still loading its state snapshot; it says Changed when done")
-        return {"summary": self.replicator.summary_message()}
+        return {"summary": self.replicator.summary_message(self)}
 
     @commands.Buckets.responder
     def buckets(self, origin: str) -> dict[str, Any]:
-        return {"buckets": self.replicator.buckets_message(origin)}
+        return {"buckets": self.replicator.buckets_message(self, origin)}
 
     @commands.Listing.responder
     def listing(self, origin: str, buckets: bytes) -> dict[str, Any]:

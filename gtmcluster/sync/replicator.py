@@ -27,6 +27,17 @@ stay under them, so records beyond a cap come from an origin that wrote too many
   again. Pushes of that origin's records are still taken, within the cap.
 
 Every refusal is counted by kind and reason (`refused`, shown in /metrics).
+
+Mixed versions (a rolling upgrade). A peer that speaks an older protocol version (its
+Hello says which) would refuse the records of newer key shapes (`schema.version_needed`:
+version 2 brought admin records of every level but vs) and drop the connection that
+carried one. So such records are withheld from it on every path: pushes and relays, pulls,
+SendAll streams and listings. Both sides of such a pair compare their digests over the
+records both can hold: what this node says of its state to that peer (summary, buckets,
+heartbeat digest), and what it compares the peer's answers with, leave the withheld
+records out. Otherwise every round would find the origins differing, list the withheld
+keys and pull them in vain, for ever. The older member never holds those records; a newer
+member reached only through older ones gets them when it connects to one that has them.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import BUCKETS, Record, Store, Version, kind_of
+from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, Version, bucket_of, fingerprint, kind_of
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.peer import PeerProtocol
@@ -119,6 +130,7 @@ class Replicator:
         handshake_timeout: float = 10.0,
         heartbeat_interval: float = 1.0,
         heartbeat_timeout: float = 3.0,
+        protocol_version: int = commands.PROTOCOL_VERSION,
     ):
         self.store = store
         self.clock = clock
@@ -131,6 +143,10 @@ class Replicator:
         self.handshake_timeout = handshake_timeout
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
+        #: the newest protocol version this node speaks: `commands.PROTOCOL_VERSION`, lower
+        #: only to run a member of an older version (its Hello, and the records its schema
+        #: takes: tests of mixed-version groups)
+        self.protocol_version = protocol_version
         self.peers = {name: PeerState(name) for name in sorted(self.members) if name != node}
         #: every open peer connection, dialled or accepted, in any phase (`PeerService` closes
         #: them all when the node stops)
@@ -211,10 +227,10 @@ class Replicator:
             return f"certificate names {identity} but its Hello claims to be {node}"
         if group != self.group:
             return f"{node} is in sync group {group!r}, not {self.group!r}"
-        if version < commands.MIN_PROTOCOL_VERSION or min_version > commands.PROTOCOL_VERSION:
+        if version < commands.MIN_PROTOCOL_VERSION or min_version > self.protocol_version:
             return (
                 f"{node} speaks protocol versions {min_version}..{version}; this node speaks "
-                f"{commands.MIN_PROTOCOL_VERSION}..{commands.PROTOCOL_VERSION}"
+                f"{commands.MIN_PROTOCOL_VERSION}..{self.protocol_version}"
             )
         return None
 
@@ -240,6 +256,15 @@ class Replicator:
                 serial=peer.certificate.get("serial", "?"),
                 event="peer_up",
             )
+            if peer.version < self.protocol_version:
+                log.warn(
+                    "peer {peer} speaks protocol {version} (this node {ours}): it is sent no record it would "
+                    "refuse (admin states other than a virtual server's) until it is upgraded",
+                    peer=peer.name,
+                    version=peer.version,
+                    ours=self.protocol_version,
+                    event="peer_older_protocol",
+                )
         if not first:
             self._liveness(peer)  # a new connection to a peer whose others are silent
             return  # a second connection (both dialled at once): harmless, no new round
@@ -419,7 +444,7 @@ class Replicator:
             if proto is None:
                 continue
             latest = {r.key: r for r in records}.values()  # only the newest per key
-            for batch, keys in codec.batches(latest, now):
+            for batch, keys in codec.batches(self._takes(proto, latest), now):
                 self._publish(proto, batch, len(keys))
 
     def _publish(self, proto: PeerProtocol, batch: bytes, count: int) -> defer.Deferred[Any] | None:
@@ -470,7 +495,7 @@ class Replicator:
 
     def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:
         try:
-            records = codec.decode(batch, self.clock.seconds(), self.members)
+            records = codec.decode(batch, self.clock.seconds(), self.members, self.protocol_version)
         except codec.BadRecord as e:
             self.refused[e.problem.kind, e.problem.reason] += 1
             raise
@@ -539,14 +564,72 @@ class Replicator:
         log.info("{origin} holds fewer records than its caps here: reconciled again", origin=origin)
         return False
 
+    # -- peers of older protocol versions ----------------------------------------------------
+
+    def _can_take(self, proto: PeerProtocol, key: str) -> bool:
+        """Whether *proto*'s peer takes a record at *key* (its protocol version knows the key)."""
+        return proto.version >= schema.NEWEST_VERSION or schema.version_needed(key) <= proto.version
+
+    def _takes(self, proto: PeerProtocol, records: Iterable[Record]) -> Iterable[Record]:
+        """*records* but those *proto*'s peer would refuse."""
+        if proto.version >= schema.NEWEST_VERSION:
+            return records
+        return [r for r in records if schema.version_needed(r.key) <= proto.version]
+
+    def withheld(self, version: int) -> list[Record]:
+        """The records held here (tombstones too) that a peer of protocol *version* would
+        refuse: of `schema.VERSIONED_KINDS` only (admin records, a few thousand at most)."""
+        if version >= schema.NEWEST_VERSION:
+            return []
+        return [
+            r
+            for kind in schema.VERSIONED_KINDS
+            for r in self.store.held_of_kind(kind)
+            if schema.version_needed(r.key) > version
+        ]
+
+    def summaries_for(self, proto: PeerProtocol | None) -> dict[str, OriginSummary]:
+        """Per-origin summaries of the records *proto*'s peer can hold (all, for None)."""
+        summaries = self.store.summaries()
+        if proto is None:
+            return summaries
+        for record in self.withheld(proto.version):
+            held = summaries[record.origin]
+            held.count -= 1
+            held.xor ^= fingerprint(record.key, record.version)
+            if not held.count:
+                del summaries[record.origin]
+        return summaries
+
+    def buckets_for(self, proto: PeerProtocol, origin: str) -> list[int]:
+        """*origin*'s bucket hashes over the records *proto*'s peer can hold."""
+        buckets = self.store.buckets(origin)
+        for record in self.withheld(proto.version):
+            if record.origin == origin:
+                buckets[bucket_of(record.key)] ^= fingerprint(record.key, record.version)
+        return buckets
+
+    def digest_for(self, version: int) -> str:
+        """The state digest over the records a peer of protocol *version* can hold (as
+        `Store.digest`): what it is told, and what its own digest is compared with."""
+        withheld = self.withheld(version)
+        if not withheld:
+            return self.store.digest()
+        count, _, xor = self.store.digest().partition("-")
+        value = int(xor, 16)
+        for record in withheld:
+            value ^= fingerprint(record.key, record.version)
+        return f"{int(count) - len(withheld)}-{value:016x}"
+
     # -- anti-entropy: the answering side -----------------------------------------------------
 
-    def summary_message(self) -> bytes:
-        summaries = self.store.summaries()
+    def summary_message(self, proto: PeerProtocol | None = None) -> bytes:
+        """Our per-origin summaries, as *proto*'s peer compares them (see `summaries_for`)."""
+        summaries = self.summaries_for(proto)
         return json.dumps({o: [s.count, f"{s.xor:016x}"] for o, s in summaries.items()}).encode()
 
-    def buckets_message(self, origin: str) -> bytes:
-        return struct.pack(f"!{BUCKETS}Q", *self.store.buckets(origin))
+    def buckets_message(self, proto: PeerProtocol, origin: str) -> bytes:
+        return struct.pack(f"!{BUCKETS}Q", *self.buckets_for(proto, origin))
 
     def listing_message(self, proto: PeerProtocol, origin: str, request: bytes) -> tuple[bytes, bytes]:
         wanted = _bucket_cursors(request)
@@ -559,7 +642,7 @@ class Replicator:
                 rest.append([bucket, after])
                 continue
             for key, version in listing[bucket]:
-                if key <= after:
+                if key <= after or not self._can_take(proto, key):
                     continue
                 entry = [key, version.wall_ms, version.logical, version.origin]
                 cost = len(json.dumps(entry)) + 1
@@ -575,7 +658,7 @@ class Replicator:
         if len(keys) > 4 * PULL_KEYS:
             raise BadMessage(f"a Pull of {len(keys)} keys")
         now = self.clock.seconds()
-        records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now)]
+        records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now) and self._can_take(proto, k)]
         for batch, included in codec.batches(records, now):
             rest = [r.key for r in records[len(included) :]]
             return batch, json.dumps(rest).encode()
@@ -591,7 +674,7 @@ class Replicator:
         sent = 0
         unanswered: deque[tuple[defer.Deferred[Any], int]] = deque()
         try:
-            for batch, keys in self._batches_of(origin):
+            for batch, keys in self._batches_of(origin, proto):
                 if proto.phase != "established":
                     break
                 if len(unanswered) >= SEND_ALL_WINDOW:
@@ -608,14 +691,16 @@ class Replicator:
                 d.addErrback(lambda _: None)
         return sent
 
-    def _batches_of(self, origin: str) -> Iterator[tuple[bytes, list[str]]]:
+    def _batches_of(self, origin: str, proto: PeerProtocol | None = None) -> Iterator[tuple[bytes, list[str]]]:
         """Publish batches of *origin*'s live records, made as they are asked for: the store
         is read `SEND_ALL_CHUNK` records at a time, between which the reactor runs (a full
-        table is millions of records), and each chunk is aged at the time it is encoded."""
+        table is millions of records), and each chunk is aged at the time it is encoded.
+        For *proto*, the records its peer takes (see the module's docstring)."""
         records = self.store.records_of(origin)
         while chunk := list(itertools.islice(records, SEND_ALL_CHUNK)):
             now = self.clock.seconds()
-            yield from codec.batches([r for r in chunk if r.live(now)], now)
+            live = [r for r in chunk if r.live(now)]
+            yield from codec.batches(live if proto is None else self._takes(proto, live), now)
 
     # -- anti-entropy: the asking side --------------------------------------------------------
 
@@ -660,9 +745,9 @@ class Replicator:
             proto.callRemote(commands.Changed).addErrback(lambda _: None)
 
     async def _reconcile(self, proto: PeerProtocol) -> None:
-        answer = await proto.callRemote(commands.Summary, summary=self.summary_message())
+        answer = await proto.callRemote(commands.Summary, summary=self.summary_message(proto))
         theirs = _summary(answer["summary"])
-        mine = self.store.summaries()
+        mine = self.summaries_for(proto)
         for origin, (count, xor) in sorted(theirs.items()):
             held = mine.get(origin)
             if held is not None and (held.count, held.xor) == (count, xor):
@@ -676,7 +761,7 @@ class Replicator:
             if len(raw) != 8 * BUCKETS:
                 raise BadMessage("bucket list of the wrong size")
             their_buckets = struct.unpack(f"!{BUCKETS}Q", raw)
-            my_buckets = self.store.buckets(origin)
+            my_buckets = self.buckets_for(proto, origin)
             differing = [i for i in range(BUCKETS) if their_buckets[i] != my_buckets[i]]
             await self._pull_buckets(proto, origin, differing)
         peer = self.peers.get(proto.peer or "")

@@ -1,5 +1,9 @@
 """A whole sync group in one process: real TLS and the real protocol over in-memory
-transports (twisted.test.iosim), one fake clock for everyone. Milliseconds per test."""
+transports (twisted.test.iosim), one fake clock for everyone. Milliseconds per test.
+
+A member named in `versions` runs an older protocol version: its Hello announces that
+version and its schema refuses the records of newer versions (the real code, with
+`Replicator.protocol_version` lowered), as a member not yet upgraded does."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from twisted.test import iosim
 
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.state.store import Store
-from gtmcluster.sync import certs
+from gtmcluster.sync import certs, commands
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerFactory
 from gtmcluster.sync.tls import Credentials, client_options, load_credentials, server_options
@@ -45,6 +49,8 @@ class MemoryCluster:
     credentials: dict[str, Credentials] = field(default_factory=dict)
     links: list[Link] = field(default_factory=list)
     group: str = "test"
+    #: members running an older protocol version than `commands.PROTOCOL_VERSION`
+    versions: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         certs.init_ca(self.directory)
@@ -69,6 +75,7 @@ class MemoryCluster:
             datacenter=f"DC-{name}",
             members=self.names,
             config_digest="digest",
+            protocol_version=self.versions.get(name, commands.PROTOCOL_VERSION),
         )
         self.replicators[name] = replicator
         return replicator

@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 
 from gtmcluster.state import snapshot
 from gtmcluster.state.store import Record, Store, Version
-from gtmcluster.sync import certs, codec
+from gtmcluster.sync import certs, codec, commands
 from gtmcluster.sync.peer import STABLE
 from gtmcluster.sync.replicator import DIGEST_DELAY, MERGE_SLICE
 from gtmcluster.sync.service import PeerFactory
@@ -54,7 +54,7 @@ def test_connected_peers_know_each_other(trio: MemoryCluster) -> None:
     assert established(trio, "gtm-a") == {"gtm-b"}
     assert established(trio, "gtm-b") == {"gtm-a"}
     peer = trio.replicators["gtm-b"].peers["gtm-a"]
-    assert (peer.datacenter, peer.version, peer.config_digest) == ("DC-gtm-a", 1, "digest")
+    assert (peer.datacenter, peer.version, peer.config_digest) == ("DC-gtm-a", commands.PROTOCOL_VERSION, "digest")
 
 
 def test_a_write_reaches_every_peer_at_once(trio: MemoryCluster) -> None:
