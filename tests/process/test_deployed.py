@@ -5,11 +5,11 @@
 server), the resolvers ``ldns1`` and ``ldns2`` (`unbound`) and a management host ``mgmt``.
 Every member's API is on its site address over HTTPS (``api.tls``) with a token
 (``api.token``); site tel is reached over IPv6 only (its DNS, peer and API addresses), so the
-sync group runs over IPv6. www.gslb.test is answered by topology (TEL for everybody), then
-global availability. From ``mgmt``, with the real `gtmcluster` command line:
+sync group runs over IPv6. www.gslb.test is answered by RTT (ldns1 is near CNC, ldns2 near
+TEL), then topology, then global availability. From ``mgmt``, with the real `gtmcluster` command line:
 
 - `status` shows both nodes, connected and agreeing;
-- `explain` and `ldns` answer from either node;
+- `explain` and `ldns` answer from either node: RTT decides, with the emulated RTTs;
 - `logs` merges both nodes' logs, read through their APIs;
 - `disable datacenter TEL --reason ...` sends everybody to vs-cnc at once, with the reason
   shown by `status` and `explain`; `enable` gives TEL back;
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import ssl
@@ -43,10 +44,11 @@ from tests.tools import wanem
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
+#: one-way delays: each LDNS is near one site and far from the other
 DELAYS = {
     ("ldns1", "cnc"): 0.010,
-    ("ldns1", "tel"): 0.020,
-    ("ldns2", "cnc"): 0.020,
+    ("ldns1", "tel"): 0.060,
+    ("ldns2", "cnc"): 0.060,
     ("ldns2", "tel"): 0.010,
     ("cnc", "tel"): 0.005,
     ("mgmt", "cnc"): 0.015,
@@ -60,7 +62,7 @@ STOP_BOUND = 3.0
 CUT_SLACK = 1.0
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 REASON = "fibre work at TEL"
-EVERYBODY_TEL = {"ldns1": "vs-tel", "ldns2": "vs-tel"}
+NEAREST = {"ldns1": "vs-cnc", "ldns2": "vs-tel"}
 EVERYBODY_CNC = {"ldns1": "vs-cnc", "ldns2": "vs-cnc"}
 
 
@@ -84,7 +86,7 @@ def run_cli(world: Deployed, site: str | None, *args: str, expect: int = 0) -> s
     out = world.cli(site, *args)
     node = f" --node {world.member(site)}" if site is not None else ""
     command, *rest = args
-    shown = " ".join([f"$ gtmcluster {command} --config cluster.yaml{node}", *rest])
+    shown = f"$ gtmcluster {command} --config cluster.yaml{node} {shlex.join(rest)}".rstrip()
     assert out.returncode == expect, f"{shown} exited {out.returncode}:\n{out.stdout}{out.stderr}"
     TRANSCRIPT.append(f"{shown}\n{out.stdout}{out.stderr}")
     return out.stdout
@@ -168,23 +170,44 @@ def test_status_from_the_management_host(world: Deployed) -> None:
     save("status")
 
 
-def test_answers_by_topology(world: Deployed) -> None:
-    """Clients behind both LDNSes get vs-tel (topology), the GTM at tel asked over IPv6."""
-    wait_answers(world, EVERYBODY_TEL, 30, "vs-tel for everybody")
+def test_each_ldns_is_sent_to_its_nearest_data_center(world: Deployed) -> None:
+    """Once both data centers have probed them, clients behind ldns1 get vs-cnc (10 ms away,
+    TEL 60 ms) and clients behind ldns2 get vs-tel (10 ms away), the GTM at tel asked and
+    probing over IPv6; asked directly at its IPv6 address, it gives ldns2 vs-tel too."""
+    wait_answers(world, NEAREST, 40, "answers by RTT (ldns1: vs-cnc, ldns2: vs-tel)")
+    direct = world.dig("ldns2", server=world.gtm_address(IPV6_SITE))
+    assert direct.status == "NOERROR", f"the GTM at tel, asked over IPv6:\n{direct.output}"
+    assert direct.addresses == [world.addresses["tel"]], f"the GTM at tel, asked over IPv6:\n{direct.output}"
 
 
 def test_explain_and_ldns_from_the_management_host(world: Deployed) -> None:
-    """`gtmcluster explain` on either node says topology chose vs-tel for ldns1; `gtmcluster
-    ldns` answers from either node."""
+    """`gtmcluster explain` on either node says RTT chose vs-cnc for ldns1; `gtmcluster ldns`
+    on either node shows ldns1's two paths with the emulated RTTs (twice the one-way delay,
+    give or take 25 ms)."""
     ldns1 = LDNSES["ldns1"]
+    decisions: dict[str, dict[str, Any]] = {}
+
+    def by_rtt() -> bool:
+        for site in SITES:
+            decisions[site] = json.loads(run_cli(world, site, "explain", WIDEIP, "--ldns", ldns1, "--json"))
+            TRANSCRIPT.pop()
+        return all(d["method"] == "rtt" for d in decisions.values())
+
+    # ldns1 also asks tel over IPv6, as another LDNS (its IPv6 address, probed on its own):
+    # the paths to its IPv4 address may still be on their way
+    wait_for(by_rtt, 20, "RTT deciding for ldns1 on both nodes", lambda: json.dumps(decisions, indent=1))
+    for decision in decisions.values():
+        assert decision["answer"] == [world.addresses["cnc"]], decision
+    out = run_cli(world, "tel", "explain", WIDEIP, "--ldns", ldns1)
+    assert "rtt" in out, out
     for site in SITES:
-        decision = json.loads(run_cli(world, site, "explain", WIDEIP, "--ldns", ldns1, "--json"))
+        table = json.loads(run_cli(world, site, "ldns", "--json"))
         TRANSCRIPT.pop()
-        assert decision["method"] == "topology", decision
-        assert decision["answer"] == [world.addresses["tel"]], decision
-    out = run_cli(world, "cnc", "explain", WIDEIP, "--ldns", ldns1)
-    assert "topology" in out, out
-    for site in SITES:
+        paths = {p["datacenter"]: p for e in table["ldns"] if e["address"] == ldns1 for p in e["paths"]}
+        assert set(paths) == {"CNC", "TEL"}, table
+        for other, (_, _, dc, _) in SITES.items():
+            expected = round(2 * DELAYS["ldns1", other] * 1_000_000)
+            assert abs(paths[dc]["rtt_us"] - expected) <= 25_000, (dc, paths[dc], expected)
         run_cli(world, site, "ldns")
     save("explain-ldns")
 
@@ -210,7 +233,7 @@ def test_disable_and_enable_a_datacenter_from_the_management_host(world: Deploye
     decision = run_cli(world, "tel", "explain", WIDEIP, "--ldns", LDNSES["ldns2"])
     assert "vs-cnc" in decision or world.addresses["cnc"] in decision, decision
     run_cli(world, "tel", "enable", "datacenter", "TEL", "--reason", "work done", "--by", "ops")
-    wait_answers(world, EVERYBODY_TEL, 15, "vs-tel for everybody once TEL is enabled")
+    wait_answers(world, NEAREST, 15, "ldns2's clients back at vs-tel once TEL is enabled")
     save("admin")
 
 

@@ -110,8 +110,9 @@ class Deployed(MultiSite):
 
     def group_config(self) -> dict[str, Any]:
         """The group's config: each member's DNS, peer and API on its site address (IPv6 at
-        `IPV6_SITE`), the API over HTTPS with `TOKEN`; www.gslb.test answered by topology
-        (TEL for everybody), then global availability."""
+        `IPV6_SITE`), the API over HTTPS with `TOKEN`; www.gslb.test answered by RTT, then
+        topology (TEL for everybody), then global availability; the prober may probe the
+        LDNSes' IPv4 and IPv6 addresses."""
         return {
             "sync_group": {
                 "name": GROUP,
@@ -138,12 +139,13 @@ class Deployed(MultiSite):
             "pools": {
                 "www": {
                     "members": [vs for _, _, _, vs in SITES.values()],
-                    "load_balancing": {"preferred": "topology", "fallback": "global_availability"},
+                    "load_balancing": {"preferred": "rtt", "alternate": "topology", "fallback": "global_availability"},
                     "ttl": 1,
+                    "rtt_tolerance": {"percent": 10},
                 }
             },
             "wideips": {WIDEIP: {"type": "A", "pools": ["www"]}},
-            "prober": PROBER,
+            "prober": {**PROBER, "allow": [SUBNET, SUBNET6]},
             "zones": [{"origin": ZONE, "file": f"{ZONE}.zone"}],
         }
 
@@ -157,7 +159,8 @@ class Deployed(MultiSite):
             certs.issue(self.workdir / "certs", member)
 
     def start(self, timeout: float = 30.0) -> None:
-        """As `MultiSite.start`, with the resolvers asking the IPv6 site over IPv6."""
+        """As `MultiSite.start`, with the resolvers on their IPv4 and IPv6 addresses, asking
+        the IPv6 site over IPv6."""
         self.wan.start()
         self.write_config()  # after the WAN: the IPv6 addresses come from it
         self.set_delays(self.delays)
@@ -175,7 +178,9 @@ class Deployed(MultiSite):
         gtms = [self.gtm_address(site) for site in SITES]
         for host, address in LDNSES.items():
             conf = self.workdir / f"{host}-unbound.conf"
-            conf.write_text(unbound_config(self.workdir, host, address, gtms).replace("do-ip6: no", "do-ip6: yes"))
+            text = unbound_config(self.workdir, host, address, gtms).replace("do-ip6: no", "do-ip6: yes")
+            ipv6 = f"    interface: {self.wan.address(host, 6)}\n"
+            conf.write_text(text.replace(f"    interface: {address}\n", f"    interface: {address}\n{ipv6}"))
             self._spawn(f"unbound-{host}", host, ["unbound", "-d", "-c", str(conf)])
         for site in SITES:
             self._wait_process(self.member(site), site, partial(self._node_answers, site), timeout)
