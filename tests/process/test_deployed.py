@@ -3,8 +3,9 @@
 `tests/support/deployed.py` builds, with the WAN emulator, the two sites ``cnc`` and ``tel``
 (a GTM node each, members of one sync group, and the HTTP backend of the site's virtual
 server), the resolvers ``ldns1`` and ``ldns2`` (`unbound`) and a management host ``mgmt``.
-Every member's API is on its site address over HTTPS (``api.tls``) with a token
-(``api.token``); site tel is reached over IPv6 only (its DNS, peer and API addresses), so the
+Every member's API is on its site address over HTTPS (``api.tls``), with a client
+certificate from the group CA (``api.client_certificates: required``; the operator's) and
+a token (``api.token``); site tel is reached over IPv6 only (its DNS, peer and API addresses), so the
 sync group runs over IPv6. www.gslb.test is answered by RTT (ldns1 is near CNC, ldns2 near
 TEL), then topology, then global availability. From ``mgmt``, with the real `gtmcluster` command line:
 
@@ -38,7 +39,7 @@ from typing import Any
 import pytest
 
 from tests.process.test_multisite import require, wait_answers
-from tests.support.deployed import API_PORT, IPV6_SITE, MGMT, TOKEN, Deployed, running_deployed
+from tests.support.deployed import API_PORT, IPV6_SITE, MGMT, OPERATOR, TOKEN, Deployed, running_deployed
 from tests.support.multisite import LDNSES, MONITOR, SITES, SYNC_SETTINGS, WIDEIP, in_namespace, wait_for
 from tests.tools import wanem
 
@@ -137,23 +138,29 @@ def test_both_sites_converge_over_https_and_ipv6(world: Deployed) -> None:
 
 def test_the_api_wants_tls_and_the_token(world: Deployed) -> None:
     """From the management host, the API at tel's IPv6 address answers over HTTPS (its
-    certificate from the group CA) with the token, refuses a request without it (401), and
-    gives plain HTTP no answer."""
+    certificate from the group CA) to a client with the operator's certificate and the
+    token, refuses a request without the token (401), shuts out a client without a
+    certificate, and gives plain HTTP no answer."""
     address = world.gtm_address(IPV6_SITE)
     context = ssl.create_default_context(cafile=str(world.workdir / "certs" / "ca.pem"))
     context.check_hostname = False
+    anonymous = ssl.create_default_context(cafile=str(world.workdir / "certs" / "ca.pem"))
+    anonymous.check_hostname = False
+    context.load_cert_chain(world.operator_cert, world.operator_cert.with_suffix(".key"))
 
-    def get(scheme: str, token: str | None = None) -> int:
+    def get(scheme: str, token: str | None = None, tls: ssl.SSLContext = context) -> int:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         request = urllib.request.Request(f"{scheme}://[{address}]:{API_PORT}/api/v1/status", headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=3, context=context if scheme == "https" else None) as r:
+            with urllib.request.urlopen(request, timeout=3, context=tls if scheme == "https" else None) as r:
                 return int(r.status)
         except urllib.error.HTTPError as e:
             return int(e.code)
 
     assert in_namespace(world.wan.namespace(MGMT), lambda: get("https", TOKEN)) == 200
     assert in_namespace(world.wan.namespace(MGMT), lambda: get("https")) == 401
+    with pytest.raises((urllib.error.URLError, OSError)):  # no certificate: the handshake fails
+        in_namespace(world.wan.namespace(MGMT), lambda: get("https", TOKEN, anonymous))
     with pytest.raises((urllib.error.URLError, OSError)):
         in_namespace(world.wan.namespace(MGMT), lambda: get("http"))
 
@@ -223,16 +230,16 @@ def test_logs_of_both_nodes_from_the_management_host(world: Deployed) -> None:
 
 def test_disable_and_enable_a_datacenter_from_the_management_host(world: Deployed) -> None:
     """`gtmcluster disable datacenter TEL --reason ...` (sent to gtm-cnc) sends both LDNSes'
-    clients to vs-cnc; `status` and `explain` at gtm-tel show who and why; `enable` gives
-    TEL back."""
-    out = run_cli(world, "cnc", "disable", "datacenter", "TEL", "--reason", REASON, "--by", "ops")
-    assert REASON in out, out
+    clients to vs-cnc; `status` and `explain` at gtm-tel show who (the name on the
+    operator's client certificate) and why; `enable` gives TEL back."""
+    out = run_cli(world, "cnc", "disable", "datacenter", "TEL", "--reason", REASON)
+    assert f"by {OPERATOR} " in out and REASON in out, out
     wait_answers(world, EVERYBODY_CNC, 15, "vs-cnc for everybody while TEL is disabled")
     status = run_cli(world, "tel", "status")
-    assert REASON in status, status
+    assert f"by {OPERATOR} " in status and REASON in status, status
     decision = run_cli(world, "tel", "explain", WIDEIP, "--ldns", LDNSES["ldns2"])
     assert "vs-cnc" in decision or world.addresses["cnc"] in decision, decision
-    run_cli(world, "tel", "enable", "datacenter", "TEL", "--reason", "work done", "--by", "ops")
+    run_cli(world, "tel", "enable", "datacenter", "TEL", "--reason", "work done")
     wait_answers(world, NEAREST, 15, "ldns2's clients back at vs-tel once TEL is enabled")
     save("admin")
 

@@ -11,14 +11,17 @@ and a management host that is neither site.
   name server has only an AAAA record). Its virtual server stays on IPv4 (the wide IP is an A
   record);
 - every member's API is on its site address, port 8443, over HTTPS (``api.tls``) with the
-  member's certificate from the group CA, and the token `TOKEN` (``api.token``) for every
-  request (beyond loopback the API asks for it on reads too);
+  member's certificate from the group CA; it requires a client certificate from the group
+  CA (``api.client_certificates: required``; the operator's is `OPERATOR`'s, made with
+  `certs.issue_client`) and the token `TOKEN` (``api.token``) for every request (beyond
+  loopback the API asks for it on reads too);
 - a fifth host ``mgmt`` (10.77.200.1, fd77::c801) runs the operator's `gtmcluster` commands
-  (`Deployed.cli`): they use the config (its token) and the CA certificate, and reach every
-  node through the WAN.
+  (`Deployed.cli`): they use the config (its token), the CA certificate and the operator's
+  client certificate (``GTM_API_CLIENT_CERT``), and reach every node through the WAN.
 
 The test process itself polls a node's status (`Deployed.status`) through the CLI's own
-client (`gtmcluster.cli.nodeapi`: HTTPS, the group CA, the member's name, the token) from a
+client (`gtmcluster.cli.nodeapi`: HTTPS, the group CA, the member's name, the operator's
+certificate, the token) from a
 thread inside the ``mgmt`` namespace.
 """
 
@@ -68,6 +71,8 @@ TOKEN = "deployed-test-token-0123456789"
 IPV6_SITE = "tel"
 MGMT = "mgmt"
 MGMT_ADDRESS = "10.77.200.1"
+#: the operator's client certificate: certs/clients/OPERATOR.pem
+OPERATOR = "alice"
 
 
 def endpoint(address: str, port: int) -> str:
@@ -97,6 +102,11 @@ class Deployed(MultiSite):
         """The address the GTM at *site* is reached at: IPv6 for `IPV6_SITE`, else IPv4."""
         return self.wan.address(site, 6) if site == IPV6_SITE else self.addresses[site]
 
+    @property
+    def operator_cert(self) -> Path:
+        """The operator's client certificate (its key beside it, .key)."""
+        return self.workdir / "certs" / "clients" / f"{OPERATOR}.pem"
+
     # -- building -----------------------------------------------------------------------------
 
     def zone_text(self) -> str:
@@ -110,7 +120,7 @@ class Deployed(MultiSite):
 
     def group_config(self) -> dict[str, Any]:
         """The group's config: each member's DNS, peer and API on its site address (IPv6 at
-        `IPV6_SITE`), the API over HTTPS with `TOKEN`; www.gslb.test answered by RTT, then
+        `IPV6_SITE`), the API over HTTPS with client certificates and `TOKEN`; www.gslb.test answered by RTT, then
         topology (TEL for everybody), then global availability; the prober may probe the
         LDNSes' IPv4 and IPv6 addresses."""
         return {
@@ -128,7 +138,7 @@ class Deployed(MultiSite):
                     for site, (_, member, dc, _) in SITES.items()
                 ],
             },
-            "api": {"tls": True, "token": TOKEN},
+            "api": {"tls": True, "client_certificates": "required", "token": TOKEN},
             "datacenters": [dc for _, _, dc, _ in SITES.values()],
             "monitors": {"web": MONITOR},
             "virtual_servers": {
@@ -150,13 +160,15 @@ class Deployed(MultiSite):
         }
 
     def write_config(self) -> None:
-        """The group's YAML, zone file and certificates (CA and one per member) in workdir."""
+        """The group's YAML, zone file and certificates (CA, one per member, the operator's)
+        in workdir."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / f"{ZONE}.zone").write_text(self.zone_text())
         self.config_path.write_text(yaml.safe_dump(self.group_config(), sort_keys=False))
         certs.init_ca(self.workdir / "certs")
         for _, member, _, _ in SITES.values():
             certs.issue(self.workdir / "certs", member)
+        certs.issue_client(self.workdir / "certs", OPERATOR)
 
     def start(self, timeout: float = 30.0) -> None:
         """As `MultiSite.start`, with the resolvers on their IPv4 and IPv6 addresses, asking
@@ -196,7 +208,7 @@ class Deployed(MultiSite):
             self._nodeapi_config = nodeapi.load_config(str(self.config_path))
         config = self._nodeapi_config
         m = nodeapi.member(config, self.member(site))
-        tokens = nodeapi.Tokens(config, environ={})
+        tokens = nodeapi.Tokens(config, environ={}, client_cert=str(self.operator_cert))
 
         def get() -> dict[str, Any]:
             body: dict[str, Any] = nodeapi.get(m, "/api/v1/status", tokens=tokens)
@@ -213,7 +225,8 @@ class Deployed(MultiSite):
         command, *rest = args
         node = ["--node", self.member(site)] if site is not None else []
         argv = [*gtmcluster_command(), command, "--config", str(self.config_path), *node, *rest]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GTM_")} | {"NO_COLOR": "1"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GTM_")}
+        env |= {"NO_COLOR": "1", "GTM_API_CLIENT_CERT": str(self.operator_cert)}
         return self.wan.run(MGMT, argv, capture_output=True, text=True, timeout=timeout, cwd=self.workdir, env=env)
 
 
