@@ -15,7 +15,8 @@ TEL), then topology, then global availability. From ``mgmt``, with the real `gtm
 - `disable datacenter TEL --reason ...` sends everybody to vs-cnc at once, with the reason
   shown by `status` and `explain`; `enable` gives TEL back;
 - cutting site tel off makes vs-tel unavailable at cnc within the partition bound, and
-  everybody gets vs-cnc; SIGTERM to both GTMs during the cut stops each within 3 s.
+  everybody gets vs-cnc; `logs -f` follows gtm-cnc meanwhile, saying it keeps asking
+  gtm-tel; SIGTERM to both GTMs during the cut stops each within 3 s.
 
 The commands' outputs go to test-artifacts/deployed-*.txt (for the README). The tests share
 one world and run in order. Needs root, /dev/net/tun, `ip`, `unbound` and `dig`.
@@ -29,6 +30,7 @@ import shlex
 import shutil
 import signal
 import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from gtmcluster.cli.logs import READ_TIMEOUT
 from tests.process.test_multisite import require, wait_answers
 from tests.support.deployed import API_PORT, IPV6_SITE, MGMT, OPERATOR, TOKEN, Deployed, running_deployed
 from tests.support.multisite import LDNSES, MONITOR, SITES, SYNC_SETTINGS, WIDEIP, in_namespace, wait_for
@@ -100,7 +103,7 @@ TRANSCRIPT: list[str] = []
 def save(name: str) -> None:
     """Write the commands kept since the last save to test-artifacts/deployed-NAME.txt."""
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / f"deployed-{name}.txt").write_text("\n".join(TRANSCRIPT))
+    (ARTIFACTS / f"deployed-{name}.txt").write_text("\n".join(TRANSCRIPT) + "\n")
     TRANSCRIPT.clear()
 
 
@@ -281,6 +284,49 @@ def test_a_cut_off_site_is_out_within_the_partition_bound(world: Deployed) -> No
     out = run_cli(world, None, "status", expect=1)
     assert world.member("tel") in out, out
     save("partition")
+
+
+def test_logs_follow_during_the_partition(world: Deployed) -> None:
+    """With site tel still cut off, `gtmcluster logs -f --since 2m` on the management host
+    prints gtm-cnc's lines at once (among them that gtm-tel went silent); it says that gtm-tel
+    does not answer and that it keeps asking once its connection attempt times out (the
+    stream's read timeout, `READ_TIMEOUT`: 45 s, also bounds the connect); it goes on
+    following until Ctrl-C (SIGINT), after which it exits 0. The time of the note is printed."""
+    argv, env = world.cli_command(None, "logs", "-f", "--since", "2m")
+    path = world.workdir / "logs-follow.out"
+    start = time.monotonic()
+    with path.open("wb") as output:
+        proc = world.wan.popen(MGMT, argv, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=world.workdir)
+
+    def text() -> str:
+        return path.read_text(errors="replace")
+
+    try:
+
+        def cnc_shown() -> bool:
+            return any(line.startswith("gtm-cnc |") and "peer gtm-tel silent" in line for line in text().splitlines())
+
+        wait_for(cnc_shown, 15, "gtm-cnc's line on gtm-tel going silent", lambda: text()[-3000:])
+
+        def tel_noted() -> bool:
+            return "gtmcluster logs: gtm-tel: " in text() and "asking again until it answers" in text()
+
+        wait_for(tel_noted, READ_TIMEOUT + 15, "a note that gtm-tel does not answer", lambda: text()[-3000:])
+        print(f"\nlogs -f: gtm-tel noted as not answering {time.monotonic() - start:.1f}s after the start")
+        assert proc.poll() is None, f"logs -f exited {proc.returncode}:\n{text()}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"logs -f exited {proc.returncode} after SIGINT:\n{text()}"
+    lines = [line for line in text().splitlines() if "gtm-tel" in line and "Scheduling retry" not in line]
+    TRANSCRIPT.append(
+        "$ gtmcluster logs --config cluster.yaml -f --since 2m   # its lines on gtm-tel\n" + "\n".join(lines)
+    )
+    save("logs-follow")
 
 
 def test_sigterm_during_the_partition_stops_both_nodes_within_3s(world: Deployed) -> None:

@@ -222,12 +222,17 @@ class Deployed(MultiSite):
     def cli(self, site: str | None, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """``gtmcluster COMMAND --config ... [--node <member>] ARGS`` on the management host
         (no --node when *site* is None)."""
+        argv, env = self.cli_command(site, *args)
+        return self.wan.run(MGMT, argv, capture_output=True, text=True, timeout=timeout, cwd=self.workdir, env=env)
+
+    def cli_command(self, site: str | None, *args: str) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of `cli` (the operator's certificate, no colours)."""
         command, *rest = args
         node = ["--node", self.member(site)] if site is not None else []
         argv = [*gtmcluster_command(), command, "--config", str(self.config_path), *node, *rest]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GTM_")}
         env |= {"NO_COLOR": "1", "GTM_API_CLIENT_CERT": str(self.operator_cert)}
-        return self.wan.run(MGMT, argv, capture_output=True, text=True, timeout=timeout, cwd=self.workdir, env=env)
+        return argv, env
 
 
 @contextmanager
