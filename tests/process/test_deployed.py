@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.cli.logs import READ_TIMEOUT
+from gtmcluster.cli.nodeapi import TIMEOUT
 from tests.process.test_multisite import require, wait_answers
 from tests.support.deployed import API_PORT, IPV6_SITE, MGMT, OPERATOR, TOKEN, Deployed, running_deployed
 from tests.support.multisite import LDNSES, MONITOR, SITES, SYNC_SETTINGS, WIDEIP, in_namespace, wait_for
@@ -289,9 +289,9 @@ def test_a_cut_off_site_is_out_within_the_partition_bound(world: Deployed) -> No
 def test_logs_follow_during_the_partition(world: Deployed) -> None:
     """With site tel still cut off, `gtmcluster logs -f --since 2m` on the management host
     prints gtm-cnc's lines at once (among them that gtm-tel went silent); it says that gtm-tel
-    does not answer and that it keeps asking once its connection attempt times out (the
-    stream's read timeout, `READ_TIMEOUT`: 45 s, also bounds the connect); it goes on
-    following until Ctrl-C (SIGINT), after which it exits 0. The time of the note is printed."""
+    does not answer and that it keeps asking once its connection attempt times out
+    (`nodeapi.TIMEOUT`, 5 s: not the stream's 45 s read timeout); it goes on following until
+    Ctrl-C (SIGINT), after which it exits 0. The time of the note is printed."""
     argv, env = world.cli_command(None, "logs", "-f", "--since", "2m")
     path = world.workdir / "logs-follow.out"
     start = time.monotonic()
@@ -311,7 +311,7 @@ def test_logs_follow_during_the_partition(world: Deployed) -> None:
         def tel_noted() -> bool:
             return "gtmcluster logs: gtm-tel: " in text() and "asking again until it answers" in text()
 
-        wait_for(tel_noted, READ_TIMEOUT + 15, "a note that gtm-tel does not answer", lambda: text()[-3000:])
+        wait_for(tel_noted, TIMEOUT + 5, "a note that gtm-tel does not answer", lambda: text()[-3000:])
         print(f"\nlogs -f: gtm-tel noted as not answering {time.monotonic() - start:.1f}s after the start")
         assert proc.poll() is None, f"logs -f exited {proc.returncode}:\n{text()}"
     finally:
