@@ -5,9 +5,11 @@
 server), the resolvers ``ldns1`` and ``ldns2`` (`unbound`) and a management host ``mgmt``.
 Every member's API is on its site address over HTTPS (``api.tls``), with a client
 certificate from the group CA (``api.client_certificates: required``; the operator's) and
-a token (``api.token``); site tel is reached over IPv6 only (its DNS, peer and API addresses), so the
-sync group runs over IPv6. www.gslb.test is answered by RTT (ldns1 is near CNC, ldns2 near
-TEL), then topology, then global availability. From ``mgmt``, with the real `gtmcluster` command line:
+a token (``api.token``). Site tel is reached over IPv6 only (its DNS, peer and API
+addresses): the resolvers, the CLI and gtm-cnc's sync connection reach it over IPv6
+(gtm-tel's own connection goes to gtm-cnc's IPv4 peer address). www.gslb.test is answered
+by RTT (ldns1 is near CNC, ldns2 near TEL), then topology, then global availability. From
+``mgmt``, with the real `gtmcluster` command line:
 
 - `status` shows both nodes, connected and agreeing;
 - `explain` and `ldns` answer from either node: RTT decides, with the emulated RTTs;
@@ -84,6 +86,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     assert wanem.list_namespaces(prefix) == [], f"namespaces with prefix {prefix} left behind"
 
 
+#: what the remote commands printed, in order, for test-artifacts/
+TRANSCRIPT: list[str] = []
+
+
 def run_cli(world: Deployed, site: str | None, *args: str, expect: int = 0) -> str:
     """`gtmcluster ARGS` on the management host; its output, once its exit status is *expect*;
     the command and its output are kept for `save`."""
@@ -94,10 +100,6 @@ def run_cli(world: Deployed, site: str | None, *args: str, expect: int = 0) -> s
     assert out.returncode == expect, f"{shown} exited {out.returncode}:\n{out.stdout}{out.stderr}"
     TRANSCRIPT.append(f"{shown}\n{out.stdout}{out.stderr}")
     return out.stdout
-
-
-#: what the remote commands printed, in order, for test-artifacts/
-TRANSCRIPT: list[str] = []
 
 
 def save(name: str) -> None:
