@@ -49,7 +49,8 @@ HOLD = 0.5
 #: seconds between attempts to reach a node that went away (doubling up to the last)
 RETRY = (1.0, 2.0, 4.0)
 #: a followed node sends an empty line after 15 s of silence; without even that for this
-#: long the connection is taken as dead and made again
+#: long the connection is taken as dead and made again (connecting has nodeapi.TIMEOUT, so
+#: a node that is down or cut off is reported within seconds)
 READ_TIMEOUT = 45.0
 PATH = "/api/v1/logs"
 
@@ -314,7 +315,9 @@ class NodeFollower(threading.Thread):
         lost = False
         while not self.stop.is_set():
             try:
-                with nodeapi.open_stream(self.m, PATH, self.params(), self.tokens, READ_TIMEOUT) as response:
+                with nodeapi.open_stream(
+                    self.m, PATH, self.params(), self.tokens, read_timeout=READ_TIMEOUT
+                ) as response:
                     if lost:
                         self.out.put(("note", f"{self.m.name}: reading its log again"))
                     lost, failures = False, 0

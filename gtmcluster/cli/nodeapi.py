@@ -157,11 +157,13 @@ def request(
     headers: Mapping[str, str] | None = None,
     body: bytes | None = None,
     timeout: float = TIMEOUT,
+    read_timeout: float | None = None,
 ) -> http.client.HTTPResponse:
     """Send one request to *m*'s API (over HTTPS, checked, when the config says api.tls),
     with its token when *tokens* finds one; the response, whatever its status, to read and
-    close. *target*: path and query. Raises `Unreachable` when the node cannot be reached,
-    `CliError` for a TLS problem (each says what to do)."""
+    close. *target*: path and query. *timeout* bounds connecting (and the TLS handshake) and,
+    unless *read_timeout* is given, each read of the answer. Raises `Unreachable` when the
+    node cannot be reached, `CliError` for a TLS problem (each says what to do)."""
     tls = tokens is not None and tokens.config.api.tls
     url = url_of(m, target, tls)
     # one request per connection: the socket goes when the response is closed
@@ -176,6 +178,8 @@ def request(
         else:
             connection = http.client.HTTPConnection(str(m.api.host), m.api.port, timeout=timeout)
         connection.request(method, target, body=body, headers=sent)
+        if read_timeout is not None and connection.sock is not None:
+            connection.sock.settimeout(read_timeout)
         return connection.getresponse()
     except nodetls.TLSProblem as e:
         raise CliError(str(e)) from None
@@ -250,12 +254,21 @@ def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) ->
     return f"{m.name} refused the bearer token from {token.source} (not its token): {tokens.where(m)}"
 
 
-def open_stream(m: Member, path: str, params: dict[str, str], tokens: Tokens | None, timeout: float = TIMEOUT) -> Any:
+def open_stream(
+    m: Member,
+    path: str,
+    params: dict[str, str],
+    tokens: Tokens | None,
+    timeout: float = TIMEOUT,
+    read_timeout: float | None = None,
+) -> Any:
     """GET *path* of the node and return the open response, to be read line by line (the
-    log, followed). Unreachable when it cannot be reached or answers 5xx; CliError for a
+    log, followed): connected within *timeout*, each read within *read_timeout* (default:
+    *timeout*). Unreachable when it cannot be reached or answers 5xx; CliError for a
     refusal (a token problem says where to give the token)."""
     target = path + ("?" + urllib.parse.urlencode(params) if params else "")
-    response = request(m, "GET", target, tokens, {"Accept": "application/x-ndjson"}, timeout=timeout)
+    headers = {"Accept": "application/x-ndjson"}
+    response = request(m, "GET", target, tokens, headers, timeout=timeout, read_timeout=read_timeout)
     if response.status == 200:
         return response
     try:

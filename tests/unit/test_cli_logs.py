@@ -218,7 +218,15 @@ class FakeNodes:
         self.asked: list[tuple[str, dict[str, str]]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, m: Member, path: str, params: dict[str, str], tokens: Any, timeout: float = 5.0) -> Any:
+    def __call__(
+        self,
+        m: Member,
+        path: str,
+        params: dict[str, str],
+        tokens: Any,
+        timeout: float = 5.0,
+        read_timeout: float | None = None,
+    ) -> Any:
         assert path == "/api/v1/logs"
         with self.lock:
             self.asked.append((m.name, dict(params)))
