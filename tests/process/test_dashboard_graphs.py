@@ -84,7 +84,7 @@ def measured(node: RunningNode, api: tuple[str, int]) -> None:
             return
         assert time.monotonic() < deadline, f"no path measured to each of {LDNSES}: {table}"
         ask(node, 1)
-        time.sleep(0.5)
+        time.sleep(0.5)  # polling a real node: its prober measures on its own clock
 
 
 def wait_graphs(tab: Tab, condition: Any, what: str) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def wait_graphs(tab: Tab, condition: Any, what: str) -> dict[str, Any]:
             return shown
         if time.monotonic() >= deadline:
             raise AssertionError(f"the graphs did not show {what} within {GRAPH_TIMEOUT}s: {json.dumps(shown)[:2000]}")
-        time.sleep(0.5)
+        time.sleep(0.5)  # polling a real browser: the node samples every 10 s of its real clock
 
 
 @pytest.fixture

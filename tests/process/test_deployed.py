@@ -45,7 +45,16 @@ import pytest
 from gtmcluster.cli.nodeapi import TIMEOUT
 from tests.process.test_multisite import require, wait_answers
 from tests.support.deployed import API_PORT, IPV6_SITE, MGMT, OPERATOR, TOKEN, Deployed, running_deployed
-from tests.support.multisite import LDNSES, MONITOR, SITES, SYNC_SETTINGS, WIDEIP, in_namespace, wait_for
+from tests.support.multisite import (
+    LDNSES,
+    MONITOR,
+    SITES,
+    SYNC_SETTINGS,
+    WIDEIP,
+    in_namespace,
+    stop_all_within,
+    wait_for,
+)
 from tests.tools import wanem
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -333,22 +342,7 @@ def test_logs_follow_during_the_partition(world: Deployed) -> None:
 
 def test_sigterm_during_the_partition_stops_both_nodes_within_3s(world: Deployed) -> None:
     """With site tel still cut off, SIGTERM to both GTMs: each exits within 3 s."""
-    procs = {site: world.procs[world.member(site)] for site in SITES}
-    assert all(proc.poll() is None for proc in procs.values()), "a GTM exited before the SIGTERM"
-    start = time.monotonic()
-    for proc in procs.values():
-        proc.send_signal(signal.SIGTERM)
-    took: dict[str, float] = {}
-    for site, proc in procs.items():
-        try:
-            proc.wait(timeout=STOP_BOUND + 10)
-        finally:
-            took[site] = time.monotonic() - start
-    figures = ", ".join(f"{world.member(site)} {seconds:.2f}s" for site, seconds in took.items())
-    print(f"\nSIGTERM during the partition: exited after {figures}; load {os.getloadavg()[0]:.2f}")
-    for site, seconds in took.items():
-        assert procs[site].returncode in (0, -signal.SIGTERM), (site, procs[site].returncode)
-        assert seconds <= STOP_BOUND, f"{world.member(site)} took {seconds:.2f}s to exit after SIGTERM"
+    stop_all_within(world, STOP_BOUND)
 
 
 def test_no_node_logged_a_traceback(world: Deployed) -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,6 +51,7 @@ from tests.support.multisite import (
     WIDEIP,
     MultiSite,
     running_multisite,
+    stop_all_within,
     wait_for,
 )
 from tests.tools import wanem
@@ -371,22 +371,8 @@ def test_sigterm_during_the_partition_stops_both_nodes_within_3s(world: MultiSit
     """With site cnc still cut off, SIGTERM to both GTMs: each exits within 3 s (the cut-off
     peer never answers; whatever is open to it is aborted, a dial to it cancelled), and
     says it shut down. The times are printed."""
-    procs = {site: world.procs[world.member(site)] for site in SITES}
-    assert all(proc.poll() is None for proc in procs.values()), "a GTM exited before the SIGTERM"
-    start = time.monotonic()
-    for proc in procs.values():
-        proc.send_signal(signal.SIGTERM)
-    took: dict[str, float] = {}
-    for site, proc in procs.items():
-        try:
-            proc.wait(timeout=STOP_BOUND + 10)
-        finally:
-            took[site] = time.monotonic() - start
-    figures = ", ".join(f"{world.member(site)} {seconds:.2f}s" for site, seconds in took.items())
-    print(f"\nSIGTERM during the partition: exited after {figures}; load {os.getloadavg()[0]:.2f}")
-    for site, seconds in took.items():
-        assert procs[site].returncode in (0, -signal.SIGTERM), (site, procs[site].returncode)
-        assert seconds <= STOP_BOUND, f"{world.member(site)} took {seconds:.2f}s to exit after SIGTERM"
+    stop_all_within(world, STOP_BOUND)
+    for site in SITES:
         assert "Server Shut Down." in world.log_text(site), world.log_text(site)[-3000:]
 
 

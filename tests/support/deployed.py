@@ -44,17 +44,14 @@ from gtmcluster.sync import certs
 from tests.support.multisite import (
     BACKEND_PORT,
     DNS_PORT,
-    GROUP,
     LDNSES,
-    MONITOR,
     PEER_PORT,
     PROBER,
     SITES,
     SUBNET,
-    SYNC_SETTINGS,
-    WIDEIP,
     ZONE,
     MultiSite,
+    group_config,
     gtmcluster_command,
     in_namespace,
     unbound_config,
@@ -123,41 +120,20 @@ class Deployed(MultiSite):
         `IPV6_SITE`), the API over HTTPS with client certificates and `TOKEN`; www.gslb.test answered by RTT, then
         topology (TEL for everybody), then global availability; the prober may probe the
         LDNSes' IPv4 and IPv6 addresses."""
-        return {
-            "sync_group": {
-                "name": GROUP,
-                **SYNC_SETTINGS,
-                "members": [
-                    {
-                        "name": member,
-                        "datacenter": dc,
-                        "peer": endpoint(self.gtm_address(site), PEER_PORT),
-                        "dns": [endpoint(self.gtm_address(site), DNS_PORT)],
-                        "api": endpoint(self.gtm_address(site), API_PORT),
-                    }
-                    for site, (_, member, dc, _) in SITES.items()
-                ],
-            },
-            "api": {"tls": True, "client_certificates": "required", "token": TOKEN},
-            "datacenters": [dc for _, _, dc, _ in SITES.values()],
-            "monitors": {"web": MONITOR},
-            "virtual_servers": {
-                vs: {"address": self.addresses[site], "port": BACKEND_PORT, "datacenter": dc, "monitor": "web"}
-                for site, (_, _, dc, vs) in SITES.items()
-            },
-            "topology": [{"ldns": "any", "server": "datacenter TEL", "score": 100}],
-            "pools": {
-                "www": {
-                    "members": [vs for _, _, _, vs in SITES.values()],
-                    "load_balancing": {"preferred": "rtt", "alternate": "topology", "fallback": "global_availability"},
-                    "ttl": 1,
-                    "rtt_tolerance": {"percent": 10},
-                }
-            },
-            "wideips": {WIDEIP: {"type": "A", "pools": ["www"]}},
-            "prober": {**PROBER, "allow": [SUBNET, SUBNET6]},
-            "zones": [{"origin": ZONE, "file": f"{ZONE}.zone"}],
-        }
+        config = group_config(self.addresses)  # the servers, pools and wide IP of the two sites
+        config["sync_group"]["members"] = [
+            {
+                "name": member,
+                "datacenter": dc,
+                "peer": endpoint(self.gtm_address(site), PEER_PORT),
+                "dns": [endpoint(self.gtm_address(site), DNS_PORT)],
+                "api": endpoint(self.gtm_address(site), API_PORT),
+            }
+            for site, (_, member, dc, _) in SITES.items()
+        ]
+        config["api"] = {"tls": True, "client_certificates": "required", "token": TOKEN}
+        config["prober"] = {**PROBER, "allow": [SUBNET, SUBNET6]}
+        return config
 
     def write_config(self) -> None:
         """The group's YAML, zone file and certificates (CA, one per member, the operator's)

@@ -448,3 +448,24 @@ def running_multisite(
         with contextlib.suppress(Exception):
             world.close()
         wanem.cleanup(prefix)
+
+
+def stop_all_within(world: MultiSite, bound: float) -> None:
+    """SIGTERM to every site's GTM at once: each exits cleanly within *bound* seconds (the
+    times are printed)."""
+    procs = {site: world.procs[world.member(site)] for site in SITES}
+    assert all(proc.poll() is None for proc in procs.values()), "a GTM exited before the SIGTERM"
+    start = time.monotonic()
+    for proc in procs.values():
+        proc.send_signal(signal.SIGTERM)
+    took: dict[str, float] = {}
+    for site, proc in procs.items():
+        try:
+            proc.wait(timeout=bound + 10)
+        finally:
+            took[site] = time.monotonic() - start
+    figures = ", ".join(f"{world.member(site)} {seconds:.2f}s" for site, seconds in took.items())
+    print(f"\nSIGTERM during the partition: exited after {figures}; load {os.getloadavg()[0]:.2f}")
+    for site, seconds in took.items():
+        assert procs[site].returncode in (0, -signal.SIGTERM), (site, procs[site].returncode)
+        assert seconds <= bound, f"{world.member(site)} took {seconds:.2f}s to exit after SIGTERM"
