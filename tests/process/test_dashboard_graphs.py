@@ -42,6 +42,8 @@ GRAPH_TIMEOUT = 45.0
 
 #: what the page's graphs show, read in the browser
 GRAPHS_JS = """(() => {
+  // not loaded yet
+  if (!document.body || !document.getElementById("banner") || !document.body.dataset.polls) return null;
   const graphs = {};
   for (const svg of document.querySelectorAll("svg[data-graph]")) {
     graphs[svg.dataset.graph] = {
@@ -90,11 +92,12 @@ def measured(node: RunningNode, api: tuple[str, int]) -> None:
 def wait_graphs(tab: Tab, condition: Any, what: str) -> dict[str, Any]:
     deadline = time.monotonic() + GRAPH_TIMEOUT
     while True:
-        shown: dict[str, Any] = tab.evaluate(GRAPHS_JS)
-        if condition(shown):
+        shown: dict[str, Any] | None = tab.evaluate(GRAPHS_JS)  # None while the page loads
+        if shown is not None and condition(shown):
             return shown
         if time.monotonic() >= deadline:
-            raise AssertionError(f"the graphs did not show {what} within {GRAPH_TIMEOUT}s: {json.dumps(shown)[:2000]}")
+            seen = json.dumps(shown)[:2000] if shown is not None else "the page still loading"
+            raise AssertionError(f"the graphs did not show {what} within {GRAPH_TIMEOUT}s: {seen}")
         time.sleep(0.5)  # polling a real browser: the node samples every 10 s of its real clock
 
 
