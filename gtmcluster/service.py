@@ -92,9 +92,10 @@ class NodeService(MultiService):
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: reads and checks a config file off the reactor thread (and freezes it, so no
-        #: collection in the reactor thread examines it: gtmcluster.gcpause)
+        #: collection in the reactor thread examines it: gtmcluster.gcpause), its YAML parsed
+        #: in a child process (gtmcluster.config.yamlchild)
         self.read_config: Callable[[str], defer.Deferred[Config]] = lambda path: threads.deferToThreadPool(
-            reactor, reactor.getThreadPool(), built_long_lived, load, path
+            reactor, reactor.getThreadPool(), built_long_lived, load, path, parse_apart=True
         )
         #: what differs between the running config and a new one, compared off the reactor
         #: thread (at once on a reactor without threads, as in tests)

@@ -116,7 +116,7 @@ class Worker:
         async def reload() -> dict[str, Any]:
             try:
                 config = await threads.deferToThreadPool(
-                    self.reactor, self.reactor.getThreadPool(), built_long_lived, load, path
+                    self.reactor, self.reactor.getThreadPool(), built_long_lived, load, path, parse_apart=True
                 )
             except ConfigError as e:
                 return {"problems": [str(p) for p in e.problems]}

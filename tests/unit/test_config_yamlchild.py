@@ -1,0 +1,113 @@
+"""A config's YAML parsed in a child process (for a reload) gives exactly what parsing it in
+the node's process gives: the values, every key's line, the duplicate-key problems, the
+refusals, and the config digest. Each test starts real child processes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from twisted.logger import capturedLogs
+
+from gtmcluster.config import yamlchild
+from gtmcluster.config.load import load
+from gtmcluster.config.problems import ConfigError
+from tests.support import configs
+
+
+def same(path: str, text: str) -> yamlchild.Parsed:
+    """Parse *text* here and in a child; assert every part is equal; the child's."""
+    here = yamlchild.here(path, text)
+    apart = yamlchild._in_child(path, text)
+    assert apart.value == here.value
+    assert list(apart.lines.items()) == list(here.lines.items())
+    assert apart.problems == here.problems
+    assert apart.canonical == here.canonical
+    return apart
+
+
+def test_big_sections_come_back_whole_and_in_order() -> None:
+    """Sections bigger than one frame (a mapping and a sequence) are sent in slices and
+    put together in the order written, with the line of every key."""
+    n = yamlchild.SLICE * 3 + 7
+    value = {
+        "virtual_servers": {f"vs{i}": {"address": f"10.0.{i // 250}.{i % 250}", "port": 80} for i in range(n)},
+        "topology": [{"ldns": f"region r{i}", "server": "datacenter DC1", "weight": i} for i in range(n)],
+        "small": {"a": [1, 2.5, True, None, "x"]},
+    }
+    text = yaml.safe_dump(value, sort_keys=False)
+    apart = same("big.yaml", text)
+    assert list(apart.value["virtual_servers"]) == [f"vs{i}" for i in range(n)]
+    assert apart.value["topology"][-1]["weight"] == n - 1
+    assert len(apart.lines) > yamlchild.LINE_SLICE  # more than one frame of lines
+    # each server is three lines from line 2 (its name, address, port)
+    assert apart.lines[("virtual_servers", f"vs{n - 1}", "port")] == 3 * (n - 1) + 4
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",  # nothing
+        "{}\n",  # an empty mapping
+        "- a\n- b\n",  # not a mapping at all (the reader says so)
+        "when: 2026-12-01\nanchored: &a {x: 1}\nmerged: {<<: *a, y: 2}\n",  # a date, a merge
+        "pools:\n  p: {ttl: 30}\n  p: {ttl: 60}\n",  # a duplicate key: a problem, the rest read
+    ],
+)
+def test_small_files_and_their_problems_are_the_same(text: str) -> None:
+    same("small.yaml", text)
+
+
+def test_a_duplicate_key_is_reported_with_its_line() -> None:
+    apart = same("dup.yaml", "pools:\n  p: {ttl: 30}\n  p: {ttl: 60}\n")
+    (problem,) = apart.problems
+    assert (problem.path, problem.line) == (("pools", "p"), 3)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pools: [1, 2\n",  # a syntax error
+        "a: &x [*x]\n",  # a recursive alias
+    ],
+)
+def test_a_file_refused_in_the_child_raises_the_same_problems(text: str) -> None:
+    with pytest.raises(ConfigError) as here:
+        yamlchild.here("bad.yaml", text)
+    with pytest.raises(ConfigError) as apart:
+        yamlchild.parse("bad.yaml", text)
+    assert apart.value.problems == here.value.problems
+
+
+def test_a_child_that_cannot_start_is_logged_and_the_yaml_parsed_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with capturedLogs() as events:
+        parsed = yamlchild.parse("x.yaml", "a: 1\n")
+    assert parsed.value == {"a": 1}
+    (failed,) = [e for e in events if e.get("event") == "config_child_failed"]
+    assert "FileNotFoundError" in failed["error"]
+
+
+def test_a_config_read_for_a_reload_is_the_config_read_at_start(tmp_path: Path) -> None:
+    """The whole config, its YAML parsed apart: the same model and the same digest."""
+    path = configs.write(tmp_path, configs.base("127.0.0.1", 5353))
+    at_start = load(path)
+    for_reload = load(path, parse_apart=True)
+    assert for_reload.digest == at_start.digest
+    assert for_reload.virtual_servers == at_start.virtual_servers
+    assert for_reload.wideips == at_start.wideips
+
+
+def test_a_config_problem_found_after_parsing_apart_names_its_line(tmp_path: Path) -> None:
+    """The lines came back from the child: a problem the model finds still names one."""
+    raw = configs.base("127.0.0.1", 5353)
+    raw["virtual_servers"]["vs1"]["port"] = "eighty"
+    path = configs.write(tmp_path, raw)
+    with pytest.raises(ConfigError) as at_start:
+        load(path)
+    with pytest.raises(ConfigError) as for_reload:
+        load(path, parse_apart=True)
+    assert [str(p) for p in for_reload.value.problems] == [str(p) for p in at_start.value.problems]
+    assert any(p.line for p in for_reload.value.problems)
