@@ -7,8 +7,8 @@ garbage cycles, so they run with the collector paused (`collection_paused`), and
 collections resume when they are done. (`gtmcluster.heap` keeps full collections short
 once the structure is built.)
 
-A structure built while the node runs (a config read again for a reload, in a thread) is
-also frozen when it is done (`built_long_lived`): otherwise its million objects, young when
+A structure built while the node runs (a config read again for a reload:
+`gtmcluster.config.reload`) is also frozen when it is done: otherwise its million objects, young when
 the collector resumes, are examined by the collections that follow in the reactor thread
 until one full collection has moved them to the oldest generation (560 ms of standing
 still at 5,000 servers, measured). A config holds no reference cycles, so the old one is
@@ -19,14 +19,8 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
-
-from gtmcluster import gil
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 class _Pauses:
@@ -57,15 +51,3 @@ def collection_paused() -> Iterator[None]:
             _pauses.count -= 1
             if _pauses.count == 0 and _pauses.was_enabled:
                 gc.enable()
-
-
-def built_long_lived(build: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`build(*args, **kwargs)` in a thread beside the reactor: with the collector paused,
-    the GIL handed over often (`gil.yielding_often`), and, when it returns, everything then
-    alive frozen before collections resume (see `gtmcluster.heap` for what freezing costs:
-    cycles alive now that die later are never collected; a reload is rare, as freezes
-    must be)."""
-    with gil.yielding_often(), collection_paused():
-        built = build(*args, **kwargs)
-        gc.freeze()
-        return built

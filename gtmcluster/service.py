@@ -21,13 +21,12 @@ from gtmcluster import heap
 from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.tls import ApiTLS, wrap
+from gtmcluster.config import reload as config_reload
 from gtmcluster.config.changes import Changes, between
-from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
-from gtmcluster.gcpause import built_long_lived
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
@@ -91,12 +90,8 @@ class NodeService(MultiService):
         self.node_log: NodeLog | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
-        #: reads and checks a config file off the reactor thread (and freezes it, so no
-        #: collection in the reactor thread examines it: gtmcluster.gcpause), its YAML parsed
-        #: in a child process (gtmcluster.config.yamlchild)
-        self.read_config: Callable[[str], defer.Deferred[Config]] = lambda path: threads.deferToThreadPool(
-            reactor, reactor.getThreadPool(), built_long_lived, load, path, parse_apart=True
-        )
+        #: reads and checks a config file while the reactor answers (gtmcluster.config.reload)
+        self.read_config: Callable[[str], defer.Deferred[Config]] = lambda path: config_reload.read(reactor, path)
         #: what differs between the running config and a new one, compared off the reactor
         #: thread (at once on a reactor without threads, as in tests)
         self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: (

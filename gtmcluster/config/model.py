@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gtmcluster import slices
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.topology.records import Topology
@@ -450,11 +451,15 @@ class Config:
         return self.base_dir / self.state_dir.replace("{node}", node)
 
 
-def wideips_by_server(wideips: Iterable[WideIP]) -> dict[str, tuple[str, ...]]:
-    """Virtual server -> the wide IPs whose answers it may be part of."""
+def wideips_by_server(wideips: Iterable[WideIP]) -> slices.Steps[dict[str, tuple[str, ...]]]:
+    """Virtual server -> the wide IPs whose answers it may be part of (in steps:
+    `gtmcluster.slices`)."""
     out: dict[str, list[str]] = {}
-    for wideip in wideips:
+    for i, wideip in enumerate(wideips):
+        if i % 128 == 127:
+            yield
         refs = [*wideip.pools, *([wideip.last_resort] if wideip.last_resort else [])]
         for name in dict.fromkeys(m.vs.name for ref in refs for m in ref.pool.members):
             out.setdefault(name, []).append(wideip.name)
+    yield
     return {name: tuple(names) for name, names in out.items()}

@@ -29,6 +29,7 @@ from gtmcluster.dns import names
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
+from gtmcluster.slices import Steps
 from gtmcluster.state import schema
 from gtmcluster.topology import addrlist
 from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, Record, Selector, ServerFacts, Topology
@@ -37,6 +38,14 @@ MAX_TTL = 2**31 - 1
 MAX_RATIO = 65535
 MAX_SCORE = 2**32 - 1
 MAX_ANSWERS = 16
+#: the readers below are steps (`gtmcluster.slices`): a reload builds the model in the
+#: reactor thread a few milliseconds per turn; they yield every STEP definitions (tens of
+#: microseconds each) ...
+STEP = 64
+#: ... and every REGION_STEP regions (each may hold hundreds of networks) and POOL_STEP
+#: pools (each may list dozens of members)
+REGION_STEP = 4
+POOL_STEP = 8
 WIDEIP_TYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
 ADMIN_STATES = ("enabled", "disabled", "drain")
 
@@ -57,14 +66,16 @@ def read_virtual_servers(
     datacenters: tuple[str, ...],
     monitors: MappingT[str, Monitor],
     links: MappingT[str, Link],
-) -> dict[str, VirtualServer]:
+) -> Steps[dict[str, VirtualServer]]:
     out: dict[str, VirtualServer] = {}
     section = r.mapping(("virtual_servers",), raw, "a mapping of virtual server names to settings")
     if section is None:
         return out
     seen: dict[tuple[Any, int], str] = {}
     dependency_paths: dict[tuple[str, str], KeyPath] = {}
-    for name, value in section.items():
+    for n, (name, value) in enumerate(section.items()):
+        if n % STEP == STEP - 1:
+            yield
         path = section.at(name)
         vs = r.mapping(path, value)
         if r.name(path, name, "virtual server name") is None or vs is None:
@@ -106,6 +117,7 @@ def read_virtual_servers(
         out[name] = VirtualServer(
             name, address, port, dc, monitor, admin, link, tuple(depends), manual_resume, slow_start
         )
+    yield
     _check_dependencies(r, out, dependency_paths)
     return out
 
@@ -138,14 +150,16 @@ def _check_dependencies(r: Reader, vss: dict[str, VirtualServer], paths: dict[tu
             visit(name, (name,))
 
 
-def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[str, Region]:
+def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[dict[str, Region]]:
     """Regions: lists of networks, address list files, and other regions (no cycles)."""
     section = r.mapping(("regions",), raw, "a mapping of region names to networks")
     if section is None:
         return {}
     direct: dict[str, list[IPNetwork]] = {}
     includes: dict[str, list[tuple[KeyPath, str]]] = {}
-    for name, value in section.items():
+    for n, (name, value) in enumerate(section.items()):
+        if n % REGION_STEP == REGION_STEP - 1:
+            yield
         path = section.at(name)
         if r.name(path, name, "region name") is None:
             continue
@@ -193,7 +207,12 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[st
         expanded[name] = list(dict.fromkeys(networks))
         return expanded[name]
 
-    return {name: Region(name, tuple(expand(name, (name,)))) for name in direct}
+    out: dict[str, Region] = {}
+    for n, name in enumerate(direct):
+        if n % REGION_STEP == REGION_STEP - 1:
+            yield
+        out[name] = Region(name, tuple(expand(name, (name,))))
+    return out
 
 
 def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork]) -> None:
@@ -246,7 +265,7 @@ def read_topology(
     datacenters: tuple[str, ...],
     pool_names: list[str],
     vs_names: list[str],
-) -> Topology:
+) -> Steps[Topology]:
     records: list[Record] = []
     entries = r.list(("topology",), raw, "a list of {ldns, server, score} records") if raw is not None else []
     refs: dict[str, Any] = {
@@ -256,6 +275,8 @@ def read_topology(
         "virtual_server": dict.fromkeys(vs_names),
     }
     for i, entry in enumerate(entries or []):
+        if i % STEP == STEP - 1:
+            yield
         path = ("topology", i)
         m = r.mapping(path, entry, "a mapping {ldns: SELECTOR, server: SELECTOR, score: N}")
         if m is None:
@@ -268,7 +289,7 @@ def read_topology(
         m.done()
         if ldns is not None and server is not None and isinstance(score, int):
             records.append(Record(len(records), ldns, server, score))
-    return Topology.build(records)
+    return (yield from Topology.build_steps(records))
 
 
 def _methods(r: Reader, pool: Mapping, has_fallback_ip: bool) -> Methods:
@@ -295,12 +316,14 @@ def _prefixes(m: Mapping, v4: int, v6: int) -> Prefixes:
     return Prefixes(v4 if ipv4 is None else ipv4, v6 if ipv6 is None else ipv6)
 
 
-def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology: Topology) -> dict[str, Pool]:
+def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology: Topology) -> Steps[dict[str, Pool]]:
     out: dict[str, Pool] = {}
     section = r.mapping(("pools",), raw, "a mapping of pool names to settings")
     if section is None:
         return out
-    for name, value in section.items():
+    for n, (name, value) in enumerate(section.items()):
+        if n % POOL_STEP == POOL_STEP - 1:
+            yield
         path = section.at(name)
         m = r.mapping(path, value)
         if r.name(path, name, "pool name") is None or m is None:
@@ -416,14 +439,16 @@ def read_wideips(
     topology: Topology,
     zones: ZoneSet,
     broken_zones: set[Name] | None,
-) -> dict[Name, WideIP]:
+) -> Steps[dict[Name, WideIP]]:
     """Wide IPs. *broken_zones*: origins of zones that failed to load (None: unknown), under
     which a wide IP's placement cannot be checked."""
     out: dict[Name, WideIP] = {}
     section = r.mapping(("wideips",), raw, "a mapping of wide IP names to settings")
     if section is None:
         return out
-    for name, value in section.items():
+    for n, (name, value) in enumerate(section.items()):
+        if n % STEP == STEP - 1:
+            yield
         path = section.at(name)
         m = r.mapping(path, value)
         if m is None:

@@ -20,7 +20,7 @@ import socket
 import sys
 from typing import Any
 
-from twisted.internet import defer, task, threads
+from twisted.internet import defer, task
 from twisted.internet.protocol import Factory
 from twisted.logger import (
     FilteringLogObserver,
@@ -31,13 +31,13 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
+from gtmcluster.config import reload as config_reload
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
 from gtmcluster.fanout import feed
-from gtmcluster.gcpause import built_long_lived
 from gtmcluster.lb.context import PersistRecord
 from gtmcluster.node import Node
 from gtmcluster.sync import codec
@@ -115,9 +115,7 @@ class Worker:
     def _reload(self, path: str) -> defer.Deferred[dict[str, Any]]:
         async def reload() -> dict[str, Any]:
             try:
-                config = await threads.deferToThreadPool(
-                    self.reactor, self.reactor.getThreadPool(), built_long_lived, load, path, parse_apart=True
-                )
+                config = await config_reload.read(self.reactor, path)
             except ConfigError as e:
                 return {"problems": [str(p) for p in e.problems]}
             self.node.reload(config)

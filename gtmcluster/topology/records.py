@@ -23,10 +23,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gtmcluster import slices
 from gtmcluster.topology.prefixes import IPAddress, IPNetwork, PrefixMap
 
 LDNS_KINDS = ("subnet", "region", "any")
 SERVER_KINDS = ("datacenter", "pool", "virtual_server", "subnet", "region", "any")
+#: `Topology.build_steps` yields every this many records numbered or networks indexed
+BUILD_STEP = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +92,26 @@ class Topology:
 
     @classmethod
     def build(cls, records: Sequence[Record]) -> Topology:
+        return slices.whole(cls.build_steps(records))
+
+    @classmethod
+    def build_steps(cls, records: Sequence[Record]) -> slices.Steps[Topology]:
+        """`build` in steps (`gtmcluster.slices`): 20,000 records take a few hundred ms."""
         ids: dict[Selector, int] = {}
-        numbered = [dataclasses.replace(r, server_id=ids.setdefault(r.server, len(ids))) for r in records]
+        numbered: list[Record] = []
+        for i, r in enumerate(records):
+            if i % BUILD_STEP == BUILD_STEP - 1:
+                yield
+            numbered.append(dataclasses.replace(r, server_id=ids.setdefault(r.server, len(ids))))
         prefix_map: PrefixMap[int] = PrefixMap()
+        added = 0
         for record in numbered:
             for network in record.ldns.networks:
                 prefix_map.add(network, record.index)
+                added += 1
+                if added % BUILD_STEP == 0:
+                    yield
+        yield
         unconditional = tuple(r for r in numbered if (r.ldns.kind == "any") != r.ldns.negate)
         return cls(tuple(numbered), prefix_map, {r.index: r for r in numbered}, unconditional, _ServerIndex(ids))
 

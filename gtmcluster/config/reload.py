@@ -1,0 +1,50 @@
+"""Reading the config again while the node runs, without holding up its answers.
+
+A reload of a big config (5,000 virtual servers, 20,000 topology records) is seconds of
+work, and the reactor must keep answering DNS and running 1,000 health checks a second
+meanwhile. Work in a thread beside it does not do: the two share the GIL, the reactor
+gives it up at every system call (thousands a second) and waits for it each time (the
+convoy effect: answers waited up to 384 ms during a reload, measured). So:
+
+- the YAML is parsed in a child process (`yamlchild`), whose pickled result a thread
+  reads (it waits on the pipe, holding nothing, and each frame loads in milliseconds);
+- the model is built in the reactor thread itself, a few milliseconds per turn
+  (`load.build` is steps: `gtmcluster.slices`), so nothing else contends and no turn is
+  long;
+- the collector is paused meanwhile, and what was built is frozen when done (see
+  `gtmcluster.gcpause`: its million young objects would otherwise be examined by the
+  collections that follow, a 560 ms full collection at 5,000 servers).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from twisted.internet import defer, threads
+
+from gtmcluster import gil, slices
+from gtmcluster.config.load import build, parse_file
+from gtmcluster.config.model import Config
+from gtmcluster.config.yamlchild import Parsed
+from gtmcluster.gcpause import collection_paused
+
+
+def read(reactor: Any, path: str) -> defer.Deferred[Config]:
+    """Read, check and build the config at *path* beside the running *reactor*; fails
+    with `ConfigError` listing every problem."""
+
+    async def reading() -> Config:
+        parsed = await threads.deferToThreadPool(reactor, reactor.getThreadPool(), _parse, path)
+        with collection_paused():
+            config = await slices.run(build(path, parsed), reactor)
+            gc.freeze()
+        return config
+
+    return defer.ensureDeferred(reading())
+
+
+def _parse(path: str) -> Parsed:
+    # (in the thread: the frames it loads hold the GIL briefly, and hand it over often)
+    with gil.yielding_often(), collection_paused():
+        return parse_file(path, apart=True)
