@@ -305,10 +305,9 @@ class NodeService(MultiService):
         if self.workers is not None:
             workers = self.workers
             switches.append(("answering workers", lambda: workers.reload(self.config_path)))
-        # the old config is freed a turn later (a million objects at 5,000 servers: tens of
-        # milliseconds), not in the same turn as the switch
-        old = node.config
-        self.reactor.callLater(0, lambda: old)
+        # the old config is freed in the next turns (a million objects at 5,000 servers: tens
+        # of milliseconds), not in the same turn as the switch
+        config_reload.free_in_turns(self.reactor, node.config)
         failed = []
         for part, switch in switches:
             try:

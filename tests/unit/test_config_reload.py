@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
@@ -130,3 +132,29 @@ def test_a_file_that_cannot_be_parsed_fails_the_read_at_once(tmp_path: Path) -> 
     assert isinstance(failure.value, ConfigError)
     assert "YAML syntax" in str(failure.value.problems[0])
     assert gc.isenabled()
+
+
+def one_turn(clock: Clock) -> int:
+    """Run the calls pending now, as one reactor turn does (not those they schedule); how many."""
+    pending = list(clock.getDelayedCalls())
+    for call in pending:
+        clock.calls.remove(call)  # type: ignore[arg-type]
+        call.func(*call.args, **call.kw)  # type: ignore[attr-defined]
+    return len(pending)
+
+
+def test_a_replaced_config_is_freed_a_part_per_turn(tmp_path: Path) -> None:
+    shape = bigconfig.Shape(servers=20, pools=2, wideips=4, topology=8, regions=2, members=2)
+    config = load(bigconfig.write(tmp_path, shape, ["127.0.0.1", "127.0.0.2"], make_certs=False))
+    whole, topology = weakref.ref(config), weakref.ref(config.topology)
+    clock = Clock()
+    reload.free_in_turns(clock, config)
+    del config
+    assert whole() is not None  # nothing freed in the turn of the switch
+    one_turn(clock)
+    assert whole() is None and topology() is not None  # the config itself first
+    turns = 1
+    while one_turn(clock):
+        turns += 1
+    assert topology() is None
+    assert turns >= 5, turns
