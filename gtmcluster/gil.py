@@ -1,4 +1,5 @@
-"""Handing the GIL over often while a thread works beside the reactor.
+"""Handing the GIL over often while a thread works beside the reactor (a reload's thread
+reading the YAML child's pickles: `gtmcluster.config.reload`).
 
 The reactor thread releases the GIL at every system call (a socket made, connected, closed
 for a health check; a datagram read or sent) and must take it back afterwards. While

@@ -187,10 +187,11 @@ class NodeService(MultiService):
     def reload(self) -> defer.Deferred[list[str]]:
         """Read the config file again and switch to it; fires with the problems if refused.
 
-        The file is read and checked in a thread (a big config takes a while to parse, and
-        the reactor keeps answering meanwhile); the switch happens in the reactor thread in
-        one step. One reload runs at a time: a second waits for the first. A refused config
-        (invalid, or a change that needs a restart) is logged and the old one keeps serving.
+        The file is parsed in a child process and the config built a few milliseconds per
+        reactor turn (`gtmcluster.config.reload`: a big config takes seconds, and the
+        reactor keeps answering meanwhile); the switch happens in one step. One reload
+        runs at a time: a second waits for the first. A refused config (invalid, or a
+        change that needs a restart) is logged and the old one keeps serving.
         """
         return self._reload_lock.run(lambda: defer.ensureDeferred(self._reload()))
 

@@ -8,7 +8,7 @@ kept in memory, and a chunked one is cut at the limit (413). Only then does `Api
 
 Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
 4xx status); a handler raises `ApiError` for bad input, and may answer later with a
-Deferred (a reload reads the file in a thread). Unexpected errors are logged and answered
+Deferred (a reload reads the file over many reactor turns). Unexpected errors are logged and answered
 500 without a traceback.
 """
 

@@ -1,21 +1,20 @@
 """Parsing a config's YAML in a child process, for a reload beside a busy reactor.
 
-A reload reads the config in a thread beside the reactor, and the two share the GIL. Of
-the 2.8 s a 5,000-server config takes to read, 1.4 s is YAML, and the canonical JSON
-the config digest hashes is one C call that holds the GIL for 130 ms: a stall of every
-answer. `parse` hands both to a child process (``python -m gtmcluster.config.yamlchild``,
-the same interpreter), which runs `yamlsrc.load` and writes what it made back as a stream
-of small pickles: the value a section (or a slice of a big section) at a time, the key
-path -> line map a slice at a time, the duplicate-key problems, and the canonical JSON.
-Each pickle loads in a few milliseconds, and between two the thread hands the GIL over
-(`gtmcluster.gil`), so the reactor never waits long; what remains in the thread is
-building the model from the value.
+Of the 2.8 s a 5,000-server config takes to read, 1.0-1.4 s is YAML, and the canonical
+JSON the config digest hashes is one C call that holds the GIL for 130 ms: a stall of
+every answer. For a reload (`gtmcluster.config.reload`), `parse` hands both to a child
+process (``python -m gtmcluster.config.yamlchild``, the same interpreter), which runs
+`yamlsrc.load` and writes what it made back as a stream of small pickles: the value a
+section (or a slice of a big section) at a time, the key path -> line map a slice at a
+time, the duplicate-key problems, and the canonical JSON. A thread reads them: each
+pickle loads in a few milliseconds, and between two it hands the GIL over
+(`gtmcluster.gil`), so the reactor never waits long.
 
 The child gets the text on its standard input (the parent has read the file and reported
 why it could not), so both see the same bytes. A file the child refuses (`ConfigError`)
 comes back as its problems. A child that cannot be started or ends without its last frame
-is logged and the YAML is parsed in the thread as before: a reload must not fail for
-want of a process.
+is logged and the YAML is parsed in the thread: a reload must not fail for want of a
+process.
 
 A frame is an 8-byte big-endian length and a pickle of a tuple whose first item says
 what it is (see `_frames`). The pickles come from the child this module starts, with the

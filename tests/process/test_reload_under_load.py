@@ -3,7 +3,8 @@ again (valid changes by SIGHUP and by the API, and refused ones); no query is lo
 answer is NOERROR, and the node ends on the last valid config.
 
 The config carries a 20 000-network region, so each reload parses for about half a second
-(in a thread: the reactor keeps answering; before that change dnsperf saw 1.8 s stalls).
+(off the reactor's back, gtmcluster.config.reload: it keeps answering; when it parsed in
+the reactor, dnsperf saw 1.8 s stalls).
 """
 
 from __future__ import annotations
