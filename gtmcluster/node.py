@@ -17,7 +17,7 @@ from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.responder import Responder
 from gtmcluster.health.status import record_keys
-from gtmcluster.health.tracker import HealthTracker
+from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
 from gtmcluster.lb.engine import Balancer
@@ -45,6 +45,8 @@ class Prepared:
     cache: DecisionCache | None
     #: what differs from the running config (None: compared when switching)
     changes: Changes | None = None
+    #: who hangs on whom in the config, for health evaluation (None: made when switching)
+    health_index: HealthIndex | None = None
 
 
 class Node:
@@ -159,11 +161,12 @@ class Node:
         """What answering from *config* needs, built (raising if it cannot be), not yet in
         use: `switch_to` puts it in use (see `service.NodeService.switch`). *changes*: what
         differs from the running config, when known."""
-        return replace(self._build(config, self.member.name, self.balancer.rotations), changes=changes)
+        built = self._build(config, self.member.name, self.balancer.rotations)
+        return replace(built, changes=changes, health_index=index_of(config))
 
     def switch_to(self, prepared: Prepared) -> None:
         self._use(prepared)
-        self.health.reconfigure(prepared.config, prepared.changes)
+        self.health.reconfigure(prepared.config, prepared.changes, prepared.health_index)
 
     @property
     def ready(self) -> bool:

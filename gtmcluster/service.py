@@ -17,7 +17,7 @@ from twisted.internet import defer, threads
 from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import Logger
 
-from gtmcluster import heap
+from gtmcluster import heap, slices
 from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.tls import ApiTLS, wrap
@@ -98,6 +98,11 @@ class NodeService(MultiService):
             threads.deferToThreadPool(reactor, reactor.getThreadPool(), between, old, new)
             if IReactorThreads.providedBy(reactor)
             else defer.succeed(between(old, new))
+        )
+        #: runs steps a few milliseconds per reactor turn (at once on a reactor without
+        #: threads, as in tests: the steps are the same)
+        self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = lambda steps: (
+            slices.run(steps, reactor) if IReactorThreads.providedBy(reactor) else defer.succeed(slices.whole(steps))
         )
         #: reads and checks this node's TLS files of a config off the reactor thread
         self.read_credentials: Callable[[Config], defer.Deferred[Credentials]] = lambda config: (
@@ -221,7 +226,7 @@ class NodeService(MultiService):
                 problems = ["sync group TLS: the files could not be read (an internal error, see the node's log)"]
         if not problems:
             try:
-                self.switch(new, creds, changes)
+                await self.in_turns(self.switching(new, creds, changes))
             except NotTaken as e:
                 problems = [f"{self.config_path}: {e}"]
             else:
@@ -243,6 +248,17 @@ class NodeService(MultiService):
         use yet; if one part cannot, `NotTaken` says which and why, and every part keeps the
         old config. Then each part switches, by assignments that do not fail (should one fail
         anyway, a bug, the others still switch, and `PartlyTaken` says which did not)."""
+        slices.whole(self.switching(new, creds, changes))
+
+    def switching(
+        self, new: Config, creds: Credentials | None = None, changes: Changes | None = None
+    ) -> slices.Steps[None]:
+        """`switch` in steps (`gtmcluster.slices`): each part builds what it needs in a step
+        of its own (at 5,000 servers: the answer path and its fast path's table 12-15 ms,
+        the health checks 11-19 ms, the health index 12 ms), so a reload run in turns holds
+        no turn for all of them; the switch itself is the last step. A reload runs one at a
+        time and only a reload changes what the parts build from, so what was built in an
+        earlier turn is still right in the last."""
         node = self.node
         switches: list[tuple[str, Callable[[], object]]] = []
 
@@ -260,12 +276,15 @@ class NodeService(MultiService):
             return lambda: node.switch_to(prepared[0])
 
         prepare("answers", answers)
+        yield
         if self.dns is not None:
             dns = self.dns
             prepare("DNS", lambda: dns.prepare(new.dns_server, prepared[0].responder))
+            yield
         if self.checker is not None:
             checker = self.checker
             prepare("health checks", lambda: checker.prepare(new, changes))
+            yield
         if self.probes is not None:
             probes = self.probes
 

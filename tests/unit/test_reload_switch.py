@@ -13,6 +13,7 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 
+from gtmcluster.config.changes import between
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.service import NodeService, Sockets, make_service
@@ -105,3 +106,26 @@ def test_a_part_that_cannot_take_the_new_config_leaves_every_part_on_the_old_one
     assert after["heartbeats"] == (0.5, 2)
     config: Config = after["config"]
     assert after["sync digest"] == config.digest != before["sync digest"]
+
+
+def test_a_switch_in_steps_builds_each_part_in_its_own_step_and_changes_nothing_until_the_last(
+    service: NodeService,
+) -> None:
+    """A reload on a running reactor switches in steps (a few milliseconds per turn): each
+    part builds what it needs in a step of its own, and the node runs on the old config,
+    every part of it, until the last step switches them all."""
+    before = state(service)
+    new = load(service.config_path)
+    steps = service.switching(new, None, between(service.node.config, new))
+    taken = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration:
+            break
+        taken += 1
+        assert state(service) == before, f"a part switched in step {taken}"
+    assert taken >= 3  # answers, DNS, health checks: one step each
+    after = state(service)
+    assert after["config"] is new and after["generation"] == before["generation"] + 1
+    assert after["checked"] == ["obs/vs/vs1/n1", "obs/vs/vs2/n1"] and after["probe rate"] == 7
