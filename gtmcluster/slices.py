@@ -4,6 +4,11 @@ Some work must walk a whole table (the API's view of 5,000 servers, /metrics): w
 generator that yields now and then (every few dozen items), it can run whole (`whole`, for
 tools and tests) or a few milliseconds per reactor turn (`run`), so that no single turn
 holds up DNS answers for long. The generator's return value is the result.
+
+A step may also yield a Deferred: `run` waits for it (other turns go on meanwhile) and
+goes on when it fires; a failure of it fails the run. (A reload's config is built while
+its YAML still comes from a child process: `gtmcluster.config.yamlchild`.) `whole`
+cannot wait, so steps run whole must not yield one.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any, TypeVar
 from twisted.internet import defer
 
 T = TypeVar("T")
-Steps = Generator[None, None, T]
+#: what a step yields: None, or a Deferred to wait for (Any: a bare `yield` is a step)
+Steps = Generator[Any, None, T]
 
 #: seconds of work per reactor turn
 BUDGET = 0.005
@@ -25,9 +31,11 @@ def whole(steps: Steps[T]) -> T:
     """Run *steps* to the end at once."""
     while True:
         try:
-            next(steps)
+            waited = next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        if waited is not None:
+            raise RuntimeError("steps run whole waited for a Deferred")
 
 
 def run(steps: Steps[T], reactor: Any, budget: float = BUDGET) -> defer.Deferred[T]:
@@ -38,7 +46,10 @@ def run(steps: Steps[T], reactor: Any, budget: float = BUDGET) -> defer.Deferred
         deadline = time.perf_counter() + budget
         try:
             while True:
-                next(steps)
+                waited = next(steps)
+                if waited is not None:
+                    waited.addCallbacks(lambda _: turn(), result.errback)
+                    return
                 if time.perf_counter() >= deadline:
                     reactor.callLater(0, turn)
                     return

@@ -70,6 +70,10 @@ TOP_LEVEL = (
     "prober",
     "zones",
 )
+#: the sections `build` reads last, in its order: the others come first, and a reload's
+#: YAML child sends them in this order (`yamlchild`), so the build starts before it is done
+BIG_SECTIONS = ("virtual_servers", "regions", "pools", "topology", "wideips")
+SECTION_ORDER = tuple(k for k in TOP_LEVEL if k not in BIG_SECTIONS) + BIG_SECTIONS
 
 
 def load(path: str | os.PathLike[str]) -> Config:
@@ -79,25 +83,29 @@ def load(path: str | os.PathLike[str]) -> Config:
         return slices.whole(build(file, parse_file(file)))
 
 
-def parse_file(file: str, apart: bool = False) -> yamlchild.Parsed:
-    """Read *file* and parse its YAML (in a child process with *apart*: see
-    `gtmcluster.config.reload`). Raises `ConfigError` if it cannot be read or parsed."""
+def parse_file(file: str) -> yamlchild.Parsed:
+    """Read *file* and parse its YAML. Raises `ConfigError` if it cannot be read or parsed."""
+    return yamlchild.here(file, read_text(file), SECTION_ORDER)
+
+
+def read_text(file: str) -> str:
+    """The text of *file*; raises `ConfigError` if it cannot be read."""
     try:
         with open(file, encoding="utf-8") as f:
-            text = f.read()
+            return f.read()
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError([Problem(file, (), f"cannot read the config: {reason}")]) from None
-    return (yamlchild.parse if apart else yamlchild.here)(file, text)
 
 
 def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
     """Check the parsed *file* and build its `Config`, in steps (`gtmcluster.slices`): the
-    model of 5,000 servers and 20,000 topology records takes over a second. The last step
-    raises `ConfigError` listing every problem found."""
+    model of 5,000 servers and 20,000 topology records takes over a second. *parsed* may
+    still be filling (a reload's YAML child): a step waits for a section not there yet.
+    The last step raises `ConfigError` listing every problem found."""
+    yield from parsed.wanted(*SECTION_ORDER[: -len(BIG_SECTIONS)])
     data = parsed.value
     problems = Problems(file, parsed.lines)
-    problems.found.extend(parsed.problems)
     r = Reader(problems)
     top = r.mapping((), data, "a mapping of sections (sync_group, datacenters, ...)")
     if top is None:
@@ -139,20 +147,26 @@ def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
     yield
+    yield from parsed.wanted("virtual_servers")
     vss = yield from traffic.read_virtual_servers(r, top.get("virtual_servers", {}), datacenters, monitors, links)
     health.check_budget(r, health_settings, vss, links)
     yield
+    yield from parsed.wanted("regions")
     regions = yield from traffic.read_regions(r, top.get("regions", {}), resolve)
+    yield from parsed.wanted("pools")
     raw_pools = top.get("pools", {})
     pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []
     raw_vss = top.get("virtual_servers", {})
     vs_names = [str(k) for k in raw_vss] if isinstance(raw_vss, dict) else []
+    yield from parsed.wanted("topology")
     topology = yield from traffic.read_topology(r, top.get("topology"), regions, datacenters, pool_names, vs_names)
     pools = yield from traffic.read_pools(r, raw_pools, vss, topology)
     lookup_zones = ZoneSet(z.build() for z in zone_data)
-    yield
+    yield from parsed.wanted("wideips")
     wideips = yield from traffic.read_wideips(r, top.get("wideips", {}), pools, topology, lookup_zones, broken_zones)
     top.done()
+    yield from parsed.complete()
+    problems.found.extend(parsed.problems)  # the duplicate keys
     problems.raise_if_any()
     yield
 
@@ -190,7 +204,7 @@ def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
 
 def _digest(canonical: bytes, zones: list[zonefile.ZoneData], regions: dict[str, Any]) -> slices.Steps[str]:
     """A short hash of everything that decides answers: the YAML (*canonical*, its values
-    as `yamlchild.canonical` writes them), zone data, address lists."""
+    as `yamlframes.canonical` writes them), zone data, address lists."""
     h = hashlib.sha256(canonical)
     for zone in sorted(zones, key=lambda z: z.origin):
         h.update(repr((zone.origin, sorted(zone.rrsets, key=repr))).encode())

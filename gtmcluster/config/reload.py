@@ -6,11 +6,11 @@ meanwhile. Work in a thread beside it does not do: the two share the GIL, the re
 gives it up at every system call (thousands a second) and waits for it each time (the
 convoy effect: answers waited up to 384 ms during a reload, measured). So:
 
-- the YAML is parsed in a child process (`yamlchild`), whose pickled result a thread
-  reads (it waits on the pipe, holding nothing, and each frame loads in milliseconds);
+- the YAML is parsed in a child process (`yamlchild`), which sends it section by section
+  as small pickles, read by the reactor (each loads in milliseconds);
 - the model is built in the reactor thread itself, a few milliseconds per turn
-  (`load.build` is steps: `gtmcluster.slices`), so nothing else contends and no turn is
-  long;
+  (`load.build` is steps: `gtmcluster.slices`), starting on the first sections while the
+  child still parses the big ones, so nothing else contends and no turn is long;
 - the collector is paused meanwhile, and what was built is frozen when done (see
   `gtmcluster.gcpause`: its million young objects would otherwise be examined by the
   collections that follow, a 560 ms full collection at 5,000 servers);
@@ -23,12 +23,12 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from twisted.internet import defer, threads
+from twisted.internet import defer
 
-from gtmcluster import gil, slices
-from gtmcluster.config.load import build, parse_file
+from gtmcluster import slices
+from gtmcluster.config.load import SECTION_ORDER, build, read_text
 from gtmcluster.config.model import Config
-from gtmcluster.config.yamlchild import Parsed
+from gtmcluster.config.yamlchild import Child
 from gtmcluster.gcpause import collection_paused
 
 
@@ -37,19 +37,14 @@ def read(reactor: Any, path: str) -> defer.Deferred[Config]:
     with `ConfigError` listing every problem."""
 
     async def reading() -> Config:
-        parsed = await threads.deferToThreadPool(reactor, reactor.getThreadPool(), _parse, path)
+        text = read_text(path)  # (a few milliseconds for megabytes)
         with collection_paused():
+            parsed = await Child(reactor, path, text, SECTION_ORDER).start()
             config = await slices.run(build(path, parsed), reactor)
             gc.freeze()
         return config
 
     return defer.ensureDeferred(reading())
-
-
-def _parse(path: str) -> Parsed:
-    # (in the thread: the frames it loads hold the GIL briefly, and hand it over often)
-    with gil.yielding_often(), collection_paused():
-        return parse_file(path, apart=True)
 
 
 def free_in_turns(reactor: Any, config: Config) -> None:

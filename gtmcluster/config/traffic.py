@@ -274,6 +274,10 @@ def read_topology(
         "pool": dict.fromkeys(pool_names),
         "virtual_server": dict.fromkeys(vs_names),
     }
+    #: server selectors read so far, by their text (a few distinct ones in 20,000 records),
+    #: and their ids (as `Topology.build_steps` numbers them)
+    servers: dict[str, Selector] = {}
+    server_ids: dict[Selector, int] = {}
     for i, entry in enumerate(entries or []):
         if i % STEP == STEP - 1:
             yield
@@ -282,13 +286,17 @@ def read_topology(
         if m is None:
             continue
         ldns = _selector(r, m.at("ldns"), m.require("ldns", "who asks, e.g. 'region cnc-nets'"), LDNS_KINDS, refs)
-        server = _selector(
-            r, m.at("server"), m.require("server", "what to answer, e.g. 'datacenter CNC'"), SERVER_KINDS, refs
-        )
+        raw_server = m.require("server", "what to answer, e.g. 'datacenter CNC'")
+        server = servers.get(raw_server) if isinstance(raw_server, str) else None
+        if server is None:
+            server = _selector(r, m.at("server"), raw_server, SERVER_KINDS, refs)
+            if server is not None and isinstance(raw_server, str):
+                servers[raw_server] = server
         score = m.integer("score", None, 0, MAX_SCORE) if m.has("score") else m.require("score", f"0 to {MAX_SCORE}")
         m.done()
         if ldns is not None and server is not None and isinstance(score, int):
-            records.append(Record(len(records), ldns, server, score))
+            server_id = server_ids.setdefault(server, len(server_ids))
+            records.append(Record(len(records), ldns, server, score, server_id))
     return (yield from Topology.build_steps(records))
 
 

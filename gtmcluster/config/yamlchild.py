@@ -2,207 +2,231 @@
 
 Of the 2.8 s a 5,000-server config takes to read, 1.0-1.4 s is YAML, and the canonical
 JSON the config digest hashes is one C call that holds the GIL for 130 ms: a stall of
-every answer. For a reload (`gtmcluster.config.reload`), `parse` hands both to a child
-process (``python -m gtmcluster.config.yamlchild``, the same interpreter), which runs
-`yamlsrc.load` and writes what it made back as a stream of small pickles: the value a
-section (or a slice of a big section) at a time, the key path -> line map a slice at a
-time, the duplicate-key problems, and the canonical JSON. A thread reads them: each
-pickle loads in a few milliseconds, and between two it hands the GIL over
-(`gtmcluster.gil`), so the reactor never waits long.
+every answer. For a reload (`gtmcluster.config.reload`), `Child` hands both to a child
+process (``python -m gtmcluster.config.yamlframes``, the same interpreter, which imports
+no more than it needs: it starts in 0.15 s), which runs `yamlsrc.sections` and writes
+what it makes as a stream of small pickles, a section (or a
+slice of a big section) at a time, in the order the config's builder reads them
+(`load.SECTION_ORDER`). The reactor reads the stream (each pickle loads in a few
+milliseconds) into a `Parsed` that fills as it comes, and the builder starts on the first
+sections while the child still builds the big ones: it waits (`Parsed.wanted`) only for a
+section not there yet.
 
 The child gets the text on its standard input (the parent has read the file and reported
 why it could not), so both see the same bytes. A file the child refuses (`ConfigError`)
 comes back as its problems. A child that cannot be started or ends without its last frame
-is logged and the YAML is parsed in the thread: a reload must not fail for want of a
-process.
+is logged and the YAML is parsed in a thread of the node's process: a reload must not
+fail for want of a process.
 
-A frame is an 8-byte big-endian length and a pickle of a tuple whose first item says
-what it is (see `_frames`). The pickles come from the child this module starts, with the
-same code, over a pipe no one else holds.
+The frames are `yamlframes`'. The pickles come from the child this module starts, with
+the same code, over a pipe no one else holds.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import struct
-import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from twisted.internet import defer, protocol, threads
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from gtmcluster.config import yamlsrc
+from gtmcluster import gil, slices
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
+from gtmcluster.config.yamlframes import LENGTH, frames
+from gtmcluster.gcpause import collection_paused
 
 log = Logger()
 
-#: entries of a big mapping or sequence in one frame (a frame loads in under 5 ms)
-SLICE = 200
-#: key path -> line entries in one frame
-LINE_SLICE = 4_000
-#: a child still parsing after this is killed (and the YAML parsed in the thread)
-TIMEOUT = 300.0
-_LENGTH = struct.Struct(">Q")
 #: the directory holding the gtmcluster package, so the child imports this same code
 _ROOT = str(Path(__file__).resolve().parents[2])
+#: a section that has not come yet (in `Parsed.value`, under its key)
+PENDING: Any = type("Pending", (), {"__repr__": lambda self: "PENDING"})()
 
 
 class Parsed:
-    """What `yamlsrc.load` makes of a file, and its canonical JSON (for the digest)."""
+    """What `yamlsrc.sections` makes of a file, and its canonical JSON (for the digest);
+    filled as the child's frames come (`wanted`, `complete`), or whole (`here`)."""
 
-    def __init__(self, value: Any, lines: dict[KeyPath, int], problems: list[Problem], canonical: bytes):
-        self.value = value
-        self.lines = lines
-        self.problems = problems
-        self.canonical = canonical
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.lines: dict[KeyPath, int] = {}
+        self.problems: list[Problem] = []
+        self.canonical = b""
+        self._arrived: set[str] = set()
+        self._ended = False
+        self._failure: Failure | None = None
+        self._waiting: list[tuple[tuple[str, ...], defer.Deferred[None]]] = []
 
+    def wanted(self, *keys: str) -> slices.Steps[None]:
+        """Steps that end when the top-level sections *keys* are here (at once for a key
+        the file does not have); raises `ConfigError` when the file is refused."""
+        while not self._here(keys):
+            waited: defer.Deferred[None] = defer.Deferred()
+            self._waiting.append((keys, waited))
+            yield waited  # (`slices.run` waits for it)
+        if self._failure is not None:
+            self._failure.raiseException()
 
-def canonical(value: Any) -> bytes:
-    """The value as the config digest hashes it: JSON with sorted keys."""
-    return json.dumps(value, sort_keys=True, default=str).encode()
+    @property
+    def awaited(self) -> list[tuple[str, ...]]:
+        """The sections steps wait for now (``("",)``: everything)."""
+        return [keys for keys, _ in self._waiting]
 
+    def complete(self) -> slices.Steps[None]:
+        """Steps that end when everything is here (the problems, the canonical JSON)."""
+        yield from self.wanted("")
 
-def here(path: str, text: str) -> Parsed:
-    """Parse *text* (read from *path*) in this process (raises `ConfigError` as `yamlsrc.load` does)."""
-    value, lines, problems = yamlsrc.load(path, text)
-    return Parsed(value, lines, problems, canonical(value))
+    def _here(self, keys: tuple[str, ...]) -> bool:
+        if self._ended or self._failure is not None:
+            return True
+        if keys == ("",):
+            return False
+        if not isinstance(self.value, dict):
+            return False
+        return all(k not in self.value or k in self._arrived for k in keys)
 
+    def _progress(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for keys, waited in waiting:
+            if self._here(keys):
+                waited.callback(None)
+            else:
+                self._waiting.append((keys, waited))
 
-def parse(path: str, text: str) -> Parsed:
-    """Parse *text* (read from *path*) in a child process; in this one should the child
-    fail. Raises `ConfigError` for a file that cannot be parsed, as `yamlsrc.load` does."""
-    try:
-        return _in_child(path, text)
-    except ConfigError:
-        raise
-    except Exception as e:
-        log.warn(
-            "parsing {path} in a child process failed ({error}); parsing it in the node's process",
-            path=path,
-            error=f"{type(e).__name__}: {e}",
-            event="config_child_failed",
-        )
-        return here(path, text)
+    # -- filled from events or frames
 
-
-def _in_child(path: str, text: str) -> Parsed:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "gtmcluster.config.yamlchild", path],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        assert child.stdin is not None and child.stdout is not None
-        with child.stdin:
-            child.stdin.write(text.encode())  # read whole before the child writes a byte
-        parsed = _read(child.stdout)
-        child.wait(TIMEOUT)
-        return parsed
-    except BaseException:
-        child.kill()
-        raise
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for pipe in (child.stdout, child.stderr):
-            if pipe is not None:
-                pipe.close()
-
-
-def _read(stream: IO[bytes]) -> Parsed:
-    value: Any = None
-    lines: dict[KeyPath, int] = {}
-    problems: list[Problem] = []
-    json_bytes = b""
-    while True:
-        header = stream.read(_LENGTH.size)
-        if len(header) < _LENGTH.size:
-            raise RuntimeError("the child ended before its last frame")
-        (size,) = _LENGTH.unpack(header)
-        frame = stream.read(size)
-        if len(frame) < size:
-            raise RuntimeError("the child ended inside a frame")
-        what, *items = pickle.loads(frame)
+    def take(self, what: str, *items: Any) -> bool:
+        """Take one frame; True when it was the last."""
         if what == "error":
-            raise ConfigError(items[0])
+            self.fail(Failure(ConfigError(items[0])))
+            return True
         if what == "whole":
-            value = items[0]
-        elif what == "key":  # a section of the top-level mapping (or the first slice of one)
-            value[items[0]] = items[1]
+            self.value = items[0]
+        elif what == "keys":
+            self.value = dict.fromkeys(items[0], PENDING)
+        elif what == "key":  # a section (or the first slice of one)
+            self.value[items[0]] = items[1]
         elif what == "more":  # a further slice of a section
-            section = value[items[0]]
+            section = self.value[items[0]]
             if isinstance(section, dict):
                 section.update(items[1])
             else:
                 section.extend(items[1])
+        elif what == "arrived":
+            self._arrived.add(items[0])
+            self._progress()
         elif what == "lines":
-            lines.update(items[0])
+            self.lines.update(items[0])
         elif what == "problems":
-            problems = items[0]
+            self.problems = items[0]
         elif what == "canonical":
-            json_bytes = items[0]
+            self.canonical = items[0]
         elif what == "end":
-            return Parsed(value, lines, problems, json_bytes)
+            self._ended = True
+            self._progress()
+            return True
         else:
             raise RuntimeError(f"the child wrote an unknown frame {what!r}")
+        return False
+
+    def fail(self, failure: Failure) -> None:
+        self._failure = failure
+        self._progress()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended or self._failure is not None
 
 
-def _frames(path: str, text: str) -> Iterator[tuple[Any, ...]]:
-    """What the child writes for *text*, frame by frame."""
-    try:
-        parsed = here(path, text)
-    except ConfigError as e:
-        yield ("error", e.problems)
-        return
-    value = parsed.value
-    if isinstance(value, dict):
-        yield ("whole", {})
-        for key, section in value.items():
-            if isinstance(section, dict) and len(section) > SLICE:
-                items = list(section.items())
-                yield ("key", key, dict(items[:SLICE]))
-                for start in range(SLICE, len(items), SLICE):
-                    yield ("more", key, dict(items[start : start + SLICE]))
-            elif isinstance(section, list) and len(section) > SLICE:
-                yield ("key", key, section[:SLICE])
-                for start in range(SLICE, len(section), SLICE):
-                    yield ("more", key, section[start : start + SLICE])
-            else:
-                yield ("key", key, section)
-    else:
-        yield ("whole", value)
-    entries = list(parsed.lines.items())
-    for start in range(0, len(entries), LINE_SLICE):
-        yield ("lines", entries[start : start + LINE_SLICE])
-    yield ("problems", parsed.problems)
-    yield ("canonical", parsed.canonical)
-    yield ("end",)
+def here(path: str, text: str, order: Sequence[str] = ()) -> Parsed:
+    """Parse *text* (read from *path*) in this process, whole; raises `ConfigError` as
+    `yamlsrc.load` does."""
+    parsed = Parsed()
+    for frame in frames(path, text, order, slice_size=None):
+        parsed.take(*frame)
+    if parsed._failure is not None:
+        parsed._failure.raiseException()
+    return parsed
 
 
-def main(argv: list[str]) -> int:
-    """The child: the text on standard input, the frames on standard output."""
-    import gc
+class Child(protocol.ProcessProtocol):
+    """Parses a file's text in a child process; `parsed` fills as its frames come."""
 
-    gc.disable()  # it lives for one parse, and builds nothing that is garbage
-    (path,) = argv
-    text = sys.stdin.buffer.read().decode()
-    out = sys.stdout.buffer
-    for frame in _frames(path, text):
-        data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-        out.write(_LENGTH.pack(len(data)))
-        out.write(data)
-    out.flush()
-    return 0
+    def __init__(self, reactor: Any, path: str, text: str, order: Sequence[str]):
+        self.reactor = reactor
+        self.path = path
+        self.text = text
+        self.order = order
+        self.parsed = Parsed()
+        #: fires with `parsed` when its first frame came (the builder may start), or when
+        #: the child failed and the text was parsed in a thread instead
+        self.started: defer.Deferred[Parsed] = defer.Deferred()
+        self._buffer = bytearray()
+        self._stderr = bytearray()
+
+    def start(self) -> defer.Deferred[Parsed]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+        args = [sys.executable, "-m", "gtmcluster.config.yamlframes", self.path, *self.order]
+        try:
+            self.reactor.spawnProcess(self, sys.executable, args, env=env)
+        except OSError as e:
+            self._instead(f"{type(e).__name__}: {e}")
+        return self.started
+
+    def connectionMade(self) -> None:
+        assert self.transport is not None
+        self.transport.write(self.text.encode())
+        self.transport.closeStdin()  # the child reads all of it before it writes
+
+    def outReceived(self, data: bytes) -> None:
+        self._buffer += data
+        buffer = self._buffer
+        while len(buffer) >= LENGTH.size:
+            (size,) = LENGTH.unpack_from(buffer)
+            if len(buffer) < LENGTH.size + size:
+                break
+            frame = bytes(buffer[LENGTH.size : LENGTH.size + size])
+            del buffer[: LENGTH.size + size]
+            last = self.parsed.take(*pickle.loads(frame))
+            if not self.started.called:
+                self.started.callback(self.parsed)
+            if last:
+                return
+
+    def errReceived(self, data: bytes) -> None:
+        self._stderr += data[-2000:]
+        del self._stderr[:-2000]
+
+    def processEnded(self, reason: Failure) -> None:
+        if self.parsed.ended:
+            return
+        why = reason.getErrorMessage()
+        if self._stderr:
+            why += f" ({bytes(self._stderr).decode(errors='replace').strip().splitlines()[-1]})"
+        if not self.started.called:
+            self._instead(why)
+        else:  # the builder has started on what came: the rest will not come
+            self.parsed.fail(Failure(RuntimeError(f"the YAML child process ended before its last frame: {why}")))
+
+    def _instead(self, why: str) -> None:
+        log.warn(
+            "parsing {path} in a child process failed ({error}); parsing it in the node's process",
+            path=self.path,
+            error=why,
+            event="config_child_failed",
+        )
+        threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), _here_beside, self).chainDeferred(
+            self.started
+        )
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def _here_beside(child: Child) -> Parsed:
+    # in a thread beside the reactor: the GIL handed over often, the collector paused
+    with gil.yielding_often(), collection_paused():
+        return here(child.path, child.text, child.order)

@@ -9,6 +9,7 @@ intends; two keys written in the same mapping are a problem.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import yaml
@@ -55,6 +56,82 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
         raise ConfigError([e.problem]) from None
     except RecursionError:
         raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
+
+
+def sections(path: str, text: str, first: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
+    """What `load` makes of *text*, a top-level section at a time: the sections named in
+    *first* in that order, then the others in file order (a reader that needs some before
+    others can start on them while the rest is built). Events:
+
+    - ``("keys", [key, ...])``: the top-level keys, in file order, before any section;
+    - ``("section", key, value, lines)``: a section's value and the lines of its key paths;
+    - ``("end", problems, lines)``: the duplicate-key problems, and the lines of the rest;
+    - ``("whole", value, lines, problems)`` instead of all of these, for a document whose
+      top level is not a plain mapping (or that the fast parser refuses).
+
+    Raises `ConfigError` as `load` does (after some sections, when a later one cannot be
+    built). The values, lines and problems are `load`'s (it builds in file order, this in
+    *first*'s: problems are ordered by their lines, see `problems.Problems.raise_if_any`),
+    but for a file that expands past `MAX_VALUES`: the path named is the first past it in
+    this order."""
+    root = None
+    loader: Any = None
+    if _FAST is not None:
+        try:
+            loader = _FAST(text)
+            root = loader.get_single_node()
+        except (yaml.YAMLError, RecursionError):
+            root = None
+    if root is None or not isinstance(root, yaml.MappingNode) or any(k.tag == _MERGE_TAG for k, _ in root.value):
+        if loader is not None:
+            loader.dispose()
+        yield ("whole", *load(path, text))
+        return
+    lines: dict[KeyPath, int] = {}
+    problems: list[Problem] = []
+    builder = _Builder(loader, lines, problems, path)
+    try:
+        # the top level as `_Builder._build` reads a mapping (no merge key: see above)
+        builder.values += 1
+        lines[()] = root.start_mark.line + 1
+        nodes: dict[str, yaml.Node] = {}
+        for key_node, value_node in root.value:
+            key = key_node.value if key_node.tag == _STR_TAG else loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                problems.append(
+                    Problem(path, (), f"a key must be a plain scalar, not {key!r}", key_node.start_mark.line + 1)
+                )
+                continue
+            key = str(key) if not isinstance(key, str) else key
+            if key in nodes:
+                message = "duplicate key (it appears earlier in the same mapping)"
+                problems.append(Problem(path, (key,), message, key_node.start_mark.line + 1))
+                continue
+            lines[(key,)] = key_node.start_mark.line + 1
+            nodes[key] = value_node
+        yield ("keys", list(nodes))
+        order = [k for k in first if k in nodes] + [k for k in nodes if k not in first]
+        for key in order:
+            # a problem at the section's own path is at its key's line (as in `load`)
+            section_lines: dict[KeyPath, int] = {(key,): lines[(key,)]}
+            builder.lines = section_lines
+            builder.open.add(id(root))
+            value = builder.build(nodes[key], (key,))
+            yield ("section", key, value, section_lines)
+        yield ("end", problems, lines)
+    except _Refused as e:
+        raise ConfigError([e.problem]) from None
+    except RecursionError:
+        raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        line = mark.line + 1 if mark else None
+        message = " ".join(str(x) for x in (e.context, e.problem) if x) or str(e)
+        raise ConfigError([Problem(path, (), f"YAML syntax: {message}", line)]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([Problem(path, (), f"YAML syntax: {e}")]) from None
+    finally:
+        loader.dispose()
 
 
 def _parse(loader_class: Any, path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:

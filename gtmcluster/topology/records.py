@@ -102,7 +102,8 @@ class Topology:
         for i, r in enumerate(records):
             if i % BUILD_STEP == BUILD_STEP - 1:
                 yield
-            numbered.append(dataclasses.replace(r, server_id=ids.setdefault(r.server, len(ids))))
+            server_id = ids.setdefault(r.server, len(ids))
+            numbered.append(r if r.server_id == server_id else dataclasses.replace(r, server_id=server_id))
         prefix_map: PrefixMap[int] = PrefixMap()
         added = 0
         for record in numbered:

@@ -1,10 +1,15 @@
 """A config read again while the node runs (gtmcluster.config.reload): its YAML parsed in
-a child process (a real one), the model built in the reactor thread over many turns, the
-collector paused meanwhile and what was built frozen; a refused config freezes nothing."""
+a child process (the real one: its real output is what these tests feed the reactor's
+side), sent section by section in the builder's order; the model built in the reactor
+thread over many turns, starting on the first sections while the child still sends the
+rest; the collector paused meanwhile and what was built frozen; a refused config freezes
+nothing; a child that dies or cannot start; and the replaced config freed in turns."""
 
 from __future__ import annotations
 
 import gc
+import struct
+import subprocess
 import sys
 import weakref
 from collections.abc import Callable
@@ -13,19 +18,35 @@ from typing import Any
 
 import pytest
 import yaml
+from twisted.internet import defer, error
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
-from gtmcluster import gil
-from gtmcluster.config import load as load_module
-from gtmcluster.config import reload
-from gtmcluster.config.load import load
+from gtmcluster import slices
+from gtmcluster.config import reload, yamlchild
+from gtmcluster.config.load import SECTION_ORDER, build, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.config.yamlchild import Parsed
 from tests.support import bigconfig
+
+
+def child_output(path: Path) -> bytes:
+    """What the real child process writes for the file at *path*."""
+    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", str(path), *SECTION_ORDER]
+    return subprocess.run(args, input=path.read_bytes(), capture_output=True, check=True, timeout=60).stdout
+
+
+def frames(output: bytes) -> list[bytes]:
+    """*output* cut into its frames (each with its length)."""
+    out = []
+    while output:
+        (size,) = struct.unpack_from(">Q", output)
+        out.append(output[: 8 + size])
+        output = output[8 + size :]
+    return out
 
 
 class InlinePool:
@@ -41,12 +62,15 @@ class InlinePool:
 
 
 class Reactor(MemoryReactorClock):
+    """Runs the real child at once when asked to spawn it, and counts turns of work."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.pool = InlinePool()
+        self.turns = 0
+        self.spawn_error: OSError | None = None
 
     def getThreadPool(self) -> InlinePool:
-        return self.pool
+        return InlinePool()
 
     def callFromThread(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         f(*args, **kwargs)
@@ -55,51 +79,109 @@ class Reactor(MemoryReactorClock):
         self.turns += delay == 0  # work left for the next turn
         return super().callLater(delay, callable, *args, **kw)
 
-    turns = 0
+    def spawnProcess(self, proto: Any, executable: Any, args: Any = (), env: Any = None, *a: Any, **k: Any) -> Any:
+        if self.spawn_error is not None:
+            raise self.spawn_error
+        ran = subprocess.run(
+            list(args), check=False, input=proto.text.encode(), capture_output=True, env=env, timeout=60
+        )
+        proto.outReceived(ran.stdout)
+        proto.processEnded(Failure(error.ProcessDone(0)))
+        return None
 
 
-def turns_until(reactor: Reactor, d: Any) -> int:
-    """Run the reactor until *d* fires; how many turns the work took."""
+def settle(reactor: Reactor, d: defer.Deferred[Any]) -> None:
+    """Run the reactor's turns until *d* fires."""
     while not d.called:
-        assert reactor.getDelayedCalls(), "nothing left to run, and the read did not end"
+        assert reactor.getDelayedCalls(), "nothing left to run, and it did not end"
         reactor.advance(0)
-    return reactor.turns + 1
+
+
+def failure_of(d: defer.Deferred[Any]) -> Failure:
+    failures: list[Failure] = []
+    d.addErrback(failures.append)
+    (failure,) = failures
+    return failure
 
 
 @pytest.fixture
 def big(tmp_path: Path) -> Path:
     """1,000 virtual servers, 100 pools, 400 wide IPs, 4,000 topology records."""
     shape = bigconfig.Shape(servers=1000, pools=100, wideips=400, topology=4000, regions=40, members=2)
-    return bigconfig.write(tmp_path, shape, ["127.0.0.1", "127.0.0.2"])
+    return bigconfig.write(tmp_path, shape, ["127.0.0.1", "127.0.0.2"], make_certs=False)
 
 
-def test_a_big_config_is_built_over_many_turns_and_frozen(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    parsing: list[tuple[float, bool]] = []  # the switch interval and the collector while parsing
-
-    def parse_file(path: str, apart: bool = False) -> Parsed:
-        parsing.append((sys.getswitchinterval(), gc.isenabled()))
-        assert apart
-        return load_module.parse_file(path, apart)
-
-    monkeypatch.setattr(reload, "parse_file", parse_file)
+def test_a_big_config_is_built_over_many_turns_and_frozen(big: Path) -> None:
     reactor = Reactor()
     frozen_before = gc.get_freeze_count()
     try:
         d = reload.read(reactor, str(big))
-        turns = turns_until(reactor, d)
+        settle(reactor, d)
         config = d.result
         assert isinstance(config, Config)
         assert config.digest == load(big).digest
         assert len(config.virtual_servers) == 1000
-        # built a slice per turn (gtmcluster.slices.BUDGET): not in one turn
-        assert turns > 5, turns
-        # parsed in the thread with the GIL handed over often and the collector paused
-        ((interval, collecting),) = parsing
-        assert interval == pytest.approx(gil.SHORT) and not collecting
+        assert reactor.turns > 5, reactor.turns  # a slice per turn (gtmcluster.slices.BUDGET)
         assert gc.isenabled()
         assert gc.get_freeze_count() > frozen_before + 100_000
     finally:
         gc.unfreeze()
+
+
+def test_the_build_starts_on_the_first_sections_while_the_child_sends_the_rest(big: Path) -> None:
+    """The child sends the small sections first, then servers, regions, pools, topology
+    and wide IPs: the model is built from what came while the rest is on its way."""
+    reactor = Reactor()
+    child = yamlchild.Child(reactor, str(big), big.read_text(), SECTION_ORDER)
+    pieces = frames(child_output(big))
+    built: defer.Deferred[Config] | None = None
+    sent = 0
+    for frame in pieces:
+        child.outReceived(frame)
+        sent += 1
+        if built is None:
+            assert child.started.called  # the first frame: the build may start
+            built = slices.run(build(str(big), child.parsed), reactor)
+        while reactor.getDelayedCalls():
+            reactor.advance(0)  # every turn the build can take with what came
+        if b"regions" in frame and b"arrived" in frame:
+            break
+    assert built is not None and not built.called
+    assert child.parsed.awaited == [("pools",)]  # done with the servers and regions
+    assert sent < len(pieces) / 2  # the biggest sections still to come
+    for frame in pieces[sent:]:
+        child.outReceived(frame)
+    settle(reactor, built)
+    config = built.result
+    assert isinstance(config, Config) and config.digest == load(big).digest
+
+
+def test_a_child_that_ends_before_its_last_frame_fails_the_read(big: Path) -> None:
+    reactor = Reactor()
+    child = yamlchild.Child(reactor, str(big), big.read_text(), SECTION_ORDER)
+    pieces = frames(child_output(big))
+    for frame in pieces[: len(pieces) // 2]:
+        child.outReceived(frame)
+    built = slices.run(build(str(big), child.parsed), reactor)
+    child.processEnded(Failure(error.ProcessTerminated(exitCode=1)))
+    settle(reactor, built)
+    failure = failure_of(built)
+    assert failure.check(RuntimeError) and "ended before its last frame" in failure.getErrorMessage()
+
+
+def test_a_child_that_cannot_start_is_logged_and_the_yaml_parsed_in_a_thread(big: Path) -> None:
+    reactor = Reactor()
+    reactor.spawn_error = OSError(24, "Too many open files")
+    with capturedLogs() as events:
+        d = reload.read(reactor, str(big))
+        settle(reactor, d)
+    try:
+        config = d.result
+        assert isinstance(config, Config) and config.digest == load(big).digest
+    finally:
+        gc.unfreeze()
+    (failed,) = [e for e in events if e.get("event") == "config_child_failed"]
+    assert "Too many open files" in failed["error"]
 
 
 def test_a_refused_config_fails_the_read_and_freezes_nothing(tmp_path: Path) -> None:
@@ -111,24 +193,21 @@ def test_a_refused_config_fails_the_read_and_freezes_nothing(tmp_path: Path) -> 
     reactor = Reactor()
     frozen_before = gc.get_freeze_count()
     d = reload.read(reactor, str(path))
-    turns_until(reactor, d)
-    failures: list[Failure] = []
-    d.addErrback(failures.append)
-    (failure,) = failures
+    settle(reactor, d)
+    failure = failure_of(d)
     assert isinstance(failure.value, ConfigError)
     problems = [str(p) for p in failure.value.problems]
     assert any(f"virtual_servers.{bigconfig.vs_name(0)}.port" in p for p in problems), problems
     assert gc.isenabled() and gc.get_freeze_count() == frozen_before
 
 
-def test_a_file_that_cannot_be_parsed_fails_the_read_at_once(tmp_path: Path) -> None:
+def test_a_file_that_cannot_be_parsed_fails_the_read(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("pools: [1, 2\n")
     reactor = Reactor()
     d = reload.read(reactor, str(path))
-    failures: list[Failure] = []
-    d.addErrback(failures.append)
-    (failure,) = failures
+    settle(reactor, d)
+    failure = failure_of(d)
     assert isinstance(failure.value, ConfigError)
     assert "YAML syntax" in str(failure.value.problems[0])
     assert gc.isenabled()

@@ -1,44 +1,66 @@
-"""A config's YAML parsed in a child process (for a reload) gives exactly what parsing it in
-the node's process gives: the values, every key's line, the duplicate-key problems, the
-refusals, and the config digest. Each test starts real child processes."""
+"""A config's YAML parsed in a child process (for a reload), section by section in the
+builder's order, gives exactly what parsing it in the node's process gives, and what
+`yamlsrc.load` gives in file order: the values, every key's line, the duplicate-key
+problems, the refusals, and the config digest. Each test runs the real child process and
+reads its output as the reactor does."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import yaml
-from twisted.logger import capturedLogs
 
 from gtmcluster import slices
-from gtmcluster.config import yamlchild
-from gtmcluster.config.load import build, load, parse_file
+from gtmcluster.config import yamlchild, yamlframes, yamlsrc
+from gtmcluster.config.load import SECTION_ORDER, build, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from tests.support import configs
 
 
+def child_output(path: str, text: str, order: Sequence[str] = SECTION_ORDER) -> bytes:
+    """What the real child process writes for *text*."""
+    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", path, *order]
+    return subprocess.run(args, input=text.encode(), capture_output=True, check=True, timeout=60).stdout
+
+
+def from_child(path: str, text: str) -> yamlchild.Parsed:
+    """*text* parsed by a real child, its output read as the reactor reads it."""
+    child = yamlchild.Child(None, path, text, SECTION_ORDER)
+    child.outReceived(child_output(path, text))
+    assert child.parsed.ended
+    slices.whole(child.parsed.complete())  # (raises the child's ConfigError)
+    return child.parsed
+
+
 def load_apart(path: Path) -> Config:
     """The config at *path*, its YAML parsed in a child process (as for a reload)."""
-    return slices.whole(build(str(path), parse_file(str(path), apart=True)))
+    return slices.whole(build(str(path), from_child(str(path), path.read_text())))
 
 
 def same(path: str, text: str) -> yamlchild.Parsed:
-    """Parse *text* here and in a child; assert every part is equal; the child's."""
-    here = yamlchild.here(path, text)
-    apart = yamlchild._in_child(path, text)
-    assert apart.value == here.value
-    assert list(apart.lines.items()) == list(here.lines.items())
-    assert apart.problems == here.problems
-    assert apart.canonical == here.canonical
+    """Parse *text* here, in a child, and with `yamlsrc.load` (which builds in file order);
+    assert every part is equal; the child's."""
+    here = yamlchild.here(path, text, SECTION_ORDER)
+    apart = from_child(path, text)
+    value, lines, problems = yamlsrc.load(path, text)
+    for parsed in (here, apart):
+        assert parsed.value == value
+        assert list(parsed.value or ()) == list(value or ())  # the file's order
+        assert parsed.lines == lines
+        assert sorted(parsed.problems, key=repr) == sorted(problems, key=repr)
+        assert parsed.canonical == yamlframes.canonical(value)
     return apart
 
 
 def test_big_sections_come_back_whole_and_in_order() -> None:
     """Sections bigger than one frame (a mapping and a sequence) are sent in slices and
     put together in the order written, with the line of every key."""
-    n = yamlchild.SLICE * 3 + 7
+    n = yamlframes.SLICE * 3 + 7
     value = {
         "virtual_servers": {f"vs{i}": {"address": f"10.0.{i // 250}.{i % 250}", "port": 80} for i in range(n)},
         "topology": [{"ldns": f"region r{i}", "server": "datacenter DC1", "weight": i} for i in range(n)],
@@ -48,7 +70,7 @@ def test_big_sections_come_back_whole_and_in_order() -> None:
     apart = same("big.yaml", text)
     assert list(apart.value["virtual_servers"]) == [f"vs{i}" for i in range(n)]
     assert apart.value["topology"][-1]["weight"] == n - 1
-    assert len(apart.lines) > yamlchild.LINE_SLICE  # more than one frame of lines
+    assert len(apart.lines) > yamlframes.LINE_SLICE  # more than one frame of lines
     # each server is three lines from line 2 (its name, address, port)
     assert apart.lines[("virtual_servers", f"vs{n - 1}", "port")] == 3 * (n - 1) + 4
 
@@ -81,20 +103,13 @@ def test_a_duplicate_key_is_reported_with_its_line() -> None:
     ],
 )
 def test_a_file_refused_in_the_child_raises_the_same_problems(text: str) -> None:
+    with pytest.raises(ConfigError) as classic:
+        yamlsrc.load("bad.yaml", text)
     with pytest.raises(ConfigError) as here:
-        yamlchild.here("bad.yaml", text)
+        yamlchild.here("bad.yaml", text, SECTION_ORDER)
     with pytest.raises(ConfigError) as apart:
-        yamlchild.parse("bad.yaml", text)
-    assert apart.value.problems == here.value.problems
-
-
-def test_a_child_that_cannot_start_is_logged_and_the_yaml_parsed_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
-    with capturedLogs() as events:
-        parsed = yamlchild.parse("x.yaml", "a: 1\n")
-    assert parsed.value == {"a": 1}
-    (failed,) = [e for e in events if e.get("event") == "config_child_failed"]
-    assert "FileNotFoundError" in failed["error"]
+        from_child("bad.yaml", text)
+    assert apart.value.problems == here.value.problems == classic.value.problems
 
 
 def test_a_config_read_for_a_reload_is_the_config_read_at_start(tmp_path: Path) -> None:
