@@ -217,12 +217,19 @@ class Replicator:
                 for proto in list(self.peers[name].channels):
                     proto.violation("no longer a member of the sync group")
                 del self.peers[name]
+        # and connections of removed members still in their handshake (their certificate
+        # was checked when they were members; their Hello would find no state)
+        for proto in list(self.connections):
+            if proto.peer is not None and proto.peer != self.node and proto.peer not in self.members:
+                proto.violation("no longer a member of the sync group")
         for name in sorted(self.members):
             if name != self.node and name not in self.peers:
                 self.peers[name] = PeerState(name)
 
     def check_hello(self, identity: str, node: str, group: str, version: int, min_version: int) -> str | None:
         """Why a Hello is refused, or None when it is right."""
+        if identity not in self.members:  # (removed by a reload since its handshake)
+            return f"{identity} is no longer a member of the sync group"
         if node != identity:
             return f"certificate names {identity} but its Hello claims to be {node}"
         if group != self.group:
@@ -236,7 +243,10 @@ class Replicator:
 
     def established(self, proto: PeerProtocol) -> None:
         assert proto.peer is not None
-        peer = self.peers[proto.peer]
+        peer = self.peers.get(proto.peer)
+        if peer is None:  # removed by a reload between its Hello and this turn
+            proto.violation("no longer a member of the sync group")
+            return
         first = not peer.channels
         peer.channels.append(proto)
         peer.datacenter = proto.datacenter

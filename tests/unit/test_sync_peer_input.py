@@ -142,3 +142,30 @@ def test_a_refused_hello_sent_without_asking_is_logged_once_without_a_traceback(
     )
     events = connection.send(hello)
     assert any("speaks protocol versions 1..0" in r for r in dropped_for(events)), events
+
+
+def test_a_member_removed_during_its_handshake_is_dropped_by_the_reload() -> None:
+    """Its certificate was checked while it was a member; a reload that removes it drops
+    its connection still in Hello (on main its Hello went on to find no peer state)."""
+    c = Connection(established=False)
+    with capturedLogs() as events:
+        c.proto.replicator.reconfigure(["gtm-a"], "d2")
+    assert c.proto.phase == peer.CLOSED
+    assert dropped_for(list(events)) == ["no longer a member of the sync group"]
+    assert (
+        c.proto.replicator.check_hello("gtm-b", "gtm-b", "g", 2, 1) == "gtm-b is no longer a member of the sync group"
+    )
+
+
+def test_a_member_removed_between_its_hello_and_its_announcement_is_dropped() -> None:
+    """The answer to its Hello went out, and the reload came before the next turn, where
+    the connection would join the peer's state: it is dropped there, no KeyError."""
+    c = Connection(established=False)
+    c.proto._establish("DC2", 2, "d")  # (announced in the next turn)
+    c.proto.replicator.peers.pop("gtm-b")  # as the reload's reconfigure leaves it ...
+    c.proto.replicator.members = frozenset({"gtm-a"})
+    with capturedLogs() as events:
+        c.clock.advance(0)
+    assert c.proto.phase == peer.CLOSED
+    assert dropped_for(list(events)) == ["no longer a member of the sync group"]
+    assert not any(e.get("log_failure") for e in events)
