@@ -3,20 +3,20 @@
 Of the 2.8 s a 5,000-server config takes to read, 1.0-1.4 s is YAML, and the canonical
 JSON the config digest hashes is one C call that holds the GIL for 130 ms: a stall of
 every answer. For a reload (`gtmcluster.config.reload`), `Child` hands both to a child
-process (``python -m gtmcluster.config.yamlframes``, the same interpreter, which imports
-no more than it needs: it starts in 0.15 s), which runs `yamlsrc.sections` and writes
-what it makes as a stream of small pickles, a section (or a
-slice of a big section) at a time, in the order the config's builder reads them
-(`load.SECTION_ORDER`). The reactor reads the stream (each pickle loads in a few
-milliseconds) into a `Parsed` that fills as it comes, and the builder starts on the first
-sections while the child still builds the big ones: it waits (`Parsed.wanted`) only for a
-section not there yet.
+process (``python -m gtmcluster.config.yamlframes``, the same interpreter; it imports no
+more than it needs and starts in 0.15 s), which runs `yamlsrc.sections` and writes what
+it makes as a stream of small pickles, a section (or a slice of a big section) at a
+time, in the order the config's builder reads them (`load.SECTION_ORDER`). The reactor
+reads the stream (each pickle loads in a few milliseconds) into a `Parsed` that fills as
+it comes, and the builder starts on the first sections while the child still builds the
+big ones: it waits (`Parsed.wanted`) only for a section not there yet.
 
 The child gets the text on its standard input (the parent has read the file and reported
 why it could not), so both see the same bytes. A file the child refuses (`ConfigError`)
-comes back as its problems. A child that cannot be started or ends without its last frame
-is logged and the YAML is parsed in a thread of the node's process: a reload must not
-fail for want of a process.
+comes back as its problems. A child that cannot be started, or ends before its first
+frame, is logged and the YAML is parsed in a thread of the node's process: a reload must
+not fail for want of a process. One that ends after the build started on what it sent
+fails the reload (the running config stays), naming why.
 
 The frames are `yamlframes`'. The pickles come from the child this module starts, with
 the same code, over a pipe no one else holds.
