@@ -96,13 +96,9 @@ def sections(path: str, text: str, first: Sequence[str] = ()) -> Iterator[tuple[
         lines[()] = root.start_mark.line + 1
         nodes: dict[str, yaml.Node] = {}
         for key_node, value_node in root.value:
-            key = key_node.value if key_node.tag == _STR_TAG else loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) or key is None:
-                problems.append(
-                    Problem(path, (), f"a key must be a plain scalar, not {key!r}", key_node.start_mark.line + 1)
-                )
+            key = builder.key(key_node, ())
+            if key is None:
                 continue
-            key = str(key) if not isinstance(key, str) else key
             if key in nodes:
                 message = "duplicate key (it appears earlier in the same mapping)"
                 problems.append(Problem(path, (key,), message, key_node.start_mark.line + 1))
@@ -192,6 +188,16 @@ class _Builder:
         finally:
             self.open.discard(id(node))
 
+    def key(self, key_node: yaml.Node, path: KeyPath) -> str | None:
+        """The key *key_node* names in the mapping at *path*, as a string; None (a problem
+        noted) when it is not a plain scalar."""
+        key = key_node.value if key_node.tag == _STR_TAG else self.loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) or key is None:
+            message = f"a key must be a plain scalar, not {key!r}"
+            self.problems.append(Problem(self.file, path, message, key_node.start_mark.line + 1))
+            return None
+        return key if isinstance(key, str) else str(key)
+
     def _build(self, node: yaml.Node, path: KeyPath) -> Any:
         loader, lines, problems, file = self.loader, self.lines, self.problems, self.file
         lines.setdefault(path, node.start_mark.line + 1)
@@ -201,13 +207,9 @@ class _Builder:
             out: dict[Any, Any] = {}
             written: set[str] = set()  # keys written in this mapping, not merged in
             for key_node, value_node in node.value:
-                key = key_node.value if key_node.tag == _STR_TAG else loader.construct_object(key_node, deep=True)
-                if not isinstance(key, (str, int, float, bool)) or key is None:
-                    problems.append(
-                        Problem(file, path, f"a key must be a plain scalar, not {key!r}", key_node.start_mark.line + 1)
-                    )
+                key = self.key(key_node, path)
+                if key is None:
                     continue
-                key = str(key) if not isinstance(key, str) else key
                 is_explicit = id(key_node) in explicit
                 if key in written and is_explicit:
                     problems.append(
