@@ -134,6 +134,10 @@ def test_no_query_lost_or_failed_while_reloading(tmp_path: Path) -> None:
                 else:
                     assert reload_by_api(node) == 200
                     assert generation(node) == first + i + 1
+            # dnsperf back at its pace after the last reload (its switch and the old config's
+            # freeing done), so the queries in flight at SIGINT are a pace's few
+            after = answered(node)
+            poll.until(lambda: answered(node) >= after + RATE // 2, what="dnsperf at its pace after the reloads")
             perf.send_signal(signal.SIGINT)  # dnsperf stops early on SIGINT and prints its figures
             output, _ = perf.communicate(timeout=30)
         finally:
