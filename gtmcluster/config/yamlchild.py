@@ -36,6 +36,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster import gil, slices
+from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
 from gtmcluster.config.yamlframes import LENGTH, frames
 from gtmcluster.gcpause import collection_paused
@@ -105,6 +106,9 @@ class Parsed:
         if what == "error":
             self.fail(Failure(ConfigError(items[0])))
             return True
+        if what == "resplit":
+            self.fail(Failure(yamlsrc.Resplit(items[0])))
+            return True
         if what == "whole":
             self.value = items[0]
         elif what == "keys":
@@ -157,11 +161,12 @@ def here(path: str, text: str, order: Sequence[str] = ()) -> Parsed:
 class Child(protocol.ProcessProtocol):
     """Parses a file's text in a child process; `parsed` fills as its frames come."""
 
-    def __init__(self, reactor: Any, path: str, text: str, order: Sequence[str]):
+    def __init__(self, reactor: Any, path: str, text: str, order: Sequence[str], split: bool = True):
         self.reactor = reactor
         self.path = path
         self.text = text
         self.order = order
+        self.split = split
         self.parsed = Parsed()
         #: fires with `parsed` when its first frame came (the builder may start), or when
         #: the child failed and the text was parsed in a thread instead
@@ -172,7 +177,8 @@ class Child(protocol.ProcessProtocol):
     def start(self) -> defer.Deferred[Parsed]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
-        args = [sys.executable, "-m", "gtmcluster.config.yamlframes", self.path, *self.order]
+        args = [sys.executable, "-m", "gtmcluster.config.yamlframes", *(["--split"] if self.split else []), self.path]
+        args += self.order
         try:
             self.reactor.spawnProcess(self, sys.executable, args, env=env)
         except OSError as e:

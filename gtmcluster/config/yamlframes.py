@@ -1,12 +1,14 @@
 """The YAML child's side of a reload (`yamlchild`): a config's text in, frames out.
 
-Run as ``python -m gtmcluster.config.yamlframes FILE [SECTION ...]`` with the text on
-standard input. It imports only the YAML reader (the child starts in 0.15 s; with the
-parent's Twisted side, 0.45 s). A frame is an 8-byte big-endian length and a pickle of a
+Run as ``python -m gtmcluster.config.yamlframes [--split] FILE [SECTION ...]`` with the
+text on standard input (``--split``: cut at its top-level keys, `yamlsplit`). It imports
+only the YAML reader (the child starts in 0.15 s; with the parent's Twisted side,
+0.45 s). A frame is an 8-byte big-endian length and a pickle of a
 tuple whose first item says what it is: ``keys``, then per section its ``lines``, its
 value (``key``, then ``more`` slices) and ``arrived``; at the end the rest of the
 ``lines``, the ``problems``, the ``canonical`` JSON and ``end`` (or ``whole`` for a
-document that is not a plain mapping, or ``error`` with the problems of a refused file).
+document that is not a plain mapping, or ``error`` with the problems of a refused file;
+or, after some sections, ``resplit`` when the cut did not hold: read the file whole).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, default=str).encode()
 
 
-def frames(path: str, text: str, order: Sequence[str], slice_size: int | None = SLICE) -> Iterator[tuple[Any, ...]]:
+def frames(
+    path: str, text: str, order: Sequence[str], slice_size: int | None = SLICE, split: bool = False
+) -> Iterator[tuple[Any, ...]]:
     """The frames for *text*: in the child, slices of big sections; whole here."""
 
     def sliced(key: str, section: Any) -> Iterator[tuple[Any, ...]]:
@@ -59,7 +63,7 @@ def frames(path: str, text: str, order: Sequence[str], slice_size: int | None = 
 
     value: Any = None
     try:
-        for event in yamlsrc.sections(path, text, order):
+        for event in yamlsrc.sections(path, text, order, split):
             kind = event[0]
             if kind == "whole":
                 _, value, lines, problems = event
@@ -82,6 +86,9 @@ def frames(path: str, text: str, order: Sequence[str], slice_size: int | None = 
     except ConfigError as e:
         yield ("error", e.problems)
         return
+    except yamlsrc.Resplit as e:
+        yield ("resplit", str(e))
+        return
     yield ("canonical", canonical(value))
     yield ("end",)
 
@@ -91,10 +98,11 @@ def main(argv: list[str]) -> int:
     import gc
 
     gc.disable()  # it lives for one parse, and builds nothing that is garbage
-    path, *order = argv
+    split = argv[:1] == ["--split"]
+    path, *order = argv[1:] if split else argv
     text = sys.stdin.buffer.read().decode()
     out = sys.stdout.buffer
-    for frame in frames(path, text, order):
+    for frame in frames(path, text, order, split=split):
         data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(LENGTH.pack(len(data)))
         out.write(data)

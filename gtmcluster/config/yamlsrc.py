@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gtmcluster.config import yamlsplit
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -58,7 +59,12 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
         raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
 
 
-def sections(path: str, text: str, first: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
+class Resplit(Exception):
+    """The file could not be read a section at a time after all (see `yamlsplit`): read it
+    whole. Raised by `sections` after some sections, for a file that is valid YAML."""
+
+
+def sections(path: str, text: str, first: Sequence[str] = (), split: bool = False) -> Iterator[tuple[Any, ...]]:
     """What `load` makes of *text*, a top-level section at a time: the sections named in
     *first* in that order, then the others in file order (a reader that needs some before
     others can start on them while the rest is built). Events:
@@ -73,7 +79,16 @@ def sections(path: str, text: str, first: Sequence[str] = ()) -> Iterator[tuple[
     built). The values, lines and problems are `load`'s (it builds in file order, this in
     *first*'s: problems are ordered by their lines, see `problems.Problems.raise_if_any`),
     but for a file that expands past `MAX_VALUES`: the path named is the first past it in
-    this order."""
+    this order.
+
+    With *split*, the text is cut at its top-level keys (`yamlsplit.cut`) and each section
+    is composed when its turn comes, so the first are given before the rest is composed;
+    `Resplit` is raised when the cut turns out not to hold (the caller reads the file
+    whole)."""
+    pieces = yamlsplit.cut(text) if split and _FAST is not None else None
+    if pieces is not None:
+        yield from _pieces(path, text, pieces, first)
+        return
     root = None
     loader: Any = None
     if _FAST is not None:
@@ -128,6 +143,66 @@ def sections(path: str, text: str, first: Sequence[str] = ()) -> Iterator[tuple[
         raise ConfigError([Problem(path, (), f"YAML syntax: {e}")]) from None
     finally:
         loader.dispose()
+
+
+def _pieces(path: str, text: str, pieces: list[yamlsplit.Piece], first: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """`sections` of a text cut into *pieces*, each composed in its turn."""
+    lines: dict[KeyPath, int] = {(): pieces[0].line + 1}
+    problems: list[Problem] = []
+    builder = _Builder(None, lines, problems, path)
+    builder.values += 1  # the top level
+    by_key: dict[str, yamlsplit.Piece] = {}
+    twice: list[yamlsplit.Piece] = []
+    for piece in pieces:
+        if piece.key in by_key:
+            message = "duplicate key (it appears earlier in the same mapping)"
+            problems.append(Problem(path, (piece.key,), message, piece.line + 1))
+            twice.append(piece)
+            continue
+        lines[(piece.key,)] = piece.line + 1
+        by_key[piece.key] = piece
+    yield ("keys", list(by_key))
+    order = [k for k in first if k in by_key] + [k for k in by_key if k not in first]
+    try:
+        for key in order:
+            node = _compose_piece(path, text, builder, by_key[key])
+            section_lines: dict[KeyPath, int] = {(key,): lines[(key,)]}
+            builder.lines = section_lines
+            value = builder.build(node, (key,))
+            yield ("section", key, value, section_lines)
+        for piece in twice:  # not read (as `load` keeps the first), but it must be YAML
+            _compose_piece(path, text, builder, piece)
+        yield ("end", problems, lines)
+    except _Refused as e:
+        raise ConfigError([e.problem]) from None
+    except RecursionError:
+        raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
+    finally:
+        if builder.loader is not None:
+            builder.loader.dispose()
+
+
+def _compose_piece(path: str, text: str, builder: _Builder, piece: yamlsplit.Piece) -> yaml.Node:
+    """The value node of *piece*, composed alone; when it does not compose alone, or is
+    not the one key the cut saw, the file is read whole: it raises `ConfigError` with
+    `load`'s problems, or `Resplit` when it is valid after all."""
+    if builder.loader is not None:
+        builder.loader.dispose()
+    builder.loader = _FAST(piece.padded())
+    try:
+        root = builder.loader.get_single_node()
+    except (yaml.YAMLError, RecursionError):
+        root = None
+    if (
+        isinstance(root, yaml.MappingNode)
+        and len(root.value) == 1
+        and root.value[0][0].tag == _STR_TAG
+        and root.value[0][0].value == piece.key
+    ):
+        node: yaml.Node = root.value[0][1]
+        return node
+    load(path, text)  # raises ConfigError for a file that is not valid
+    raise Resplit(f"line {piece.line + 1}: {piece.key!r} is not where a top-level key starts")
 
 
 def _parse(loader_class: Any, path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:

@@ -34,8 +34,9 @@ from tests.support import bigconfig
 
 
 def child_output(path: Path) -> bytes:
-    """What the real child process writes for the file at *path*."""
-    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", str(path), *SECTION_ORDER]
+    """What the real child process writes for the file at *path* (cut at its keys, as a
+    reload runs it)."""
+    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", "--split", str(path), *SECTION_ORDER]
     return subprocess.run(args, input=path.read_bytes(), capture_output=True, check=True, timeout=60).stdout
 
 
@@ -211,6 +212,27 @@ def test_a_file_that_cannot_be_parsed_fails_the_read(tmp_path: Path) -> None:
     assert isinstance(failure.value, ConfigError)
     assert "YAML syntax" in str(failure.value.problems[0])
     assert gc.isenabled()
+
+
+def test_a_file_the_child_cannot_cut_after_all_is_read_whole(tmp_path: Path) -> None:
+    """A line inside a quoted value that looks like a top-level key: the child finds the
+    cut wrong after some sections; the read starts again with the file read whole, says
+    so, and builds the config the file means."""
+    shape = bigconfig.Shape(servers=20, pools=2, wideips=4, topology=8, regions=2, members=2)
+    path = bigconfig.write(tmp_path, shape, ["127.0.0.1", "127.0.0.2"], make_certs=False)
+    text = path.read_text()
+    assert "\nstate_dir: state/{node}\n" in text
+    path.write_text(text.replace("\nstate_dir: state/{node}\n", '\nstate_dir: "state/\nx: {node}"\n'))
+    reactor = Reactor()
+    with capturedLogs() as events:
+        d = reload.read(reactor, str(path))
+        settle(reactor, d)
+    config = d.result
+    assert isinstance(config, Config)
+    assert config.state_dir == "state/ x: {node}"
+    assert config.digest == load(path).digest
+    assert [e["why"] for e in events if e.get("event") == "config_read_whole"]
+    gc.unfreeze()
 
 
 def one_turn(clock: Clock) -> int:

@@ -1,8 +1,9 @@
 """A config's YAML parsed in a child process (for a reload), section by section in the
 builder's order, gives exactly what parsing it in the node's process gives, and what
 `yamlsrc.load` gives in file order: the values, every key's line, the duplicate-key
-problems, the refusals, and the config digest. Each test runs the real child process and
-reads its output as the reactor does."""
+problems, the refusals, and the config digest; with the text cut at its top-level keys
+(``--split``, as a reload runs it: `yamlsplit`) or composed whole. Each test runs the real
+child process and reads its output as the reactor does."""
 
 from __future__ import annotations
 
@@ -22,16 +23,16 @@ from gtmcluster.config.problems import ConfigError
 from tests.support import configs
 
 
-def child_output(path: str, text: str, order: Sequence[str] = SECTION_ORDER) -> bytes:
+def child_output(path: str, text: str, order: Sequence[str] = SECTION_ORDER, split: bool = True) -> bytes:
     """What the real child process writes for *text*."""
-    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", path, *order]
+    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", *(["--split"] if split else []), path, *order]
     return subprocess.run(args, input=text.encode(), capture_output=True, check=True, timeout=60).stdout
 
 
-def from_child(path: str, text: str) -> yamlchild.Parsed:
+def from_child(path: str, text: str, split: bool = True) -> yamlchild.Parsed:
     """*text* parsed by a real child, its output read as the reactor reads it."""
-    child = yamlchild.Child(None, path, text, SECTION_ORDER)
-    child.outReceived(child_output(path, text))
+    child = yamlchild.Child(None, path, text, SECTION_ORDER, split)
+    child.outReceived(child_output(path, text, split=split))
     assert child.parsed.ended
     slices.whole(child.parsed.complete())  # (raises the child's ConfigError)
     return child.parsed
@@ -48,7 +49,7 @@ def same(path: str, text: str) -> yamlchild.Parsed:
     here = yamlchild.here(path, text, SECTION_ORDER)
     apart = from_child(path, text)
     value, lines, problems = yamlsrc.load(path, text)
-    for parsed in (here, apart):
+    for parsed in (here, apart, from_child(path, text, split=False)):
         assert parsed.value == value
         assert list(parsed.value or ()) == list(value or ())  # the file's order
         assert parsed.lines == lines
@@ -83,6 +84,10 @@ def test_big_sections_come_back_whole_and_in_order() -> None:
         "- a\n- b\n",  # not a mapping at all (the reader says so)
         "when: 2026-12-01\nanchored: &a {x: 1}\nmerged: {<<: *a, y: 2}\n",  # a date, a merge
         "pools:\n  p: {ttl: 30}\n  p: {ttl: 60}\n",  # a duplicate key: a problem, the rest read
+        # cut at its keys: a header, comments, entries at column 0, a block scalar, a key
+        # written twice at the top level (a problem at its line, the first one kept)
+        "---\n# the group\nsync_group: {name: g}\n\nlist:\n- a\n- b: 1\n  c: 2\n# between\n"
+        "text: |\n  two\n  lines\nsync_group: {name: h}\nlast:\n",
     ],
 )
 def test_small_files_and_their_problems_are_the_same(text: str) -> None:
@@ -100,6 +105,8 @@ def test_a_duplicate_key_is_reported_with_its_line() -> None:
     [
         "pools: [1, 2\n",  # a syntax error
         "a: &x [*x]\n",  # a recursive alias
+        "a: [1,\nb: 2\n",  # a syntax error across the cut: the piece before it is not closed
+        "a: 1\nb: 2: 3\n",  # a syntax error in the second piece
     ],
 )
 def test_a_file_refused_in_the_child_raises_the_same_problems(text: str) -> None:
@@ -109,7 +116,9 @@ def test_a_file_refused_in_the_child_raises_the_same_problems(text: str) -> None
         yamlchild.here("bad.yaml", text, SECTION_ORDER)
     with pytest.raises(ConfigError) as apart:
         from_child("bad.yaml", text)
-    assert apart.value.problems == here.value.problems == classic.value.problems
+    with pytest.raises(ConfigError) as whole:
+        from_child("bad.yaml", text, split=False)
+    assert apart.value.problems == whole.value.problems == here.value.problems == classic.value.problems
 
 
 def test_a_config_read_for_a_reload_is_the_config_read_at_start(tmp_path: Path) -> None:
@@ -133,3 +142,17 @@ def test_a_config_problem_found_after_parsing_apart_names_its_line(tmp_path: Pat
         load_apart(path)
     assert [str(p) for p in for_reload.value.problems] == [str(p) for p in at_start.value.problems]
     assert any(p.line for p in for_reload.value.problems)
+
+
+def test_a_key_like_line_inside_a_quoted_value_makes_the_child_read_it_whole() -> None:
+    """``b: y"`` at column 0 looks like a key, but is inside the quoted value of ``a``: the
+    piece cut before it does not compose alone, and the child says so (``resplit``) after
+    the sections it sent, which were right; read whole, the file gives its real value."""
+    text = 'first: 1\na: "x\nb: y"\nlast: 2\n'
+    frames = list(yamlframes.frames("q.yaml", text, ["first", "a", "b", "last"], split=True))
+    assert frames[0] == ("keys", ["first", "a", "b", "last"])
+    assert ("key", "first", 1) in frames
+    assert frames[-1][0] == "resplit"
+    with pytest.raises(yamlsrc.Resplit):
+        from_child("q.yaml", text)
+    assert from_child("q.yaml", text, split=False).value == {"first": 1, "a": "x b: y", "last": 2}
