@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, Monitor
-from gtmcluster.health.flap import UP, Flap
+from gtmcluster.health.flap import UNKNOWN, UP, Flap
 from gtmcluster.health.schedule import Entry, Schedule
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.state.schema import shorten
@@ -192,6 +192,24 @@ class HealthChecker(Service):
 
         return switch
 
+    def _confirms(self, subject: Subject, verdict: str) -> bool:
+        """Whether *verdict*, the first of *subject* since it was made (this node started,
+        or its definition changed), is what this node's live record of it says already:
+        one it wrote before a restart, read back from its snapshot. Then it is no change:
+        not logged nor written again before a third of its TTL (a member restarted at
+        5,000 servers would otherwise write, log and send every peer 5,000 verdicts the
+        group already holds, while it reconciles)."""
+        held = self.store.get(subject.key)
+        if held is None or held.origin != self.node or not isinstance(held.value, dict):
+            return False
+        if held.value.get("up") is not (verdict == UP):
+            return False
+        expires = held.expires()
+        # when it was written, as far as its life tells (a record read from a snapshot is
+        # born when read, with what was left of its TTL): rewritten a third of a TTL later
+        subject.last_written = held.born if expires is None else expires - subject.ttl
+        return True
+
     def _check_for(self, monitor: Monitor, made: dict[Monitor, Check]) -> Check:
         """The check of *monitor*: one per monitor (a check holds no state of its targets)."""
         check = made.get(monitor)
@@ -293,6 +311,8 @@ class HealthChecker(Service):
         old = subject.flap.state
         changed = subject.flap.feed(ok)
         now = self.reactor.seconds()
+        if changed is not None and old == UNKNOWN and self._confirms(subject, changed):
+            changed = None  # what this node said before (its snapshot): no change
         if changed is not None:
             log.info(
                 "{subject} seen {new} by {observer} (was {old}): {reason}",

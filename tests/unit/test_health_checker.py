@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from twisted.internet import defer, task
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import capturedLogs
 
 from gtmcluster.config.model import Monitor
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check
-from gtmcluster.state.store import Store
+from gtmcluster.state.store import Record, Store, Version
 from tests.support import configs
 from tests.support.healthcfg import health_config, load_config
 
@@ -381,4 +382,36 @@ def test_skipped_checks_are_logged_at_most_once_a_minute(tmp_path: Path) -> None
     assert warnings[0]["late"] > 0 and warnings[0]["since"] == "start"
     assert warnings[1]["since"] in ("60 s ago", "61 s ago")  # at the first turn a minute later
     assert sum(w["late"] for w in warnings) <= checker.stats.skipped_late
+    checker.stopService()
+
+
+def test_a_first_verdict_that_this_node_held_already_is_no_change(tmp_path: Path) -> None:
+    """After a restart the node holds its own verdicts again (read from its snapshot): a
+    first round that finds the same is not a change (not written, not logged), and the
+    verdict is rewritten a third of its TTL after it was first written, as if the node
+    had never stopped; a first round that finds otherwise is written and logged at once."""
+    checker, store, clock, checks = make(tmp_path)
+    ttl = checker.subjects[0].ttl
+    written_ago = 10.0
+    clock.advance(100)
+    for key, up in (("obs/vs/vs1/n1", True), ("obs/vs/vs2/n1", True)):
+        # as a snapshot gives it back: born when read, with what was left of its life
+        store.merge(Record(key, {"up": up, "reason": "fine"}, Version(1, 1, "n1"), ttl - written_ago, clock.seconds()))
+    held = {key: store.get(key) for key in ("obs/vs/vs1/n1", "obs/vs/vs2/n1")}
+    checks.ok["10.0.2.1"] = False  # vs2 went down while the node was away
+    with capturedLogs() as events:
+        checker.startService()
+        run(clock, 5)
+    logged = {e["subject"] for e in events if e.get("event") == "observation"}
+    assert "virtual server vs1" not in logged
+    assert store.get("obs/vs/vs1/n1") is held["obs/vs/vs1/n1"]  # not written again
+    assert "virtual server vs2" in logged
+    now_down = store.get("obs/vs/vs2/n1")
+    assert now_down is not None and now_down.value == {"up": False, "reason": "refused"}
+    # rewritten once a third of its TTL has passed since it was written, before it lapses
+    run(clock, ttl / 3 - written_ago - 6, step=0.05)
+    assert store.get("obs/vs/vs1/n1") is held["obs/vs/vs1/n1"]
+    run(clock, 6, step=0.05)
+    latest, before = store.get("obs/vs/vs1/n1"), held["obs/vs/vs1/n1"]
+    assert latest is not None and before is not None and latest.version > before.version
     checker.stopService()
