@@ -168,6 +168,7 @@ def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
     yield from parsed.complete()
     problems.found.extend(parsed.problems)  # the duplicate keys
     problems.raise_if_any()
+    r.keep_networks()
     yield
 
     zones = ZoneSet(
