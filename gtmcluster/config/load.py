@@ -80,12 +80,16 @@ def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate the config at *path*. Raises `ConfigError` listing every problem."""
     file = os.fspath(path)
     with collection_paused():
-        return slices.whole(build(file, parse_file(file)))
+        parsed = parse_file(file)
+        config = slices.whole(build(file, parsed))
+    yamlchild.MEMORY.keep(parsed)  # a reload reads only the sections that changed
+    return config
 
 
 def parse_file(file: str) -> yamlchild.Parsed:
-    """Read *file* and parse its YAML. Raises `ConfigError` if it cannot be read or parsed."""
-    return yamlchild.here(file, read_text(file), SECTION_ORDER)
+    """Read *file* and parse its YAML (cut at its top-level keys, for `yamlchild.Memory`).
+    Raises `ConfigError` if it cannot be read or parsed."""
+    return yamlchild.here(file, read_text(file), SECTION_ORDER, split=True)
 
 
 def read_text(file: str) -> str:

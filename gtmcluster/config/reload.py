@@ -32,17 +32,12 @@ from twisted.logger import Logger
 from gtmcluster import slices
 from gtmcluster.config.load import SECTION_ORDER, build, read_text
 from gtmcluster.config.model import Config
-from gtmcluster.config.yamlchild import Child
+from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.yamlchild import MEMORY, Child, Memory, Parsed
 from gtmcluster.config.yamlsrc import Resplit
 from gtmcluster.gcpause import collection_paused
 
 log = Logger()
-
-#: seconds of building per reactor turn: three times `slices.BUDGET`, as a reload is
-#: about 1.5 s of work, and a busy member's turns (1,000 checks a second, answers) take
-#: 10 ms of other work: at 5 ms a turn, the reload took 4.6-4.9 s; at 15 ms, XX s, and
-#: no turn holds answers up beyond 25 ms
-BUDGET = 0.015
 
 
 def read(reactor: Any, path: str) -> defer.Deferred[Config]:
@@ -53,16 +48,24 @@ def read(reactor: Any, path: str) -> defer.Deferred[Config]:
         text = read_text(path)  # (a few milliseconds for megabytes)
         with collection_paused():
             try:
-                config = await building(text, split=True)
+                config, parsed = await building(text, split=True, memory=MEMORY)
             except Resplit as e:
                 log.info("{path} is read whole: {why}", path=path, why=e, event="config_read_whole")
-                config = await building(text, split=False)
+                config, parsed = await building(text, split=False, memory=None)
+            MEMORY.keep(parsed)
             gc.freeze()
         return config
 
-    async def building(text: str, split: bool) -> Config:
-        parsed = await Child(reactor, path, text, SECTION_ORDER, split).start()
-        return await slices.run(build(path, parsed), reactor, BUDGET)
+    async def building(text: str, split: bool, memory: Memory | None) -> tuple[Config, Parsed]:
+        child = Child(reactor, path, text, SECTION_ORDER, split, memory)
+        parsed = await child.start()
+        try:
+            return await slices.run(build(path, parsed), reactor), parsed
+        except ConfigError:
+            if not parsed.reused:
+                raise
+        # a problem, and sections taken from memory have no lines: again, all read
+        return await building(text, split, None)
 
     return defer.ensureDeferred(reading())
 

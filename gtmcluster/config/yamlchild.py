@@ -38,7 +38,7 @@ from twisted.python.failure import Failure
 from gtmcluster import gil, slices
 from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
-from gtmcluster.config.yamlframes import LENGTH, frames
+from gtmcluster.config.yamlframes import LENGTH, assembled, frames
 from gtmcluster.gcpause import collection_paused
 
 log = Logger()
@@ -49,15 +49,48 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 PENDING: Any = type("Pending", (), {"__repr__": lambda self: "PENDING"})()
 
 
-class Parsed:
-    """What `yamlsrc.sections` makes of a file, and its canonical JSON (for the digest);
-    filled as the child's frames come (`wanted`, `complete`), or whole (`here`)."""
+class Memory:
+    """The sections of the last config read, by the sha of their text (a file cut at its
+    keys: `yamlsplit`), with their values and canonical JSON. A reload's child names a
+    section whose text is the same (``same``) rather than reading it again: a reload
+    costs the sections that changed. The values are shared by the reads (the builder
+    only reads them). Their lines are not kept: a read that used some and found a
+    problem is read again without them (`reload.read`), for the problem's line."""
 
     def __init__(self) -> None:
+        self._held: dict[str, tuple[str, Any, bytes]] = {}
+
+    def known(self) -> dict[str, str]:
+        return {key: sha for key, (sha, _, _) in self._held.items()}
+
+    def get(self, key: str, sha: str) -> tuple[Any, bytes] | None:
+        held = self._held.get(key)
+        return None if held is None or held[0] != sha else (held[1], held[2])
+
+    def keep(self, parsed: Parsed) -> None:
+        """Remember the sections of *parsed* (its config was built), and only those."""
+        self._held = {key: (sha, parsed.value[key], part) for key, (sha, part) in parsed.pieces.items()}
+
+
+#: what this process read last (a node reads one config at a time)
+MEMORY = Memory()
+
+
+class Parsed:
+    """What `yamlsrc.sections` makes of a file, and its canonical JSON (for the digest);
+    filled as the child's frames come (`wanted`, `complete`), or whole (`here`). A
+    section the child names as the same (``same``) is taken from *memory*."""
+
+    def __init__(self, memory: Memory | None = None) -> None:
         self.value: Any = None
         self.lines: dict[KeyPath, int] = {}
         self.problems: list[Problem] = []
         self.canonical = b""
+        self.memory = memory
+        #: key -> (sha, canonical JSON) of each section, when the file was cut at its keys
+        self.pieces: dict[str, tuple[str, bytes]] = {}
+        #: the sections taken from *memory* (their lines are not here)
+        self.reused: set[str] = set()
         self._arrived: set[str] = set()
         self._ended = False
         self._failure: Failure | None = None
@@ -121,6 +154,19 @@ class Parsed:
                 section.update(items[1])
             else:
                 section.extend(items[1])
+        elif what == "piece":
+            key, sha, part = items
+            self.pieces[key] = (sha, part)
+        elif what == "same":
+            key, sha = items
+            held = None if self.memory is None else self.memory.get(key, sha)
+            if held is None:
+                raise RuntimeError(f"the child named a section this node does not hold: {key}")
+            self.value[key], part = held
+            self.pieces[key] = (sha, part)
+            self.reused.add(key)
+            self._arrived.add(key)
+            self._progress()
         elif what == "arrived":
             self._arrived.add(items[0])
             self._progress()
@@ -131,6 +177,8 @@ class Parsed:
         elif what == "canonical":
             self.canonical = items[0]
         elif what == "end":
+            if self.pieces:
+                self.canonical = assembled({key: part for key, (_, part) in self.pieces.items()})
             self._ended = True
             self._progress()
             return True
@@ -147,13 +195,16 @@ class Parsed:
         return self._ended or self._failure is not None
 
 
-def here(path: str, text: str, order: Sequence[str] = ()) -> Parsed:
-    """Parse *text* (read from *path*) in this process, whole; raises `ConfigError` as
+def here(path: str, text: str, order: Sequence[str] = (), split: bool = False) -> Parsed:
+    """Parse *text* (read from *path*) in this process, whole, or cut at its keys
+    (*split*: with each section's sha, for `Memory`); raises `ConfigError` as
     `yamlsrc.load` does."""
     parsed = Parsed()
-    for frame in frames(path, text, order, slice_size=None):
+    for frame in frames(path, text, order, slice_size=None, split=split):
         parsed.take(*frame)
     if parsed._failure is not None:
+        if split and parsed._failure.check(yamlsrc.Resplit):
+            return here(path, text, order)
         parsed._failure.raiseException()
     return parsed
 
@@ -161,13 +212,21 @@ def here(path: str, text: str, order: Sequence[str] = ()) -> Parsed:
 class Child(protocol.ProcessProtocol):
     """Parses a file's text in a child process; `parsed` fills as its frames come."""
 
-    def __init__(self, reactor: Any, path: str, text: str, order: Sequence[str], split: bool = True):
+    def __init__(
+        self,
+        reactor: Any,
+        path: str,
+        text: str,
+        order: Sequence[str],
+        split: bool = True,
+        memory: Memory | None = None,
+    ):
         self.reactor = reactor
         self.path = path
         self.text = text
         self.order = order
         self.split = split
-        self.parsed = Parsed()
+        self.parsed = Parsed(memory if split else None)
         #: fires with `parsed` when its first frame came (the builder may start), or when
         #: the child failed and the text was parsed in a thread instead
         self.started: defer.Deferred[Parsed] = defer.Deferred()
@@ -177,8 +236,12 @@ class Child(protocol.ProcessProtocol):
     def start(self) -> defer.Deferred[Parsed]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
-        args = [sys.executable, "-m", "gtmcluster.config.yamlframes", *(["--split"] if self.split else []), self.path]
-        args += self.order
+        args = [sys.executable, "-m", "gtmcluster.config.yamlframes"]
+        if self.split:
+            args.append("--split")
+            for key, sha in ({} if self.parsed.memory is None else self.parsed.memory.known()).items():
+                args += ["--have", f"{key}={sha}"]
+        args += [self.path, *self.order]
         try:
             self.reactor.spawnProcess(self, sys.executable, args, env=env)
         except OSError as e:

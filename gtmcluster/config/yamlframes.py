@@ -1,12 +1,15 @@
 """The YAML child's side of a reload (`yamlchild`): a config's text in, frames out.
 
-Run as ``python -m gtmcluster.config.yamlframes [--split] FILE [SECTION ...]`` with the
-text on standard input (``--split``: cut at its top-level keys, `yamlsplit`). It imports
+Run as ``python -m gtmcluster.config.yamlframes [--split [--have KEY=SHA ...]] FILE
+[SECTION ...]`` with the text on standard input (``--split``: cut at its top-level keys,
+`yamlsplit`; ``--have``: a section the reader holds, by the sha of its text). It imports
 only the YAML reader (the child starts in 0.15 s; with the parent's Twisted side,
 0.45 s). A frame is an 8-byte big-endian length and a pickle of a
 tuple whose first item says what it is: ``keys``, then per section its ``lines``, its
-value (``key``, then ``more`` slices) and ``arrived``; at the end the rest of the
-``lines``, the ``problems``, the ``canonical`` JSON and ``end`` (or ``whole`` for a
+value (``key``, then ``more`` slices), with ``--split`` its sha and canonical JSON
+(``piece``), and ``arrived``, or ``same`` for a section the reader holds; at the end the
+rest of the ``lines``, the ``problems``, the ``canonical`` JSON (not with ``--split``: the
+reader puts it together from the pieces) and ``end`` (or ``whole`` for a
 document that is not a plain mapping, or ``error`` with the problems of a refused file;
 or, after some sections, ``resplit`` when the cut did not hold: read the file whole).
 """
@@ -17,7 +20,7 @@ import json
 import pickle
 import struct
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gtmcluster.config import yamlsrc
@@ -35,10 +38,23 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, default=str).encode()
 
 
+def assembled(parts: Mapping[str, bytes]) -> bytes:
+    """`canonical` of a mapping, from the `canonical` of each of its values by key (what
+    ``json.dumps`` writes for it: its items in key order, the same separators)."""
+    return b"{" + b", ".join(json.dumps(key).encode() + b": " + parts[key] for key in sorted(parts)) + b"}"
+
+
 def frames(
-    path: str, text: str, order: Sequence[str], slice_size: int | None = SLICE, split: bool = False
+    path: str,
+    text: str,
+    order: Sequence[str],
+    slice_size: int | None = SLICE,
+    split: bool = False,
+    known: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[Any, ...]]:
-    """The frames for *text*: in the child, slices of big sections; whole here."""
+    """The frames for *text*: in the child, slices of big sections; whole here. Cut at
+    its keys (*split*), each section comes with its sha and canonical JSON (``piece``),
+    and a section *known* by its sha is only named (``same``): the reader holds it."""
 
     def sliced(key: str, section: Any) -> Iterator[tuple[Any, ...]]:
         if slice_size is not None and isinstance(section, dict) and len(section) > slice_size:
@@ -62,8 +78,9 @@ def frames(
             yield ("lines", entries[start : start + LINE_SLICE])
 
     value: Any = None
+    parted = False  # sections came as pieces: the reader puts the canonical JSON together
     try:
-        for event in yamlsrc.sections(path, text, order, split):
+        for event in yamlsrc.sections(path, text, order, split, known):
             kind = event[0]
             if kind == "whole":
                 _, value, lines, problems = event
@@ -74,11 +91,17 @@ def frames(
                 value = dict.fromkeys(event[1])
                 yield event
             elif kind == "section":
-                _, key, section, lines = event
+                _, key, section, lines, sha = event
                 value[key] = section
                 yield from lines_of(lines)
                 yield from sliced(key, section)
+                if sha is not None:
+                    parted = True
+                    yield ("piece", key, sha, canonical(section))
                 yield ("arrived", key)
+            elif kind == "same":
+                parted = True
+                yield event
             else:  # "end"
                 _, problems, lines = event
                 yield from lines_of(lines)
@@ -89,7 +112,8 @@ def frames(
     except yamlsrc.Resplit as e:
         yield ("resplit", str(e))
         return
-    yield ("canonical", canonical(value))
+    if not parted:
+        yield ("canonical", canonical(value))
     yield ("end",)
 
 
@@ -99,10 +123,17 @@ def main(argv: list[str]) -> int:
 
     gc.disable()  # it lives for one parse, and builds nothing that is garbage
     split = argv[:1] == ["--split"]
-    path, *order = argv[1:] if split else argv
+    if split:
+        argv = argv[1:]
+    known: dict[str, str] = {}
+    while argv[:1] == ["--have"]:  # --have KEY=SHA: a section the reader holds
+        key, _, sha = argv[1].partition("=")
+        known[key] = sha
+        argv = argv[2:]
+    path, *order = argv
     text = sys.stdin.buffer.read().decode()
     out = sys.stdout.buffer
-    for frame in frames(path, text, order, split=split):
+    for frame in frames(path, text, order, split=split, known=known):
         data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(LENGTH.pack(len(data)))
         out.write(data)

@@ -25,6 +25,7 @@ finds that out when it composes the pieces (`Resplit`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -54,6 +55,11 @@ class Piece:
 
     def padded(self) -> str:
         return "\n" * self.line + self.text
+
+    def sha(self) -> str:
+        """What the piece says (its text: a section moved by an edit above it is the same),
+        as a reload remembers it."""
+        return hashlib.sha256(self.text.encode()).hexdigest()[:32]
 
 
 def cut(text: str) -> list[Piece] | None:

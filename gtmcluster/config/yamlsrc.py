@@ -9,7 +9,7 @@ intends; two keys written in the same mapping are a problem.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -64,13 +64,18 @@ class Resplit(Exception):
     whole. Raised by `sections` after some sections, for a file that is valid YAML."""
 
 
-def sections(path: str, text: str, first: Sequence[str] = (), split: bool = False) -> Iterator[tuple[Any, ...]]:
+def sections(
+    path: str, text: str, first: Sequence[str] = (), split: bool = False, known: Mapping[str, str] | None = None
+) -> Iterator[tuple[Any, ...]]:
     """What `load` makes of *text*, a top-level section at a time: the sections named in
     *first* in that order, then the others in file order (a reader that needs some before
     others can start on them while the rest is built). Events:
 
     - ``("keys", [key, ...])``: the top-level keys, in file order, before any section;
-    - ``("section", key, value, lines)``: a section's value and the lines of its key paths;
+    - ``("section", key, value, lines, sha)``: a section's value and the lines of its key
+      paths (*sha*: with *split*, of its text, else None);
+    - ``("same", key, sha)`` instead, with *split*, for a section whose text's sha is the
+      one *known* names (the caller holds its value from an earlier read);
     - ``("end", problems, lines)``: the duplicate-key problems, and the lines of the rest;
     - ``("whole", value, lines, problems)`` instead of all of these, for a document whose
       top level is not a plain mapping (or that the fast parser refuses).
@@ -87,7 +92,7 @@ def sections(path: str, text: str, first: Sequence[str] = (), split: bool = Fals
     whole)."""
     pieces = yamlsplit.cut(text) if split and _FAST is not None else None
     if pieces is not None:
-        yield from _pieces(path, text, pieces, first)
+        yield from _pieces(path, text, pieces, first, known or {})
         return
     root = None
     loader: Any = None
@@ -128,7 +133,7 @@ def sections(path: str, text: str, first: Sequence[str] = (), split: bool = Fals
             builder.lines = section_lines
             builder.open.add(id(root))
             value = builder.build(nodes[key], (key,))
-            yield ("section", key, value, section_lines)
+            yield ("section", key, value, section_lines, None)
         yield ("end", problems, lines)
     except _Refused as e:
         raise ConfigError([e.problem]) from None
@@ -145,8 +150,11 @@ def sections(path: str, text: str, first: Sequence[str] = (), split: bool = Fals
         loader.dispose()
 
 
-def _pieces(path: str, text: str, pieces: list[yamlsplit.Piece], first: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    """`sections` of a text cut into *pieces*, each composed in its turn."""
+def _pieces(
+    path: str, text: str, pieces: list[yamlsplit.Piece], first: Sequence[str], known: Mapping[str, str]
+) -> Iterator[tuple[Any, ...]]:
+    """`sections` of a text cut into *pieces*, each composed in its turn (but those
+    *known*: the same text, its value held by the caller)."""
     lines: dict[KeyPath, int] = {(): pieces[0].line + 1}
     problems: list[Problem] = []
     builder = _Builder(None, lines, problems, path)
@@ -165,11 +173,16 @@ def _pieces(path: str, text: str, pieces: list[yamlsplit.Piece], first: Sequence
     order = [k for k in first if k in by_key] + [k for k in by_key if k not in first]
     try:
         for key in order:
-            node = _compose_piece(path, text, builder, by_key[key])
+            piece = by_key[key]
+            sha = piece.sha()
+            if known.get(key) == sha:
+                yield ("same", key, sha)
+                continue
+            node = _compose_piece(path, text, builder, piece)
             section_lines: dict[KeyPath, int] = {(key,): lines[(key,)]}
             builder.lines = section_lines
             value = builder.build(node, (key,))
-            yield ("section", key, value, section_lines)
+            yield ("section", key, value, section_lines, sha)
         for piece in twice:  # not read (as `load` keeps the first), but it must be YAML
             _compose_piece(path, text, builder, piece)
         yield ("end", problems, lines)

@@ -8,6 +8,7 @@ nothing; a child that dies or cannot start; and the replaced config freed in tur
 from __future__ import annotations
 
 import gc
+import pickle
 import struct
 import subprocess
 import sys
@@ -69,6 +70,7 @@ class Reactor(MemoryReactorClock):
         super().__init__()
         self.turns = 0
         self.spawn_error: OSError | None = None
+        self.outputs: list[bytes] = []  # what each child wrote
 
     def getThreadPool(self) -> InlinePool:
         return InlinePool()
@@ -86,6 +88,7 @@ class Reactor(MemoryReactorClock):
         ran = subprocess.run(
             list(args), check=False, input=proto.text.encode(), capture_output=True, env=env, timeout=60
         )
+        self.outputs.append(ran.stdout)
         proto.outReceived(ran.stdout)
         proto.processEnded(Failure(error.ProcessDone(0)))
         return None
@@ -149,7 +152,7 @@ def test_the_build_starts_on_the_first_sections_while_the_child_sends_the_rest(b
             break
     assert built is not None and not built.called
     assert child.parsed.awaited == [("pools",)]  # done with the servers and regions
-    assert sent < len(pieces) / 2  # the biggest sections still to come
+    assert sum(map(len, pieces[:sent])) < sum(map(len, pieces)) / 2  # the biggest still to come
     for frame in pieces[sent:]:
         child.outReceived(frame)
     settle(reactor, built)
@@ -233,6 +236,74 @@ def test_a_file_the_child_cannot_cut_after_all_is_read_whole(tmp_path: Path) -> 
     assert config.digest == load(path).digest
     assert [e["why"] for e in events if e.get("event") == "config_read_whole"]
     gc.unfreeze()
+
+
+def kinds(output: bytes) -> list[tuple[str, Any]]:
+    """What each frame of a child's *output* is, and for a section which."""
+    out = []
+    for frame in frames(output):
+        what = pickle.loads(frame[8:])
+        out.append((what[0], what[1] if what[0] in ("same", "piece") else None))
+    return out
+
+
+def test_a_reload_reads_again_only_the_sections_whose_text_changed(big: Path) -> None:
+    """The node read its config at start; a reload of the same file has the child name
+    every section as the same (nothing of it read again, nor sent); after an edit of the
+    wide IPs, the child reads and sends that section alone. Each time the config is the
+    one the file says."""
+    load(big)  # at start
+    reactor = Reactor()
+    try:
+        d = reload.read(reactor, str(big))
+        settle(reactor, d)
+        assert isinstance(d.result, Config) and d.result.digest == load(big).digest
+        sent = kinds(reactor.outputs[-1])
+        named = {key for what, key in sent if what == "same"}
+        assert named >= {"virtual_servers", "regions", "topology", "pools", "wideips", "sync_group"}
+        assert not [key for what, key in sent if what == "piece"]
+        assert len(reactor.outputs[-1]) < 20_000  # of megabytes
+
+        raw = yaml.safe_load(big.read_text())
+        name = next(iter(raw["wideips"]))
+        raw["wideips"][name]["failure_response"] = "servfail"
+        text = big.read_text()
+        start, end = text.index("\nwideips:") + 1, text.index("\nzones:") + 1  # (zones come next)
+        big.write_text(text[:start] + yaml.safe_dump({"wideips": raw["wideips"]}, sort_keys=False) + text[end:])
+        d = reload.read(reactor, str(big))
+        settle(reactor, d)
+        assert isinstance(d.result, Config), d.result
+        assert [w.failure_response for w in d.result.wideips.values() if w.name == name] == ["servfail"]
+        assert d.result.digest == load(big).digest
+        assert [key for what, key in kinds(reactor.outputs[-1]) if what == "piece"] == ["wideips"]
+    finally:
+        gc.unfreeze()
+
+
+def test_a_problem_in_a_section_taken_from_memory_still_names_its_line(big: Path) -> None:
+    """The servers' section is the same, but the data center it names is gone: the read
+    that took it from memory (without its lines) is done again in full, and the problem
+    names its line as a read at start does."""
+    load(big)
+    text = big.read_text()
+    assert "\n- DC2\n" in text
+    big.write_text(text.replace("\n- DC2\n", "\n- DC9\n", 1))
+    with pytest.raises(ConfigError) as at_start:
+        load(big)
+    load_again = big.read_text()
+    big.write_text(text)
+    load(big)  # the memory holds the good file's sections
+    big.write_text(load_again)
+    reactor = Reactor()
+    d = reload.read(reactor, str(big))
+    settle(reactor, d)
+    failure = failure_of(d)
+    assert isinstance(failure.value, ConfigError)
+    assert [str(p) for p in failure.value.problems] == [str(p) for p in at_start.value.problems]
+    assert all(p.line for p in failure.value.problems if p.path[:1] == ("virtual_servers",))
+    assert len(reactor.outputs) == 2  # read again, in full
+    assert any(what == "same" for what, _ in kinds(reactor.outputs[0]))
+    assert not any(what == "same" for what, _ in kinds(reactor.outputs[1]))
 
 
 def one_turn(clock: Clock) -> int:
