@@ -36,16 +36,19 @@ class _Family(Generic[V]):
     def add(self, network: IPNetwork, value: V) -> None:
         plen = network.prefixlen
         top = int(network.network_address) >> (self.width - plen)
-        table = self.exact.setdefault(plen, {})
+        table = self.exact.get(plen)
+        if table is None:
+            table = self.exact[plen] = {}
+            self.lengths = sorted(self.exact, reverse=True)
         values = table.setdefault(top, [])
         if value not in values:
             values.append(value)
+        levels = self.levels
         for depth in range(plen, -1, -1):
             prefix = top >> (plen - depth)
-            if prefix in self.levels[depth]:
+            if prefix in levels[depth]:
                 break
-            self.levels[depth].add(prefix)
-        self.lengths = sorted(self.exact, reverse=True)
+            levels[depth].add(prefix)
 
     def lookup(self, value: int) -> tuple[list[tuple[int, list[V]]], int]:
         width = self.width
