@@ -50,6 +50,7 @@ from twisted.application.service import Service
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
+from gtmcluster import gil
 from gtmcluster.state import schema
 from gtmcluster.state.loading import Damaged, Loading
 from gtmcluster.state.store import Record, Store, Version
@@ -201,6 +202,14 @@ def write(path: Path, data: list[Row], node: str, deleted: list[str] | None = No
     finally:
         db.close()
     return len(data)
+
+
+def _beside(path: Path, data: list[Row], node: str, deleted: list[str]) -> int:
+    """`write` changes in a thread beside the reactor, handing the GIL over often: binding
+    the rows' values holds it, and a write of 25,000 rows (a member that reconciled) made
+    the reactor wait for it at each of its system calls, 30-50 ms late (`gtmcluster.gil`)."""
+    with gil.yielding_often():
+        return write(path, data, node, deleted, False)
 
 
 def _newer(version: int) -> str:
@@ -734,7 +743,7 @@ class Snapshotter(Service):
 
         def write_rows(_: object = None) -> defer.Deferred[Any]:
             return threads.deferToThreadPool(
-                self.reactor, self.reactor.getThreadPool(), write, self.path, data, self.store.origin, deleted, False
+                self.reactor, self.reactor.getThreadPool(), _beside, self.path, data, self.store.origin, deleted
             )
 
         if len(dirty) <= ROWS_PER_TURN:
