@@ -131,6 +131,7 @@ class Node:
         self.config = config
         self._wideips_of = config.wideips_of
         self._wideip_health: dict[str, int] = {}
+        self._servers_of: dict[str, frozenset[str]] = {}  # filled as wide IPs are asked
         self.member: Member = built.member
         self.measurements = built.measurements
         budget = built.probe_budget
@@ -190,10 +191,10 @@ class Node:
         """
         cache = self.cache if key is not None else None
         started = time.perf_counter()
+        health = self._health_of(wideip.name, wideip)
         if cache is None:
             decision = self.balancer.decide(wideip, qtype, client)
         else:
-            health = self._health_of(wideip.name)
             store = self.store
             reads: list[tuple[str, Record | None]] = []
             store.reads = reads
@@ -211,11 +212,33 @@ class Node:
             self.stats.answered[decision.members] += 1
         return self._carry_out(decision)
 
-    def _health_of(self, wideip: str) -> int:
+    def _health_of(self, wideip: str, definition: WideIP | None = None) -> int:
         """The wide IP's health generation: grows whenever a server of its pools starts or
-        stops being available or serving (changes not yet evaluated are evaluated first)."""
-        self.health.catch_up()
+        stops being available or serving (changes of its servers not yet evaluated are
+        evaluated first: `HealthTracker.catch_up`)."""
+        servers = self._servers_of.get(wideip)
+        if servers is None:
+            servers = self._servers_of[wideip] = self._servers_of_wideip(wideip, definition)
+        self.health.catch_up(servers)
         return self._wideip_health.get(wideip, 0)
+
+    def _servers_of_wideip(self, name: str, wideip: WideIP | None) -> frozenset[str]:
+        """The servers an answer for wide IP *name* may name (its pools' members and its
+        last resort's), and those they depend on."""
+        if wideip is None:  # (a kept decision checked after a reload: rare)
+            wideip = next((w for w in self.config.wideips.values() if w.name == name), None)
+        if wideip is None:
+            return frozenset()
+        refs = [*wideip.pools, *([wideip.last_resort] if wideip.last_resort else [])]
+        servers = {m.vs.name for ref in refs for m in ref.pool.members}
+        todo = list(servers)
+        while todo:  # and what they depend on, however deep
+            vs = self.config.virtual_servers.get(todo.pop())
+            for needed in vs.depends_on if vs is not None else ():
+                if needed not in servers:
+                    servers.add(needed)
+                    todo.append(needed)
+        return frozenset(servers)
 
     def _standing_changed(self, servers: Iterable[str]) -> None:
         wideips_of = self._wideips_of

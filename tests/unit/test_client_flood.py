@@ -60,7 +60,7 @@ class FloodGroup:
         #: themselves (a heap: the test's own memory stays bounded too), and how many
         self.newest: list[tuple[Version, str]] = []
         self.written = 0
-        threads = InlineThreads()
+        threads = self.threads = InlineThreads()
         for name in NAMES:
             node = Node(config, name, clock=self.cluster.clock.seconds, rng=random.Random(name))
             node.ready = True
@@ -105,8 +105,9 @@ class FloodGroup:
         self.cluster.settle()
 
     def save(self) -> None:
-        for snaps in self.snapshots.values():
-            snaps.save()
+        saving = [snaps.save() for snaps in self.snapshots.values()]
+        while not all(d.called for d in saving):
+            self.threads.clock.advance(0)  # (the rows of a big save are made over turns)
 
     def reconcile(self) -> None:
         for replicator in self.cluster.replicators.values():
