@@ -482,7 +482,9 @@ class Replicator:
         return self._merge(proto, self._decode(proto, batch), bulk)
 
     def receive_in_slices(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> defer.Deferred[int]:
-        """Like `receive`, but `MERGE_SLICE` records per reactor turn; fires with the count
+        """Like `receive`, but `MERGE_SLICE` records per reactor turn, from the next one on
+        (a connection resumed after a pause delivers the batches it buffered at once: their
+        first slices merged there and then held the reactor 80 ms); fires with the count
         merged. The whole batch is checked first: a malformed one raises `BadMessage` here
         and nothing of it is merged."""
         records = self._decode(proto, batch)
@@ -500,7 +502,7 @@ class Replicator:
             else:
                 done.callback(merged)
 
-        step(0)
+        self.clock.callLater(0, step, 0)
         return done
 
     def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:
