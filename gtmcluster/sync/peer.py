@@ -399,7 +399,9 @@ class PeerProtocol(amp.AMP):
         nothing more is read from this peer until the batch is merged and the reactor has
         turned, so DNS queries are answered in between and a flood waits in the sender's
         socket rather than in this node's memory."""
-        merging: Deferred[int] = self._guard(self.replicator.receive_in_slices, records, bool(bulk))
+        # the first batch since the connection paused is merged from now; any other that
+        # came in the same read (buffered while paused), from the next turn
+        merging: Deferred[int] = self._guard(self.replicator.receive_in_slices, records, bool(bulk), self._merging == 0)
         self._merging += 1
         if not self.paused:
             self.pauseProducing()

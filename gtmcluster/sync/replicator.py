@@ -481,12 +481,14 @@ class Replicator:
         """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""
         return self._merge(proto, self._decode(proto, batch), bulk)
 
-    def receive_in_slices(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> defer.Deferred[int]:
-        """Like `receive`, but `MERGE_SLICE` records per reactor turn, from the next one on
-        (a connection resumed after a pause delivers the batches it buffered at once: their
-        first slices merged there and then held the reactor 80 ms); fires with the count
-        merged. The whole batch is checked first: a malformed one raises `BadMessage` here
-        and nothing of it is merged."""
+    def receive_in_slices(
+        self, proto: PeerProtocol, batch: bytes, bulk: bool = False, at_once: bool = True
+    ) -> defer.Deferred[int]:
+        """Like `receive`, but `MERGE_SLICE` records per reactor turn, the first now (or,
+        not *at_once*, in the next turn: a connection resumed after a pause delivers the
+        batches it buffered at once, and their first slices merged there and then held the
+        reactor 80 ms); fires with the count merged. The whole batch is checked first: a
+        malformed one raises `BadMessage` here and nothing of it is merged."""
         records = self._decode(proto, batch)
         done: defer.Deferred[int] = defer.Deferred()
         merged = 0
@@ -502,7 +504,10 @@ class Replicator:
             else:
                 done.callback(merged)
 
-        self.clock.callLater(0, step, 0)
+        if at_once:
+            step(0)
+        else:
+            self.clock.callLater(0, step, 0)
         return done
 
     def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:

@@ -245,9 +245,10 @@ def test_a_silent_peer_is_dropped_after_the_idle_timeout(trio: MemoryCluster) ->
 
 def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -> None:
     """A batch of 250 records from a peer is checked whole, then merged MERGE_SLICE records
-    a reactor turn from the next one on (DNS queries are answered in between, and a
-    connection that delivers several batches at once merges none of them there; the fake
-    clock runs the later slices in one advance); the answer counts them all."""
+    at once and the rest in later reactor turns (DNS queries are answered in between; the
+    fake clock runs the later slices in one advance); the answer counts them all. Another
+    batch delivered in the same read (a connection resumed after a pause) merges nothing
+    there: its first slice waits for the next turn."""
     receiver = trio.replicators["gtm-b"]
     proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
     now = trio.clock.seconds()
@@ -257,15 +258,19 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
     ((batch, _),) = list(codec.batches(records, now))
     results: list[int] = []
     receiver.receive_in_slices(proto, batch).addCallback(results.append)
-    assert len(trio.stores["gtm-b"]) == 0 and results == []
-    (first,) = [cast(DelayedCall, c) for c in trio.clock.getDelayedCalls() if c.getTime() == now]
-    run = partial(first.func, *first.args, **first.kw)  # the first slice, next turn
-    first.cancel()
-    run()  # that turn
     assert len(trio.stores["gtm-b"]) == MERGE_SLICE and results == []
     assert [c.getTime() for c in trio.clock.getDelayedCalls()].count(now) == 1  # the next slice, next turn
     trio.clock.advance(0)
     assert len(trio.stores["gtm-b"]) == 250 and results == [250]
+    more = [Record(f"admin/vs/w{i}", {"state": "drain"}, Version(2000 + i, 0, "gtm-a"), None, now) for i in range(50)]
+    ((second, _),) = list(codec.batches(more, now))
+    receiver.receive_in_slices(proto, second, at_once=False).addCallback(results.append)
+    assert len(trio.stores["gtm-b"]) == 250  # not in this turn
+    (first,) = [cast(DelayedCall, c) for c in trio.clock.getDelayedCalls() if c.getTime() == now]
+    run = partial(first.func, *first.args, **first.kw)
+    first.cancel()
+    run()  # the next turn
+    assert len(trio.stores["gtm-b"]) == 300 and results == [250, 50]
 
 
 def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: MemoryCluster) -> None:
