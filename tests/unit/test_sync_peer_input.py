@@ -14,9 +14,9 @@ from twisted.logger import LogEvent, capturedLogs
 from twisted.protocols import amp
 from twisted.python.failure import Failure
 
-from gtmcluster.state.store import Store
-from gtmcluster.sync import commands, peer
-from gtmcluster.sync.replicator import Replicator
+from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.sync import codec, commands, peer
+from gtmcluster.sync.replicator import MERGE_SLICE, Replicator
 
 
 def box(**values: bytes) -> bytes:
@@ -169,3 +169,29 @@ def test_a_member_removed_between_its_hello_and_its_announcement_is_dropped() ->
     assert c.proto.phase == peer.CLOSED
     assert dropped_for(list(events)) == ["no longer a member of the sync group"]
     assert not any(e.get("log_failure") for e in events)
+
+
+def test_batches_delivered_in_one_read_are_merged_a_slice_a_turn() -> None:
+    """Two Publish batches in one read (a connection resumed after a pause delivers what it
+    buffered): the first merges its first slice at once, the second nothing in that read;
+    the rest comes in later turns, and both are answered."""
+    c = Connection()
+    now = c.clock.seconds()
+    batches = []
+    for first in (0, 1000):
+        records = [
+            Record(f"admin/vs/v{i}", {"state": "drain"}, Version(1000 + i, 0, "gtm-b"), None, now)
+            for i in range(first, first + 250)
+        ]
+        ((batch, _),) = list(codec.batches(records, now))
+        batches.append(batch)
+    held = len(c.store)
+    c.proto.dataReceived(
+        box(_command=b"Publish", _ask=b"7", records=batches[0])
+        + box(_command=b"Publish", _ask=b"8", records=batches[1])
+    )
+    assert len(c.store) - held == MERGE_SLICE  # the first batch's first slice, none of the second's
+    c.clock.advance(0)
+    assert len(c.store) - held == 500
+    answered = c.transport.value()
+    assert b"_answer\x00\x017" in answered and b"_answer\x00\x018" in answered
