@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))  # tests.support.bigconfig of this checkout
 from twisted.internet import defer, reactor, task  # noqa: E402
 
 from gtmcluster.config.model import HealthRule, HostPort, Member, Monitor, TcpCheck, TLSFiles  # noqa: E402
-from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
+from gtmcluster.health.checker import MIN_OBSERVATION_TTL, refresh_share  # noqa: E402
 from gtmcluster.health.flap import UP, Flap  # noqa: E402
 from gtmcluster.probe.base import Result, Target  # noqa: E402
 from gtmcluster.probe.checks import make_check  # noqa: E402
@@ -188,8 +188,11 @@ class World:
                 flap = sim.flaps[vs]
                 changed = flap.feed(ok)
                 if changed is not None or now - sim.written.get(vs, float("-inf")) >= self.ttl / 3:
-                    sim.store.put(f"obs/vs/{vs}/{sim.name}", {"up": flap.state == UP, "reason": reason}, ttl=self.ttl)
-                    sim.written[vs] = now
+                    key = f"obs/vs/{vs}/{sim.name}"
+                    sim.store.put(key, {"up": flap.state == UP, "reason": reason}, ttl=self.ttl)
+                    # as the checker does: the next rewrite after a change comes by the
+                    # key's own share of the period sooner, so the rewrites are spread
+                    sim.written[vs] = now - (refresh_share(key) * self.ttl / 3 if changed else 0.0)
 
     def status(self) -> None:
         target = self.spec["target"]

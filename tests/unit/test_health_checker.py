@@ -7,6 +7,7 @@ rounds that could not start in time (see test_health_schedule.py for the schedul
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -414,4 +415,31 @@ def test_a_first_verdict_that_this_node_held_already_is_no_change(tmp_path: Path
     run(clock, 6, step=0.05)
     latest, before = store.get("obs/vs/vs1/n1"), held["obs/vs/vs1/n1"]
     assert latest is not None and before is not None and latest.version > before.version
+    checker.stopService()
+
+
+def test_the_rewrites_of_verdicts_that_changed_together_are_spread(tmp_path: Path) -> None:
+    """200 servers all get their first verdict within the first interval (5 s): their
+    rewrites come spread over a third of their TTL (30 s), not together every 30 s; each is
+    still rewritten at least every third of its TTL."""
+    raw = health_config()
+    raw["monitors"]["web"]["type"] = "tcp"
+    for i in range(200):
+        raw["virtual_servers"][f"x{i}"] = {"address": f"10.1.{i // 250}.{i % 250 + 1}", "datacenter": "DC1"}
+        raw["virtual_servers"][f"x{i}"]["monitor"] = "web"
+    checker, store, clock, _ = make(tmp_path, raw)
+    written: dict[str, list[float]] = defaultdict(list)
+    store.subscribe(lambda r: written[r.key].append(clock.seconds()) if r.key.startswith("obs/vs/x") else None)
+    checker.startService()
+    run(clock, 100, step=0.05)
+    period = checker.subjects[0].ttl / 3
+    firsts = [times[0] for times in written.values()]
+    assert len(firsts) == 200 and max(firsts) - min(firsts) < 5.1  # together, in the first interval
+    # rewrites between 40 and 70 s, by the 5 s interval they came in: about 33 in each
+    # (all 200 in one of them, were they bunched)
+    rewrites = [t for times in written.values() for t in times[1:] if 40 <= t < 70]
+    per_interval = [sum(1 for t in rewrites if 40 + 5 * k <= t < 45 + 5 * k) for k in range(6)]
+    assert min(per_interval) >= 10 and max(per_interval) <= 80, per_interval
+    for times in written.values():
+        assert all(b - a <= period + 5.1 for a, b in itertools.pairwise(times))
     checker.stopService()
