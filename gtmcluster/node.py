@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
 from gtmcluster.config.changes import Changes
-from gtmcluster.config.model import Config, Member, WideIP
+from gtmcluster.config.model import Config, Member, WideIP, servers_of
 from gtmcluster.dns.responder import Responder
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
@@ -229,8 +229,7 @@ class Node:
             wideip = next((w for w in self.config.wideips.values() if w.name == name), None)
         if wideip is None:
             return frozenset()
-        refs = [*wideip.pools, *([wideip.last_resort] if wideip.last_resort else [])]
-        servers = {m.vs.name for ref in refs for m in ref.pool.members}
+        servers = set(servers_of(wideip))
         todo = list(servers)
         while todo:  # and what they depend on, however deep
             vs = self.config.virtual_servers.get(todo.pop())

@@ -33,47 +33,40 @@ def _name(f: Any) -> str:
     return f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', repr(f))}"
 
 
+def _timed(f: Any, what: str, always: bool = False) -> Any:
+    """*f*, saying how long each call took when over `SLOW` (or *always*)."""
+
+    def timed(*args: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return f(*args, **kw)
+        finally:
+            took = time.perf_counter() - started
+            if always or took > SLOW:
+                _say(what, took)
+
+    return timed
+
+
 _call_later = base.ReactorBase.callLater
 
 
 def _timed_call_later(self: Any, delay: float, f: Any, *args: Any, **kw: Any) -> Any:
-    def timed(*a: Any, **k: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            took = time.perf_counter() - started
-            if took > SLOW:
-                _say(f"call {_name(f)}", took)
-
-    return _call_later(self, delay, timed, *args, **kw)
+    return _call_later(self, delay, _timed(f, f"call {_name(f)}"), *args, **kw)
 
 
 _with_logger = twisted_log.callWithLogger
 
 
 def _timed_with_logger(logger: Any, func: Any, *args: Any, **kw: Any) -> Any:
-    started = time.perf_counter()
-    try:
-        return _with_logger(logger, func, *args, **kw)  # type: ignore[no-untyped-call]
-    finally:
-        took = time.perf_counter() - started
-        if took > SLOW:
-            _say(f"I/O {logger!r:.100}", took)
+    return _timed(_with_logger, f"I/O {logger!r:.100}")(logger, func, *args, **kw)
 
 
 _to_thread = threads.deferToThreadPool
 
 
 def _timed_to_thread(reactor: Any, pool: Any, f: Any, *args: Any, **kw: Any) -> Any:
-    def timed(*a: Any, **k: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            _say(f"thread {_name(f)} (beside the reactor)", time.perf_counter() - started)
-
-    return _to_thread(reactor, pool, timed, *args, **kw)
+    return _to_thread(reactor, pool, _timed(f, f"thread {_name(f)} (beside the reactor)", always=True), *args, **kw)
 
 
 _collecting: list[float] = []

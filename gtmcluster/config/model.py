@@ -451,6 +451,13 @@ class Config:
         return self.base_dir / self.state_dir.replace("{node}", node)
 
 
+def servers_of(wideip: WideIP) -> dict[str, None]:
+    """The virtual servers an answer for *wideip* may name (its pools' members and its last
+    resort's), in order, once each."""
+    refs = [*wideip.pools, *([wideip.last_resort] if wideip.last_resort else [])]
+    return dict.fromkeys(m.vs.name for ref in refs for m in ref.pool.members)
+
+
 def wideips_by_server(wideips: Iterable[WideIP]) -> slices.Steps[dict[str, tuple[str, ...]]]:
     """Virtual server -> the wide IPs whose answers it may be part of (in steps:
     `gtmcluster.slices`)."""
@@ -458,8 +465,7 @@ def wideips_by_server(wideips: Iterable[WideIP]) -> slices.Steps[dict[str, tuple
     for i, wideip in enumerate(wideips):
         if i % 128 == 127:
             yield
-        refs = [*wideip.pools, *([wideip.last_resort] if wideip.last_resort else [])]
-        for name in dict.fromkeys(m.vs.name for ref in refs for m in ref.pool.members):
+        for name in servers_of(wideip):
             out.setdefault(name, []).append(wideip.name)
     yield
     return {name: tuple(names) for name, names in out.items()}

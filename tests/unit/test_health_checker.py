@@ -85,6 +85,16 @@ def run(clock: task.Clock, seconds: float, step: float = 0.01) -> None:
     clock.pump([step] * round(seconds / step))
 
 
+def many_servers(count: int) -> dict[str, Any]:
+    """The health config plus *count* servers x0, x1, ... on 10.1.x.y, all with tcp monitor `web`."""
+    raw = health_config()
+    raw["monitors"]["web"]["type"] = "tcp"
+    for i in range(count):
+        address = f"10.1.{i // 250}.{i % 250 + 1}"
+        raw["virtual_servers"][f"x{i}"] = {"address": address, "datacenter": "DC1", "monitor": "web"}
+    return raw
+
+
 def test_every_monitored_server_and_link_is_checked_within_its_first_interval(tmp_path: Path) -> None:
     """The first round of each subject comes within its first interval (spread over it, not
     all at once), then rounds repeat every interval at the same phase."""
@@ -109,11 +119,7 @@ def test_every_monitored_server_and_link_is_checked_within_its_first_interval(tm
 def test_first_rounds_are_spread_over_the_interval(tmp_path: Path) -> None:
     """200 servers at interval 5: the first round's checks spread over the 5 s (about 40 a
     second), not in a burst; each server's phase comes from its key."""
-    raw = health_config()
-    raw["monitors"]["web"]["type"] = "tcp"
-    for i in range(200):
-        raw["virtual_servers"][f"x{i}"] = {"address": f"10.1.{i // 250}.{i % 250 + 1}", "datacenter": "DC1"}
-        raw["virtual_servers"][f"x{i}"]["monitor"] = "web"
+    raw = many_servers(200)
     checker, _, clock, checks = make(tmp_path, raw)
     checker.startService()
     run(clock, 5)
@@ -422,11 +428,7 @@ def test_the_rewrites_of_verdicts_that_changed_together_are_spread(tmp_path: Pat
     """200 servers all get their first verdict within the first interval (5 s): their
     rewrites come spread over a third of their TTL (30 s), not together every 30 s; each is
     still rewritten at least every third of its TTL."""
-    raw = health_config()
-    raw["monitors"]["web"]["type"] = "tcp"
-    for i in range(200):
-        raw["virtual_servers"][f"x{i}"] = {"address": f"10.1.{i // 250}.{i % 250 + 1}", "datacenter": "DC1"}
-        raw["virtual_servers"][f"x{i}"]["monitor"] = "web"
+    raw = many_servers(200)
     checker, store, clock, _ = make(tmp_path, raw)
     written: dict[str, list[float]] = defaultdict(list)
     store.subscribe(lambda r: written[r.key].append(clock.seconds()) if r.key.startswith("obs/vs/x") else None)
