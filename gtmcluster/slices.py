@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from twisted.internet import defer
 
@@ -40,23 +40,35 @@ def whole(steps: Steps[T]) -> T:
 
 def run(steps: Steps[T], reactor: Any, budget: float = BUDGET) -> defer.Deferred[T]:
     """Run *steps* for about *budget* seconds per reactor turn; fires with the result."""
-    result: defer.Deferred[T] = defer.Deferred()
+    running: _Run[T] = _Run(steps, reactor, budget)
+    running.turn()
+    return running.result
 
-    def turn() -> None:
-        deadline = time.perf_counter() + budget
+
+class _Run(Generic[T]):
+    """One `run` under way. An object rather than a closure that schedules itself by name:
+    that is a reference cycle, left to the garbage collector with all it holds (a reload's
+    config under construction), and kept for good by a `gc.freeze` meanwhile."""
+
+    def __init__(self, steps: Steps[T], reactor: Any, budget: float) -> None:
+        self.steps = steps
+        self.reactor = reactor
+        self.budget = budget
+        self.result: defer.Deferred[T] = defer.Deferred()
+
+    def turn(self, _: object = None) -> None:
+        deadline = time.perf_counter() + self.budget
+        steps = self.steps
         try:
             while True:
                 waited = next(steps)
                 if waited is not None:
-                    waited.addCallbacks(lambda _: turn(), result.errback)
+                    waited.addCallbacks(self.turn, self.result.errback)
                     return
                 if time.perf_counter() >= deadline:
-                    reactor.callLater(0, turn)
+                    self.reactor.callLater(0, self.turn)
                     return
         except StopIteration as done:
-            result.callback(done.value)
+            self.result.callback(done.value)
         except Exception:
-            result.errback()
-
-    turn()
-    return result
+            self.result.errback()

@@ -48,26 +48,30 @@ def read(reactor: Any, path: str) -> defer.Deferred[Config]:
         text = read_text(path)  # (a few milliseconds for megabytes)
         with collection_paused():
             try:
-                config, parsed = await building(text, split=True, memory=MEMORY)
+                config, parsed = await _building(reactor, path, text, split=True, memory=MEMORY)
             except Resplit as e:
                 log.info("{path} is read whole: {why}", path=path, why=e, event="config_read_whole")
-                config, parsed = await building(text, split=False, memory=None)
+                config, parsed = await _building(reactor, path, text, split=False, memory=None)
             MEMORY.keep(parsed)
             gc.freeze()
         return config
 
-    async def building(text: str, split: bool, memory: Memory | None) -> tuple[Config, Parsed]:
-        child = Child(reactor, path, text, SECTION_ORDER, split, memory)
-        parsed = await child.start()
-        try:
-            return await slices.run(build(path, parsed), reactor), parsed
-        except ConfigError:
-            if not parsed.reused:
-                raise
-        # a problem, and sections taken from memory have no lines: again, all read
-        return await building(text, split, None)
-
     return defer.ensureDeferred(reading())
+
+
+async def _building(reactor: Any, path: str, text: str, split: bool, memory: Memory | None) -> tuple[Config, Parsed]:
+    """The config of *text*, built beside *reactor* from what its YAML child parsed (at
+    module level: a nested function that calls itself is a reference cycle, and the
+    `gc.freeze` after a reload would keep it for good)."""
+    child = Child(reactor, path, text, SECTION_ORDER, split, memory)
+    parsed = await child.start()
+    try:
+        return await slices.run(build(path, parsed), reactor), parsed
+    except ConfigError:
+        if not parsed.reused:
+            raise
+    # a problem, and sections taken from memory have no lines: again, all read
+    return await _building(reactor, path, text, split, None)
 
 
 def free_in_turns(reactor: Any, config: Config) -> None:
@@ -84,9 +88,12 @@ def free_in_turns(reactor: Any, config: Config) -> None:
         config.zones,
     ]
 
-    def drop() -> None:
-        parts.pop(0)
-        if parts:
-            reactor.callLater(0, drop)
+    reactor.callLater(0, _drop_one, reactor, parts)
 
-    reactor.callLater(0, drop)
+
+def _drop_one(reactor: Any, parts: list[object]) -> None:
+    """One part let go of, the next in the next turn (a module-level function: a nested one
+    that schedules itself by name would be a reference cycle holding *parts*)."""
+    parts.pop(0)
+    if parts:
+        reactor.callLater(0, _drop_one, reactor, parts)

@@ -128,26 +128,35 @@ def _check_dependencies(r: Reader, vss: dict[str, VirtualServer], paths: dict[tu
         if name in vss and dep not in vss:
             r.known(at, dep, "virtual_server", vss, "virtual server")
     reported: set[str] = set()
-
-    def visit(name: str, stack: tuple[str, ...]) -> None:
-        for dep in vss[name].depends_on:
-            if dep not in vss:
-                continue
-            if dep in stack:
-                cycle = (*stack[stack.index(dep) :], dep)
-                if not reported & set(cycle):
-                    r.error(
-                        paths[(name, dep)], f"virtual servers depend on each other in a cycle: {' -> '.join(cycle)}"
-                    )
-                    reported.update(cycle)
-            elif dep not in done:
-                visit(dep, (*stack, dep))
-        done.add(name)
-
     done: set[str] = set()
     for name in vss:
         if name not in done:
-            visit(name, (name,))
+            _visit(r, vss, paths, reported, done, name, (name,))
+
+
+def _visit(
+    r: Reader,
+    vss: dict[str, VirtualServer],
+    paths: dict[tuple[str, str], KeyPath],
+    reported: set[str],
+    done: set[str],
+    name: str,
+    stack: tuple[str, ...],
+) -> None:
+    """Depth first from *name* (*stack*: the way here), reporting each cycle once. (At
+    module level: a nested function calling itself by name is a reference cycle, which a
+    freeze of the heap keeps for good: `gtmcluster.heap`.)"""
+    for dep in vss[name].depends_on:
+        if dep not in vss:
+            continue
+        if dep in stack:
+            cycle = (*stack[stack.index(dep) :], dep)
+            if not reported & set(cycle):
+                r.error(paths[(name, dep)], f"virtual servers depend on each other in a cycle: {' -> '.join(cycle)}")
+                reported.update(cycle)
+        elif dep not in done:
+            _visit(r, vss, paths, reported, done, dep, (*stack, dep))
+    done.add(name)
 
 
 def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[dict[str, Region]]:
@@ -186,33 +195,47 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
                 if network is not None:
                     direct[name].append(network)
     # Depth-first expansion, memoised, so each bad include is reported once, at its place.
-    expanded: dict[str, list[IPNetwork]] = {}
-    reported: set[KeyPath] = set()
-
-    def expand(name: str, stack: tuple[str, ...]) -> list[IPNetwork]:
-        if name in expanded:
-            return expanded[name]
-        networks = list(direct[name])
-        for at, other in includes[name]:
-            if other not in direct:
-                if at not in reported:
-                    r.known(at, other, "region", direct, "region")
-            elif other in stack:
-                if at not in reported:
-                    cycle = stack[stack.index(other) :]
-                    r.error(at, f"regions include each other in a cycle: {' -> '.join((*cycle, other))}")
-            else:
-                networks.extend(expand(other, (*stack, other)))
-            reported.add(at)
-        expanded[name] = list(dict.fromkeys(networks))
-        return expanded[name]
-
+    expansion = _Expansion(r, direct, includes)
     out: dict[str, Region] = {}
     for n, name in enumerate(direct):
         if n % REGION_STEP == REGION_STEP - 1:
             yield
-        out[name] = Region(name, tuple(expand(name, (name,))))
+        out[name] = Region(name, tuple(expansion.expand(name, (name,))))
     return out
+
+
+class _Expansion:
+    """Regions' networks with those of the regions they include, however deep. (An object,
+    not a nested function calling itself by name: that is a reference cycle, which a freeze
+    of the heap keeps for good: `gtmcluster.heap`.)"""
+
+    def __init__(
+        self, r: Reader, direct: dict[str, list[IPNetwork]], includes: dict[str, list[tuple[KeyPath, str]]]
+    ) -> None:
+        self.r = r
+        self.direct = direct
+        self.includes = includes
+        self.expanded: dict[str, list[IPNetwork]] = {}
+        self.reported: set[KeyPath] = set()
+
+    def expand(self, name: str, stack: tuple[str, ...]) -> list[IPNetwork]:
+        expanded = self.expanded
+        if name in expanded:
+            return expanded[name]
+        networks = list(self.direct[name])
+        for at, other in self.includes[name]:
+            if other not in self.direct:
+                if at not in self.reported:
+                    self.r.known(at, other, "region", self.direct, "region")
+            elif other in stack:
+                if at not in self.reported:
+                    cycle = stack[stack.index(other) :]
+                    self.r.error(at, f"regions include each other in a cycle: {' -> '.join((*cycle, other))}")
+            else:
+                networks.extend(self.expand(other, (*stack, other)))
+            self.reported.add(at)
+        expanded[name] = list(dict.fromkeys(networks))
+        return expanded[name]
 
 
 def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork]) -> None:

@@ -250,17 +250,32 @@ def evaluate(
     verdicts count (this node and the peers it is connected to); None counts every verdict
     held. (The tracker evaluates only what changed; this is the reference it must equal.)"""
     links = {name: link_status(link, store, observers) for name, link in config.links.items()}
-    out: dict[str, VsStatus] = {}
-
-    def status(name: str) -> VsStatus:
-        result = out.get(name)
-        if result is None:
-            result = out[name] = vs_status(config.virtual_servers[name], store, links, status, observers)
-        return result
-
+    evaluation = _Evaluation(config, store, links, observers)
     for name in config.virtual_servers:
-        status(name)
-    return out, links
+        evaluation.status(name)
+    return evaluation.out, links
+
+
+class _Evaluation:
+    """Servers evaluated once each, those they depend on first. (An object, not a nested
+    function calling itself by name: that is a reference cycle, which a freeze of the heap
+    keeps for good: `gtmcluster.heap`.)"""
+
+    def __init__(
+        self, config: Config, store: Store, links: dict[str, Observed], observers: frozenset[str] | None
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.links = links
+        self.observers = observers
+        self.out: dict[str, VsStatus] = {}
+
+    def status(self, name: str) -> VsStatus:
+        result = self.out.get(name)
+        if result is None:
+            vs = self.config.virtual_servers[name]
+            result = self.out[name] = vs_status(vs, self.store, self.links, self.status, self.observers)
+        return result
 
 
 def snapshot(

@@ -489,26 +489,12 @@ class Replicator:
         batches it buffered at once, and their first slices merged there and then held the
         reactor 80 ms); fires with the count merged. The whole batch is checked first: a
         malformed one raises `BadMessage` here and nothing of it is merged."""
-        records = self._decode(proto, batch)
-        done: defer.Deferred[int] = defer.Deferred()
-        merged = 0
-
-        def step(start: int) -> None:
-            nonlocal merged
-            if proto.phase == "closed":  # the peer is gone: the rest is not merged
-                done.callback(merged)
-                return
-            merged += self._merge(proto, records[start : start + MERGE_SLICE], bulk)
-            if start + MERGE_SLICE < len(records):
-                self.clock.callLater(0, step, start + MERGE_SLICE)
-            else:
-                done.callback(merged)
-
+        merging = _SlicedMerge(self, proto, self._decode(proto, batch), bulk)
         if at_once:
-            step(0)
+            merging.step(0)
         else:
-            self.clock.callLater(0, step, 0)
-        return done
+            self.clock.callLater(0, merging.step, 0)
+        return merging.done
 
     def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:
         try:
@@ -887,3 +873,28 @@ def _summary(data: bytes) -> dict[str, tuple[int, int]]:
         except ValueError:
             raise BadMessage("summary xor is not hex") from None
     return out
+
+
+class _SlicedMerge:
+    """One batch merged `MERGE_SLICE` records per reactor turn (`Replicator.receive_in_slices`).
+    An object rather than a closure that schedules itself by name: such a closure is a
+    reference cycle (the function, its cell), so the batch it holds waits for the garbage
+    collector, and a `gc.freeze` while it is under way (`gtmcluster.heap`) kept it for good."""
+
+    def __init__(self, replicator: Replicator, proto: PeerProtocol, records: list[Record], bulk: bool) -> None:
+        self.replicator = replicator
+        self.proto = proto
+        self.records = records
+        self.bulk = bulk
+        self.merged = 0
+        self.done: defer.Deferred[int] = defer.Deferred()
+
+    def step(self, start: int) -> None:
+        records = self.records
+        if self.proto.phase != "closed":  # (the peer is gone: the rest is not merged)
+            self.merged += self.replicator._merge(self.proto, records[start : start + MERGE_SLICE], self.bulk)
+            if start + MERGE_SLICE < len(records):
+                self.replicator.clock.callLater(0, self.step, start + MERGE_SLICE)
+                return
+        self.records = []
+        self.done.callback(self.merged)

@@ -23,6 +23,7 @@ from gtmcluster.sync.replicator import DIGEST_DELAY, MERGE_SLICE
 from gtmcluster.sync.service import PeerFactory
 from gtmcluster.sync.tls import load_credentials
 from tests.support.cluster import MemoryCluster
+from tests.support.cycles import collector_off
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -271,6 +272,26 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
     first.cancel()
     run()  # the next turn
     assert len(trio.stores["gtm-b"]) == 300 and results == [250, 50]
+
+
+def test_a_batch_merged_in_slices_leaves_no_reference_cycle(trio: MemoryCluster) -> None:
+    """The merge of a batch over several turns holds the batch in an object, not in a
+    closure that schedules itself (a cycle: its batch would wait for the collector, and a
+    freeze meanwhile kept it for good: tests/unit/test_no_cycles.py)."""
+    receiver = trio.replicators["gtm-b"]
+    proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
+    now = trio.clock.seconds()
+    records = [
+        Record(f"admin/vs/c{i}", {"state": "drain"}, Version(3000 + i, 0, "gtm-a"), None, now) for i in range(250)
+    ]
+    ((batch, _),) = list(codec.batches(records, now))
+    results: list[int] = []
+    with collector_off() as left:
+        receiver.receive_in_slices(proto, batch).addCallback(results.append)
+        trio.clock.advance(0)
+        merged = list(results)
+    assert merged == [250]
+    assert left == []
 
 
 def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: MemoryCluster) -> None:
