@@ -7,19 +7,27 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from twisted.internet import task
 
-from gtmcluster.heap import HeapKeeper
+from gtmcluster.heap import CHECK_EVERY, HeapKeeper, unfrozen_old
 
 
-class Reactor:
-    """callFromThread queues; `run` runs what was queued (as the reactor's next turn)."""
+class Reactor(task.Clock):
+    """callFromThread queues; `run` runs what was queued (as the reactor's next turn);
+    timers as a fake clock's (`now` is its time)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.queued: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        self.now = 1000.0
+        self.rightNow = 1000.0
 
-    def seconds(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.rightNow
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.rightNow = value
 
     def callFromThread(self, f: Callable[..., Any], *args: Any) -> None:
         self.queued.append((f, args))
@@ -140,3 +148,37 @@ def test_freezes_stay_rare_unless_a_collection_is_very_slow(unfrozen: None) -> N
         assert k.freezes == 3
     finally:
         k.stopService()
+
+
+def test_the_oldest_generation_is_frozen_before_a_full_collection_of_it_gets_long(unfrozen: None) -> None:
+    """Every CHECK_EVERY seconds the keeper counts the unfrozen objects of the oldest
+    generation; above its bound it freezes at once, with no slow collection first (a member
+    whose records are all replaced every 30 s grew 40-100 ms full collections between
+    freezes a minute apart)."""
+    counts = [10_000]
+    reactor = Reactor()
+    k = HeapKeeper(reactor, max_unfrozen=20_000, unfrozen=lambda: counts[0])
+    k.startService()
+    try:
+        held = [object()]
+        gc.collect()  # into the oldest generation
+        reactor.advance(CHECK_EVERY)
+        assert k.freezes == 0 and any(o is held for o in gc.get_objects())
+        counts[0] = 25_000
+        reactor.advance(CHECK_EVERY)
+        assert k.freezes == 1 and k.frozen == 25_000
+        assert not any(o is held for o in gc.get_objects())  # left out of collections now
+    finally:
+        k.stopService()
+    assert reactor.getDelayedCalls() == []  # stopped counting
+
+
+def test_the_count_is_of_the_oldest_generation(unfrozen: None) -> None:
+    """The default count: objects a full collection has moved to the oldest generation are
+    counted, frozen ones are not."""
+    held = [[object()] for _ in range(1000)]
+    gc.collect()
+    before = unfrozen_old()
+    assert before >= len(held)
+    gc.freeze()
+    assert unfrozen_old() < before - len(held) + 10
