@@ -62,9 +62,11 @@ RAMP_SWEEP = 1.0
 #: snapshot, or per answer that finds some not evaluated yet): a change that touches
 #: everything (a peer leaving, a data center down, with 5,000 servers) is spread over
 #: turns of a few milliseconds (an evaluation at 5 members is 40-60 us: 500 a turn held
-#: the reactor 30-50 ms, and each answer as long, in an outage of 2,500 servers), and
-#: readers meanwhile see each server either as it was or as it is now
-SLICE = 100
+#: the reactor 30-50 ms, and each answer as long, in an outage of 2,500 servers; an
+#: evaluation that changes a server's standing costs more, its wide IPs told: 100 such
+#: took 25-32 ms a turn), and readers meanwhile see each server either as it was or as it
+#: is now
+SLICE = 50
 
 Schedule = Callable[[Callable[[], None]], object]
 
