@@ -1,0 +1,146 @@
+"""The config bundle (config sync, issue 15): what it holds, what it refuses, how it
+travels, and which of two is newer."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import BadBundle, Bundle
+from gtmcluster.config.problems import ConfigError
+from tests.support import configs
+
+
+def sample(tmp_path: Path) -> Path:
+    """The test config plus a region read from a file in a subfolder and an https
+    monitor with its own CA file."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = configs.base()
+    data["regions"]["listed"] = [{"file": "lists/r.txt"}, "192.0.2.0/24"]
+    data["monitors"] = {"web": {"type": "https", "ca_file": "ca/web.pem"}}
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "r.txt").write_text("198.18.0.0/15\n")
+    (tmp_path / "ca").mkdir()
+    (tmp_path / "ca" / "web.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    return configs.write(tmp_path, data)
+
+
+def test_a_bundle_holds_the_config_and_every_file_it_names(tmp_path: Path) -> None:
+    path = sample(tmp_path)
+    made = bundle.make(path, generation=3, based_on=2, publisher="n1", published_at=1000.0)
+    assert made.main == "cluster.yaml"
+    assert sorted(made.files) == ["ca/web.pem", "cluster.yaml", "example.test.zone", "lists/r.txt"]
+    assert made.files["lists/r.txt"] == b"198.18.0.0/15\n"
+    assert made.config_text == path.read_bytes()
+    # the digest is of the files alone: the same files from another member, another time
+    again = bundle.make(path, generation=9, based_on=8, publisher="n2", published_at=2000.0)
+    assert again.digest == made.digest
+    (tmp_path / "lists" / "r.txt").write_text("198.18.0.0/16\n")
+    assert bundle.make(path, 3, 2, "n1", 1000.0).digest != made.digest
+
+
+def test_a_name_that_leaves_the_folder_or_a_missing_file_is_refused_with_its_key_path(tmp_path: Path) -> None:
+    """Every problem at once, in the config's own form: FILE: key.path: problem."""
+    data = configs.base()
+    data["regions"]["up"] = [{"file": "../outside.txt"}]
+    data["regions"]["abs"] = {"file": "/etc/hosts"}
+    data["zones"].append({"origin": "other.test", "file": "missing.zone"})
+    path = configs.write(tmp_path, data)
+    with pytest.raises(ConfigError) as caught:
+        bundle.make(path, 1, 0, "n1", 0.0)
+    text = str(caught.value)
+    assert f"{path}: regions.up[0].file: ../outside.txt: a path that leaves the config's folder" in text
+    assert f"{path}: regions.abs.file: /etc/hosts: an absolute path cannot be shared" in text
+    assert f"{path}: zones[1].file: cannot read" in text and "missing.zone" in text
+
+
+def test_a_bundle_over_the_limit_is_refused(tmp_path: Path) -> None:
+    path = sample(tmp_path)
+    with pytest.raises(ConfigError, match="over the limit of 100"):
+        bundle.make(path, 1, 0, "n1", 0.0, max_bytes=100)
+
+
+def test_a_bundle_travels_and_is_written_out_as_the_same_files(tmp_path: Path) -> None:
+    made = bundle.make(sample(tmp_path / "a"), 4, 3, "n2", 1234.5)
+    received = bundle.decode(bundle.encode(made))
+    assert received == made
+    written = bundle.write(received, tmp_path / "out")
+    assert written == tmp_path / "out" / "cluster.yaml"
+    for name, data in made.files.items():
+        assert (tmp_path / "out" / name).read_bytes() == data
+    assert yaml.safe_load(written.read_text())["regions"]["listed"][0] == {"file": "lists/r.txt"}
+
+
+def _good(tmp_path: Path) -> bytes:
+    return bundle.encode(bundle.make(sample(tmp_path), 2, 1, "n1", 10.0))
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda doc: doc.update(format=99), "format"),
+        (lambda doc: doc.update(generation="2"), "wrong type"),
+        (lambda doc: doc.update(generation=0), "wrong type"),
+        (lambda doc: doc["files"].update({"../x": ""}), "leaves the config's folder"),
+        (lambda doc: doc["files"].update({"/etc/x": ""}), "absolute path"),
+        (lambda doc: doc["files"].update({"x": "not base64!"}), "not base64"),
+        (lambda doc: doc["files"].update({"extra": "AAAA"}), "does not match its files"),
+        (lambda doc: doc.update(main="other.yaml"), "not among its files"),
+    ],
+)
+def test_a_bundle_received_is_checked_before_anything_uses_it(tmp_path: Path, change: object, problem: str) -> None:
+    doc = json.loads(_good(tmp_path))
+    change(doc)  # type: ignore[operator]
+    with pytest.raises(BadBundle, match=problem):
+        bundle.decode(json.dumps(doc).encode())
+
+
+def test_a_bundle_received_too_big_is_refused_before_it_is_parsed() -> None:
+    with pytest.raises(BadBundle, match="over the limit"):
+        bundle.decode(b"[" * 200_000, max_bytes=1000)  # (parsed, this would recurse)
+    with pytest.raises(BadBundle, match="not JSON"):
+        bundle.decode(b"{")
+
+
+names = st.from_regex(r"[a-z]{1,6}(/[a-z]{1,6}){0,2}", fullmatch=True)
+file_maps = st.dictionaries(names, st.binary(max_size=64), min_size=1, max_size=5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(file_maps, st.integers(1, 10**6), st.sampled_from(["n1", "n2", "n3"]), st.floats(0, 2e9))
+def test_any_bundle_decodes_to_itself(files: dict[str, bytes], generation: int, publisher: str, at: float) -> None:
+    main = sorted(files)[0]
+    made = Bundle(main, files, generation, generation - 1, publisher, at)
+    assert bundle.decode(bundle.encode(made)) == made
+
+
+bundles = st.builds(
+    lambda gen, pub, content: Bundle("c.yaml", {"c.yaml": content}, gen, gen - 1, pub, 0.0),
+    st.integers(1, 4),
+    st.sampled_from(["n1", "n2", "n3"]),
+    st.binary(max_size=4),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(bundles, min_size=1, max_size=6))
+def test_every_member_keeps_the_same_newest_bundle_whatever_the_order_of_delivery(delivered: list[Bundle]) -> None:
+    """Each member folds `newer` over the bundles as they reach it: every order of
+    delivery ends with the same bundle, one of the highest generation."""
+    kept = set()
+    for order in itertools.islice(itertools.permutations(delivered), 50):
+        held: Bundle | None = None
+        for b in order:
+            held = bundle.newer(held, b)
+        assert held is not None
+        kept.add((held.generation, held.publisher, held.digest))
+    assert len(kept) == 1
+    ((generation, _, _),) = kept
+    assert generation == max(b.generation for b in delivered)
