@@ -59,7 +59,7 @@ from gtmcluster.state import schema
 from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, Version, bucket_of, fingerprint, kind_of
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.peer import CLOSED, ESTABLISHED, PeerProtocol
 
 log = Logger()
 
@@ -309,7 +309,7 @@ class Replicator:
     def _pull_failed(self, failure: Failure, proto: PeerProtocol) -> None:
         if failure.check(BadMessage):
             proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
-        elif proto.phase == "established":
+        elif proto.phase == ESTABLISHED:
             log.warn("pulling records from {peer} failed: {why}", peer=proto.peer, why=failure.getErrorMessage())
 
     def ask_first(self, key: str, write: Callable[[], object]) -> None:
@@ -514,7 +514,7 @@ class Replicator:
         try:
             for record in records:
                 if not self._room_for(proto, record):
-                    if proto.phase == "closed":
+                    if proto.phase == CLOSED:
                         break  # dropped: the rest is not merged
                     continue
                 if self.store.merge(record):
@@ -678,7 +678,7 @@ class Replicator:
         unanswered: deque[tuple[defer.Deferred[Any], int]] = deque()
         try:
             for batch, keys in self._batches_of(origin, proto):
-                if proto.phase != "established":
+                if proto.phase != ESTABLISHED:
                     break
                 if len(unanswered) >= SEND_ALL_WINDOW:
                     d, count = unanswered.popleft()
@@ -725,14 +725,14 @@ class Replicator:
                         peer=proto.peer,
                         event="peer_loading",
                     )
-                elif proto.phase == "established":
+                elif proto.phase == ESTABLISHED:
                     log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
 
         d.addBoth(done)
         return d
 
     async def _reconcile_counted(self, proto: PeerProtocol) -> None:
-        if proto.phase != "established":
+        if proto.phase != ESTABLISHED:
             return
         before = self._bulk_merged
         await self._reconcile(proto)
@@ -744,7 +744,7 @@ class Replicator:
 
     def _ask_to_reconcile(self, proto: PeerProtocol) -> None:
         """Have *proto*'s peer pull from us (it reconciles when told we changed)."""
-        if proto.phase == "established":
+        if proto.phase == ESTABLISHED:
             proto.callRemote(commands.Changed).addErrback(lambda _: None)
 
     async def _reconcile(self, proto: PeerProtocol) -> None:
@@ -771,7 +771,7 @@ class Replicator:
         if peer is not None and not peer.synced:
             peer.synced = True
             log.info("reconciled with {peer}: digest {digest}", peer=peer.name, digest=self.store.digest())
-        if proto.phase == "established":
+        if proto.phase == ESTABLISHED:
             proto.send_heartbeat()  # our digest, now that it may have changed
 
     async def _pull_buckets(self, proto: PeerProtocol, origin: str, buckets: list[int]) -> None:
@@ -891,7 +891,7 @@ class _SlicedMerge:
 
     def step(self, start: int) -> None:
         records = self.records
-        if self.proto.phase != "closed":  # (the peer is gone: the rest is not merged)
+        if self.proto.phase != CLOSED:  # (the peer is gone: the rest is not merged)
             self.merged += self.replicator._merge(self.proto, records[start : start + MERGE_SLICE], self.bulk)
             if start + MERGE_SLICE < len(records):
                 self.replicator.clock.callLater(0, self.step, start + MERGE_SLICE)
