@@ -28,8 +28,10 @@ this connection only: the replicator and the other peers are not disturbed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from automat import TypeMachineBuilder, pep614
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
@@ -62,6 +64,64 @@ MAX_COMMAND_RATE = 2000.0
 RATE_BURST = 4000.0
 
 
+class Phases(Protocol):
+    """The inputs of a peer connection's phases: one transition table, owned by the
+    connection (`PeerProtocol.phases`)::
+
+        handshake --verified--> hello --agreed--> established
+        handshake, hello, established --ended--> closed (and ended again: no change)
+
+    An input the table does not allow where the connection is raises
+    `automat.NoTransition`: a bug here, not a peer's doing (a peer's command out of turn is
+    refused before it comes to an input)."""
+
+    def verified(self) -> None:
+        """The peer's certificate names a member of the group."""
+
+    def agreed(self) -> None:
+        """The Hellos agree (group, version)."""
+
+    def ended(self) -> None:
+        """The connection is refused, dropped or lost."""
+
+
+class _Where:
+    """The phase a connection is in: what the table's transitions move (an object of its
+    own, so that the machine does not refer back to the connection: no cycle)."""
+
+    __slots__ = ("phase",)
+
+    def __init__(self) -> None:
+        self.phase = HANDSHAKE
+
+
+def _phases() -> Callable[[_Where], Phases]:
+    builder = TypeMachineBuilder(Phases, _Where)
+    handshake = builder.state(HANDSHAKE)
+    hello = builder.state(HELLO)
+    established = builder.state(ESTABLISHED)
+    closed = builder.state(CLOSED)
+
+    @pep614(handshake.upon(Phases.verified).to(hello))
+    def greet(phases: Phases, where: _Where) -> None:
+        where.phase = HELLO
+
+    @pep614(hello.upon(Phases.agreed).to(established))
+    def establish(phases: Phases, where: _Where) -> None:
+        where.phase = ESTABLISHED
+
+    def close(phases: Phases, where: _Where) -> None:
+        where.phase = CLOSED
+
+    for state in (handshake, hello, established):
+        state.upon(Phases.ended).to(closed)(close)
+    closed.upon(Phases.ended).loop().returns(None)
+    return builder.build()
+
+
+_PHASES = _phases()
+
+
 @implementer(IHandshakeListener)
 class PeerProtocol(amp.AMP):
     def __init__(self, replicator: Replicator, expected: str | None = None):
@@ -69,8 +129,10 @@ class PeerProtocol(amp.AMP):
         self.replicator = replicator
         self.expected = expected  # the member we dialled (None: they dialled us)
         self.initiator = expected is not None
-        #: the connection's phase (not `state`: AMP's string parser owns that attribute)
-        self.phase = HANDSHAKE
+        #: where the connection is (`phase` reads it; not `state`: AMP's string parser owns
+        #: that attribute), moved only by the inputs of the transition table (`Phases`)
+        self._where = _Where()
+        self.phases: Phases = _PHASES(self._where)
         self.peer: str | None = None
         #: the peer's certificate (serial in hex, expiry), once the handshake is done
         self.certificate: dict[str, str] = {}
@@ -103,6 +165,11 @@ class PeerProtocol(amp.AMP):
         self._tokens_at = self.replicator.clock.seconds()
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
+    @property
+    def phase(self) -> str:
+        """``handshake``, ``hello``, ``established`` or ``closed``."""
+        return self._where.phase
+
     def handshakeCompleted(self) -> None:
         r = self.replicator
         try:
@@ -111,7 +178,7 @@ class PeerProtocol(amp.AMP):
             self.violation(f"certificate refused: {e}")
             return
         self.certificate = certificate_summary(self.transport)
-        self.phase = HELLO
+        self.phases.verified()
         if self.initiator:
             d = self.callRemote(
                 commands.Hello,
@@ -162,7 +229,7 @@ class PeerProtocol(amp.AMP):
         }
 
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
-        self.phase = ESTABLISHED
+        self.phases.agreed()
         self._was_established = True
         self._established_at = self.replicator.clock.seconds()
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
@@ -244,7 +311,7 @@ class PeerProtocol(amp.AMP):
             # dialler wait longer before the next attempt; one that lasted resets the wait.
             lasted = self._was_established and self.replicator.clock.seconds() - self._established_at >= STABLE
             self.factory.refused = 0 if lasted else self.factory.refused + 1
-        self.phase = CLOSED
+        self.phases.ended()
         for timer in (self._timer, self._heartbeat, self._silence):
             if timer is not None and timer.active():
                 timer.cancel()
@@ -359,7 +426,7 @@ class PeerProtocol(amp.AMP):
             reason=reason,
             event="peer_refused",
         )
-        self.phase = CLOSED
+        self.phases.ended()
         self._why = reason
         if self.transport is None:
             return

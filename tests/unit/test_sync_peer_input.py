@@ -45,7 +45,7 @@ class Connection:
         self.transport = StringTransport()
         self.proto.makeConnection(self.transport)
         self.proto.peer = "gtm-b"
-        self.proto.phase = peer.HELLO
+        self.proto.phases.verified()  # (its certificate checked: the Hello phase)
         if established:
             self.proto._establish("DC2", 1, "d")
             self.clock.advance(0)  # announced: gtm-a asks its Summary question (tag 1)
