@@ -77,7 +77,7 @@ def test_a_new_ca_and_a_reload_cut_off_a_member_whose_key_leaked(group: Group, t
     while time.monotonic() < deadline:
         for node in STAYING:
             assert not connected(group, node, LEAKED), f"{node} is connected to {LEAKED} after the new CA"
-        time.sleep(0.2)
+        time.sleep(0.2)  # the sampling period of a watch that nothing happens: no event to wait for
     for node in STAYING:  # n3 was tried (dialled, or dialling) and refused at TLS
         address = group.members[LEAKED].address
 
