@@ -23,7 +23,7 @@ import gtmcluster.proximity.table  # registers the compact form of path values
 import gtmcluster.state.persistence  # noqa: F401 - and of persistence values
 from fuzz.harness import Finding, no_tracebacks
 from gtmcluster.state.store import Store
-from gtmcluster.sync import codec, replicator
+from gtmcluster.sync import codec
 from gtmcluster.sync.codec import BadMessage
 
 NOW = 1_000_000.0
@@ -52,12 +52,12 @@ def _publish(value: bytes) -> None:
 
 DECODERS: list[Callable[[bytes], Any]] = [
     _publish,
-    lambda v: replicator._string_list(v, "keys"),
-    replicator._bucket_cursors,
-    replicator._summary,
-    replicator._entries,
-    replicator._bucket_list,
-    lambda v: replicator._string_list(v, "rest"),
+    lambda v: codec.read_keys(v, "keys"),
+    codec.read_bucket_cursors,
+    codec.read_summary,
+    codec.read_listing,
+    codec.read_bucket_list,
+    lambda v: codec.read_keys(v, "rest"),
 ]
 
 

@@ -8,6 +8,10 @@ Decoding validates everything and raises `BadMessage` for anything malformed: th
 format here, and each record against the schema of its kind (`state.schema`: key, value,
 TTL and size; a `BadRecord` says which kind and why). JSON's NaN and Infinity are refused
 anywhere in a batch.
+
+The anti-entropy messages (a summary per origin, an origin's bucket hashes, listings of
+keys and versions, lists of keys and of bucket cursors) are made and read here too: the
+replicator hands values in and gets checked values back, and never sees their bytes.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import MAX_LOGICAL, Record, Version
+from gtmcluster.state.store import BUCKETS, MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text
 
 MAX_BATCH = 60_000
@@ -179,3 +184,111 @@ def _int(value: Any) -> bool:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# -- anti-entropy messages: what each is, made and read here (read: checked whole, or
+# `BadMessage`)
+
+
+def summary(summaries: dict[str, tuple[int, int]]) -> bytes:
+    """Per origin, how many records and the XOR of their hashes: ``{origin: [count, xor hex]}``."""
+    return json.dumps({o: [count, f"{xor:016x}"] for o, (count, xor) in summaries.items()}).encode()
+
+
+def buckets(hashes: Iterable[int]) -> bytes:
+    """An origin's `BUCKETS` bucket hashes, 8 bytes each."""
+    return struct.pack(f"!{BUCKETS}Q", *hashes)
+
+
+def read_buckets(data: bytes) -> tuple[int, ...]:
+    if len(data) != 8 * BUCKETS:
+        raise BadMessage("bucket list of the wrong size")
+    return struct.unpack(f"!{BUCKETS}Q", data)
+
+
+def keys(names: list[str]) -> bytes:
+    """Keys asked for (Pull), or left to ask for (its answer's rest)."""
+    return json.dumps(names).encode()
+
+
+def bucket_list(cursors: list[list[Any]]) -> bytes:
+    """``[[bucket, after-key], ...]``: where a Listing starts in each bucket."""
+    return json.dumps(cursors).encode()
+
+
+def listing_entry(key: str, version: Version) -> list[Any]:
+    """One entry of a Listing: ``[key, wall_ms, logical, origin]``."""
+    return [key, version.wall_ms, version.logical, version.origin]
+
+
+def listing(entries: list[list[Any]]) -> bytes:
+    return json.dumps(entries).encode()
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise BadMessage(f"{what} is not JSON") from None
+
+
+def read_keys(data: bytes, what: str) -> list[str]:
+    value = _json(data, what)
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise BadMessage(f"{what} is not a list of strings")
+    return value
+
+
+def read_bucket_cursors(data: bytes) -> list[tuple[int, str]]:
+    value = read_bucket_list(data)
+    return [(b, after) for b, after in value]
+
+
+def read_bucket_list(data: bytes) -> list[list[Any]]:
+    value = _json(data, "bucket list")
+    if not isinstance(value, list) or len(value) > BUCKETS:
+        raise BadMessage("bucket list is not a list of at most 1024 entries")
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], int)
+            or not 0 <= item[0] < BUCKETS
+            or not isinstance(item[1], str)
+        ):
+            raise BadMessage("bucket list entries are [bucket, after-key]")
+    return value
+
+
+def read_listing(data: bytes) -> list[tuple[str, Version]]:
+    value = _json(data, "listing")
+    out = []
+    if not isinstance(value, list):
+        raise BadMessage("listing is not a list")
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], int)
+            or not isinstance(item[2], int)
+            or not isinstance(item[3], str)
+        ):
+            raise BadMessage("listing entries are [key, wall_ms, logical, origin]")
+        out.append((item[0], Version(item[1], item[2], item[3])))
+    return out
+
+
+def read_summary(data: bytes) -> dict[str, tuple[int, int]]:
+    value = _json(data, "summary")
+    if not isinstance(value, dict):
+        raise BadMessage("summary is not a mapping")
+    out = {}
+    for origin, item in value.items():
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int) or not isinstance(item[1], str):
+            raise BadMessage("summary entries are [count, xor]")
+        try:
+            out[origin] = (item[0], int(item[1], 16))
+        except ValueError:
+            raise BadMessage("summary xor is not hex") from None
+    return out

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import struct
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -56,7 +55,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, Version, bucket_of, fingerprint, kind_of
+from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, bucket_of, fingerprint, kind_of
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.peer import CLOSED, ESTABLISHED, PeerProtocol
@@ -629,13 +628,13 @@ class Replicator:
     def summary_message(self, proto: PeerProtocol | None = None) -> bytes:
         """Our per-origin summaries, as *proto*'s peer compares them (see `summaries_for`)."""
         summaries = self.summaries_for(proto)
-        return json.dumps({o: [s.count, f"{s.xor:016x}"] for o, s in summaries.items()}).encode()
+        return codec.summary({o: (s.count, s.xor) for o, s in summaries.items()})
 
     def buckets_message(self, proto: PeerProtocol, origin: str) -> bytes:
-        return struct.pack(f"!{BUCKETS}Q", *self.buckets_for(proto, origin))
+        return codec.buckets(self.buckets_for(proto, origin))
 
     def listing_message(self, proto: PeerProtocol, origin: str, request: bytes) -> tuple[bytes, bytes]:
-        wanted = _bucket_cursors(request)
+        wanted = codec.read_bucket_cursors(request)
         listing = self.store.listing(origin, {b for b, _ in wanted})
         entries: list[Any] = []
         size = 2
@@ -647,25 +646,25 @@ class Replicator:
             for key, version in listing[bucket]:
                 if key <= after or not self._can_take(proto, key):
                     continue
-                entry = [key, version.wall_ms, version.logical, version.origin]
+                entry = codec.listing_entry(key, version)
                 cost = len(json.dumps(entry)) + 1
                 if size + cost > codec.MAX_BATCH:
                     rest.append([bucket, entries[-1][0] if entries and entries[-1][0] > after else after])
                     break
                 entries.append(entry)
                 size += cost
-        return json.dumps(entries).encode(), json.dumps(rest).encode()
+        return codec.listing(entries), codec.bucket_list(rest)
 
     def pull_message(self, proto: PeerProtocol, request: bytes) -> tuple[bytes, bytes]:
-        keys = _string_list(request, "keys")
+        keys = codec.read_keys(request, "keys")
         if len(keys) > 4 * PULL_KEYS:
             raise BadMessage(f"a Pull of {len(keys)} keys")
         now = self.clock.seconds()
         records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now) and self._can_take(proto, k)]
         for batch, included in codec.batches(records, now):
             rest = [r.key for r in records[len(included) :]]
-            return batch, json.dumps(rest).encode()
-        return b"[]", b"[]"
+            return batch, codec.keys(rest)
+        return b"[]", codec.keys([])
 
     def send_all(self, proto: PeerProtocol, origin: str) -> defer.Deferred[int]:
         """Stream every record of *origin* to the peer as Publish batches, one at a time."""
@@ -749,7 +748,7 @@ class Replicator:
 
     async def _reconcile(self, proto: PeerProtocol) -> None:
         answer = await proto.callRemote(commands.Summary, summary=self.summary_message(proto))
-        theirs = _summary(answer["summary"])
+        theirs = codec.read_summary(answer["summary"])
         mine = self.summaries_for(proto)
         for origin, (count, xor) in sorted(theirs.items()):
             held = mine.get(origin)
@@ -761,9 +760,7 @@ class Replicator:
                 await proto.callRemote(commands.SendAll, origin=origin)
                 continue
             raw = (await proto.callRemote(commands.Buckets, origin=origin))["buckets"]
-            if len(raw) != 8 * BUCKETS:
-                raise BadMessage("bucket list of the wrong size")
-            their_buckets = struct.unpack(f"!{BUCKETS}Q", raw)
+            their_buckets = codec.read_buckets(raw)
             my_buckets = self.buckets_for(proto, origin)
             differing = [i for i in range(BUCKETS) if their_buckets[i] != my_buckets[i]]
             await self._pull_buckets(proto, origin, differing)
@@ -779,21 +776,21 @@ class Replicator:
         wanted: list[str] = []
         while pending:
             request, pending = pending[:LISTING_BUCKETS], pending[LISTING_BUCKETS:]
-            answer = await proto.callRemote(commands.Listing, origin=origin, buckets=json.dumps(request).encode())
-            for key, version in _entries(answer["entries"]):
+            answer = await proto.callRemote(commands.Listing, origin=origin, buckets=codec.bucket_list(request))
+            for key, version in codec.read_listing(answer["entries"]):
                 mine = self.store.version_of(key)
                 if mine is None or mine < version:
                     wanted.append(key)
-            pending = _bucket_list(answer["rest"]) + pending
+            pending = codec.read_bucket_list(answer["rest"]) + pending
         await self._pull_keys(proto, wanted)
 
     async def _pull_keys(self, proto: PeerProtocol, wanted: list[str]) -> None:
         """Pull *wanted* from *proto*'s peer, `PULL_KEYS` per request."""
         while wanted:
             keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
-            answer = await proto.callRemote(commands.Pull, keys=json.dumps(keys).encode())
+            answer = await proto.callRemote(commands.Pull, keys=codec.keys(keys))
             self.receive(proto, answer["records"], bulk=True)
-            wanted = _string_list(answer["rest"], "rest") + wanted
+            wanted = codec.read_keys(answer["rest"], "rest") + wanted
 
     def reconcile_all(self) -> None:
         for peer in self.peers.values():
@@ -804,75 +801,6 @@ class Replicator:
     def synced(self) -> bool:
         """Every connected peer has been reconciled with at least once."""
         return all(p.synced for p in self.peers.values() if p.connected)
-
-
-def _json(data: bytes, what: str) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise BadMessage(f"{what} is not JSON") from None
-
-
-def _string_list(data: bytes, what: str) -> list[str]:
-    value = _json(data, what)
-    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
-        raise BadMessage(f"{what} is not a list of strings")
-    return value
-
-
-def _bucket_cursors(data: bytes) -> list[tuple[int, str]]:
-    value = _bucket_list(data)
-    return [(b, after) for b, after in value]
-
-
-def _bucket_list(data: bytes) -> list[list[Any]]:
-    value = _json(data, "bucket list")
-    if not isinstance(value, list) or len(value) > BUCKETS:
-        raise BadMessage("bucket list is not a list of at most 1024 entries")
-    for item in value:
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not isinstance(item[0], int)
-            or not 0 <= item[0] < BUCKETS
-            or not isinstance(item[1], str)
-        ):
-            raise BadMessage("bucket list entries are [bucket, after-key]")
-    return value
-
-
-def _entries(data: bytes) -> list[tuple[str, Version]]:
-    value = _json(data, "listing")
-    out = []
-    if not isinstance(value, list):
-        raise BadMessage("listing is not a list")
-    for item in value:
-        if (
-            not isinstance(item, list)
-            or len(item) != 4
-            or not isinstance(item[0], str)
-            or not isinstance(item[1], int)
-            or not isinstance(item[2], int)
-            or not isinstance(item[3], str)
-        ):
-            raise BadMessage("listing entries are [key, wall_ms, logical, origin]")
-        out.append((item[0], Version(item[1], item[2], item[3])))
-    return out
-
-
-def _summary(data: bytes) -> dict[str, tuple[int, int]]:
-    value = _json(data, "summary")
-    if not isinstance(value, dict):
-        raise BadMessage("summary is not a mapping")
-    out = {}
-    for origin, item in value.items():
-        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], int) or not isinstance(item[1], str):
-            raise BadMessage("summary entries are [count, xor]")
-        try:
-            out[origin] = (item[0], int(item[1], 16))
-        except ValueError:
-            raise BadMessage("summary xor is not hex") from None
-    return out
 
 
 class _SlicedMerge:

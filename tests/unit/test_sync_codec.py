@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from twisted.internet import task
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.store import BUCKETS, Record, Store, Version
 from gtmcluster.sync import codec
 from gtmcluster.sync import replicator as rep
 
@@ -154,3 +155,32 @@ def test_a_value_that_grows_when_re_encoded_is_measured_as_it_would_be_sent() ->
     assert len(raw) < 3_100 and schema.STATE_SIZE == 8192
     with pytest.raises(codec.BadRecord, match="over 8192 bytes"):
         codec.decode(raw, now=10.0)
+
+
+def test_anti_entropy_messages_read_back_what_was_made() -> None:
+    """Each message the replicator sends is made and read by the codec: what is read is
+    what was made, checked."""
+    assert codec.read_summary(codec.summary({"gtm-a": (3, 0xABC)})) == {"gtm-a": (3, 0xABC)}
+    hashes = tuple(range(BUCKETS))
+    assert codec.read_buckets(codec.buckets(hashes)) == hashes
+    assert codec.read_keys(codec.keys(["k/1", "k/2"]), "keys") == ["k/1", "k/2"]
+    assert codec.read_bucket_cursors(codec.bucket_list([[7, "k/1"]])) == [(7, "k/1")]
+    entry = codec.listing_entry("k/1", Version(1000, 2, "gtm-b"))
+    assert codec.read_listing(codec.listing([entry])) == [("k/1", Version(1000, 2, "gtm-b"))]
+
+
+@pytest.mark.parametrize(
+    ("read", "data", "why"),
+    [
+        (codec.read_summary, b'{"gtm-a": [3, "xyz"]}', "not hex"),
+        (codec.read_summary, b"[]", "not a mapping"),
+        (codec.read_buckets, b"\0" * 8, "wrong size"),
+        (lambda d: codec.read_keys(d, "keys"), b'["a", 1]', "not a list of strings"),
+        (codec.read_bucket_cursors, b'[[99999, ""]]', "entries are"),
+        (codec.read_listing, b'[["k", 1, 2]]', "entries are"),
+        (codec.read_listing, b"{", "not JSON"),
+    ],
+)
+def test_a_malformed_anti_entropy_message_is_refused(read: Any, data: bytes, why: str) -> None:
+    with pytest.raises(codec.BadMessage, match=why):
+        read(data)
