@@ -244,6 +244,16 @@ def test_a_silent_peer_is_dropped_after_the_idle_timeout(trio: MemoryCluster) ->
     assert established(trio, "gtm-a") == set()
 
 
+def drains(name: str, count: int, first_wall_ms: int, now: float) -> bytes:
+    """One Publish batch of gtm-a's: *count* drain states of servers ``NAME0``, ``NAME1`` ..."""
+    records = [
+        Record(f"admin/vs/{name}{i}", {"state": "drain"}, Version(first_wall_ms + i, 0, "gtm-a"), None, now)
+        for i in range(count)
+    ]
+    ((batch, _),) = list(codec.batches(records, now))
+    return batch
+
+
 def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -> None:
     """A batch of 250 records from a peer is checked whole, then merged MERGE_SLICE records
     at once and the rest in later reactor turns (DNS queries are answered in between; the
@@ -253,18 +263,14 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
     receiver = trio.replicators["gtm-b"]
     proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
     now = trio.clock.seconds()
-    records = [
-        Record(f"admin/vs/v{i}", {"state": "drain"}, Version(1000 + i, 0, "gtm-a"), None, now) for i in range(250)
-    ]
-    ((batch, _),) = list(codec.batches(records, now))
+    batch = drains("v", 250, 1000, now)
     results: list[int] = []
     receiver.receive_in_slices(proto, batch).addCallback(results.append)
     assert len(trio.stores["gtm-b"]) == MERGE_SLICE and results == []
     assert [c.getTime() for c in trio.clock.getDelayedCalls()].count(now) == 1  # the next slice, next turn
     trio.clock.advance(0)
     assert len(trio.stores["gtm-b"]) == 250 and results == [250]
-    more = [Record(f"admin/vs/w{i}", {"state": "drain"}, Version(2000 + i, 0, "gtm-a"), None, now) for i in range(50)]
-    ((second, _),) = list(codec.batches(more, now))
+    second = drains("w", 50, 2000, now)
     receiver.receive_in_slices(proto, second, at_once=False).addCallback(results.append)
     assert len(trio.stores["gtm-b"]) == 250  # not in this turn
     (first,) = [cast(DelayedCall, c) for c in trio.clock.getDelayedCalls() if c.getTime() == now]
@@ -280,11 +286,7 @@ def test_a_batch_merged_in_slices_leaves_no_reference_cycle(trio: MemoryCluster)
     freeze meanwhile kept it for good: tests/unit/test_no_cycles.py)."""
     receiver = trio.replicators["gtm-b"]
     proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
-    now = trio.clock.seconds()
-    records = [
-        Record(f"admin/vs/c{i}", {"state": "drain"}, Version(3000 + i, 0, "gtm-a"), None, now) for i in range(250)
-    ]
-    ((batch, _),) = list(codec.batches(records, now))
+    batch = drains("c", 250, 3000, trio.clock.seconds())
     results: list[int] = []
     with collector_off() as left:
         receiver.receive_in_slices(proto, batch).addCallback(results.append)
