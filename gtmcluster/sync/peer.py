@@ -346,25 +346,24 @@ class PeerProtocol(amp.AMP):
     def _idle_reason(self) -> str:
         return f"silent for too long (no complete message in {self.replicator.idle_timeout:g}s)"
 
-    def proto_key(self, string: bytes) -> str:
-        if not string:
-            self._box_bytes = 0
-        return str(super().proto_key(string))
-
-    def proto_value(self, string: bytes) -> str:
-        self._box_bytes += len(string) + 256
-        if self._box_bytes > MAX_BOX:
+    def dataReceived(self, data: bytes) -> None:
+        """Count what comes in: every whole box takes its bytes off (`ampBoxReceived`), so
+        what is left after AMP read *data* is the part of a box still coming. More than
+        `MAX_BOX` of it drops the peer (AMP limits each value to 64 KiB, not a box's count
+        of them)."""
+        self._box_bytes += len(data)
+        super().dataReceived(data)
+        if self._box_bytes > MAX_BOX and self.phase != CLOSED:
             self.violation(f"a message larger than {MAX_BOX} bytes")
-            return "value"
-        return str(super().proto_value(string))
 
     def ampBoxReceived(self, box: amp.AmpBox) -> None:
         """Check a box's shape before AMP reads it: a box that is neither a command nor an
         answer, an answer to no question or an error without its code is malformed (AMP
         itself would raise out of `dataReceived`, a traceback), and drops the peer."""
+        self._box_bytes -= _encoded_size(box)
         if self.phase == CLOSED:
             return
-        problem = _box_problem(box, self._outstandingRequests)
+        problem = _box_problem(box)
         if problem is not None:
             self.violation(f"malformed message: {problem}")
             return
@@ -373,7 +372,15 @@ class PeerProtocol(amp.AMP):
         if self.phase == ESTABLISHED:
             self._arm(self.replicator.idle_timeout, self._idle_reason())
             self._heard()
-        super().ampBoxReceived(box)
+        answer = amp.ANSWER in box or amp.ERROR in box
+        try:
+            super().ampBoxReceived(box)
+        except KeyError:
+            if not answer:
+                raise
+            # AMP looks the answer's tag up among our questions: it asked none by that tag
+            # (an answer's callbacks run inside a Deferred: their errors do not come here)
+            self.violation(f"malformed message: an answer to no question ({box.get(amp.ANSWER, box.get(amp.ERROR))!r})")
 
     def dispatchCommand(self, box: amp.AmpBox) -> Deferred[Any]:
         d = super_dispatch(self, box).addErrback(_swallow_dropped)
@@ -530,18 +537,21 @@ class PeerProtocol(amp.AMP):
         return {}
 
 
-def _box_problem(box: amp.AmpBox, outstanding: dict[bytes, Any]) -> str | None:
-    """Why *box* cannot be handled (*outstanding*: our questions by tag), or None."""
+def _box_problem(box: amp.AmpBox) -> str | None:
+    """Why *box* cannot be handled, as far as its shape tells, or None."""
     if amp.ANSWER in box or amp.ERROR in box:
-        tag = box.get(amp.ANSWER, box.get(amp.ERROR))
-        if tag not in outstanding:
-            return f"an answer to no question ({tag!r})"
         if amp.ANSWER not in box and (amp.ERROR_CODE not in box or amp.ERROR_DESCRIPTION not in box):
             return "an error answer without its code and description"
         return None
     if amp.COMMAND not in box:
         return "a box that is neither a command nor an answer"
     return None
+
+
+def _encoded_size(box: amp.AmpBox) -> int:
+    """The bytes *box* took on the wire: each key and value with its 2-byte length, and
+    the empty key that ends it."""
+    return sum(4 + len(key) + len(value) for key, value in box.items()) + 2
 
 
 class _Dropped(Exception):
