@@ -7,9 +7,10 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from twisted.application.internet import TimerService
 from twisted.application.service import MultiService, Service
@@ -22,9 +23,11 @@ from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.tls import ApiTLS, wrap
 from gtmcluster.config import reload as config_reload
+from gtmcluster.config.bundle import Header
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.shared import GroupConfig, Start
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
@@ -45,6 +48,7 @@ from gtmcluster.sync.service import PeerService
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 log = Logger()
+T = TypeVar("T")
 
 TICK_INTERVAL = 1.0
 #: seconds a stopping node waits for its parts (except the snapshot, always written, and
@@ -90,8 +94,16 @@ class NodeService(MultiService):
         self.node_log: NodeLog | None = None
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
+        #: the config file run now: the node's own (`config_path`), or a bundle's
+        self.running_path = str(node.config.path)
+        #: with a bundle's: the node's own base folder (`config.load.build`)
+        self.running_own_dir: Path | None = None
+        #: the group's shared config (`config.shared`), when the node was started with it
+        self.group_config: GroupConfig | None = None
         #: reads and checks a config file while the reactor answers (gtmcluster.config.reload)
-        self.read_config: Callable[[str], defer.Deferred[Config]] = lambda path: config_reload.read(reactor, path)
+        self.read_config: Callable[[str, Path | None], defer.Deferred[Config]] = lambda path, own_dir: (
+            config_reload.read(reactor, path, own_dir)
+        )
         #: what differs between the running config and a new one, compared off the reactor
         #: thread (at once on a reactor without threads, as in tests)
         self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: (
@@ -190,7 +202,9 @@ class NodeService(MultiService):
         self.reactor.callFromThread(self.reload)
 
     def reload(self) -> defer.Deferred[list[str]]:
-        """Read the config file again and switch to it; fires with the problems if refused.
+        """Read the config file again and switch to it (SIGHUP, or the API's reload); fires
+        with the problems if refused. With config sync (`group_config`), a file that
+        changed is published to the group instead (`config.shared`).
 
         The file is parsed in a child process and the config built a few milliseconds per
         reactor turn (`gtmcluster.config.reload`: a big config takes seconds, and the
@@ -198,17 +212,28 @@ class NodeService(MultiService):
         runs at a time: a second waits for the first. A refused config (invalid, or a
         change that needs a restart) is logged and the old one keeps serving.
         """
-        return self._reload_lock.run(lambda: defer.ensureDeferred(self._reload()))
+        if self.group_config is not None and self.node.config.sync_group.settings.config_sync:
+            return self.group_config.reload()
+        return self.exclusive(lambda: self.read_and_switch(self.config_path, None, None))
 
-    async def _reload(self) -> list[str]:
+    def exclusive(self, work: Callable[[], Coroutine[Any, Any, T]]) -> defer.Deferred[T]:
+        """Run *work* when no other reload (or publication) runs."""
+        return self._reload_lock.run(lambda: defer.ensureDeferred(work()))
+
+    async def read_and_switch(
+        self, path: str, own_dir: Path | None, header: Header | None, before: Callable[[], object] | None = None
+    ) -> list[str]:
+        """Read the config at *path* (*own_dir*: it is a bundle's, *header*) and switch to
+        it; the problems if refused. *before*: run once it is found good, just before the
+        switch. Call it within `exclusive`."""
         node = self.node
         try:
-            new = await self.read_config(self.config_path)
+            new = await self.read_config(path, own_dir)
         except ConfigError as e:
             problems = [str(p) for p in e.problems]
         except Exception:
-            log.failure("reading {path} failed", path=self.config_path)
-            problems = [f"{self.config_path}: could not be read (an internal error, see the node's log)"]
+            log.failure("reading {path} failed", path=path)
+            problems = [f"{path}: could not be read (an internal error, see the node's log)"]
         else:
             problems = restart_needed(node.config, new, node.member.name)
         creds = None
@@ -225,11 +250,16 @@ class NodeService(MultiService):
                 log.failure("reading the TLS files failed")
                 problems = ["sync group TLS: the files could not be read (an internal error, see the node's log)"]
         if not problems:
+            if before is not None:
+                before()
             try:
-                await self.in_turns(self.switching(new, creds, changes))
+                await self.in_turns(self.switching(new, creds, changes, own_dir))
             except NotTaken as e:
-                problems = [f"{self.config_path}: {e}"]
+                problems = [f"{path}: {e}"]
             else:
+                self.running_path, self.running_own_dir = path, own_dir
+                if self.group_config is not None:
+                    self.group_config.sync.ran(header, new.digest)
                 return []
         log.error(
             "reload refused, the running config stays: {problems}",
@@ -251,7 +281,7 @@ class NodeService(MultiService):
         slices.whole(self.switching(new, creds, changes))
 
     def switching(
-        self, new: Config, creds: Credentials | None = None, changes: Changes | None = None
+        self, new: Config, creds: Credentials | None = None, changes: Changes | None = None, own_dir: Path | None = None
     ) -> slices.Steps[None]:
         """`switch` in steps (`gtmcluster.slices`): each part builds what it needs in a step
         of its own (at 5,000 servers: the answer path and its fast path's table 12-15 ms,
@@ -299,6 +329,9 @@ class NodeService(MultiService):
             for key in ("idle_timeout", "handshake_timeout", "heartbeat_interval", "heartbeat_timeout")
         }
         switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
+        if self.group_config is not None:
+            sync = self.group_config.sync
+            switches.append(("config sync", lambda: setattr(sync, "enabled", new.sync_group.settings.config_sync)))
         if self.peers is not None:
             peers = self.peers
             others = [m for m in new.sync_group.members if m.name != node.member.name]
@@ -324,7 +357,7 @@ class NodeService(MultiService):
             switches.append(("HTTPS API", https))
         if self.workers is not None:
             workers = self.workers
-            switches.append(("answering workers", lambda: workers.reload(self.config_path)))
+            switches.append(("answering workers", lambda: workers.reload(str(new.path), own_dir)))
         # the old config is freed in the next turns (a million objects at 5,000 servers: tens
         # of milliseconds), not in the same turn as the switch
         config_reload.free_in_turns(self.reactor, node.config)
@@ -339,7 +372,7 @@ class NodeService(MultiService):
             raise PartlyTaken(failed)
         log.info(
             "reloaded {path}: generation {generation}, config digest {digest}",
-            path=self.config_path,
+            path=new.path,
             generation=node.generation,
             digest=new.digest,
             event="reloaded",
@@ -402,7 +435,8 @@ class CloseOnStop(Service):
 
 
 class ColdStart(Service):
-    """Marks the node ready for measured methods once peers are reconciled, or after a wait."""
+    """Marks the node ready for measured methods once peers are reconciled and the group's
+    newest config is run here (or refused), or after a wait."""
 
     def __init__(self, node: Node, replicator: Replicator, reactor: Any, wait: float):
         self.node = node
@@ -420,7 +454,9 @@ class ColdStart(Service):
     def _check(self) -> None:
         self._call = None
         connected = any(p.connected for p in self.replicator.peers.values())
-        if (connected and self.replicator.synced) or self.reactor.seconds() >= self._deadline:
+        config = self.replicator.config
+        settled = config is None or config.settled  # the group's newest config runs (or is refused)
+        if (connected and self.replicator.synced and settled) or self.reactor.seconds() >= self._deadline:
             self.node.ready = True
             log.info(
                 "ready: {how}; state digest {digest}",
@@ -443,7 +479,11 @@ def make_service(
     sockets: Sockets,
     config_path: str | None = None,
     node_log: NodeLog | None = None,
+    start: Start | None = None,
 ) -> NodeService:
+    """The node's services. *config* is what it runs: its own file's (*config_path*), or
+    when *start* says so a bundle of the group's (`config.shared.at_start`); without
+    *start* the node keeps no bundles (tests of one member)."""
     config_path = config_path or str(config.path)
     node = Node(config, node_name, reactor.seconds)
     member = node.member
@@ -462,6 +502,8 @@ def make_service(
         heartbeat_timeout=settings.heartbeat_timeout,
     )
     top = NodeService(node, replicator, reactor, config_path)
+    if start is not None:
+        top.group_config = GroupConfig(top, start)
     top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers heard from within the
     # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.
@@ -563,7 +605,8 @@ def make_service(
             node,
             sockets.dns,
             reactor,
-            config_path,
+            str(config.path),
+            top.running_own_dir,
             lambda: dns.udp[0].fast,
             lambda: frozenset([node_name, *replicator.live_names()]),
             snapshots.when_loaded,

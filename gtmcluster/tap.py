@@ -17,6 +17,7 @@ from twisted.python import usage
 
 from gtmcluster import private, sockets
 from gtmcluster.api import token as api_token
+from gtmcluster.config import shared
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
@@ -62,6 +63,8 @@ class Options(usage.Options):
     api_token: str
     credentials: Credentials | None
     pinger: IcmpPinger | None
+    #: what the node runs: its file, or the group's newest config (config sync)
+    start: shared.Start
 
     def postOptions(self) -> None:
         if not self["config"]:
@@ -93,6 +96,10 @@ class Options(usage.Options):
             self.api_token = api_token.settle(config.state_dir_for(node), owner)
         except api_token.TokenFileError as e:
             raise usage.UsageError(f"the API's token: {e}") from None
+        # the group's newest config held here runs instead of the file (config sync)
+        self.start = shared.at_start(config, self["config"], node)
+        self.loaded = config = self.start.config
+        member = config.member(node)
         self.credentials = None
         self.peer_socket = None
         self.api_socket = None
@@ -154,4 +161,5 @@ def makeService(options: Options) -> Any:
         ),
         options["config"],
         NodeLog(options.loaded.log_dir, options["node"], reactor.seconds, call_from_thread=threads.callFromThread),
+        options.start,
     )

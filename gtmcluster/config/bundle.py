@@ -31,10 +31,11 @@ import binascii
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 import yaml
 
@@ -74,6 +75,76 @@ class Bundle:
         """Where the bundle stands among others (see `newer`)."""
         return (self.generation, self.publisher, self.digest)
 
+    @property
+    def header(self) -> Header:
+        return Header(
+            self.main, self.generation, self.based_on, self.publisher, self.published_at, self.digest, self.size
+        )
+
+
+@dataclass(frozen=True)
+class Header:
+    """A bundle without its files: what members tell each other they hold, and history."""
+
+    main: str
+    generation: int
+    based_on: int
+    publisher: str
+    published_at: float
+    digest: str
+    size: int
+
+    def order(self) -> tuple[int, str, str]:
+        return (self.generation, self.publisher, self.digest)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "main": self.main,
+            "generation": self.generation,
+            "based_on": self.based_on,
+            "publisher": self.publisher,
+            "published_at": self.published_at,
+            "digest": self.digest,
+            "size": self.size,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Header:
+        """The header *doc* describes; raises `BadBundle` if it is not one."""
+        if not isinstance(doc, dict):
+            raise BadBundle("a bundle header is a JSON object")
+        main, generation, based_on = doc.get("main"), doc.get("generation"), doc.get("based_on")
+        publisher, published_at = doc.get("publisher"), doc.get("published_at")
+        digest, size = doc.get("digest"), doc.get("size")
+        if not (
+            isinstance(main, str)
+            and name_problem(main) is None
+            and type(generation) is int
+            and generation >= 1
+            and type(based_on) is int
+            and based_on >= 0
+            and publisher_ok(publisher)
+            and isinstance(published_at, int | float)
+            and not isinstance(published_at, bool)
+            and isinstance(digest, str)
+            and len(digest) == 64
+            and all(c in "0123456789abcdef" for c in digest)
+            and type(size) is int
+            and size >= 0
+        ):
+            raise BadBundle("a bundle header with fields missing or of the wrong type")
+        return cls(main, generation, based_on, publisher, float(published_at), digest, size)
+
+
+B = TypeVar("B", "Bundle", "Header")
+
+#: a publisher is a member's name (a DNS name: `sync.certs.node_name`); it names folders
+_PUBLISHER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
+
+
+def publisher_ok(name: Any) -> TypeGuard[str]:
+    return isinstance(name, str) and len(name) <= 253 and _PUBLISHER.fullmatch(name) is not None
+
 
 def digest_of(files: Mapping[str, bytes]) -> str:
     """SHA-256 over the names and contents, in name order (each length-prefixed)."""
@@ -86,9 +157,9 @@ def digest_of(files: Mapping[str, bytes]) -> str:
     return h.hexdigest()
 
 
-def newer(a: Bundle | None, b: Bundle | None) -> Bundle | None:
-    """The newer of two bundles (either may be None): the greater generation, then
-    publisher, then digest; the same whichever is given first."""
+def newer(a: B | None, b: B | None) -> B | None:
+    """The newer of two bundles or headers (either may be None): the greater generation,
+    then publisher, then digest; the same whichever is given first."""
     if a is None:
         return b
     if b is None:
@@ -238,8 +309,7 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
         and generation >= 1
         and type(based_on) is int
         and based_on >= 0
-        and isinstance(publisher, str)
-        and publisher
+        and publisher_ok(publisher)
         and isinstance(published_at, int | float)
         and not isinstance(published_at, bool)
         and isinstance(claimed, str)

@@ -76,12 +76,13 @@ BIG_SECTIONS = ("virtual_servers", "regions", "pools", "topology", "wideips")
 SECTION_ORDER = tuple(k for k in TOP_LEVEL if k not in BIG_SECTIONS) + BIG_SECTIONS
 
 
-def load(path: str | os.PathLike[str]) -> Config:
-    """Read and validate the config at *path*. Raises `ConfigError` listing every problem."""
+def load(path: str | os.PathLike[str], own_dir: Path | None = None) -> Config:
+    """Read and validate the config at *path* (*own_dir*: see `build`). Raises
+    `ConfigError` listing every problem."""
     file = os.fspath(path)
     with collection_paused():
         parsed = parse_file(file)
-        config = slices.whole(build(file, parsed))
+        config = slices.whole(build(file, parsed, own_dir))
     yamlchild.MEMORY.keep(parsed)  # a reload reads only the sections that changed
     return config
 
@@ -102,11 +103,17 @@ def read_text(file: str) -> str:
         raise ConfigError([Problem(file, (), f"cannot read the config: {reason}")]) from None
 
 
-def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
+def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> slices.Steps[Config]:
     """Check the parsed *file* and build its `Config`, in steps (`gtmcluster.slices`): the
     model of 5,000 servers and 20,000 topology records takes over a second. *parsed* may
     still be filling (a reload's YAML child): a step waits for a section not there yet.
-    The last step raises `ConfigError` listing every problem found."""
+    The last step raises `ConfigError` listing every problem found.
+
+    *own_dir*: *file* is the group's config as a bundle written out (`config.bundle`),
+    and this is the member's own base folder, from its own config file. The member's
+    own things (certificates and key, API token file, state and log folders) are named
+    relative to it, and the bundle's files (zones, regions, CA files of monitors)
+    relative to the folder of *file*: the bundle's ``base_dir`` was the publisher's."""
     yield from parsed.wanted(*SECTION_ORDER[: -len(BIG_SECTIONS)])
     data = parsed.value
     problems = Problems(file, parsed.lines)
@@ -124,15 +131,23 @@ def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
         value = r.string(top.at("base_dir"), top.get("base_dir"))
         if value is not None:
             base_dir = (config_dir / value).resolve()
+    content_dir = base_dir
+    if own_dir is not None:
+        base_dir, content_dir = own_dir, config_dir
 
     def resolve(p: str) -> Path:
+        """A path of the member's own."""
         return Path(p) if os.path.isabs(p) else base_dir / p
+
+    def content(p: str) -> Path:
+        """A path of the group's content (a bundle carries these files)."""
+        return Path(p) if os.path.isabs(p) else content_dir / p
 
     yield
     datacenters = _datacenters(r, top)
     api_settings = _api(r, top, resolve)
     sync_group = _sync_group(r, top, datacenters, resolve, api_settings)
-    monitors = health.read_monitors(r, top.get("monitors", {}), resolve)
+    monitors = health.read_monitors(r, top.get("monitors", {}), content)
     links = health.read_links(
         r, top.get("links", {}), lambda at, v: traffic.datacenter(r, at, v, datacenters), monitors
     )
@@ -146,7 +161,7 @@ def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
     persistence = _persistence(r, top)
-    zone_data, broken_zones = _zones(r, top, resolve)
+    zone_data, broken_zones = _zones(r, top, content)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -156,7 +171,7 @@ def build(file: str, parsed: yamlchild.Parsed) -> slices.Steps[Config]:
     health.check_budget(r, health_settings, vss, links)
     yield
     yield from parsed.wanted("regions")
-    regions = yield from traffic.read_regions(r, top.get("regions", {}), resolve)
+    regions = yield from traffic.read_regions(r, top.get("regions", {}), content)
     yield from parsed.wanted("pools")
     raw_pools = top.get("pools", {})
     pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []
@@ -286,7 +301,7 @@ def _sync_group(
             f"must be less than idle_timeout ({values['idle_timeout']:g}): a silent peer stops counting "
             "before its connection is closed",
         )
-    settings = SyncSettings(**values)
+    settings = SyncSettings(**values, config_sync=m.boolean("config_sync", True))
     members: list[Member] = []
     raw_members = r.list(m.at("members"), m.require("members", "the GTM nodes of the group"))
     if raw_members is not None and not raw_members:

@@ -63,6 +63,9 @@ class SyncSettings:
     reconcile_interval: float = 60.0  # anti-entropy with every peer this often
     cold_start_wait: float = 5.0  # at start, wait this long for peers before using measurements
     snapshot_interval: float = 10.0  # write the state snapshot this often (when changed)
+    #: the group's config is shared (`sync.configsync`): a push or SIGHUP on one member
+    #: reaches all; off: each member runs its own file, as before config sync
+    config_sync: bool = True
 
 
 @dataclass(frozen=True, slots=True)

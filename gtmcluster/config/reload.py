@@ -24,6 +24,7 @@ convoy effect: answers waited up to 384 ms during a reload, measured). So:
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer
@@ -40,18 +41,18 @@ from gtmcluster.gcpause import collection_paused
 log = Logger()
 
 
-def read(reactor: Any, path: str) -> defer.Deferred[Config]:
-    """Read, check and build the config at *path* beside the running *reactor*; fails
-    with `ConfigError` listing every problem."""
+def read(reactor: Any, path: str, own_dir: Path | None = None) -> defer.Deferred[Config]:
+    """Read, check and build the config at *path* beside the running *reactor* (*own_dir*:
+    *path* is a bundle's, see `load.build`); fails with `ConfigError` listing every problem."""
 
     async def reading() -> Config:
         text = read_text(path)  # (a few milliseconds for megabytes)
         with collection_paused():
             try:
-                config, parsed = await _building(reactor, path, text, split=True, memory=MEMORY)
+                config, parsed = await _building(reactor, path, own_dir, text, split=True, memory=MEMORY)
             except Resplit as e:
                 log.info("{path} is read whole: {why}", path=path, why=e, event="config_read_whole")
-                config, parsed = await _building(reactor, path, text, split=False, memory=None)
+                config, parsed = await _building(reactor, path, own_dir, text, split=False, memory=None)
             MEMORY.keep(parsed)
             gc.freeze()
         return config
@@ -59,19 +60,21 @@ def read(reactor: Any, path: str) -> defer.Deferred[Config]:
     return defer.ensureDeferred(reading())
 
 
-async def _building(reactor: Any, path: str, text: str, split: bool, memory: Memory | None) -> tuple[Config, Parsed]:
+async def _building(
+    reactor: Any, path: str, own_dir: Path | None, text: str, split: bool, memory: Memory | None
+) -> tuple[Config, Parsed]:
     """The config of *text*, built beside *reactor* from what its YAML child parsed (at
     module level: a nested function that calls itself is a reference cycle, and the
     `gc.freeze` after a reload would keep it for good)."""
     child = Child(reactor, path, text, SECTION_ORDER, split, memory)
     parsed = await child.start()
     try:
-        return await slices.run(build(path, parsed), reactor), parsed
+        return await slices.run(build(path, parsed, own_dir), reactor), parsed
     except ConfigError:
         if not parsed.reused:
             raise
     # a problem, and sections taken from memory have no lines: again, all read
-    return await _building(reactor, path, text, split, None)
+    return await _building(reactor, path, own_dir, text, split, None)
 
 
 def free_in_turns(reactor: Any, config: Config) -> None:

@@ -42,7 +42,8 @@ class State(amp.Command):
 
 
 class Reload(amp.Command):
-    arguments = [(b"path", amp.Unicode())]
+    #: own_dir: the node's own base folder when *path* is a bundle's (`config.load.build`)
+    arguments = [(b"path", amp.Unicode()), (b"own_dir", amp.Unicode(optional=True))]
     response = [(b"problems", amp.ListOf(amp.Unicode()))]
 
 
@@ -143,7 +144,7 @@ class WorkerSide(amp.AMP):
         self,
         records: Callable[[bytes], object],
         state: Callable[[list[str], bool], object],
-        reload: Callable[[str], Any],
+        reload: Callable[[str, str | None], Any],
         lost: Callable[[], object],
     ):
         super().__init__()
@@ -163,8 +164,8 @@ class WorkerSide(amp.AMP):
         return {}
 
     @Reload.responder
-    def on_reload(self, path: str) -> Any:
-        return self._reload(path)
+    def on_reload(self, path: str, own_dir: str | None = None) -> Any:
+        return self._reload(path, own_dir or None)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         super().connectionLost(reason)

@@ -25,6 +25,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from twisted.application.service import Service
@@ -103,6 +104,7 @@ class Workers(Service):
         listeners: list[Listener],
         reactor: Any,
         config_path: str,
+        own_dir: Path | None,
         fast_path: Callable[[], FastPath],
         observers: Callable[[], frozenset[str]],
         loaded: Callable[[], defer.Deferred[None]] = lambda: defer.succeed(None),
@@ -110,6 +112,7 @@ class Workers(Service):
         self.node = node
         self.reactor = reactor
         self.config_path = config_path
+        self.own_dir = own_dir  # the node's own base folder when config_path is a bundle's
         self.fast_path = fast_path  # the node's own fast path, for covering a worker's sockets
         self.observers = observers
         self.loaded = loaded  # fires once the node's store holds its whole snapshot
@@ -163,6 +166,8 @@ class Workers(Service):
             "gtmcluster.fanout.worker",
             "--config",
             self.config_path,
+            "--own-dir",
+            str(self.own_dir or ""),
             "--node",
             self.node.member.name,
             "--index",
@@ -307,8 +312,10 @@ class Workers(Service):
         sent: defer.Deferred[Any] = side.callRemote(feed.State, observers=observers, ready=self.node.ready)
         return sent.addErrback(lambda _: None)
 
-    def reload(self, path: str) -> None:
-        """Have every worker read the config (checked by the node already) again."""
+    def reload(self, path: str, own_dir: Path | None) -> None:
+        """Have every worker read the config (checked by the node already) again, and a
+        worker started later read it (*own_dir*: *path* is a bundle's, see `config.load.build`)."""
+        self.config_path, self.own_dir = path, own_dir
         for slot in self.slots:
             if slot.side is None:
                 continue
@@ -321,7 +328,7 @@ class Workers(Service):
                         problems="; ".join(answer["problems"]),
                     )
 
-            slot.side.callRemote(feed.Reload, path=path).addCallbacks(done, lambda _: None)
+            slot.side.callRemote(feed.Reload, path=path, own_dir=str(own_dir or "")).addCallbacks(done, lambda _: None)
 
     def _carry(self, slot: _Slot, ops: bytes) -> None:
         try:

@@ -18,6 +18,7 @@ import argparse
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer, task
@@ -112,10 +113,10 @@ class Worker:
         if self._fds:
             self._answer()  # the first State: every record is here
 
-    def _reload(self, path: str) -> defer.Deferred[dict[str, Any]]:
+    def _reload(self, path: str, own_dir: str | None) -> defer.Deferred[dict[str, Any]]:
         async def reload() -> dict[str, Any]:
             try:
-                config = await config_reload.read(self.reactor, path)
+                config = await config_reload.read(self.reactor, path, Path(own_dir) if own_dir else None)
             except ConfigError as e:
                 return {"problems": [str(p) for p in e.problems]}
             self.node.reload(config)
@@ -151,6 +152,7 @@ def parse_fds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gtmcluster-worker", description=__doc__)
     parser.add_argument("--config", required=True)
+    parser.add_argument("--own-dir", default="", help="the node's own base folder, when --config is a bundle's")
     parser.add_argument("--node", required=True)
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--udp-fds", type=parse_fds, required=True)
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         [FilteringLogObserver(textFileLogObserver(sys.stderr), [predicate])], redirectStandardIO=False
     )
     try:
-        config = load(args.config)
+        config = load(args.config, Path(args.own_dir) if args.own_dir else None)
     except ConfigError as e:
         print(f"worker {args.index}: the config has problems:\n{e}", file=sys.stderr)
         return 1

@@ -21,8 +21,10 @@ import math
 import re
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from gtmcluster.config.bundle import BadBundle, Header
 from gtmcluster.state import schema
 from gtmcluster.state.store import BUCKETS, MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text
@@ -292,3 +294,73 @@ def read_summary(data: bytes) -> dict[str, tuple[int, int]]:
         except ValueError:
             raise BadMessage("summary xor is not hex") from None
     return out
+
+
+# -- config sync ------------------------------------------------------------------------------
+
+#: reasons a member gives for refusing a bundle, and their length
+MAX_REASONS = 50
+MAX_REASON = 1000
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    """What a member says of its config (`ConfigState`): the newest bundle it holds, what
+    it runs (the generation and digest of a bundle, 0 and "" for its own file; and the
+    config's digest), and the bundle it refused to run, with why."""
+
+    held: Header | None
+    generation: int
+    digest: str
+    config_digest: str
+    refused: Header | None = None
+    reasons: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "held": self.held.to_json() if self.held else None,
+            "running": {"generation": self.generation, "digest": self.digest, "config_digest": self.config_digest},
+            "refused": {"bundle": self.refused.to_json(), "reasons": list(self.reasons)} if self.refused else None,
+        }
+
+
+def config_state(view: ConfigView) -> bytes:
+    return json.dumps(view.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def read_config_state(data: bytes) -> ConfigView:
+    doc = _json(data, "config state")
+    if not isinstance(doc, dict):
+        raise BadMessage("config state: not an object")
+    running = doc.get("running")
+    refused = doc.get("refused")
+    try:
+        held = Header.from_json(doc["held"]) if doc.get("held") is not None else None
+        if not isinstance(running, dict):
+            raise BadMessage("config state: running is not an object")
+        generation, digest, config_digest = (
+            running.get("generation"),
+            running.get("digest"),
+            running.get("config_digest"),
+        )
+        if not (
+            type(generation) is int
+            and generation >= 0
+            and isinstance(digest, str)
+            and len(digest) <= 64
+            and isinstance(config_digest, str)
+            and len(config_digest) <= 128
+        ):
+            raise BadMessage("config state: running has fields missing or of the wrong type")
+        refused_header, reasons = None, ()
+        if refused is not None:
+            if not isinstance(refused, dict) or not isinstance(refused.get("reasons"), list):
+                raise BadMessage("config state: refused is not {bundle, reasons}")
+            refused_header = Header.from_json(refused.get("bundle"))
+            raw = refused["reasons"]
+            if len(raw) > MAX_REASONS or not all(isinstance(r, str) and len(r) <= MAX_REASON for r in raw):
+                raise BadMessage(f"config state: reasons are at most {MAX_REASONS} texts of {MAX_REASON} characters")
+            reasons = tuple(raw)
+    except BadBundle as e:
+        raise BadMessage(f"config state: {e}") from None
+    return ConfigView(held, generation, digest, config_digest, refused_header, reasons)

@@ -11,6 +11,10 @@
     Heartbeat   the members I hear from and my state digest; sent every heartbeat_interval
                 on every connection, so a peer that goes silent (cut off without a reset)
                 stops counting after heartbeat_timeout (see `peer`)
+    ConfigState the config bundle I hold (its header), the one I run, and one I refused;
+                sent when a connection is established and whenever one of them changes
+    ConfigFetch a part of a bundle I hold, by its generation, publisher and digest, from an
+                offset (`sync.configsync`)
 
 Values stay under AMP's 64 KiB limit: record batches, listings and key lists are cut to
 fit. A node refuses a peer whose range does not overlap its own; the two speak the lower
@@ -20,14 +24,17 @@ newer version than that (`state.schema.version_needed`, `sync.replicator`). The 
     1   the first
     2   admin records of every level (admin/datacenter/..., link, pool, member, wideip);
         version 1 knows admin/vs/... only, and drops a peer that sends the others
+    3   config sync: ConfigState and ConfigFetch (sent to peers of version 3 only; an
+        older member neither takes nor relays the group's bundles)
 """
 
 from __future__ import annotations
 
 from twisted.protocols import amp
 
-#: the newest version this node speaks (`state.schema.NEWEST_VERSION`: the records it knows)
-PROTOCOL_VERSION = 2
+#: the newest version this node speaks (`state.schema.NEWEST_VERSION` is the newest of
+#: the records it knows: version 3 brought commands, not records)
+PROTOCOL_VERSION = 3
 #: the oldest version it still speaks (a member of version 1 is taken: see `sync.replicator`)
 MIN_PROTOCOL_VERSION = 1
 
@@ -109,7 +116,32 @@ class Heartbeat(amp.Command):
     response = []
 
 
+class ConfigState(amp.Command):
+    #: state: `codec.config_state` (JSON)
+    arguments = [(b"state", amp.String())]
+    response = []
+
+
+class NotHeld(Exception):
+    """The bundle asked for is not (or no longer) held here."""
+
+
+class ConfigFetch(amp.Command):
+    #: the bundle: its generation, publisher and digest (two publishers may publish the
+    #: same files as one generation); data: at most `codec.MAX_BATCH` bytes of the bundle
+    #: as sent (`config.bundle.encode`) from offset; total: its whole length
+    arguments = [
+        (b"generation", amp.Integer()),
+        (b"publisher", amp.Unicode()),
+        (b"digest", amp.Unicode()),
+        (b"offset", amp.Integer()),
+    ]
+    response = [(b"data", amp.String()), (b"total", amp.Integer())]
+    errors = {NotHeld: b"NOT_HELD"}
+
+
 #: every command of the protocol, by its name on the wire
 BY_NAME: dict[bytes, type[amp.Command]] = {
-    c.commandName: c for c in (Hello, Publish, Summary, Buckets, Listing, Pull, SendAll, Changed, Heartbeat)
+    c.commandName: c
+    for c in (Hello, Publish, Summary, Buckets, Listing, Pull, SendAll, Changed, Heartbeat, ConfigState, ConfigFetch)
 }

@@ -528,6 +528,21 @@ class PeerProtocol(amp.AMP):
         self.replicator.reconcile(self)
         return {}
 
+    @commands.ConfigState.responder
+    def config_state(self, state: bytes) -> dict[str, Any]:
+        config = self.replicator.config
+        if config is not None:
+            self._guard(config.heard_state, state)
+        return {}
+
+    @commands.ConfigFetch.responder
+    def config_fetch(self, generation: int, publisher: str, digest: str, offset: int) -> dict[str, Any]:
+        config = self.replicator.config
+        if config is None:
+            raise commands.NotHeld("this member keeps no config bundles")
+        answer: dict[str, Any] = self._guard(lambda proto: config.fetch_answer(generation, publisher, digest, offset))
+        return answer
+
     @commands.Heartbeat.responder
     def heartbeat(self, connected: str | None = None, digest: str | None = None) -> dict[str, Any]:
         if connected is not None:

@@ -47,7 +47,7 @@ import json
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -59,6 +59,9 @@ from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, bucket
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.peer import CLOSED, ESTABLISHED, PeerProtocol
+
+if TYPE_CHECKING:
+    from gtmcluster.sync.configsync import ConfigSync
 
 log = Logger()
 
@@ -174,6 +177,8 @@ class Replicator:
         self.refused: Counter[tuple[str, str]] = Counter()
         #: origins this node holds its cap of, with the kinds: skipped by anti-entropy
         self.capped: dict[str, set[str]] = {}
+        #: the group's config bundles (`sync.configsync`), when this node keeps them
+        self.config: ConfigSync | None = None
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
@@ -265,10 +270,19 @@ class Replicator:
                 serial=peer.certificate.get("serial", "?"),
                 event="peer_up",
             )
-            if peer.version < self.protocol_version:
+            if peer.version < min(self.protocol_version, schema.NEWEST_VERSION):
                 log.warn(
                     "peer {peer} speaks protocol {version} (this node {ours}): it is sent no record it would "
                     "refuse (admin states other than a virtual server's) until it is upgraded",
+                    peer=peer.name,
+                    version=peer.version,
+                    ours=self.protocol_version,
+                    event="peer_older_protocol",
+                )
+            elif peer.version < self.protocol_version and self.config is not None:
+                log.warn(
+                    "peer {peer} speaks protocol {version} (this node {ours}): it neither takes nor relays the "
+                    "group's config bundles until it is upgraded",
                     peer=peer.name,
                     version=peer.version,
                     ours=self.protocol_version,
@@ -285,6 +299,8 @@ class Replicator:
                 ours=self.config_digest,
                 event="config_mismatch",
             )
+        if self.config is not None:
+            self.config.connected(proto)
         if self.loading and self.catch_up is not None:
             self._catch_up(proto, self.catch_up())
         self.reconcile(proto)
@@ -347,6 +363,8 @@ class Replicator:
             peer.silent_since = None
             peer.their_peers = frozenset()
             peer.synced = False  # it may have changed (or lost everything) while apart
+            if self.config is not None:
+                self.config.lost(peer.name)
             self._announce_connections()
             log.info("peer {peer} disconnected: {why}", peer=peer.name, why=why, event="peer_down")
         else:

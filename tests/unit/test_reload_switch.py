@@ -40,7 +40,7 @@ def raw_config(tmp_path: Path, changed: bool) -> dict[str, Any]:
 def service(tmp_path: Path) -> NodeService:
     path = configs.write(tmp_path, raw_config(tmp_path, changed=False))
     top = make_service(load(path), "n1", MemoryReactorClock(), Sockets(dns=[]))
-    top.read_config = lambda path: defer.succeed(load(path))
+    top.read_config = lambda path, own_dir: defer.succeed(load(path, own_dir))
     configs.write(tmp_path, raw_config(tmp_path, changed=True))  # what the reload reads
     return top
 

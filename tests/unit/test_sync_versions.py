@@ -78,9 +78,11 @@ def count_commands(
 
 
 def test_versions_and_the_schemas_they_take() -> None:
-    """Version 2 is the newest; a member of version 1 refuses the admin levels other than
-    vs (as the version-1 code did: only admin/vs/<vs> was known), tombstones too."""
-    assert commands.PROTOCOL_VERSION == schema.NEWEST_VERSION == 2
+    """Version 3 is the newest (config sync's commands), version 2 the newest of records; a
+    member of version 1 refuses the admin levels other than vs (as the version-1 code did:
+    only admin/vs/<vs> was known), tombstones too."""
+    assert commands.PROTOCOL_VERSION == 3
+    assert schema.NEWEST_VERSION == 2
     assert commands.MIN_PROTOCOL_VERSION == 1
     for key in (DATACENTER, "admin/link/L1", "admin/pool/p", "admin/member/p/www1", "admin/wideip/w.example"):
         assert schema.version_needed(key) == 2

@@ -1,0 +1,227 @@
+"""A member's side of the group's shared config (config sync): which config it starts
+with, and what may be published.
+
+At start a member reads its own file (``--config``). With ``sync_group.config_sync`` on
+(the default) and a bundle held (`config.shelf`), it runs the newest bundle instead, with
+its own things (certificates, key, token file, folders) from its own file's base folder,
+and says so; the group may then have a newer one, which it fetches from its peers before
+it answers with measured methods (`service.ColdStart`). A bundle it cannot read (a file
+of its own missing) is logged, and it runs its own file.
+
+Its file is published when it changed since the member last read it (``local.json`` on
+the shelf): by a SIGHUP or a reload through the API. A SIGHUP to a file that did not
+change reads the running config again (renewed certificates), and publishes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.config.load import load
+from gtmcluster.config.model import Config
+from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.shelf import Shelf
+from gtmcluster.sync.configsync import ConfigSync, Running
+
+if TYPE_CHECKING:
+    from gtmcluster.service import NodeService
+
+log = Logger()
+
+
+@dataclass
+class Start:
+    """The config a member starts with."""
+
+    config: Config
+    #: the bundle it runs, or None: its own file
+    header: Header | None
+    shelf: Shelf
+    #: its own base folder (its own file's): its own things are there
+    own_dir: Path
+
+
+def at_start(local: Config, path: str, node: str) -> Start:
+    """What member *node* runs, having read its own file *path* as *local*."""
+    shelf = Shelf(local.state_dir_for(node) / "bundles")
+    own_dir = local.base_dir
+    start = Start(local, None, shelf, own_dir)
+    try:
+        mine = bundle.make(path, 1, 0, node, 0.0).digest
+    except ConfigError as e:
+        mine = ""
+        log.warn("{path} cannot be shared with the group: {why}", path=path, why=e, event="config_not_shareable")
+    changed = shelf.local_digest() not in (None, mine)
+    if shelf.local_digest() is None and mine:
+        shelf.set_local_digest(mine)
+    newest = shelf.newest()
+    if not local.sync_group.settings.config_sync or newest is None:
+        return start
+    try:
+        config = load(shelf.config_path(newest), own_dir)
+    except ConfigError as e:
+        log.error(
+            "the group's config generation {generation} cannot be run here, {path} is: {problems}",
+            generation=newest.generation,
+            path=path,
+            problems=str(e),
+            event="config_bundle_unusable",
+        )
+        return start
+    if node not in {m.name for m in config.sync_group.members}:
+        log.error(
+            "the group's config generation {generation} has no member {node}: {path} is run",
+            generation=newest.generation,
+            node=node,
+            path=path,
+            event="config_bundle_unusable",
+        )
+        return start
+    log.info(
+        "running the group's config generation {generation} ({digest}), published by {publisher} at {at}, not "
+        "{path}{changed}",
+        generation=newest.generation,
+        digest=newest.digest[:12],
+        publisher=newest.publisher,
+        at=when(newest.published_at),
+        path=path,
+        changed=" (which changed since this node last read it: a SIGHUP or `gtmcluster config push` publishes it)"
+        if changed
+        else "",
+        event="config_from_group",
+    )
+    return Start(config, newest, shelf, own_dir)
+
+
+class Stale(Exception):
+    """A publication based on an older generation than the group's."""
+
+
+def stamped(candidate: Bundle, held: Header | None, publisher: str, based_on: int | None, force: bool) -> Bundle | None:
+    """*candidate*'s files as the next generation after *held*, published by *publisher*;
+    None if they are *held*'s files already (nothing to publish). Raises `Stale` when
+    *based_on* (the generation the publisher started from) is older than *held*'s,
+    unless *force*."""
+    current = held.generation if held is not None else 0
+    if based_on is not None and based_on < current and not force:
+        assert held is not None
+        raise Stale(
+            f"this push is based on generation {based_on}, but the group is at generation {current}, "
+            f"published by {held.publisher} at {when(held.published_at)}: pull it (`gtmcluster config pull`), "
+            "merge your change, and push again, or push with --force to replace it"
+        )
+    if held is not None and candidate.digest == held.digest and not force:
+        return None
+    return Bundle(
+        candidate.main,
+        candidate.files,
+        current + 1,
+        current if based_on is None else based_on,
+        publisher,
+        time.time(),
+    )
+
+
+def when(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@dataclass
+class Published:
+    """What became of a publication: the bundle (None: the group holds none), whether it
+    was the group's already, and the problems that refused it (then nothing changed)."""
+
+    header: Header | None
+    unchanged: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+class GroupConfig:
+    """The member's side of config sync: it publishes (a push, a rollback, its file after a
+    SIGHUP) and runs what the group publishes (`sync.configsync` fetches it)."""
+
+    def __init__(self, service: NodeService, start: Start):
+        self.service = service
+        self.shelf = start.shelf
+        self.own_dir = start.own_dir
+        self.node = service.node.member.name
+        config = service.node.config
+        self.sync = ConfigSync(service.replicator, start.shelf, config.sync_group.settings.config_sync)
+        self.sync.apply = self.apply
+        self.sync.running = Running(
+            start.header.generation if start.header else 0, start.header.digest if start.header else "", config.digest
+        )
+        self.shelf.running = self.shelf.folder(start.header) if start.header else None
+        service.replicator.config = self.sync
+        if start.header is not None:
+            service.running_own_dir = self.own_dir
+
+    def running_header(self) -> Header | None:
+        r = self.sync.running
+        return self.shelf.find(r.generation, r.digest) if r.generation else None
+
+    def apply(self, header: Header) -> defer.Deferred[list[str]]:
+        """Run bundle *header* (held): a reload from its files."""
+        path = str(self.shelf.config_path(header))
+        return self.service.exclusive(lambda: self.service.read_and_switch(path, self.own_dir, header))
+
+    def publish(self, candidate: Bundle, based_on: int | None, force: bool) -> defer.Deferred[Published]:
+        """Publish *candidate*'s files as the group's next generation: checked by reading
+        it as a reload does, run here, then held and offered to the peers. Fails with
+        `Stale` (see `stamped`)."""
+        return self.service.exclusive(lambda: self._publish(candidate, based_on, force))
+
+    async def _publish(self, candidate: Bundle, based_on: int | None, force: bool) -> Published:
+        held = self.shelf.newest()
+        new = stamped(candidate, held, self.node, based_on, force)
+        if new is None:
+            return Published(held, unchanged=True)
+        path = self.shelf.stage(new)
+        problems = await self.service.read_and_switch(str(path), self.own_dir, new.header)
+        if problems:
+            self.shelf.discard(new)
+            return Published(new.header, problems=problems)
+        self.shelf.commit(new)
+        log.info(
+            "published config generation {generation} ({digest}, {size} bytes in {files} files), based on {based_on}",
+            generation=new.generation,
+            digest=new.digest[:12],
+            size=new.size,
+            files=len(new.files),
+            based_on=new.based_on,
+            event="config_published",
+        )
+        self.sync.tell()
+        return Published(new.header)
+
+    def reload(self) -> defer.Deferred[list[str]]:
+        """A SIGHUP (or the API's reload): the member's file published if it changed since
+        it was last read, else the running config read again."""
+        service = self.service
+        try:
+            made = bundle.make(service.config_path, 1, 0, self.node, 0.0)
+        except ConfigError as e:
+            problems = [str(p) for p in e.problems]
+            log.error("reload refused, the running config stays: {problems}", problems="; ".join(problems))
+            return defer.succeed(problems)
+        if made.digest == self.shelf.local_digest():
+            header = self.running_header()
+            return service.exclusive(
+                lambda: service.read_and_switch(service.running_path, service.running_own_dir, header)
+            )
+
+        def published(result: Published) -> list[str]:
+            if not result.problems:
+                self.shelf.set_local_digest(made.digest)
+            return result.problems
+
+        return self.publish(made, None, False).addCallback(published)

@@ -1,0 +1,187 @@
+"""The config bundles a member holds, on disk: ``<state_dir>/bundles/``.
+
+Each bundle taken (published here, or received from a peer) has a folder of its own,
+``<generation>-<publisher>-<digest, 12 characters>/``, holding
+
+- ``bundle.json``: the bundle as sent (`bundle.encode`), served to peers that fetch it;
+- ``files/``: its files written out, where the member reads the config from when it runs
+  the bundle (`config.load.build`, with its own base folder for its own things).
+
+``bundle.json`` is written last (whole, then renamed into place): a folder without it is
+an interrupted write, ignored and removed. The newest `KEEP` generations are kept (the
+history `gtmcluster config history` lists; a rollback republishes one of them), and the
+one the member runs, whatever its age. Of two bundles of one generation (two members
+published at once) only the newer (`bundle.newer`) counts; the other is removed too.
+
+``local.json`` says which digest the member's own config file had when it was last read
+as a bundle: a SIGHUP publishes the file only when it changed since (so a member that
+took newer bundles from the group does not publish its old file again by a SIGHUP that
+was meant to renew its certificates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from twisted.logger import Logger
+
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import Bundle, Header
+
+log = Logger()
+
+#: generations kept (besides the one running)
+KEEP = 20
+DIR_MODE = 0o750
+
+
+class Shelf:
+    def __init__(self, directory: str | os.PathLike[str], keep: int = KEEP):
+        self.directory = Path(directory)
+        self.keep = keep
+        #: the folder of the bundle the member runs (never removed), if it runs one
+        self.running: Path | None = None
+        self._headers: dict[str, Header] = {}  # by folder name
+        self._scan()
+
+    def _scan(self) -> None:
+        if not self.directory.is_dir():
+            return
+        for folder in sorted(self.directory.iterdir()):
+            if not folder.is_dir():
+                continue
+            try:
+                data = (folder / "bundle.json").read_bytes()
+                header = bundle.decode(data).header
+            except FileNotFoundError:
+                log.info("removing {folder}: an interrupted write", folder=folder, event="bundle_partial")
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            except (OSError, bundle.BadBundle) as e:
+                log.warn("ignoring {folder}: {why}", folder=folder, why=e, event="bundle_unreadable")
+                continue
+            if folder.name != _folder_name(header):
+                log.warn("ignoring {folder}: it holds generation {g}", folder=folder, g=header.generation)
+                continue
+            self._headers[folder.name] = header
+
+    # -- what is held ------------------------------------------------------------------
+
+    def newest(self) -> Header | None:
+        best = None
+        for header in self._headers.values():
+            best = bundle.newer(best, header)
+        return best
+
+    def history(self) -> list[Header]:
+        """The bundle of each generation held (the newer of two of one), newest first."""
+        best: dict[int, Header] = {}
+        for header in self._headers.values():
+            kept = bundle.newer(best.get(header.generation), header)
+            assert kept is not None
+            best[header.generation] = kept
+        return sorted(best.values(), key=lambda h: h.generation, reverse=True)
+
+    def find(
+        self, generation: int | None = None, digest: str | None = None, publisher: str | None = None
+    ) -> Header | None:
+        """The newest bundle held of *generation*, with *digest*, by *publisher* (each if given)."""
+        found = None
+        for header in self._headers.values():
+            if (
+                (generation is None or header.generation == generation)
+                and (digest is None or header.digest == digest)
+                and (publisher is None or header.publisher == publisher)
+            ):
+                found = bundle.newer(found, header)
+        return found
+
+    def folder(self, header: Header) -> Path:
+        return self.directory / _folder_name(header)
+
+    def config_path(self, header: Header) -> Path:
+        """Where the config of bundle *header* is written out."""
+        return self.folder(header) / "files" / header.main
+
+    def encoded(self, header: Header) -> bytes:
+        """The bundle as sent (raises OSError if it went meanwhile)."""
+        return (self.folder(header) / "bundle.json").read_bytes()
+
+    def load(self, header: Header) -> Bundle:
+        return bundle.decode(self.encoded(header))
+
+    # -- taking one ---------------------------------------------------------------------
+
+    def put(self, taken: Bundle) -> Path:
+        """Keep *taken* (its files written out, then ``bundle.json``); returns the path of
+        its config. Older generations beyond `keep` are removed."""
+        path = self.stage(taken)
+        self.commit(taken)
+        return path
+
+    def stage(self, taken: Bundle) -> Path:
+        """Write *taken*'s files out, not yet held (a publication reads its config from
+        there to check it: then `commit`, or `discard`); returns the path of its config."""
+        header = taken.header
+        folder = self.folder(header)
+        if self._headers.get(folder.name) == header:
+            return self.config_path(header)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        if folder.exists():
+            shutil.rmtree(folder)  # an interrupted write of the same bundle
+        folder.mkdir(mode=DIR_MODE)
+        return bundle.write(taken, folder / "files")
+
+    def discard(self, taken: Bundle) -> None:
+        """Remove what `stage` wrote (unless the bundle is held)."""
+        folder = self.folder(taken.header)
+        if folder.name not in self._headers:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def commit(self, taken: Bundle) -> None:
+        """Hold *taken*, staged already."""
+        header = taken.header
+        folder = self.folder(header)
+        if self._headers.get(folder.name) == header:
+            return
+        partial = folder / ".bundle.json.partial"
+        with open(partial, "wb") as f:
+            f.write(bundle.encode(taken))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, folder / "bundle.json")
+        self._headers[folder.name] = header
+        self._prune()
+
+    def _prune(self) -> None:
+        kept = {_folder_name(h) for h in self.history()[: self.keep]}
+        for name in list(self._headers):
+            folder = self.directory / name
+            if name in kept or folder == self.running:
+                continue
+            del self._headers[name]
+            shutil.rmtree(folder, ignore_errors=True)
+
+    # -- the member's own file ---------------------------------------------------------------
+
+    def local_digest(self) -> str | None:
+        """The digest the member's own config file had when last read as a bundle."""
+        try:
+            doc = json.loads((self.directory / "local.json").read_text())
+        except (OSError, ValueError):
+            return None
+        digest = doc.get("digest") if isinstance(doc, dict) else None
+        return digest if isinstance(digest, str) else None
+
+    def set_local_digest(self, digest: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        partial = self.directory / ".local.json.partial"
+        partial.write_text(json.dumps({"digest": digest}) + "\n")
+        os.replace(partial, self.directory / "local.json")
+
+
+def _folder_name(header: Header) -> str:
+    return f"{header.generation}-{header.publisher}-{header.digest[:12]}"

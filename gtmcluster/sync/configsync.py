@@ -1,0 +1,302 @@
+"""Config sync: the group's configuration, as bundles, passed from member to member.
+
+A member publishes a bundle (`gtmcluster config push`, or a SIGHUP after its file
+changed: see `service.NodeService`); every member keeps the newest bundle it knows of
+(`config.bundle.newer`: generation, then publisher, then digest) on its shelf
+(`config.shelf`) and runs it. Members tell each other what they hold and run with
+`ConfigState`, when a connection is established and whenever it changes. A member told
+of a newer bundle than its own fetches it from that peer (`ConfigFetch`, in parts of at
+most `codec.MAX_BATCH` bytes), checks it (size before anything is parsed, then shape,
+digest, and that it is what the peer announced), keeps it, and tells its peers, who fetch
+it in turn: a member that reaches one peer only still gets it, and one that was down
+gets it when it connects. Then it runs it, as a reload (`apply`): a bundle it cannot
+run (its own sockets changed, a file of its own is missing) is refused, kept, relayed,
+and said in its state, so status shows it on every member.
+
+One fetch runs at a time, for the newest bundle any peer offers; one apply at a time,
+of the newest bundle held (bundles that came meanwhile are skipped over).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.config.shelf import Shelf
+from gtmcluster.sync import codec, commands
+from gtmcluster.sync.codec import BadMessage, ConfigView
+
+if TYPE_CHECKING:
+    from gtmcluster.sync.peer import PeerProtocol
+    from gtmcluster.sync.replicator import Replicator
+
+log = Logger()
+
+#: bytes of a bundle per ConfigFetch answer
+CHUNK = codec.MAX_BATCH
+#: the largest encoded bundle a member fetches (`bundle.decode` checks it again)
+MAX_ENCODED = bundle.MAX_BYTES * 4 // 3 + 65536
+#: the first protocol version that has config sync
+VERSION = 3
+
+
+@dataclass(frozen=True)
+class Running:
+    """What this member runs: a bundle's generation and digest (0 and "": its own file)
+    and the config's digest."""
+
+    generation: int = 0
+    digest: str = ""
+    config_digest: str = ""
+
+
+class ConfigSync:
+    def __init__(self, replicator: Replicator, shelf: Shelf, enabled: bool = True):
+        self.replicator = replicator
+        self.shelf = shelf
+        #: off (`sync_group.config_sync: false`): nothing is fetched or run; peers are
+        #: still told what this member runs, for status
+        self.enabled = enabled
+        self.running = Running()
+        #: the newest bundle this member refused to run, and why (cleared by one it runs)
+        self.refused: tuple[Header, tuple[str, ...]] | None = None
+        #: what each peer last said (kept after it disconnects, for status)
+        self.views: dict[str, ConfigView] = {}
+        #: the peers that said it since they connected
+        self.heard: set[str] = set()
+        #: runs a bundle held (on the shelf) as the member's config; fires with the
+        #: problems that kept it from running (none: it runs it)
+        self.apply: Callable[[Header], defer.Deferred[list[str]]] | None = None
+        #: told whenever what this member holds or runs changes
+        self.listeners: list[Callable[[], None]] = []
+        self._fetching: Header | None = None
+        self._applying = False
+        self._served: tuple[tuple[int, str, str], bytes] | None = None  # the bundle last served
+
+    # -- what this member says -----------------------------------------------------------
+
+    @property
+    def held(self) -> Header | None:
+        return self.shelf.newest()
+
+    def view(self) -> ConfigView:
+        refused, reasons = self.refused if self.refused else (None, ())
+        r = self.running
+        return ConfigView(self.held, r.generation, r.digest, r.config_digest, refused, reasons)
+
+    def _channels(self) -> list[PeerProtocol]:
+        return [
+            p.channels[0] for p in self.replicator.peers.values() if p.channels and p.channels[0].version >= VERSION
+        ]
+
+    def tell(self) -> None:
+        """Say this member's state to every peer (it changed)."""
+        state = codec.config_state(self.view())
+        for proto in self._channels():
+            _send_state(proto, state)
+        for listener in self.listeners:
+            listener()
+
+    @property
+    def settled(self) -> bool:
+        """Every connected peer has said what it holds, and this member holds and runs (or
+        refused) the newest of it: it may answer with what its config says."""
+        if not self.enabled:
+            return True
+        if self._fetching is not None or self._applying:
+            return False
+        held = self.held
+        for proto in self._channels():
+            if proto.peer not in self.heard:
+                return False
+            offered = self.views[proto.peer].held
+            if offered is not None and bundle.newer(held, offered) is not held:
+                return False
+        if held is None or held.digest == self.running.digest:
+            return True
+        return self.refused is not None and self.refused[0].digest == held.digest
+
+    # -- peers ----------------------------------------------------------------------------
+
+    def connected(self, proto: PeerProtocol) -> None:
+        """A peer of version 3 or later connected: tell it."""
+        if proto.version >= VERSION:
+            _send_state(proto, codec.config_state(self.view()))
+
+    def lost(self, name: str) -> None:
+        self.heard.discard(name)
+
+    def heard_state(self, proto: PeerProtocol, data: bytes) -> None:
+        """A peer's `ConfigState` (raises `BadMessage` if malformed: the peer is dropped)."""
+        view = codec.read_config_state(data)
+        name = proto.peer or ""
+        self.views[name] = view
+        self.heard.add(name)
+        for listener in self.listeners:
+            listener()
+        offered = view.held
+        if not self.enabled or offered is None:
+            return
+        if offered.publisher not in self.replicator.members:
+            log.warn(
+                "peer {peer} offers config generation {generation} published by {publisher}, not a member: ignored",
+                peer=name,
+                generation=offered.generation,
+                publisher=offered.publisher,
+                event="config_offer_refused",
+            )
+            return
+        if bundle.newer(self.held, offered) is offered and offered != self.held:
+            self._want(proto, offered)
+
+    def _want(self, proto: PeerProtocol, offered: Header) -> None:
+        if self._fetching is not None and bundle.newer(self._fetching, offered) is self._fetching:
+            return  # fetching this one, or a newer one
+        self._fetching = offered
+        defer.ensureDeferred(self._fetch(proto, offered)).addErrback(self._fetch_failed, proto, offered)
+
+    async def _fetch(self, proto: PeerProtocol, offered: Header) -> None:
+        parts: list[bytes] = []
+        offset, total = 0, None
+        while total is None or offset < total:
+            if self._fetching is not offered:
+                return  # a newer one is being fetched
+            answer = await proto.callRemote(
+                commands.ConfigFetch,
+                generation=offered.generation,
+                publisher=offered.publisher,
+                digest=offered.digest,
+                offset=offset,
+            )
+            data, size = answer["data"], answer["total"]
+            if size > MAX_ENCODED:
+                proto.violation(f"offers a config bundle of {size:,} bytes, over the limit of {MAX_ENCODED:,}")
+                raise _Abandoned()
+            if (total is not None and size != total) or (offset < size and not data) or offset + len(data) > size:
+                raise BadMessage(f"a config bundle's parts do not add up (at {offset} of {size}, {len(data)} bytes)")
+            total = size
+            parts.append(data)
+            offset += len(data)
+        got = bundle.decode(b"".join(parts))
+        if got.header != offered:
+            raise BadMessage(f"sent config generation {got.generation} ({got.digest[:12]}), not what it offered")
+        self._fetching = None
+        log.info(
+            "took config generation {generation} ({digest}) published by {publisher} from {peer}",
+            generation=got.generation,
+            digest=got.digest[:12],
+            publisher=got.publisher,
+            peer=proto.peer,
+            event="config_fetched",
+        )
+        self.take(got)
+
+    def _fetch_failed(self, failure: Failure, proto: PeerProtocol, offered: Header) -> None:
+        if self._fetching is offered:
+            self._fetching = None
+        if failure.check(BadMessage, bundle.BadBundle):
+            proto.violation(f"a bad config bundle: {failure.getErrorMessage()}")
+        elif not failure.check(_Abandoned):
+            log.warn(
+                "fetching config generation {generation} from {peer} failed: {why}",
+                generation=offered.generation,
+                peer=proto.peer,
+                why=failure.getErrorMessage(),
+                event="config_fetch_failed",
+            )
+        self._next()
+
+    def _next(self) -> None:
+        """Fetch the newest bundle a connected peer offers, if newer than the one held."""
+        best: tuple[Header, PeerProtocol] | None = None
+        for proto in self._channels():
+            offered = self.views[proto.peer].held if proto.peer in self.heard else None
+            if offered is None or offered.publisher not in self.replicator.members:
+                continue
+            if best is None or bundle.newer(best[0], offered) is offered:
+                best = (offered, proto)
+        if best is not None and bundle.newer(self.held, best[0]) is best[0] and best[0] != self.held:
+            self._want(best[1], best[0])
+
+    def fetch_answer(self, generation: int, publisher: str, digest: str, offset: int) -> dict[str, Any]:
+        """A `ConfigFetch`: part of a bundle held here."""
+        key = (generation, publisher, digest)
+        if self._served is None or self._served[0] != key:
+            header = self.shelf.find(generation, digest, publisher)
+            if header is None:
+                raise commands.NotHeld(f"no config generation {generation} ({digest[:12]}) of {publisher} here")
+            try:
+                self._served = (key, self.shelf.encoded(header))
+            except OSError as e:
+                raise commands.NotHeld(f"config bundle {digest[:12]}: {e}") from None
+        data = self._served[1]
+        if offset < 0 or offset > len(data):
+            raise BadMessage(f"offset {offset} outside a bundle of {len(data)} bytes")
+        return {"data": data[offset : offset + CHUNK], "total": len(data)}
+
+    # -- taking and running ---------------------------------------------------------------
+
+    def take(self, got: Bundle) -> None:
+        """Keep *got* (published here or fetched), tell the peers, and run the newest held."""
+        self.shelf.put(got)
+        self.tell()
+        self._next()
+        self.run_newest()
+
+    def run_newest(self) -> None:
+        """Run the newest bundle held, unless it runs already (one at a time)."""
+        if self._applying or self.apply is None or not self.enabled:
+            return
+        held = self.held
+        if held is None or held.digest == self.running.digest:
+            return
+        if self.refused is not None and self.refused[0] == held:
+            return
+        self._applying = True
+        self.apply(held).addBoth(self._applied, held)
+
+    def _applied(self, result: list[str] | Failure, held: Header) -> None:
+        self._applying = False
+        if isinstance(result, Failure):
+            log.failure("running config generation {generation} failed", result, generation=held.generation)
+            result = ["an internal error (see the node's log)"]
+        if result:
+            self.refused = (held, tuple(r[: codec.MAX_REASON] for r in result[: codec.MAX_REASONS]))
+            log.error(
+                "config generation {generation} ({digest}) published by {publisher} is refused here, the running "
+                "config stays: {problems}",
+                generation=held.generation,
+                digest=held.digest[:12],
+                publisher=held.publisher,
+                problems="; ".join(result),
+                event="config_refused",
+            )
+            self.tell()
+        self.run_newest()
+
+    def ran(self, header: Header | None, config_digest: str) -> None:
+        """The member now runs *header*'s bundle (None: its own file) with *config_digest*."""
+        self.running = Running(header.generation if header else 0, header.digest if header else "", config_digest)
+        if header is not None and self.refused is not None and bundle.newer(self.refused[0], header) is header:
+            self.refused = None
+        self.shelf.running = self.shelf.folder(header) if header else None
+        self.tell()
+
+
+class _Abandoned(Exception):
+    """A fetch given up (the peer was dropped, and why was logged)."""
+
+
+def _send_state(proto: PeerProtocol, state: bytes) -> None:
+    proto.callRemote(commands.ConfigState, state=state).addErrback(_unanswered)
+
+
+def _unanswered(failure: Failure) -> None:
+    """A ConfigState the peer did not answer: its connection went (and says so)."""

@@ -1,0 +1,183 @@
+"""Config sync between members (`sync.configsync`): bundles offered, fetched, kept, relayed
+and run, over the real protocol and TLS in memory (`support.cluster.MemoryCluster`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.internet import defer
+
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.config.shelf import Shelf
+from gtmcluster.sync import configsync
+from gtmcluster.sync.configsync import ConfigSync
+from tests.support.cluster import MemoryCluster
+
+
+class Members:
+    """A MemoryCluster whose members keep bundles; running one is recorded (and refused by
+    the members named in `refuse`)."""
+
+    def __init__(self, tmp_path: Path, names: list[str]):
+        self.cluster = MemoryCluster(names, tmp_path / "certs")
+        self.tmp_path = tmp_path
+        self.syncs: dict[str, ConfigSync] = {}
+        self.runs: dict[str, list[int]] = {name: [] for name in names}
+        self.refuse: dict[str, list[str]] = {}
+        for name in names:
+            self.attach(name)
+
+    def attach(self, name: str) -> ConfigSync:
+        sync = ConfigSync(self.cluster.replicators[name], Shelf(self.tmp_path / name / "bundles"))
+        self.cluster.replicators[name].config = sync
+
+        def apply(header: Header, sync: ConfigSync = sync, name: str = name) -> defer.Deferred[list[str]]:
+            if name in self.refuse:
+                return defer.succeed(self.refuse[name])
+            self.runs[name].append(header.generation)
+            sync.ran(header, "config-" + header.digest[:8])
+            return defer.succeed([])
+
+        sync.apply = apply
+        self.syncs[name] = sync
+        return sync
+
+    def publish(self, name: str, generation: int, text: str, extra: dict[str, bytes] | None = None) -> Bundle:
+        files = {"gtm.yaml": text.encode(), **(extra or {})}
+        made = Bundle("gtm.yaml", files, generation, generation - 1, name, 1_000_000.0 + generation)
+        self.syncs[name].take(made)
+        self.cluster.settle()
+        return made
+
+    def held(self) -> dict[str, tuple[int, str] | None]:
+        return {n: (s.held.generation, s.held.publisher) if s.held else None for n, s in self.syncs.items()}
+
+    def running(self) -> dict[str, int]:
+        return {n: s.running.generation for n, s in self.syncs.items()}
+
+
+@pytest.fixture
+def trio(tmp_path: Path) -> Members:
+    return Members(tmp_path, ["gtm-a", "gtm-b", "gtm-c"])
+
+
+def test_a_bundle_published_on_one_member_is_held_and_run_by_all(trio: Members) -> None:
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.cluster.connect("gtm-a", "gtm-c")
+    trio.publish("gtm-a", 1, "one: 1\n")
+    assert trio.held() == dict.fromkeys(trio.syncs, (1, "gtm-a"))
+    assert trio.running() == dict.fromkeys(trio.syncs, 1)
+    # each member knows what the others run
+    view = trio.syncs["gtm-a"].views["gtm-c"]
+    assert (view.generation, view.config_digest) == (1, trio.syncs["gtm-c"].running.config_digest)
+    assert all(s.settled for s in trio.syncs.values())
+
+
+def test_a_member_that_reaches_one_peer_gets_it_relayed(trio: Members) -> None:
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.cluster.connect("gtm-b", "gtm-c")
+    made = trio.publish("gtm-a", 1, "relayed: true\n")
+    assert trio.syncs["gtm-c"].shelf.load(trio.syncs["gtm-c"].held).files == made.files  # type: ignore[arg-type]
+    assert trio.runs["gtm-c"] == [1]
+
+
+def test_a_member_that_was_away_gets_only_the_newest_when_it_connects(trio: Members) -> None:
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.publish("gtm-a", 1, "first: 1\n")
+    trio.publish("gtm-b", 2, "second: 2\n")
+    assert trio.held()["gtm-c"] is None
+    trio.cluster.connect("gtm-c", "gtm-a")
+    assert trio.held()["gtm-c"] == (2, "gtm-b")
+    assert trio.runs["gtm-c"] == [2]  # not generation 1 on the way
+
+
+def test_two_publications_of_one_generation_end_the_same_everywhere(trio: Members) -> None:
+    # two members publish generation 3 apart, then meet: the greater publisher's wins
+    trio.publish("gtm-a", 3, "from: a\n")
+    trio.publish("gtm-c", 3, "from: c\n")
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.cluster.connect("gtm-b", "gtm-c")
+    assert trio.held() == dict.fromkeys(trio.syncs, (3, "gtm-c"))
+    assert trio.runs["gtm-a"] == [3, 3]  # its own, then the winner
+    assert trio.syncs["gtm-a"].running.digest == trio.syncs["gtm-c"].running.digest
+
+
+def test_a_member_that_cannot_run_a_bundle_keeps_relays_and_says_it(trio: Members) -> None:
+    trio.refuse["gtm-b"] = ["gtm-b's dns address changed: restart the node to apply it"]
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.cluster.connect("gtm-b", "gtm-c")
+    trio.publish("gtm-a", 1, "moved: true\n")
+    assert trio.held()["gtm-b"] == (1, "gtm-a")
+    assert trio.running()["gtm-b"] == 0
+    assert trio.runs["gtm-c"] == [1]  # relayed by b all the same
+    view = trio.syncs["gtm-a"].views["gtm-b"]
+    assert view.refused is not None and view.refused.generation == 1
+    assert "restart the node" in view.reasons[0]
+    assert trio.syncs["gtm-b"].settled  # refused is settled: it answers with what it runs
+
+
+def test_a_bundle_bigger_than_one_message_is_fetched_in_parts(trio: Members) -> None:
+    zone = b"".join(b"host%d IN A 192.0.2.%d\n" % (i, i % 250) for i in range(20_000))
+    assert len(zone) > 5 * configsync.CHUNK
+    trio.cluster.connect("gtm-a", "gtm-b")
+    made = trio.publish("gtm-a", 1, "zones: [{file: big.zone}]\n", {"big.zone": zone})
+    assert trio.syncs["gtm-b"].shelf.load(made.header).files["big.zone"] == zone
+
+
+def test_a_peer_that_sends_another_bundle_than_it_offered_is_dropped(trio: Members) -> None:
+    made = trio.publish("gtm-a", 1, "honest: true\n")
+    shelf = trio.syncs["gtm-a"].shelf
+    other = Bundle("gtm.yaml", {"gtm.yaml": b"forged: true\n"}, 1, 0, "gtm-a", 1.0)
+    (shelf.folder(made.header) / "bundle.json").write_bytes(bundle.encode(other))
+    trio.cluster.connect("gtm-b", "gtm-a")
+    assert trio.held()["gtm-b"] is None
+    assert trio.cluster.replicators["gtm-b"].connected_names() == []
+
+
+def test_an_offer_from_a_publisher_outside_the_group_is_not_fetched(trio: Members) -> None:
+    a = trio.syncs["gtm-a"]
+    trio.cluster.connect("gtm-a", "gtm-b")
+    stranger = Bundle("gtm.yaml", {"gtm.yaml": b"x: 1\n"}, 9, 8, "intruder", 1.0)
+    a.shelf.put(stranger)
+    a.tell()
+    trio.cluster.settle()
+    assert trio.held()["gtm-b"] is None
+
+
+def test_nothing_is_fetched_or_run_with_config_sync_off(trio: Members) -> None:
+    trio.syncs["gtm-b"].enabled = False
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.publish("gtm-a", 1, "x: 1\n")
+    assert trio.held()["gtm-b"] is None and trio.runs["gtm-b"] == []
+    assert trio.syncs["gtm-b"].settled
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    publications=st.lists(
+        st.tuples(st.sampled_from(["gtm-a", "gtm-b", "gtm-c"]), st.integers(1, 5), st.integers(0, 3)),
+        min_size=1,
+        max_size=6,
+    ),
+    links=st.permutations([("gtm-a", "gtm-b"), ("gtm-b", "gtm-c"), ("gtm-a", "gtm-c")]),
+)
+def test_the_newest_bundle_wins_on_every_member_whatever_the_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    publications: list[tuple[str, int, int]],
+    links: list[tuple[str, str]],
+) -> None:
+    members = Members(tmp_path_factory.mktemp("group"), ["gtm-a", "gtm-b", "gtm-c"])
+    made = [members.publish(name, generation, f"v: {variant}\n") for name, generation, variant in publications]
+    for a, b in links[:2]:  # two links join all three, in any order
+        members.cluster.connect(a, b)
+    newest = None
+    for one in made:
+        newest = bundle.newer(newest, one)
+    assert newest is not None
+    for name, sync in members.syncs.items():
+        assert sync.held == newest.header, name
+        assert sync.running.digest == newest.digest, name
