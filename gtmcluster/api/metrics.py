@@ -264,6 +264,7 @@ class NodeCollector(Collector):
                 value=probe.take_recent(),
             )
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
+        yield from bundle_metrics(service)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
 
 
@@ -338,3 +339,32 @@ def health_check_metrics(stats: CheckStats) -> Iterator[Metric]:
     yield skipped
     yield GaugeMetricFamily("gtm_health_checks_in_flight", "health checks running now", value=stats.in_flight)
     yield _histogram("gtm_health_check_lag_seconds", "how late health checks started after they were due", stats.lag)
+
+
+def bundle_metrics(service: NodeService) -> Iterator[Metric]:
+    """The group's shared config: the generation of the bundle each member runs (0: its own
+    file) and holds, by what this member knows (its own, its peers' last word)."""
+    sync = service.replicator.config
+    if sync is None:
+        return
+    running = GaugeMetricFamily(
+        "gtm_config_bundle_generation",
+        "the group config generation the member runs (0: its own file)",
+        labels=["member"],
+    )
+    held = GaugeMetricFamily(
+        "gtm_config_bundle_held_generation", "the newest group config generation the member holds", labels=["member"]
+    )
+    refused = GaugeMetricFamily(
+        "gtm_config_bundle_refused",
+        "1 when the member refused to run the newest generation it holds",
+        labels=["member"],
+    )
+    info = GaugeMetricFamily("gtm_config_bundle_info", "the bundle each member runs", labels=["member", "digest"])
+    views = {service.node.member.name: sync.view(), **sync.views}
+    for name, view in sorted(views.items()):
+        running.add_metric([name], float(view.generation))
+        held.add_metric([name], float(view.held.generation if view.held else 0))
+        refused.add_metric([name], 1.0 if view.refused is not None and view.refused == view.held else 0.0)
+        info.add_metric([name, view.digest[:12]], 1.0)
+    yield from (running, held, refused, info)

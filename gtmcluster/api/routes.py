@@ -10,7 +10,7 @@ from twisted.internet import threads
 from twisted.logger import Logger
 
 from gtmcluster import slices
-from gtmcluster.api import admin, guard, proximity, token
+from gtmcluster.api import admin, groupconfig, guard, proximity, token
 from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
@@ -103,5 +103,25 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
         # a pool member's NAME is POOL/SERVER: the action is the last segment
         Route("POST", r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
         Route("POST", "/api/v1/reload", post_reload),
+        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service)),
+        Route(
+            "POST",
+            "/api/v1/config",
+            lambda a, p, raw: groupconfig.push(service, a, raw),
+            ("force",),
+            raw_body=groupconfig.MAX_PUSH,
+        ),
+        Route("GET", "/api/v1/config/history", lambda a, p: groupconfig.history(service)),
+        Route(
+            "GET",
+            r"/api/v1/config/bundles/(?P<generation>[0-9]{1,18})",
+            lambda a, p: groupconfig.one(service, p["generation"]),
+        ),
+        Route(
+            "POST",
+            r"/api/v1/config/rollback/(?P<generation>[0-9]{1,18})",
+            lambda a, p: groupconfig.rollback(service, a, p["generation"]),
+            body=("based_on", "force"),
+        ),
         Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service, refused), service.reactor)),
     ]

@@ -14,11 +14,12 @@ Deferred (a reload reads the file over many reactor turns). Unexpected errors ar
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,7 @@ class Stream:
 
 
 #: a handler gets the query arguments and the path's named parts
-Handler = Callable[[Mapping[str, str], Mapping[str, str]], Any]
+Handler = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class Route:
     #: text fields a POST's JSON object body may give (passed with the query arguments,
     #: with "caller": who the connection is, see `caller`); empty: the body is not read
     body: tuple[str, ...] = ()
+    #: the body is taken whole, up to this many bytes (over the policy's limit: a config
+    #: bundle), and passed to the handler as a third argument; 0: not so
+    raw_body: int = 0
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
@@ -181,10 +185,19 @@ class Api(resource.Resource):
         """Why this request is refused, or None; counted by reason."""
         path = guard.path_of(incoming.target)
         public = any(r.public and r.method == incoming.method and r.match(path) is not None for r in self.routes)
-        refusal = guard.check(incoming, self.policy(), public)
+        refusal = guard.check(incoming, self.policy_for(incoming), public)
         if refusal is not None:
             self.refused[refusal.reason] += 1
         return refusal
+
+    def policy_for(self, incoming: guard.Incoming) -> Policy:
+        """The policy, with the body limit of the route asked for when it takes more."""
+        policy = self.policy()
+        path = guard.path_of(incoming.target)
+        for r in self.routes:
+            if r.raw_body > policy.max_body and r.method == incoming.method and r.match(path) is not None:
+                return dataclasses.replace(policy, max_body=r.raw_body)
+        return policy
 
     def render(self, request: IRequest) -> bytes:
         method = request.method.decode(errors="replace") if request.method else "?"
@@ -212,7 +225,12 @@ class Api(resource.Resource):
             if route.body:
                 args.update(body_fields(request, route.body))
                 args["caller"] = caller(request)
-            result = route.handler(args, parts)
+            if route.raw_body:
+                content = getattr(request, "content", None)
+                raw = content.getvalue() if isinstance(content, io.BytesIO) else b""
+                result = route.handler(args, parts, raw)
+            else:
+                result = route.handler(args, parts)
             if isinstance(result, Stream):
                 result.start(request)
                 return server.NOT_DONE_YET  # type: ignore[return-value]
@@ -296,7 +314,7 @@ class ApiChannel(http.HTTPChannel):
             self.refuse(refusal)
             return
         request.admitted = True
-        request.max_body = api.policy().max_body
+        request.max_body = api.policy_for(incoming).max_body
         super().allHeadersReceived()
 
     def refuse(self, refusal: Refusal) -> None:

@@ -9,6 +9,7 @@ from gtmcluster.api.admin import admin_states
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
 from gtmcluster.sync import commands
+from gtmcluster.sync.codec import ConfigView
 from gtmcluster.sync.replicator import Replicator
 
 #: servers described per step of a sliced answer
@@ -45,6 +46,7 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
                 "protocol": peer.version,
                 "state_digest": peer.digest,
                 "certificate": peer.certificate or None,
+                "bundle": _bundle_of(replicator, peer.name),
             }
         )
     snapshot = node.health.snapshot
@@ -68,6 +70,8 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
         "config_digest": config.digest,
         "config_generation": node.generation,
         "config_loaded_ago": round(now - node.loaded_at, 3),
+        # the group's shared config (config sync): the bundle run here, the newest held
+        "bundle": _own_bundle(replicator),
         "ready": node.ready,
         "state": {
             "digest": store.digest(),
@@ -87,3 +91,26 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
             "links": {name: {"state": o.state, "reason": o.reason} for name, o in sorted(snapshot.links.items())},
         },
     }
+
+
+def _summary(view: ConfigView) -> dict[str, Any]:
+    return {
+        "generation": view.generation,
+        "digest": view.digest,
+        "held_generation": view.held.generation if view.held else 0,
+        "held_digest": view.held.digest if view.held else "",
+        "refused": {"generation": view.refused.generation, "reasons": list(view.reasons)} if view.refused else None,
+    }
+
+
+def _own_bundle(replicator: Replicator) -> dict[str, Any] | None:
+    """The bundle this node runs and holds (None: it keeps none, a group of one in tests)."""
+    if replicator.config is None:
+        return None
+    return {"config_sync": replicator.config.enabled, **_summary(replicator.config.view())}
+
+
+def _bundle_of(replicator: Replicator, name: str) -> dict[str, Any] | None:
+    """What peer *name* last said of its bundles (None: nothing, an older version)."""
+    view = replicator.config.views.get(name) if replicator.config is not None else None
+    return _summary(view) if view is not None else None

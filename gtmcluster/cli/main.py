@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import admin, certs, check, dashboard, demo, explain, ldns, logs, status
+from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, explain, ldns, logs, status
 
 
 def parser() -> argparse.ArgumentParser:
@@ -13,6 +13,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     certs.add_parser(sub)
     check.add_parser(sub)
+    configcmd.add_parser(sub)
     dashboard.add_parser(sub)
     demo.add_parser(sub)
     explain.add_parser(sub)

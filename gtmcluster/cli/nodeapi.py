@@ -225,6 +225,26 @@ def post(m: Member, path: str, body: Any, tokens: Tokens | None = None) -> Any:
     return _json_answer(m, path, request(m, "POST", path, tokens, headers, data), tokens)
 
 
+def post_raw(m: Member, path: str, data: bytes, tokens: Tokens | None = None, timeout: float = 60.0) -> Any:
+    """POST *data* (JSON already: a config bundle) to the node's *path*; its JSON answer.
+    *timeout*: a publication answers once the node has checked and run it."""
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    return _json_answer(m, path, request(m, "POST", path, tokens, headers, data, read_timeout=timeout), tokens)
+
+
+def raw(m: Member, path: str, tokens: Tokens | None = None) -> bytes:
+    """GET the node's *path* and its body as it is (a config bundle)."""
+    response = request(m, "GET", path, tokens, {"Accept": "application/json"})
+    if response.status != 200:
+        _json_answer(m, path, response, tokens)  # raises, saying why
+    try:
+        return response.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise CliError(f"{m.name}'s API broke off its answer: {e}") from None
+    finally:
+        response.close()
+
+
 def _json_answer(m: Member, target: str, response: http.client.HTTPResponse, tokens: Tokens | None) -> Any:
     try:
         data = response.read()

@@ -147,6 +147,13 @@ def problems(s: dict[str, Any]) -> list[str]:
             out.append(f"peer {p['name']} connected but not synced yet")
         if p["config_matches"] is False:
             out.append(f"peer {p['name']} runs another config (digest {p['config_digest']})")
+    own = s.get("bundle") or {}
+    if own.get("refused"):
+        refused = own["refused"]
+        out.append(
+            f"refused the group's config generation {refused['generation']}, runs generation "
+            f"{own['generation'] or 'of its own file'}: " + "; ".join(refused["reasons"])
+        )
     for name, vs in s["health"]["virtual_servers"].items():
         if not vs["available"]:
             held = ", held for manual resume" if vs["held"] else ""
@@ -199,7 +206,18 @@ def table(rows: list[list[str]]) -> list[str]:
     ]
 
 
-HEADER = ["NODE", "DC", "GEN", "CONFIG DIGEST", "STATE DIGEST", "RECORDS", "PEERS", "SERVERS", "LINKS"]
+HEADER = ["NODE", "DC", "BUNDLE", "CONFIG DIGEST", "STATE DIGEST", "RECORDS", "PEERS", "SERVERS", "LINKS"]
+
+
+def bundle_cell(bundle: dict[str, Any] | None) -> str:
+    """The group's config generation a node runs ("file": its own file), and the newest it
+    holds when that differs (refused, or being run)."""
+    if not bundle:
+        return "-"
+    running = str(bundle["generation"]) if bundle["generation"] else "file"
+    if bundle["held_generation"] and bundle["held_digest"] != bundle["digest"]:
+        return f"{running} (holds {bundle['held_generation']})"
+    return running
 
 
 def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], summary: Summary) -> str:
@@ -214,7 +232,7 @@ def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], sum
             [
                 node,
                 s["datacenter"],
-                str(s["config_generation"]),
+                bundle_cell(s.get("bundle")),
                 s["config_digest"],
                 s["state"]["digest"],
                 str(s["state"]["records"]),

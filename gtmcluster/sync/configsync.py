@@ -139,6 +139,9 @@ class ConfigSync:
         name = proto.peer or ""
         self.views[name] = view
         self.heard.add(name)
+        peer = self.replicator.peers.get(name)
+        if peer is not None:
+            peer.config_digest = view.config_digest  # (Hello said it only as it was then)
         for listener in self.listeners:
             listener()
         offered = view.held

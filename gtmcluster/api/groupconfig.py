@@ -1,0 +1,127 @@
+"""The group's shared config over the API (config sync, `config.shared`):
+
+    GET  /api/v1/config                       what this member and each peer hold and run
+    POST /api/v1/config[?force=true]          publish a bundle (`config.bundle.encode`; its
+                                              generation and publisher are set here, its
+                                              based_on is checked against the group's)
+    GET  /api/v1/config/history               the bundles held, newest first
+    GET  /api/v1/config/bundles/GENERATION    one of them, as sent (for pull and diff)
+    POST /api/v1/config/rollback/GENERATION   publish an old one again, as a new generation
+
+A publication answers once this member runs the bundle and has offered it to its peers;
+`gtmcluster config push` then watches the peers take it (GET /api/v1/config).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer
+
+from gtmcluster.api.server import ApiError, Raw
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import Header
+from gtmcluster.config.shared import GroupConfig, Published, Stale
+
+if TYPE_CHECKING:
+    from gtmcluster.service import NodeService
+
+#: the largest body of a publication: a bundle at its limit, encoded
+MAX_PUSH = bundle.MAX_BYTES * 4 // 3 + 65536
+
+
+def _group(service: NodeService) -> GroupConfig:
+    if service.group_config is None:
+        raise ApiError(503, "this node keeps no config bundles (it was not started as a member: twistd gtm)")
+    return service.group_config
+
+
+def describe(service: NodeService) -> dict[str, Any]:
+    group = _group(service)
+    sync = group.sync
+    me = sync.view().to_json()
+    running = me["running"]
+    running["path"] = service.running_path
+    members: dict[str, Any] = {}
+    for name, peer in service.replicator.peers.items():
+        view = sync.views.get(name)
+        members[name] = {
+            "connected": peer.connected,
+            "speaks_config_sync": bool(peer.channels) and peer.channels[0].version >= 3,
+            **(view.to_json() if view is not None else {"held": None, "running": None, "refused": None}),
+        }
+    return {
+        "node": service.node.member.name,
+        "config_sync": sync.enabled,
+        "file": service.config_path,
+        **me,
+        "members": members,
+    }
+
+
+def _force(args: Any) -> bool:
+    value = args.get("force", "false").lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise ApiError(400, f"force: {value!r} is not true or false")
+    return value in ("true", "1", "yes")
+
+
+def _answer(result: Published) -> dict[str, Any]:
+    if result.problems:
+        raise ApiError(
+            422,
+            "the bundle is refused, nothing changed on any member:\n" + "\n".join(result.problems),
+        )
+    return {"published": result.header.to_json() if result.header else None, "unchanged": result.unchanged}
+
+
+def _stale(failure: Any) -> Any:
+    failure.trap(Stale)
+    raise ApiError(409, str(failure.value))
+
+
+def push(service: NodeService, args: Any, raw: bytes) -> defer.Deferred[dict[str, Any]]:
+    group = _group(service)
+    force = _force(args)
+    try:
+        candidate = bundle.decode(raw)
+    except bundle.BadBundle as e:
+        raise ApiError(400, f"not a config bundle: {e}") from None
+    return group.publish(candidate, candidate.based_on, force).addCallbacks(_answer, _stale)
+
+
+def history(service: NodeService) -> dict[str, Any]:
+    group = _group(service)
+    running = group.sync.running
+    return {
+        "node": service.node.member.name,
+        "bundles": [
+            {**h.to_json(), "running": h.generation == running.generation and h.digest == running.digest}
+            for h in group.shelf.history()
+        ],
+    }
+
+
+def _held(group: GroupConfig, generation: str) -> Header:
+    header = group.shelf.find(int(generation))
+    if header is None:
+        kept = ", ".join(str(h.generation) for h in group.shelf.history()) or "none"
+        raise ApiError(404, f"generation {generation} is not held here (held: {kept})")
+    return header
+
+
+def one(service: NodeService, generation: str) -> Raw:
+    group = _group(service)
+    try:
+        return Raw(b"application/json", group.shelf.encoded(_held(group, generation)))
+    except OSError as e:
+        raise ApiError(404, f"generation {generation}: {e.strerror or e}") from None
+
+
+def rollback(service: NodeService, args: Any, generation: str) -> defer.Deferred[dict[str, Any]]:
+    group = _group(service)
+    old = group.shelf.load(_held(group, generation))
+    based_on = args.get("based_on")
+    if based_on is not None and not based_on.isdigit():
+        raise ApiError(400, f"based_on: {based_on!r} is not a generation")
+    return group.publish(old, int(based_on) if based_on else None, _force(args)).addCallbacks(_answer, _stale)

@@ -1,0 +1,279 @@
+"""`gtmcluster config push|pull|history|diff|rollback`: the sync group's shared config.
+
+  push --config FILE --node NAME [--force]
+        publish FILE and the files it names (zones, region lists, CA files) to the group
+        through member NAME; exits 0 once every member that is connected runs it, 1 with
+        the reasons when it is refused (by NAME, or by a member that cannot run it), or
+        when another push of the same generation won
+  pull --config FILE --node NAME --dir DIR [--generation N]
+        write the group's current bundle (or generation N) out as files under DIR
+  history --config FILE --node NAME
+        the bundles NAME holds, newest first (the last 20 generations)
+  diff GEN_A GEN_B --config FILE --node NAME
+        a unified diff of two generations' files
+  rollback GEN --config FILE --node NAME [--force]
+        publish generation GEN's files again, as a new generation
+
+A push states the generation it was based on (the group's when the push starts, or
+--based-on N): if the group has moved on meanwhile, the push is refused with who published
+what, unless --force. --config names the member (its API address and token) in every
+command; for push it is also what is published.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gtmcluster.cli.admin import when
+from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member, post_raw, raw
+from gtmcluster.config import bundle
+from gtmcluster.config.model import Member
+from gtmcluster.config.problems import ConfigError
+
+#: seconds a push waits for the members to run it
+WAIT = 30.0
+POLL = 0.1
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "config",
+        help="the sync group's shared config: push, pull, history, diff, rollback",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def common(q: Any) -> None:
+        q.add_argument("--config", "-c", required=True, metavar="FILE")
+        q.add_argument("--node", "-n", metavar="NAME", help="the member to ask (required in a group of several)")
+        q.add_argument("--json", action="store_true", help="the API's JSON answers")
+        add_token_argument(q)
+
+    q = actions.add_parser("push", help="publish FILE and the files it names to the group")
+    common(q)
+    q.add_argument("--force", action="store_true", help="publish even if the group moved on since --based-on")
+    q.add_argument("--based-on", type=int, metavar="N", help="the generation this change started from")
+    q.add_argument("--wait", type=float, default=WAIT, metavar="SECONDS", help="how long to wait for the members")
+    q.set_defaults(run=push)
+    q = actions.add_parser("pull", help="write the group's bundle out as files")
+    common(q)
+    q.add_argument("--dir", "-d", required=True, metavar="DIR")
+    q.add_argument("--generation", "-g", type=int, metavar="N", help="this generation (default: the newest)")
+    q.set_defaults(run=pull)
+    q = actions.add_parser("history", help="the bundles held, newest first")
+    common(q)
+    q.set_defaults(run=history)
+    q = actions.add_parser("diff", help="a unified diff of two generations")
+    common(q)
+    q.add_argument("first", type=int, metavar="GEN_A")
+    q.add_argument("second", type=int, metavar="GEN_B")
+    q.set_defaults(run=diff)
+    q = actions.add_parser("rollback", help="publish an old generation again, as a new one")
+    common(q)
+    q.add_argument("generation", type=int, metavar="GEN")
+    q.add_argument("--force", action="store_true", help="even if the group moved on since --based-on")
+    q.add_argument("--based-on", type=int, metavar="N", help="the generation you decided this on")
+    q.add_argument("--wait", type=float, default=WAIT, metavar="SECONDS", help="how long to wait for the members")
+    q.set_defaults(run=rollback)
+
+
+def _command(args: argparse.Namespace) -> str:
+    return f"gtmcluster config {args.action}"
+
+
+def _target(args: argparse.Namespace) -> tuple[Member, Tokens]:
+    config = load_config(args.config)
+    return member(config, args.node), Tokens.from_args(config, args)
+
+
+def run_guarded(args: argparse.Namespace, work: Any) -> int:
+    try:
+        return int(work(args))
+    except CliError as e:
+        print(f"{_command(args)}: {e}", file=sys.stderr)
+        return 1
+
+
+def push(args: argparse.Namespace) -> int:
+    return run_guarded(args, _push)
+
+
+def _push(args: argparse.Namespace) -> int:
+    m, tokens = _target(args)
+    state = get(m, "/api/v1/config", tokens=tokens)
+    held = state.get("held") or {}
+    based_on = args.based_on if args.based_on is not None else int(held.get("generation", 0))
+    try:
+        made = bundle.make(args.config, 1, based_on, m.name, time.time())
+    except ConfigError as e:
+        raise CliError(f"the bundle cannot be made:\n{e}") from None
+    target = "/api/v1/config" + ("?force=true" if args.force else "")
+    started = time.monotonic()
+    answer = post_raw(m, target, bundle.encode(made), tokens)
+    return _follow(args, m, tokens, answer, started, f"{len(made.files)} files, {made.size:,} bytes")
+
+
+def rollback(args: argparse.Namespace) -> int:
+    return run_guarded(args, _rollback)
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    m, tokens = _target(args)
+    body: dict[str, str] = {"force": "true" if args.force else "false"}
+    if args.based_on is not None:
+        body["based_on"] = str(args.based_on)
+    started = time.monotonic()
+    answer = post_raw(m, f"/api/v1/config/rollback/{args.generation}", json.dumps(body).encode(), tokens)
+    return _follow(args, m, tokens, answer, started, f"the files of generation {args.generation}")
+
+
+def _follow(args: argparse.Namespace, m: Member, tokens: Tokens, answer: Any, started: float, what: str) -> int:
+    """Watch the group take the published bundle; the exit status."""
+    published = answer["published"]
+    if answer.get("unchanged"):
+        if args.json:
+            print(json.dumps(answer, indent=1, sort_keys=True))
+        else:
+            print(f"unchanged: the group holds these files already, as generation {published['generation']}")
+        return 0
+    generation, digest = published["generation"], published["digest"]
+    if not args.json:
+        print(
+            f"published generation {generation} ({digest[:12]}, {what}) on {m.name}, "
+            f"based on generation {published['based_on']}"
+        )
+    taken: dict[str, float] = {m.name: time.monotonic() - started}
+    deadline = time.monotonic() + args.wait
+    while True:
+        state = get(m, "/api/v1/config", tokens=tokens)
+        held = state.get("held") or {}
+        if (held.get("generation"), held.get("digest"), held.get("publisher")) != (
+            generation,
+            digest,
+            published["publisher"],
+        ):
+            raise CliError(
+                f"generation {held.get('generation')} published by {held.get('publisher')} at "
+                f"{when(held.get('published_at'))} won over this one (published at the same time, or after): "
+                "pull it (`gtmcluster config pull`) and push again"
+            )
+        refused, pending, away = {}, [], []
+        for name, view in sorted(state["members"].items()):
+            running = view.get("running") or {}
+            refusal = view.get("refused") or {}
+            if running.get("digest") == digest and running.get("generation") == generation:
+                taken.setdefault(name, time.monotonic() - started)
+            elif (refusal.get("bundle") or {}).get("digest") == digest:
+                refused[name] = refusal.get("reasons", [])
+            elif not view.get("connected"):
+                away.append(name)
+            elif not view.get("speaks_config_sync"):
+                away.append(f"{name} (an older version without config sync)")
+            else:
+                pending.append(name)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL)
+    if args.json:
+        print(json.dumps({**answer, "taken": taken, "refused": refused, "pending": pending, "away": away}, indent=1))
+    else:
+        for name, seconds in sorted(taken.items()):
+            print(f"  {name}: runs it ({seconds:.2f} s)")
+        for name, reasons in refused.items():
+            print(f"  {name}: REFUSED, it runs its previous config: " + "; ".join(reasons))
+        for name in pending:
+            print(f"  {name}: has not taken it after {args.wait:g} s")
+        for name in away:
+            print(f"  {name}: not connected now; it takes it when it connects")
+    return 1 if refused or pending else 0
+
+
+def pull(args: argparse.Namespace) -> int:
+    return run_guarded(args, _pull)
+
+
+def _pull(args: argparse.Namespace) -> int:
+    m, tokens = _target(args)
+    generation = args.generation
+    if generation is None:
+        held = get(m, "/api/v1/config", tokens=tokens).get("held")
+        if not held:
+            raise CliError(f"{m.name} holds no bundle: nothing was published in this group yet")
+        generation = held["generation"]
+    got = _bundle(m, tokens, generation)
+    try:
+        path = bundle.write(got, Path(args.dir))
+    except (OSError, bundle.BadBundle) as e:
+        raise CliError(f"cannot write under {args.dir}: {e}") from None
+    print(
+        f"generation {got.generation} ({got.digest[:12]}), published by {got.publisher} at "
+        f"{when(got.published_at)}: {len(got.files)} files written under {args.dir}; the config is {path}"
+    )
+    return 0
+
+
+def _bundle(m: Member, tokens: Tokens, generation: int) -> bundle.Bundle:
+    data = raw(m, f"/api/v1/config/bundles/{generation}", tokens)
+    try:
+        return bundle.decode(data)
+    except bundle.BadBundle as e:
+        raise CliError(f"{m.name} sent a bad bundle for generation {generation}: {e}") from None
+
+
+def history(args: argparse.Namespace) -> int:
+    return run_guarded(args, _history)
+
+
+def _history(args: argparse.Namespace) -> int:
+    m, tokens = _target(args)
+    answer = get(m, "/api/v1/config/history", tokens=tokens)
+    if args.json:
+        print(json.dumps(answer, indent=1, sort_keys=True))
+        return 0
+    print(f"{'GEN':>5}  {'PUBLISHED':20}  {'BY':16}  {'BASED ON':>8}  {'DIGEST':12}  {'SIZE':>10}")
+    for b in answer["bundles"]:
+        print(
+            f"{b['generation']:>5}  {when(b['published_at']):20}  {b['publisher']:16}  {b['based_on']:>8}  "
+            f"{b['digest'][:12]:12}  {b['size']:>10,}{'  (running)' if b['running'] else ''}"
+        )
+    if not answer["bundles"]:
+        print(f"{m.name} holds no bundle: nothing was published in this group yet")
+    return 0
+
+
+def diff(args: argparse.Namespace) -> int:
+    return run_guarded(args, _diff)
+
+
+def _diff(args: argparse.Namespace) -> int:
+    m, tokens = _target(args)
+    a, b = _bundle(m, tokens, args.first), _bundle(m, tokens, args.second)
+    for name in sorted(set(a.files) | set(b.files)):
+        before = _lines(a.files.get(name))
+        after = _lines(b.files.get(name))
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                before,
+                after,
+                f"generation {a.generation}/{name}" if name in a.files else "/dev/null",
+                f"generation {b.generation}/{name}" if name in b.files else "/dev/null",
+            )
+        )
+    return 0
+
+
+def _lines(data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines
