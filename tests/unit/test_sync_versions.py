@@ -128,7 +128,7 @@ def test_a_new_member_and_an_old_one_agree_on_version_1(pair: MemoryCluster, dia
     assert pair.replicators[NEW].peers[OLD].version == 1
     assert pair.replicators[OLD].peers[NEW].version == 1
     older = [e for e in events if e.get("event") == "peer_older_protocol"]
-    assert [(e["peer"], e["version"], e["ours"]) for e in older] == [(OLD, 1, 2)]
+    assert [(e["peer"], e["version"], e["ours"]) for e in older] == [(OLD, 1, commands.PROTOCOL_VERSION)]
 
 
 @pytest.mark.parametrize("dialler", [NEW, OLD])
