@@ -48,35 +48,39 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     def common(q: Any) -> None:
-        q.add_argument("--config", "-c", required=True, metavar="FILE")
+        q.add_argument("--config", "-c", metavar="FILE", help="the group's config (required)")
         q.add_argument("--node", "-n", metavar="NAME", help="the member to ask (required in a group of several)")
         q.add_argument("--json", action="store_true", help="the API's JSON answers")
         add_token_argument(q)
 
-    q = actions.add_parser("push", help="publish FILE and the files it names to the group")
-    common(q)
+    # the options go before the action or after it (given after, they are not reset by
+    # the action's defaults: those are suppressed)
+    common(p)
+    after = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common(after)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, text: str) -> Any:
+        return actions.add_parser(name, help=text, parents=[after])
+
+    q = action("push", "publish FILE and the files it names to the group")
     q.add_argument("--force", action="store_true", help="publish even if the group moved on since --based-on")
     q.add_argument("--based-on", type=int, metavar="N", help="the generation this change started from")
     q.add_argument("--wait", type=float, default=WAIT, metavar="SECONDS", help="how long to wait for the members")
     q.set_defaults(run=push)
-    q = actions.add_parser("pull", help="write the group's bundle out as files")
-    common(q)
+    q = action("pull", "write the group's bundle out as files")
     q.add_argument("--dir", "-d", required=True, metavar="DIR")
     q.add_argument("--generation", "-g", type=int, metavar="N", help="this generation (default: the newest)")
     q.set_defaults(run=pull)
-    q = actions.add_parser("history", help="the bundles held, newest first")
-    common(q)
+    q = action("history", "the bundles held, newest first")
     q.set_defaults(run=history)
-    q = actions.add_parser("diff", help="a unified diff of two generations")
-    common(q)
+    q = action("diff", "a unified diff of two generations")
     q.add_argument("first", type=int, metavar="GEN_A")
     q.add_argument("second", type=int, metavar="GEN_B")
     q.set_defaults(run=diff)
-    q = actions.add_parser("rollback", help="publish an old generation again, as a new one")
-    common(q)
+    q = action("rollback", "publish an old generation again, as a new one")
     q.add_argument("generation", type=int, metavar="GEN")
     q.add_argument("--force", action="store_true", help="even if the group moved on since --based-on")
     q.add_argument("--based-on", type=int, metavar="N", help="the generation you decided this on")
@@ -89,6 +93,8 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def _target(args: argparse.Namespace) -> tuple[Member, Tokens]:
+    if not args.config:
+        raise CliError("--config FILE is required (the group's config: it names the members)")
     config = load_config(args.config)
     return member(config, args.node), Tokens.from_args(config, args)
 

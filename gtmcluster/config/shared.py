@@ -213,8 +213,16 @@ class GroupConfig:
             problems = [str(p) for p in e.problems]
             log.error("reload refused, the running config stays: {problems}", problems="; ".join(problems))
             return defer.succeed(problems)
-        if made.digest == self.shelf.local_digest():
+        held = self.shelf.newest()
+        if made.digest == self.shelf.local_digest() or (held is not None and made.digest == held.digest):
+            self.shelf.set_local_digest(made.digest)
             header = self.running_header()
+            log.info(
+                "{path} has nothing new for the group (unchanged since read, or the group's already): "
+                "reading the running config again",
+                path=service.config_path,
+                event="config_not_published",
+            )
             return service.exclusive(
                 lambda: service.read_and_switch(service.running_path, service.running_own_dir, header)
             )

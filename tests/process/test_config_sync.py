@@ -246,10 +246,14 @@ def test_a_member_down_during_two_pushes_catches_up_when_restarted(group: Group)
     newest = generations(group)["n1"][0]
     since = group.log_size("n3")
     group.restart("n3")  # with its own, old file: gtm.yaml as the group started
-    group.log_text("n3", since)
-    assert "running the group's config generation" in group.log_text("n3", since)
     wait_everywhere(group, "away2.example.test", "10.0.12.2", ("n3",))
     assert generations(group)["n3"] == (newest, newest)
+    group.wait_log("n3", "ready: ", since=since)
+    log = group.log_text("n3", since)
+    assert "running the group's config generation" in log  # its newest, not its old file
+    # the newest was fetched and run before n3 said it was ready for measured methods
+    assert "ready: reconciled" in log
+    assert log.index(f"took config generation {newest}") < log.index("reloaded ") < log.index("ready: ")
     assert answers(group, "n3", "away1.example.test") == []  # the newest has no away1
 
 
@@ -329,3 +333,25 @@ def test_no_query_lost_through_a_push(group: Group, tmp_path: Path) -> None:
     assert lost is not None and int(lost.group(1)) == 0, output
     assert answers(group, "n2", "loaded.example.test") == ["10.0.14.1"]
     shutil.rmtree(group.workdir / "edits", ignore_errors=True)
+
+
+def test_a_sighup_after_the_file_changed_publishes_it(group: Group) -> None:
+    """The members share gtm.yaml here: changed, and n2 sent SIGHUP, it is published by n2.
+    n1's SIGHUP to the same file then publishes nothing (the group holds it already)."""
+    before = generations(group)["n1"][0]
+    raw = copy.deepcopy(group.config)
+    with_wideip("hup.example.test", "10.0.15.1")(raw)
+    group.config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = group.members["n2"].proc
+    assert proc is not None
+    proc.send_signal(signal.SIGHUP)
+    wait_everywhere(group, "hup.example.test", "10.0.15.1")
+    held = shared(group, "n1")["held"]
+    assert (held["generation"], held["publisher"]) == (before + 1, "n2")
+    since = group.log_size("n1")
+    n1 = group.members["n1"].proc
+    assert n1 is not None
+    n1.send_signal(signal.SIGHUP)
+    group.wait_log("n1", "has nothing new for the group", since=since)
+    group.wait_log("n1", "reloaded ", since=since)
+    assert generations(group) == dict.fromkeys(("n1", "n2", "n3"), (before + 1, before + 1))

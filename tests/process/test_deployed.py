@@ -37,10 +37,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gtmcluster.cli.nodeapi import TIMEOUT
 from tests.process.test_multisite import require, wait_answers
@@ -51,6 +53,7 @@ from tests.support.multisite import (
     SITES,
     SYNC_SETTINGS,
     WIDEIP,
+    ZONE,
     in_namespace,
     stop_all_within,
     wait_for,
@@ -116,6 +119,12 @@ def save(name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / f"deployed-{name}.txt").write_text("\n".join(TRANSCRIPT) + "\n")
     TRANSCRIPT.clear()
+
+
+def answered_by(world: Deployed, ldns: str, name: str, addresses: set[str]) -> bool:
+    """*ldns* answers *name* with some of *addresses* and nothing else."""
+    got = world.dig(ldns, name).addresses
+    return bool(got) and set(got) <= addresses
 
 
 def statuses(world: Deployed) -> dict[str, dict[str, Any] | None]:
@@ -256,6 +265,26 @@ def test_disable_and_enable_a_datacenter_from_the_management_host(world: Deploye
     run_cli(world, "tel", "enable", "datacenter", "TEL", "--reason", "work done")
     wait_answers(world, NEAREST, 15, "ldns2's clients back at vs-tel once TEL is enabled")
     save("admin")
+
+
+def test_a_config_pushed_from_the_management_host_reaches_both_sites(world: Deployed) -> None:
+    """The operator adds a wide IP to the group's config on the management host and pushes
+    it through gtm-cnc (`gtmcluster config push`, over HTTPS with its client certificate
+    and the token); gtm-tel takes it over the sync group (IPv6), both resolvers get answers
+    for it, and `config history` at gtm-tel lists the generation."""
+    raw = yaml.safe_load(world.config_path.read_text())
+    pushed = f"pushed.{ZONE}"
+    raw["wideips"][pushed] = {"type": "A", "pools": ["www"]}
+    world.config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    out = run_cli(world, "cnc", "config", "push")
+    assert f"{world.member('tel')}: runs it" in out, out
+    vs_addresses = {world.addresses[site] for site in SITES}
+
+    for ldns in LDNSES:
+        wait_for(partial(answered_by, world, ldns, pushed, vs_addresses), 15, f"{ldns} answered for {pushed}")
+    history = run_cli(world, "tel", "config", "history")
+    assert "(running)" in history and world.member("cnc") in history, history
+    save("config")
 
 
 def test_a_cut_off_site_is_out_within_the_partition_bound(world: Deployed) -> None:
