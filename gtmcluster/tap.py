@@ -97,7 +97,7 @@ class Options(usage.Options):
         except api_token.TokenFileError as e:
             raise usage.UsageError(f"the API's token: {e}") from None
         # the group's newest config held here runs instead of the file (config sync)
-        self.start = shared.at_start(config, self["config"], node)
+        self.start = shared.at_start(config, self["config"], node, owner)
         self.loaded = config = self.start.config
         member = config.member(node)
         self.credentials = None

@@ -19,7 +19,7 @@ import datetime
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -50,9 +50,10 @@ class Start:
     own_dir: Path
 
 
-def at_start(local: Config, path: str, node: str) -> Start:
-    """What member *node* runs, having read its own file *path* as *local*."""
-    shelf = Shelf(local.state_dir_for(node) / "bundles")
+def at_start(local: Config, path: str, node: str, owner: tuple[int, int] | None = None) -> Start:
+    """What member *node* runs, having read its own file *path* as *local* (*owner*: the
+    user it runs as once it has dropped privileges, see `Shelf`)."""
+    shelf = Shelf(local.state_dir_for(node) / "bundles", owner=owner)
     own_dir = local.base_dir
     start = Start(local, None, shelf, own_dir)
     try:
@@ -62,7 +63,10 @@ def at_start(local: Config, path: str, node: str) -> Start:
         log.warn("{path} cannot be shared with the group: {why}", path=path, why=e, event="config_not_shareable")
     changed = shelf.local_digest() not in (None, mine)
     if shelf.local_digest() is None and mine:
-        shelf.set_local_digest(mine)
+        try:
+            shelf.set_local_digest(mine)
+        except OSError as e:
+            log.warn("cannot note {path}'s digest in {dir}: {why}", path=path, dir=shelf.directory, why=e)
     newest = shelf.newest()
     if not local.sync_group.settings.config_sync or newest is None:
         return start
@@ -185,12 +189,19 @@ class GroupConfig:
         new = stamped(candidate, held, self.node, based_on, force)
         if new is None:
             return Published(held, unchanged=True)
-        path = self.shelf.stage(new)
+        try:
+            path = self.shelf.stage(new)
+        except (OSError, bundle.BadBundle) as e:
+            log.error("cannot keep a bundle in {dir}: {why}", dir=self.shelf.directory, why=e, event="config_unkept")
+            return Published(new.header, problems=[f"{self.shelf.directory}: cannot keep the bundle: {e}"])
         problems = await self.service.read_and_switch(str(path), self.own_dir, new.header)
         if problems:
             self.shelf.discard(new)
             return Published(new.header, problems=problems)
-        self.shelf.commit(new)
+        try:
+            self.shelf.commit(new)
+        except OSError as e:  # it runs here; the peers are not offered it
+            log.error("cannot keep a bundle in {dir}: {why}", dir=self.shelf.directory, why=e, event="config_unkept")
         log.info(
             "published config generation {generation} ({digest}, {size} bytes in {files} files), based on {based_on}",
             generation=new.generation,
@@ -232,4 +243,9 @@ class GroupConfig:
                 self.shelf.set_local_digest(made.digest)
             return result.problems
 
-        return self.publish(made, None, False).addCallback(published)
+        def stale(failure: Any) -> list[str]:  # (not raised: a reload states no based_on)
+            failure.trap(Stale)
+            return [str(failure.value)]
+
+
+        return self.publish(made, None, False).addCallbacks(published, stale)

@@ -39,9 +39,12 @@ DIR_MODE = 0o750
 
 
 class Shelf:
-    def __init__(self, directory: str | os.PathLike[str], keep: int = KEEP):
+    def __init__(self, directory: str | os.PathLike[str], keep: int = KEEP, owner: tuple[int, int] | None = None):
         self.directory = Path(directory)
         self.keep = keep
+        #: (uid, gid) the node runs as once it has dropped privileges (twistd --uid): what is
+        #: made before, at start as root, is given to it
+        self.owner = owner
         #: the folder of the bundle the member runs (never removed), if it runs one
         self.running: Path | None = None
         self._headers: dict[str, Header] = {}  # by folder name
@@ -129,7 +132,7 @@ class Shelf:
         folder = self.folder(header)
         if self._headers.get(folder.name) == header:
             return self.config_path(header)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        self._mkdir()
         if folder.exists():
             shutil.rmtree(folder)  # an interrupted write of the same bundle
         folder.mkdir(mode=DIR_MODE)
@@ -177,10 +180,19 @@ class Shelf:
         return digest if isinstance(digest, str) else None
 
     def set_local_digest(self, digest: str) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        self._mkdir()
         partial = self.directory / ".local.json.partial"
         partial.write_text(json.dumps({"digest": digest}) + "\n")
+        if self.owner is not None:
+            os.chown(partial, *self.owner)
         os.replace(partial, self.directory / "local.json")
+
+    def _mkdir(self) -> None:
+        if self.directory.is_dir():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        if self.owner is not None:
+            os.chown(self.directory, *self.owner)
 
 
 def _folder_name(header: Header) -> str:

@@ -248,7 +248,17 @@ class ConfigSync:
 
     def take(self, got: Bundle) -> None:
         """Keep *got* (published here or fetched), tell the peers, and run the newest held."""
-        self.shelf.put(got)
+        try:
+            self.shelf.put(got)
+        except (OSError, bundle.BadBundle) as e:
+            log.error(
+                "cannot keep config generation {generation} in {dir}: {why}",
+                generation=got.generation,
+                dir=self.shelf.directory,
+                why=e,
+                event="config_unkept",
+            )
+            return
         self.tell()
         self._next()
         self.run_newest()
