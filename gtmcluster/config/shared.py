@@ -247,5 +247,4 @@ class GroupConfig:
             failure.trap(Stale)
             return [str(failure.value)]
 
-
         return self.publish(made, None, False).addCallbacks(published, stale)
