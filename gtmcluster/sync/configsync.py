@@ -77,6 +77,8 @@ class ConfigSync:
         #: told whenever what this member holds or runs changes
         self.listeners: list[Callable[[], None]] = []
         self._fetching: Header | None = None
+        #: offers whose fetch failed, by peer: not tried again until that peer says more
+        self._failed: dict[str, Header] = {}
         self._applying = False
         self._served: tuple[tuple[int, str, str], bytes] | None = None  # the bundle last served
 
@@ -117,7 +119,11 @@ class ConfigSync:
             if proto.peer not in self.heard:
                 return False
             offered = self.views[proto.peer].held
-            if offered is not None and bundle.newer(held, offered) is not held:
+            if (
+                offered is not None
+                and bundle.newer(held, offered) is not held
+                and self._failed.get(proto.peer) != offered
+            ):
                 return False
         if held is None or held.digest == self.running.digest:
             return True
@@ -132,6 +138,7 @@ class ConfigSync:
 
     def lost(self, name: str) -> None:
         self.heard.discard(name)
+        self._failed.pop(name, None)
 
     def heard_state(self, proto: PeerProtocol, data: bytes) -> None:
         """A peer's `ConfigState` (raises `BadMessage` if malformed: the peer is dropped)."""
@@ -139,6 +146,7 @@ class ConfigSync:
         name = proto.peer or ""
         self.views[name] = view
         self.heard.add(name)
+        self._failed.pop(name, None)
         peer = self.replicator.peers.get(name)
         if peer is not None:
             peer.config_digest = view.config_digest  # (Hello said it only as it was then)
@@ -204,6 +212,7 @@ class ConfigSync:
     def _fetch_failed(self, failure: Failure, proto: PeerProtocol, offered: Header) -> None:
         if self._fetching is offered:
             self._fetching = None
+        self._failed[proto.peer or ""] = offered
         if failure.check(BadMessage, bundle.BadBundle):
             proto.violation(f"a bad config bundle: {failure.getErrorMessage()}")
         elif not failure.check(_Abandoned):
@@ -222,6 +231,8 @@ class ConfigSync:
         for proto in self._channels():
             offered = self.views[proto.peer].held if proto.peer in self.heard else None
             if offered is None or offered.publisher not in self.replicator.members:
+                continue
+            if self._failed.get(proto.peer or "") == offered:
                 continue
             if best is None or bundle.newer(best[0], offered) is offered:
                 best = (offered, proto)

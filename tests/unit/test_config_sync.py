@@ -3,7 +3,9 @@ and run, over the real protocol and TLS in memory (`support.cluster.MemoryCluste
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -136,6 +138,28 @@ def test_a_peer_that_sends_another_bundle_than_it_offered_is_dropped(trio: Membe
     trio.cluster.connect("gtm-b", "gtm-a")
     assert trio.held()["gtm-b"] is None
     assert trio.cluster.replicators["gtm-b"].connected_names() == []
+
+
+def test_an_offer_that_cannot_be_fetched_is_not_asked_for_again_and_again(trio: Members) -> None:
+    made = trio.publish("gtm-a", 1, "gone: soon\n")
+    a = trio.syncs["gtm-a"]
+    shutil.rmtree(a.shelf.folder(made.header))  # held, as far as gtm-a knows, but unreadable
+    asked: list[int] = []
+    serve = a.fetch_answer
+
+    def counting(*args: Any) -> dict[str, Any]:
+        asked.append(1)
+        return serve(*args)
+
+    a.fetch_answer = counting  # type: ignore[method-assign]
+    trio.cluster.connect("gtm-b", "gtm-a")
+    trio.cluster.advance(5)
+    assert len(asked) == 1 and trio.held()["gtm-b"] is None
+    assert trio.syncs["gtm-b"].settled  # it does not wait for what it cannot have
+    assert trio.cluster.replicators["gtm-b"].connected_names() == ["gtm-a"]  # not a violation
+    a.tell()  # gtm-a says something new: asked again
+    trio.cluster.settle()
+    assert len(asked) == 2
 
 
 def test_an_offer_from_a_publisher_outside_the_group_is_not_fetched(trio: Members) -> None:
