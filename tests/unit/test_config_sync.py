@@ -151,7 +151,7 @@ def test_an_offer_that_cannot_be_fetched_is_not_asked_for_again_and_again(trio: 
         asked.append(1)
         return serve(*args)
 
-    a.fetch_answer = counting  # type: ignore[method-assign]
+    a.fetch_answer = counting  # type: ignore[method-assign,assignment]
     trio.cluster.connect("gtm-b", "gtm-a")
     trio.cluster.advance(5)
     assert len(asked) == 1 and trio.held()["gtm-b"] is None
