@@ -46,6 +46,24 @@ def test_a_bundle_holds_the_config_and_every_file_it_names(tmp_path: Path) -> No
     assert bundle.make(path, 3, 2, "n1", 1000.0).digest != made.digest
 
 
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        # the sections found at the start of a line, in any order, a sequence at column 0
+        ("zones:\n- {origin: a.test, file: a.zone}\nregions:\n  r: [{file: r.txt}]\n", ["a.zone", "r.txt"]),
+        # inline regions (no "file" in their text) are not parsed; a nested key is no section
+        ("regions:\n  r: [10.0.0.0/8]\nother:\n  zones: [{file: no.zone}]\nzones: [{file: b.zone}]\n", ["b.zone"]),
+        # an alias to an anchor in another section: the whole file is read
+        ("shared: &z {origin: c.test, file: c.zone}\nzones: [*z]\n", ["c.zone"]),
+        # "zones" as the start of a longer key is not the key
+        ("zonesx: [{file: x.zone}]\nmonitors: {m: {type: https, ca_file: m.pem}}\n", ["m.pem"]),
+    ],
+)
+def test_the_files_named_are_found_without_reading_the_whole_yaml(text: str, names: list[str]) -> None:
+    found = [name for _, name in bundle.referenced(bundle._naming(text.encode()))]
+    assert found == names
+
+
 def test_a_name_that_leaves_the_folder_or_a_missing_file_is_refused_with_its_key_path(tmp_path: Path) -> None:
     """Every problem at once, in the config's own form: FILE: key.path: problem."""
     data = configs.base()
