@@ -504,6 +504,8 @@ def make_service(
     top = NodeService(node, replicator, reactor, config_path)
     if start is not None:
         top.group_config = GroupConfig(top, start)
+        if IReactorThreads.providedBy(reactor):
+            top.group_config.sync.in_thread = lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f)
     top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers heard from within the
     # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.

@@ -254,7 +254,7 @@ _NEXT_KEY = re.compile(r"\n[^\s#-]")
 def _section(text: str, key: str) -> str | None:
     """The text of top-level *key* in *text* (from the key to the next), or None."""
     at = 0 if text.startswith(key) else text.find("\n" + key) + 1
-    while at == 0 and text.startswith(key) or at > 0:
+    while (at == 0 and text.startswith(key)) or at > 0:
         if _AFTER_KEY.match(text, at + len(key)):
             after = _NEXT_KEY.search(text, at + len(key))
             return text[at : after.start() + 1 if after else len(text)]

@@ -190,7 +190,7 @@ class GroupConfig:
         if new is None:
             return Published(held, unchanged=True)
         try:
-            path = self.shelf.stage(new)
+            path = await self.sync.in_thread(lambda: self.shelf.stage(new))
         except (OSError, bundle.BadBundle) as e:
             log.error("cannot keep a bundle in {dir}: {why}", dir=self.shelf.directory, why=e, event="config_unkept")
             return Published(new.header, problems=[f"{self.shelf.directory}: cannot keep the bundle: {e}"])
@@ -199,7 +199,8 @@ class GroupConfig:
             self.shelf.discard(new)
             return Published(new.header, problems=problems)
         try:
-            self.shelf.commit(new)
+            await self.sync.in_thread(lambda: self.shelf.seal(new))
+            self.shelf.hold(new.header)
         except OSError as e:  # it runs here; the peers are not offered it
             log.error("cannot keep a bundle in {dir}: {why}", dir=self.shelf.directory, why=e, event="config_unkept")
         log.info(

@@ -76,6 +76,9 @@ class ConfigSync:
         self.apply: Callable[[Header], defer.Deferred[list[str]]] | None = None
         #: told whenever what this member holds or runs changes
         self.listeners: list[Callable[[], None]] = []
+        #: runs file work (writing a bundle: 40 ms at 5,000 servers) off the reactor's
+        #: thread (the service gives its thread pool; at once here, as in tests)
+        self.in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]] = defer.maybeDeferred
         self._fetching: Header | None = None
         #: offers whose fetch failed, by peer: not tried again until that peer says more
         self._failed: dict[str, Header] = {}
@@ -195,10 +198,10 @@ class ConfigSync:
             total = size
             parts.append(data)
             offset += len(data)
-        got = bundle.decode(b"".join(parts))
+        data = b"".join(parts)
+        got = bundle.decode(data)
         if got.header != offered:
             raise BadMessage(f"sent config generation {got.generation} ({got.digest[:12]}), not what it offered")
-        self._fetching = None
         log.info(
             "took config generation {generation} ({digest}) published by {publisher} from {peer}",
             generation=got.generation,
@@ -207,7 +210,10 @@ class ConfigSync:
             peer=proto.peer,
             event="config_fetched",
         )
-        self.take(got)
+        await self.take(got, data)
+        if self._fetching is offered:
+            self._fetching = None
+        self._next()
 
     def _fetch_failed(self, failure: Failure, proto: PeerProtocol, offered: Header) -> None:
         if self._fetching is offered:
@@ -257,22 +263,27 @@ class ConfigSync:
 
     # -- taking and running ---------------------------------------------------------------
 
-    def take(self, got: Bundle) -> None:
-        """Keep *got* (published here or fetched), tell the peers, and run the newest held."""
-        try:
-            self.shelf.put(got)
-        except (OSError, bundle.BadBundle) as e:
-            log.error(
-                "cannot keep config generation {generation} in {dir}: {why}",
-                generation=got.generation,
-                dir=self.shelf.directory,
-                why=e,
-                event="config_unkept",
-            )
-            return
+    def take(self, got: Bundle, encoded: bytes | None = None) -> defer.Deferred[None]:
+        """Keep *got* (fetched: *encoded* as it came), tell the peers, and run the newest
+        held. Fires once it is held (or could not be written: logged)."""
+        written = self.in_thread(lambda: self.shelf.write(got, encoded))
+        return written.addCallbacks(self._written, self._unkept, callbackArgs=(got,), errbackArgs=(got,))
+
+    def _written(self, _: object, got: Bundle) -> None:
+        self.shelf.hold(got.header)
         self.tell()
         self._next()
         self.run_newest()
+
+    def _unkept(self, failure: Failure, got: Bundle) -> None:
+        failure.trap(OSError, bundle.BadBundle)
+        log.error(
+            "cannot keep config generation {generation} in {dir}: {why}",
+            generation=got.generation,
+            dir=self.shelf.directory,
+            why=failure.getErrorMessage(),
+            event="config_unkept",
+        )
 
     def run_newest(self) -> None:
         """Run the newest bundle held, unless it runs already (one at a time)."""

@@ -67,7 +67,9 @@ def running_workers(node: RunningNode) -> int:
 
 
 def worker_pids(config_path: Path) -> list[int]:
-    """Worker processes of the node run with *config_path*, from /proc."""
+    """Worker processes of the node run with *config_path*, from /proc: their --config is
+    that file, or after a reload the group's bundle in the node's state_dir, beside it."""
+    folder = str(config_path.parent).encode() + b"/"
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -76,7 +78,7 @@ def worker_pids(config_path: Path) -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"gtmcluster.fanout.worker" in cmdline and str(config_path).encode() in cmdline:
+        if b"gtmcluster.fanout.worker" in cmdline and any(arg.startswith(folder) for arg in cmdline):
             pids.append(int(entry))
     return pids
 
