@@ -37,7 +37,7 @@ from gtmcluster.config.model import Member
 from gtmcluster.config.problems import ConfigError
 
 #: seconds a push waits for the members to run it
-WAIT = 30.0
+WAIT = 120.0
 POLL = 0.1
 
 

@@ -225,7 +225,7 @@ def post(m: Member, path: str, body: Any, tokens: Tokens | None = None) -> Any:
     return _json_answer(m, path, request(m, "POST", path, tokens, headers, data), tokens)
 
 
-def post_raw(m: Member, path: str, data: bytes, tokens: Tokens | None = None, timeout: float = 60.0) -> Any:
+def post_raw(m: Member, path: str, data: bytes, tokens: Tokens | None = None, timeout: float = 300.0) -> Any:
     """POST *data* (JSON already: a config bundle) to the node's *path*; its JSON answer.
     *timeout*: a publication answers once the node has checked and run it."""
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
