@@ -16,6 +16,7 @@ change reads the running config again (renewed certificates), and publishes noth
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,13 @@ def stamped(candidate: Bundle, held: Header | None, publisher: str, based_on: in
     )
 
 
+def as_named(problems: list[str], path: Path) -> list[str]:
+    """*problems* with the bundle's files named as the bundle names them (``cluster.yaml:
+    zones[0].file: ...``, ``example.test.zone:17: ...``), not where this member wrote them."""
+    folder = f"{path.parent}{os.sep}"
+    return [p.replace(folder, "") for p in problems]
+
+
 def when(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
@@ -175,8 +183,9 @@ class GroupConfig:
 
     def apply(self, header: Header) -> defer.Deferred[list[str]]:
         """Run bundle *header* (held): a reload from its files."""
-        path = str(self.shelf.config_path(header))
-        return self.service.exclusive(lambda: self.service.read_and_switch(path, self.own_dir, header))
+        path = self.shelf.config_path(header)
+        ran = self.service.exclusive(lambda: self.service.read_and_switch(str(path), self.own_dir, header))
+        return ran.addCallback(as_named, path)
 
     def publish(self, candidate: Bundle, based_on: int | None, force: bool) -> defer.Deferred[Published]:
         """Publish *candidate*'s files as the group's next generation: checked by reading
@@ -194,7 +203,7 @@ class GroupConfig:
         except (OSError, bundle.BadBundle) as e:
             log.error("cannot keep a bundle in {dir}: {why}", dir=self.shelf.directory, why=e, event="config_unkept")
             return Published(new.header, problems=[f"{self.shelf.directory}: cannot keep the bundle: {e}"])
-        problems = await self.service.read_and_switch(str(path), self.own_dir, new.header)
+        problems = as_named(await self.service.read_and_switch(str(path), self.own_dir, new.header), path)
         if problems:
             self.shelf.discard(new)
             return Published(new.header, problems=problems)

@@ -94,7 +94,9 @@ def test_a_push_that_fails_the_checks_changes_nothing(
     code, answer = ask(service, "POST", "/api/v1/config", made(tmp_path, broken))
     assert code == 422
     assert "nothing changed on any member" in answer["error"]
-    assert "gtm.yaml: wideips.\"shop.example.test\".pools[0]: no pool named 'shops'" in answer["error"]
+    # named as the operator's file names them, not where the member wrote the bundle out
+    assert "\ngtm.yaml: wideips.\"shop.example.test\".pools[0]: no pool named 'shops'" in answer["error"]
+    assert "bundles" not in answer["error"]
     assert "gtm.yaml: pools.shop.ttl: " in answer["error"]  # every problem, not the first
     assert service.node.config is before
     assert ask(service, "GET", "/api/v1/config/history")[1]["bundles"] == []
