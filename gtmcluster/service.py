@@ -24,7 +24,7 @@ from gtmcluster.api.routes import api_site
 from gtmcluster.api.tls import ApiTLS, wrap
 from gtmcluster.config import reload as config_reload
 from gtmcluster.config.bundle import Header
-from gtmcluster.config.changes import Changes, between
+from gtmcluster.config.changes import Changes, between, restart_needed
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shared import GroupConfig, Start
@@ -398,29 +398,6 @@ class PartlyTaken(Exception):
         super().__init__(
             f"{', '.join(parts)} failed to switch to the new config (see the node's log): restart the node"
         )
-
-
-def restart_needed(old: Config, new: Config, node: str) -> list[str]:
-    """Changes a running node cannot take (its sockets and credentials are set at start)."""
-    problems = []
-    names = [m.name for m in new.sync_group.members]
-    if node not in names:
-        return [f"{node} is no longer a member of the sync group: stop it instead"]
-    before, after = old.member(node), new.member(node)
-    for what in ("dns", "peer", "api", "probe_source"):
-        if getattr(before, what) != getattr(after, what):
-            problems.append(f"{node}'s {what} address changed: restart the node to apply it")
-    if old.api.tls != new.api.tls:
-        problems.append("api.tls changed: restart the node to switch its API between HTTP and HTTPS")
-    if old.sync_group.name != new.sync_group.name:
-        problems.append("the sync group's name changed: restart every node")
-    if (len(old.sync_group.members) > 1) != (len(new.sync_group.members) > 1):
-        problems.append("the group changed between one member and several: restart to open or close the peer port")
-    if old.dns_server.processes != new.dns_server.processes:
-        problems.append("dns_server.processes changed: restart the node to start or stop answering processes")
-    if old.log_dir != new.log_dir:
-        problems.append("log_dir changed: restart the node to write its log there")
-    return problems
 
 
 class CloseOnStop(Service):

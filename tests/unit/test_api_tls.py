@@ -17,10 +17,10 @@ from twisted.internet import ssl
 
 from gtmcluster.api import guard
 from gtmcluster.api.tls import ApiTLS
+from gtmcluster.config.changes import restart_needed
 from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.service import restart_needed
 from gtmcluster.sync import certs
 from gtmcluster.sync.tls import IdentityError, load_credentials, peer_identity, server_options
 from tests.support import configs

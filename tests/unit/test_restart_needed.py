@@ -8,9 +8,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.config.changes import restart_needed
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.service import restart_needed
 from tests.support import configs
 
 
