@@ -63,7 +63,7 @@ def add_parser(sub: Any) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     def action(name: str, text: str) -> Any:
-        return actions.add_parser(name, help=text, parents=[after])
+        return actions.add_parser(name, help=text, description=f"gtmcluster config {name}: {text}.", parents=[after])
 
     q = action("push", "publish FILE and the files it names to the group")
     q.add_argument("--force", action="store_true", help="publish even if the group moved on since --based-on")
