@@ -1,0 +1,113 @@
+"""What a member starts with under config sync (`config.shared.at_start`): the newest bundle
+it holds rather than its own (older) file, with its own things from its own folder; its own
+file when it holds none, when config sync is off, or when the bundle cannot run here."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from twisted.logger import capturedLogs
+
+from gtmcluster.config import bundle
+from gtmcluster.config.bundle import Bundle
+from gtmcluster.config.load import load
+from gtmcluster.config.shared import at_start
+from gtmcluster.config.shelf import Shelf
+from tests.support import configs
+
+SHOP = (b"shop", b"example", b"test")
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> dict[str, Any]:
+    raw = configs.base()
+    raw["sync_group"]["tls"] = {"ca": "own/ca.pem"}  # a member's own file, named relative to its folder
+    return raw
+
+
+def held(tmp_path: Path, raw: dict[str, Any], generation: int = 1) -> Bundle:
+    """A bundle of *raw* with a wide IP more, held in n1's state folder."""
+    changed = copy.deepcopy(raw)
+    changed["virtual_servers"]["shop1"] = {"address": "10.0.1.10", "datacenter": "DC1"}
+    changed["pools"]["shop"] = {"members": ["shop1"]}
+    changed["wideips"]["shop.example.test"] = {"type": "A", "pools": ["shop"]}
+    files = {
+        "cluster.yaml": yaml.safe_dump(changed).encode(),
+        "example.test.zone": configs.ZONE.encode(),
+    }
+    made = Bundle("cluster.yaml", files, generation, generation - 1, "n2", 1000.0)
+    Shelf(tmp_path / "var" / "state" / "n1" / "bundles").put(made)
+    return made
+
+
+def test_without_a_bundle_the_member_runs_its_own_file(tmp_path: Path, raw: dict[str, Any]) -> None:
+    path = configs.write(tmp_path, raw)
+    local = load(path)
+    start = at_start(local, str(path), "n1")
+    assert start.config is local and start.header is None
+    # its file's digest is noted: a SIGHUP to the same file publishes nothing
+    assert start.shelf.local_digest() == bundle.make(path, 1, 0, "n1", 0.0).digest
+
+
+def test_the_newest_bundle_held_runs_instead_of_an_older_file(tmp_path: Path, raw: dict[str, Any]) -> None:
+    path = configs.write(tmp_path, raw)
+    held(tmp_path, raw, 1)
+    newest = held(tmp_path, raw, 2)
+    with capturedLogs() as events:
+        start = at_start(load(path), str(path), "n1")
+    assert start.header == newest.header
+    assert SHOP in start.config.wideips
+    # the bundle's files from where it was written out; the member's own from its own folder
+    assert start.config.path == start.shelf.config_path(newest.header)
+    assert start.config.sync_group.tls.ca == tmp_path / "own" / "ca.pem"
+    assert start.config.state_dir_for("n1") == tmp_path / "var" / "state" / "n1"
+    said = [e for e in events if e.get("event") == "config_from_group"]
+    assert len(said) == 1 and said[0]["generation"] == 2 and said[0]["publisher"] == "n2"
+
+
+def test_a_file_changed_while_the_member_was_down_is_said_and_not_run(tmp_path: Path, raw: dict[str, Any]) -> None:
+    path = configs.write(tmp_path, raw)
+    at_start(load(path), str(path), "n1")  # its file's digest noted
+    newest = held(tmp_path, raw)
+    raw["pools"]["p"]["ttl"] = 77
+    path = configs.write(tmp_path, raw)
+    with capturedLogs() as events:
+        start = at_start(load(path), str(path), "n1")
+    assert start.header == newest.header
+    said = next(e for e in events if e.get("event") == "config_from_group")
+    assert "a SIGHUP or `gtmcluster config push` publishes it" in said["changed"]
+
+
+def test_with_config_sync_off_the_file_runs(tmp_path: Path, raw: dict[str, Any]) -> None:
+    raw["sync_group"]["config_sync"] = False
+    path = configs.write(tmp_path, raw)
+    held(tmp_path, raw)
+    start = at_start(load(path), str(path), "n1")
+    assert start.header is None and SHOP not in start.config.wideips
+
+
+def test_a_bundle_that_cannot_run_here_leaves_the_file_running(tmp_path: Path, raw: dict[str, Any]) -> None:
+    path = configs.write(tmp_path, raw)
+    made = held(tmp_path, raw)
+    shelf = Shelf(tmp_path / "var" / "state" / "n1" / "bundles")
+    (shelf.folder(made.header) / "files" / "example.test.zone").unlink()  # its zone file gone
+    with capturedLogs() as events:
+        start = at_start(load(path), str(path), "n1")
+    assert start.header is None and SHOP not in start.config.wideips
+    assert any(e.get("event") == "config_bundle_unusable" for e in events)
+
+
+def test_a_bundle_without_this_member_leaves_the_file_running(tmp_path: Path, raw: dict[str, Any]) -> None:
+    path = configs.write(tmp_path, raw)
+    other = copy.deepcopy(raw)
+    other["sync_group"]["members"][0]["name"] = "n9"
+    files = {"cluster.yaml": yaml.safe_dump(other).encode(), "example.test.zone": configs.ZONE.encode()}
+    Shelf(tmp_path / "var" / "state" / "n1" / "bundles").put(Bundle("cluster.yaml", files, 1, 0, "n9", 1.0))
+    with capturedLogs() as events:
+        start = at_start(load(path), str(path), "n1")
+    assert start.header is None
+    assert any(e.get("event") == "config_bundle_unusable" and e.get("node") == "n1" for e in events)
