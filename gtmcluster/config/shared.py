@@ -237,6 +237,16 @@ class GroupConfig:
         held = self.shelf.newest()
         if made.digest == self.shelf.local_digest() or (held is not None and made.digest == held.digest):
             self.shelf.set_local_digest(made.digest)
+            retried = self.sync.retry()
+            if retried is not None:
+                log.info(
+                    "{path} has nothing new for the group: trying the group's generation {generation} again, "
+                    "refused here before",
+                    path=service.config_path,
+                    generation=held.generation if held else 0,
+                    event="config_retried",
+                )
+                return retried
             header = self.running_header()
             log.info(
                 "{path} has nothing new for the group (unchanged since read, or the group's already): "

@@ -297,7 +297,19 @@ class ConfigSync:
         self._applying = True
         self.apply(held).addBoth(self._applied, held)
 
-    def _applied(self, result: list[str] | Failure, held: Header) -> None:
+    def retry(self) -> defer.Deferred[list[str]] | None:
+        """Run the newest bundle held again, if it was refused here (a SIGHUP after the
+        cause was mended: certificates put in place); fires with the problems. None when
+        there is nothing to retry."""
+        held = self.held
+        if self.refused is None or held is None or self.refused[0] != held or self._applying or self.apply is None:
+            return None
+        self.refused = None
+        self._applying = True
+        return self.apply(held).addBoth(self._applied, held)
+
+    def _applied(self, result: list[str] | Failure, held: Header) -> list[str]:
+        """The problems that kept *held* from running (none: it runs)."""
         self._applying = False
         if isinstance(result, Failure):
             log.failure("running config generation {generation} failed", result, generation=held.generation)
@@ -315,6 +327,7 @@ class ConfigSync:
             )
             self.tell()
         self.run_newest()
+        return result
 
     def ran(self, header: Header | None, config_digest: str) -> None:
         """The member now runs *header*'s bundle (None: its own file) with *config_digest*."""

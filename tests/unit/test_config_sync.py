@@ -122,6 +122,25 @@ def test_a_member_that_cannot_run_a_bundle_keeps_relays_and_says_it(trio: Member
     assert trio.syncs["gtm-b"].settled  # refused is settled: it answers with what it runs
 
 
+def test_a_refused_bundle_is_tried_again_on_demand_and_runs_once_mended(trio: Members) -> None:
+    trio.refuse["gtm-b"] = ["sync group TLS: cannot read certs/gtm-b.pem"]
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.publish("gtm-a", 1, "x: 1\n")
+    b = trio.syncs["gtm-b"]
+    assert b.refused is not None and b.running.generation == 0
+    assert b.retry() is not None  # still refused: said again
+    assert b.refused is not None and "cannot read" in b.refused[1][0]
+    del trio.refuse["gtm-b"]  # the certificate put in place
+    problems: list[list[str]] = []
+    retried = b.retry()
+    assert retried is not None
+    retried.addCallback(problems.append)
+    trio.cluster.settle()
+    assert problems == [[]] and b.refused is None and b.running.generation == 1
+    assert trio.syncs["gtm-a"].views["gtm-b"].generation == 1 and trio.syncs["gtm-a"].views["gtm-b"].refused is None
+    assert b.retry() is None  # nothing refused: nothing to try
+
+
 def test_a_bundle_bigger_than_one_message_is_fetched_in_parts(trio: Members) -> None:
     zone = b"".join(b"host%d IN A 192.0.2.%d\n" % (i, i % 250) for i in range(20_000))
     assert len(zone) > 5 * configsync.CHUNK
