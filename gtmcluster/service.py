@@ -43,6 +43,7 @@ from gtmcluster.proximity.table import PATH
 from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshot import Snapshotter
+from gtmcluster.sync.coldstart import ColdStart
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
@@ -409,44 +410,6 @@ class CloseOnStop(Service):
     def stopService(self) -> None:
         super().stopService()
         self.close()
-
-
-class ColdStart(Service):
-    """Marks the node ready for measured methods once peers are reconciled and the group's
-    newest config is run here (or refused), or after a wait."""
-
-    def __init__(self, node: Node, replicator: Replicator, reactor: Any, wait: float):
-        self.node = node
-        self.replicator = replicator
-        self.reactor = reactor
-        self.wait = wait
-        self._deadline = 0.0
-        self._call: Any = None
-
-    def startService(self) -> None:
-        super().startService()
-        self._deadline = self.reactor.seconds() + self.wait
-        self._check()
-
-    def _check(self) -> None:
-        self._call = None
-        connected = any(p.connected for p in self.replicator.peers.values())
-        config = self.replicator.config
-        settled = config is None or config.settled  # the group's newest config runs (or is refused)
-        if (connected and self.replicator.synced and settled) or self.reactor.seconds() >= self._deadline:
-            self.node.ready = True
-            log.info(
-                "ready: {how}; state digest {digest}",
-                how="reconciled with the reachable peers" if connected else "no peer answered in time",
-                digest=self.node.store.digest(),
-            )
-            return
-        self._call = self.reactor.callLater(0.2, self._check)
-
-    def stopService(self) -> None:
-        super().stopService()
-        if self._call is not None and self._call.active():
-            self._call.cancel()
 
 
 def make_service(

@@ -5,7 +5,7 @@ At start a member reads its own file (``--config``). With ``sync_group.config_sy
 (the default) and a bundle held (`config.shelf`), it runs the newest bundle instead, with
 its own things (certificates, key, token file, folders) from its own file's base folder,
 and says so; the group may then have a newer one, which it fetches from its peers before
-it answers with measured methods (`service.ColdStart`). A bundle it cannot read (a file
+it answers with measured methods (`sync.coldstart.ColdStart`). A bundle it cannot read (a file
 of its own missing) is logged, and it runs its own file.
 
 Its file is published when it changed since the member last read it (``local.json`` on
