@@ -147,9 +147,12 @@ def test_no_query_lost_or_failed_while_reloading(tmp_path: Path) -> None:
         figures = dnsperf_figures(output)
         assert figures["sent"] > RATE, output  # the reloads happened under load
         assert figures["lost"] == 0, output
-        # dnsperf was stopped by SIGINT: the few queries then in flight are "interrupted"
+        # dnsperf was stopped by SIGINT: the queries then in flight are "interrupted", as many
+        # as its pace sends while one is answered (0-6 at 2 to 5 ms on average; 11 and 14 were
+        # seen when the SIGINT met a slower moment); more than 25 ms of the pace would be a
+        # stall at the end that the latencies would show
         assert figures["completed"] + figures["interrupted"] == figures["sent"], output
-        assert figures["interrupted"] <= 10, output
+        assert figures["interrupted"] <= RATE // 40, output
         assert set(figures["codes"]) == {"NOERROR"}, output
         assert refused == RELOADS // 5
         reply = dnsclient.parse(dnsclient.udp(dnsclient.query("gslb.example.test"), node.server))
