@@ -113,19 +113,11 @@ class Header:
         """The header *doc* describes; raises `BadBundle` if it is not one."""
         if not isinstance(doc, dict):
             raise BadBundle("a bundle header is a JSON object")
-        main, generation, based_on = doc.get("main"), doc.get("generation"), doc.get("based_on")
-        publisher, published_at = doc.get("publisher"), doc.get("published_at")
+        main, generation, based_on, publisher, published_at = _fields(doc)
         digest, size = doc.get("digest"), doc.get("size")
         if not (
-            isinstance(main, str)
+            _stamp_ok(main, generation, based_on, publisher, published_at)
             and name_problem(main) is None
-            and type(generation) is int
-            and generation >= 1
-            and type(based_on) is int
-            and based_on >= 0
-            and publisher_ok(publisher)
-            and isinstance(published_at, int | float)
-            and not isinstance(published_at, bool)
             and isinstance(digest, str)
             and len(digest) == 64
             and all(c in "0123456789abcdef" for c in digest)
@@ -140,6 +132,25 @@ B = TypeVar("B", "Bundle", "Header")
 
 #: a publisher is a member's name (a DNS name: `sync.certs.node_name`); it names folders
 _PUBLISHER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
+
+
+def _fields(doc: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """main, generation, based_on, publisher, published_at of *doc*, unchecked (`_stamp_ok`)."""
+    return doc.get("main"), doc.get("generation"), doc.get("based_on"), doc.get("publisher"), doc.get("published_at")
+
+
+def _stamp_ok(main: Any, generation: Any, based_on: Any, publisher: Any, published_at: Any) -> bool:
+    """The fields a bundle and its header share are of their types and ranges."""
+    return (
+        isinstance(main, str)
+        and type(generation) is int
+        and generation >= 1
+        and type(based_on) is int
+        and based_on >= 0
+        and publisher_ok(publisher)
+        and isinstance(published_at, int | float)
+        and not isinstance(published_at, bool)
+    )
 
 
 def publisher_ok(name: Any) -> TypeGuard[str]:
@@ -351,18 +362,11 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
         raise BadBundle(f"not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BadBundle("not a bundle of a format this version reads")
-    main, generation, based_on = doc.get("main"), doc.get("generation"), doc.get("based_on")
-    publisher, published_at, claimed = doc.get("publisher"), doc.get("published_at"), doc.get("digest")
+    main, generation, based_on, publisher, published_at = _fields(doc)
+    claimed = doc.get("digest")
     encoded = doc.get("files")
     if not (
-        isinstance(main, str)
-        and type(generation) is int
-        and generation >= 1
-        and type(based_on) is int
-        and based_on >= 0
-        and publisher_ok(publisher)
-        and isinstance(published_at, int | float)
-        and not isinstance(published_at, bool)
+        _stamp_ok(main, generation, based_on, publisher, published_at)
         and isinstance(claimed, str)
         and isinstance(encoded, dict)
     ):

@@ -46,6 +46,12 @@ def raw(tmp_path: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def service(tmp_path: Path, raw: dict[str, Any]) -> NodeService:
+    return sharing(tmp_path, raw)
+
+
+def sharing(tmp_path: Path, raw: dict[str, Any]) -> NodeService:
+    """A node of *raw* (written in *tmp_path*) that keeps the group's bundles, its configs
+    read at once (the memory reactor has no threads for the YAML child)."""
     path = configs.write(tmp_path, raw)
     config = load(path)
     top = make_service(
@@ -187,13 +193,8 @@ def test_with_config_sync_off_a_reload_reads_the_file_and_publishes_nothing(
     tmp_path: Path, raw: dict[str, Any]
 ) -> None:
     raw["sync_group"]["config_sync"] = False
-    path = configs.write(tmp_path, raw)
-    config = load(path)
-    top = make_service(
-        config, "n1", MemoryReactorClock(), Sockets(dns=[]), str(path), start=at_start(config, str(path), "n1")
-    )
-    top.read_config = lambda path, own_dir: defer.succeed(load(path, own_dir))
-    top.snapshots = None
+    top = sharing(tmp_path, raw)
+    path = Path(top.config_path)
     changed = with_shop(raw)
     path.write_text(yaml.safe_dump(changed, sort_keys=False))
     problems: list[list[str]] = []
