@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from gtmcluster import slices
 from gtmcluster.health import admin
 from gtmcluster.proximity.table import PATH, PathValue
+from gtmcluster.stats import Tally
 
 if TYPE_CHECKING:
     from gtmcluster.config.model import Config
@@ -104,7 +105,7 @@ class History(Service):
         self._rtts: dict[str, deque[int]] = {}
         #: the counters at the previous sample (None before the first)
         self._queries: dict[str, int] | None = None
-        self._answered: dict[tuple[str, ...], int] = {}
+        self._answered: dict[Tally, int] = {}
         #: the data centers of each answer's servers, under `_config`
         self._config: Config | None = None
         self._datacenters_of: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -237,8 +238,9 @@ class History(Service):
         datacenters_of = self._datacenters_of
         servers = config.virtual_servers
         per_dc: dict[str, float] = {}
-        for i, (members, n) in enumerate(answered.items()):
-            delta = n - previous_answered.get(members, 0)
+        for i, (key, n) in enumerate(answered.items()):
+            delta = n - previous_answered.get(key, 0)
+            members = key[4]
             if delta > 0:
                 dcs = datacenters_of.get(members)
                 if dcs is None:

@@ -21,7 +21,7 @@ from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
 from gtmcluster.lb.engine import Balancer
-from gtmcluster.lb.trace import Decision
+from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
@@ -208,8 +208,8 @@ class Node:
             if decision.method == "persistence":  # the same for the client's whole network
                 cache.put(self._network_key(wideip, qtype, client), wideip.name, decision, kept, health, now)
         self.stats.decisions.observe(time.perf_counter() - started)
-        if decision.members:
-            self.stats.answered[decision.members] += 1
+        if decision.action is Action.ANSWER:
+            self.stats.answered[tally(wideip.name, decision)] += 1
         return self._carry_out(decision)
 
     def _health_of(self, wideip: str, definition: WideIP | None = None) -> int:

@@ -40,13 +40,19 @@ class Histogram:
         return out
 
 
+#: a wide IP answer as the per-object statistics count it: (wide IP, pool or "", slot,
+#: method, the virtual servers named); see `gtmcluster.objectstats`
+Tally = tuple[str, str, str, str, tuple[str, ...]]
+
+
 class QueryStats:
     def __init__(self) -> None:
         #: (wide IP or "", qtype, rcode, deciding method or "static"/"") -> queries
         self.queries: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
-        #: wide IP answers by the virtual servers they hold (as the decision named them):
-        #: the dashboard's answers per data center (gtmcluster.history)
-        self.answered: defaultdict[tuple[str, ...], int] = defaultdict(int)
+        #: wide IP answers by wide IP, pool, slot, method and the virtual servers they hold
+        #: (a `Tally`): the per-object statistics (gtmcluster.objectstats) and the
+        #: dashboard's answers per data center (gtmcluster.history)
+        self.answered: defaultdict[Tally, int] = defaultdict(int)
         self.decisions = Histogram(DECISION_BUCKETS)
         #: wide IP answers looked up among the kept decisions (lb.cache), found or not
         self.kept_hits = 0

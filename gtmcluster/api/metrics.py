@@ -8,13 +8,14 @@ Prometheus scrapes, so answering a query costs no metrics-library work.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gtmcluster.api.server import Raw
+from gtmcluster.objectstats import object_stats_steps
 from gtmcluster.slices import Steps
 from gtmcluster.state.bounds import Bound
 from gtmcluster.stats import CheckStats, Histogram
@@ -51,6 +52,37 @@ def _bounds(bounds: Mapping[str, Bound]) -> Iterator[Metric]:
     yield from (limit, evicted, refused)
 
 
+def _object_families(figures: dict[str, Any]) -> Iterator[Metric]:
+    """The per-object statistics (`gtmcluster.objectstats`): answers per wide IP, pool and
+    pool member by slot (persistence hits are the ``persistence`` slot; drops and returns
+    to the zone are in ``gtm_dns_queries``), and per pool by method."""
+    wideips = CounterMetricFamily(
+        "gtm_wideip_answers",
+        "wide IP answers by where they came from: a pool's preferred, alternate or fallback method, "
+        "the last resort pool, the failure response, persistence",
+        labels=["wideip", "slot"],
+    )
+    for name, entry in figures["wideips"].items():
+        for slot, n in entry["slots"].items():
+            wideips.add_metric([name, slot], n)
+    pools = CounterMetricFamily("gtm_pool_answers", "answers from the pool, by slot", labels=["pool", "slot"])
+    methods = CounterMetricFamily(
+        "gtm_pool_method_answers", "answers from the pool, by method", labels=["pool", "method"]
+    )
+    members = CounterMetricFamily(
+        "gtm_pool_member_answers", "answers naming the pool member, by slot", labels=["pool", "member", "slot"]
+    )
+    for pool, entry in figures["pools"].items():
+        for slot, n in entry["slots"].items():
+            pools.add_metric([pool, slot], n)
+        for method, n in entry["methods"].items():
+            methods.add_metric([pool, method], n)
+        for member, m in entry["members"].items():
+            for slot, n in m["slots"].items():
+                members.add_metric([pool, member, slot], n)
+    yield from (wideips, pools, methods, members)
+
+
 #: samples added to a family between two steps (`NodeCollector.collect` yields None)
 ADD_STEP = 500
 
@@ -75,6 +107,7 @@ class NodeCollector(Collector):
                 yield None
             queries.add_metric([wideip, qtype, rcode, method], n)
         yield queries
+        yield from _object_families((yield from object_stats_steps(node.stats)))
         yield _histogram("gtm_decision_seconds", "time to decide a wide IP answer", node.stats.decisions)
         limited = CounterMetricFamily(
             "gtm_dns_rate_limited",

@@ -16,6 +16,7 @@ from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route, Site, site
 from gtmcluster.api.status import status_steps
+from gtmcluster.objectstats import object_stats_steps
 
 log = Logger()
 
@@ -79,6 +80,15 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
 
         return service.reload().addCallback(done)
 
+    def get_stats(args: Args, parts: Args) -> Any:
+        only = args.get("wideip")
+        if only is not None:
+            only = only.lower().rstrip(".")
+            if not any(w.name == only for w in node.config.wideips.values()):
+                raise ApiError(404, f"no wide IP named {only!r}")
+        steps = object_stats_steps(node.stats, only)
+        return slices.run(steps, service.reactor).addCallback(lambda figures: {"node": node.member.name, **figures})
+
     def get_history(args: Args, parts: Args) -> Any:
         if service.history is None:
             raise ApiError(503, "this node keeps no history")
@@ -99,6 +109,7 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
         Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
         Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
         Route("GET", "/api/v1/history", get_history),
+        Route("GET", "/api/v1/stats", get_stats, ("wideip",)),
         Route("GET", "/api/v1/admin", lambda a, p: {"node": node.member.name, "admin": admin.admin_states(node)}),
         # a pool member's NAME is POOL/SERVER: the action is the last segment
         Route("POST", r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),

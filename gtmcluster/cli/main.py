@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, explain, ldns, logs, status
+from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, explain, ldns, logs, stats, status
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     explain.add_parser(sub)
     ldns.add_parser(sub)
+    stats.add_parser(sub)
     logs.add_parser(sub)
     status.add_parser(sub)
     admin.add_parser(sub)  # enable, disable, drain

@@ -32,7 +32,8 @@ from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
 from gtmcluster.lb.context import Client
-from gtmcluster.lb.trace import Action, Decision
+from gtmcluster.lb.trace import Action, Decision, tally
+from gtmcluster.stats import Tally
 
 _HEADER = struct.Struct("!HHHHHH")
 _OPT = struct.Struct("!HHIH")  # type, class (UDP size), TTL (flags), RDLENGTH
@@ -70,8 +71,9 @@ class FastPath:
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
-        #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its counter)
-        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str]]] = {}
+        #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its
+        #: counter, its tally)
+        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally]] = {}
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -151,13 +153,14 @@ class FastPath:
                 decision,
                 self._encode(data, source, plain, decision),
                 _counter(wideip, qtype, decision),
+                tally(wideip.name, decision),
             )
         reply = kept[1]
         if len(reply) > plain.limit:
             return None
         stats = self.responder.stats
         stats.queries[kept[2]] += 1
-        stats.answered[decision.members] += 1
+        stats.answered[kept[3]] += 1
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
         return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]

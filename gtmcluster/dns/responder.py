@@ -250,7 +250,9 @@ class Responder:
                     if client.from_ecs:  # (else the answer depended on none of the client subnet)
                         result.scope = max(result.scope, decision.scope)
                     result.wideip = wideip.name
-                    result.method = decision.method or decision.action.value
+                    # (returned to the zone, by a pool's method or the failure response: counted as such)
+                    back = decision.action is Action.RETURN_TO_DNS
+                    result.method = "return_to_dns" if back else decision.method or decision.action.value
                     if decision.action is Action.DROP:
                         result.drop = True
                         return result

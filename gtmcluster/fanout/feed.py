@@ -99,7 +99,7 @@ def take_counts(stats: QueryStats) -> bytes:
         "decisions": [stats.decisions.counts, stats.decisions.total, stats.decisions.count],
         "kept": [stats.kept_hits, stats.kept_misses],
         "rate_limited": [stats.rate_dropped, stats.rate_slipped],
-        "answered": [[list(members), n] for members, n in stats.answered.items()],
+        "answered": [[*key[:4], list(key[4]), n] for key, n in stats.answered.items()],
     }
     stats.queries.clear()
     stats.answered.clear()
@@ -132,8 +132,8 @@ def add_counts(stats: QueryStats, data: bytes) -> int:
     dropped, slipped = counts.get("rate_limited", (0, 0))
     stats.rate_dropped += int(dropped)
     stats.rate_slipped += int(slipped)
-    for members, n in counts.get("answered", ()):
-        stats.answered[tuple(str(m) for m in members)] += int(n)
+    for wideip, pool, slot, method, members, n in counts.get("answered", ()):
+        stats.answered[(str(wideip), str(pool), str(slot), str(method), tuple(str(m) for m in members))] += int(n)
     return answered
 
 

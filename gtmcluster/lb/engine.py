@@ -70,6 +70,7 @@ class _PoolOutcome:
     members: tuple[PoolMember, ...] = ()
     addresses: tuple[IPAddress, ...] = ()
     method: str = ""
+    slot: str = ""
 
 
 _FULL = Prefixes(32, 128)
@@ -178,6 +179,7 @@ class Balancer:
             members=tuple(m.name for m in outcome.members),
             persist=record,
             method=outcome.method,
+            slot=outcome.slot,
         )
 
     def _failure(self, wideip: WideIP, run: _Run) -> Decision:
@@ -198,7 +200,9 @@ class Balancer:
             )
             if ips:
                 ttl = min((r.pool.ttl for r in wideip.pools), default=30)
-                return run.decision(Action.ANSWER, addresses=ips, ttl=ttl, method="failure_response")
+                return run.decision(
+                    Action.ANSWER, addresses=ips, ttl=ttl, method="failure_response", slot="failure_response"
+                )
             response = "return_to_dns"  # no address of this family: the zone answers
         else:
             run.steps.append(Step(subject, "failure_response", response, (), (), note="every pool yielded nothing"))
@@ -262,6 +266,7 @@ class Balancer:
             members=record.members,
             persist=refresh,
             method="persistence",
+            slot="persistence",
         )
 
     def _usable(self, pool: Pool, member: PoolMember, run: _Run) -> bool:
@@ -347,6 +352,7 @@ class Balancer:
                     run.steps.append(_admin_step(subject, admin))
         names = tuple(m.name for m in members)
         for slot_name, method in pool.methods.chain():
+            counted = "last_resort" if last_resort else slot_name  # (for the statistics)
             if method == "none":
                 continue
             if method in ("return_to_dns", "drop_packet"):
@@ -366,7 +372,7 @@ class Balancer:
                     )
                 )
                 if ips:
-                    return _PoolOutcome(Action.ANSWER, (), ips, method)
+                    return _PoolOutcome(Action.ANSWER, (), ips, method, counted)
                 continue
             if not members:
                 run.steps.append(Step(subject, slot_name, method, (), (), note="no available member"))
@@ -382,7 +388,7 @@ class Balancer:
             )
             if chosen:
                 picked = tuple(c for c in chosen if isinstance(c, PoolMember))
-                return _PoolOutcome(Action.ANSWER, picked, tuple(m.vs.address for m in picked), method)
+                return _PoolOutcome(Action.ANSWER, picked, tuple(m.vs.address for m in picked), method, counted)
         return _PoolOutcome(Action.NOTHING)
 
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from gtmcluster.lb.context import PersistRecord
+from gtmcluster.stats import Tally
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -55,6 +56,10 @@ class Decision:
     persist: PersistRecord | None = None
     #: the method that produced the answer ("persistence" for a persistence hit)
     method: str = ""
+    #: where in the search the answer came from: a pool's ``preferred``, ``alternate`` or
+    #: ``fallback`` method, ``last_resort`` (the wide IP's last resort pool),
+    #: ``persistence`` or ``failure_response`` (the per-object statistics count by it)
+    slot: str = ""
     #: for Action.RCODE
     rcode: int = 0
     #: an LDNS whose paths are missing or stale: the node asks the group to probe it
@@ -64,3 +69,8 @@ class Decision:
     varies: bool = False
     #: it holds, all else equal, until this moment of the node's clock (see lb.cache)
     until: float = math.inf
+
+
+def tally(wideip: str, decision: Decision) -> Tally:
+    """How the per-object statistics count an answer of *wideip* by *decision*."""
+    return (wideip, decision.pool or "", decision.slot, decision.method, decision.members)

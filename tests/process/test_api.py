@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -79,6 +81,7 @@ def test_views(node: tuple[RunningNode, Path]) -> None:
         ("/api/v1/ldns?bogus=1", "GET", 400, "unknown parameter 'bogus'"),
         ("/api/v1/explain?wideip=gslb.example.test", "GET", 400, "give ldns="),
         ("/api/v1/explain?wideip=nope.example.test&ldns=192.0.2.1", "GET", 404, "no wide IP"),
+        ("/api/v1/stats?wideip=nope.example.test", "GET", 404, "no wide IP"),
     ],
 )
 def test_bad_requests_get_json_errors(
@@ -106,6 +109,46 @@ def test_admin_actions_need_the_token_and_change_answers(node: tuple[RunningNode
     code, body, _ = call(n, "/api/v1/virtual-servers/vs1/enable", "POST", TOKEN)
     assert body["available"] is True
     assert answer(n) == ["10.0.1.1"]
+
+
+def test_statistics_per_wide_ip_pool_and_member(node: tuple[RunningNode, Path]) -> None:
+    """GET /api/v1/stats counts what the node answered per wide IP, pool and pool member (as
+    BIG-IP's show gtm wideip / pool / pool-member), and /metrics carries the same figures."""
+    n, _ = node
+    before = call(n, "/api/v1/stats?wideip=gslb.example.test")[1]
+    was = before["wideips"].get("gslb.example.test", {}).get("answered", 0)
+    for _ in range(5):
+        assert answer(n) == ["10.0.1.1"]
+    code, stats, kind = call(n, "/api/v1/stats?wideip=GSLB.example.test.")
+    assert code == 200 and kind.startswith("application/json") and stats["node"] == "n1"
+    wideip = stats["wideips"]["gslb.example.test"]
+    assert wideip["answered"] == was + 5 and wideip["slots"]["preferred"] >= 5
+    assert wideip["types"]["A"] >= 5 and wideip["methods"]["global_availability"] >= 5
+    assert stats["pools"]["p"]["members"]["vs1"]["slots"]["preferred"] >= 5
+    text = call(n, "/metrics")[1]
+    assert 'gtm_wideip_answers_total{slot="preferred",wideip="gslb.example.test"}' in text
+    assert 'gtm_pool_answers_total{pool="p",slot="preferred"}' in text
+    assert 'gtm_pool_method_answers_total{method="global_availability",pool="p"}' in text
+    assert 'gtm_pool_member_answers_total{member="vs1",pool="p",slot="preferred"}' in text
+
+
+def test_the_stats_command(node: tuple[RunningNode, Path]) -> None:
+    """`gtmcluster stats` prints the same figures, per wide IP, pool and member."""
+    n, path = node
+    answer(n)
+    cli = [sys.executable, "-m", "gtmcluster.cli.main", "stats", "--config", str(path)]
+    shown = subprocess.run(
+        [*cli, "--wideip", "gslb.example.test"], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("wideip gslb.example.test: requests ") and " answered " in lines[0], lines
+    assert any(line.startswith("pool p: answered ") for line in lines), lines
+    assert any(line.strip().startswith("member vs1  answered ") and "preferred" in line for line in lines), lines
+    wrong = subprocess.run(
+        [*cli, "--wideip", "nope.example.test"], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert wrong.returncode == 1 and "no wide IP named 'nope.example.test'" in wrong.stderr
 
 
 def test_reload_by_post_and_sighup_and_refusal(node: tuple[RunningNode, Path]) -> None:

@@ -95,6 +95,10 @@ SNAPSHOT_JS = """(() => {
     links: Object.fromEntries(all("[data-link]").map((e) => [e.dataset.link, e.dataset.state])),
     peers: Object.fromEntries(all("[data-peer]").map((e) => [e.dataset.peer, e.dataset.connected])),
     ldns: Object.fromEntries(all("[data-ldns]").map((e) => [e.dataset.ldns, e.dataset.winner])),
+    answers: Object.fromEntries(all("[data-wideip-answers]").map((e) =>
+      [e.dataset.wideipAnswers, Number(e.dataset.count)])),
+    memberAnswers: Object.fromEntries(all("[data-member-answers]").map((e) =>
+      [e.dataset.memberAnswers, Number(e.dataset.count)])),
     changes: all("[data-change]").map((e) => ({
       kind: e.dataset.change, subject: e.dataset.subject, to: e.dataset.to,
       time: e.querySelector("time").getAttribute("datetime"), text: e.innerText,
@@ -450,7 +454,8 @@ def test_page_is_served_self_contained(site: Site) -> None:
         origin = site.url.rstrip("/")
         foreign = [u for u in tab.requested() if not u.startswith(origin)]
         assert not foreign, f"the page asked other origins: {foreign}"
-        assert {f"{origin}/api/v1/{p}" for p in ("status", "health", "ldns", "wideips")} <= set(tab.requested())
+        wanted = ("status", "health", "ldns", "wideips", "stats")
+        assert {f"{origin}/api/v1/{p}" for p in wanted} <= set(tab.requested())
     finally:
         tab.close()
 
@@ -480,6 +485,19 @@ def test_renders_the_state_the_api_reports(site: Site) -> None:
         assert set(snap["ldns"]) == set(LDNSES) and all(snap["ldns"][a] in {"DC1", "DC2", "DC3"} for a in LDNSES)
         assert set(snap["peers"]) == {"n2", "n3"}
         assert " ms" in snap["text"] and "best" in snap["text"]
+        # the per-object statistics: at least what /api/v1/stats counted before, per wide IP and member
+        stats = site.api("n1", "/api/v1/stats")
+        counted = {name: w["answered"] for name, w in stats["wideips"].items()}
+        members = {f"{p}/{m}": e["answered"] for p, pool in stats["pools"].items() for m, e in pool["members"].items()}
+        assert counted and members, stats
+        shown = tab.wait_for(
+            lambda s: (
+                all(s["answers"].get(w, -1) >= n for w, n in counted.items())
+                and all(s["memberAnswers"].get(m, -1) >= n for m, n in members.items())
+            ),
+            "the statistics /api/v1/stats gives",
+        )
+        assert "preferred" in shown["text"], shown["text"]
         # nothing was published in this group: every member runs its own file (config sync)
         assert snap["text"].count("its own file") >= 3, snap["text"]
         if all(want_vs[n] == "available" for n in ("vs1", "vs2", "vs3")):

@@ -211,7 +211,8 @@ def test_kept_answers_are_counted_by_their_servers_like_the_general_path(twins: 
     for _ in range(5):
         twins.ask(make_query("gslb.example.test"), "127.0.1.9")
     assert twins.node.stats.kept_hits >= 4  # (the fast path answered the repeats)
-    assert dict(twins.node.stats.answered) == dict(twins.reference.stats.answered) == {("vs1",): 5}
+    tally = ("gslb.example.test", "p", "preferred", "topology", ("vs1",))
+    assert dict(twins.node.stats.answered) == dict(twins.reference.stats.answered) == {tally: 5}
 
 
 def test_a_change_elsewhere_keeps_the_decisions(tmp_path: Path) -> None:

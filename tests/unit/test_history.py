@@ -196,10 +196,12 @@ def test_stopped_history_samples_nothing(tmp_path: Path) -> None:
 def test_a_workers_counts_carry_its_answers() -> None:
     """The answers a worker counted reach the node's counters (and start again from 0)."""
     worker, node = QueryStats(), QueryStats()
-    worker.answered[("vs1",)] += 4
-    worker.answered[("vs2", "vs3")] += 1
+    one = ("www.example.test", "web", "preferred", "topology", ("vs1",))
+    two = ("www.example.test", "web", "alternate", "round_robin", ("vs2", "vs3"))
+    worker.answered[one] += 4
+    worker.answered[two] += 1
     add_counts(node, take_counts(worker))
-    assert dict(node.answered) == {("vs1",): 4, ("vs2", "vs3"): 1}
+    assert dict(node.answered) == {one: 4, two: 1}
     assert not worker.answered
 
 
