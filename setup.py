@@ -28,6 +28,8 @@ setup(
         "prometheus_client>=0.17",
         # master-file (zone) syntax and RDATA text forms of every record type
         "dnspython>=2.6",
+        # a link's traffic from its router's interface counters (SNMP v2c ifHCIn/OutOctets)
+        "pysnmp>=7,<8",
     ],
     extras_require={
         "test": [

@@ -31,12 +31,14 @@ from gtmcluster.config.shared import GroupConfig, Start
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
+from gtmcluster.health.linktraffic import LinkTrafficPoller
 from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
+from gtmcluster.probe.snmp import SnmpReader
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
@@ -81,6 +83,8 @@ class NodeService(MultiService):
         self.config_path = config_path
         self.dns: DNSService | None = None
         self.checker: HealthChecker | None = None
+        #: reads the traffic of this data center's links (`health.linktraffic`)
+        self.link_traffic: LinkTrafficPoller | None = None
         #: the API's TLS settings, when it serves HTTPS (api.tls)
         self.api_tls: ApiTLS | None = None
         self.peers: PeerService | None = None
@@ -316,6 +320,9 @@ class NodeService(MultiService):
             checker = self.checker
             prepare("health checks", lambda: checker.prepare(new, changes))
             yield
+        if self.link_traffic is not None:
+            link_traffic = self.link_traffic
+            prepare("link traffic", lambda: link_traffic.prepare(new))
         if self.probes is not None:
             probes = self.probes
 
@@ -525,6 +532,12 @@ def make_service(
     checker.setName("health")
     checker.setServiceParent(top)
     top.checker = checker
+    link_traffic = LinkTrafficPoller(
+        config, node.store, reactor, node_name, member.datacenter, lambda t: SnmpReader(reactor, t.source, t.timeout)
+    )
+    link_traffic.setName("link traffic")
+    link_traffic.setServiceParent(top)
+    top.link_traffic = link_traffic
     if pinger is not None:
         closer = CloseOnStop(pinger.close)
         closer.setName("icmp")

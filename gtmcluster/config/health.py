@@ -11,6 +11,7 @@ from typing import Any
 import dns.rcode
 import dns.rdatatype
 
+from gtmcluster.config.links import read_capacity
 from gtmcluster.config.model import (
     Check,
     DnsCheck,
@@ -217,11 +218,12 @@ def read_links(
             parsed = r.hostport((*m.at("targets"), i), t, None if needs_port else 0)
             if parsed is not None:
                 targets.append(HostPort(*parsed))
+        bandwidth, cost, limit, traffic, capacity_ok = read_capacity(r, m)
         m.done()
-        if dc is None or monitor is None or not targets or len(targets) != len(raw_targets or []):
+        if dc is None or monitor is None or not targets or len(targets) != len(raw_targets or []) or not capacity_ok:
             r.broken.add(("link", name))
             continue
-        out[name] = Link(name, dc, tuple(targets), monitor)
+        out[name] = Link(name, dc, tuple(targets), monitor, bandwidth, cost, limit, traffic)
     return out
 
 

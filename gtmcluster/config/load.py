@@ -18,6 +18,7 @@ from typing import Any
 
 from gtmcluster import slices
 from gtmcluster.config import health, traffic, yamlchild
+from gtmcluster.config import links as link_settings
 from gtmcluster.config.model import (
     ApiSettings,
     Config,
@@ -183,6 +184,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     lookup_zones = ZoneSet(z.build() for z in zone_data)
     yield from parsed.wanted("wideips")
     wideips = yield from traffic.read_wideips(r, top.get("wideips", {}), pools, topology, lookup_zones, broken_zones)
+    link_settings.check_methods(r, pools, wideips.values())
     top.done()
     yield from parsed.complete()
     problems.found.extend(parsed.problems)  # the duplicate keys

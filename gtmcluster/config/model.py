@@ -159,6 +159,29 @@ class Monitor:
 
 
 @dataclass(frozen=True, slots=True)
+class SnmpSource:
+    """A link's traffic from an interface's 64-bit octet counters (ifHCInOctets and
+    ifHCOutOctets of interface `if_index`), read with SNMP v2c."""
+
+    host: IPAddress
+    port: int
+    community: str
+    if_index: int
+
+    def __str__(self) -> str:
+        return f"snmp {HostPort(self.host, self.port)} ifIndex {self.if_index}"
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficSource:
+    """Where and how often a link's traffic is read (by the members of its data center)."""
+
+    source: SnmpSource  # (the first kind of source; counters over HTTP may join it)
+    interval: float = 10.0
+    timeout: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
 class Link:
     """A data center's uplink: up while any of its targets answers the monitor."""
 
@@ -166,6 +189,13 @@ class Link:
     datacenter: str
     targets: tuple[HostPort, ...]  # port 0 where the monitor needs none (icmp) or sets it
     monitor: Monitor
+    #: capacity in megabits a second (`bandwidth_ratio`, `link_capacity`, `max_utilisation`)
+    bandwidth_mbps: float | None = None
+    #: price of a megabit a second on this link, in any unit common to the links (`lowest_cost`)
+    cost: float | None = None
+    #: share of `bandwidth_mbps` (0..1] above which the link takes no new clients
+    max_utilisation: float | None = None
+    traffic: TrafficSource | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ and does not count) combine by the monitor's rule: `any` observer seeing it up,
 `all` of the reporting observers, or at least `quorum` of them; with no verdict yet it is
 `unknown`, counted as the monitor's `unknown_as`. A server without a monitor is up. Then:
 
-- its link (if any) must be up (a link's verdicts combine the same way);
+- its link (if any) must be up (a link's verdicts combine the same way), and under its
+  `max_utilisation` (its ``traffic/link/<link>`` figure: `health.linkload`) to take new
+  clients: over it, the server drains (clients held by persistence keep it);
 - every server it `depends_on` must be serving;
 - a `held` record (manual resume after going down) keeps it out;
 - its admin state (an ``admin/vs/<vs>`` record, else the config's), made more restrictive
@@ -29,11 +31,12 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gtmcluster.config.model import Config, HealthRule, Link, Monitor, VirtualServer
 from gtmcluster.health import admin as admin_mod
+from gtmcluster.health import linkload
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
 from gtmcluster.state.store import Record, Store
 
@@ -46,6 +49,8 @@ class Observed:
     ups: tuple[str, ...] = ()  # observers that see it up
     downs: tuple[str, ...] = ()  # observers that see it down
     reason: str = ""
+    #: a link over its max_utilisation: why it takes no new clients ("" when it may)
+    busy: str = ""
 
     def counted_up(self, monitor: Monitor) -> bool:
         return self.state == UP or (self.state == UNKNOWN and monitor.unknown_as_up)
@@ -137,7 +142,12 @@ def verdicts(store: Store, kind: str, name: str, observers: frozenset[str] | Non
 
 
 def link_status(link: Link, store: Store, observers: frozenset[str] | None) -> Observed:
-    return combine(link.monitor.rule, verdicts(store, "link", link.name, observers))
+    observed = combine(link.monitor.rule, verdicts(store, "link", link.name, observers))
+    if link.max_utilisation is None:
+        return observed
+    record = store.get(linkload.key(link.name))
+    busy = linkload.over_limit(link, linkload.from_value(record.value) if record is not None else None)
+    return replace(observed, busy=busy) if busy else observed
 
 
 def vs_status(
@@ -153,10 +163,12 @@ def vs_status(
     problems = []
     if vs.monitor is not None and not observed.counted_up(vs.monitor):
         problems.append(f"monitor {vs.monitor.name}: {observed.reason}")
+    busy = ""
     if vs.link is not None:
         link = links.get(vs.link.name, NO_VERDICT)
         if not link.counted_up(vs.link.monitor):
             problems.append(f"link {vs.link.name} down: {link.reason}")
+        busy = link.busy
     for dep in vs.depends_on:
         dep_status = dependency(dep)
         if not dep_status.serving:
@@ -191,8 +203,10 @@ def vs_status(
         else:
             problems.append("disabled in the config")
     serving = not problems
-    available = serving and admin == "enabled"
-    if serving and not available:
+    available = serving and admin == "enabled" and not busy
+    if serving and busy and admin != "disabled":
+        reason = f"{busy}: only clients held by persistence"
+    elif serving and not available:
         why = f" ({above.describe()})" if above is not None else ""
         reason = f"draining: only clients held by persistence{why}"
     elif problems:
@@ -234,7 +248,7 @@ def record_keys(config: Config) -> list[str]:
         keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
     for link in config.links:
         keys += [f"obs/link/{link}/{member}" for member in members]
-        keys.append(f"admin/link/{link}")
+        keys += [f"admin/link/{link}", linkload.key(link)]
     keys += [f"admin/datacenter/{dc}" for dc in config.datacenters]
     for pool in config.pools.values():
         keys.append(f"admin/pool/{pool.name}")

@@ -1,7 +1,8 @@
 """Keeps the node's current `HealthSnapshot` and acts on changes, in proportion to them.
 
 A changed record marks its subject dirty: ``obs/vs/<vs>/<observer>``, ``admin/vs/<vs>`` and
-``held/vs/<vs>`` mark the server, ``obs/link/<link>/<observer>`` the link,
+``held/vs/<vs>`` mark the server, ``obs/link/<link>/<observer>`` and a new traffic figure
+``traffic/link/<link>`` (whether the link is over its `max_utilisation`) the link,
 ``admin/datacenter/<dc>`` every server of that data center and ``admin/link/<link>`` every
 server bound to that link (see `health.admin`). The admin states of pools, pool members
 and wide IPs (``admin/pool/...``, ``admin/member/...``, ``admin/wideip/...``) are the
@@ -40,7 +41,7 @@ from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.health import admin
+from gtmcluster.health import admin, linkload
 from gtmcluster.health.admin import AdminState
 from gtmcluster.health.status import (
     HealthSnapshot,
@@ -55,7 +56,7 @@ from gtmcluster.state.store import Record, Store
 
 log = Logger()
 
-WATCHED = ("obs/", "admin/", "held/vs/")
+WATCHED = ("obs/", "admin/", "held/vs/", linkload.TRAFFIC)
 #: how often (seconds) ramps that ended are dropped (a ramp's end needs no evaluation)
 RAMP_SWEEP = 1.0
 #: with a schedule, subjects evaluated at most per reactor turn (or per read of the
@@ -280,6 +281,12 @@ class HealthTracker:
             if not slash or name not in self.config.links:
                 return
             self._dirty_links[name] = None
+        elif key.startswith(linkload.TRAFFIC):
+            name = key[len(linkload.TRAFFIC) :]
+            link = self.config.links.get(name)
+            if link is None or link.max_utilisation is None:
+                return  # a figure that decides nothing about availability
+            self._dirty_links[name] = None
         elif key.startswith(("admin/vs/", "held/vs/")):
             name = key[key.index("/vs/") + 4 :]
             if name not in self.config.virtual_servers:
@@ -408,6 +415,14 @@ class HealthTracker:
                 reason=new.reason,
                 observer="sync group",
                 event="link_state",
+            )
+        if old is not None and bool(old.busy) != bool(new.busy) and not self._quiet:
+            log.info(
+                "link {link} {what}",
+                link=name,
+                what=f"full: {new.busy}" if new.busy else "back under its max_utilisation",
+                busy=new.busy,
+                event="link_utilisation",
             )
 
     def _evaluate_vs(self, vs: VirtualServer, counted: frozenset[str] | None, now: float) -> bool:

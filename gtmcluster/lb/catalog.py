@@ -18,8 +18,11 @@ DYNAMIC = (
     "kbps",
     "vs_capacity",
 )
+#: choose by the members' links (`lb.links`): their configured bandwidth or cost, or their
+#: free bandwidth as measured (link_capacity yields nothing until it is)
+LINK = ("bandwidth_ratio", "lowest_cost", "link_capacity")
 #: end the search with a fixed outcome, or skip
 SPECIAL = ("fallback_ip", "return_to_dns", "drop_packet", "none")
 
-MEMBER_METHODS = STATIC + DYNAMIC + SPECIAL
-POOL_METHODS = ("round_robin", "ratio", "global_availability", "topology", "random", "static_persist", *DYNAMIC)
+MEMBER_METHODS = STATIC + DYNAMIC + LINK + SPECIAL
+POOL_METHODS = ("round_robin", "ratio", "global_availability", "topology", "random", "static_persist", *DYNAMIC, *LINK)

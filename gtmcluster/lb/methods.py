@@ -14,7 +14,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from gtmcluster.lb import dynamic
+from gtmcluster.lb import dynamic, links
 from gtmcluster.lb.context import Context
 from gtmcluster.lb.ranking import C, Candidate, Method, Ranking, Slot
 
@@ -132,4 +132,5 @@ METHODS: dict[str, Method] = {
     "topology": topology,
     "static_persist": static_persist,
     **dynamic.METHODS,
+    **links.METHODS,
 }

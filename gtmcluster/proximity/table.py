@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gtmcluster.config.model import Prober
+from gtmcluster.health import linkload
+from gtmcluster.health.linkload import LinkLoad
 from gtmcluster.state import values
 from gtmcluster.state.store import Record, Store
 
@@ -267,6 +269,11 @@ class Measurements:
         if record is None or not isinstance(record.value, dict):
             return None
         return {k: float(v) for k, v in record.value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def link_load(self, link: str) -> LinkLoad | None:
+        """A link's measured traffic (`health.linkload`), if a live figure is held."""
+        record = self.store.get(linkload.key(link))
+        return None if record is None else linkload.from_value(record.value)
 
     def paths(
         self, ldns: str | None = None, datacenters: Iterable[str] = (), limit: int | None = None

@@ -15,6 +15,8 @@ A record's kind is its key's first segment. The kinds, their keys and values:
     probe/<ldns>                {"by": str}                          TTL required
     persist/<wideip>/<qtype>/<client...>   {"pool": str, "members": [str, ...]}   TTL required
                                 (<client>: a network, or <resolver network>/ecs/<network>)
+    traffic/link/<link>         {"bps_in": number, "bps_out": number, "by": str}  TTL required
+                                (a link's measured traffic: `health.linkload`; version 4)
 
 A value of None is a tombstone (a deletion) of any kind; it needs a TTL, of at most
 `MAX_TOMBSTONE_TTL`.
@@ -36,7 +38,8 @@ How strict, and why:
   Anything an older member would refuse (a new kind, a new admin state, a field of another
   type) is a new protocol version (`sync.commands.PROTOCOL_VERSION`), and a newer member
   sends it only to peers whose Hello says they speak it (`version_needed` says which
-  version a key needs: version 2 brought the admin levels other than vs).
+  version a key needs: version 2 brought the admin levels other than vs, version 4 the
+  kind traffic).
 - Sizes, TTLs and counts are capped per kind (`KINDS`). The writers of this version stay
   within them with room to spare (their text is shortened to `MAX_TEXT`; the config can
   set no TTL beyond a kind's cap, and no bound on records, `prober.max_ldns`,
@@ -203,11 +206,14 @@ ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
 #: the peer protocol version (`sync.commands.PROTOCOL_VERSION`) that brought each admin
 #: level: a member of version 1 knows admin/vs/<vs> only, and refuses the others
 ADMIN_LEVEL_VERSIONS = {"vs": 1, "datacenter": 2, "link": 2, "pool": 2, "member": 2, "wideip": 2}
+#: the peer protocol version that brought each kind of record after version 1 (a member of
+#: an older version refuses the kind as unknown)
+KIND_VERSIONS = {"traffic": 4}
 #: the newest protocol version whose records this schema knows
-NEWEST_VERSION = max(ADMIN_LEVEL_VERSIONS.values())
+NEWEST_VERSION = max(*ADMIN_LEVEL_VERSIONS.values(), *KIND_VERSIONS.values())
 #: the kinds some of whose keys need a version above 1 (`version_needed`): none of them a
 #: numerous kind, so a node can list the records it withholds from an older peer
-VERSIONED_KINDS = ("admin",)
+VERSIONED_KINDS = ("admin", "traffic")
 
 
 def version_needed(key: str) -> int:
@@ -216,7 +222,7 @@ def version_needed(key: str) -> int:
     only to peers that speak this version (see `sync.replicator`)."""
     if key.startswith("admin/"):
         return ADMIN_LEVEL_VERSIONS.get(key[6:].partition("/")[0], 1)
-    return 1
+    return KIND_VERSIONS.get(key.partition("/")[0], 1)
 
 
 def _admin_key(parts: list[str], origin: str) -> str | None:
@@ -250,6 +256,28 @@ def _metrics(value: Mapping[str, Any]) -> str | None:
         if field in value and not (_finite(value[field]) and value[field] >= 0):
             return f"{field!r} is not a non-negative number"
     return _text(value, "by")
+
+
+def _traffic_key(parts: list[str], origin: str) -> str | None:
+    if len(parts) != 2 or parts[0] != "link" or not parts[1]:
+        return "is not traffic/link/<link>"
+    return None
+
+
+def _traffic(value: Mapping[str, Any]) -> str | None:
+    for field in ("bps_in", "bps_out"):
+        if field not in value:
+            return f"has no {field!r}"
+        if not (_finite(value[field]) and value[field] >= 0):
+            return f"{field!r} is not a non-negative number"
+    return _text(value, "by")
+
+
+#: a link's traffic lives a few of its polling intervals (`health.linktraffic`), which the
+#: config caps at an hour
+MAX_TRAFFIC_TTL = DAY
+#: a link's traffic figures: a few numbers and a member's name
+TRAFFIC_SIZE = 1024
 
 
 #: a path's numbers: rtt and last_rtt in microseconds, completion in 1/10000
@@ -341,6 +369,8 @@ KINDS: dict[str, Kind] = {
         Kind("admin", _admin_key, _admin, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
         Kind("held", _vs_key, _held, STATE_SIZE, MAX_STATE_TTL, False, 200_000),
         Kind("metrics", _vs_key, _metrics, STATE_SIZE, MAX_OBSERVATION_TTL, True, 200_000),
+        # one per link the origin's data center measures (links are a config's few)
+        Kind("traffic", _traffic_key, _traffic, TRAFFIC_SIZE, MAX_TRAFFIC_TTL, True, 10_000),
         # One data center's paths to 1,000,000 LDNSes are one origin's (bench/scale.py): twice
         # that. The config's prober.max_ldns is at most the writer limit, and a node keeps
         # at most that many paths of its own (proximity.scheduler).
@@ -426,6 +456,7 @@ __all__ = [
     "ADMIN_LEVEL_VERSIONS",
     "ADMIN_STATES",
     "KINDS",
+    "KIND_VERSIONS",
     "MAX_NAME",
     "MAX_TEXT",
     "MAX_TOMBSTONE_TTL",

@@ -33,8 +33,9 @@ from __future__ import annotations
 from twisted.protocols import amp
 
 #: the newest version this node speaks (`state.schema.NEWEST_VERSION` is the newest of
-#: the records it knows: version 3 brought commands, not records)
-PROTOCOL_VERSION = 3
+#: the records it knows: version 3 brought commands, not records; version 4 the records of
+#: links' traffic, ``traffic/link/<link>``)
+PROTOCOL_VERSION = 4
 #: the oldest version it still speaks (a member of version 1 is taken: see `sync.replicator`)
 MIN_PROTOCOL_VERSION = 1
 

@@ -30,7 +30,7 @@ Every refusal is counted by kind and reason (`refused`, shown in /metrics).
 
 Mixed versions (a rolling upgrade). A peer that speaks an older protocol version (its
 Hello says which) would refuse the records of newer key shapes (`schema.version_needed`:
-version 2 brought admin records of every level but vs) and drop the connection that
+version 2 brought admin records of every level but vs, version 4 links' traffic) and drop the connection that
 carried one. So such records are withheld from it on every path: pushes and relays, pulls,
 SendAll streams and listings. Both sides of such a pair compare their digests over the
 records both can hold: what this node says of its state to that peer (summary, buckets,
@@ -273,7 +273,8 @@ class Replicator:
             if peer.version < min(self.protocol_version, schema.NEWEST_VERSION):
                 log.warn(
                     "peer {peer} speaks protocol {version} (this node {ours}): it is sent no record it would "
-                    "refuse (admin states other than a virtual server's) until it is upgraded",
+                    "refuse (admin states other than a virtual server's before version 2, links' traffic before "
+                    "version 4) until it is upgraded",
                     peer=peer.name,
                     version=peer.version,
                     ours=self.protocol_version,

@@ -1,0 +1,84 @@
+"""A link's measured traffic as the sync group shares it, and what it means for the link.
+
+The members in a link's data center read its traffic (`health.linktraffic`) and write it
+as ``traffic/link/<link>`` {"bps_in": number, "bps_out": number, "by": member}, with a TTL
+of a few intervals: every member of the group holds the same figure, so all decide alike,
+and a figure nobody renews goes away. The link's *utilisation* is the larger direction over
+its `bandwidth_mbps`; above its `max_utilisation` the link takes no new clients (its
+servers drain: `health.status`). Pure: no Twisted, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gtmcluster.config.model import Link
+
+TRAFFIC = "traffic/link/"
+
+
+def key(link: str) -> str:
+    return f"{TRAFFIC}{link}"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLoad:
+    """A link's traffic in bits a second, each way, as measured by member `by`."""
+
+    bps_in: float
+    bps_out: float
+    by: str = ""
+
+    @property
+    def bps(self) -> float:
+        """The busier direction (a link is full when either way is)."""
+        return max(self.bps_in, self.bps_out)
+
+    def value(self) -> dict[str, Any]:
+        return {"bps_in": round(self.bps_in), "bps_out": round(self.bps_out), "by": self.by}
+
+
+def from_value(value: Any) -> LinkLoad | None:
+    """The load a ``traffic/link/...`` record holds, or None for a value of another shape
+    (a tombstone, a newer version's, a bad peer's): it counts for nothing."""
+    if not isinstance(value, Mapping):
+        return None
+    numbers: list[float] = []
+    for field in ("bps_in", "bps_out"):
+        number = value.get(field)
+        if not isinstance(number, (int, float)) or isinstance(number, bool) or not 0 <= number < float("inf"):
+            return None
+        numbers.append(float(number))
+    by = value.get("by", "")
+    return LinkLoad(numbers[0], numbers[1], by if isinstance(by, str) else "")
+
+
+def utilisation(link: Link, load: LinkLoad | None) -> float | None:
+    """The busier direction's share of the link's bandwidth (may exceed 1), or None
+    without a bandwidth or a figure."""
+    if load is None or not link.bandwidth_mbps:
+        return None
+    return load.bps / (link.bandwidth_mbps * 1e6)
+
+
+def free_bps(link: Link, load: LinkLoad | None) -> float | None:
+    """Bandwidth left (bits a second, at least 0), or None without a bandwidth or a figure."""
+    if load is None or not link.bandwidth_mbps:
+        return None
+    return max(0.0, link.bandwidth_mbps * 1e6 - load.bps)
+
+
+def over_limit(link: Link, load: LinkLoad | None) -> str:
+    """Why *link* takes no new clients ("link X at 93% of 1000 Mbps (max 90%)"), or "" when
+    it may (under its `max_utilisation`, none set, or not measured)."""
+    share = utilisation(link, load)
+    if share is None or link.max_utilisation is None or share <= link.max_utilisation:
+        return ""
+    return f"link {link.name} at {percent(share)} of {link.bandwidth_mbps:g} Mbps (max {percent(link.max_utilisation)})"
+
+
+def percent(share: float) -> str:
+    """0.934 -> "93%", 0.9 -> "90%", 0.905 -> "90.5%"."""
+    return f"{round(share * 100, 1):g}%"
