@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gtmcluster.dns.zone import TYPE_A
 from gtmcluster.lb import methods
-from gtmcluster.lb.catalog import DYNAMIC, MEMBER_METHODS, POOL_METHODS, SPECIAL, STATIC
+from gtmcluster.lb.catalog import DYNAMIC, LINK, MEMBER_METHODS, POOL_METHODS, SPECIAL, STATIC
 from gtmcluster.lb.context import Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.methods import METHODS, Ranking, ratio_schedule
@@ -50,8 +50,8 @@ def names(ranking: Ranking) -> list[str]:
 
 def test_every_static_and_dynamic_method_is_implemented() -> None:
     """Each method name the config accepts (other than the chain's special ones) has an implementation."""
-    assert set(METHODS) == set(STATIC) | set(DYNAMIC)
-    assert set(MEMBER_METHODS) == set(STATIC) | set(DYNAMIC) | set(SPECIAL)
+    assert set(METHODS) == set(STATIC) | set(DYNAMIC) | set(LINK)
+    assert set(MEMBER_METHODS) == set(STATIC) | set(DYNAMIC) | set(LINK) | set(SPECIAL)
     assert set(POOL_METHODS) <= set(METHODS)
 
 

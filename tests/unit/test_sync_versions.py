@@ -38,6 +38,14 @@ NEW, OLD = "gtm-a", "gtm-b"
 DATACENTER, VS = "admin/datacenter/DC1", "admin/vs/www1"
 
 
+#: a key only version 4 knows
+TRAFFIC = "traffic/link/L1"
+
+
+def traffic(node: str, bps: int = 1_000_000) -> dict[str, Any]:
+    return {"bps_in": bps, "bps_out": bps // 2, "by": node}
+
+
 def admin(state: str, node: str) -> dict[str, Any]:
     return {"state": state, "by": "ops", "reason": "maintenance", "at": 1.0, "node": node}
 
@@ -78,11 +86,11 @@ def count_commands(
 
 
 def test_versions_and_the_schemas_they_take() -> None:
-    """Version 3 is the newest (config sync's commands), version 2 the newest of records; a
-    member of version 1 refuses the admin levels other than vs (as the version-1 code did:
-    only admin/vs/<vs> was known), tombstones too."""
-    assert commands.PROTOCOL_VERSION == 3
-    assert schema.NEWEST_VERSION == 2
+    """Version 4 is the newest (links' traffic records; version 3 brought config sync's
+    commands); a member of version 1 refuses the admin levels other than vs (as the
+    version-1 code did: only admin/vs/<vs> was known), tombstones too."""
+    assert commands.PROTOCOL_VERSION == 4
+    assert schema.NEWEST_VERSION == 4
     assert commands.MIN_PROTOCOL_VERSION == 1
     for key in (DATACENTER, "admin/link/L1", "admin/pool/p", "admin/member/p/www1", "admin/wideip/w.example"):
         assert schema.version_needed(key) == 2
@@ -96,6 +104,12 @@ def test_versions_and_the_schemas_they_take() -> None:
     assert all(not numerous(kind) for kind in schema.VERSIONED_KINDS)
     for kind in set(schema.KINDS) - set(schema.VERSIONED_KINDS):
         assert schema.version_needed(f"{kind}/x/y/z") == 1
+    # a link's traffic is of version 4: members of 3 and older refuse it
+    assert schema.version_needed(TRAFFIC) == 4
+    assert schema.problem(TRAFFIC, traffic(NEW), NEW, 30.0) is None
+    for version in (1, 2, 3):
+        refused = schema.problem(TRAFFIC, traffic(NEW), NEW, 30.0, version=version)
+        assert refused is not None and refused.reason == "key", version
     assert schema.problem(VS, admin("drain", NEW), NEW, None, version=1) is None
 
 
@@ -302,3 +316,45 @@ def test_a_datacenter_disabled_during_a_rolling_upgrade(tmp_path: Path) -> None:
     assert summarize(reports).state_agree
     reports["n2"]["state"]["digest"] = "0-0000000000000000"
     assert not summarize(reports).state_agree
+
+
+@pytest.mark.parametrize("dialler", [NEW, "gtm-v3"])
+def test_link_traffic_is_withheld_from_a_version_3_peer(tmp_path: Path, dialler: str) -> None:
+    """A member of version 3 (config sync, no traffic records) is never sent a link's
+    traffic: not when pushed, nor in the full send at connection, nor after a reconnection
+    (listed, pulled); records of version 3 flow both ways, it is not dropped, and the two
+    agree on the digest over what both hold. A version-4 peer gets the figure."""
+    v3 = "gtm-v3"
+    PAIRS = {(NEW, v3), (v3, NEW), (NEW, "gtm-c"), ("gtm-c", NEW)}  # noqa: N806
+    cluster = MemoryCluster([NEW, v3, "gtm-c"], tmp_path, versions={v3: 3})
+    new, old = cluster.replicators[NEW], cluster.replicators[v3]
+    cluster.stores[NEW].put(TRAFFIC, traffic(NEW), 30.0)  # held before they connect
+    other = v3 if dialler == NEW else NEW
+    link = cluster.connect(dialler, other)
+    cluster.connect("gtm-c", NEW)
+    assert connected_pairs(cluster) == PAIRS
+    assert new.peers[v3].version == 3 and new.peers["gtm-c"].version == commands.PROTOCOL_VERSION
+    cluster.write(NEW, "traffic/link/L2", traffic(NEW, 5_000), 30.0)  # pushed
+    cluster.write(NEW, VS, admin("disabled", NEW))
+    cluster.write(v3, "admin/pool/p1", admin("drain", v3))  # version 2 records flow to and fro
+    assert cluster.stores[v3].get(VS) is not None
+    assert cluster.stores[NEW].get("admin/pool/p1") is not None
+    for key in (TRAFFIC, "traffic/link/L2"):
+        assert cluster.stores[v3].raw(key) is None, key
+        held = cluster.stores["gtm-c"].get(key)
+        assert held is not None and held.value["by"] == NEW, key
+    # apart, a new figure; together again: reconciliation lists and pulls without it
+    link.cut()
+    cluster.stores[NEW].put(TRAFFIC, traffic(NEW, 2_000_000), 30.0)
+    cluster.stores[NEW].put("admin/vs/www3", admin("drain", NEW))
+    cluster.settle()
+    with capturedLogs() as events:
+        cluster.connect(dialler, other)
+    assert connected_pairs(cluster) == PAIRS
+    assert not [e for e in events if e.get("event") in ("peer_down", "peer_refused")], events
+    assert cluster.stores[v3].get("admin/vs/www3") is not None
+    assert cluster.stores[v3].raw(TRAFFIC) is None
+    assert not old.refused and not new.refused
+    assert new.digest_for(3) == cluster.stores[v3].digest() != cluster.stores[NEW].digest()
+    older = [e for e in events if e.get("event") == "peer_older_protocol"]
+    assert [(e["peer"], e["version"]) for e in older] == [(v3, 3)], older
