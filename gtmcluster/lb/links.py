@@ -20,6 +20,7 @@ sure every member of a pool using these methods has a link with what they read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from gtmcluster.config.model import Link
@@ -45,7 +46,8 @@ def _shared(cands: Sequence[Candidate], weights: Sequence[int], ctx: Context, sl
         return tuple(c for c, _ in weighted)
     from gtmcluster.lb.methods import ratio_schedule  # (it registers these methods: no cycle at import)
 
-    schedule = ratio_schedule(tuple(w for _, w in weighted))
+    divisor = math.gcd(*(w for _, w in weighted))  # (1000:100 Mbit/s is 10:1, before any scaling)
+    schedule = ratio_schedule(tuple(w // divisor for _, w in weighted))
     start = ctx.turn(slot.rotation) % len(schedule)
     order: list[Candidate] = []
     for i in schedule[start:] + schedule[:start]:

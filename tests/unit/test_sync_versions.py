@@ -325,7 +325,7 @@ def test_link_traffic_is_withheld_from_a_version_3_peer(tmp_path: Path, dialler:
     (listed, pulled); records of version 3 flow both ways, it is not dropped, and the two
     agree on the digest over what both hold. A version-4 peer gets the figure."""
     v3 = "gtm-v3"
-    PAIRS = {(NEW, v3), (v3, NEW), (NEW, "gtm-c"), ("gtm-c", NEW)}  # noqa: N806
+    PAIRS = {(NEW, v3), (v3, NEW), (NEW, "gtm-c"), ("gtm-c", NEW)}
     cluster = MemoryCluster([NEW, v3, "gtm-c"], tmp_path, versions={v3: 3})
     new, old = cluster.replicators[NEW], cluster.replicators[v3]
     cluster.stores[NEW].put(TRAFFIC, traffic(NEW), 30.0)  # held before they connect
