@@ -31,7 +31,9 @@ def configured(tmp_path: Path, config: dict[str, Any] | None = None) -> Config:
     return load(configs.write(tmp_path, config or linked()))
 
 
-def firsts(method: Method, cands: Sequence[Candidate], calls: int, measurements: Any = None) -> collections.Counter[str]:
+def firsts(
+    method: Method, cands: Sequence[Candidate], calls: int, measurements: Any = None
+) -> collections.Counter[str]:
     """How often each candidate comes first in *calls* successive rankings (one node)."""
     ctx = context()
     ctx.measurements = measurements
@@ -67,9 +69,7 @@ def test_bandwidth_ratio_is_exact_over_a_cycle(tmp_path_factory: pytest.TempPath
     config["links"]["cnc"]["bandwidth_mbps"] = a
     config["links"]["tel"]["bandwidth_mbps"] = b
     loaded = configured(tmp_path_factory.mktemp("ratio"), config)
-    assert firsts(bandwidth_ratio, loaded.pools["lp"].members, a + b) == {
-        name: n for name, n in (("vs1", a), ("vs2", b))
-    }
+    assert firsts(bandwidth_ratio, loaded.pools["lp"].members, a + b) == {"vs1": a, "vs2": b}
 
 
 def test_link_capacity_shares_by_free_bandwidth(tmp_path: Path) -> None:

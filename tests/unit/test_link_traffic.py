@@ -138,7 +138,7 @@ def test_only_the_links_of_this_data_center_are_read(config: Config) -> None:
 
 
 def test_readings_become_shared_figures_with_a_ttl(config: Config) -> None:
-    poller, store, clock, router = poller_for(config, "DC1")
+    poller, store, clock, _router = poller_for(config, "DC1")
     poller.startService()
     reader = poller.polls["cnc"].reader
     assert isinstance(reader, FakeReader)
@@ -185,7 +185,7 @@ def test_a_slow_or_failing_source_skips_rounds_and_counts_on(config: Config) -> 
 
 
 def test_a_reload_keeps_unchanged_sources_and_starts_new_ones(tmp_path: Path, config: Config) -> None:
-    poller, store, clock, router = poller_for(config, "DC1")
+    poller, _store, _clock, router = poller_for(config, "DC1")
     poller.startService()
     kept = poller.polls["cnc"]
     same = load(configs.write(tmp_path / "same", linked()))
