@@ -1,0 +1,54 @@
+"""The SNMP reader against a real `snmpd` (net-snmp) on loopback: the counters it returns
+are the agent's, exactly (Counter64 values past 2**63 too), and what the agent will not
+give is a clear error, not a figure."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gtmcluster.config.model import SnmpSource
+from gtmcluster.probe.linkrate import COUNTER64, CounterRate, Counters, Rate
+from gtmcluster.probe.snmp import IF_HC_IN_OCTETS, SnmpError, get_counters
+from tests.support import snmpd
+from tests.support.nodeproc import loopback_address
+
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(not snmpd.available(), reason="snmpd/snmpget not installed (tools/ensure-system-tools)"),
+]
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[snmpd.Snmpd]:
+    with snmpd.running_snmpd(tmp_path / "snmpd", loopback_address()) as running:
+        yield running
+
+
+def source(agent: snmpd.Snmpd, if_index: int, community: str = snmpd.COMMUNITY) -> SnmpSource:
+    return SnmpSource(ipaddress.ip_address(agent.address), agent.port, community, if_index)
+
+
+def test_the_counters_are_the_agents(agent: snmpd.Snmpd) -> None:
+    agent.set(2, 12_345_678_901_234, COUNTER64 - 600)
+    assert "Counter64: 12345678901234" in agent.snmpget(f".{IF_HC_IN_OCTETS}.2")  # the agent itself
+    assert get_counters(source(agent, 2), 2.0) == Counters(12_345_678_901_234, COUNTER64 - 600)
+
+
+def test_a_rate_across_a_wrap_from_real_readings(agent: snmpd.Snmpd) -> None:
+    """Out counter from 2**64 - 600 past the wrap to 650: 1250 octets in 10 s = 1000 bit/s."""
+    tracker = CounterRate()
+    agent.set(2, 1000, COUNTER64 - 600)
+    assert tracker.update(get_counters(source(agent, 2), 2.0), 100.0) is None
+    agent.set(2, 1000 + 12_500, 650)
+    assert tracker.update(get_counters(source(agent, 2), 2.0), 110.0) == Rate(10_000.0, 1000.0)
+
+
+def test_what_the_agent_will_not_give_is_an_error(agent: snmpd.Snmpd) -> None:
+    with pytest.raises(SnmpError, match="not a 64-bit counter"):
+        get_counters(source(agent, 7), 2.0)  # no such interface
+    with pytest.raises(SnmpError, match="[Tt]imeout|No SNMP response"):
+        get_counters(source(agent, 2, community="wrong"), 0.5)  # the agent stays silent
