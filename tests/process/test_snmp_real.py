@@ -50,5 +50,5 @@ def test_a_rate_across_a_wrap_from_real_readings(agent: snmpd.Snmpd) -> None:
 def test_what_the_agent_will_not_give_is_an_error(agent: snmpd.Snmpd) -> None:
     with pytest.raises(SnmpError, match="not a 64-bit counter"):
         get_counters(source(agent, 7), 2.0)  # no such interface
-    with pytest.raises(SnmpError, match="[Tt]imeout|No SNMP response"):
+    with pytest.raises(SnmpError, match=r"[Tt]imeout|No SNMP response"):
         get_counters(source(agent, 2, community="wrong"), 0.5)  # the agent stays silent
