@@ -6,7 +6,7 @@ import urllib.parse
 from typing import Any
 
 from gtmcluster.api.server import ApiError
-from gtmcluster.health import admin
+from gtmcluster.health import admin, linkload
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
 from gtmcluster.state.schema import MAX_NAME, MAX_TEXT
@@ -65,6 +65,7 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
             "state": observed.state if observed else "unknown",
             "reason": observed.reason if observed else "",
             "observers": verdicts(f"obs/link/{name}/"),
+            **linkload.summary(link, linkload.load_held(node.store, name)),
         }
     return {"node": node.member.name, "virtual_servers": servers, "links": links}
 

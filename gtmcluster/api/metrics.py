@@ -15,12 +15,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from gtmcluster.api.server import Raw
+from gtmcluster.health import linkload
 from gtmcluster.objectstats import object_stats_steps
 from gtmcluster.slices import Steps
 from gtmcluster.state.bounds import Bound
 from gtmcluster.stats import CheckStats, Histogram
 
 if TYPE_CHECKING:
+    from gtmcluster.node import Node
     from gtmcluster.service import NodeService
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -156,6 +158,7 @@ class NodeCollector(Collector):
             state = observed.state if observed else "unknown"
             links.add_metric([name, link.datacenter], {"up": 1.0, "down": 0.0}.get(state, -1.0))
         yield links
+        yield from _link_traffic(node)
 
         if service.probes is not None:
             dc = node.member.datacenter
@@ -322,6 +325,31 @@ def records_refused(service: NodeService) -> Metric:
 
 #: samples formatted per slice (a family of 5,000 servers is formatted in several)
 SAMPLES_PER_SLICE = 500
+
+
+def _link_traffic(node: Node) -> Iterator[GaugeMetricFamily]:
+    """Each link's measured traffic, its bandwidth and utilisation (those with a bandwidth
+    or a figure: a config's few links)."""
+    bits = GaugeMetricFamily(
+        "gtm_link_bits_per_second", "a link's measured traffic, each way", labels=["link", "direction"]
+    )
+    bandwidth = GaugeMetricFamily("gtm_link_bandwidth_bits_per_second", "a link's bandwidth_mbps", labels=["link"])
+    share = GaugeMetricFamily(
+        "gtm_link_utilisation_ratio", "the busier direction over the bandwidth (1 is full)", labels=["link"]
+    )
+    for name, link in sorted(node.config.links.items()):
+        load = linkload.load_held(node.store, name)
+        if load is not None:
+            bits.add_metric([name, "in"], load.bps_in)
+            bits.add_metric([name, "out"], load.bps_out)
+        if link.bandwidth_mbps is not None:
+            bandwidth.add_metric([name], link.bandwidth_mbps * 1e6)
+        ratio = linkload.utilisation(link, load)
+        if ratio is not None:
+            share.add_metric([name], ratio)
+    yield bits
+    yield bandwidth
+    yield share
 
 
 def metrics_steps(service: NodeService, api_refused: Mapping[str, int] | None = None) -> Steps[Raw]:

@@ -82,3 +82,24 @@ def over_limit(link: Link, load: LinkLoad | None) -> str:
 def percent(share: float) -> str:
     """0.934 -> "93%", 0.9 -> "90%", 0.905 -> "90.5%"."""
     return f"{round(share * 100, 1):g}%"
+
+
+def summary(link: Link, load: LinkLoad | None) -> dict[str, Any]:
+    """What the API shows of a link's capacity and traffic (None where not known or set)."""
+    share = utilisation(link, load)
+    return {
+        "bandwidth_mbps": link.bandwidth_mbps,
+        "cost": link.cost,
+        "max_utilisation": link.max_utilisation,
+        "bps_in": load.bps_in if load is not None else None,
+        "bps_out": load.bps_out if load is not None else None,
+        "measured_by": load.by if load is not None else None,
+        "utilisation": round(share, 4) if share is not None else None,
+        "full": over_limit(link, load) or None,
+    }
+
+
+def load_held(store: Any, link: str) -> LinkLoad | None:
+    """The live figure *store* (a `state.store.Store`) holds for *link*."""
+    record = store.get(key(link))
+    return None if record is None else from_value(record.value)

@@ -73,8 +73,7 @@ def running_snmpd(workdir: Path, address: str, port: int = 1161) -> Iterator[Snm
     script.chmod(0o755)
     conf = workdir / "snmpd.conf"
     conf.write_text(
-        f"rocommunity {COMMUNITY} 127.0.0.0/8\n"
-        f"pass .{IF_HC_IN_OCTETS[: IF_HC_IN_OCTETS.rindex('.')]} {script}\n"
+        f"rocommunity {COMMUNITY} 127.0.0.0/8\npass .{IF_HC_IN_OCTETS[: IF_HC_IN_OCTETS.rindex('.')]} {script}\n"
     )
     log = workdir / "snmpd.log"
     env = {**os.environ, "SNMP_PERSISTENT_DIR": str(workdir / "persist"), "MIBS": ""}
