@@ -22,14 +22,23 @@ from pathlib import Path
 from gtmcluster.probe.snmp import IF_HC_IN_OCTETS, IF_HC_OUT_OCTETS
 
 COMMUNITY = "gtm-test"
+#: each counter's file holds "T0_NS BASE OCTETS_PER_SECOND": its value is BASE at T0 (ns of
+#: the wall clock), growing at that rate (milliseconds' resolution); at rate 0, BASE as it is
+#: (which may be past 2**63, beyond the shell's arithmetic)
 PASS_SCRIPT = """#!/bin/sh
 # snmpd pass: -g OID (get), -n OID (getnext: not served)
 [ "$1" = "-g" ] || exit 0
 file="{dir}/$(echo "$2" | tr . _)"
 [ -f "$file" ] || exit 0
+read t0 base rate < "$file"
 echo "$2"
 echo counter64
-cat "$file"
+if [ "$rate" = 0 ]; then
+  echo "$base"
+else
+  now=$(date +%s%N)
+  echo $(( base + rate * ((now - t0) / 1000000) / 1000 ))
+fi
 """
 
 
@@ -45,12 +54,33 @@ class Snmpd:
     proc: subprocess.Popen[bytes]
 
     def set(self, if_index: int, in_octets: int, out_octets: int) -> None:
-        """The counters interface *if_index* reports from now on."""
+        """The counters interface *if_index* reports from now on (still)."""
+        now = time.time_ns()
         for oid, value in ((IF_HC_IN_OCTETS, in_octets), (IF_HC_OUT_OCTETS, out_octets)):
-            name = f".{oid}.{if_index}".replace(".", "_")
-            tmp = self.counters / f"{name}.tmp"
-            tmp.write_text(f"{value}\n")
-            tmp.replace(self.counters / name)
+            self._write(oid, if_index, f"{now} {value} 0")
+
+    def set_rate(self, if_index: int, in_bps: int, out_bps: int) -> None:
+        """From now on interface *if_index* counts *in_bps* and *out_bps* bits a second, on
+        from where its counters are (from 0 the first time)."""
+        now = time.time_ns()
+        for oid, bps in ((IF_HC_IN_OCTETS, in_bps), (IF_HC_OUT_OCTETS, out_bps)):
+            self._write(oid, if_index, f"{now} {self._value(oid, if_index, now)} {bps // 8}")
+
+    def _file(self, oid: str, if_index: int) -> Path:
+        return self.counters / f".{oid}.{if_index}".replace(".", "_")
+
+    def _value(self, oid: str, if_index: int, now: int) -> int:
+        file = self._file(oid, if_index)
+        if not file.exists():
+            return 0
+        t0, base, rate = (int(x) for x in file.read_text().split())
+        return base + rate * ((now - t0) // 1_000_000) // 1000
+
+    def _write(self, oid: str, if_index: int, line: str) -> None:
+        file = self._file(oid, if_index)
+        tmp = file.with_name(file.name + ".tmp")
+        tmp.write_text(line + "\n")
+        tmp.replace(file)
 
     def snmpget(self, *oids: str, community: str = COMMUNITY) -> str:
         out = subprocess.run(
