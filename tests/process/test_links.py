@@ -3,8 +3,9 @@
 
 - `link_capacity` shares new clients by free bandwidth: the freer link gets the larger share;
 - a link over its `max_utilisation` takes no new clients: every answer moves to the other
-  link, /api/v1/health says why and /metrics shows the figures; back under, it gets
-  clients again.
+  link, /api/v1/health says why, /metrics shows the figures and the dashboard (headless
+  Chromium) shows each link's utilisation next to its state; back under, it gets clients
+  again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require_tool
+from tests.process.test_dashboard import Chromium
 from tests.support import configs, poll, snmpd
 from tests.support.apiclient import call
 from tests.support.dig import dig
@@ -86,18 +89,48 @@ def answers(node: RunningNode, n: int) -> collections.Counter[str]:
     return out
 
 
-def measured(node: RunningNode, name: str, low: float, high: float) -> dict[str, Any] | None:
-    """The link's entry in /api/v1/health once its utilisation is within [low, high]."""
+#: what the dashboard shows of each link: its state and the utilisation beside it
+LINKS_JS = """(() => Object.fromEntries([...document.querySelectorAll("[data-link]")].map((row) => {
+  const use = row.querySelector("[data-utilisation]");
+  return [row.dataset.link, use ? { state: row.dataset.state, utilisation: use.dataset.utilisation,
+    full: use.dataset.full, text: row.innerText } : { state: row.dataset.state }];
+})))()"""
+
+
+def shown_links(browser: Chromium, node: RunningNode) -> dict[str, Any]:
+    """The links as n1's dashboard shows them, once tel is shown full."""
+    tab = browser.open(f"http://{node.address}:8053/")
+    try:
+        shown: dict[str, Any] = poll.until(
+            lambda: (links := tab.evaluate(LINKS_JS)) and links.get("tel", {}).get("full") == "true" and links,
+            15,
+            "the dashboard showing tel full",
+            step=0.2,
+            details=lambda: tab.evaluate(LINKS_JS),
+        )
+        return shown
+    finally:
+        tab.close()
+
+
+def measured(node: RunningNode, name: str, low: float, high: float) -> dict[str, Any]:
+    """The link's entry in /api/v1/health once its utilisation is within [low, high] (empty
+    before)."""
     entry: dict[str, Any] = health(node)["links"][name]
     share = entry.get("utilisation")
-    return entry if share is not None and low <= share <= high else None
+    return entry if share is not None and low <= share <= high else {}
 
 
-def test_link_capacity_and_max_utilisation(setup: tuple[RunningNode, snmpd.Snmpd]) -> None:
+def test_link_capacity_and_max_utilisation(setup: tuple[RunningNode, snmpd.Snmpd], tmp_path: Path) -> None:
+    require_tool("chromium", "chromium")
     node, agent = setup
     # The node reads both links from the real agent; figures near what the agent counts.
-    cnc = poll.until(lambda: measured(node, "cnc", 0.08, 0.12), 20, "cnc at ~10%", details=lambda: health(node))
-    tel = poll.until(lambda: measured(node, "tel", 0.68, 0.72), 20, "tel at ~70%", details=lambda: health(node))
+    cnc: dict[str, Any] = poll.until(
+        lambda: measured(node, "cnc", 0.08, 0.12), 20, "cnc at ~10%", details=lambda: health(node)
+    )
+    tel: dict[str, Any] = poll.until(
+        lambda: measured(node, "tel", 0.68, 0.72), 20, "tel at ~70%", details=lambda: health(node)
+    )
     assert cnc["bandwidth_mbps"] == 100 and cnc["measured_by"] == "n1" and cnc["full"] is None
     assert 1.8 * MBPS <= tel["bps_in"] <= 2.2 * MBPS and 68 * MBPS <= tel["bps_out"] <= 72 * MBPS
 
@@ -109,7 +142,9 @@ def test_link_capacity_and_max_utilisation(setup: tuple[RunningNode, snmpd.Snmpd
 
     # tel goes to 95% (out): it takes no new clients; every answer is cnc's.
     agent.set_rate(3, 2 * MBPS, 95 * MBPS)
-    full = poll.until(lambda: measured(node, "tel", 0.92, 0.98), 10, "tel over 90%", details=lambda: health(node))
+    full: dict[str, Any] = poll.until(
+        lambda: measured(node, "tel", 0.92, 0.98), 10, "tel over 90%", details=lambda: health(node)
+    )
     assert re.fullmatch(r"link tel at 9\d(\.\d)?% of 100 Mbps \(max 90%\)", full["full"]), full
     vs = health(node)["virtual_servers"]["vs-tel"]
     assert (vs["available"], vs["serving"]) == (False, True), vs
@@ -122,6 +157,14 @@ def test_link_capacity_and_max_utilisation(setup: tuple[RunningNode, snmpd.Snmpd
     assert 'gtm_link_bandwidth_bits_per_second{link="tel"} 1e+08' in metrics
     outward = re.search(r'^gtm_link_bits_per_second\{direction="out",link="tel"\} (\S+)$', metrics, re.M)
     assert outward is not None and 92e6 <= float(outward[1]) <= 98e6, metrics
+    browser = Chromium(tmp_path)
+    try:
+        shown = shown_links(browser, node)
+    finally:
+        browser.close()
+    assert shown["tel"]["state"] == "up" and 0.92 <= float(shown["tel"]["utilisation"]) <= 0.98, shown
+    assert re.search(r"full 9\d(\.\d)? % of 100 Mbps \(max 90 %\)", shown["tel"]["text"]), shown
+    assert shown["cnc"]["full"] == "false" and re.search(r"\d+(\.\d)? % of 100 Mbps", shown["cnc"]["text"]), shown
 
     # back under: tel gets new clients again
     agent.set_rate(3, 2 * MBPS, 40 * MBPS)
