@@ -38,7 +38,7 @@ from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
-from gtmcluster.probe.snmp import SnmpReader
+from gtmcluster.probe.snmp import SnmpClient, SnmpReader
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
@@ -532,8 +532,17 @@ def make_service(
     checker.setName("health")
     checker.setServiceParent(top)
     top.checker = checker
+    snmp = SnmpClient()  # (its thread starts at the first reading, if any link has traffic here)
+    snmp_closer = CloseOnStop(snmp.close)  # (added first: stopped after the poller)
+    snmp_closer.setName("snmp")
+    snmp_closer.setServiceParent(top)
     link_traffic = LinkTrafficPoller(
-        config, node.store, reactor, node_name, member.datacenter, lambda t: SnmpReader(reactor, t.source, t.timeout)
+        config,
+        node.store,
+        reactor,
+        node_name,
+        member.datacenter,
+        lambda t: SnmpReader(reactor, snmp, t.source, t.timeout),
     )
     link_traffic.setName("link traffic")
     link_traffic.setServiceParent(top)
