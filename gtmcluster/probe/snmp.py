@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from typing import Any
 
@@ -64,13 +65,19 @@ class SnmpClient:
         if loop is None or thread is None:
             return
 
-        def stop() -> None:
+        async def shut() -> None:
             if self._engine is not None:
                 self._engine.close_dispatcher()
                 self._engine = None
-            loop.stop()
+            # (the dispatcher's timer and readings in flight: cancelled, and let finish)
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-        loop.call_soon_threadsafe(stop)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            asyncio.run_coroutine_threadsafe(shut(), loop).result(CLOSE_WAIT)
+        loop.call_soon_threadsafe(loop.stop)
         thread.join(CLOSE_WAIT)
         if not thread.is_alive():
             loop.close()

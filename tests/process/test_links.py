@@ -74,6 +74,9 @@ def setup(tmp_path: Path) -> Iterator[tuple[RunningNode, snmpd.Snmpd]]:
         path = configs.write(tmp_path, config)
         with running_node(path, "n1", address, 5353, tmp_path) as node:
             yield node, agent
+        # stopped cleanly: the SNMP client's loop left no task pending, nothing failed
+        log = node.log_text()
+        assert "Server Shut Down." in log and not re.search(r"Traceback|Task was destroyed|#error\]", log), log
 
 
 def health(node: RunningNode) -> dict[str, Any]:

@@ -57,11 +57,15 @@ def test_a_rate_across_a_wrap_from_real_readings(agent: snmpd.Snmpd, client: Snm
 
 
 def test_closed_and_used_again(agent: snmpd.Snmpd, client: SnmpClient) -> None:
-    """Closing stops the client's thread; a later reading starts it again."""
+    """Closing stops the client's thread (a node that stops leaves none behind: its log is
+    checked in tests/process/test_links.py); a later reading starts it again."""
     agent.set(2, 5, 6)
     assert client.get(source(agent, 2), 2.0).result(10) == Counters(5, 6)
+    loop = client._loop
+    assert loop is not None
     client.close()
     assert not [t for t in threading.enumerate() if t.name == "snmp"]
+    assert loop.is_closed()
     assert client.get(source(agent, 2), 2.0).result(10) == Counters(5, 6)
 
 
