@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gtmcluster.config.model import Link
 
@@ -99,7 +99,13 @@ def summary(link: Link, load: LinkLoad | None) -> dict[str, Any]:
     }
 
 
-def load_held(store: Any, link: str) -> LinkLoad | None:
-    """The live figure *store* (a `state.store.Store`) holds for *link*."""
+class Records(Protocol):
+    """What `load_held` reads: a `state.store.Store`."""
+
+    def get(self, key: str) -> Any: ...
+
+
+def load_held(store: Records, link: str) -> LinkLoad | None:
+    """The live figure *store* holds for *link*."""
     record = store.get(key(link))
     return None if record is None else from_value(record.value)
