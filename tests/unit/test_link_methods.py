@@ -5,6 +5,7 @@ method, and a new figure re-evaluates that link's servers only."""
 from __future__ import annotations
 
 import collections
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.links import bandwidth_ratio, link_capacity, lowest_cost
 from gtmcluster.lb.methods import Method
 from gtmcluster.lb.ranking import Candidate
+from gtmcluster.node import Node
 from gtmcluster.proximity.table import Measurements
 from gtmcluster.state.store import Store
 from tests.support import configs
+from tests.support.dnsclient import addresses, parse, query
 from tests.support.lbfakes import FakeClock, context, slot
 from tests.unit.test_config_links import linked
 
@@ -197,3 +200,43 @@ def test_a_figure_of_another_shape_counts_for_nothing(tmp_path: Path) -> None:
     for value in ({"bps_in": "lots", "bps_out": 0}, {"bps_in": -1, "bps_out": 0}, {"bps_out": 10**12}):
         store.put(linkload.key("cnc"), value, 30.0)
         assert tracker.vs_up(config.virtual_servers["vs1"]), value
+
+
+# -- through a node ----------------------------------------------------------------------------
+
+
+def linked_node(tmp_path: Path) -> Node:
+    """A node answering links.example.test from pool lp (link_capacity, then
+    global_availability), with persistence."""
+    raw = linked()
+    raw["pools"]["lp"]["load_balancing"] = {"preferred": "link_capacity", "alternate": "global_availability"}
+    raw["wideips"]["links.example.test"] = {"pools": ["lp"], "persistence": {"ttl": 600, "ipv4_prefix": 24}}
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0, rng=random.Random(5))
+    n.ready = True
+    return n
+
+
+def ask(n: Node, source: str) -> list[str]:
+    reply = n.responder.handle(query("links.example.test"), source)
+    assert reply is not None
+    return addresses(parse(reply))
+
+
+def figure(n: Node, link: str, mbps: float) -> None:
+    n.store.put(linkload.key(link), linkload.LinkLoad(mbps * 1e6, 0, "n1").value(), 30.0)
+
+
+def test_through_a_node_the_chain_moves_on_until_measured_and_a_full_link_keeps_only_held_clients(
+    tmp_path: Path,
+) -> None:
+    n = linked_node(tmp_path)
+    # no figures: link_capacity yields nothing, global_availability answers vs1 (cnc)
+    assert ask(n, "198.18.1.1") == ["10.0.1.1"]
+    figure(n, "cnc", 100)  # 900 Mbit/s free
+    figure(n, "tel", 40)  # 60 free: 15 to 1
+    seen = collections.Counter(ask(n, f"198.18.{i}.1")[0] for i in range(2, 34))
+    assert seen == {"10.0.1.1": 30, "10.0.2.1": 2}, seen
+    # cnc full (95% of 1000): new clients go to tel; the client held on cnc keeps it
+    figure(n, "cnc", 950)
+    assert [ask(n, f"198.18.{i}.1")[0] for i in range(40, 44)] == ["10.0.2.1"] * 4
+    assert ask(n, "198.18.1.1") == ["10.0.1.1"]  # held by persistence (198.18.1.0/24)

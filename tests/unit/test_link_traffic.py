@@ -18,6 +18,7 @@ from gtmcluster.config.model import Config, TrafficSource
 from gtmcluster.health import linkload
 from gtmcluster.health.linktraffic import MIN_TTL, LinkTrafficPoller
 from gtmcluster.probe.linkrate import COUNTER64, MAX_LINE_BPS, CounterRate, Counters, Rate, delta, rate
+from gtmcluster.state import schema
 from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.unit.test_config_links import linked
@@ -202,3 +203,34 @@ def test_a_reload_keeps_unchanged_sources_and_starts_new_ones(tmp_path: Path, co
     poller.prepare(load(configs.write(tmp_path / "gone", gone)))()
     assert not poller.polls
     poller.stopService()
+
+
+# -- the record ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "ttl", "reason"),
+    [
+        ("traffic/link/cnc", {"bps_in": 1, "bps_out": 2.5, "by": "n1"}, 30.0, None),
+        ("traffic/link/cnc", {"bps_in": 1, "bps_out": 2, "by": "n1", "newer": [1]}, 30.0, None),  # a newer field
+        ("traffic/link/cnc", None, 60.0, None),  # a deletion
+        ("traffic/link/cnc", {"bps_in": 1, "bps_out": 2}, None, "ttl"),  # figures need a TTL
+        ("traffic/link/cnc", {"bps_in": 1, "bps_out": 2}, 2 * 86400.0, "ttl"),
+        ("traffic/link/cnc", {"bps_in": -1, "bps_out": 2}, 30.0, "value"),
+        ("traffic/link/cnc", {"bps_in": float("nan"), "bps_out": 2}, 30.0, "value"),
+        ("traffic/link/cnc", {"bps_in": True, "bps_out": 2}, 30.0, "value"),
+        ("traffic/link/cnc", {"bps_out": 2}, 30.0, "value"),
+        ("traffic/link/cnc", {"bps_in": 1, "bps_out": 2, "by": 7}, 30.0, "value"),
+        ("traffic/link/cnc", {"bps_in": 1, "bps_out": 2, "pad": "x" * 2000}, 30.0, "size"),
+        ("traffic/vs/cnc", {"bps_in": 1, "bps_out": 2}, 30.0, "key"),
+        ("traffic/link/", {"bps_in": 1, "bps_out": 2}, 30.0, "key"),
+        ("traffic/link/a/b", {"bps_in": 1, "bps_out": 2}, 30.0, "key"),
+    ],
+)
+def test_what_a_traffic_record_may_be(key: str, value: object, ttl: float | None, reason: str | None) -> None:
+    """Checked where records enter (from peers, from the snapshot): the figures are
+    non-negative numbers, a TTL is required (a day at most), the size is capped."""
+    found = schema.problem(key, value, "n1", ttl)
+    assert (found.reason if found else None) == reason, found
+    if reason is None and value is not None:
+        assert schema.problem(key, value, "n1", ttl, version=3) is not None  # a version-3 member refuses it
