@@ -88,7 +88,10 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
         "peers": peers,
         "health": {
             "virtual_servers": servers,
-            "links": {name: {"state": o.state, "reason": o.reason} for name, o in sorted(snapshot.links.items())},
+            "links": {
+                name: {"state": o.state, "reason": o.reason, "full": o.busy or None}
+                for name, o in sorted(snapshot.links.items())
+            },
         },
     }
 

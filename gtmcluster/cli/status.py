@@ -163,6 +163,8 @@ def problems(s: dict[str, Any]) -> list[str]:
         if link["state"] != "up":
             reason = f": {link['reason']}" if link["reason"] else ""
             out.append(f"link {name} {link['state']}{reason}")
+        if link.get("full"):  # (over its max_utilisation; absent from older members)
+            out.append(f"{link['full']}: no new clients")
     return out
 
 

@@ -3,7 +3,8 @@
 
 - `link_capacity` shares new clients by free bandwidth: the freer link gets the larger share;
 - a link over its `max_utilisation` takes no new clients: every answer moves to the other
-  link, /api/v1/health says why, /metrics shows the figures and the dashboard (headless
+  link, /api/v1/health and `gtmcluster status` say why, /metrics shows the figures and the
+  dashboard (headless
   Chromium) shows each link's utilisation next to its state; back under, it gets clients
   again.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import collections
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ pytestmark = [
 WIDEIP = "links.example.test"
 CNC, TEL = "10.0.1.21", "10.0.2.21"  # vs-cnc on link cnc (ifIndex 2), vs-tel on link tel (ifIndex 3)
 MBPS = 1_000_000
+GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
 
 
 def link(if_index: int, agent: snmpd.Snmpd, api: str) -> dict[str, Any]:
@@ -160,6 +164,19 @@ def test_link_capacity_and_max_utilisation(setup: tuple[RunningNode, snmpd.Snmpd
     assert 'gtm_link_bandwidth_bits_per_second{link="tel"} 1e+08' in metrics
     outward = re.search(r'^gtm_link_bits_per_second\{direction="out",link="tel"\} (\S+)$', metrics, re.M)
     assert outward is not None and 92e6 <= float(outward[1]) <= 98e6, metrics
+    summary = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("gtmcluster")),
+            "status",
+            "--config",
+            str(node.log.parent / "cluster.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert re.search(r"link tel at 9\d(\.\d)?% of 100 Mbps \(max 90%\): no new clients", summary.stdout), summary
     browser = Chromium(tmp_path)
     try:
         shown = shown_links(browser, node)
