@@ -90,8 +90,10 @@ def link_capacity(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranki
     if unmeasured:
         return Ranking((), note=f"no traffic figure for link {', '.join(unmeasured)} yet")
     scores = tuple((c.name, round(f / 1e6, 3)) for c, f in zip(cands, free, strict=True))
-    # (weights in whole Mbit/s free, at least 1 for a link with any room)
-    order = _shared(cands, [max(1, round(f / 1e6)) if f > 0 else 0 for f in free], ctx, slot)
+    # (weights in hundredths of the most free, at least 1 for any room: a cycle of at most
+    # 100 per candidate, whose schedule is cheap to make when a new figure changes them)
+    top = max(free)
+    order = _shared(cands, [max(1, round(100 * f / top)) if f > 0 else 0 for f in free], ctx, slot)
     if not order:
         return Ranking((), scores, note="no link has bandwidth free")
     return Ranking(order, scores, note="shared by bandwidth free (Mbit/s)")
