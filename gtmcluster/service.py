@@ -31,14 +31,13 @@ from gtmcluster.config.shared import GroupConfig, Start
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
-from gtmcluster.health.linktraffic import LinkTrafficPoller
+from gtmcluster.health.linktraffic import LinkTrafficPoller, snmp_poller
 from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.paths import PathProber
-from gtmcluster.probe.snmp import SnmpClient, SnmpReader
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
@@ -532,18 +531,7 @@ def make_service(
     checker.setName("health")
     checker.setServiceParent(top)
     top.checker = checker
-    snmp = SnmpClient()  # (its thread starts at the first reading, if any link has traffic here)
-    snmp_closer = CloseOnStop(snmp.close)  # (added first: stopped after the poller)
-    snmp_closer.setName("snmp")
-    snmp_closer.setServiceParent(top)
-    link_traffic = LinkTrafficPoller(
-        config,
-        node.store,
-        reactor,
-        node_name,
-        member.datacenter,
-        lambda t: SnmpReader(reactor, snmp, t.source, t.timeout),
-    )
+    link_traffic = snmp_poller(config, node.store, reactor, node_name, member.datacenter)
     link_traffic.setName("link traffic")
     link_traffic.setServiceParent(top)
     top.link_traffic = link_traffic

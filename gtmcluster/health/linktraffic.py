@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.interfaces import IReactorTime
@@ -25,6 +26,7 @@ from twisted.python.failure import Failure
 from gtmcluster.config.model import Config, Link, TrafficSource
 from gtmcluster.health import linkload
 from gtmcluster.probe.linkrate import CounterRate, Counters, TrafficReader
+from gtmcluster.probe.snmp import SnmpClient, SnmpReader
 from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store
 
@@ -53,8 +55,17 @@ class LinkTrafficPoller(Service):
     """Polls the traffic sources of the links in `datacenter` (this node's)."""
 
     def __init__(
-        self, config: Config, store: Store, clock: IReactorTime, node: str, datacenter: str, readers: ReaderFactory
+        self,
+        config: Config,
+        store: Store,
+        clock: IReactorTime,
+        node: str,
+        datacenter: str,
+        readers: ReaderFactory,
+        close: Callable[[], None] | None = None,
     ):
+        #: run when the service stops, after its readings (the readers' shared client)
+        self.close = close
         self.store = store
         self.clock = clock
         self.node = node
@@ -84,6 +95,8 @@ class LinkTrafficPoller(Service):
         for poll in self.polls.values():
             self._stop(poll)
         super().stopService()
+        if self.close is not None:
+            self.close()
 
     def prepare(self, config: Config) -> Callable[[], None]:
         """The readers *config* needs, made now; the switch puts them in use: a link whose
@@ -165,3 +178,18 @@ class LinkTrafficPoller(Service):
                 event="link_traffic_failed",
             )
         poll.failing = reason
+
+
+def snmp_poller(config: Config, store: Store, reactor: Any, node: str, datacenter: str) -> LinkTrafficPoller:
+    """The node's poller: links read by SNMP through one `SnmpClient` (its thread starts at
+    the first reading, if this data center has a link with traffic), closed when it stops."""
+    client = SnmpClient()
+    return LinkTrafficPoller(
+        config,
+        store,
+        reactor,
+        node,
+        datacenter,
+        lambda t: SnmpReader(reactor, client, t.source, t.timeout),
+        client.close,
+    )
