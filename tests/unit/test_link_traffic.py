@@ -185,6 +185,27 @@ def test_a_slow_or_failing_source_skips_rounds_and_counts_on(config: Config) -> 
     assert all(not p.loop for p in poller.polls.values())
 
 
+def test_stopping_stops_the_readings_then_closes_the_client(config: Config) -> None:
+    """A reading in flight when the node stops writes nothing; the readers' client is
+    closed after the loops stop."""
+    clock = Clock()
+    store = Store("n1", clock.seconds)
+    router = FakeRouter()
+    closed: list[bool] = []
+    poller = LinkTrafficPoller(
+        config, store, clock, "n1", "DC1", router.reader, lambda: closed.append(poller.polls["cnc"].loop is None)
+    )
+    poller.startService()
+    reader = poller.polls["cnc"].reader
+    assert isinstance(reader, FakeReader)
+    reader.answer(Counters(0, 0))
+    clock.advance(10)
+    poller.stopService()
+    assert closed == [True]
+    reader.answer(Counters(10**9, 0))  # (arrives after the stop)
+    assert store.get(linkload.key("cnc")) is None
+
+
 def test_a_reload_keeps_unchanged_sources_and_starts_new_ones(tmp_path: Path, config: Config) -> None:
     poller, _store, _clock, router = poller_for(config, "DC1")
     poller.startService()
