@@ -67,12 +67,8 @@ class Facts:
     #: the longest prefix of the databases' networks holding the address: every address
     #: sharing this many leading bits has the same facts (RFC 7871 scope)
     prefix: int
-
-    def describe(self, kinds: Iterable[str]) -> str:
-        """``country JP, continent AS, asn 64500`` for the *kinds* looked up (``-``: unknown)."""
-        found = dict(self.terms)
-        wanted = set(kinds)
-        return ", ".join(f"{kind} {found.get(kind, '-')}" for kind in KINDS if kind in wanted)
+    #: ``country JP, continent AS, asn 64500`` for the databases looked up (``-``: unknown)
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -149,7 +145,9 @@ class GeoIP:
                 number = record.get("autonomous_system_number")
                 if type(number) is int and 0 <= number <= MAX_ASN:
                     terms.append(("asn", str(number)))
-        return Facts(tuple(terms), prefix)
+        found = dict(terms)
+        looked_up = [kind for kind in KINDS if DATABASE_OF[kind] in keys and DATABASE_OF[kind] in self.databases]
+        return Facts(tuple(terms), prefix, ", ".join(f"{kind} {found.get(kind, '-')}" for kind in looked_up))
 
     def close(self) -> None:
         for db in self.databases.values():

@@ -163,7 +163,7 @@ class Topology:
             assert self.geoip is not None
             facts = self.geoip.facts(address, self._geo_keys)
             scope = max(scope, facts.prefix)
-            geo = facts.describe(kind for kind, db in DATABASE_OF.items() if db in self._geo_keys)
+            geo = facts.text
             for term in facts.terms:
                 rank = GEO_RANK[term[0]]
                 for i in self._geo_records.get(term, ()):

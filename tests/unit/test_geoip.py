@@ -60,13 +60,13 @@ def test_facts_of_an_address_from_both_databases(geo: GeoIP) -> None:
     facts = geo.facts(ip("198.51.100.200"))
     assert dict(facts.terms) == {"country": "JP", "continent": "AS", "asn": "64501"}
     assert facts.prefix == 25  # the ASN database's network is the longer one
-    assert facts.describe(["country", "continent", "asn"]) == "country JP, continent AS, asn 64501"
+    assert facts.text == "country JP, continent AS, asn 64501"
 
 
 def test_an_address_neither_database_knows_has_no_facts(geo: GeoIP) -> None:
     facts = geo.facts(ip("10.9.9.9"))
     assert facts.terms == ()
-    assert facts.describe(["country", "asn"]) == "country -, asn -"
+    assert facts.text == "country -, continent -, asn -"
 
 
 def test_ipv6_addresses_are_looked_up(geo: GeoIP) -> None:
@@ -76,6 +76,7 @@ def test_ipv6_addresses_are_looked_up(geo: GeoIP) -> None:
 def test_only_the_databases_asked_for_are_consulted(geo: GeoIP) -> None:
     facts = geo.facts(ip("203.0.113.9"), frozenset({"asn"}))
     assert facts.terms == (("asn", "64502"),)
+    assert facts.text == "asn 64502"
 
 
 def test_the_cache_is_bounded(geo: GeoIP) -> None:
