@@ -244,3 +244,16 @@ def test_match_agrees_with_testing_every_record(geo: GeoIP, ldns: list[Selector]
     records = [Record(i, s, DC, 1) for i, s in enumerate(ldns)]
     topo = Topology.build(records, geo)
     assert order(topo.match(ip(address))) == oracle(records, address)
+
+
+@given(st.text(max_size=6))
+def test_a_country_is_exactly_two_ascii_letters(text: str) -> None:
+    found, _ = term_problem("country", text)
+    letters = len(text) == 2 and all(c.isascii() and c.isalpha() for c in text)
+    assert found == (("country", text.upper()) if letters else None)
+
+
+@given(st.integers(min_value=-10, max_value=2**33), st.booleans())
+def test_an_asn_is_a_32_bit_number_with_or_without_as(number: int, prefixed: bool) -> None:
+    found, _ = term_problem("asn", f"AS{number}" if prefixed else str(number))
+    assert found == (("asn", str(number)) if 0 <= number <= 2**32 - 1 else None)
