@@ -134,7 +134,8 @@ class GeoIP:
                 continue
             try:
                 record, plen = db.reader.get_with_prefix_len(address)
-            except ValueError:  # an IPv6 address in an IPv4-only database: nothing known
+            except (ValueError, maxminddb.InvalidDatabaseError):
+                # an IPv6 address in an IPv4-only database, or a corrupt part: nothing known
                 record, plen = None, 0
             prefix = max(prefix, plen)
             if not isinstance(record, dict):

@@ -93,6 +93,15 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
         slices.whole(open_database("country", bad))
 
 
+def test_a_corrupt_search_tree_is_nothing_known_not_an_error(tmp_path: Path) -> None:
+    """The metadata is read at load; a tree corrupt past it shows at lookup, in the answer path."""
+    data = bytearray(geodb.write_country(tmp_path / "c.mmdb").read_bytes())
+    data[:400] = b"\xff" * 400  # the search tree's first nodes point past its end
+    (tmp_path / "c.mmdb").write_bytes(bytes(data))
+    databases = GeoIP([slices.whole(open_database("country", tmp_path / "c.mmdb"))])
+    assert databases.facts(ip("198.51.100.1")).terms == ()
+
+
 def test_the_database_read_is_a_private_copy(tmp_path: Path) -> None:
     """The file rewritten in place after it was read changes nothing until it is read again."""
     path = geodb.write_country(tmp_path / "c.mmdb", {"192.0.2.0/24": ("US", "NA")})
