@@ -2,7 +2,8 @@
 subnets from different "countries" (a GeoLite2-Country-shaped database written by the test)
 get different data centers, the reply's scope is the database's network, `gtmcluster
 explain` names the client's country, and a reload (the API's, then SIGHUP) with only a new
-.mmdb file changes the answers."""
+.mmdb file changes the answers. In a group of two with config sync, a new database and a
+SIGHUP to one member change the other's answers too: the bundle carried it."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support import apiclient, configs, geodb, poll
 from tests.support.dig import dig
 from tests.support.nodeproc import RunningNode, loopback_address, running_node
+from tests.support.trio import running_group
 
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
 
@@ -47,6 +50,14 @@ class Site:
         return str(body["config_digest"])
 
 
+TOPOLOGY = [
+    {"ldns": "country JP", "server": "datacenter DC1", "score": 100},
+    {"ldns": "continent EU", "server": "datacenter DC2", "score": 100},
+    {"ldns": "asn 64501", "server": "datacenter DC3", "score": 200},
+    {"ldns": "not country JP", "server": "datacenter DC3", "score": 1},
+]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     directory = tmp_path_factory.mktemp("geoip")
@@ -55,12 +66,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     address = loopback_address()
     config = configs.base(address, DNS_PORT)
     config["geoip"] = {"country": "country.mmdb", "asn": "asn.mmdb"}
-    config["topology"] = [
-        {"ldns": "country JP", "server": "datacenter DC1", "score": 100},
-        {"ldns": "continent EU", "server": "datacenter DC2", "score": 100},
-        {"ldns": "asn 64501", "server": "datacenter DC3", "score": 200},
-        {"ldns": "not country JP", "server": "datacenter DC3", "score": 1},
-    ]
+    config["topology"] = TOPOLOGY
     path = configs.write(directory, config)
     with running_node(path, "n1", address, DNS_PORT, directory) as node:
         yield Site(node, path, directory)
@@ -108,3 +114,30 @@ def test_a_reload_with_only_a_new_database_changes_the_answers(site: Site) -> No
     site.node.proc.send_signal(signal.SIGHUP)
     poll.until(lambda: site.digest() != moved_digest, 20, "the SIGHUP's reload", details=site.node.log_text)
     assert site.answer("192.0.2.0/24")[0] == [DC3]
+
+
+def test_config_sync_carries_a_new_database_to_the_other_member(tmp_path: Path) -> None:
+    """Only the .mmdb changes; n1 gets the SIGHUP and publishes; n2 runs the bundle it
+    fetched (its own copy of the files, under its state_dir) and answers by the new data."""
+
+    def with_geoip(config: dict[str, Any]) -> None:
+        geodb.write_country(tmp_path / "country.mmdb")
+        geodb.write_asn(tmp_path / "asn.mmdb")
+        config["geoip"] = {"country": "country.mmdb", "asn": "asn.mmdb"}
+        config["topology"] = TOPOLOGY
+
+    with running_group(tmp_path, 2, customize=with_geoip) as group:
+
+        def n2_answers() -> list[str]:
+            host, port = group.members["n2"].dns
+            found = dig(host, port, WIDEIP, "A", "+subnet=192.0.2.0/24", source="127.0.0.1")
+            return found.answer_data()
+
+        assert n2_answers() == [DC3]  # US
+        geodb.write_country(tmp_path / "country.mmdb", {**geodb.COUNTRIES, "192.0.2.0/24": ("JP", "AS")})
+        n1 = group.members["n1"].proc
+        assert n1 is not None
+        n1.send_signal(signal.SIGHUP)
+        poll.until(lambda: n2_answers() == [DC1], 20, "n2 answering by the new database", details=n2_answers)
+        carried = list((tmp_path / "var" / "state" / "n2" / "bundles").glob("*/files/country.mmdb"))
+        assert any(f.read_bytes() == (tmp_path / "country.mmdb").read_bytes() for f in carried), carried
