@@ -33,8 +33,8 @@ from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.slices import Steps
 from gtmcluster.state import schema
 from gtmcluster.topology import addrlist
-from gtmcluster.topology.geoip import GeoIP, Term
-from gtmcluster.topology.records import GEO_KINDS, LDNS_KINDS, SERVER_KINDS, Record, Selector, ServerFacts, Topology
+from gtmcluster.topology.geoip import KINDS, GeoIP, Term
+from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, SHAPES, Record, Selector, ServerFacts, Topology
 
 MAX_TTL = 2**31 - 1
 MAX_RATIO = 65535
@@ -280,14 +280,14 @@ def _selector(
     if words == ["any"] and "any" in kinds:
         return Selector("any", negate, "")
     if len(words) != 2 or words[0] not in kinds:
-        shapes = ", ".join(f"'{k} NAME'" if k != "any" else "'any'" for k in kinds)
+        shapes = ", ".join(f"'{k} {SHAPES.get(k, 'NAME')}'" if k != "any" else "'any'" for k in kinds)
         r.error(path, f"{text!r} is not a selector: use {shapes}, optionally after 'not'")
         return None
     kind, value = words
     if kind == "subnet":
         network = r.network(path, value)
         return None if network is None else Selector(kind, negate, str(network), (network,))
-    if kind in GEO_KINDS:
+    if kind in KINDS:  # country, continent, asn
         term = geoconf.term(r, path, kind, value, geoip)
         return None if term is None else Selector(kind, negate, term[1], (), (term,))
     known = refs[kind]

@@ -37,6 +37,8 @@ from gtmcluster.topology.prefixes import IPAddress, IPNetwork, PrefixMap
 GEO_KINDS = ("country", "continent", "asn")
 LDNS_KINDS = ("subnet", "region", *GEO_KINDS, "any")
 SERVER_KINDS = ("datacenter", "pool", "virtual_server", "subnet", "region", *GEO_KINDS, "any")
+#: what follows a selector's kind, as problems show it
+SHAPES = {"subnet": "CIDR", "country": "CC", "continent": "CODE", "asn": "N"}
 #: among matches of prefix length 0, what a GeoIP fact ranks (higher first; others 0)
 GEO_RANK = {"asn": 3, "country": 2, "continent": 1}
 #: `Topology.build_steps` yields every this many records numbered or networks indexed
