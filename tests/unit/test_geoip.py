@@ -220,7 +220,11 @@ SUBNETS = ["198.51.100.0/24", "198.0.0.0/8", "0.0.0.0/0", "10.0.0.0/8"]
 @st.composite
 def selectors(draw: st.DrawFn) -> Selector:
     negate = draw(st.booleans())
-    choice = draw(st.sampled_from(["geo", "subnet", "any"]))
+    choice = draw(st.sampled_from(["geo", "subnet", "any", "region"]))
+    if choice == "region":  # networks and facts together
+        networks = draw(st.lists(st.sampled_from(SUBNETS), max_size=2, unique=True))
+        terms = draw(st.lists(st.sampled_from(TERMS), max_size=3, unique=True))
+        return Selector("region", negate, "r", tuple(ipaddress.ip_network(n) for n in networks), tuple(terms))
     if choice == "geo":
         kind, value = draw(st.sampled_from(TERMS))
         return sel(kind, value, negate)
@@ -236,12 +240,11 @@ def oracle(records: list[Record], address: str) -> list[int]:
     for r in records:
         s = r.ldns
         plen, rank, hit = 0, 0, s.kind == "any"
-        if s.kind == "subnet":
-            hit = ip(address) in s.networks[0]
-            plen = s.networks[0].prefixlen
-        elif s.geo:
-            hit = s.geo[0] in facts
-            rank = GEO_RANK[s.kind]
+        containing = [n.prefixlen for n in s.networks if ip(address) in n]
+        matched = [GEO_RANK[kind] for kind, value in s.geo if (kind, value) in facts]
+        if s.kind != "any":
+            hit = bool(containing or matched)
+            plen, rank = max(containing, default=0), max(matched, default=0)
         if hit != s.negate:
             hits.append(((-plen, -rank, r.index) if not s.negate else (0, 0, r.index), r.index))
     return [i for _, i in sorted(hits)]
