@@ -180,3 +180,20 @@ def test_a_changed_database_changes_the_digest_and_the_answers(tmp_path: Path) -
     assert after.digest != before.digest
     assert best_dc(after, "192.0.2.7") == "DC1"
     assert bundle.make(path, 1, 0, "n1", 0.0).digest != published.digest  # a new bundle to publish
+
+
+def mapped_databases() -> int:
+    """The private copies of databases this process maps (unlinked files: `topology.geoip`)."""
+    return sum("gtm-geoip-" in line for line in Path("/proc/self/maps").read_text().splitlines())
+
+
+def test_a_replaced_config_lets_go_of_its_databases(tmp_path: Path) -> None:
+    """Nothing holds the readers in a reference cycle: dropping the config unmaps them at
+    once (a reload frees the old config by reference counting, `config.reload.free_in_turns`)."""
+    before = mapped_databases()
+    config = load(geo_config(tmp_path))
+    assert mapped_databases() == before + 2
+    maps = [line for line in Path("/proc/self/maps").read_text().splitlines() if "gtm-geoip-" in line]
+    assert all(line.endswith("(deleted)") for line in maps), maps  # no file left behind
+    del config
+    assert mapped_databases() == before
