@@ -28,6 +28,8 @@ setup(
         "prometheus_client>=0.17",
         # master-file (zone) syntax and RDATA text forms of every record type
         "dnspython>=2.6",
+        # GeoIP topology: country, continent and ASN of a client from MaxMind DB (.mmdb) files
+        "maxminddb>=2.2",
     ],
     extras_require={
         "test": [
@@ -41,6 +43,7 @@ setup(
             # make test runs each target briefly, make fuzz longer
             "atheris>=2.3",
             "types-atheris",  # its type stubs (fuzz/ is type-checked too)
+            "mmdb-writer",  # the GeoIP tests write their own small .mmdb databases
         ],
     },
     entry_points={"console_scripts": ["gtmcluster = gtmcluster.cli.main:main"]},

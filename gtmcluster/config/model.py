@@ -324,6 +324,8 @@ class WideIP:
 class Region:
     name: str
     networks: tuple[IPNetwork, ...]
+    #: GeoIP terms it holds: ("country", "CN"), ("continent", "EU"), ("asn", "4134")
+    geo: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

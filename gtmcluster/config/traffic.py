@@ -7,6 +7,7 @@ from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.config import geoip as geoconf
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
@@ -32,7 +33,8 @@ from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.slices import Steps
 from gtmcluster.state import schema
 from gtmcluster.topology import addrlist
-from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, Record, Selector, ServerFacts, Topology
+from gtmcluster.topology.geoip import KINDS, GeoIP, Term
+from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, SHAPES, Record, Selector, ServerFacts, Topology
 
 MAX_TTL = 2**31 - 1
 MAX_RATIO = 65535
@@ -159,12 +161,15 @@ def _visit(
     done.add(name)
 
 
-def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[dict[str, Region]]:
-    """Regions: lists of networks, address list files, and other regions (no cycles)."""
+def read_regions(
+    r: Reader, raw: Any, resolve: Callable[[str], Path], geoip: GeoIP | None = None
+) -> Steps[dict[str, Region]]:
+    """Regions: lists of networks, address list files, GeoIP terms ({country: CN}) and
+    other regions (no cycles)."""
     section = r.mapping(("regions",), raw, "a mapping of region names to networks")
     if section is None:
         return {}
-    direct: dict[str, list[IPNetwork]] = {}
+    direct: dict[str, list[IPNetwork | Term]] = {}
     includes: dict[str, list[tuple[KeyPath, str]]] = {}
     for n, (name, value) in enumerate(section.items()):
         if n % REGION_STEP == REGION_STEP - 1:
@@ -173,7 +178,9 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
         if r.name(path, name, "region name") is None:
             continue
         entries = r.list(
-            path, [value] if isinstance(value, dict) else value, "a list of networks, {file: PATH} or {region: NAME}"
+            path,
+            [value] if isinstance(value, dict) else value,
+            "a list of networks, {file: PATH}, {region: NAME} or {country: CC}",
         )
         direct[name] = []
         includes[name] = []
@@ -187,6 +194,8 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
                     other = r.name(m.at("region"), m.get("region"), "region name")
                     if other is not None:
                         includes[name].append((m.at("region"), other))
+                elif geoconf.has_terms(m):
+                    direct[name].extend(geoconf.region_terms(r, m, geoip))
                 elif not entry:
                     r.error(at, "an entry is a network, {file: PATH} or {region: NAME}")
                 m.done()  # names the unknown key, with a suggestion
@@ -200,7 +209,9 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
     for n, name in enumerate(direct):
         if n % REGION_STEP == REGION_STEP - 1:
             yield
-        out[name] = Region(name, tuple(expansion.expand(name, (name,))))
+        entries = expansion.expand(name, (name,))
+        networks = tuple(e for e in entries if not isinstance(e, tuple))
+        out[name] = Region(name, networks, tuple(e for e in entries if isinstance(e, tuple)))
     return out
 
 
@@ -210,15 +221,15 @@ class _Expansion:
     of the heap keeps for good: `gtmcluster.heap`.)"""
 
     def __init__(
-        self, r: Reader, direct: dict[str, list[IPNetwork]], includes: dict[str, list[tuple[KeyPath, str]]]
+        self, r: Reader, direct: dict[str, list[IPNetwork | Term]], includes: dict[str, list[tuple[KeyPath, str]]]
     ) -> None:
         self.r = r
         self.direct = direct
         self.includes = includes
-        self.expanded: dict[str, list[IPNetwork]] = {}
+        self.expanded: dict[str, list[IPNetwork | Term]] = {}
         self.reported: set[KeyPath] = set()
 
-    def expand(self, name: str, stack: tuple[str, ...]) -> list[IPNetwork]:
+    def expand(self, name: str, stack: tuple[str, ...]) -> list[IPNetwork | Term]:
         expanded = self.expanded
         if name in expanded:
             return expanded[name]
@@ -238,7 +249,7 @@ class _Expansion:
         return expanded[name]
 
 
-def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork]) -> None:
+def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork | Term]) -> None:
     file_name = r.string(m.at("file"), m.get("file"))
     if file_name is None:
         return
@@ -255,7 +266,9 @@ def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], int
     into.extend(networks)
 
 
-def _selector(r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: MappingT[str, Any]) -> Selector | None:
+def _selector(
+    r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: MappingT[str, Any], geoip: GeoIP | None
+) -> Selector | None:
     """Parse ``[not] KIND VALUE`` (or ``any``); *refs* maps kind to the names it may use."""
     text = r.string(path, raw)
     if text is None:
@@ -267,18 +280,22 @@ def _selector(r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: 
     if words == ["any"] and "any" in kinds:
         return Selector("any", negate, "")
     if len(words) != 2 or words[0] not in kinds:
-        shapes = ", ".join(f"'{k} NAME'" if k != "any" else "'any'" for k in kinds)
+        shapes = ", ".join(f"'{k} {SHAPES.get(k, 'NAME')}'" if k != "any" else "'any'" for k in kinds)
         r.error(path, f"{text!r} is not a selector: use {shapes}, optionally after 'not'")
         return None
     kind, value = words
     if kind == "subnet":
         network = r.network(path, value)
         return None if network is None else Selector(kind, negate, str(network), (network,))
+    if kind in KINDS:  # country, continent, asn
+        term = geoconf.term(r, path, kind, value, geoip)
+        return None if term is None else Selector(kind, negate, term[1], (), (term,))
     known = refs[kind]
     if r.known(path, value, kind, known, kind.replace("_", " ")) is None:
         return None
-    networks = known[value].networks if kind == "region" else ()
-    return Selector(kind, negate, value, networks)
+    if kind == "region":
+        return Selector(kind, negate, value, known[value].networks, known[value].geo)
+    return Selector(kind, negate, value)
 
 
 def read_topology(
@@ -288,6 +305,7 @@ def read_topology(
     datacenters: tuple[str, ...],
     pool_names: list[str],
     vs_names: list[str],
+    geoip: GeoIP | None = None,
 ) -> Steps[Topology]:
     records: list[Record] = []
     entries = r.list(("topology",), raw, "a list of {ldns, server, score} records") if raw is not None else []
@@ -308,11 +326,12 @@ def read_topology(
         m = r.mapping(path, entry, "a mapping {ldns: SELECTOR, server: SELECTOR, score: N}")
         if m is None:
             continue
-        ldns = _selector(r, m.at("ldns"), m.require("ldns", "who asks, e.g. 'region cnc-nets'"), LDNS_KINDS, refs)
+        raw_ldns = m.require("ldns", "who asks, e.g. 'region cnc-nets'")
+        ldns = _selector(r, m.at("ldns"), raw_ldns, LDNS_KINDS, refs, geoip)
         raw_server = m.require("server", "what to answer, e.g. 'datacenter CNC'")
         server = servers.get(raw_server) if isinstance(raw_server, str) else None
         if server is None:
-            server = _selector(r, m.at("server"), raw_server, SERVER_KINDS, refs)
+            server = _selector(r, m.at("server"), raw_server, SERVER_KINDS, refs, geoip)
             if server is not None and isinstance(raw_server, str):
                 servers[raw_server] = server
         score = m.integer("score", None, 0, MAX_SCORE) if m.has("score") else m.require("score", f"0 to {MAX_SCORE}")
@@ -320,7 +339,7 @@ def read_topology(
         if ldns is not None and server is not None and isinstance(score, int):
             server_id = server_ids.setdefault(server, len(server_ids))
             records.append(Record(len(records), ldns, server, score, server_id))
-    return (yield from Topology.build_steps(records))
+    return (yield from Topology.build_steps(records, geoip))
 
 
 def _methods(r: Reader, pool: Mapping, has_fallback_ip: bool) -> Methods:
