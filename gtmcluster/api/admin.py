@@ -6,6 +6,8 @@ import urllib.parse
 from typing import Any
 
 from gtmcluster.api.server import ApiError
+from gtmcluster.config.model import Config
+from gtmcluster.dns import names
 from gtmcluster.health import admin
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
@@ -107,6 +109,7 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
             "last_resort_pool": wideip.last_resort.name if wideip.last_resort else None,
             "persistence": {"ttl": wideip.persistence.ttl} if wideip.persistence else None,
             "failure_response": wideip.failure_response,
+            "aliases": [names.to_text(a).rstrip(".") for a in wideip.aliases],
         }
     return {"node": node.member.name, "wideips": out}
 
@@ -189,8 +192,7 @@ def _known_name(node: Node, level: str, name: str) -> str:
     elif level == "pool":
         known = name in config.pools
     elif level == "wideip":
-        name = name.lower().rstrip(".")
-        known = any(w.name == name for w in config.wideips.values())
+        return _wideip_name(config, name)
     else:
         pool_name, slash, member = name.partition("/")
         pool = config.pools.get(pool_name)
@@ -203,6 +205,24 @@ def _known_name(node: Node, level: str, name: str) -> str:
     if not known:
         raise ApiError(404, f"no {admin.LEVEL_WORDS[level]} named {name!r}")
     return name
+
+
+def _wideip_name(config: Config, name: str) -> str:
+    """The wide IP named *name* (its own name or an alias), by its own name; 404 otherwise,
+    saying so when a wildcard covers *name* (that would change every name it answers)."""
+    try:
+        key = names.key(names.from_text(name))
+    except names.BadName:
+        key = None
+    wideip = config.wideip_names.exact.get(key) if key is not None else None
+    if wideip is None and key is not None and key in config.wideips:
+        wideip = config.wideips[key]  # a wildcard, by its own name
+    if wideip is not None:
+        return wideip.name
+    covering = config.wideip_names.find_in(config.zones, key) if key is not None else None
+    if covering is not None:
+        raise ApiError(404, f"{name!r} is a name wildcard wide IP {covering.name!r} answers: name that wide IP")
+    raise ApiError(404, f"no {admin.LEVEL_WORDS['wideip']} named {name!r}")
 
 
 def admin_states(node: Node) -> list[dict[str, Any]]:
