@@ -137,7 +137,8 @@ def read_aliases(
     out: list[tuple[KeyPath, Name]] = []
     for i, entry in enumerate(r.list(path, raw, "a list of names", allow_scalar=True) or []):
         at = (*path, i) if isinstance(raw, list) else path
-        labels = read_name(r, at, entry, zones, broken_zones)
+        text = r.string(at, entry)
+        labels = None if text is None else read_name(r, at, text, zones, broken_zones)
         if labels is not None:
             out.append((at, labels))
     return out
