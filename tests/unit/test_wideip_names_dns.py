@@ -12,12 +12,15 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
+from twisted.internet.testing import MemoryReactorClock
 
 from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.node import Node
+from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 from tests.support.dnsclient import addresses, answers, parse, query
+from tests.unit.test_api_admin import ask as admin_ask
 from tests.unit.test_fastpath import Twins, make_query
 
 #: static records under the wildcards: overridden for A, kept for other types; and a
@@ -166,3 +169,24 @@ def test_wildcard_answers_are_the_general_paths_byte_for_byte(tmp_path: Path) ->
     for name in ("new.apps.example.test", "NEW.Apps.example.test", "v2.api.apps.example.test", "WWW.example.test"):
         assert twins.ask(make_query(name, 1), "127.0.1.9") is not None
     assert twins.node.stats.kept_hits == hits + 4
+
+
+def test_admin_states_take_a_wide_ips_name_or_alias_not_a_covered_name(tmp_path: Path) -> None:
+    """An alias names its wide IP (the record is the wide IP's own); a wildcard by its own
+    name; a name a wildcard only covers is refused, naming the wildcard."""
+    raw = configs.base()
+    raw["state_dir"] = str(tmp_path / "state")
+    names_config(raw)
+    service = make_service(load(configs.write(tmp_path, raw, ZONE)), "n1", MemoryReactorClock(), Sockets(dns=[]))
+    service.snapshots = None
+    for name, record in [
+        ("GLB.example.test.", "admin/wideip/gslb.example.test"),
+        ("*.apps.example.test", "admin/wideip/*.apps.example.test"),
+    ]:
+        code, answer = admin_ask(service, "POST", f"/api/v1/admin/wideip/{name}/disable")
+        assert code == 200, answer
+        held = service.node.store.get(record)
+        assert held is not None and held.value["state"] == "disabled"
+    code, answer = admin_ask(service, "POST", "/api/v1/admin/wideip/web.apps.example.test/disable")
+    assert code == 404
+    assert "'web.apps.example.test' is a name wildcard wide IP '*.apps.example.test' answers" in str(answer)
