@@ -14,6 +14,7 @@ import dns.rdatatype
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
+from gtmcluster.api import admin as api_admin
 from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.node import Node
@@ -79,11 +80,13 @@ def test_the_wildcard_wins_over_the_zones_records_for_its_types(ask: Asker) -> N
     type neither has is NODATA. Names only the wildcard makes exist are NODATA for other
     types, not NXDOMAIN; the wildcard's parent itself is not covered."""
     assert addresses(ask("x.apps.example.test")) == ["10.0.2.1"]
+    assert addresses(ask("q.x.apps.example.test")) == ["10.0.2.1"]
     assert answers(ask("x.apps.example.test", "TXT")) == ['x.apps.example.test. TXT "static x"']
     for name, rdtype in [
         ("x.apps.example.test", "AAAA"),
         ("new.apps.example.test", "TXT"),
         ("a.b.apps.example.test", "MX"),
+        ("q.x.apps.example.test", "TXT"),  # (the zone alone: NXDOMAIN, below the existing x.apps)
     ]:
         msg = ask(name, rdtype)
         assert msg.rcode() == dns.rcode.NOERROR and not msg.answer, name
@@ -187,6 +190,29 @@ def test_admin_states_take_a_wide_ips_name_or_alias_not_a_covered_name(tmp_path:
         assert code == 200, answer
         held = service.node.store.get(record)
         assert held is not None and held.value["state"] == "disabled"
+    listed = api_admin.wideips(service.node)["wideips"]
+    assert listed["gslb.example.test"]["aliases"] == ["glb.example.test", "www.example.test"]
+    assert set(listed) == {"gslb.example.test", *WIDEIPS}  # each wide IP once, by its own name
     code, answer = admin_ask(service, "POST", "/api/v1/admin/wideip/web.apps.example.test/disable")
     assert code == 404
     assert "'web.apps.example.test' is a name wildcard wide IP '*.apps.example.test' answers" in str(answer)
+
+
+def test_a_wildcard_does_not_answer_inside_a_child_zone(tmp_path: Path) -> None:
+    """kid.apps.example.test is a zone of its own on this node: its names are its own, not
+    the parent zone's wildcard's; the fast path agrees with the general path there."""
+    (tmp_path / "kid.zone").write_text(
+        "$TTL 60\n@ IN SOA ns1.example.test. h.example.test. 1 3600 600 86400 30\n  IN NS ns1.example.test.\n"
+        "www IN A 192.0.2.9\n"
+    )
+
+    def with_kid(raw: dict[str, Any]) -> None:
+        names_config(raw)
+        raw["zones"].append({"origin": "kid.apps.example.test", "file": "kid.zone"})
+
+    twins = Twins(tmp_path, with_kid)
+    for _ in range(2):
+        www = parse(twins.ask(make_query("www.kid.apps.example.test", 1)) or b"")
+        assert addresses(www) == ["192.0.2.9"]
+        assert parse(twins.ask(make_query("new.kid.apps.example.test", 1)) or b"").rcode() == dns.rcode.NXDOMAIN
+        assert addresses(parse(twins.ask(make_query("web.apps.example.test", 1), "127.0.1.9") or b"")) == ["10.0.2.1"]
