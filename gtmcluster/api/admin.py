@@ -7,6 +7,7 @@ from typing import Any
 
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import Config
+from gtmcluster.config.wideipnames import is_wildcard
 from gtmcluster.dns import names
 from gtmcluster.health import admin
 from gtmcluster.node import Node
@@ -214,12 +215,13 @@ def _wideip_name(config: Config, name: str) -> str:
         key = names.key(names.from_text(name))
     except names.BadName:
         key = None
-    wideip = config.wideip_names.exact.get(key) if key is not None else None
-    if wideip is None and key is not None and key in config.wideips:
-        wideip = config.wideips[key]  # a wildcard, by its own name
+    index = config.wideip_names
+    wideip = None
+    if key is not None:  # a wildcard by how it is written (as a name or an alias), else exactly
+        wideip = index.wildcards.get(key[1:]) if is_wildcard(key) else index.exact.get(key)
     if wideip is not None:
         return wideip.name
-    covering = config.wideip_names.find_in(config.zones, key) if key is not None else None
+    covering = index.find_in(config.zones, key) if key is not None else None
     if covering is not None:
         raise ApiError(404, f"{name!r} is a name wildcard wide IP {covering.name!r} answers: name that wide IP")
     raise ApiError(404, f"no {admin.LEVEL_WORDS['wideip']} named {name!r}")

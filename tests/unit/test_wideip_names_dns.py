@@ -43,7 +43,7 @@ def names_config(raw: dict[str, Any]) -> None:
         raw["pools"][word] = {"members": [f"vs{n}"], "ttl": 20}
     raw["pools"]["both"] = {"members": ["vs1", "vs2"], "load_balancing": {"preferred": "round_robin"}}
     raw["wideips"].update(WIDEIPS)
-    raw["wideips"]["gslb.example.test"]["aliases"] = ["glb.example.test", "www.example.test"]
+    raw["wideips"]["gslb.example.test"]["aliases"] = ["glb.example.test", "www.example.test", "*.glb.example.test"]
 
 
 class Asker:
@@ -115,10 +115,10 @@ def test_the_most_specific_wide_ip_wins(ask: Asker) -> None:
 
 
 def test_an_alias_answers_exactly_as_its_wide_ip(ask: Asker) -> None:
-    """glb and www are aliases of gslb: the same decisions (topology by the source), both
-    types; www's static TXT still answers TXT."""
+    """glb, www and *.glb are aliases of gslb: the same decisions (topology by the source),
+    both types; www's static TXT still answers TXT."""
     for source, v4 in [("127.0.1.9", "10.0.1.1"), ("127.0.2.9", "10.0.2.1"), ("192.0.2.200", "10.0.3.1")]:
-        for name in ("gslb.example.test", "glb.example.test", "www.example.test"):
+        for name in ("gslb.example.test", "glb.example.test", "www.example.test", "a.b.glb.example.test"):
             assert addresses(ask(name, source=source)) == [v4], (name, source)
     assert addresses(ask("glb.example.test", "AAAA", "127.0.2.9")) == ["2001:db8:2::1"]
     assert answers(ask("www.example.test", "TXT")) == ['www.example.test. TXT "static text"']
@@ -185,13 +185,14 @@ def test_admin_states_take_a_wide_ips_name_or_alias_not_a_covered_name(tmp_path:
     for name, record in [
         ("GLB.example.test.", "admin/wideip/gslb.example.test"),
         ("*.apps.example.test", "admin/wideip/*.apps.example.test"),
+        ("*.glb.example.test", "admin/wideip/gslb.example.test"),  # a wildcard alias
     ]:
         code, answer = admin_ask(service, "POST", f"/api/v1/admin/wideip/{name}/disable")
         assert code == 200, answer
         held = service.node.store.get(record)
         assert held is not None and held.value["state"] == "disabled"
     listed = api_admin.wideips(service.node)["wideips"]
-    assert listed["gslb.example.test"]["aliases"] == ["glb.example.test", "www.example.test"]
+    assert listed["gslb.example.test"]["aliases"] == ["glb.example.test", "www.example.test", "*.glb.example.test"]
     assert set(listed) == {"gslb.example.test", *WIDEIPS}  # each wide IP once, by its own name
     code, answer = admin_ask(service, "POST", "/api/v1/admin/wideip/web.apps.example.test/disable")
     assert code == 404
