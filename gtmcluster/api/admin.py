@@ -6,6 +6,9 @@ import urllib.parse
 from typing import Any
 
 from gtmcluster.api.server import ApiError
+from gtmcluster.config.model import Config
+from gtmcluster.config.wideipnames import is_wildcard
+from gtmcluster.dns import names
 from gtmcluster.health import admin
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
@@ -107,6 +110,7 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
             "last_resort_pool": wideip.last_resort.name if wideip.last_resort else None,
             "persistence": {"ttl": wideip.persistence.ttl} if wideip.persistence else None,
             "failure_response": wideip.failure_response,
+            "aliases": [names.to_text(a).rstrip(".") for a in wideip.aliases],
         }
     return {"node": node.member.name, "wideips": out}
 
@@ -189,8 +193,7 @@ def _known_name(node: Node, level: str, name: str) -> str:
     elif level == "pool":
         known = name in config.pools
     elif level == "wideip":
-        name = name.lower().rstrip(".")
-        known = any(w.name == name for w in config.wideips.values())
+        return _wideip_name(config, name)
     else:
         pool_name, slash, member = name.partition("/")
         pool = config.pools.get(pool_name)
@@ -203,6 +206,25 @@ def _known_name(node: Node, level: str, name: str) -> str:
     if not known:
         raise ApiError(404, f"no {admin.LEVEL_WORDS[level]} named {name!r}")
     return name
+
+
+def _wideip_name(config: Config, name: str) -> str:
+    """The wide IP named *name* (its own name or an alias), by its own name; 404 otherwise,
+    saying so when a wildcard covers *name* (that would change every name it answers)."""
+    try:
+        key = names.key(names.from_text(name))
+    except names.BadName:
+        key = None
+    index = config.wideip_names
+    wideip = None
+    if key is not None:  # a wildcard by how it is written (as a name or an alias), else exactly
+        wideip = index.wildcards.get(key[1:]) if is_wildcard(key) else index.exact.get(key)
+    if wideip is not None:
+        return wideip.name
+    covering = index.find_in(config.zones, key) if key is not None else None
+    if covering is not None:
+        raise ApiError(404, f"{name!r} is a name wildcard wide IP {covering.name!r} answers: name that wide IP")
+    raise ApiError(404, f"no {admin.LEVEL_WORDS['wideip']} named {name!r}")
 
 
 def admin_states(node: Node) -> list[dict[str, Any]]:

@@ -82,7 +82,8 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         key = names.key(names.from_text(name))
     except names.BadName as e:
         raise ApiError(400, str(e)) from None
-    wideip = node.config.wideips.get(key)
+    # its own name, an alias, or a name a wildcard covers: the wide IP a query would reach
+    wideip = node.config.wideip_names.find_in(node.config.zones, key)
     if wideip is None:
         raise ApiError(404, f"no wide IP named {name!r}")
     try:
@@ -105,6 +106,7 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
     decision = node.balancer.explain(wideip, qtype, client)
     return {
         "wideip": wideip.name,
+        "name": names.to_text(key).rstrip("."),
         "type": qtype_name,
         "client": {
             "ldns": str(ldns),

@@ -30,7 +30,10 @@ def render(e: dict[str, Any]) -> str:
     asker = f"LDNS {e['client']['ldns']}" + (
         f", client subnet {e['client']['subnet']}" if e["client"]["subnet"] else ""
     )
-    lines = [f"{e['wideip']} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
+    asked = e["wideip"]
+    if e.get("name", asked) != asked:  # an alias, or a name a wildcard answers
+        asked = f"{e['name']} (wide IP {e['wideip']})"
+    lines = [f"{asked} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
     for step in e["trace"]:
         lines.append(f"  {step['text']}")
     for out in e.get("admin", ()):

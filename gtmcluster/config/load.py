@@ -34,6 +34,7 @@ from gtmcluster.config.model import (
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
+from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
@@ -195,8 +196,10 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     r.keep_networks()
     yield
 
+    wideip_names = WideIPNames.of(wideips.values())
     zones = ZoneSet(
-        z.build(labels for labels in wideips if names.is_subdomain(labels, names.key(z.origin))) for z in zone_data
+        z.build(labels for labels in wideip_names.names() if names.is_subdomain(labels, names.key(z.origin)))
+        for z in zone_data
     )
     yield
     digest = yield from _digest(parsed.canonical, zone_data, regions, databases)
@@ -224,6 +227,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         persistence=persistence,
         digest=digest,
         wideips_of=wideips_of,
+        wideip_names=wideip_names,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gtmcluster import slices
+from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.topology.records import Topology
@@ -318,6 +319,8 @@ class WideIP:
     #: what to answer when every pool (and the last resort) yields nothing
     failure_response: str = "return_to_dns"
     fallback_ips: tuple[IPAddress, ...] = ()  # for failure_response: fallback_ip
+    #: more names answered exactly as this one (lowercased labels; ``*.`` wildcards too)
+    aliases: tuple[Name, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +431,7 @@ class Config:
     regions: Mapping[str, Region]
     topology: Topology
     pools: Mapping[str, Pool]
-    wideips: Mapping[Name, WideIP]  # by lowercased labels
+    wideips: Mapping[Name, WideIP]  # by lowercased labels of their own names
     prober: Prober
     zones: ZoneSet
     dns_server: DNSServer
@@ -440,6 +443,8 @@ class Config:
     #: virtual server -> the wide IPs whose answers it may be part of (through any of their
     #: pools, the last resort included): made when the config is read, off the reactor
     wideips_of: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False, default_factory=dict)
+    #: which wide IP answers a name (own names, aliases, wildcards): the responder's lookup
+    wideip_names: WideIPNames = field(repr=False, compare=False, default_factory=WideIPNames)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

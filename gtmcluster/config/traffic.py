@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.config import geoip as geoconf
+from gtmcluster.config import wideipnames
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
@@ -28,7 +29,7 @@ from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.dns import names
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.slices import Steps
 from gtmcluster.state import schema
@@ -490,12 +491,14 @@ def read_wideips(
     zones: ZoneSet,
     broken_zones: set[Name] | None,
 ) -> Steps[dict[Name, WideIP]]:
-    """Wide IPs. *broken_zones*: origins of zones that failed to load (None: unknown), under
-    which a wide IP's placement cannot be checked."""
+    """Wide IPs, by their own names (a wildcard's with its ``*``; aliases are not keys here:
+    `wideipnames.WideIPNames` finds wide IPs by any of their names). *broken_zones*: origins
+    of zones that failed to load (None: unknown), under which a name cannot be checked."""
     out: dict[Name, WideIP] = {}
     section = r.mapping(("wideips",), raw, "a mapping of wide IP names to settings")
     if section is None:
         return out
+    claims = wideipnames.Claims(r)  # names and aliases, each for one wide IP
     for n, (name, value) in enumerate(section.items()):
         if n % STEP == STEP - 1:
             yield
@@ -503,7 +506,8 @@ def read_wideips(
         m = r.mapping(path, value)
         if m is None:
             continue
-        labels = _wideip_name(r, path, name, zones, broken_zones)
+        labels = wideipnames.read_name(r, path, name, zones, broken_zones)
+        aliases = wideipnames.read_aliases(r, m.at("aliases"), m.get("aliases", []), zones, broken_zones)
         types: set[int] = set()
         type_value = m.get("type", "A")
         for i, t in enumerate(r.list(m.at("type"), type_value, "A, AAAA or [A, AAAA]", allow_scalar=True) or []):
@@ -558,43 +562,21 @@ def read_wideips(
             if complete and version not in family:
                 kind = "A" if t == TYPE_A else "AAAA"
                 r.error(m.at("type"), f"type {kind} but no pool has an IPv{version} virtual server or fallback_ip")
-        if labels in out:
-            r.error(path, f"duplicate wide IP (same name as {out[labels].name!r})")
-            continue
         text = names.to_text(labels).rstrip(".")
+        if not claims.take(path, labels, text, alias=False):
+            continue
+        taken = tuple(alias for at, alias in aliases if claims.take(at, alias, text, alias=True))
         out[labels] = WideIP(
-            text, labels, frozenset(types), tuple(refs), pool_lb, persistence, last_resort, failure, tuple(fallback_ips)
+            text,
+            labels,
+            frozenset(types),
+            tuple(refs),
+            pool_lb,
+            persistence,
+            last_resort,
+            failure,
+            tuple(fallback_ips),
+            aliases=taken,
         )
+    yield from wideipnames.check_cnames(r, claims.wildcards(), zones)
     return out
-
-
-def _wideip_name(r: Reader, path: KeyPath, name: str, zones: ZoneSet, broken_zones: set[Name] | None) -> Name | None:
-    try:
-        labels = names.key(names.from_text(str(name)))
-    except names.BadName as e:
-        r.error(path, str(e))
-        return None
-    if b"*" in labels:
-        r.error(path, "wildcard wide IP names are not supported")
-        return None
-    zone = zones.find(labels)
-    # When the zone that should hold this name failed to load, its problem is reported already.
-    loaded_depth = len(zone.origin_key) if zone is not None else -1
-    if broken_zones is None:
-        if zone is None:
-            return None
-    elif max((len(o) for o in broken_zones if names.is_subdomain(labels, o)), default=-1) > loaded_depth:
-        return None
-    if zone is None:
-        origins = ", ".join(sorted(names.to_text(z.origin) for z in zones)) or "none"
-        r.error(path, f"not inside any served zone (zones: {origins})")
-        return None
-    cut = zone.delegation_for(labels)
-    if cut is not None:
-        r.error(path, f"at or below the delegation {names.to_text(cut)} in zone {names.to_text(zone.origin)}")
-        return None
-    node = zone.nodes.get(labels)
-    if node is not None and TYPE_CNAME in node.rrsets:
-        r.error(path, f"zone {names.to_text(zone.origin)} has a CNAME at this name")
-        return None
-    return labels

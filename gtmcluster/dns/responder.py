@@ -16,7 +16,10 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
   with the scope the decision depended on; from any other source the option is echoed with
   scope 0 and the query decided by its source address (RFC 7871 7.2.1).
 - Wide IP names are answered by the load balancer for their types; other types at those
-  names, and `return_to_dns` decisions, come from the static zone.
+  names, and `return_to_dns` decisions, come from the static zone. A wide IP answers its
+  own name, its aliases and, for a ``*.`` wildcard, the names below it that no more
+  specific wide IP answers (`WideIPNames`), in place of the zone's records for its types;
+  where the zone has no name there, other types get NODATA. A delegation still wins.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from twisted.logger import Logger
 
 from gtmcluster.config.model import IPNetwork, WideIP
+from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.wire import Query, Section
@@ -109,6 +113,7 @@ class Responder:
         cached: Cached | None = None,
         version: str | None = None,
         ecs_trusted: tuple[IPNetwork, ...] = (),
+        wideip_names: WideIPNames | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -116,22 +121,41 @@ class Responder:
         #: the answer to CH TXT version.bind (dns_server.version); None: such queries are refused
         self.version = version
         self.wideips = wideips
+        #: which wide IP answers a name (`Config.wideip_names`; made from *wideips* if not given)
+        self.names = wideip_names if wideip_names is not None else WideIPNames.of(wideips.values())
         self.decide = decide
         self.cached = cached
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
 
     def direct_wideips(self) -> dict[Name, WideIP]:
-        """Wide IPs a query for their own name and type is answered by directly (not below a
-        delegation, not through a wildcard): the names the fast path may answer."""
+        """Wide IPs a query for their own name (or an alias) and type is answered by
+        directly (not below a delegation, not through a wildcard of the zone): the exact
+        names the fast path may answer."""
         out = {}
-        for key, wideip in self.wideips.items():
+        for key, wideip in self.names.exact.items():
             zone = self.zones.find(key)
             if zone is None:
                 continue
             found = zone.find(key, min(wideip.types))
             if found.outcome is Outcome.NODE and not found.wildcard:
                 out[key] = wideip
+        return out
+
+    def direct_wildcards(self) -> dict[Name, WideIP]:
+        """Wildcard wide IPs (by the name they answer below) that answer every name below
+        it the same way: no delegation and no other served zone below that name. The fast
+        path may answer for these; names under the others go to the general path."""
+        out = {}
+        for suffix, wideip in self.names.wildcards.items():
+            zone = self.zones.find((b"*", *suffix))
+            if zone is None:
+                continue
+            if any(names.is_subdomain(cut, suffix) for cut in zone.cuts):
+                continue
+            if any(z is not zone and names.is_subdomain(z.origin_key, suffix) for z in self.zones):
+                continue
+            out[suffix] = wideip
         return out
 
     def client_of(self, source: str, ecs: wire.ClientSubnet | None) -> Client:
@@ -234,15 +258,15 @@ class Responder:
                 result.authority = [(found.cut, None)]
                 result.additional = [(g, None) for g in zone.glue_for(found.cut)]
                 return result
-            if found.outcome is not Outcome.NODE:
+            # (a wide IP's name exists, whatever the zone holds there)
+            wideip = self.names.find(key, len(zone.origin_key))
+            if found.outcome is not Outcome.NODE and wideip is None:
                 if found.outcome is Outcome.NXDOMAIN:
                     result.rcode = wire.NXDOMAIN
                 result.authority = [(zone.negative_soa, None)]
                 return result
-            assert found.node is not None
-            rrsets = found.node.rrsets
+            rrsets = found.node.rrsets if found.node is not None else {}
             owner = name if found.wildcard else None
-            wideip = None if found.wildcard else self.wideips.get(key)
             if wideip is not None:
                 wanted = min(wideip.types) if qtype == TYPE_ANY else qtype
                 if wanted in wideip.types:

@@ -751,10 +751,10 @@ WIDEIP_PLACEMENT = [
         id="at-cname-other-case",
     ),
     pytest.param(
-        put("wideips", "*.wild.example.test", value={"pools": ["p"]}),
-        'wideips."*.wild.example.test"',
-        "wildcard wide IP names are not supported",
-        id="wildcard",
+        put("wideips", "web*.example.test", value={"pools": ["p"]}),
+        'wideips."web*.example.test"',
+        "a wildcard is '*' as the whole leftmost label, as in '*.apps.example.com'",
+        id="wildcard-inside-a-label",
     ),
     pytest.param(
         put("wideips", "bad..name.example.test", value={"pools": ["p"]}),
