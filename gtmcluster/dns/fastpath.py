@@ -9,7 +9,8 @@ client subnet), asking for a static record or a wide IP. For those the general p
   query's ID, RD and CD flags and its question (so its case) put in;
 - a wide IP is answered from the decision the node keeps for that client (see
   `lb.cache`), encoded here: the question, one A or AAAA record per address pointing back
-  to it, and the OPT (with the client subnet echoed and the decision's scope).
+  to it, and the OPT (with the client subnet echoed and the decision's scope). Wide IPs of
+  the record types (CNAME, MX, SRV, NAPTR) are left to the general path.
 
 Anything else, anything not yet kept, and anything that would not fit the client's size
 goes to the general path, which answers it and (for what qualifies) prepares the next one.
@@ -41,6 +42,8 @@ _OPTION = struct.Struct("!HH")
 #: templates kept at most; when full they start again (random names cost the general path)
 MAX_TEMPLATES = 20_000
 _COPIED = wire.RD | wire.CD
+#: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
+_ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
 
 
 class _Plain(NamedTuple):
@@ -84,7 +87,7 @@ class FastPath:
         if plain is None:
             return self.responder.handle(data, source)
         wideip = self.wideips.get(plain.qname)
-        if wideip is not None and plain.qtype in wideip.types:
+        if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
             reply = self._wideip(data, source, plain, wideip)
         elif plain.ecs is None:
             reply = self._static(data, plain)

@@ -7,13 +7,14 @@ import ipaddress
 import math
 from dataclasses import dataclass
 
+from gtmcluster.config.model import RecordTarget
 from gtmcluster.lb.context import PersistRecord
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class Action(enum.Enum):
-    ANSWER = "answer"  # answer with `addresses`
+    ANSWER = "answer"  # answer with `addresses` (A, AAAA) or `targets` (CNAME, MX, SRV, NAPTR)
     RETURN_TO_DNS = "return_to_dns"  # answer from the static zone as if there were no wide IP
     DROP = "drop"  # send no reply
     RCODE = "rcode"  # answer with `rcode` (NXDOMAIN, SERVFAIL, REFUSED) and no records
@@ -53,6 +54,8 @@ class Decision:
     trace: tuple[Step, ...] = ()
     #: a persistence record to store (new, or refreshed)
     persist: PersistRecord | None = None
+    #: the records a CNAME, MX, SRV or NAPTR answer holds (`addresses` is then empty)
+    targets: tuple[RecordTarget, ...] = ()
     #: the method that produced the answer ("persistence" for a persistence hit)
     method: str = ""
     #: for Action.RCODE
