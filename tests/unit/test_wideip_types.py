@@ -14,6 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gtmcluster import slices
+from gtmcluster.api import admin as api_admin
+from gtmcluster.api.proximity import explain
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
@@ -450,3 +453,42 @@ def test_the_fast_path_leaves_record_wide_ips_to_the_general_path(tmp_path: Path
         assert answers(ask(node, query(CDN, "CNAME"), "198.51.100.7")) == [f"{CDN}. CNAME site.cdn-a.example.net."]
         assert len(ask(node, query(MAIL, "MX"), "198.51.100.7").answer[0]) == 3
         assert answers(ask(node, query("gslb.example.test", "A"), "198.51.100.7")) == ["gslb.example.test. A 10.0.1.1"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(qtype=st.integers(1, 65535))
+def test_every_type_at_a_cname_wide_ip(tmp_path_factory: pytest.TempPathFactory, qtype: int) -> None:
+    """Any QTYPE at a CNAME wide IP: the CNAME (alone for CNAME and ANY, with the in-zone
+    target's data otherwise), or the error every name gives that type (meta types)."""
+    if "cname" not in _NODES:
+        _NODES["cname"] = node_of(tmp_path_factory.mktemp("cname"), cname_config())
+    node = _NODES["cname"]
+    msg = ask(node, query(CDN, qtype), "203.0.113.9")
+    static = ask(node, query("www.example.test", qtype), "203.0.113.9")
+    if static.rcode() != dns.rcode.NOERROR or qtype == 41:
+        assert msg.rcode() == static.rcode() and not msg.answer
+        return
+    assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.AA
+    assert answers(msg)[0] == f"{CDN}. CNAME edge.example.test."
+    assert all(r.name.to_text() == "edge.example.test." and r.rdtype == qtype for r in msg.answer[1:])
+    if qtype in (5, 255):
+        assert len(msg.answer) == 1
+
+
+_NODES: dict[str, Node] = {}
+
+
+def test_api_lists_and_explains_record_servers(tmp_path: Path) -> None:
+    """The health and wide IP listings show a record server's record; explain its answer."""
+    node = node_of(tmp_path, both_config())
+    health = slices.whole(api_admin.health_steps(node))
+    assert health["virtual_servers"]["mx1"]["record"] == "10 mx1.example.test."
+    assert health["virtual_servers"]["mx1"]["address"] is None
+    assert health["virtual_servers"]["vs1"]["address"] == "10.0.1.1:80"
+    wideips = slices.whole(api_admin.wideips_steps(node))
+    assert wideips["wideips"][SIP]["types"] == ["NAPTR", "SRV"]
+    assert wideips["wideips"][MAIL]["pools"][0]["members"][0]["record"] == "10 mx1.example.test."
+    explained = explain(node, {"wideip": CDN, "ldns": "203.0.113.9"})
+    assert explained["type"] == "CNAME" and explained["answer"] == ["edge.example.test."]
+    srv = explain(node, {"wideip": SIP, "ldns": "203.0.113.9", "type": "SRV"})
+    assert sorted(srv["answer"]) == ["10 60 5060 sip1.example.net.", "20 10 5061 sip2.example.net."]
