@@ -7,6 +7,8 @@ from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
+import dns.rdatatype
+
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
@@ -616,7 +618,7 @@ def _alone(r: Reader, path: KeyPath, labels: Name, zones: ZoneSet) -> bool:
     node = zone.nodes.get(labels) if zone is not None else None
     if zone is None or node is None or not node.rrsets:
         return True
-    kinds = ", ".join(sorted(str(t) for t in node.rrsets))
+    kinds = ", ".join(sorted(dns.rdatatype.to_text(dns.rdatatype.RdataType.make(t)) for t in node.rrsets))
     r.error(path, f"type CNAME, but zone {names.to_text(zone.origin)} has records at this name (types {kinds})")
     return False
 

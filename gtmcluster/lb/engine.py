@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, RecordTarget, VirtualServer, WideIP
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
 from gtmcluster.health.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.lb.context import (
     Availability,
@@ -384,7 +384,8 @@ class Balancer:
             candidates, impl, ramp_note = self._slow_start(method, members, run)
             ranking = METHODS[impl](candidates, run.ctx, slot)
             run.scope = max(run.scope, ranking.scope)
-            chosen = ranking.order[: pool.max_answers]
+            # (a CNAME RRset holds one record, RFC 2181 10.1: whatever max_answers says)
+            chosen = ranking.order[: 1 if run.rtype == TYPE_CNAME else pool.max_answers]
             note = "; ".join(n for n in (ranking.note, ramp_note) if n)
             run.steps.append(
                 Step(subject, slot_name, method, names, tuple(c.name for c in chosen), ranking.scores, note)
