@@ -506,3 +506,16 @@ def test_api_lists_and_explains_record_servers(tmp_path: Path) -> None:
     assert explained["type"] == "CNAME" and explained["answer"] == ["edge.example.test."]
     srv = explain(node, {"wideip": SIP, "ldns": "203.0.113.9", "type": "SRV"})
     assert sorted(srv["answer"]) == ["10 60 5060 sip1.example.net.", "20 10 5061 sip2.example.net."]
+
+
+def test_persistence_holds_a_client_to_its_cname_for_every_query_type(tmp_path: Path) -> None:
+    """With persistence, round robin's first choice for a client stays its answer, whatever
+    type it asks next (the record is per CNAME, not per query type); another client moves on."""
+    config = cname_config()
+    config["pools"]["cdns"]["load_balancing"] = {"preferred": "round_robin"}
+    config["wideips"][CDN]["persistence"] = {"ttl": 600}
+    node = node_of(tmp_path, config)
+    first = answers(ask(node, query(CDN, "CNAME"), "198.51.100.7"))[0]
+    for rdtype in ("A", "AAAA", "TXT", "CNAME", "MX"):
+        assert answers(ask(node, query(CDN, rdtype), "198.51.100.7"))[0] == first, rdtype
+    assert answers(ask(node, query(CDN, "CNAME"), "203.0.113.9"))[0] != first
