@@ -7,6 +7,7 @@ from typing import Any
 
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import Config
+from gtmcluster.config.traffic import TYPE_NAMES
 from gtmcluster.config.wideipnames import is_wildcard
 from gtmcluster.dns import names
 from gtmcluster.health import admin
@@ -47,7 +48,8 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
             yield None
         s = snapshot.vs.get(name)
         servers[name] = {
-            "address": f"{vs.address}:{vs.port}",
+            "address": f"{vs.address}:{vs.port}" if vs.address is not None else None,
+            "record": vs.target.text if vs.target is not None else None,  # (config.targets)
             "datacenter": vs.datacenter,
             "monitor": vs.monitor.name if vs.monitor else None,
             "available": s.available if s else None,
@@ -94,7 +96,8 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
                     "members": [
                         {
                             "name": m.name,
-                            "address": str(m.vs.address),
+                            "address": str(m.vs.address) if m.vs.address is not None else None,
+                            "record": m.vs.target.text if m.vs.target is not None else None,
                             "datacenter": m.vs.datacenter,
                             "ratio": m.ratio,
                             "available": snapshot.vs_up(m.vs),
@@ -104,7 +107,7 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
                 }
             )
         out[wideip.name] = {
-            "types": sorted("A" if t == 1 else "AAAA" for t in wideip.types),
+            "types": sorted(TYPE_NAMES[t] for t in wideip.types),
             "pool_lb": wideip.pool_lb,
             "pools": pools,
             "last_resort_pool": wideip.last_resort.name if wideip.last_resort else None,

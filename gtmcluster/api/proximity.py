@@ -8,8 +8,8 @@ from typing import Any
 
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import WideIP
+from gtmcluster.config.traffic import TYPE_NAMES, WIDEIP_TYPES
 from gtmcluster.dns import names
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.dynamic import PATH_NOTE
 from gtmcluster.node import Node
@@ -99,8 +99,8 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             raise ApiError(400, f"subnet {subnet!r} is not a network") from None
         if network.prefixlen and ldns in node.responder.ecs_trusted:
             client = Client(network.network_address, network.prefixlen, ldns, True)
-    qtype_name = args.get("type", "AAAA" if TYPE_AAAA in wideip.types and TYPE_A not in wideip.types else "A").upper()
-    qtype = {"A": TYPE_A, "AAAA": TYPE_AAAA}.get(qtype_name)
+    qtype_name = args.get("type", TYPE_NAMES[min(wideip.types)]).upper()
+    qtype = WIDEIP_TYPES.get(qtype_name)
     if qtype is None or qtype not in wideip.types:
         raise ApiError(400, f"type {qtype_name} is not answered by {wideip.name}")
     decision = node.balancer.explain(wideip, qtype, client)
@@ -119,7 +119,7 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             else "topology, persistence and paths all use the LDNS address",
         },
         "action": decision.action.value,
-        "answer": [str(a) for a in decision.addresses],
+        "answer": [str(a) for a in decision.addresses] + [t.text for t in decision.targets],
         "pool": decision.pool,
         "members": list(decision.members),
         "method": decision.method,

@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("wideip")
     p.add_argument("--ldns", required=True, metavar="ADDRESS", help="the asking resolver's address")
     p.add_argument("--subnet", metavar="CIDR", help="an EDNS client subnet sent with the query")
-    p.add_argument("--type", default=None, choices=("A", "AAAA"))
+    p.add_argument("--type", default=None, choices=("A", "AAAA", "CNAME", "MX", "SRV", "NAPTR"))
     p.add_argument("--json", action="store_true", help="the API's JSON")
     add_token_argument(p)
     p.set_defaults(run=run)

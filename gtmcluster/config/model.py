@@ -15,7 +15,7 @@ from pathlib import Path
 from gtmcluster import slices
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import ZoneSet
+from gtmcluster.dns.zone import RData, ZoneSet
 from gtmcluster.topology.records import Topology
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -170,9 +170,20 @@ class Link:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordTarget:
+    """What a virtual server answers with instead of an address: the data of one CNAME,
+    MX, SRV or NAPTR record (read and encoded by `gtmcluster.config.targets`)."""
+
+    rtype: int
+    name: Name  # the CNAME target, MX exchange, SRV target or NAPTR replacement
+    rdata: RData  # the record's RDATA, ready for the wire writer
+    text: str  # its presentation form, e.g. "10 mail1.example.com." (API, explain)
+
+
+@dataclass(frozen=True, slots=True)
 class VirtualServer:
     name: str
-    address: IPAddress
+    address: IPAddress | None  # None when the server answers with a `target` instead
     port: int
     datacenter: str
     monitor: Monitor | None
@@ -181,10 +192,27 @@ class VirtualServer:
     depends_on: tuple[str, ...] = ()  # names of virtual servers this one needs
     manual_resume: bool = False  # after going down, stay out until an operator enables it
     slow_start: float = 0.0  # seconds over which a returning server's share ramps up
+    #: a CNAME, MX, SRV or NAPTR record answered instead of an address (docs/wideip-types.md)
+    target: RecordTarget | None = None
+    #: what the monitor of a `target` server checks (it has no address of its own)
+    check_address: IPAddress | None = None
 
     @property
     def enabled(self) -> bool:
         return self.admin_state != "disabled"
+
+    @property
+    def rtype(self) -> int:
+        """The record type this server answers: A or AAAA by its address, else its target's."""
+        if self.target is not None:
+            return self.target.rtype
+        assert self.address is not None
+        return 1 if self.address.version == 4 else 28
+
+    @property
+    def probe_address(self) -> IPAddress | None:
+        """The address health checks go to: its own, or a target server's `check_address`."""
+        return self.address if self.address is not None else self.check_address
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +339,9 @@ FAILURE_RESPONSES = ("return_to_dns", "fallback_ip", "nxdomain", "servfail", "re
 class WideIP:
     name: str  # presentation form, lowercase, without the trailing dot
     labels: Name  # lowercased
-    types: frozenset[int]  # DNS types answered by load balancing (A = 1, AAAA = 28)
+    #: DNS types answered by load balancing (A = 1, AAAA = 28; CNAME, MX, SRV, NAPTR:
+    #: docs/wideip-types.md); a CNAME wide IP has that type alone
+    types: frozenset[int]
     pools: tuple[PoolRef, ...]
     pool_lb: str
     persistence: Persistence | None

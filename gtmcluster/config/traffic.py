@@ -7,6 +7,8 @@ from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
+import dns.rdatatype
+
 from gtmcluster.config import geoip as geoconf
 from gtmcluster.config import wideipnames
 from gtmcluster.config.model import (
@@ -20,6 +22,7 @@ from gtmcluster.config.model import (
     PoolRef,
     Prefixes,
     QosWeights,
+    RecordTarget,
     Region,
     Tolerance,
     VirtualServer,
@@ -27,9 +30,10 @@ from gtmcluster.config.model import (
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
+from gtmcluster.config.targets import TARGET_KEYS, read_target, srv_port
 from gtmcluster.dns import names
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, ZoneSet
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.slices import Steps
 from gtmcluster.state import schema
@@ -49,7 +53,21 @@ STEP = 64
 #: pools (each may list dozens of members)
 REGION_STEP = 4
 POOL_STEP = 8
-WIDEIP_TYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
+WIDEIP_TYPES = {
+    "A": TYPE_A,
+    "AAAA": TYPE_AAAA,
+    "CNAME": TYPE_CNAME,
+    "MX": TYPE_MX,
+    "SRV": TYPE_SRV,
+    "NAPTR": TYPE_NAPTR,
+}
+TYPE_NAMES = {t: k for k, t in WIDEIP_TYPES.items()}
+#: what answers each type (for the message when no pool has it)
+_TYPE_SOURCES = {
+    TYPE_A: "an IPv4 virtual server or fallback_ip",
+    TYPE_AAAA: "an IPv6 virtual server or fallback_ip",
+    **{t: f"a virtual server with '{k}'" for k, t in TARGET_KEYS.items()},
+}
 ADMIN_STATES = ("enabled", "disabled", "drain")
 
 
@@ -84,13 +102,31 @@ def read_virtual_servers(
         if r.name(path, name, "virtual server name") is None or vs is None:
             r.broken.add(("virtual_server", name))
             continue
-        address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
-        port = vs.integer("port", 80, 1, 65535)
+        kinds = [k for k in TARGET_KEYS if vs.has(k)]
+        address = target = check_address = None
+        if kinds:
+            target = _target(r, vs, kinds)
+            if vs.has("check_address"):
+                check_address = r.address(vs.at("check_address"), vs.get("check_address"))
+        else:
+            address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
+            if vs.has("check_address"):
+                r.error(vs.at("check_address"), f"only for virtual servers with {', '.join(TARGET_KEYS)}")
+        default_port = 80
+        if target is not None and target.rtype == TYPE_SRV:
+            default_port = srv_port(target) or 80  # (an SRV server's monitor checks its port)
+        port = vs.integer("port", default_port, 1, 65535)
         dc = datacenter(r, vs.at("datacenter"), vs.require("datacenter", "one of the datacenters"), datacenters)
         monitor = None
         if vs.has("monitor"):
             monitor_name = r.known(vs.at("monitor"), vs.get("monitor"), "monitor", monitors, "monitor")
             monitor = monitors.get(monitor_name or "")
+            if kinds and not vs.has("check_address"):
+                r.error(
+                    vs.at("monitor"),
+                    f"a {kinds[0]} virtual server's monitor needs 'check_address' (the address it checks);"
+                    " without a monitor the server counts as up",
+                )
         link = None
         if vs.has("link"):
             link = links.get(r.known(vs.at("link"), vs.get("link"), "link", links, "link") or "")
@@ -111,18 +147,40 @@ def read_virtual_servers(
         manual_resume = vs.boolean("manual_resume", False)
         slow_start = vs.number("slow_start", 0.0, 0, 86400)
         vs.done()
-        if address is None or port is None or dc is None or admin is None or slow_start is None:
+        if (target if kinds else address) is None or port is None or dc is None or admin is None or slow_start is None:
             r.broken.add(("virtual_server", name))
             continue
-        other = seen.setdefault((address, port), name)
+        other = seen.setdefault((address, port), name) if address is not None else name
         if other != name:
             r.error(path, f"same address and port as virtual server {other!r}")
         out[name] = VirtualServer(
-            name, address, port, dc, monitor, admin, link, tuple(depends), manual_resume, slow_start
+            name,
+            address,
+            port,
+            dc,
+            monitor,
+            admin,
+            link,
+            tuple(depends),
+            manual_resume,
+            slow_start,
+            target,
+            check_address,
         )
     yield
     _check_dependencies(r, out, dependency_paths)
     return out
+
+
+def _target(r: Reader, vs: Mapping, kinds: list[str]) -> RecordTarget | None:
+    """The record a virtual server answers with (`config.targets`): one kind, no address."""
+    if len(kinds) > 1:
+        r.error(vs.at(kinds[1]), f"give one of {', '.join(TARGET_KEYS)}, not {kinds[0]!r} and {kinds[1]!r}")
+        return None
+    if vs.has("address"):
+        r.error(vs.at("address"), f"a {kinds[0]} virtual server has no address (see 'check_address')")
+        return None
+    return read_target(r, vs, kinds[0])
 
 
 def _check_dependencies(r: Reader, vss: dict[str, VirtualServer], paths: dict[tuple[str, str], KeyPath]) -> None:
@@ -406,7 +464,8 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
             if any(p.vs is vs for p in members):
                 r.error(at, f"virtual server {vs_name!r} is listed twice in this pool")
                 continue
-            facts = ServerFacts(vs.name, False, frozenset([name]), frozenset([vs.datacenter]), (vs.address,))
+            addresses = () if vs.address is None else (vs.address,)
+            facts = ServerFacts(vs.name, False, frozenset([name]), frozenset([vs.datacenter]), addresses)
             members.append(PoolMember(vs, ratio, topology.server_mask(facts)))
         fallback_ips = []
         if m.has("fallback_ip"):
@@ -478,7 +537,7 @@ def _pool_ref(r: Reader, at: KeyPath, entry: Any, pools: MappingT[str, Pool], to
         True,
         frozenset([pool.name]),
         frozenset(m.vs.datacenter for m in pool.members),
-        tuple(m.vs.address for m in pool.members),
+        tuple(m.vs.address for m in pool.members if m.vs.address is not None),
     )
     return PoolRef(pool, ratio, topology.server_mask(facts))
 
@@ -510,7 +569,7 @@ def read_wideips(
         aliases = wideipnames.read_aliases(r, m.at("aliases"), m.get("aliases", []), zones, broken_zones)
         types: set[int] = set()
         type_value = m.get("type", "A")
-        for i, t in enumerate(r.list(m.at("type"), type_value, "A, AAAA or [A, AAAA]", allow_scalar=True) or []):
+        for i, t in enumerate(r.list(m.at("type"), type_value, "a type or a list of types", allow_scalar=True) or []):
             at = (*m.at("type"), i) if isinstance(type_value, list) else m.at("type")
             t = r.string(at, t, choices=tuple(WIDEIP_TYPES))
             if t is not None:
@@ -553,15 +612,19 @@ def read_wideips(
         if failure == "fallback_ip" and not m.has("fallback_ip"):
             r.error(m.at("failure_response"), "fallback_ip needs the wide IP's 'fallback_ip' address(es)")
         m.done()
+        if TYPE_CNAME in types and len(types) > 1:
+            r.error(m.at("type"), "a CNAME wide IP has no other type (RFC 1034 3.6.2: a CNAME stands alone)")
+            continue
         if labels is None or pool_lb is None or not types:
             continue
+        if TYPE_CNAME in types and not _alone(r, path, labels, zones):
+            continue
+        answered = {member.vs.rtype for ref in refs for member in ref.pool.members}
+        answered |= {TYPE_A if a.version == 4 else TYPE_AAAA for ref in refs for a in ref.pool.fallback_ips}
         for t in sorted(types):
-            version = 4 if t == TYPE_A else 6
-            family = {member.vs.address.version for ref in refs for member in ref.pool.members}
-            family |= {a.version for ref in refs for a in ref.pool.fallback_ips}
-            if complete and version not in family:
-                kind = "A" if t == TYPE_A else "AAAA"
-                r.error(m.at("type"), f"type {kind} but no pool has an IPv{version} virtual server or fallback_ip")
+            if complete and t not in answered:
+                kind = TYPE_NAMES[t]
+                r.error(m.at("type"), f"type {kind} but no pool has {_TYPE_SOURCES[t]}")
         text = names.to_text(labels).rstrip(".")
         if not claims.take(path, labels, text, alias=False):
             continue
@@ -580,3 +643,14 @@ def read_wideips(
         )
     yield from wideipnames.check_cnames(r, claims.wildcards(), zones)
     return out
+
+
+def _alone(r: Reader, path: KeyPath, labels: Name, zones: ZoneSet) -> bool:
+    """A CNAME wide IP's name holds no static records (RFC 1034 3.6.2)."""
+    zone = zones.find(labels)
+    node = zone.nodes.get(labels) if zone is not None else None
+    if zone is None or node is None or not node.rrsets:
+        return True
+    kinds = ", ".join(sorted(dns.rdatatype.to_text(dns.rdatatype.RdataType.make(t)) for t in node.rrsets))
+    r.error(path, f"type CNAME, but zone {names.to_text(zone.origin)} has records at this name (types {kinds})")
+    return False

@@ -11,7 +11,8 @@ client subnet), asking for a static record or a wide IP. For those the general p
   `lb.cache`), encoded here: the question, one A or AAAA record per address pointing back
   to it, and the OPT (with the client subnet echoed and the decision's scope). The wide IP
   is found by the queried name: its own name or an alias, else the longest ``*.`` wildcard
-  above it (one lookup per label), and the encoded reply is kept per queried name.
+  above it (one lookup per label), and the encoded reply is kept per queried name. Wide
+  IPs of the record types (CNAME, MX, SRV, NAPTR) are left to the general path.
 
 Anything else, anything not yet kept, and anything that would not fit the client's size
 goes to the general path, which answers it and (for what qualifies) prepares the next one.
@@ -44,6 +45,8 @@ _OPTION = struct.Struct("!HH")
 #: templates kept at most; when full they start again (random names cost the general path)
 MAX_TEMPLATES = 20_000
 _COPIED = wire.RD | wire.CD
+#: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
+_ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
 
 
 class _Plain(NamedTuple):
@@ -94,7 +97,7 @@ class FastPath:
         wideip = self.wideips.get(plain.qname)
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
-        if wideip is not None and plain.qtype in wideip.types:
+        if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
             reply = self._wideip(data, source, plain, wideip)
         elif plain.ecs is None:
             reply = self._static(data, plain)

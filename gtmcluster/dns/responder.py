@@ -20,6 +20,9 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
   own name, its aliases and, for a ``*.`` wildcard, the names below it that no more
   specific wide IP answers (`WideIPNames`), in place of the zone's records for its types;
   where the zone has no name there, other types get NODATA. A delegation still wins.
+- A CNAME wide IP answers every type with its CNAME (RFC 1034 3.6.2), followed inside our
+  zones like a static one; MX and SRV answers carry their targets' addresses from our
+  zones as additional data (docs/wideip-types.md).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 from twisted.logger import Logger
 
-from gtmcluster.config.model import IPNetwork, WideIP
+from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
@@ -43,8 +46,10 @@ from gtmcluster.dns.zone import (
     TYPE_AXFR,
     TYPE_CNAME,
     TYPE_IXFR,
+    TYPE_MX,
     TYPE_NS,
     TYPE_OPT,
+    TYPE_SRV,
     TYPE_TXT,
     Outcome,
     RRset,
@@ -70,6 +75,7 @@ TYPE_LABELS = {
     16: "TXT",
     28: "AAAA",
     33: "SRV",
+    35: "NAPTR",
     255: "ANY",
 }
 RCODE_LABELS = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
@@ -268,7 +274,7 @@ class Responder:
             rrsets = found.node.rrsets if found.node is not None else {}
             owner = name if found.wildcard else None
             if wideip is not None:
-                wanted = min(wideip.types) if qtype == TYPE_ANY else qtype
+                wanted = _wanted(wideip, qtype)
                 if wanted in wideip.types:
                     decision = self.decide(wideip, wanted, client, who)
                     if client.from_ecs:  # (else the answer depended on none of the client subnet)
@@ -286,6 +292,16 @@ class Responder:
                             result.authority = [(zone.negative_soa, None)]
                         else:
                             result.aa = False
+                        return result
+                    if decision.action is Action.ANSWER and decision.targets:
+                        records = RRset(name, wanted, decision.ttl, tuple(t.rdata for t in decision.targets))
+                        result.answer.append((records, None))
+                        if wanted == TYPE_CNAME and qtype not in (TYPE_CNAME, TYPE_ANY):
+                            name = decision.targets[0].name  # followed as a static CNAME is
+                            continue
+                        if wanted in (TYPE_MX, TYPE_SRV):
+                            result.additional = self._addresses_of(decision.targets, client, who, result)
+                            result.glue_required = False
                         return result
                     if decision.action is Action.ANSWER:
                         rdatas = tuple((a.packed,) for a in decision.addresses)
@@ -315,6 +331,33 @@ class Responder:
             result.authority = [(zone.negative_soa, None)]
             return result
         return result
+
+    def _addresses_of(
+        self, targets: tuple[RecordTarget, ...], client: Client, who: Hashable, result: _Answer
+    ) -> list[tuple[RRset, Name | None]]:
+        """The A and AAAA records of MX exchanges and SRV targets in our zones (their wide IPs'
+        answers, or their static records), for the additional section."""
+        out: list[tuple[RRset, Name | None]] = []
+        for key, owner in {names.key(t.name): t.name for t in targets}.items():
+            zone = self.zones.find(key)
+            if zone is None or zone.delegation_for(key) is not None:
+                continue
+            node = zone.nodes.get(key)
+            wideip = self.names.find(key, len(zone.origin_key))
+            for rtype in (TYPE_A, TYPE_AAAA):
+                if wideip is not None and rtype in wideip.types:
+                    decision = self.decide(wideip, rtype, client, who)
+                    if client.from_ecs:
+                        result.scope = max(result.scope, decision.scope)
+                    if decision.action is Action.ANSWER and decision.addresses:
+                        rdatas = tuple((a.packed,) for a in decision.addresses)
+                        out.append((RRset(owner, rtype, decision.ttl, rdatas), None))
+                        continue
+                    if decision.action is not Action.RETURN_TO_DNS and decision.action is not Action.NOTHING:
+                        continue
+                if node is not None and rtype in node.rrsets:
+                    out.append((node.rrsets[rtype], None))
+        return out
 
     def _limit(self, edns: wire.Edns | None, tcp: bool) -> int:
         """The largest response: 65535 over TCP, else the client's EDNS size capped by ours, else 512."""
@@ -347,6 +390,14 @@ class Responder:
             Section(answer.additional or [], required=answer.glue_required),
         ]
         return wire.write_response(query.id, flags, answer.rcode, query.question, query.qname, sections, opt, limit)
+
+
+def _wanted(wideip: WideIP, qtype: int) -> int:
+    """The type a wide IP answers a *qtype* query with: a CNAME wide IP's CNAME for any, the
+    first of its types for ANY, else *qtype* itself (answered when it is one of its types)."""
+    if TYPE_CNAME in wideip.types:
+        return TYPE_CNAME
+    return min(wideip.types) if qtype == TYPE_ANY else qtype
 
 
 def client_key(source: str, ecs: wire.ClientSubnet | None) -> Hashable:

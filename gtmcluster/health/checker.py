@@ -80,7 +80,8 @@ def subjects(config: Config, node: str, keep: Callable[[str, object], Subject | 
     keep for it as it is (its definition unchanged), so none is made anew."""
     out = []
     for vs in config.virtual_servers.values():
-        if vs.monitor is None:
+        address = vs.probe_address  # (a record server's check_address: config.targets)
+        if vs.monitor is None or address is None:
             continue
         key = f"obs/vs/{vs.name}/{node}"
         kept = keep(key, vs) if keep is not None else None
@@ -88,7 +89,7 @@ def subjects(config: Config, node: str, keep: Callable[[str, object], Subject | 
             out.append(kept)
             continue
         m = vs.monitor
-        target = Target(vs.address, m.port or vs.port, f"virtual server {vs.name}")
+        target = Target(address, m.port or vs.port, f"virtual server {vs.name}")
         out.append(Subject("vs", vs.name, m, (target,), Flap(m.up_after, m.down_after), key))
     for link in config.links.values():
         key = f"obs/link/{link.name}/{node}"
