@@ -66,13 +66,17 @@ def test_sample_config_loads(sample: Config) -> None:
     assert sample.sync_group.name == "prod"
     assert [m.name for m in sample.sync_group.members] == ["gtm-cnc", "gtm-tel", "gtm-cmcc"]
     assert sample.datacenters == ("CNC", "TEL", "CMCC")
-    assert set(sample.virtual_servers) == {"vs-cnc", "vs-tel", "vs-cmcc", "vs-cnc-v6", "vs-tel-v6", "vs-spare"}
-    assert set(sample.pools) == {"web", "web-v6", "api", "sticky"}
+    assert set(sample.virtual_servers) == {
+        *("vs-cnc", "vs-tel", "vs-cmcc", "vs-cnc-v6", "vs-tel-v6", "vs-spare"),
+        *("cdn-cnc", "cdn-tel"),
+    }
+    assert set(sample.pools) == {"web", "web-v6", "api", "sticky", "cdn"}
     assert {w.name for w in sample.wideips.values()} == {
         "www.wip.example.com",
         "dual.wip.example.com",
         "api.wip.example.com",
         "sticky.wip.example.com",
+        "cdn.wip.example.com",
     }
     assert [z.origin for z in sample.zones] == [_key("wip.example.com")]
     assert len(sample.topology.records) == 6
