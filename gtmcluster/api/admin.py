@@ -46,7 +46,9 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
         servers[name] = {
             "address": f"{vs.address}:{vs.port}",
             "datacenter": vs.datacenter,
-            "monitor": vs.monitor.name if vs.monitor else None,
+            "monitor": ", ".join(m.name for m in vs.monitors) or None,
+            "monitors": [m.name for m in vs.monitors],
+            "monitor_rule": str(vs.monitor_rule),
             "available": s.available if s else None,
             "serving": s.serving if s else None,
             "health": s.health if s else None,

@@ -159,6 +159,22 @@ class Monitor:
 
 
 @dataclass(frozen=True, slots=True)
+class MonitorRule:
+    """How the verdicts of a virtual server's monitors, each on one node, combine into that
+    node's verdict (`gtmcluster.health.monitors`): up if `all` of them say up
+    (`at_least` None), or at least `at_least` of them."""
+
+    at_least: int | None = None
+
+    def needed(self, count: int) -> int:
+        """How many of *count* monitors must say up."""
+        return count if self.at_least is None else self.at_least
+
+    def __str__(self) -> str:
+        return "all" if self.at_least is None else f"at_least {self.at_least}"
+
+
+@dataclass(frozen=True, slots=True)
 class Link:
     """A data center's uplink: up while any of its targets answers the monitor."""
 
@@ -174,16 +190,31 @@ class VirtualServer:
     address: IPAddress
     port: int
     datacenter: str
-    monitor: Monitor | None
+    #: checked by each of these (none: not monitored, always up as far as health goes)
+    monitors: tuple[Monitor, ...]
     admin_state: str = "enabled"  # enabled | disabled | drain (the configured default)
     link: Link | None = None
     depends_on: tuple[str, ...] = ()  # names of virtual servers this one needs
     manual_resume: bool = False  # after going down, stay out until an operator enables it
     slow_start: float = 0.0  # seconds over which a returning server's share ramps up
+    monitor_rule: MonitorRule = MonitorRule()  # how the verdicts of its monitors combine
 
     @property
     def enabled(self) -> bool:
         return self.admin_state != "disabled"
+
+    @property
+    def health_rule(self) -> HealthRule:
+        """How the GTM nodes' verdicts combine: its monitors' `rule` (the config makes
+        them all the same)."""
+        return self.monitors[0].rule if self.monitors else HealthRule("any")
+
+    @property
+    def unknown_as_up(self) -> bool:
+        """Whether it counts as up before any node's verdict: the monitor rule applied to
+        each monitor's `unknown_as`."""
+        ups = sum(m.unknown_as_up for m in self.monitors)
+        return ups >= self.monitor_rule.needed(len(self.monitors))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.config import health
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
@@ -84,10 +85,7 @@ def read_virtual_servers(
         address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
         port = vs.integer("port", 80, 1, 65535)
         dc = datacenter(r, vs.at("datacenter"), vs.require("datacenter", "one of the datacenters"), datacenters)
-        monitor = None
-        if vs.has("monitor"):
-            monitor_name = r.known(vs.at("monitor"), vs.get("monitor"), "monitor", monitors, "monitor")
-            monitor = monitors.get(monitor_name or "")
+        monitored, monitor_rule = health.read_vs_monitors(r, vs, monitors)
         link = None
         if vs.has("link"):
             link = links.get(r.known(vs.at("link"), vs.get("link"), "link", links, "link") or "")
@@ -115,7 +113,7 @@ def read_virtual_servers(
         if other != name:
             r.error(path, f"same address and port as virtual server {other!r}")
         out[name] = VirtualServer(
-            name, address, port, dc, monitor, admin, link, tuple(depends), manual_resume, slow_start
+            name, address, port, dc, monitored, admin, link, tuple(depends), manual_resume, slow_start, monitor_rule
         )
     yield
     _check_dependencies(r, out, dependency_paths)

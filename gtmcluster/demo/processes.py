@@ -68,10 +68,7 @@ class Processes:
         return [
             vs
             for vs in self.config.virtual_servers.values()
-            if vs.monitor is not None
-            and vs.monitor.type == "http"
-            and vs.address.is_loopback
-            and vs.admin_state != "disabled"
+            if any(m.type == "http" for m in vs.monitors) and vs.address.is_loopback and vs.admin_state != "disabled"
         ]
 
     def start_backend(self, vs: VirtualServer) -> None:

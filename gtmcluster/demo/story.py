@@ -212,9 +212,10 @@ class Story:
         address, description, _ = self.resolvers[0]
         current = dig(self.dns, self.wideip, address)
         vs = next((v for v in servers.values() if str(v.address) == current), None)
-        if vs is None or vs.monitor is None:
+        if vs is None or not vs.monitors:
             return
-        m = vs.monitor
+        # the slowest of its monitors (one going down is enough under monitor_rule all)
+        m = max(vs.monitors, key=lambda m: (m.interval * max(m.down_after, m.up_after), m.timeout))
         bound = m.interval * m.down_after + m.timeout
         say(f"\n5. Failover: stopping {vs.name}'s backend; {description} ({address}) should move within")
         say(f"   interval x down_after + timeout = {m.interval:g} x {m.down_after} + {m.timeout:g} = {bound:g} s")
