@@ -100,7 +100,9 @@ def read_vs_monitors(
     """A virtual server's ``monitor`` (one name or a list of names) and ``monitor_rule``
     (``all``, the default, or ``{at_least: N}``). Problems are reported; what is usable is
     returned (a name that is not, left out)."""
-    raw = vs.get("monitor") if vs.has("monitor") else []
+    if not vs.has("monitor"):
+        return (), _monitor_rule(r, vs, 0)
+    raw = vs.get("monitor")
     names = r.list(vs.at("monitor"), raw, "a monitor name or a list of them", allow_scalar=True) or []
     if isinstance(raw, list) and not raw:
         r.error(vs.at("monitor"), "an empty list: give at least one monitor name, or leave 'monitor' out")
