@@ -96,6 +96,7 @@ class Group:
     rule: MonitorRule
     parts: list[Subject]
     up: bool | None = None  # the verdict last written or confirmed (None: none yet)
+    reason: str = ""  # and its reason
     last_written: float = float("-inf")
 
     @property
@@ -425,6 +426,8 @@ class HealthChecker(Service):
         flipped = was is None or up != was
         if flipped and was is None and self._confirms(group, up):
             flipped = False  # what this node said before (its snapshot): no change
+            held = self.store.get(group.key)
+            group.reason = str(held.value.get("reason", "")) if held is not None else ""
         group.up = up
         verdict = UP if up else "down"
         if flipped:
@@ -448,6 +451,11 @@ class HealthChecker(Service):
                 reason=reason,
                 event="monitor_observation",
             )
-        if flipped or now - group.last_written >= group.ttl / 3:
+        # a monitor's own change is written too (the reason names it), once every monitor
+        # has a verdict (after a restart, the verdict held is confirmed monitor by monitor);
+        # a reason that varies while no verdict changes waits for the next rewrite
+        told = changed is not None and reason != group.reason and all(p.flap.state != UNKNOWN for p in group.parts)
+        if flipped or told or now - group.last_written >= group.ttl / 3:
             self.store.put(group.key, {"up": up, "reason": reason}, ttl=group.ttl)
+            group.reason = reason
             group.last_written = now - (refresh_share(group.key) * group.ttl / 3 if flipped else 0.0)
