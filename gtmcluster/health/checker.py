@@ -440,7 +440,7 @@ class HealthChecker(Service):
                 reason=reason,
                 event="observation",
             )
-        elif changed is not None:
+        elif changed is not None and old != UNKNOWN:  # (a first verdict: the record tells)
             log.info(
                 "{subject} seen {new} by {observer} (was {old}); the server stays {verdict}: {reason}",
                 subject=part.description,

@@ -21,7 +21,7 @@ from gtmcluster.health.flap import DOWN, UNKNOWN, UP
 from gtmcluster.health.monitors import MonitorVerdict, decide
 from gtmcluster.health.status import evaluate
 from gtmcluster.probe.base import Check, Result, Target
-from gtmcluster.state.store import Store
+from gtmcluster.state.store import Record, Store, Version
 from tests.support import configs
 from tests.support.healthcfg import health_config, load_config, observe
 from tests.unit.test_health_checker import ScriptedChecks, run
@@ -304,3 +304,22 @@ def test_the_status_reason_names_the_monitors(tmp_path: Path) -> None:
     observe(store, "vs", "vs1", "n2", False, bad)
     servers, _ = evaluate(config, store)
     assert servers["vs1"].reason == f"monitors web, tcp (rule all): n1: {bad}; n2: {bad}"
+
+
+def test_a_restarted_node_that_finds_the_same_writes_nothing(tmp_path: Path) -> None:
+    """After a restart, the verdict and reason held (from the snapshot) that the monitors
+    find again, one by one, are no change: not written, not logged."""
+    checker, store, clock, checks = make(tmp_path, two_monitor_config())
+    clock.advance(100)
+    held = {"up": True, "reason": "web: up; tcp: up; rule all: up"}
+    store.merge(Record("obs/vs/vs1/n1", held, Version(1, 1, "n1"), 80, clock.seconds()))
+    kept = store.get("obs/vs/vs1/n1")
+    with capturedLogs() as events:
+        checker.startService()
+        run(clock, 6)
+    assert store.get("obs/vs/vs1/n1") is kept
+    assert not [e for e in events if "vs1" in str(e.get("subject", ""))]
+    checks.monitor_ok["tcp"] = False
+    run(clock, 2)
+    assert value(store, "obs/vs/vs1/n1") == {"up": False, "reason": "web: up; tcp: down (tcp failed); rule all: down"}
+    checker.stopService()
