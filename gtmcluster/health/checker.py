@@ -419,7 +419,12 @@ class HealthChecker(Service):
 
     def _judge_group(self, part: Subject, group: Group, old: str, changed: str | None, now: float) -> None:
         """After a round of one of a server's several monitors: the group's verdict, written
-        when it changes (and now and then), as `_judge` does for a single subject."""
+        when it or one of the monitors' changes (and now and then), as `_judge` does for a
+        single subject. Nothing before every monitor has its first verdict (within an
+        interval of the slowest): until then the record held, if any, stands, and a node
+        without one counts as the monitors' `unknown_as` say (`health.status`)."""
+        if any(p.flap.state == UNKNOWN for p in group.parts):
+            return
         up, reason = group.decide()
         reason = shorten(reason)
         was = group.up
@@ -451,10 +456,9 @@ class HealthChecker(Service):
                 reason=reason,
                 event="monitor_observation",
             )
-        # a monitor's own change is written too (the reason names it), once every monitor
-        # has a verdict (after a restart, the verdict held is confirmed monitor by monitor);
-        # a reason that varies while no verdict changes waits for the next rewrite
-        told = changed is not None and reason != group.reason and all(p.flap.state != UNKNOWN for p in group.parts)
+        # a monitor's own change is written too (the reason names it); a reason that varies
+        # while no verdict changes waits for the next rewrite
+        told = changed is not None and reason != group.reason
         if flipped or told or now - group.last_written >= group.ttl / 3:
             self.store.put(group.key, {"up": up, "reason": reason}, ttl=group.ttl)
             group.reason = reason
