@@ -189,6 +189,27 @@ def test_one_failing_monitor_moves_the_answer_under_all_but_not_at_least_one(set
     assert line is not None, status.stdout + status.stderr
     assert "http_check: down (" in line and "tcp_check: up; rule all: down" in line, line
     assert "vs_one unavailable" not in status.stdout
+    explain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gtmcluster.cli.main",
+            "explain",
+            "--config",
+            str(setup.config),
+            ALL,
+            "--ldns",
+            "127.0.1.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"  virtual server vs_all out (health down): {gone['reason']}" in explain.stdout.splitlines(), explain
+    assert explain.stdout.rstrip().endswith(
+        f"=> {ALT_ALL} from pool pa (alt_all) by global_availability, TTL 5, ECS scope /0"
+    )
 
     Health.failing = False
     poll.until(lambda: setup.answer(ALL) == [setup.vs_all], 10, f"{ALL} back on vs_all", details=setup.health)
