@@ -456,9 +456,10 @@ class HealthChecker(Service):
                 reason=reason,
                 event="monitor_observation",
             )
-        # a monitor's own change is written too (the reason names it); a reason that varies
-        # while no verdict changes waits for the next rewrite
-        told = changed is not None and reason != group.reason
+        # a monitor's own change is written too (the reason names it), and a first verdict
+        # that confirms the one held with another reason (a rule changed); a reason that
+        # varies while no verdict changes waits for the next rewrite
+        told = (changed is not None or was is None) and reason != group.reason
         if flipped or told or now - group.last_written >= group.ttl / 3:
             self.store.put(group.key, {"up": up, "reason": reason}, ttl=group.ttl)
             group.reason = reason

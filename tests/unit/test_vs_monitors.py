@@ -323,3 +323,20 @@ def test_a_restarted_node_that_finds_the_same_writes_nothing(tmp_path: Path) -> 
     run(clock, 2)
     assert value(store, "obs/vs/vs1/n1") == {"up": False, "reason": "web: up; tcp: down (tcp failed); rule all: down"}
     checker.stopService()
+
+
+def test_a_new_rule_that_keeps_the_verdict_rewrites_the_reason_without_a_change(tmp_path: Path) -> None:
+    """vs1 up under `all`; reloaded with {at_least: 1} it is still up: within the slowest
+    monitor's interval its record says so by the new rule, and no change is logged."""
+    raw = two_monitor_config()
+    checker, store, clock, _ = make(tmp_path, raw)
+    checker.startService()
+    run(clock, 6)
+    assert value(store, "obs/vs/vs1/n1") == {"up": True, "reason": "web: up; tcp: up; rule all: up"}
+    raw["virtual_servers"]["vs1"]["monitor_rule"] = {"at_least": 1}
+    with capturedLogs() as events:
+        checker.reconfigure(load_config(tmp_path, raw))
+        run(clock, 5)
+    assert value(store, "obs/vs/vs1/n1") == {"up": True, "reason": "web: up; tcp: up; rule at_least 1: up"}
+    assert not [e for e in events if e.get("event") in ("observation", "monitor_observation")]
+    checker.stopService()
