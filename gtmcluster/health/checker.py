@@ -33,7 +33,7 @@ from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, Monitor, MonitorRule, VirtualServer
-from gtmcluster.health.flap import UNKNOWN, UP, Flap
+from gtmcluster.health.flap import DOWN, UNKNOWN, UP, Flap
 from gtmcluster.health.monitors import MonitorVerdict, decide
 from gtmcluster.health.schedule import Entry, Schedule
 from gtmcluster.probe.base import Check, Result, Target
@@ -434,13 +434,13 @@ class HealthChecker(Service):
             held = self.store.get(group.key)
             group.reason = str(held.value.get("reason", "")) if held is not None else ""
         group.up = up
-        verdict = UP if up else "down"
+        verdict = UP if up else DOWN
         if flipped:
             log.info(
                 "{subject} seen {new} by {observer} (was {old}): {reason}",
                 subject=group.description,
                 new=verdict,
-                old=UNKNOWN if was is None else (UP if was else "down"),
+                old=UNKNOWN if was is None else (UP if was else DOWN),
                 observer=self.node,
                 reason=reason,
                 event="observation",
