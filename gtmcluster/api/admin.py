@@ -51,7 +51,9 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
             "address": f"{vs.address}:{vs.port}" if vs.address is not None else None,
             "record": vs.target.text if vs.target is not None else None,  # (config.targets)
             "datacenter": vs.datacenter,
-            "monitor": vs.monitor.name if vs.monitor else None,
+            "monitor": ", ".join(m.name for m in vs.monitors) or None,
+            "monitors": [m.name for m in vs.monitors],
+            "monitor_rule": str(vs.monitor_rule),
             "available": s.available if s else None,
             "serving": s.serving if s else None,
             "health": s.health if s else None,

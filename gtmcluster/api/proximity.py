@@ -140,6 +140,7 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             for s in decision.trace
         ],
         "admin": admin_out(node, wideip),
+        "unhealthy": health_out(node, wideip),
     }
 
 
@@ -157,4 +158,20 @@ def admin_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
                 continue
             seen.add(m.name)
             out.append({"virtual_server": m.name, "admin": status.admin, "reason": status.reason})
+    return out
+
+
+def health_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
+    """The wide IP's servers enabled but out for their health (monitors, link, dependencies,
+    a hold): which and why (the reason names each monitor's verdict)."""
+    snapshot = node.health.snapshot
+    out = []
+    seen = set()
+    for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
+        for m in ref.pool.members:
+            status = snapshot.vs.get(m.name)
+            if m.name in seen or status is None or status.admin != "enabled" or status.serving:
+                continue
+            seen.add(m.name)
+            out.append({"virtual_server": m.name, "health": status.health, "reason": status.reason})
     return out

@@ -38,6 +38,8 @@ def render(e: dict[str, Any]) -> str:
         lines.append(f"  {step['text']}")
     for out in e.get("admin", ()):
         lines.append(f"  virtual server {out['virtual_server']} out by admin state {out['admin']}: {out['reason']}")
+    for out in e.get("unhealthy", ()):
+        lines.append(f"  virtual server {out['virtual_server']} out (health {out['health']}): {out['reason']}")
     if e["action"] == "answer":
         lines.append(
             f"=> {', '.join(e['answer'])} from pool {e['pool']} ({', '.join(e['members']) or 'fallback'}) "

@@ -160,6 +160,22 @@ class Monitor:
 
 
 @dataclass(frozen=True, slots=True)
+class MonitorRule:
+    """How the verdicts of a virtual server's monitors, each on one node, combine into that
+    node's verdict (`gtmcluster.health.monitors`): up if `all` of them say up
+    (`at_least` None), or at least `at_least` of them."""
+
+    at_least: int | None = None
+
+    def needed(self, count: int) -> int:
+        """How many of *count* monitors must say up."""
+        return count if self.at_least is None else self.at_least
+
+    def __str__(self) -> str:
+        return "all" if self.at_least is None else f"at_least {self.at_least}"
+
+
+@dataclass(frozen=True, slots=True)
 class Link:
     """A data center's uplink: up while any of its targets answers the monitor."""
 
@@ -186,7 +202,8 @@ class VirtualServer:
     address: IPAddress | None  # None when the server answers with a `target` instead
     port: int
     datacenter: str
-    monitor: Monitor | None
+    #: checked by each of these (none: not monitored, always up as far as health goes)
+    monitors: tuple[Monitor, ...]
     admin_state: str = "enabled"  # enabled | disabled | drain (the configured default)
     link: Link | None = None
     depends_on: tuple[str, ...] = ()  # names of virtual servers this one needs
@@ -196,6 +213,7 @@ class VirtualServer:
     target: RecordTarget | None = None
     #: what the monitor of a `target` server checks (it has no address of its own)
     check_address: IPAddress | None = None
+    monitor_rule: MonitorRule = MonitorRule()  # how the verdicts of its monitors combine
 
     @property
     def enabled(self) -> bool:
@@ -213,6 +231,19 @@ class VirtualServer:
     def probe_address(self) -> IPAddress | None:
         """The address health checks go to: its own, or a target server's `check_address`."""
         return self.address if self.address is not None else self.check_address
+
+    @property
+    def health_rule(self) -> HealthRule:
+        """How the GTM nodes' verdicts combine: its monitors' `rule` (the config makes
+        them all the same)."""
+        return self.monitors[0].rule if self.monitors else HealthRule("any")
+
+    @property
+    def unknown_as_up(self) -> bool:
+        """Whether it counts as up before any node's verdict: the monitor rule applied to
+        each monitor's `unknown_as`."""
+        ups = sum(m.unknown_as_up for m in self.monitors)
+        return ups >= self.monitor_rule.needed(len(self.monitors))
 
 
 @dataclass(frozen=True, slots=True)

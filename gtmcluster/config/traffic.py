@@ -10,7 +10,7 @@ from typing import Any
 import dns.rdatatype
 
 from gtmcluster.config import geoip as geoconf
-from gtmcluster.config import wideipnames
+from gtmcluster.config import health, wideipnames
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
@@ -117,16 +117,13 @@ def read_virtual_servers(
             default_port = srv_port(target) or 80  # (an SRV server's monitor checks its port)
         port = vs.integer("port", default_port, 1, 65535)
         dc = datacenter(r, vs.at("datacenter"), vs.require("datacenter", "one of the datacenters"), datacenters)
-        monitor = None
-        if vs.has("monitor"):
-            monitor_name = r.known(vs.at("monitor"), vs.get("monitor"), "monitor", monitors, "monitor")
-            monitor = monitors.get(monitor_name or "")
-            if kinds and not vs.has("check_address"):
-                r.error(
-                    vs.at("monitor"),
-                    f"a {kinds[0]} virtual server's monitor needs 'check_address' (the address it checks);"
-                    " without a monitor the server counts as up",
-                )
+        monitored, monitor_rule = health.read_vs_monitors(r, vs, monitors)
+        if kinds and monitored and not vs.has("check_address"):
+            r.error(
+                vs.at("monitor"),
+                f"a {kinds[0]} virtual server's monitor needs 'check_address' (the address it checks);"
+                " without a monitor the server counts as up",
+            )
         link = None
         if vs.has("link"):
             link = links.get(r.known(vs.at("link"), vs.get("link"), "link", links, "link") or "")
@@ -158,7 +155,7 @@ def read_virtual_servers(
             address,
             port,
             dc,
-            monitor,
+            monitored,
             admin,
             link,
             tuple(depends),
@@ -166,6 +163,7 @@ def read_virtual_servers(
             slow_start,
             target,
             check_address,
+            monitor_rule,
         )
     yield
     _check_dependencies(r, out, dependency_paths)

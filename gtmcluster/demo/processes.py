@@ -68,8 +68,7 @@ class Processes:
         return [
             vs
             for vs in self.config.virtual_servers.values()
-            if vs.monitor is not None
-            and vs.monitor.type == "http"
+            if any(m.type == "http" for m in vs.monitors)
             and vs.address is not None
             and vs.address.is_loopback
             and vs.admin_state != "disabled"
