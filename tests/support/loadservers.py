@@ -15,11 +15,14 @@ import signal
 import socket
 import subprocess
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import IN_CI
 from tests.support import poll
 
 STATS_PORT = 8404
@@ -47,11 +50,22 @@ def available(tool: str) -> bool:
     return shutil.which(tool) is not None or Path("/usr/sbin", tool).exists()
 
 
+def require(tool: str) -> None:
+    """Fail in CI, skip elsewhere, when *tool* (Debian package of the same name) is missing."""
+    if not available(tool):
+        message = f"{tool} is not installed (Debian package {tool}; make test installs it)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def _path(tool: str) -> str:
     return shutil.which(tool) or str(Path("/usr/sbin", tool))
 
 
-def haproxy_config(address: str, proxies: Sequence[str]) -> tuple[str, dict[str, int]]:
+def haproxy_config(address: str, proxies: Sequence[str], binds: Mapping[str, str]) -> tuple[str, dict[str, int]]:
+    """The config; each proxy's frontend port. A proxy listens on *address* unless *binds*
+    gives it another, and the stats are served on each of those addresses too."""
     ports = {name: FRONTEND_PORT + i for i, name in enumerate(proxies)}
     lines = [
         "global",
@@ -63,7 +77,7 @@ def haproxy_config(address: str, proxies: Sequence[str]) -> tuple[str, dict[str,
         "  timeout server 60s",
         "  timeout http-request 60s",
         "frontend stats",
-        f"  bind {address}:{STATS_PORT}",
+        *(f"  bind {a}:{STATS_PORT}" for a in sorted({address, *binds.values()})),
         "  http-request use-service prometheus-exporter if { path /metrics }",
         "  stats enable",
         "  stats uri /stats",
@@ -71,7 +85,7 @@ def haproxy_config(address: str, proxies: Sequence[str]) -> tuple[str, dict[str,
     for name, port in ports.items():
         lines += [
             f"frontend {name}",
-            f"  bind {address}:{port}",
+            f"  bind {binds.get(name, address)}:{port}",
             f"  maxconn {FRONTEND_MAXCONN}",
             f"  default_backend {name}-servers",
             f"backend {name}-servers",
@@ -132,9 +146,12 @@ def _output(server: Server) -> str:
 
 
 @contextmanager
-def running_haproxy(workdir: Path, address: str, proxies: Sequence[str] = ("web",)) -> Iterator[Server]:
+def running_haproxy(
+    workdir: Path, address: str, proxies: Sequence[str] = ("web",), binds: Mapping[str, str] | None = None
+) -> Iterator[Server]:
+    """haproxy with a frontend per proxy name (on the address *binds* gives it, else *address*)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    text, ports = haproxy_config(address, proxies)
+    text, ports = haproxy_config(address, proxies, binds or {})
     config = workdir / "haproxy.cfg"
     config.write_text(text)
     output = workdir / "haproxy.out"

@@ -19,16 +19,14 @@ pytestmark = pytest.mark.process
 
 @pytest.fixture
 def haproxy(tmp_path: Path) -> Iterator[Server]:
-    if not loadservers.available("haproxy"):
-        pytest.skip("haproxy is not installed (make test installs it)")
+    loadservers.require("haproxy")
     with loadservers.running_haproxy(tmp_path / "haproxy", loopback_address(), ("a", "b")) as server:
         yield server
 
 
 @pytest.fixture
 def nginx(tmp_path: Path) -> Iterator[Server]:
-    if not loadservers.available("nginx"):
-        pytest.skip("nginx is not installed (make test installs it)")
+    loadservers.require("nginx")
     with loadservers.running_nginx(tmp_path / "nginx", loopback_address()) as server:
         yield server
 
