@@ -66,7 +66,7 @@ def read(body: bytes, source: LoadSource) -> Reading:
     else:
         raise Unreadable(f"unknown load format {source.format!r}")
     if source.fixed_capacity is not None:
-        reading = Reading({**reading.gauges, "capacity": source.fixed_capacity}, reading.counters)
+        reading = Reading({**reading.gauges, "capacity": float(source.fixed_capacity)}, reading.counters)
     return reading
 
 
