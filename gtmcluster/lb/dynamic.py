@@ -12,7 +12,7 @@
   members; docs/load-sources.md).
 - `weighted_least_connections`: the lowest connections / ratio (ties in turn).
 - `dynamic_ratio`: weighted round robin over ratio × spare share, the spare share being
-  (capacity - connections) / capacity, 0 when full.
+  (capacity - connections) / capacity, 0 when full (in tenths of the largest).
 
 Paths are per LDNS, not per EDNS client subnet: a data center's RTT is measured to the
 resolver that asks, so these choices hold for every client behind it (scope 0). A method
@@ -213,21 +213,22 @@ def weighted_least_connections(cands: Sequence[Candidate], ctx: Context, slot: S
     return Ranking(tuple(ranked), scores, 0, note)
 
 
-#: dynamic_ratio's weights are ratio × spare share in steps of 1/DYNAMIC_STEPS
-DYNAMIC_STEPS = 100
+#: dynamic_ratio answers in cycles where the member of the largest ratio × spare share has
+#: this many turns and the others their share of it, rounded (at least 1): a cycle is at most
+#: this many turns per member, so a change of figures costs little (`ratio_schedule`)
+DYNAMIC_STEPS = 10
 
 
-def dynamic_weights(cands: Sequence[Candidate], ctx: Context) -> dict[str, int]:
-    """Each candidate's dynamic ratio: its ratio × its spare share (capacity - connections)
-    / capacity, in whole hundredths; those without both figures (or capacity 0) are left out."""
-    out: dict[str, int] = {}
+def dynamic_weights(cands: Sequence[Candidate], ctx: Context) -> dict[str, float]:
+    """Each candidate's ratio × spare share, (capacity - connections) / capacity clamped to
+    0..1; those without both figures (or with capacity 0) are left out."""
+    out: dict[str, float] = {}
     for c in cands:
         capacity = _load(c, ctx, "capacity")
         connections = _load(c, ctx, "connections")
         if capacity is None or connections is None or capacity <= 0:
             continue
-        spare = min(max(capacity - connections, 0.0) / capacity, 1.0)
-        out[c.name] = round(c.ratio * spare * DYNAMIC_STEPS)
+        out[c.name] = c.ratio * min(max(capacity - connections, 0.0) / capacity, 1.0)
     return out
 
 
@@ -241,14 +242,15 @@ def dynamic_ratio(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranki
         return Ranking((), note="no measurements on this node")
     weights = dynamic_weights(cands, ctx)
     weighted = [c for c in cands if weights.get(c.name, 0) > 0]
-    scores = tuple((c.name, weights[c.name] / DYNAMIC_STEPS) for c in cands if c.name in weights)
+    scores = tuple((c.name, round(weights[c.name], 4)) for c in cands if c.name in weights)
     if not weighted:
         note = "no capacity and connection figures reported yet" if not weights else "no spare capacity (or ratio 0)"
         return Ranking((), scores, note=note)
     note = "ratio × spare share of capacity"
     if len(weighted) == 1:
         return Ranking((weighted[0],), scores, note=note)
-    schedule = ratio_schedule(tuple(weights[c.name] for c in weighted))
+    top = max(weights[c.name] for c in weighted)
+    schedule = ratio_schedule(tuple(max(1, round(DYNAMIC_STEPS * weights[c.name] / top)) for c in weighted))
     start = ctx.turn(slot.rotation) % len(schedule)
     order: list[Candidate] = []
     for i in schedule[start:] + schedule[:start]:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
@@ -279,3 +281,31 @@ def test_dynamic_ratio_scales_ratios_by_spare_capacity(tmp_path: Path) -> None:
     wideip = next(iter(n.config.wideips.values()))
     decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
     assert decision.trace[1].note == "no spare capacity (or ratio 0)"
+
+
+@pytest.fixture(scope="module")
+def dynamic_node(tmp_path_factory: pytest.TempPathFactory) -> Node:
+    return weighted(tmp_path_factory.mktemp("dynamic"), "dynamic_ratio", (3, 1, 2))
+
+
+@given(figures=st.lists(st.tuples(st.integers(1, 200), st.integers(0, 250)), min_size=3, max_size=3))
+@settings(max_examples=60)
+def test_dynamic_ratio_answers_follow_ratio_times_spare(dynamic_node: Node, figures: list[tuple[int, int]]) -> None:
+    """Over a run of answers, a member with no spare capacity is never answered (unless none
+    has any: the alternate answers), and one of a larger ratio × spare share is answered at
+    least as often as a smaller one (give or take the turn a run may cut)."""
+    n = dynamic_node
+    share = {}
+    for (vs, ratio), (capacity, connections) in zip((("vs1", 3), ("vs2", 1), ("vs3", 2)), figures, strict=True):
+        metrics(n, vs, capacity=capacity, connections=connections)
+        share[f"10.0.{vs[2]}.1"] = ratio * max(capacity - connections, 0) / capacity
+    answers = [ask(n)[0] for _ in range(90)]
+    if not any(share.values()):
+        assert set(answers) == {"10.0.1.1"}  # the alternate, global_availability
+        return
+    for a, x in share.items():
+        if x == 0:
+            assert a not in answers
+        for b, y in share.items():
+            if x > y:
+                assert answers.count(a) >= answers.count(b) - 1, (share, answers)
