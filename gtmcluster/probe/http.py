@@ -249,6 +249,10 @@ class HttpProbe(Protocol):
 
     def _judge_load(self, body: bytes, capped: str) -> None:
         assert self._load is not None
+        if self._capped:  # a cut line could read as a wrong figure
+            limit = self._settings.max_response_bytes
+            self._verdict(False, f"HTTP {self._status}, load not read: the body is over max_response_bytes ({limit})")
+            return
         try:
             data = self._load(body)
         except loadread.Unreadable as e:

@@ -340,6 +340,16 @@ def test_load_unreadable_or_bad_status_fails(reactor: MemoryReactorClock) -> Non
     assert result_of(d).reason == "HTTP 403 not in [200]"
 
 
+def test_load_of_a_body_over_the_cap_is_not_read(reactor: MemoryReactorClock) -> None:
+    """A body cut at max_response_bytes could end in a cut figure: it is refused, saying why."""
+    source = LoadSource("prometheus", connections=(Sample("conns"),))
+    d, protocol, _ = start(reactor, HttpCheck(tls=False, path="/metrics", load=source, max_response_bytes=100))
+    protocol.dataReceived(OK + b"# a long comment\n" * 3 + b"conns 12345\n")
+    result = result_of(d)
+    assert not result.ok and result.data is None
+    assert result.reason == "HTTP 200, load not read: the body is over max_response_bytes (100)"
+
+
 def test_dechunk_keeps_what_is_well_formed() -> None:
     assert dechunk(chunked(b"hello world", 3)) == b"hello world"
     assert dechunk(b"5\r\nhello\r\nzz\r\nmore") == b"hello"
