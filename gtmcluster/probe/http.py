@@ -6,7 +6,10 @@ address), ``User-Agent: gtmcluster-monitor`` and ``Connection: close``. At most
 is made on what was read (the reason says so). The verdict comes as soon as it is certain:
 a status outside `expect_status` fails at once, a good status without body conditions
 succeeds at once, and body conditions are judged when the body is complete (the peer closed,
-``Content-Length`` bytes arrived, or the cap was reached). Plain http on a real reactor
+``Content-Length`` bytes arrived, or the cap was reached); a chunked body is joined first.
+A monitor with a `load` source also reads the server's load figures from the body
+(`gtmcluster.probe.loadread`; its counters' rates are kept per target by the checker), and
+fails when they cannot be read, or when the body was over the cap. Plain http on a real reactor
 connects on a bare socket (`gtmcluster.probe.bare`), https through Twisted's TLS client.
 """
 
@@ -243,11 +246,11 @@ class HttpProbe(Protocol):
             pattern = s.expect_body_regex if len(s.expect_body_regex) <= 40 else s.expect_body_regex[:40] + "…"
             self._verdict(False, f"HTTP {self._status}, body does not match /{pattern}/{capped}")
         elif self._load is not None:
-            self._judge_load(body, capped)
+            self._judge_load(body)
         else:
             self._verdict(True, f"HTTP {self._status}{capped}")
 
-    def _judge_load(self, body: bytes, capped: str) -> None:
+    def _judge_load(self, body: bytes) -> None:
         assert self._load is not None
         if self._capped:  # a cut line could read as a wrong figure
             limit = self._settings.max_response_bytes
@@ -256,7 +259,7 @@ class HttpProbe(Protocol):
         try:
             data = self._load(body)
         except loadread.Unreadable as e:
-            self._verdict(False, f"HTTP {self._status}, {e}{capped}")
+            self._verdict(False, f"HTTP {self._status}, {e}")
             return
         self._ok = True
         if not data:  # counters only, first reading: rates come with the next
