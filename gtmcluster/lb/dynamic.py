@@ -158,12 +158,19 @@ hops = _by_path(lambda p: float(p.hops) if p.hops > 0 else None, False, "hop cou
 
 def _load(c: Candidate, ctx: Context, field: str) -> float | None:
     """A candidate's figure: a server's own, or the sum over a pool's members."""
-    total = None
+    return _loads(c, ctx, (field,))[0]
+
+
+def _loads(c: Candidate, ctx: Context, fields: tuple[str, ...]) -> list[float | None]:
+    """A candidate's *fields*, each record read once."""
+    totals: list[float | None] = [None] * len(fields)
     for vs in c.members:
         figures = ctx.measurements.metrics(vs.name)
-        if figures and field in figures:
-            total = (total or 0.0) + figures[field]
-    return total
+        if figures:
+            for i, field in enumerate(fields):
+                if field in figures:
+                    totals[i] = (totals[i] or 0.0) + figures[field]
+    return totals
 
 
 def _by_load(field: str, higher_better: bool, what: str) -> Method:
@@ -224,8 +231,7 @@ def dynamic_weights(cands: Sequence[Candidate], ctx: Context) -> dict[str, float
     0..1; those without both figures (or with capacity 0) are left out."""
     out: dict[str, float] = {}
     for c in cands:
-        capacity = _load(c, ctx, "capacity")
-        connections = _load(c, ctx, "connections")
+        capacity, connections = _loads(c, ctx, ("capacity", "connections"))
         if capacity is None or connections is None or capacity <= 0:
             continue
         out[c.name] = c.ratio * min(max(capacity - connections, 0.0) / capacity, 1.0)
