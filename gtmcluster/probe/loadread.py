@@ -38,7 +38,9 @@ GAUGES = ("connections", "capacity", "packets_per_second", "kbps")
 COUNTERS = {"packets": "packets_per_second", "bytes": "kbps"}
 #: bytes a second -> kbps
 KBPS_PER_BYTE = 8 / 1000
-NGINX_ACTIVE = re.compile(rb"\AActive connections:[ \t]*(\d+)[ \t]*\r?\n")
+#: the longest count read (a 64-bit counter has 20 digits)
+MAX_DIGITS = 20
+NGINX_ACTIVE = re.compile(rb"\AActive connections:[ \t]*(\d{1,%d})[ \t]*\r?\n" % MAX_DIGITS)
 #: the HAProxy CSV columns read, and what they give
 HAPROXY_COLUMNS = ("pxname", "svname", "scur", "slim", "bin", "bout")
 
@@ -161,7 +163,7 @@ def _haproxy(body: bytes, source: LoadSource) -> Reading:
 
 
 def _field(text: str, column: str) -> float:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS):
         raise Unreadable(f"HAProxy {column} is {text[:20]!r}, not a count")
     return float(text)
 
@@ -185,9 +187,15 @@ def _json(body: bytes) -> Reading:
         value = document.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise Unreadable(f"{key} is not a non-negative number")
-        gauges[key] = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            number = math.inf
+        if number < 0 or not math.isfinite(number):
+            raise Unreadable(f"{key} is not a non-negative number")
+        gauges[key] = number
     if not gauges:
         raise Unreadable(f"no load figures in the body (expected some of {', '.join(GAUGES)})")
     return Reading(gauges)

@@ -3,6 +3,7 @@ tests/support/loadbodies), clear reasons for malformed ones, and counter rates."
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -56,6 +57,8 @@ def test_haproxy_capacity_given_in_the_config_wins() -> None:
         (HAPROXY_CSV.replace(b"nope", b"x").replace(b"a,FRONTEND,,,3", b"nope,FRONTEND,,,x"), "scur is 'x'"),
         (b"\xff\xfe", "not UTF-8"),
         (b"# pxname,svname,scur,slim,bin,bout\nnope,FRONTEND,1,\x00,2,3\n", "slim is '\\x00'"),
+        ("# pxname,svname,scur,slim,bin,bout\nnope,FRONTEND,\u00b2,,2,3\n".encode(), "scur is '²', not a count"),
+        (b"# pxname,svname,scur,slim,bin,bout\nnope,FRONTEND,1" + b"0" * 30 + b",,2,3\n", "not a count"),
     ],
 )
 def test_haproxy_malformed(body: bytes, fragment: str) -> None:
@@ -113,7 +116,10 @@ def test_nginx_active_connections() -> None:
     assert loadread.read(NGINX, LoadSource("nginx", fixed_capacity=64)).gauges == {"connections": 3.0, "capacity": 64}
 
 
-@pytest.mark.parametrize("body", [b"", b"<html>nginx</html>", b"Active connections: many\n", NGINX[1:]])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"<html>nginx</html>", b"Active connections: many\n", NGINX[1:], b"Active connections: 1" + b"0" * 40],
+)
 def test_nginx_malformed(body: bytes) -> None:
     assert problem(body, LoadSource("nginx")) == "not nginx stub_status (no 'Active connections: N' first line)"
 
@@ -133,6 +139,7 @@ def test_json_figures() -> None:
         (b"{", "the body is not JSON"),
         (b'{"connections": -1}', "connections is not a non-negative number"),
         (b'{"connections": true}', "connections is not a non-negative number"),
+        (b'{"connections": 1' + b"0" * 400 + b"}", "connections is not a non-negative number"),
         (b"{}", "no load figures in the body (expected some of connections, capacity, packets_per_second, kbps)"),
     ],
 )
@@ -159,6 +166,36 @@ def test_any_body_gives_figures_or_a_reason(source: LoadSource, body: bytes) -> 
         assert str(e)
     else:
         assert all(math.isfinite(v) and v >= 0 for v in [*reading.gauges.values(), *reading.counters.values()])
+
+
+fields = st.text(max_size=30) | st.integers(0, 10**30).map(str)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5), lambda v: st.lists(v, max_size=3)
+)
+
+
+@given(
+    row=st.lists(fields, min_size=4, max_size=4),
+    active=fields,
+    value=json_values,
+    sample=st.text(max_size=30),
+)
+def test_near_miss_bodies_give_figures_or_a_reason(row: list[str], active: str, value: object, sample: str) -> None:
+    """Bodies of the right shape with any field in the places figures are read from."""
+    csv_body = ("# pxname,svname,scur,slim,bin,bout\n" + ",".join(["web", "FRONTEND", *row]) + "\n").encode()
+    bodies = [
+        (csv_body, LoadSource("haproxy", proxy="web", server="FRONTEND")),
+        (f"Active connections: {active}\n".encode(), LoadSource("nginx")),
+        (json.dumps({"connections": value, "kbps": value}).encode(), LoadSource("json")),
+        (f'conns{{proxy="web"}} {sample}\n'.encode(), LoadSource("prometheus", connections=(Sample("conns"),))),
+    ]
+    for body, source in bodies:
+        try:
+            reading = loadread.read(body, source)
+        except Unreadable as e:
+            assert str(e)
+        else:
+            assert all(math.isfinite(v) and v >= 0 for v in [*reading.gauges.values(), *reading.counters.values()])
 
 
 # -- counters to rates
