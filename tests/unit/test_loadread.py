@@ -96,8 +96,9 @@ def test_prometheus_counter_named_as_exposed() -> None:
     ("body", "fragment"),
     [
         (HAPROXY_PROM, 'no sample haproxy_frontend_current_sessions{proxy="nope"} for connections'),
-        (b"metric{ 1\n", "not Prometheus text"),
-        (b'metric{a="b} 1\n', "not Prometheus text"),
+        (b"haproxy_frontend_current_sessions{ 1\n", "not Prometheus text"),
+        (b'haproxy_frontend_current_sessions{proxy="nope} 1\n', "not Prometheus text"),
+        (b'haproxy_frontend_current_sessions{proxy="nope"} 1e308\n' * 2, "connections is inf"),
         (b"\xff\n", "not UTF-8"),
         (b'haproxy_frontend_current_sessions{proxy="nope"} NaN\n', "is nan, not a non-negative number"),
         (b'haproxy_frontend_current_sessions{proxy="nope"} -1\n', "is -1, not a non-negative number"),
