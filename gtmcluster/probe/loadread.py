@@ -162,7 +162,8 @@ def _haproxy(body: bytes, source: LoadSource) -> Reading:
     if missing:
         raise Unreadable(f"HAProxy stats CSV without {', '.join(missing)}")
     try:
-        rows = list(csv.reader(lines[1:]))
+        # (only the lines that could be the row are parsed: a stats page may be large)
+        rows = list(csv.reader(line for line in lines[1:] if source.proxy in line and source.server in line))
     except csv.Error as e:
         raise Unreadable(f"not HAProxy stats CSV: {_short(e)}") from None
     for row in rows:
