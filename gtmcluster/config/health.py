@@ -12,6 +12,7 @@ from typing import Any
 import dns.rcode
 import dns.rdatatype
 
+from gtmcluster.config.loadsource import read_load
 from gtmcluster.config.model import (
     Check,
     DnsCheck,
@@ -21,6 +22,7 @@ from gtmcluster.config.model import (
     HttpCheck,
     IcmpCheck,
     Link,
+    LoadSource,
     Monitor,
     MonitorRule,
     TcpCheck,
@@ -196,7 +198,8 @@ def _check(r: Reader, m: Mapping, kind: str | None, resolve: Callable[[str], Pat
         cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
         if path is None or cap is None:
             return None
-        return HttpCheck(False, "GET", path, host, (200,), max_response_bytes=cap, metrics=True)
+        # the first form of a load source: the same as type http with load {format: json}
+        return HttpCheck(False, "GET", path, host, (200,), max_response_bytes=cap, load=LoadSource("json"))
     if kind == "dns":
         query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the server for"))
         if query_name is not None:
@@ -245,9 +248,10 @@ def _http(r: Reader, m: Mapping, tls: bool, resolve: Callable[[str], Path]) -> H
                 ca_file = resolve(text)
                 if not ca_file.is_file():
                     r.error(m.at("ca_file"), f"{ca_file} is not a readable file")
-    if method is None or path is None or cap is None:
+    load = read_load(r, m) if m.has("load") else None
+    if method is None or path is None or cap is None or (m.has("load") and load is None):
         return None
-    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file)
+    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file, load)
 
 
 def read_links(

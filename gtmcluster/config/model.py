@@ -100,9 +100,36 @@ class HttpCheck:
     max_response_bytes: int = 65536
     verify_tls: bool = True
     ca_file: Path | None = None  # trust these CAs instead of the system's
-    #: a metrics monitor: the body is a JSON object of load figures (connections,
-    #: packets_per_second, kbps, capacity) for the load-based methods
-    metrics: bool = False
+    #: the body also gives the server's load figures, for the load-based methods
+    load: LoadSource | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Prometheus samples to read: those named `metric` with every label in `labels`."""
+
+    metric: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSource:
+    """Where a body's load figures are (docs/load-sources.md; read by `probe.loadread`).
+
+    `format`: prometheus, haproxy (stats CSV), nginx (stub_status) or json. Prometheus
+    names its samples: gauges summed for `connections` and `capacity`, counters summed for
+    `packets` and `bytes` (their rates give packets_per_second and kbps). HAProxy reads the
+    row of `proxy` and `server`. `capacity` set as a number is used as given.
+    """
+
+    format: str
+    connections: tuple[Sample, ...] = ()
+    capacity: tuple[Sample, ...] = ()
+    packets: tuple[Sample, ...] = ()
+    bytes: tuple[Sample, ...] = ()
+    proxy: str = ""
+    server: str = "BACKEND"
+    fixed_capacity: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ DYNAMIC = (
     "packet_rate",
     "kbps",
     "vs_capacity",
+    "weighted_least_connections",
+    "dynamic_ratio",
 )
 #: end the search with a fixed outcome, or skip
 SPECIAL = ("fallback_ip", "return_to_dns", "drop_packet", "none")
