@@ -30,6 +30,8 @@ setup(
         "dnspython>=2.6",
         # a link's traffic from its router's interface counters (SNMP v2c ifHCIn/OutOctets)
         "pysnmp>=7,<8",
+        # GeoIP topology: country, continent and ASN of a client from MaxMind DB (.mmdb) files
+        "maxminddb>=2.2",
     ],
     extras_require={
         "test": [
@@ -43,6 +45,7 @@ setup(
             # make test runs each target briefly, make fuzz longer
             "atheris>=2.3",
             "types-atheris",  # its type stubs (fuzz/ is type-checked too)
+            "mmdb-writer",  # the GeoIP tests write their own small .mmdb databases
         ],
     },
     entry_points={"console_scripts": ["gtmcluster = gtmcluster.cli.main:main"]},

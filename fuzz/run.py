@@ -28,6 +28,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "config_load": ("gtmcluster.config", "gtmcluster.dns", "yaml"),
     "peer_decode": ("gtmcluster.sync", "gtmcluster.state", "gtmcluster.proximity"),
     "peer_stream": ("gtmcluster.sync", "gtmcluster.state", "twisted.protocols.amp"),
+    "load_body": ("gtmcluster.probe", "prometheus_client"),
 }
 #: an input that takes longer than this (seconds) is a finding (a hang, an alias bomb)
 TIMEOUT = 10

@@ -184,6 +184,38 @@ def configs_seeds() -> list[bytes]:
     return out
 
 
+def _chunked(body: bytes, size: int) -> bytes:
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def load_body() -> list[bytes]:
+    """Replies of load sources: the bodies captured from Debian's haproxy and nginx
+    (tests/support/loadbodies), plain and chunked as haproxy sends them; the first byte
+    picks the source (`fuzz.load_body.SOURCES`)."""
+    bodies = ROOT / "tests" / "support" / "loadbodies"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n"
+    chunks = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    stats = (bodies / "haproxy-2.6-stats.csv").read_bytes().replace(b"\na,FRONTEND", b"\nweb,FRONTEND")
+    prom = (
+        b'# TYPE conns gauge\nconns{proxy="web"} 3\nconns{proxy="x"} 9\nlimit 50\n'
+        b"# TYPE bytes counter\nbytes_total 1234\n# TYPE packets counter\npackets 77\n"
+    )
+    nginx = (bodies / "nginx-1.22-stub-status.txt").read_bytes()
+    return [
+        b"\0" + head + prom,
+        b"\0" + chunks + _chunked(prom, 16),
+        b"\0" + head + b'conns{proxy="web"} NaN\n',
+        b"\1" + chunks + _chunked(stats, 700),
+        b"\1" + head + stats,
+        b"\1" + b"HTTP/1.0 503 Service Unavailable\r\n\r\n",
+        b"\2" + head + nginx,
+        b"\2" + b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n" + nginx,
+        b"\3" + head + b'{"connections": 4, "kbps": 12.5, "capacity": 10}',
+        b"\3" + head + b"[1,2]",
+    ]
+
+
 def write(target: str, seeds: list[bytes]) -> None:
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -215,6 +247,7 @@ def main() -> None:
     write("config_load", configs_seeds())
     write("peer_decode", peer_decode())
     write("peer_stream", peer_stream())
+    write("load_body", load_body())
 
 
 if __name__ == "__main__":

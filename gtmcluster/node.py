@@ -114,6 +114,7 @@ class Node:
             self.cached,
             version=config.dns_server.version,
             ecs_trusted=config.dns_server.ecs_trusted,
+            wideip_names=config.wideip_names,
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

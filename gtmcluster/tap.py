@@ -28,8 +28,9 @@ from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 def uses_icmp(config: Config) -> bool:
     """Whether any virtual server or link is checked with an icmp monitor."""
-    monitors = [vs.monitor for vs in config.virtual_servers.values()] + [link.monitor for link in config.links.values()]
-    return any(m is not None and m.type == "icmp" for m in monitors)
+    monitors = [m for vs in config.virtual_servers.values() for m in vs.monitors]
+    monitors += [link.monitor for link in config.links.values()]
+    return any(m.type == "icmp" for m in monitors)
 
 
 def _dropped_to(twistd: usage.Options | None) -> tuple[int, int] | None:

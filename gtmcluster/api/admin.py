@@ -6,6 +6,10 @@ import urllib.parse
 from typing import Any
 
 from gtmcluster.api.server import ApiError
+from gtmcluster.config.model import Config
+from gtmcluster.config.traffic import TYPE_NAMES
+from gtmcluster.config.wideipnames import is_wildcard
+from gtmcluster.dns import names
 from gtmcluster.health import admin, linkload
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
@@ -44,9 +48,12 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
             yield None
         s = snapshot.vs.get(name)
         servers[name] = {
-            "address": f"{vs.address}:{vs.port}",
+            "address": f"{vs.address}:{vs.port}" if vs.address is not None else None,
+            "record": vs.target.text if vs.target is not None else None,  # (config.targets)
             "datacenter": vs.datacenter,
-            "monitor": vs.monitor.name if vs.monitor else None,
+            "monitor": ", ".join(m.name for m in vs.monitors) or None,
+            "monitors": [m.name for m in vs.monitors],
+            "monitor_rule": str(vs.monitor_rule),
             "available": s.available if s else None,
             "serving": s.serving if s else None,
             "health": s.health if s else None,
@@ -92,7 +99,8 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
                     "members": [
                         {
                             "name": m.name,
-                            "address": str(m.vs.address),
+                            "address": str(m.vs.address) if m.vs.address is not None else None,
+                            "record": m.vs.target.text if m.vs.target is not None else None,
                             "datacenter": m.vs.datacenter,
                             "ratio": m.ratio,
                             "available": snapshot.vs_up(m.vs),
@@ -102,12 +110,13 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
                 }
             )
         out[wideip.name] = {
-            "types": sorted("A" if t == 1 else "AAAA" for t in wideip.types),
+            "types": sorted(TYPE_NAMES[t] for t in wideip.types),
             "pool_lb": wideip.pool_lb,
             "pools": pools,
             "last_resort_pool": wideip.last_resort.name if wideip.last_resort else None,
             "persistence": {"ttl": wideip.persistence.ttl} if wideip.persistence else None,
             "failure_response": wideip.failure_response,
+            "aliases": [names.to_text(a).rstrip(".") for a in wideip.aliases],
         }
     return {"node": node.member.name, "wideips": out}
 
@@ -190,8 +199,7 @@ def _known_name(node: Node, level: str, name: str) -> str:
     elif level == "pool":
         known = name in config.pools
     elif level == "wideip":
-        name = name.lower().rstrip(".")
-        known = any(w.name == name for w in config.wideips.values())
+        return _wideip_name(config, name)
     else:
         pool_name, slash, member = name.partition("/")
         pool = config.pools.get(pool_name)
@@ -204,6 +212,25 @@ def _known_name(node: Node, level: str, name: str) -> str:
     if not known:
         raise ApiError(404, f"no {admin.LEVEL_WORDS[level]} named {name!r}")
     return name
+
+
+def _wideip_name(config: Config, name: str) -> str:
+    """The wide IP named *name* (its own name or an alias), by its own name; 404 otherwise,
+    saying so when a wildcard covers *name* (that would change every name it answers)."""
+    try:
+        key = names.key(names.from_text(name))
+    except names.BadName:
+        key = None
+    index = config.wideip_names
+    wideip = None
+    if key is not None:  # a wildcard by how it is written (as a name or an alias), else exactly
+        wideip = index.wildcards.get(key[1:]) if is_wildcard(key) else index.exact.get(key)
+    if wideip is not None:
+        return wideip.name
+    covering = index.find_in(config.zones, key) if key is not None else None
+    if covering is not None:
+        raise ApiError(404, f"{name!r} is a name wildcard wide IP {covering.name!r} answers: name that wide IP")
+    raise ApiError(404, f"no {admin.LEVEL_WORDS['wideip']} named {name!r}")
 
 
 def admin_states(node: Node) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from twisted.internet import defer
 
 from gtmcluster.api.server import ApiError, Raw
 from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Header
+from gtmcluster.config.bundle import Bundle, Header
 from gtmcluster.config.shared import GroupConfig, Published, Stale
 
 if TYPE_CHECKING:
@@ -83,11 +83,17 @@ def _stale(failure: Any) -> Any:
 def push(service: NodeService, args: Any, raw: bytes) -> defer.Deferred[dict[str, Any]]:
     group = _group(service)
     force = _force(args)
-    try:
-        candidate = bundle.decode(raw)
-    except bundle.BadBundle as e:
-        raise ApiError(400, f"not a config bundle: {e}") from None
-    return group.publish(candidate, candidate.based_on, force).addCallbacks(_answer, _stale)
+
+    def bad(failure: Any) -> Any:
+        failure.trap(bundle.BadBundle)
+        raise ApiError(400, f"not a config bundle: {failure.getErrorMessage()}")
+
+    def publish(candidate: Bundle) -> defer.Deferred[dict[str, Any]]:
+        return group.publish(candidate, candidate.based_on, force).addCallbacks(_answer, _stale)
+
+    # (off the reactor: with GeoIP databases a bundle is tens of megabytes of base64)
+    decoded: defer.Deferred[Bundle] = group.sync.in_thread(lambda: bundle.decode(raw))
+    return decoded.addCallbacks(publish, bad)
 
 
 def history(service: NodeService) -> dict[str, Any]:

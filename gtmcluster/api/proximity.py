@@ -8,8 +8,8 @@ from typing import Any
 
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import WideIP
+from gtmcluster.config.traffic import TYPE_NAMES, WIDEIP_TYPES
 from gtmcluster.dns import names
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.dynamic import PATH_NOTE
 from gtmcluster.node import Node
@@ -82,7 +82,8 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         key = names.key(names.from_text(name))
     except names.BadName as e:
         raise ApiError(400, str(e)) from None
-    wideip = node.config.wideips.get(key)
+    # its own name, an alias, or a name a wildcard covers: the wide IP a query would reach
+    wideip = node.config.wideip_names.find_in(node.config.zones, key)
     if wideip is None:
         raise ApiError(404, f"no wide IP named {name!r}")
     try:
@@ -98,13 +99,14 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             raise ApiError(400, f"subnet {subnet!r} is not a network") from None
         if network.prefixlen and ldns in node.responder.ecs_trusted:
             client = Client(network.network_address, network.prefixlen, ldns, True)
-    qtype_name = args.get("type", "AAAA" if TYPE_AAAA in wideip.types and TYPE_A not in wideip.types else "A").upper()
-    qtype = {"A": TYPE_A, "AAAA": TYPE_AAAA}.get(qtype_name)
+    qtype_name = args.get("type", TYPE_NAMES[min(wideip.types)]).upper()
+    qtype = WIDEIP_TYPES.get(qtype_name)
     if qtype is None or qtype not in wideip.types:
         raise ApiError(400, f"type {qtype_name} is not answered by {wideip.name}")
     decision = node.balancer.explain(wideip, qtype, client)
     return {
         "wideip": wideip.name,
+        "name": names.to_text(key).rstrip("."),
         "type": qtype_name,
         "client": {
             "ldns": str(ldns),
@@ -117,7 +119,7 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             else "topology, persistence and paths all use the LDNS address",
         },
         "action": decision.action.value,
-        "answer": [str(a) for a in decision.addresses],
+        "answer": [str(a) for a in decision.addresses] + [t.text for t in decision.targets],
         "pool": decision.pool,
         "members": list(decision.members),
         "method": decision.method,
@@ -138,6 +140,7 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
             for s in decision.trace
         ],
         "admin": admin_out(node, wideip),
+        "unhealthy": health_out(node, wideip),
     }
 
 
@@ -155,4 +158,20 @@ def admin_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
                 continue
             seen.add(m.name)
             out.append({"virtual_server": m.name, "admin": status.admin, "reason": status.reason})
+    return out
+
+
+def health_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
+    """The wide IP's servers enabled but out for their health (monitors, link, dependencies,
+    a hold): which and why (the reason names each monitor's verdict)."""
+    snapshot = node.health.snapshot
+    out = []
+    seen = set()
+    for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
+        for m in ref.pool.members:
+            status = snapshot.vs.get(m.name)
+            if m.name in seen or status is None or status.admin != "enabled" or status.serving:
+                continue
+            seen.add(m.name)
+            out.append({"virtual_server": m.name, "health": status.health, "reason": status.reason})
     return out

@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("wideip")
     p.add_argument("--ldns", required=True, metavar="ADDRESS", help="the asking resolver's address")
     p.add_argument("--subnet", metavar="CIDR", help="an EDNS client subnet sent with the query")
-    p.add_argument("--type", default=None, choices=("A", "AAAA"))
+    p.add_argument("--type", default=None, choices=("A", "AAAA", "CNAME", "MX", "SRV", "NAPTR"))
     p.add_argument("--json", action="store_true", help="the API's JSON")
     add_token_argument(p)
     p.set_defaults(run=run)
@@ -30,11 +30,16 @@ def render(e: dict[str, Any]) -> str:
     asker = f"LDNS {e['client']['ldns']}" + (
         f", client subnet {e['client']['subnet']}" if e["client"]["subnet"] else ""
     )
-    lines = [f"{e['wideip']} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
+    asked = e["wideip"]
+    if e.get("name", asked) != asked:  # an alias, or a name a wildcard answers
+        asked = f"{e['name']} (wide IP {e['wideip']})"
+    lines = [f"{asked} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
     for step in e["trace"]:
         lines.append(f"  {step['text']}")
     for out in e.get("admin", ()):
         lines.append(f"  virtual server {out['virtual_server']} out by admin state {out['admin']}: {out['reason']}")
+    for out in e.get("unhealthy", ()):
+        lines.append(f"  virtual server {out['virtual_server']} out (health {out['health']}): {out['reason']}")
     if e["action"] == "answer":
         lines.append(
             f"=> {', '.join(e['answer'])} from pool {e['pool']} ({', '.join(e['members']) or 'fallback'}) "

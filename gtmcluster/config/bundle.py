@@ -5,7 +5,8 @@ member publishes, every member validates, keeps and runs. A bundle holds
 
 - ``files``: each file by the name the config gives it (the config itself under its own
   base name, `Bundle.main`): the zone files (``zones[].file``), the region address lists
-  (``regions.NAME[].file``) and the CA files of https monitors (``monitors.NAME.ca_file``);
+  (``regions.NAME[].file``), the CA files of https monitors (``monitors.NAME.ca_file``)
+  and the GeoIP databases (``geoip.country``, ``geoip.asn``);
 - ``generation``: a count that grows by one with each publication, and ``based_on``, the
   generation the publisher had when it made it;
 - ``publisher`` and ``published_at`` (the member, and its clock's time);
@@ -207,6 +208,11 @@ def referenced(raw: Any) -> Iterator[tuple[KeyPath, Any]]:
         for name, monitor in monitors.items():
             if isinstance(monitor, dict) and "ca_file" in monitor:
                 yield ("monitors", name, "ca_file"), monitor["ca_file"]
+    geoip = raw.get("geoip")
+    if isinstance(geoip, dict):
+        for key in ("country", "asn"):
+            if key in geoip:
+                yield ("geoip", key), geoip[key]
 
 
 def name_problem(name: Any) -> str | None:
@@ -226,7 +232,7 @@ def name_problem(name: Any) -> str | None:
 
 
 #: the top-level keys whose values name the files of a bundle (`referenced`), and base_dir
-_NAMING = ("base_dir", "zones", "regions", "monitors")
+_NAMING = ("base_dir", "zones", "regions", "monitors", "geoip")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

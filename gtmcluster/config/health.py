@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import dns.rcode
 import dns.rdatatype
 
 from gtmcluster.config.links import read_capacity
+from gtmcluster.config.loadsource import read_load
 from gtmcluster.config.model import (
     Check,
     DnsCheck,
@@ -21,7 +23,9 @@ from gtmcluster.config.model import (
     HttpCheck,
     IcmpCheck,
     Link,
+    LoadSource,
     Monitor,
+    MonitorRule,
     TcpCheck,
     UdpCheck,
     VirtualServer,
@@ -93,6 +97,64 @@ def _rule(r: Reader, m: Mapping) -> HealthRule | None:
     return None if kind is None else HealthRule(kind)
 
 
+def read_vs_monitors(
+    r: Reader, vs: Mapping, monitors: MappingT[str, Monitor]
+) -> tuple[tuple[Monitor, ...], MonitorRule]:
+    """A virtual server's ``monitor`` (one name or a list of names) and ``monitor_rule``
+    (``all``, the default, or ``{at_least: N}``). Problems are reported; what is usable is
+    returned (a name that is not, left out)."""
+    if not vs.has("monitor"):
+        return (), _monitor_rule(r, vs, 0)
+    raw = vs.get("monitor")
+    names = r.list(vs.at("monitor"), raw, "a monitor name or a list of them", allow_scalar=True) or []
+    if isinstance(raw, list) and not raw:
+        r.error(vs.at("monitor"), "an empty list: give at least one monitor name, or leave 'monitor' out")
+    found: list[Monitor] = []
+    for i, value in enumerate(names):
+        at: KeyPath = (*vs.at("monitor"), i) if isinstance(raw, list) else vs.at("monitor")
+        name = r.known(at, value, "monitor", monitors, "monitor")
+        if name is None:
+            continue
+        if any(m.name == name for m in found):
+            r.error(at, f"monitor {name!r} is given twice")
+            continue
+        found.append(monitors[name])
+    rule = _monitor_rule(r, vs, len(names))
+    if len(found) > 1 and len({(m.rule, m.unknown_as_up) for m in found}) > 1:
+        described = ", ".join(
+            f"{m.name} (rule {m.rule}, unknown_as {'up' if m.unknown_as_up else 'down'})" for m in found
+        )
+        r.error(
+            vs.at("monitor"),
+            f"its monitors combine the GTM nodes' verdicts differently: {described}; "
+            "give them the same 'rule' and 'unknown_as'",
+        )
+    return tuple(found), rule
+
+
+def _monitor_rule(r: Reader, vs: Mapping, count: int) -> MonitorRule:
+    """``monitor_rule: all`` or ``monitor_rule: {at_least: N}``, 1 <= N <= *count*."""
+    if not vs.has("monitor_rule"):
+        return MonitorRule()
+    at = vs.at("monitor_rule")
+    value = vs.get("monitor_rule")
+    if count == 0:
+        r.error(at, "a monitor rule needs monitors: give 'monitor' a list of names")
+        return MonitorRule()
+    if not isinstance(value, dict):
+        r.string(at, value, choices=("all",))
+        return MonitorRule()
+    m = Mapping(r, at, value)
+    n = m.integer("at_least", None, 1, 1000) if m.has("at_least") else m.require("at_least", "how many monitors")
+    m.done()
+    if not isinstance(n, int):
+        return MonitorRule()
+    if n > count:
+        r.error(m.at("at_least"), f"{n} is more than the {count} monitor{'s' if count > 1 else ''} given")
+        return MonitorRule()
+    return MonitorRule(n)
+
+
 def _payload(r: Reader, m: Mapping, key: str, required: bool) -> bytes | None:
     """Bytes from ``KEY`` (text, sent as UTF-8) or ``KEY_hex`` (hex digits)."""
     hex_key = f"{key}_hex"
@@ -137,7 +199,8 @@ def _check(r: Reader, m: Mapping, kind: str | None, resolve: Callable[[str], Pat
         cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
         if path is None or cap is None:
             return None
-        return HttpCheck(False, "GET", path, host, (200,), max_response_bytes=cap, metrics=True)
+        # the first form of a load source: the same as type http with load {format: json}
+        return HttpCheck(False, "GET", path, host, (200,), max_response_bytes=cap, load=LoadSource("json"))
     if kind == "dns":
         query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the server for"))
         if query_name is not None:
@@ -186,9 +249,10 @@ def _http(r: Reader, m: Mapping, tls: bool, resolve: Callable[[str], Path]) -> H
                 ca_file = resolve(text)
                 if not ca_file.is_file():
                     r.error(m.at("ca_file"), f"{ca_file} is not a readable file")
-    if method is None or path is None or cap is None:
+    load = read_load(r, m) if m.has("load") else None
+    if method is None or path is None or cap is None or (m.has("load") and load is None):
         return None
-    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file)
+    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file, load)
 
 
 def read_links(
@@ -249,10 +313,10 @@ def check_budget(r: Reader, settings: Health, vss: dict[str, VirtualServer], lin
     hanging = 0.0
     monitored = 0
     for vs in vss.values():
-        if vs.monitor is not None:
-            monitored += 1
-            rate += 1 / vs.monitor.interval
-            hanging += vs.monitor.timeout / vs.monitor.interval
+        monitored += bool(vs.monitors)
+        for m in vs.monitors:  # each monitor of a server is a check of its own
+            rate += 1 / m.interval
+            hanging += m.timeout / m.interval
     targets = 0
     for link in links.values():
         n = len(link.targets)

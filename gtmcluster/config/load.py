@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import health, traffic, yamlchild
+from gtmcluster.config import geoip, health, traffic, yamlchild
 from gtmcluster.config import links as link_settings
 from gtmcluster.config.model import (
     ApiSettings,
@@ -35,6 +35,7 @@ from gtmcluster.config.model import (
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
+from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
@@ -42,6 +43,7 @@ from gtmcluster.gcpause import collection_paused
 from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
 from gtmcluster.state import schema
 from gtmcluster.sync import certs
+from gtmcluster.topology.geoip import GeoIP
 
 DEFAULT_PEER_PORT = 4353
 #: a node files probe requests at max_per_second, after a burst of a request's life (60 s)
@@ -62,6 +64,7 @@ TOP_LEVEL = (
     "health",
     "monitors",
     "links",
+    "geoip",
     "virtual_servers",
     "regions",
     "topology",
@@ -172,14 +175,17 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     health.check_budget(r, health_settings, vss, links)
     yield
     yield from parsed.wanted("regions")
-    regions = yield from traffic.read_regions(r, top.get("regions", {}), content)
+    databases = yield from geoip.read_geoip(r, top, content)
+    regions = yield from traffic.read_regions(r, top.get("regions", {}), content, databases)
     yield from parsed.wanted("pools")
     raw_pools = top.get("pools", {})
     pool_names = [str(k) for k in raw_pools] if isinstance(raw_pools, dict) else []
     raw_vss = top.get("virtual_servers", {})
     vs_names = [str(k) for k in raw_vss] if isinstance(raw_vss, dict) else []
     yield from parsed.wanted("topology")
-    topology = yield from traffic.read_topology(r, top.get("topology"), regions, datacenters, pool_names, vs_names)
+    topology = yield from traffic.read_topology(
+        r, top.get("topology"), regions, datacenters, pool_names, vs_names, databases
+    )
     pools = yield from traffic.read_pools(r, raw_pools, vss, topology)
     lookup_zones = ZoneSet(z.build() for z in zone_data)
     yield from parsed.wanted("wideips")
@@ -192,11 +198,13 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     r.keep_networks()
     yield
 
+    wideip_names = WideIPNames.of(wideips.values())
     zones = ZoneSet(
-        z.build(labels for labels in wideips if names.is_subdomain(labels, names.key(z.origin))) for z in zone_data
+        z.build(labels for labels in wideip_names.names() if names.is_subdomain(labels, names.key(z.origin)))
+        for z in zone_data
     )
     yield
-    digest = yield from _digest(parsed.canonical, zone_data, regions)
+    digest = yield from _digest(parsed.canonical, zone_data, regions, databases)
     wideips_of = MappingProxyType((yield from wideips_by_server(wideips.values())))
     yield
     return Config(
@@ -221,12 +229,15 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         persistence=persistence,
         digest=digest,
         wideips_of=wideips_of,
+        wideip_names=wideip_names,
     )
 
 
-def _digest(canonical: bytes, zones: list[zonefile.ZoneData], regions: dict[str, Any]) -> slices.Steps[str]:
+def _digest(
+    canonical: bytes, zones: list[zonefile.ZoneData], regions: dict[str, Any], databases: GeoIP | None
+) -> slices.Steps[str]:
     """A short hash of everything that decides answers: the YAML (*canonical*, its values
-    as `yamlframes.canonical` writes them), zone data, address lists."""
+    as `yamlframes.canonical` writes them), zone data, address lists, GeoIP databases."""
     h = hashlib.sha256(canonical)
     for zone in sorted(zones, key=lambda z: z.origin):
         h.update(repr((zone.origin, sorted(zone.rrsets, key=repr))).encode())
@@ -235,6 +246,8 @@ def _digest(canonical: bytes, zones: list[zonefile.ZoneData], regions: dict[str,
         if i % traffic.REGION_STEP == traffic.REGION_STEP - 1:
             yield
         h.update(repr((name, [str(n) for n in regions[name].networks])).encode())
+    for key, database in sorted((databases.databases if databases else {}).items()):
+        h.update(f"geoip {key} {database.sha256}".encode())
     return h.hexdigest()[:16]
 
 

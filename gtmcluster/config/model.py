@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gtmcluster import slices
+from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import ZoneSet
+from gtmcluster.dns.zone import RData, ZoneSet
 from gtmcluster.topology.records import Topology
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -99,9 +100,36 @@ class HttpCheck:
     max_response_bytes: int = 65536
     verify_tls: bool = True
     ca_file: Path | None = None  # trust these CAs instead of the system's
-    #: a metrics monitor: the body is a JSON object of load figures (connections,
-    #: packets_per_second, kbps, capacity) for the load-based methods
-    metrics: bool = False
+    #: the body also gives the server's load figures, for the load-based methods
+    load: LoadSource | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Prometheus samples to read: those named `metric` with every label in `labels`."""
+
+    metric: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSource:
+    """Where a body's load figures are (docs/load-sources.md; read by `probe.loadread`).
+
+    `format`: prometheus, haproxy (stats CSV), nginx (stub_status) or json. Prometheus
+    names its samples: gauges summed for `connections` and `capacity`, counters summed for
+    `packets` and `bytes` (their rates give packets_per_second and kbps). HAProxy reads the
+    row of `proxy` and `server`. `capacity` set as a number is used as given.
+    """
+
+    format: str
+    connections: tuple[Sample, ...] = ()
+    capacity: tuple[Sample, ...] = ()
+    packets: tuple[Sample, ...] = ()
+    bytes: tuple[Sample, ...] = ()
+    proxy: str = ""
+    server: str = "BACKEND"
+    fixed_capacity: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +210,22 @@ class TrafficSource:
 
 
 @dataclass(frozen=True, slots=True)
+class MonitorRule:
+    """How the verdicts of a virtual server's monitors, each on one node, combine into that
+    node's verdict (`gtmcluster.health.monitors`): up if `all` of them say up
+    (`at_least` None), or at least `at_least` of them."""
+
+    at_least: int | None = None
+
+    def needed(self, count: int) -> int:
+        """How many of *count* monitors must say up."""
+        return count if self.at_least is None else self.at_least
+
+    def __str__(self) -> str:
+        return "all" if self.at_least is None else f"at_least {self.at_least}"
+
+
+@dataclass(frozen=True, slots=True)
 class Link:
     """A data center's uplink: up while any of its targets answers the monitor."""
 
@@ -199,21 +243,64 @@ class Link:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordTarget:
+    """What a virtual server answers with instead of an address: the data of one CNAME,
+    MX, SRV or NAPTR record (read and encoded by `gtmcluster.config.targets`)."""
+
+    rtype: int
+    name: Name  # the CNAME target, MX exchange, SRV target or NAPTR replacement
+    rdata: RData  # the record's RDATA, ready for the wire writer
+    text: str  # its presentation form, e.g. "10 mail1.example.com." (API, explain)
+
+
+@dataclass(frozen=True, slots=True)
 class VirtualServer:
     name: str
-    address: IPAddress
+    address: IPAddress | None  # None when the server answers with a `target` instead
     port: int
     datacenter: str
-    monitor: Monitor | None
+    #: checked by each of these (none: not monitored, always up as far as health goes)
+    monitors: tuple[Monitor, ...]
     admin_state: str = "enabled"  # enabled | disabled | drain (the configured default)
     link: Link | None = None
     depends_on: tuple[str, ...] = ()  # names of virtual servers this one needs
     manual_resume: bool = False  # after going down, stay out until an operator enables it
     slow_start: float = 0.0  # seconds over which a returning server's share ramps up
+    #: a CNAME, MX, SRV or NAPTR record answered instead of an address (docs/wideip-types.md)
+    target: RecordTarget | None = None
+    #: what the monitor of a `target` server checks (it has no address of its own)
+    check_address: IPAddress | None = None
+    monitor_rule: MonitorRule = MonitorRule()  # how the verdicts of its monitors combine
 
     @property
     def enabled(self) -> bool:
         return self.admin_state != "disabled"
+
+    @property
+    def rtype(self) -> int:
+        """The record type this server answers: A or AAAA by its address, else its target's."""
+        if self.target is not None:
+            return self.target.rtype
+        assert self.address is not None
+        return 1 if self.address.version == 4 else 28
+
+    @property
+    def probe_address(self) -> IPAddress | None:
+        """The address health checks go to: its own, or a target server's `check_address`."""
+        return self.address if self.address is not None else self.check_address
+
+    @property
+    def health_rule(self) -> HealthRule:
+        """How the GTM nodes' verdicts combine: its monitors' `rule` (the config makes
+        them all the same)."""
+        return self.monitors[0].rule if self.monitors else HealthRule("any")
+
+    @property
+    def unknown_as_up(self) -> bool:
+        """Whether it counts as up before any node's verdict: the monitor rule applied to
+        each monitor's `unknown_as`."""
+        ups = sum(m.unknown_as_up for m in self.monitors)
+        return ups >= self.monitor_rule.needed(len(self.monitors))
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +427,9 @@ FAILURE_RESPONSES = ("return_to_dns", "fallback_ip", "nxdomain", "servfail", "re
 class WideIP:
     name: str  # presentation form, lowercase, without the trailing dot
     labels: Name  # lowercased
-    types: frozenset[int]  # DNS types answered by load balancing (A = 1, AAAA = 28)
+    #: DNS types answered by load balancing (A = 1, AAAA = 28; CNAME, MX, SRV, NAPTR:
+    #: docs/wideip-types.md); a CNAME wide IP has that type alone
+    types: frozenset[int]
     pools: tuple[PoolRef, ...]
     pool_lb: str
     persistence: Persistence | None
@@ -348,12 +437,16 @@ class WideIP:
     #: what to answer when every pool (and the last resort) yields nothing
     failure_response: str = "return_to_dns"
     fallback_ips: tuple[IPAddress, ...] = ()  # for failure_response: fallback_ip
+    #: more names answered exactly as this one (lowercased labels; ``*.`` wildcards too)
+    aliases: tuple[Name, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Region:
     name: str
     networks: tuple[IPNetwork, ...]
+    #: GeoIP terms it holds: ("country", "CN"), ("continent", "EU"), ("asn", "4134")
+    geo: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +549,7 @@ class Config:
     regions: Mapping[str, Region]
     topology: Topology
     pools: Mapping[str, Pool]
-    wideips: Mapping[Name, WideIP]  # by lowercased labels
+    wideips: Mapping[Name, WideIP]  # by lowercased labels of their own names
     prober: Prober
     zones: ZoneSet
     dns_server: DNSServer
@@ -468,6 +561,8 @@ class Config:
     #: virtual server -> the wide IPs whose answers it may be part of (through any of their
     #: pools, the last resort included): made when the config is read, off the reactor
     wideips_of: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False, default_factory=dict)
+    #: which wide IP answers a name (own names, aliases, wildcards): the responder's lookup
+    wideip_names: WideIPNames = field(repr=False, compare=False, default_factory=WideIPNames)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

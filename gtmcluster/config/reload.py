@@ -84,6 +84,7 @@ def free_in_turns(reactor: Any, config: Config) -> None:
         config,  # first: the parts below are still held here
         config.wideips_of,
         config.wideips,
+        config.wideip_names,
         config.pools,
         config.virtual_servers,
         config.topology,

@@ -7,6 +7,10 @@ from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
+import dns.rdatatype
+
+from gtmcluster.config import geoip as geoconf
+from gtmcluster.config import health, wideipnames
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
@@ -18,6 +22,7 @@ from gtmcluster.config.model import (
     PoolRef,
     Prefixes,
     QosWeights,
+    RecordTarget,
     Region,
     Tolerance,
     VirtualServer,
@@ -25,14 +30,16 @@ from gtmcluster.config.model import (
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
+from gtmcluster.config.targets import TARGET_KEYS, read_target, srv_port
 from gtmcluster.dns import names
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.slices import Steps
 from gtmcluster.state import schema
 from gtmcluster.topology import addrlist
-from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, Record, Selector, ServerFacts, Topology
+from gtmcluster.topology.geoip import KINDS, GeoIP, Term
+from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, SHAPES, Record, Selector, ServerFacts, Topology
 
 MAX_TTL = 2**31 - 1
 MAX_RATIO = 65535
@@ -46,7 +53,21 @@ STEP = 64
 #: pools (each may list dozens of members)
 REGION_STEP = 4
 POOL_STEP = 8
-WIDEIP_TYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
+WIDEIP_TYPES = {
+    "A": TYPE_A,
+    "AAAA": TYPE_AAAA,
+    "CNAME": TYPE_CNAME,
+    "MX": TYPE_MX,
+    "SRV": TYPE_SRV,
+    "NAPTR": TYPE_NAPTR,
+}
+TYPE_NAMES = {t: k for k, t in WIDEIP_TYPES.items()}
+#: what answers each type (for the message when no pool has it)
+_TYPE_SOURCES = {
+    TYPE_A: "an IPv4 virtual server or fallback_ip",
+    TYPE_AAAA: "an IPv6 virtual server or fallback_ip",
+    **{t: f"a virtual server with '{k}'" for k, t in TARGET_KEYS.items()},
+}
 ADMIN_STATES = ("enabled", "disabled", "drain")
 
 
@@ -81,13 +102,28 @@ def read_virtual_servers(
         if r.name(path, name, "virtual server name") is None or vs is None:
             r.broken.add(("virtual_server", name))
             continue
-        address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
-        port = vs.integer("port", 80, 1, 65535)
+        kinds = [k for k in TARGET_KEYS if vs.has(k)]
+        address = target = check_address = None
+        if kinds:
+            target = _target(r, vs, kinds)
+            if vs.has("check_address"):
+                check_address = r.address(vs.at("check_address"), vs.get("check_address"))
+        else:
+            address = r.address(vs.at("address"), vs.require("address", "the virtual server's IP address"))
+            if vs.has("check_address"):
+                r.error(vs.at("check_address"), f"only for virtual servers with {', '.join(TARGET_KEYS)}")
+        default_port = 80
+        if target is not None and target.rtype == TYPE_SRV:
+            default_port = srv_port(target) or 80  # (an SRV server's monitor checks its port)
+        port = vs.integer("port", default_port, 1, 65535)
         dc = datacenter(r, vs.at("datacenter"), vs.require("datacenter", "one of the datacenters"), datacenters)
-        monitor = None
-        if vs.has("monitor"):
-            monitor_name = r.known(vs.at("monitor"), vs.get("monitor"), "monitor", monitors, "monitor")
-            monitor = monitors.get(monitor_name or "")
+        monitored, monitor_rule = health.read_vs_monitors(r, vs, monitors)
+        if kinds and monitored and not vs.has("check_address"):
+            r.error(
+                vs.at("monitor"),
+                f"a {kinds[0]} virtual server's monitor needs 'check_address' (the address it checks);"
+                " without a monitor the server counts as up",
+            )
         link = None
         if vs.has("link"):
             link = links.get(r.known(vs.at("link"), vs.get("link"), "link", links, "link") or "")
@@ -108,18 +144,41 @@ def read_virtual_servers(
         manual_resume = vs.boolean("manual_resume", False)
         slow_start = vs.number("slow_start", 0.0, 0, 86400)
         vs.done()
-        if address is None or port is None or dc is None or admin is None or slow_start is None:
+        if (target if kinds else address) is None or port is None or dc is None or admin is None or slow_start is None:
             r.broken.add(("virtual_server", name))
             continue
-        other = seen.setdefault((address, port), name)
+        other = seen.setdefault((address, port), name) if address is not None else name
         if other != name:
             r.error(path, f"same address and port as virtual server {other!r}")
         out[name] = VirtualServer(
-            name, address, port, dc, monitor, admin, link, tuple(depends), manual_resume, slow_start
+            name,
+            address,
+            port,
+            dc,
+            monitored,
+            admin,
+            link,
+            tuple(depends),
+            manual_resume,
+            slow_start,
+            target,
+            check_address,
+            monitor_rule,
         )
     yield
     _check_dependencies(r, out, dependency_paths)
     return out
+
+
+def _target(r: Reader, vs: Mapping, kinds: list[str]) -> RecordTarget | None:
+    """The record a virtual server answers with (`config.targets`): one kind, no address."""
+    if len(kinds) > 1:
+        r.error(vs.at(kinds[1]), f"give one of {', '.join(TARGET_KEYS)}, not {kinds[0]!r} and {kinds[1]!r}")
+        return None
+    if vs.has("address"):
+        r.error(vs.at("address"), f"a {kinds[0]} virtual server has no address (see 'check_address')")
+        return None
+    return read_target(r, vs, kinds[0])
 
 
 def _check_dependencies(r: Reader, vss: dict[str, VirtualServer], paths: dict[tuple[str, str], KeyPath]) -> None:
@@ -159,12 +218,15 @@ def _visit(
     done.add(name)
 
 
-def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[dict[str, Region]]:
-    """Regions: lists of networks, address list files, and other regions (no cycles)."""
+def read_regions(
+    r: Reader, raw: Any, resolve: Callable[[str], Path], geoip: GeoIP | None = None
+) -> Steps[dict[str, Region]]:
+    """Regions: lists of networks, address list files, GeoIP terms ({country: CN}) and
+    other regions (no cycles)."""
     section = r.mapping(("regions",), raw, "a mapping of region names to networks")
     if section is None:
         return {}
-    direct: dict[str, list[IPNetwork]] = {}
+    direct: dict[str, list[IPNetwork | Term]] = {}
     includes: dict[str, list[tuple[KeyPath, str]]] = {}
     for n, (name, value) in enumerate(section.items()):
         if n % REGION_STEP == REGION_STEP - 1:
@@ -173,7 +235,9 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
         if r.name(path, name, "region name") is None:
             continue
         entries = r.list(
-            path, [value] if isinstance(value, dict) else value, "a list of networks, {file: PATH} or {region: NAME}"
+            path,
+            [value] if isinstance(value, dict) else value,
+            "a list of networks, {file: PATH}, {region: NAME} or {country: CC}",
         )
         direct[name] = []
         includes[name] = []
@@ -187,6 +251,8 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
                     other = r.name(m.at("region"), m.get("region"), "region name")
                     if other is not None:
                         includes[name].append((m.at("region"), other))
+                elif geoconf.has_terms(m):
+                    direct[name].extend(geoconf.region_terms(r, m, geoip))
                 elif not entry:
                     r.error(at, "an entry is a network, {file: PATH} or {region: NAME}")
                 m.done()  # names the unknown key, with a suggestion
@@ -200,7 +266,9 @@ def read_regions(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> Steps[d
     for n, name in enumerate(direct):
         if n % REGION_STEP == REGION_STEP - 1:
             yield
-        out[name] = Region(name, tuple(expansion.expand(name, (name,))))
+        entries = expansion.expand(name, (name,))
+        networks = tuple(e for e in entries if not isinstance(e, tuple))
+        out[name] = Region(name, networks, tuple(e for e in entries if isinstance(e, tuple)))
     return out
 
 
@@ -210,15 +278,15 @@ class _Expansion:
     of the heap keeps for good: `gtmcluster.heap`.)"""
 
     def __init__(
-        self, r: Reader, direct: dict[str, list[IPNetwork]], includes: dict[str, list[tuple[KeyPath, str]]]
+        self, r: Reader, direct: dict[str, list[IPNetwork | Term]], includes: dict[str, list[tuple[KeyPath, str]]]
     ) -> None:
         self.r = r
         self.direct = direct
         self.includes = includes
-        self.expanded: dict[str, list[IPNetwork]] = {}
+        self.expanded: dict[str, list[IPNetwork | Term]] = {}
         self.reported: set[KeyPath] = set()
 
-    def expand(self, name: str, stack: tuple[str, ...]) -> list[IPNetwork]:
+    def expand(self, name: str, stack: tuple[str, ...]) -> list[IPNetwork | Term]:
         expanded = self.expanded
         if name in expanded:
             return expanded[name]
@@ -238,7 +306,7 @@ class _Expansion:
         return expanded[name]
 
 
-def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork]) -> None:
+def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], into: list[IPNetwork | Term]) -> None:
     file_name = r.string(m.at("file"), m.get("file"))
     if file_name is None:
         return
@@ -255,7 +323,9 @@ def _read_region_file(r: Reader, m: Mapping, resolve: Callable[[str], Path], int
     into.extend(networks)
 
 
-def _selector(r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: MappingT[str, Any]) -> Selector | None:
+def _selector(
+    r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: MappingT[str, Any], geoip: GeoIP | None
+) -> Selector | None:
     """Parse ``[not] KIND VALUE`` (or ``any``); *refs* maps kind to the names it may use."""
     text = r.string(path, raw)
     if text is None:
@@ -267,18 +337,22 @@ def _selector(r: Reader, path: KeyPath, raw: Any, kinds: tuple[str, ...], refs: 
     if words == ["any"] and "any" in kinds:
         return Selector("any", negate, "")
     if len(words) != 2 or words[0] not in kinds:
-        shapes = ", ".join(f"'{k} NAME'" if k != "any" else "'any'" for k in kinds)
+        shapes = ", ".join(f"'{k} {SHAPES.get(k, 'NAME')}'" if k != "any" else "'any'" for k in kinds)
         r.error(path, f"{text!r} is not a selector: use {shapes}, optionally after 'not'")
         return None
     kind, value = words
     if kind == "subnet":
         network = r.network(path, value)
         return None if network is None else Selector(kind, negate, str(network), (network,))
+    if kind in KINDS:  # country, continent, asn
+        term = geoconf.term(r, path, kind, value, geoip)
+        return None if term is None else Selector(kind, negate, term[1], (), (term,))
     known = refs[kind]
     if r.known(path, value, kind, known, kind.replace("_", " ")) is None:
         return None
-    networks = known[value].networks if kind == "region" else ()
-    return Selector(kind, negate, value, networks)
+    if kind == "region":
+        return Selector(kind, negate, value, known[value].networks, known[value].geo)
+    return Selector(kind, negate, value)
 
 
 def read_topology(
@@ -288,6 +362,7 @@ def read_topology(
     datacenters: tuple[str, ...],
     pool_names: list[str],
     vs_names: list[str],
+    geoip: GeoIP | None = None,
 ) -> Steps[Topology]:
     records: list[Record] = []
     entries = r.list(("topology",), raw, "a list of {ldns, server, score} records") if raw is not None else []
@@ -308,11 +383,12 @@ def read_topology(
         m = r.mapping(path, entry, "a mapping {ldns: SELECTOR, server: SELECTOR, score: N}")
         if m is None:
             continue
-        ldns = _selector(r, m.at("ldns"), m.require("ldns", "who asks, e.g. 'region cnc-nets'"), LDNS_KINDS, refs)
+        raw_ldns = m.require("ldns", "who asks, e.g. 'region cnc-nets'")
+        ldns = _selector(r, m.at("ldns"), raw_ldns, LDNS_KINDS, refs, geoip)
         raw_server = m.require("server", "what to answer, e.g. 'datacenter CNC'")
         server = servers.get(raw_server) if isinstance(raw_server, str) else None
         if server is None:
-            server = _selector(r, m.at("server"), raw_server, SERVER_KINDS, refs)
+            server = _selector(r, m.at("server"), raw_server, SERVER_KINDS, refs, geoip)
             if server is not None and isinstance(raw_server, str):
                 servers[raw_server] = server
         score = m.integer("score", None, 0, MAX_SCORE) if m.has("score") else m.require("score", f"0 to {MAX_SCORE}")
@@ -320,7 +396,7 @@ def read_topology(
         if ldns is not None and server is not None and isinstance(score, int):
             server_id = server_ids.setdefault(server, len(server_ids))
             records.append(Record(len(records), ldns, server, score, server_id))
-    return (yield from Topology.build_steps(records))
+    return (yield from Topology.build_steps(records, geoip))
 
 
 def _methods(r: Reader, pool: Mapping, has_fallback_ip: bool) -> Methods:
@@ -386,7 +462,8 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
             if any(p.vs is vs for p in members):
                 r.error(at, f"virtual server {vs_name!r} is listed twice in this pool")
                 continue
-            facts = ServerFacts(vs.name, False, frozenset([name]), frozenset([vs.datacenter]), (vs.address,))
+            addresses = () if vs.address is None else (vs.address,)
+            facts = ServerFacts(vs.name, False, frozenset([name]), frozenset([vs.datacenter]), addresses)
             members.append(PoolMember(vs, ratio, topology.server_mask(facts)))
         fallback_ips = []
         if m.has("fallback_ip"):
@@ -458,7 +535,7 @@ def _pool_ref(r: Reader, at: KeyPath, entry: Any, pools: MappingT[str, Pool], to
         True,
         frozenset([pool.name]),
         frozenset(m.vs.datacenter for m in pool.members),
-        tuple(m.vs.address for m in pool.members),
+        tuple(m.vs.address for m in pool.members if m.vs.address is not None),
     )
     return PoolRef(pool, ratio, topology.server_mask(facts))
 
@@ -471,12 +548,14 @@ def read_wideips(
     zones: ZoneSet,
     broken_zones: set[Name] | None,
 ) -> Steps[dict[Name, WideIP]]:
-    """Wide IPs. *broken_zones*: origins of zones that failed to load (None: unknown), under
-    which a wide IP's placement cannot be checked."""
+    """Wide IPs, by their own names (a wildcard's with its ``*``; aliases are not keys here:
+    `wideipnames.WideIPNames` finds wide IPs by any of their names). *broken_zones*: origins
+    of zones that failed to load (None: unknown), under which a name cannot be checked."""
     out: dict[Name, WideIP] = {}
     section = r.mapping(("wideips",), raw, "a mapping of wide IP names to settings")
     if section is None:
         return out
+    claims = wideipnames.Claims(r)  # names and aliases, each for one wide IP
     for n, (name, value) in enumerate(section.items()):
         if n % STEP == STEP - 1:
             yield
@@ -484,10 +563,11 @@ def read_wideips(
         m = r.mapping(path, value)
         if m is None:
             continue
-        labels = _wideip_name(r, path, name, zones, broken_zones)
+        labels = wideipnames.read_name(r, path, name, zones, broken_zones)
+        aliases = wideipnames.read_aliases(r, m.at("aliases"), m.get("aliases", []), zones, broken_zones)
         types: set[int] = set()
         type_value = m.get("type", "A")
-        for i, t in enumerate(r.list(m.at("type"), type_value, "A, AAAA or [A, AAAA]", allow_scalar=True) or []):
+        for i, t in enumerate(r.list(m.at("type"), type_value, "a type or a list of types", allow_scalar=True) or []):
             at = (*m.at("type"), i) if isinstance(type_value, list) else m.at("type")
             t = r.string(at, t, choices=tuple(WIDEIP_TYPES))
             if t is not None:
@@ -530,52 +610,45 @@ def read_wideips(
         if failure == "fallback_ip" and not m.has("fallback_ip"):
             r.error(m.at("failure_response"), "fallback_ip needs the wide IP's 'fallback_ip' address(es)")
         m.done()
+        if TYPE_CNAME in types and len(types) > 1:
+            r.error(m.at("type"), "a CNAME wide IP has no other type (RFC 1034 3.6.2: a CNAME stands alone)")
+            continue
         if labels is None or pool_lb is None or not types:
             continue
-        for t in sorted(types):
-            version = 4 if t == TYPE_A else 6
-            family = {member.vs.address.version for ref in refs for member in ref.pool.members}
-            family |= {a.version for ref in refs for a in ref.pool.fallback_ips}
-            if complete and version not in family:
-                kind = "A" if t == TYPE_A else "AAAA"
-                r.error(m.at("type"), f"type {kind} but no pool has an IPv{version} virtual server or fallback_ip")
-        if labels in out:
-            r.error(path, f"duplicate wide IP (same name as {out[labels].name!r})")
+        if TYPE_CNAME in types and not _alone(r, path, labels, zones):
             continue
+        answered = {member.vs.rtype for ref in refs for member in ref.pool.members}
+        answered |= {TYPE_A if a.version == 4 else TYPE_AAAA for ref in refs for a in ref.pool.fallback_ips}
+        for t in sorted(types):
+            if complete and t not in answered:
+                kind = TYPE_NAMES[t]
+                r.error(m.at("type"), f"type {kind} but no pool has {_TYPE_SOURCES[t]}")
         text = names.to_text(labels).rstrip(".")
+        if not claims.take(path, labels, text, alias=False):
+            continue
+        taken = tuple(alias for at, alias in aliases if claims.take(at, alias, text, alias=True))
         out[labels] = WideIP(
-            text, labels, frozenset(types), tuple(refs), pool_lb, persistence, last_resort, failure, tuple(fallback_ips)
+            text,
+            labels,
+            frozenset(types),
+            tuple(refs),
+            pool_lb,
+            persistence,
+            last_resort,
+            failure,
+            tuple(fallback_ips),
+            aliases=taken,
         )
+    yield from wideipnames.check_cnames(r, claims.wildcards(), zones)
     return out
 
 
-def _wideip_name(r: Reader, path: KeyPath, name: str, zones: ZoneSet, broken_zones: set[Name] | None) -> Name | None:
-    try:
-        labels = names.key(names.from_text(str(name)))
-    except names.BadName as e:
-        r.error(path, str(e))
-        return None
-    if b"*" in labels:
-        r.error(path, "wildcard wide IP names are not supported")
-        return None
+def _alone(r: Reader, path: KeyPath, labels: Name, zones: ZoneSet) -> bool:
+    """A CNAME wide IP's name holds no static records (RFC 1034 3.6.2)."""
     zone = zones.find(labels)
-    # When the zone that should hold this name failed to load, its problem is reported already.
-    loaded_depth = len(zone.origin_key) if zone is not None else -1
-    if broken_zones is None:
-        if zone is None:
-            return None
-    elif max((len(o) for o in broken_zones if names.is_subdomain(labels, o)), default=-1) > loaded_depth:
-        return None
-    if zone is None:
-        origins = ", ".join(sorted(names.to_text(z.origin) for z in zones)) or "none"
-        r.error(path, f"not inside any served zone (zones: {origins})")
-        return None
-    cut = zone.delegation_for(labels)
-    if cut is not None:
-        r.error(path, f"at or below the delegation {names.to_text(cut)} in zone {names.to_text(zone.origin)}")
-        return None
-    node = zone.nodes.get(labels)
-    if node is not None and TYPE_CNAME in node.rrsets:
-        r.error(path, f"zone {names.to_text(zone.origin)} has a CNAME at this name")
-        return None
-    return labels
+    node = zone.nodes.get(labels) if zone is not None else None
+    if zone is None or node is None or not node.rrsets:
+        return True
+    kinds = ", ".join(sorted(dns.rdatatype.to_text(dns.rdatatype.RdataType.make(t)) for t in node.rrsets))
+    r.error(path, f"type CNAME, but zone {names.to_text(zone.origin)} has records at this name (types {kinds})")
+    return False

@@ -68,13 +68,14 @@ class Processes:
         return [
             vs
             for vs in self.config.virtual_servers.values()
-            if vs.monitor is not None
-            and vs.monitor.type == "http"
+            if any(m.type == "http" for m in vs.monitors)
+            and vs.address is not None
             and vs.address.is_loopback
             and vs.admin_state != "disabled"
         ]
 
     def start_backend(self, vs: VirtualServer) -> None:
+        assert vs.address is not None  # (one of `demo_servers`)
         listen = f"[{vs.address}]:{vs.port}" if vs.address.version == 6 else f"{vs.address}:{vs.port}"
         proc = spawn([sys.executable, "-m", "gtmcluster.cli.backend", "--listen", listen, "--name", vs.name])
         self.backends[vs.name] = (vs, proc)

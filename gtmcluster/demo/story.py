@@ -212,19 +212,27 @@ class Story:
         address, description, _ = self.resolvers[0]
         current = dig(self.dns, self.wideip, address)
         vs = next((v for v in servers.values() if str(v.address) == current), None)
-        if vs is None or vs.monitor is None:
+        if vs is None or not vs.monitors:
             return
-        m = vs.monitor
+        # with every check failing, the server is out once all but (needed - 1) of its
+        # monitors are down, and back once `needed` of them are up (monitor_rule)
+        needed = vs.monitor_rule.needed(len(vs.monitors))
+        m = sorted(vs.monitors, key=lambda m: m.interval * m.down_after + m.timeout)[len(vs.monitors) - needed]
+        up = sorted(vs.monitors, key=lambda m: m.interval * m.up_after)[needed - 1]
         bound = m.interval * m.down_after + m.timeout
+        which = f" (monitor {m.name})" if len(vs.monitors) > 1 else ""
         say(f"\n5. Failover: stopping {vs.name}'s backend; {description} ({address}) should move within")
-        say(f"   interval x down_after + timeout = {m.interval:g} x {m.down_after} + {m.timeout:g} = {bound:g} s")
+        say(
+            f"   interval x down_after + timeout{which} = {m.interval:g} x {m.down_after} + {m.timeout:g} = {bound:g} s"
+        )
         start = time.monotonic()
         self.procs.stop_backend(vs.name)
         moved = until(lambda: (a := dig(self.dns, self.wideip, address)) != str(vs.address) and a, bound + 10, 0.1)
         took = time.monotonic() - start
         say(f"   -> {describe(self.config, moved)} after {took:.1f} s" if moved else "   -> did not move in time")
-        back_after = m.up_after * m.interval
-        say(f"   restarting {vs.name}'s backend; it should be back after up_after x interval = {back_after:g} s")
+        back_after = up.up_after * up.interval
+        which = f" (monitor {up.name})" if len(vs.monitors) > 1 else ""
+        say(f"   restarting {vs.name}'s backend; it should be back after up_after x interval{which} = {back_after:g} s")
         start = time.monotonic()
         self.procs.start_backend(vs)
         back = until(lambda: dig(self.dns, self.wideip, address) == str(vs.address), bound + 10, 0.1)

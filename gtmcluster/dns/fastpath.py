@@ -9,7 +9,10 @@ client subnet), asking for a static record or a wide IP. For those the general p
   query's ID, RD and CD flags and its question (so its case) put in;
 - a wide IP is answered from the decision the node keeps for that client (see
   `lb.cache`), encoded here: the question, one A or AAAA record per address pointing back
-  to it, and the OPT (with the client subnet echoed and the decision's scope).
+  to it, and the OPT (with the client subnet echoed and the decision's scope). The wide IP
+  is found by the queried name: its own name or an alias, else the longest ``*.`` wildcard
+  above it (one lookup per label), and the encoded reply is kept per queried name. Wide
+  IPs of the record types (CNAME, MX, SRV, NAPTR) are left to the general path.
 
 Anything else, anything not yet kept, and anything that would not fit the client's size
 goes to the general path, which answers it and (for what qualifies) prepares the next one.
@@ -42,6 +45,8 @@ _OPTION = struct.Struct("!HH")
 #: templates kept at most; when full they start again (random names cost the general path)
 MAX_TEMPLATES = 20_000
 _COPIED = wire.RD | wire.CD
+#: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
+_ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
 
 
 class _Plain(NamedTuple):
@@ -71,6 +76,10 @@ class FastPath:
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
+        #: the wildcards answered here, by the wire name they answer below; and every exact
+        #: name (a name of its own is never a wildcard's, even where it is not answered here)
+        self.wildcards: dict[bytes, WideIP] = {_wire_name(name): w for name, w in responder.direct_wildcards().items()}
+        self.exact: set[bytes] = {_wire_name(name) for name in responder.names.exact} if self.wildcards else set()
         #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its
         #: counter, its tally)
         self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally]] = {}
@@ -86,7 +95,9 @@ class FastPath:
         if plain is None:
             return self.responder.handle(data, source)
         wideip = self.wideips.get(plain.qname)
-        if wideip is not None and plain.qtype in wideip.types:
+        if wideip is None and self.wildcards and plain.qname not in self.exact:
+            wideip = _covering(self.wildcards, plain.qname)
+        if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
             reply = self._wideip(data, source, plain, wideip)
         elif plain.ecs is None:
             reply = self._static(data, plain)
@@ -244,6 +255,18 @@ def _parse(data: bytes, our_size: int) -> _Plain | None:
     do = ttl & wire.EDNS_DO
     limit = min(max(udp_size, wire.MIN_UDP), our_size)
     return _Plain(qid, flags, question_end, data[12:qname_end].lower(), qtype, 2 if do else 1, do, ecs, limit)
+
+
+def _covering(wildcards: dict[bytes, WideIP], qname: bytes) -> WideIP | None:
+    """The wildcard wide IP with the longest suffix of *qname* (lowercased wire form)."""
+    if len(qname) == 1:
+        return None  # the root
+    i = qname[0] + 1
+    while True:
+        wideip = wildcards.get(qname[i:])
+        if wideip is not None or not qname[i]:
+            return wideip
+        i += qname[i] + 1
 
 
 def _wire_name(name: Name) -> bytes:

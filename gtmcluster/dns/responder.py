@@ -16,7 +16,13 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
   with the scope the decision depended on; from any other source the option is echoed with
   scope 0 and the query decided by its source address (RFC 7871 7.2.1).
 - Wide IP names are answered by the load balancer for their types; other types at those
-  names, and `return_to_dns` decisions, come from the static zone.
+  names, and `return_to_dns` decisions, come from the static zone. A wide IP answers its
+  own name, its aliases and, for a ``*.`` wildcard, the names below it that no more
+  specific wide IP answers (`WideIPNames`), in place of the zone's records for its types;
+  where the zone has no name there, other types get NODATA. A delegation still wins.
+- A CNAME wide IP answers every type with its CNAME (RFC 1034 3.6.2), followed inside our
+  zones like a static one; MX and SRV answers carry their targets' addresses from our
+  zones as additional data (docs/wideip-types.md).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from dataclasses import dataclass
 
 from twisted.logger import Logger
 
-from gtmcluster.config.model import IPNetwork, WideIP
+from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
+from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.wire import Query, Section
@@ -39,8 +46,10 @@ from gtmcluster.dns.zone import (
     TYPE_AXFR,
     TYPE_CNAME,
     TYPE_IXFR,
+    TYPE_MX,
     TYPE_NS,
     TYPE_OPT,
+    TYPE_SRV,
     TYPE_TXT,
     Outcome,
     RRset,
@@ -66,6 +75,7 @@ TYPE_LABELS = {
     16: "TXT",
     28: "AAAA",
     33: "SRV",
+    35: "NAPTR",
     255: "ANY",
 }
 RCODE_LABELS = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
@@ -109,6 +119,7 @@ class Responder:
         cached: Cached | None = None,
         version: str | None = None,
         ecs_trusted: tuple[IPNetwork, ...] = (),
+        wideip_names: WideIPNames | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -116,22 +127,41 @@ class Responder:
         #: the answer to CH TXT version.bind (dns_server.version); None: such queries are refused
         self.version = version
         self.wideips = wideips
+        #: which wide IP answers a name (`Config.wideip_names`; made from *wideips* if not given)
+        self.names = wideip_names if wideip_names is not None else WideIPNames.of(wideips.values())
         self.decide = decide
         self.cached = cached
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
 
     def direct_wideips(self) -> dict[Name, WideIP]:
-        """Wide IPs a query for their own name and type is answered by directly (not below a
-        delegation, not through a wildcard): the names the fast path may answer."""
+        """Wide IPs a query for their own name (or an alias) and type is answered by
+        directly (not below a delegation, not through a wildcard of the zone): the exact
+        names the fast path may answer."""
         out = {}
-        for key, wideip in self.wideips.items():
+        for key, wideip in self.names.exact.items():
             zone = self.zones.find(key)
             if zone is None:
                 continue
             found = zone.find(key, min(wideip.types))
             if found.outcome is Outcome.NODE and not found.wildcard:
                 out[key] = wideip
+        return out
+
+    def direct_wildcards(self) -> dict[Name, WideIP]:
+        """Wildcard wide IPs (by the name they answer below) that answer every name below
+        it the same way: no delegation and no other served zone below that name. The fast
+        path may answer for these; names under the others go to the general path."""
+        out = {}
+        for suffix, wideip in self.names.wildcards.items():
+            zone = self.zones.find((b"*", *suffix))
+            if zone is None:
+                continue
+            if any(names.is_subdomain(cut, suffix) for cut in zone.cuts):
+                continue
+            if any(z is not zone and names.is_subdomain(z.origin_key, suffix) for z in self.zones):
+                continue
+            out[suffix] = wideip
         return out
 
     def client_of(self, source: str, ecs: wire.ClientSubnet | None) -> Client:
@@ -234,17 +264,17 @@ class Responder:
                 result.authority = [(found.cut, None)]
                 result.additional = [(g, None) for g in zone.glue_for(found.cut)]
                 return result
-            if found.outcome is not Outcome.NODE:
+            # (a wide IP's name exists, whatever the zone holds there)
+            wideip = self.names.find(key, len(zone.origin_key))
+            if found.outcome is not Outcome.NODE and wideip is None:
                 if found.outcome is Outcome.NXDOMAIN:
                     result.rcode = wire.NXDOMAIN
                 result.authority = [(zone.negative_soa, None)]
                 return result
-            assert found.node is not None
-            rrsets = found.node.rrsets
+            rrsets = found.node.rrsets if found.node is not None else {}
             owner = name if found.wildcard else None
-            wideip = None if found.wildcard else self.wideips.get(key)
             if wideip is not None:
-                wanted = min(wideip.types) if qtype == TYPE_ANY else qtype
+                wanted = _wanted(wideip, qtype)
                 if wanted in wideip.types:
                     decision = self.decide(wideip, wanted, client, who)
                     if client.from_ecs:  # (else the answer depended on none of the client subnet)
@@ -262,6 +292,16 @@ class Responder:
                             result.authority = [(zone.negative_soa, None)]
                         else:
                             result.aa = False
+                        return result
+                    if decision.action is Action.ANSWER and decision.targets:
+                        records = RRset(name, wanted, decision.ttl, tuple(t.rdata for t in decision.targets))
+                        result.answer.append((records, None))
+                        if wanted == TYPE_CNAME and qtype not in (TYPE_CNAME, TYPE_ANY):
+                            name = decision.targets[0].name  # followed as a static CNAME is
+                            continue
+                        if wanted in (TYPE_MX, TYPE_SRV):
+                            result.additional = self._addresses_of(decision.targets, client, who, result)
+                            result.glue_required = False
                         return result
                     if decision.action is Action.ANSWER:
                         rdatas = tuple((a.packed,) for a in decision.addresses)
@@ -291,6 +331,33 @@ class Responder:
             result.authority = [(zone.negative_soa, None)]
             return result
         return result
+
+    def _addresses_of(
+        self, targets: tuple[RecordTarget, ...], client: Client, who: Hashable, result: _Answer
+    ) -> list[tuple[RRset, Name | None]]:
+        """The A and AAAA records of MX exchanges and SRV targets in our zones (their wide IPs'
+        answers, or their static records), for the additional section."""
+        out: list[tuple[RRset, Name | None]] = []
+        for key, owner in {names.key(t.name): t.name for t in targets}.items():
+            zone = self.zones.find(key)
+            if zone is None or zone.delegation_for(key) is not None:
+                continue
+            node = zone.nodes.get(key)
+            wideip = self.names.find(key, len(zone.origin_key))
+            for rtype in (TYPE_A, TYPE_AAAA):
+                if wideip is not None and rtype in wideip.types:
+                    decision = self.decide(wideip, rtype, client, who)
+                    if client.from_ecs:
+                        result.scope = max(result.scope, decision.scope)
+                    if decision.action is Action.ANSWER and decision.addresses:
+                        rdatas = tuple((a.packed,) for a in decision.addresses)
+                        out.append((RRset(owner, rtype, decision.ttl, rdatas), None))
+                        continue
+                    if decision.action is not Action.RETURN_TO_DNS and decision.action is not Action.NOTHING:
+                        continue
+                if node is not None and rtype in node.rrsets:
+                    out.append((node.rrsets[rtype], None))
+        return out
 
     def _limit(self, edns: wire.Edns | None, tcp: bool) -> int:
         """The largest response: 65535 over TCP, else the client's EDNS size capped by ours, else 512."""
@@ -323,6 +390,14 @@ class Responder:
             Section(answer.additional or [], required=answer.glue_required),
         ]
         return wire.write_response(query.id, flags, answer.rcode, query.question, query.qname, sections, opt, limit)
+
+
+def _wanted(wideip: WideIP, qtype: int) -> int:
+    """The type a wide IP answers a *qtype* query with: a CNAME wide IP's CNAME for any, the
+    first of its types for ANY, else *qtype* itself (answered when it is one of its types)."""
+    if TYPE_CNAME in wideip.types:
+        return TYPE_CNAME
+    return min(wideip.types) if qtype == TYPE_ANY else qtype
 
 
 def client_key(source: str, ecs: wire.ClientSubnet | None) -> Hashable:

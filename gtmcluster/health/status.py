@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from gtmcluster.config.model import Config, HealthRule, Link, Monitor, VirtualServer
+from gtmcluster.config.model import Config, HealthRule, Link, VirtualServer
 from gtmcluster.health import admin as admin_mod
 from gtmcluster.health import linkload
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
@@ -52,20 +52,28 @@ class Observed:
     #: a link over its max_utilisation: why it takes no new clients ("" when it may)
     busy: str = ""
 
-    def counted_up(self, monitor: Monitor) -> bool:
-        return self.state == UP or (self.state == UNKNOWN and monitor.unknown_as_up)
+    def counted_up(self, unknown_as_up: bool) -> bool:
+        """Up, or no verdict yet and *unknown_as_up* (the monitor's `unknown_as`, or for a
+        virtual server `VirtualServer.unknown_as_up`)."""
+        return self.state == UP or (self.state == UNKNOWN and unknown_as_up)
 
 
-def combine(rule: HealthRule, records: Iterable[Record]) -> Observed:
+def combine(rule: HealthRule, records: Iterable[Record], detail: bool = False) -> Observed:
+    """The verdicts *records* combined by *rule*. The reason names the observers that see
+    it down, with theirs; when up, those that see it up, with theirs only if *detail* (a
+    server with several monitors: each one's verdict, `health.monitors`)."""
     ups: list[str] = []
     downs: list[str] = []
     reasons: list[str] = []
+    up_reasons: dict[str, list[str]] = {}
     for record in sorted(records, key=_origin):
         value = record.value
         if type(value) is not dict and not isinstance(value, Mapping):
             continue  # not a verdict this version understands: it counts for nothing
         if value.get("up"):
             ups.append(record.origin)
+            if detail:
+                up_reasons.setdefault(str(value.get("reason", "up")), []).append(record.origin)
         else:
             downs.append(record.origin)
             reasons.append(f"{record.origin}: {value.get('reason', 'down')}")
@@ -77,7 +85,9 @@ def combine(rule: HealthRule, records: Iterable[Record]) -> Observed:
         up = not downs
     else:
         up = len(ups) >= rule.quorum
-    if up:
+    if up and detail:
+        reason = "up for " + "; ".join(f"{', '.join(who)} ({why})" for why, who in up_reasons.items())
+    elif up:
         reason = f"up for {', '.join(ups)}"
     else:
         reason = "; ".join(reasons) or f"up for {len(ups)} of {rule.quorum} needed"
@@ -159,14 +169,18 @@ def vs_status(
 ) -> VsStatus:
     """One server's availability from its records, its link's state (*links*) and the
     status of each server it depends on (*dependency*)."""
-    observed = combine(vs.monitor.rule, verdicts(store, "vs", vs.name, observers)) if vs.monitor else Observed(UP)
+    monitors = vs.monitors
+    if monitors:
+        observed = combine(vs.health_rule, verdicts(store, "vs", vs.name, observers), len(monitors) > 1)
+    else:
+        observed = Observed(UP)
     problems = []
-    if vs.monitor is not None and not observed.counted_up(vs.monitor):
-        problems.append(f"monitor {vs.monitor.name}: {observed.reason}")
+    if monitors and not observed.counted_up(vs.unknown_as_up):
+        problems.append(f"{_monitors_named(vs)}: {observed.reason}")
     busy = ""
     if vs.link is not None:
         link = links.get(vs.link.name, NO_VERDICT)
-        if not link.counted_up(vs.link.monitor):
+        if not link.counted_up(vs.link.monitor.unknown_as_up):
             problems.append(f"link {vs.link.name} down: {link.reason}")
         busy = link.busy
     for dep in vs.depends_on:
@@ -212,8 +226,15 @@ def vs_status(
     elif problems:
         reason = "; ".join(problems)
     else:
-        reason = observed.reason if vs.monitor else "no monitor"
+        reason = observed.reason if monitors else "no monitor"
     return VsStatus(vs.name, observed.state, admin, held is not None, healthy, serving, available, reason)
+
+
+def _monitors_named(vs: VirtualServer) -> str:
+    """``monitor NAME``, or ``monitors A, B (rule all)``."""
+    if len(vs.monitors) == 1:
+        return f"monitor {vs.monitors[0].name}"
+    return f"monitors {', '.join(m.name for m in vs.monitors)} (rule {vs.monitor_rule})"
 
 
 def _admin_of(store: Store, level: str, name: str) -> admin_mod.AdminState | None:

@@ -17,6 +17,8 @@ DYNAMIC = (
     "packet_rate",
     "kbps",
     "vs_capacity",
+    "weighted_least_connections",
+    "dynamic_ratio",
 )
 #: choose by the members' links (`lb.links`): their configured bandwidth or cost, or their
 #: free bandwidth as measured (link_capacity yields nothing until it is)

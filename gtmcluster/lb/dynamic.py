@@ -8,7 +8,11 @@
   0..1 against the best candidate (RTT, hops, completion rate, topology score, server
   capacity, packet rate, kbps, connections), times the pool's `qos` coefficients.
 - `least_connections`, `packet_rate`, `kbps`: the lowest load; `vs_capacity`: the most
-  capacity; figures come from `metrics` monitors (a pool counts the sum of its members).
+  capacity; figures come from monitors with a load source (a pool counts the sum of its
+  members; docs/load-sources.md).
+- `weighted_least_connections`: the lowest connections / ratio (ties in turn).
+- `dynamic_ratio`: weighted round robin over ratio × spare share, the spare share being
+  (capacity - connections) / capacity, 0 when full (in tenths of the largest).
 
 Paths are per LDNS, not per EDNS client subnet: a data center's RTT is measured to the
 resolver that asks, so these choices hold for every client behind it (scope 0). A method
@@ -154,12 +158,19 @@ hops = _by_path(lambda p: float(p.hops) if p.hops > 0 else None, False, "hop cou
 
 def _load(c: Candidate, ctx: Context, field: str) -> float | None:
     """A candidate's figure: a server's own, or the sum over a pool's members."""
-    total = None
+    return _loads(c, ctx, (field,))[0]
+
+
+def _loads(c: Candidate, ctx: Context, fields: tuple[str, ...]) -> list[float | None]:
+    """A candidate's *fields*, each record read once."""
+    totals: list[float | None] = [None] * len(fields)
     for vs in c.members:
         figures = ctx.measurements.metrics(vs.name)
-        if figures and field in figures:
-            total = (total or 0.0) + figures[field]
-    return total
+        if figures:
+            for i, field in enumerate(fields):
+                if field in figures:
+                    totals[i] = (totals[i] or 0.0) + figures[field]
+    return totals
 
 
 def _by_load(field: str, higher_better: bool, what: str) -> Method:
@@ -168,7 +179,7 @@ def _by_load(field: str, higher_better: bool, what: str) -> Method:
             return Ranking((), note="no measurements on this node")
         values = {c.name: v for c in cands if (v := _load(c, ctx, field)) is not None}
         if not values:
-            return Ranking((), note=f"no {what} reported yet (metrics monitors)")
+            return Ranking((), note=f"no {what} reported yet (monitors with a load source)")
         order = sorted(
             (i for i, c in enumerate(cands) if c.name in values),
             key=lambda i: ((-1 if higher_better else 1) * values[cands[i].name], i),
@@ -183,6 +194,77 @@ least_connections = _by_load("connections", False, "connection counts")
 packet_rate = _by_load("packets_per_second", False, "packet rates")
 kbps = _by_load("kbps", False, "throughput")
 vs_capacity = _by_load("capacity", True, "capacity")
+
+
+def weighted_least_connections(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
+    """The lowest connections per unit of ratio (Sangfor's 加权最少连接): a member of ratio
+    3 with 30 connections is as loaded as one of ratio 1 with 10. Ratio 0 takes nothing;
+    equal loads are taken in turn."""
+    if ctx.measurements is None:
+        return Ranking((), note="no measurements on this node")
+    per: dict[str, float] = {}
+    for c in cands:
+        if c.ratio > 0 and (v := _load(c, ctx, "connections")) is not None:
+            per[c.name] = v / c.ratio
+    if not per:
+        return Ranking((), note="no connection counts reported yet for members of ratio > 0")
+    order = sorted((i for i, c in enumerate(cands) if c.name in per), key=lambda i: (per[cands[i].name], i))
+    ranked = [cands[i] for i in order]
+    scores = tuple((c.name, round(per[c.name], 6)) for c in ranked)
+    best = [c for c in ranked if per[c.name] == per[ranked[0].name]]
+    note = "connections / ratio"
+    if len(best) > 1:
+        start = ctx.turn(slot.rotation) % len(best)
+        ranked = best[start:] + best[:start] + ranked[len(best) :]
+        note += f"; {len(best)} equal, taken in turn"
+    return Ranking(tuple(ranked), scores, 0, note)
+
+
+#: dynamic_ratio answers in cycles where the member of the largest ratio × spare share has
+#: this many turns and the others their share of it, rounded (at least 1): a cycle is at most
+#: this many turns per member, so a change of figures costs little (`ratio_schedule`)
+DYNAMIC_STEPS = 10
+
+
+def dynamic_weights(cands: Sequence[Candidate], ctx: Context) -> dict[str, float]:
+    """Each candidate's ratio × spare share, (capacity - connections) / capacity clamped to
+    0..1; those without both figures (or with capacity 0) are left out."""
+    out: dict[str, float] = {}
+    for c in cands:
+        capacity, connections = _loads(c, ctx, ("capacity", "connections"))
+        if capacity is None or connections is None or capacity <= 0:
+            continue
+        out[c.name] = c.ratio * min(max(capacity - connections, 0.0) / capacity, 1.0)
+    return out
+
+
+def dynamic_ratio(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
+    """The ratio method over the configured ratios scaled by spare capacity (BIG-IP's
+    dynamic ratio, with the spare share as the scale): a member half full is answered half
+    as often as its ratio says, a full one not at all."""
+    from gtmcluster.lb.methods import ratio_schedule  # (methods imports this module)
+
+    if ctx.measurements is None:
+        return Ranking((), note="no measurements on this node")
+    weights = dynamic_weights(cands, ctx)
+    weighted = [c for c in cands if weights.get(c.name, 0) > 0]
+    scores = tuple((c.name, round(weights[c.name], 4)) for c in cands if c.name in weights)
+    if not weighted:
+        note = "no capacity and connection figures reported yet" if not weights else "no spare capacity (or ratio 0)"
+        return Ranking((), scores, note=note)
+    note = "ratio × spare share of capacity"
+    if len(weighted) == 1:
+        return Ranking((weighted[0],), scores, note=note)
+    top = max(weights[c.name] for c in weighted)
+    schedule = ratio_schedule(tuple(max(1, round(DYNAMIC_STEPS * weights[c.name] / top)) for c in weighted))
+    start = ctx.turn(slot.rotation) % len(schedule)
+    order: list[Candidate] = []
+    for i in schedule[start:] + schedule[:start]:
+        if weighted[i] not in order:
+            order.append(weighted[i])
+            if len(order) == len(weighted):
+                break
+    return Ranking(tuple(order), scores, note=note)
 
 
 def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
@@ -250,4 +332,6 @@ METHODS: dict[str, Method] = {
     "packet_rate": packet_rate,
     "kbps": kbps,
     "vs_capacity": vs_capacity,
+    "weighted_least_connections": weighted_least_connections,
+    "dynamic_ratio": dynamic_ratio,
 }

@@ -12,6 +12,9 @@ pool or pool member is no candidate, for anyone; a draining one is no candidate 
 clients, while clients held by persistence keep it. A disabled wide IP answers with its
 `failure_response` (as when no pool has an available member), persistence aside; a
 draining one does so for new clients only.
+
+Only servers answering the queried type are candidates: by their address's family for A
+and AAAA, by their record for CNAME, MX, SRV and NAPTR (`config.targets`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, WideIP
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, RecordTarget, VirtualServer, WideIP
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
 from gtmcluster.health.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.lb.context import (
     Availability,
@@ -45,7 +48,8 @@ class _Run:
     """The mutable part of one decision: the trace so far and the scope."""
 
     ctx: Context
-    version: int
+    version: int  # the address family answered (4, 6), 0 for the record types
+    rtype: int  # the type answered: only servers answering it are candidates
     steps: list[Step] = field(default_factory=list)
     scope: int = 0
     #: operators' admin states of pools, pool members and wide IPs, by "<level>/<name>"
@@ -71,6 +75,7 @@ class _PoolOutcome:
     addresses: tuple[IPAddress, ...] = ()
     method: str = ""
     slot: str = ""
+    targets: tuple[RecordTarget, ...] = ()
 
 
 _FULL = Prefixes(32, 128)
@@ -145,7 +150,8 @@ class Balancer:
         return PersistKey(wideip.name, qtype, str(network), resolver), network.prefixlen
 
     def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
-        run = _Run(ctx, 4 if qtype == TYPE_A else 6, admin=self.availability.admin_states())
+        version = 4 if qtype == TYPE_A else 6 if qtype == TYPE_AAAA else 0
+        run = _Run(ctx, version, qtype, admin=self.availability.admin_states())
         admin = run.admin_state(f"wideip/{wideip.name}") if run.admin else None
         if admin is not None and admin.state == DISABLED:
             run.steps.append(_admin_step(f"wideip {wideip.name}", admin))
@@ -174,6 +180,7 @@ class Balancer:
         return run.decision(
             Action.ANSWER,
             addresses=outcome.addresses,
+            targets=outcome.targets,
             ttl=pool.ttl,
             pool=pool.name,
             members=tuple(m.name for m in outcome.members),
@@ -232,7 +239,7 @@ class Balancer:
             and not (run.admin and _disabled(admin(f"pool/{ref.pool.name}")))
             and all(
                 m is not None
-                and m.vs.address.version == run.version
+                and m.vs.rtype == run.rtype
                 and self.availability.vs_serving(m.vs)
                 and not (run.admin and _disabled(admin(f"member/{ref.pool.name}/{m.name}")))
                 for m in members
@@ -249,7 +256,7 @@ class Balancer:
         run.steps.append(step)
         if not usable or ref is None:
             return None
-        chosen = tuple(m for m in members if m is not None)
+        chosen = tuple(m.vs for m in members if m is not None)
         # Refresh a record past half its life, so an active client keeps it without a write
         # on every query.
         refresh = None
@@ -258,9 +265,11 @@ class Balancer:
             refresh = PersistRecord(key, record.pool, record.members, ctx.now, record.ttl)
         else:
             ctx.holds_until(half)
+        addresses, targets = _records(chosen)
         return run.decision(
             Action.ANSWER,
-            addresses=tuple(m.vs.address for m in chosen),
+            addresses=addresses,
+            targets=targets,
             ttl=ref.pool.ttl,
             pool=ref.pool.name,
             members=record.members,
@@ -270,7 +279,7 @@ class Balancer:
         )
 
     def _usable(self, pool: Pool, member: PoolMember, run: _Run) -> bool:
-        if member.vs.address.version != run.version or not self.availability.vs_up(member.vs):
+        if member.vs.rtype != run.rtype or not self.availability.vs_up(member.vs):
             return False
         return not run.admin or _enabled(run.admin.get(f"member/{pool.name}/{member.name}"))
 
@@ -381,15 +390,23 @@ class Balancer:
             candidates, impl, ramp_note = self._slow_start(method, members, run)
             ranking = METHODS[impl](candidates, run.ctx, slot)
             run.scope = max(run.scope, ranking.scope)
-            chosen = ranking.order[: pool.max_answers]
+            # (a CNAME RRset holds one record, RFC 2181 10.1: whatever max_answers says)
+            chosen = ranking.order[: 1 if run.rtype == TYPE_CNAME else pool.max_answers]
             note = "; ".join(n for n in (ranking.note, ramp_note) if n)
             run.steps.append(
                 Step(subject, slot_name, method, names, tuple(c.name for c in chosen), ranking.scores, note)
             )
             if chosen:
                 picked = tuple(c for c in chosen if isinstance(c, PoolMember))
-                return _PoolOutcome(Action.ANSWER, picked, tuple(m.vs.address for m in picked), method, counted)
+                addresses, targets = _records(tuple(m.vs for m in picked))
+                return _PoolOutcome(Action.ANSWER, picked, addresses, method, counted, targets)
         return _PoolOutcome(Action.NOTHING)
+
+
+def _records(chosen: tuple[VirtualServer, ...]) -> tuple[tuple[IPAddress, ...], tuple[RecordTarget, ...]]:
+    """What *chosen* answer with: their addresses, or their targets (one type at a time)."""
+    addresses = tuple(vs.address for vs in chosen if vs.address is not None)
+    return addresses, tuple(vs.target for vs in chosen if vs.target is not None)
 
 
 def _enabled(admin: AdminState | None) -> bool:

@@ -87,9 +87,10 @@ def topology(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
         scores.append((c.name, float(hit[0])))
         if hit[0] > 0:
             scored.append((hit[0], position, c))
+    geo = f"client {match.geo}" if match.geo else ""  # the GeoIP facts the records were matched by
     if not scored:
         note = "no topology record matches" if not scores else "every matching record scores 0"
-        return Ranking((), tuple(scores), match.scope, note)
+        return Ranking((), tuple(scores), match.scope, "; ".join(filter(None, (geo, note))))
     scored.sort(key=lambda t: (-t[0], t[1]))
     best = [c for s, _, c in scored if s == scored[0][0]]
     rest = [c for s, _, c in scored if s != scored[0][0]]
@@ -98,7 +99,7 @@ def topology(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
         start = ctx.turn(slot.rotation) % len(best)
         best = best[start:] + best[:start]
         note = f"{len(best)} tied at the best score, taken in turn"
-    return Ranking(tuple(best + rest), tuple(scores), match.scope, note)
+    return Ranking(tuple(best + rest), tuple(scores), match.scope, "; ".join(filter(None, (geo, note))))
 
 
 def static_persist(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:

@@ -7,6 +7,7 @@ import ipaddress
 import math
 from dataclasses import dataclass
 
+from gtmcluster.config.model import RecordTarget
 from gtmcluster.lb.context import PersistRecord
 from gtmcluster.stats import Tally
 
@@ -14,7 +15,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class Action(enum.Enum):
-    ANSWER = "answer"  # answer with `addresses`
+    ANSWER = "answer"  # answer with `addresses` (A, AAAA) or `targets` (CNAME, MX, SRV, NAPTR)
     RETURN_TO_DNS = "return_to_dns"  # answer from the static zone as if there were no wide IP
     DROP = "drop"  # send no reply
     RCODE = "rcode"  # answer with `rcode` (NXDOMAIN, SERVFAIL, REFUSED) and no records
@@ -54,6 +55,8 @@ class Decision:
     trace: tuple[Step, ...] = ()
     #: a persistence record to store (new, or refreshed)
     persist: PersistRecord | None = None
+    #: the records a CNAME, MX, SRV or NAPTR answer holds (`addresses` is then empty)
+    targets: tuple[RecordTarget, ...] = ()
     #: the method that produced the answer ("persistence" for a persistence hit)
     method: str = ""
     #: where in the search the answer came from: a pool's ``preferred``, ``alternate`` or

@@ -32,7 +32,7 @@ class Result:
     ok: bool
     reason: str  # short and specific: "HTTP 200", "connection refused", "no reply within 2s"
     elapsed: float  # seconds from start to verdict, by the reactor's clock
-    #: what a metrics check read: connections, packets_per_second, kbps, capacity
+    #: the load figures a check read (`probe.loadread`): connections, packets_per_second, kbps, capacity
     data: Mapping[str, float] | None = None
 
 

@@ -6,16 +6,17 @@ address), ``User-Agent: gtmcluster-monitor`` and ``Connection: close``. At most
 is made on what was read (the reason says so). The verdict comes as soon as it is certain:
 a status outside `expect_status` fails at once, a good status without body conditions
 succeeds at once, and body conditions are judged when the body is complete (the peer closed,
-``Content-Length`` bytes arrived, or the cap was reached). Plain http on a real reactor
+``Content-Length`` bytes arrived, or the cap was reached); a chunked body is joined first.
+A monitor with a `load` source also reads the server's load figures from the body
+(`gtmcluster.probe.loadread`; its counters' rates are kept per target by the checker), and
+fails when they cannot be read, or when the body was over the cap. Plain http on a real reactor
 connects on a bare socket (`gtmcluster.probe.bare`), https through Twisted's TLS client.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -35,6 +36,7 @@ from zope.interface import implementer
 
 from gtmcluster.config.model import HttpCheck
 from gtmcluster.probe import bare as bare_stream
+from gtmcluster.probe import loadread
 from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import IPAddress, Result, Target
 from gtmcluster.probe.stream import connect, lost_reason
@@ -43,6 +45,8 @@ from gtmcluster.probe.tcp import close
 USER_AGENT = "gtmcluster-monitor"
 STATUS_LINE = re.compile(rb"HTTP/\d\.\d (\d{3})(?: [^\r\n]*)?\r?")
 CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+CHUNKED = re.compile(rb"^transfer-encoding:[ \t]*chunked[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,8})[ \t]*(?:;[^\r\n]*)?\r?\n")
 #: statuses (and the method) whose response has no body
 BODYLESS = frozenset({204, 304})
 
@@ -116,8 +120,17 @@ def load_trust(ca_file: Path) -> IOpenSSLTrustRoot:
 class HttpProbe(Protocol):
     """One request and its response."""
 
-    def __init__(self, settings: HttpCheck, request: bytes, attempt: Attempt, name: str | None) -> None:
+    def __init__(
+        self,
+        settings: HttpCheck,
+        request: bytes,
+        attempt: Attempt,
+        name: str | None,
+        load: Callable[[bytes], Mapping[str, float]] | None = None,
+    ) -> None:
+        """*load*: the body's load figures (raises `loadread.Unreadable`), with `settings.load`."""
         self._settings = settings
+        self._load = load
         self._request = request
         self._attempt = attempt
         self._name = name  # TLS server name, None without TLS
@@ -127,6 +140,7 @@ class HttpProbe(Protocol):
         self._scanned = 0  # bytes already searched for the marker looked for now
         self._body_start: int | None = None
         self._length: int | None = None
+        self._chunked = False  # (HAProxy's stats answer HTTP/1.0 requests with chunks)
         self._ok = False
 
     # -- Twisted callbacks
@@ -192,7 +206,7 @@ class HttpProbe(Protocol):
                 wanted = ", ".join(str(c) for c in s.expect_status)
                 self._verdict(False, f"HTTP {self._status} not in [{wanted}]")
                 return
-            if s.expect_body is None and s.expect_body_regex is None:
+            if s.expect_body is None and s.expect_body_regex is None and s.load is None:
                 self._verdict(True, f"HTTP {self._status}")
                 return
             self._scanned = end
@@ -213,24 +227,17 @@ class HttpProbe(Protocol):
                 self._length = 0
             elif (m := CONTENT_LENGTH.search(header)) is not None:
                 self._length = int(m.group(1))
+            self._chunked = CHUNKED.search(header) is not None
         body = bytes(buf[self._body_start :])
         if self._length is not None and len(body) >= self._length:
             body = body[: self._length]
             final = True
         if final:
-            self._judge_body(body)
+            self._judge_body(dechunk(body) if self._chunked else body)
 
     def _judge_body(self, body: bytes) -> None:
         s = self._settings
         capped = f" (read capped at {s.max_response_bytes} bytes)" if self._capped else ""
-        if s.metrics:
-            data, problem = read_metrics(body)
-            if problem:
-                self._verdict(False, f"HTTP {self._status}, {problem}{capped}")
-            else:
-                self._ok = True
-                self._attempt.finish(True, f"HTTP {self._status}, metrics {format_metrics(data)}", data)
-            return
         if s.expect_body is not None and s.expect_body.encode("utf-8") not in body:
             self._verdict(False, f"HTTP {self._status}, body lacks {show(s.expect_body)}{capped}")
         elif s.expect_body_regex is not None and not re.search(
@@ -238,40 +245,46 @@ class HttpProbe(Protocol):
         ):
             pattern = s.expect_body_regex if len(s.expect_body_regex) <= 40 else s.expect_body_regex[:40] + "…"
             self._verdict(False, f"HTTP {self._status}, body does not match /{pattern}/{capped}")
+        elif self._load is not None:
+            self._judge_load(body)
         else:
             self._verdict(True, f"HTTP {self._status}{capped}")
+
+    def _judge_load(self, body: bytes) -> None:
+        assert self._load is not None
+        if self._capped:  # a cut line could read as a wrong figure
+            limit = self._settings.max_response_bytes
+            self._verdict(False, f"HTTP {self._status}, load not read: the body is over max_response_bytes ({limit})")
+            return
+        try:
+            data = self._load(body)
+        except loadread.Unreadable as e:
+            self._verdict(False, f"HTTP {self._status}, {e}")
+            return
+        self._ok = True
+        if not data:  # counters only, first reading: rates come with the next
+            self._attempt.finish(True, f"HTTP {self._status}, load counters read (rates from the next check)")
+        else:
+            self._attempt.finish(True, f"HTTP {self._status}, load {loadread.describe(data)}", data)
 
     def _verdict(self, ok: bool, reason: str) -> None:
         self._ok = ok
         self._attempt.finish(ok, reason)
 
 
-METRICS = ("connections", "packets_per_second", "kbps", "capacity")
-
-
-def read_metrics(body: bytes) -> tuple[dict[str, float], str]:
-    """The load figures of a metrics document, or a problem."""
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return {}, "the body is not JSON"
-    if not isinstance(document, dict):
-        return {}, "the body is not a JSON object"
-    data: dict[str, float] = {}
-    for key in METRICS:
-        value = document.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
-            return {}, f"{key} is not a non-negative number"
-        data[key] = float(value)
-    if not data:
-        return {}, f"no metrics in the body (expected some of {', '.join(METRICS)})"
-    return data, ""
-
-
-def format_metrics(data: Mapping[str, float]) -> str:
-    return " ".join(f"{k}={v:g}" for k, v in data.items())
+def dechunk(body: bytes) -> bytes:
+    """The data of a chunked body, as far as it is well formed (the rest is dropped)."""
+    out = bytearray()
+    at = 0
+    while (m := CHUNK_SIZE.match(body, at)) is not None:
+        size = int(m.group(1), 16)
+        if size == 0:
+            break
+        start = m.end()
+        out += body[start : start + size]
+        at = start + size
+        at += 2 if body.startswith(b"\r\n", at) else 1 if body.startswith(b"\n", at) else 0
+    return bytes(out)
 
 
 class HttpChecker:
@@ -290,6 +303,7 @@ class HttpChecker:
         self._trust: IOpenSSLTrustRoot | None = None
         self._trust_problem: str | None = None
         self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}
+        self._rates = loadread.CounterRates()
         if settings.tls and settings.verify_tls and settings.ca_file is not None:
             try:
                 self._trust = load_trust(settings.ca_file)
@@ -305,7 +319,16 @@ class HttpChecker:
             return attempt.deferred
         port = self._port or target.port
         name = server_name(s, target.address) if s.tls else None
-        probe = HttpProbe(s, request_bytes(s, target.address, port), attempt, name)
+        load = None
+        if s.load is not None:
+            source, key = s.load, (target.address, port)
+
+            def load(body: bytes) -> Mapping[str, float]:
+                reading = loadread.read(body, source)
+                rates = self._rates.update(key, reading.counters, self._reactor.seconds())
+                return loadread.figures(reading, rates)
+
+        probe = HttpProbe(s, request_bytes(s, target.address, port), attempt, name, load)
         tls = self._creator(name) if name is not None else None
         if self._bare:
             bare_stream.connect(self._reactor, target.address, port, probe, attempt, self._timeout)

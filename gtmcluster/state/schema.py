@@ -247,7 +247,7 @@ def _held(value: Mapping[str, Any]) -> str | None:
     return _text(value, "reason") or _text(value, "by")
 
 
-#: the load figures a monitor reports (`probe.http.METRICS`); any other number is carried too
+#: the load figures a monitor reports (`probe.loadread`); any other number is carried too
 LOAD_FIGURES = ("connections", "packets_per_second", "kbps", "capacity")
 
 

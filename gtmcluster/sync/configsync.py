@@ -199,7 +199,8 @@ class ConfigSync:
             parts.append(data)
             offset += len(data)
         data = b"".join(parts)
-        got = bundle.decode(data)
+        # (off the reactor: with GeoIP databases a bundle is tens of megabytes of base64)
+        got = await self.in_thread(lambda: bundle.decode(data))
         if got.header != offered:
             raise BadMessage(f"sent config generation {got.generation} ({got.digest[:12]}), not what it offered")
         log.info(

@@ -15,6 +15,13 @@ that match without one (``any``, negated selectors). Server selectors are matche
 config load: each distinct server selector gets an id (`Record.server_id`), and each
 candidate the set of ids of the selectors it passes (`Topology.server_mask`), found by
 lookups by name and by address; answering is set membership in a short ordered list.
+
+GeoIP selectors (``country CC``, ``continent CODE``, ``asn N``, and regions holding them)
+match through one lookup of the client's facts (`topology.geoip`, cached per address) and
+a dict of records by fact. In longest-match order they come after every match through a
+network of one bit or more, the more specific first (``asn``, then ``country``, then
+``continent``), and before ``any`` and the negated selectors; the scope of a match covers
+the databases' networks too (every address sharing it has the same facts).
 """
 
 from __future__ import annotations
@@ -24,10 +31,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gtmcluster import slices
+from gtmcluster.topology.geoip import DATABASE_OF, GeoIP, Term
 from gtmcluster.topology.prefixes import IPAddress, IPNetwork, PrefixMap
 
-LDNS_KINDS = ("subnet", "region", "any")
-SERVER_KINDS = ("datacenter", "pool", "virtual_server", "subnet", "region", "any")
+GEO_KINDS = ("country", "continent", "asn")
+LDNS_KINDS = ("subnet", "region", *GEO_KINDS, "any")
+SERVER_KINDS = ("datacenter", "pool", "virtual_server", "subnet", "region", *GEO_KINDS, "any")
+#: what follows a selector's kind, as problems show it
+SHAPES = {"subnet": "CIDR", "country": "CC", "continent": "CODE", "asn": "N"}
+#: among matches of prefix length 0, what a GeoIP fact ranks (higher first; others 0)
+GEO_RANK = {"asn": 3, "country": 2, "continent": 1}
 #: `Topology.build_steps` yields every this many records numbered or networks indexed
 BUILD_STEP = 128
 
@@ -40,6 +53,8 @@ class Selector:
     negate: bool
     value: str  # region, data center, pool or VS name; the network for subnet; "" for any
     networks: tuple[IPNetwork, ...] = ()
+    #: the GeoIP facts it matches: its own (``country CN``) or its region's
+    geo: tuple[Term, ...] = ()
 
     def __str__(self) -> str:
         text = self.kind if self.kind == "any" else f"{self.kind} {self.value}"
@@ -76,6 +91,8 @@ class Match:
 
     records: tuple[tuple[Record, int], ...]  # (record, matched prefix length)
     scope: int  # prefix length over which this match is the same (RFC 7871 scope)
+    #: the client's GeoIP facts the match consulted ("country JP, continent AS"), or ""
+    geo: str = ""
 
 
 NAMED_KINDS = ("datacenter", "pool", "virtual_server")
@@ -89,13 +106,17 @@ class Topology:
     #: records every LDNS matches without a lookup: ``any`` and the negated selectors
     _unconditional: tuple[Record, ...] = field(repr=False, compare=False, default=())
     _servers: _ServerIndex = field(repr=False, compare=False, default_factory=lambda: _ServerIndex({}))
+    #: records by the GeoIP facts their LDNS selectors name, and the databases those need
+    _geo_records: dict[Term, list[int]] = field(repr=False, compare=False, default_factory=dict)
+    _geo_keys: frozenset[str] = field(repr=False, compare=False, default=frozenset())
+    geoip: GeoIP | None = field(repr=False, compare=False, default=None)
 
     @classmethod
-    def build(cls, records: Sequence[Record]) -> Topology:
-        return slices.whole(cls.build_steps(records))
+    def build(cls, records: Sequence[Record], geoip: GeoIP | None = None) -> Topology:
+        return slices.whole(cls.build_steps(records, geoip))
 
     @classmethod
-    def build_steps(cls, records: Sequence[Record]) -> slices.Steps[Topology]:
+    def build_steps(cls, records: Sequence[Record], geoip: GeoIP | None = None) -> slices.Steps[Topology]:
         """`build` in steps (`gtmcluster.slices`): 20,000 records take a few hundred ms."""
         ids: dict[Selector, int] = {}
         numbered: list[Record] = []
@@ -105,8 +126,11 @@ class Topology:
             server_id = ids.setdefault(r.server, len(ids))
             numbered.append(r if r.server_id == server_id else dataclasses.replace(r, server_id=server_id))
         prefix_map: PrefixMap[int] = PrefixMap()
+        geo_records: dict[Term, list[int]] = {}
         added = 0
         for record in numbered:
+            for term in record.ldns.geo:
+                geo_records.setdefault(term, []).append(record.index)
             for network in record.ldns.networks:
                 prefix_map.add(network, record.index)
                 added += 1
@@ -114,7 +138,19 @@ class Topology:
                     yield
         yield
         unconditional = tuple(r for r in numbered if (r.ldns.kind == "any") != r.ldns.negate)
-        return cls(tuple(numbered), prefix_map, {r.index: r for r in numbered}, unconditional, _ServerIndex(ids))
+        if geo_records and geoip is None:  # (config validation names the missing database)
+            raise ValueError("GeoIP selectors need the GeoIP databases")
+        geo_keys = frozenset(DATABASE_OF[kind] for kind, _ in geo_records)
+        return cls(
+            tuple(numbered),
+            prefix_map,
+            {r.index: r for r in numbered},
+            unconditional,
+            _ServerIndex(ids, geoip),
+            geo_records,
+            geo_keys,
+            geoip,
+        )
 
     def match(self, address: IPAddress) -> Match:
         """Records whose LDNS selector matches *address*, in longest-match order."""
@@ -123,13 +159,28 @@ class Topology:
         for plen, indexes in hits:  # longest first: the first hit per record is its best
             for i in indexes:
                 best.setdefault(i, plen)
+        geo = ""
+        ranks: dict[int, int] = {}
+        if self._geo_records:
+            assert self.geoip is not None
+            facts = self.geoip.facts(address, self._geo_keys)
+            scope = max(scope, facts.prefix)
+            geo = facts.text
+            for term in facts.terms:
+                rank = GEO_RANK[term[0]]
+                for i in self._geo_records.get(term, ()):
+                    best.setdefault(i, 0)
+                    ranks[i] = max(ranks.get(i, 0), rank)
         index = self._index
         ordered = [(record, plen) for i, plen in best.items() if not (record := index[i]).ldns.negate]
         for record in self._unconditional:
             if not record.ldns.negate or record.index not in best:
                 ordered.append((record, 0))
-        ordered.sort(key=_consulted)
-        return Match(tuple(ordered), scope)
+        if ranks:
+            ordered.sort(key=lambda hit: (-hit[1], -ranks.get(hit[0].index, 0), hit[0].index))
+        else:
+            ordered.sort(key=_consulted)
+        return Match(tuple(ordered), scope, geo)
 
     def server_mask(self, facts: ServerFacts) -> frozenset[int]:
         """Ids of the server selectors a candidate passes (see `Record.server_id`)."""
@@ -152,12 +203,15 @@ class _ServerIndex:
     """The distinct server selectors, indexed so that finding those a candidate passes
     costs lookups by its names and addresses, not a test of every selector."""
 
-    def __init__(self, ids: Mapping[Selector, int]):
+    def __init__(self, ids: Mapping[Selector, int], geoip: GeoIP | None = None):
+        self.geoip = geoip
         self.by_name: dict[tuple[str, str], list[int]] = {}  # (kind, value) -> positive ids
         self.negated_named: list[tuple[str, str, int]] = []
         self.always: list[int] = []  # any
         self.networks: PrefixMap[int] = PrefixMap()  # positive subnet/region selectors
-        self.negated_networks: list[tuple[Selector, int]] = []
+        self.negated_networks: list[tuple[Selector, int]] = []  # and negated GeoIP ones
+        self.by_fact: dict[Term, list[int]] = {}  # GeoIP fact -> positive ids
+        self.geo_keys: set[str] = set()  # the databases server selectors need
         for selector, sid in ids.items():
             kind = selector.kind
             if kind == "any":
@@ -173,6 +227,9 @@ class _ServerIndex:
             else:
                 for network in selector.networks:
                     self.networks.add(network, sid)
+                for term in selector.geo:
+                    self.by_fact.setdefault(term, []).append(sid)
+            self.geo_keys.update(DATABASE_OF[kind] for kind, _ in selector.geo)
 
     def mask(self, facts: ServerFacts) -> frozenset[int]:
         names = {
@@ -190,13 +247,21 @@ class _ServerIndex:
         for address in facts.addresses:
             for _, found in self.networks.lookup(address)[0]:
                 ids.update(found)
+        terms: frozenset[Term] = frozenset()
+        if self.geo_keys and self.geoip is not None:
+            keys = frozenset(self.geo_keys)
+            terms = frozenset(t for a in facts.addresses for t in self.geoip.facts(a, keys).terms)
+            for term in terms:
+                ids.update(self.by_fact.get(term, ()))
         for selector, sid in self.negated_networks:
-            if server_matches(selector, facts):
+            if server_matches(selector, facts, terms):
                 ids.add(sid)
         return frozenset(ids)
 
 
-def server_matches(selector: Selector, facts: ServerFacts) -> bool:
+def server_matches(selector: Selector, facts: ServerFacts, terms: frozenset[Term] = frozenset()) -> bool:
+    """Whether a candidate with *facts* passes *selector* (*terms*: its addresses' GeoIP
+    facts, when a selector needs them)."""
     kind = selector.kind
     if kind == "any":
         hit = True
@@ -208,6 +273,9 @@ def server_matches(selector: Selector, facts: ServerFacts) -> bool:
         hit = not facts.is_pool and facts.name == selector.value
     elif kind in ("subnet", "region"):
         hit = any(a in n for a in facts.addresses for n in selector.networks if a.version == n.version)
+        hit = hit or any(t in terms for t in selector.geo)
+    elif kind in GEO_KINDS:
+        hit = any(t in terms for t in selector.geo)
     else:  # pragma: no cover - config validation only builds known kinds
         raise ValueError(f"unknown server selector {kind!r}")
     return hit != selector.negate

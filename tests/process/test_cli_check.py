@@ -74,7 +74,7 @@ def test_check_accepts_the_sample_config() -> None:
     assert result.stdout.startswith("etc/cluster.yaml: OK"), result.stdout
     assert "sync group 'prod'" in result.stdout
     assert "3 members" in result.stdout
-    assert "4 wide IPs" in result.stdout
+    assert "5 wide IPs" in result.stdout
     assert result.stderr == ""
 
 

@@ -8,8 +8,10 @@ as a subprocess::
 
 Each job is a monitor (its ``type``, ``timeout``, optional ``port`` and the fields of its
 check settings, as in `gtmcluster.config.model`) and a target; ``"general": true`` makes a
-tcp or plain http check use Twisted's client instead of a bare socket. All jobs run at once. The
-output is one JSON object: ``results`` (``ok``, ``reason``, ``elapsed`` per job, in order)
+tcp or plain http check use Twisted's client instead of a bare socket; ``"again_after": S``
+checks again S seconds after the first result and reports the second (a load source's
+counters give rates from the second check on). All jobs run at once. The
+output is one JSON object: ``results`` (``ok``, ``reason``, ``elapsed``, load ``data`` per job, in order)
 and ``leftovers``: the timers and readers/writers the checks left in the reactor once the
 results were in and the reactor had a few turns to finish closing sockets (should be none).
 """
@@ -26,7 +28,17 @@ import dns.rcode
 import dns.rdatatype
 from twisted.internet import defer, task
 
-from gtmcluster.config.model import Check, DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
+from gtmcluster.config.model import (
+    Check,
+    DnsCheck,
+    HttpCheck,
+    IcmpCheck,
+    LoadSource,
+    Monitor,
+    Sample,
+    TcpCheck,
+    UdpCheck,
+)
 from gtmcluster.probe.base import Check as Checker
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check
@@ -51,6 +63,8 @@ def settings(kind: str, fields: dict[str, Any]) -> Check:
             f["expect_status"] = tuple(f["expect_status"])
         if f.get("ca_file"):
             f["ca_file"] = Path(f["ca_file"])
+        if f.get("load"):
+            f["load"] = load_source(f["load"])
         return HttpCheck(tls=kind == "https", **f)
     if kind == "udp":
         return UdpCheck(**f)
@@ -65,6 +79,15 @@ def settings(kind: str, fields: dict[str, Any]) -> Check:
     if kind == "icmp":
         return IcmpCheck()
     raise SystemExit(f"unknown monitor type {kind!r}")
+
+
+def load_source(fields: dict[str, Any]) -> LoadSource:
+    """A `LoadSource` from JSON: samples as [metric, {label: value}] pairs."""
+    f = dict(fields)
+    for figure in ("connections", "capacity", "packets", "bytes"):
+        if figure in f:
+            f[figure] = tuple(Sample(name, tuple(sorted(labels.items()))) for name, labels in f[figure])
+    return LoadSource(**f)
 
 
 def monitor(spec: dict[str, Any]) -> Monitor:
@@ -95,7 +118,11 @@ async def run(reactor: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             check = make_check(m, reactor, pinger)
         address = ipaddress.ip_address(job["address"])
-        runs.append(check(Target(address, int(job.get("port", 0)), "test target")))
+        target = Target(address, int(job.get("port", 0)), "test target")
+        if job.get("again_after"):  # (load counters: the second check gives their rates)
+            runs.append(check(target).addCallback(_again, reactor, job["again_after"], check, target))
+        else:
+            runs.append(check(target))
     results: list[Result] = await defer.gatherResults(runs)
     if pinger is not None:
         pinger.close()
@@ -104,12 +131,20 @@ async def run(reactor: Any, jobs: list[dict[str, Any]]) -> dict[str, Any]:
             break
         await task.deferLater(reactor, 0, lambda: None)
     return {
-        "results": [{"ok": r.ok, "reason": r.reason, "elapsed": r.elapsed} for r in results],
+        "results": [
+            {"ok": r.ok, "reason": r.reason, "elapsed": r.elapsed, "data": dict(r.data) if r.data else None}
+            for r in results
+        ],
         "leftovers": {
             "delayed_calls": [repr(c) for c in reactor.getDelayedCalls()],
             "selectables": [repr(s) for s in selectables(reactor) - before],
         },
     }
+
+
+def _again(_: Result, reactor: Any, delay: float, check: Checker, target: Target) -> defer.Deferred[Result]:
+    later: defer.Deferred[None] = task.deferLater(reactor, delay, lambda: None)
+    return later.addCallback(lambda _: check(target))
 
 
 def main(reactor: Any, argument: str) -> defer.Deferred[None]:

@@ -751,10 +751,10 @@ WIDEIP_PLACEMENT = [
         id="at-cname-other-case",
     ),
     pytest.param(
-        put("wideips", "*.wild.example.test", value={"pools": ["p"]}),
-        'wideips."*.wild.example.test"',
-        "wildcard wide IP names are not supported",
-        id="wildcard",
+        put("wideips", "web*.example.test", value={"pools": ["p"]}),
+        'wideips."web*.example.test"',
+        "a wildcard is '*' as the whole leftmost label, as in '*.apps.example.com'",
+        id="wildcard-inside-a-label",
     ),
     pytest.param(
         put("wideips", "bad..name.example.test", value={"pools": ["p"]}),
@@ -775,7 +775,10 @@ WIDEIP_PLACEMENT = [
         id="a-without-ipv4",
     ),
     pytest.param(
-        put(*WIP, "type", value=["A", "MX"]), f"{WIP_PATH}.type[1]", "'MX' is not one of: A, AAAA", id="type-mx"
+        put(*WIP, "type", value=["A", "TXT"]),
+        f"{WIP_PATH}.type[1]",
+        "'TXT' is not one of: A, AAAA, CNAME, MX, SRV, NAPTR",
+        id="type-txt",
     ),
 ]
 
@@ -1064,7 +1067,7 @@ def test_line_numbers_of_several_mistakes(tmp_path: Path) -> None:
     text = edited("  name: test\n", "  name: test\n  nmae: x  #!a\n")
     text = text.replace("datacenters: [DC1, DC2]\n", "datacenters: [DC1, DC2]\nstate_dir: [x]  #!b\n")
     text = text.replace("      - vs1\n", "      - {virtual_server: vs1, ratio: -1}  #!c\n")
-    text = text.replace("    pools: [p]\n", "    pools: [p]\n    type: MX  #!d\n")
+    text = text.replace("    pools: [p]\n", "    pools: [p]\n    type: TXT  #!d\n")
     marks = marked_lines(text)
     problems = problems_of_file(write_text(tmp_path, text))
     got = [(format_path(p.path), p.line) for p in problems]

@@ -131,4 +131,4 @@ def test_monitors_exactly_at_the_budget_are_accepted(tmp_path: Path) -> None:
     raw = configs.base()
     servers(5000)(raw)
     config = load(configs.write(tmp_path, raw))
-    assert sum(1 for vs in config.virtual_servers.values() if vs.monitor) == 5000
+    assert sum(1 for vs in config.virtual_servers.values() if vs.monitors) == 5000

@@ -66,13 +66,17 @@ def test_sample_config_loads(sample: Config) -> None:
     assert sample.sync_group.name == "prod"
     assert [m.name for m in sample.sync_group.members] == ["gtm-cnc", "gtm-tel", "gtm-cmcc"]
     assert sample.datacenters == ("CNC", "TEL", "CMCC")
-    assert set(sample.virtual_servers) == {"vs-cnc", "vs-tel", "vs-cmcc", "vs-cnc-v6", "vs-tel-v6", "vs-spare"}
-    assert set(sample.pools) == {"web", "web-v6", "api", "sticky"}
+    assert set(sample.virtual_servers) == {
+        *("vs-cnc", "vs-tel", "vs-cmcc", "vs-cnc-v6", "vs-tel-v6", "vs-spare"),
+        *("cdn-cnc", "cdn-tel"),
+    }
+    assert set(sample.pools) == {"web", "web-v6", "api", "sticky", "cdn"}
     assert {w.name for w in sample.wideips.values()} == {
         "www.wip.example.com",
         "dual.wip.example.com",
         "api.wip.example.com",
         "sticky.wip.example.com",
+        "cdn.wip.example.com",
     }
     assert [z.origin for z in sample.zones] == [_key("wip.example.com")]
     assert len(sample.topology.records) == 6
@@ -184,7 +188,7 @@ def test_names_are_resolved_to_objects(tmp_path: Path) -> None:
     pool = loaded.pools["p"]
     assert [m.vs for m in pool.members] == [loaded.virtual_servers[n] for n in ("vs1", "vs2", "vs3")]
     assert pool.members[0].vs is loaded.virtual_servers["vs1"]
-    assert pool.members[0].vs.monitor is loaded.monitors["web"]
+    assert pool.members[0].vs.monitors == (loaded.monitors["web"],)
     wideip = loaded.wideips[_key("gslb.example.test")]
     assert wideip.pools[0].pool is loaded.pools["p"]
     assert wideip.pools[1].pool is loaded.pools["p6"]
@@ -355,7 +359,7 @@ def test_virtual_server_and_member_defaults(tmp_path: Path) -> None:
     """A VS defaults to port 80, enabled, no monitor; a member's api to 127.0.0.1:8053."""
     loaded = _load(tmp_path, configs.base())
     vs = loaded.virtual_servers["vs1"]
-    assert (vs.port, vs.enabled, vs.monitor, vs.datacenter) == (80, True, None, "DC1")
+    assert (vs.port, vs.enabled, vs.monitors, vs.datacenter) == (80, True, (), "DC1")
     config = configs.base()
     del config["sync_group"]["members"][0]["api"]
     assert _load(tmp_path / "b", config).member("n1").api == HostPort(ipaddress.ip_address("127.0.0.1"), 8053)

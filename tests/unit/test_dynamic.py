@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
@@ -228,3 +230,82 @@ def test_rtt_waits_for_every_measuring_data_center(tmp_path: Path) -> None:
     assert "no path from DC2" in decision.trace[1].note
     path(n, "DC2", 50_000)
     assert ask(n) == ["10.0.1.1"]  # DC3 unmeasured, but it has no GTM to measure from
+
+
+def weighted(tmp_path: Path, method: str, ratios: tuple[int, ...]) -> Node:
+    """A node whose pool p has members vs1, vs2, vs3 of *ratios*, *method* first."""
+    raw = configs.base()
+    raw["pools"]["p"]["load_balancing"] = {"preferred": method, "alternate": "global_availability"}
+    raw["pools"]["p"]["members"] = [
+        {"virtual_server": vs, "ratio": r} for vs, r in zip(("vs1", "vs2", "vs3"), ratios, strict=True)
+    ]
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0, rng=random.Random(5))
+    n.ready = True
+    return n
+
+
+def test_weighted_least_connections_divides_by_the_ratio(tmp_path: Path) -> None:
+    """The lowest connections / ratio wins: 30 connections at ratio 3 (10 each) lose to 8 at
+    ratio 1, and win at 18 (6 each); ratio 0 takes nothing; equal loads are taken in turn."""
+    n = weighted(tmp_path, "weighted_least_connections", (3, 1, 0))
+    assert ask(n) == ["10.0.1.1"]  # no figures: the alternate answers
+    metrics(n, "vs1", connections=30)
+    metrics(n, "vs2", connections=8)
+    metrics(n, "vs3", connections=0)  # ratio 0: never chosen, however idle
+    assert ask(n) == ["10.0.2.1"]
+    metrics(n, "vs1", connections=18)
+    assert ask(n) == ["10.0.1.1"]
+    metrics(n, "vs1", connections=24)  # 8 each, as vs2
+    assert {ask(n)[0] for _ in range(4)} == {"10.0.1.1", "10.0.2.1"}
+    wideip = next(iter(n.config.wideips.values()))
+    decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
+    assert dict(decision.trace[1].scores) == {"vs1": 8.0, "vs2": 8.0}
+
+
+def test_dynamic_ratio_scales_ratios_by_spare_capacity(tmp_path: Path) -> None:
+    """Half full at ratio 2 weighs as much as empty at ratio 1; a full member gets nothing;
+    over a cycle the answers follow the scaled ratios exactly."""
+    n = weighted(tmp_path, "dynamic_ratio", (2, 1, 5))
+    assert ask(n) == ["10.0.1.1"]  # no figures: the alternate answers
+    metrics(n, "vs1", capacity=100, connections=50)  # 2 × 0.5
+    metrics(n, "vs2", capacity=40, connections=0)  # 1 × 1
+    metrics(n, "vs3", capacity=10, connections=12)  # over capacity: 0
+    answers = [ask(n)[0] for _ in range(40)]
+    assert answers.count("10.0.1.1") == answers.count("10.0.2.1") == 20
+    metrics(n, "vs1", capacity=100, connections=0)  # now 2 × 1 against 1 × 1
+    answers = [ask(n)[0] for _ in range(30)]
+    assert (answers.count("10.0.1.1"), answers.count("10.0.2.1")) == (20, 10)
+    for vs in ("vs1", "vs2"):
+        metrics(n, vs, capacity=10, connections=10)
+    assert ask(n) == ["10.0.1.1"]  # every member full: the method yields nothing, the alternate answers
+    wideip = next(iter(n.config.wideips.values()))
+    decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
+    assert decision.trace[1].note == "no spare capacity (or ratio 0)"
+
+
+@pytest.fixture(scope="module")
+def dynamic_node(tmp_path_factory: pytest.TempPathFactory) -> Node:
+    return weighted(tmp_path_factory.mktemp("dynamic"), "dynamic_ratio", (3, 1, 2))
+
+
+@given(figures=st.lists(st.tuples(st.integers(1, 200), st.integers(0, 250)), min_size=3, max_size=3))
+@settings(max_examples=60)
+def test_dynamic_ratio_answers_follow_ratio_times_spare(dynamic_node: Node, figures: list[tuple[int, int]]) -> None:
+    """Over a run of answers, a member with no spare capacity is never answered (unless none
+    has any: the alternate answers), and one of a larger ratio × spare share is answered at
+    least as often as a smaller one (give or take the turn a run may cut)."""
+    n = dynamic_node
+    share = {}
+    for (vs, ratio), (capacity, connections) in zip((("vs1", 3), ("vs2", 1), ("vs3", 2)), figures, strict=True):
+        metrics(n, vs, capacity=capacity, connections=connections)
+        share[f"10.0.{vs[2]}.1"] = ratio * max(capacity - connections, 0) / capacity
+    answers = [ask(n)[0] for _ in range(90)]
+    if not any(share.values()):
+        assert set(answers) == {"10.0.1.1"}  # the alternate, global_availability
+        return
+    for a, x in share.items():
+        if x == 0:
+            assert a not in answers
+        for b, y in share.items():
+            if x > y:
+                assert answers.count(a) >= answers.count(b) - 1, (share, answers)

@@ -14,10 +14,10 @@ from twisted.internet.interfaces import IProtocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import HttpCheck
-from gtmcluster.probe.base import Result, Target
+from gtmcluster.config.model import HttpCheck, LoadSource, Sample
+from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check
-from gtmcluster.probe.http import host_header, server_name
+from gtmcluster.probe.http import dechunk, host_header, server_name
 from gtmcluster.probe.stream import lost_reason
 from tests.support.probeservers import accept_tcp, monitor, result_of, still_running
 
@@ -278,3 +278,79 @@ def test_unreadable_ca_file_fails_without_connecting(reactor: MemoryReactorClock
     assert result_of(d).reason.startswith(f"cannot use ca_file {bad}:")
     assert reactor.tcpClients == []
     assert reactor.getDelayedCalls() == []
+
+
+# -- load sources (docs/load-sources.md)
+
+STATS_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
+STATS_CSV = b"# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout\nweb,FRONTEND,,,7,9,100,40,%d,%d\n"
+
+
+def chunked(body: bytes, size: int = 16) -> bytes:
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def stats_reply(reactor: MemoryReactorClock, check: Check, bytes_in: int, bytes_out: int) -> Result:
+    d = check(VS)
+    protocol, _ = accept_tcp(reactor)
+    protocol.dataReceived(STATS_HEAD + chunked(STATS_CSV % (bytes_in, bytes_out)))
+    close(protocol)
+    return result_of(d)
+
+
+def test_load_from_a_chunked_body_and_counter_rates(reactor: MemoryReactorClock) -> None:
+    """HAProxy answers HTTP/1.0 with chunks: they are joined before reading. The first check
+    gives the gauges, the next the bytes rate as kbps (by the reactor's clock); a counter
+    that went down was reset."""
+    settings = HttpCheck(tls=False, path="/stats;csv", load=LoadSource("haproxy", proxy="web", server="FRONTEND"))
+    check = make_check(monitor(settings), reactor)  # one checker: it keeps the last counters
+    first = stats_reply(reactor, check, 1000, 9000)
+    assert first.ok and first.data == {"connections": 7, "capacity": 100}
+    assert first.reason == "HTTP 200, load connections=7 capacity=100"
+    reactor.advance(5)
+    second = stats_reply(reactor, check, 3000, 32000)  # 25,000 bytes in 5 s
+    assert second.ok and second.data == {"connections": 7, "capacity": 100, "kbps": 40.0}
+    reactor.advance(2)
+    reset = stats_reply(reactor, check, 100, 400)  # restarted: 500 bytes since
+    assert reset.data is not None and reset.data["kbps"] == pytest.approx(2.0)
+
+
+def test_load_counters_only_first_check_is_up_without_figures(reactor: MemoryReactorClock) -> None:
+    """A source of counters alone has no figure on its first check: up, nothing published."""
+    source = LoadSource("prometheus", packets=(Sample("pkts_total"),))
+    d, protocol, _ = start(reactor, HttpCheck(tls=False, path="/metrics", load=source))
+    protocol.dataReceived(OK + b"# TYPE pkts counter\npkts_total 5\n")
+    close(protocol)
+    result = result_of(d)
+    assert result.ok and result.data is None
+    assert result.reason == "HTTP 200, load counters read (rates from the next check)"
+
+
+def test_load_unreadable_or_bad_status_fails(reactor: MemoryReactorClock) -> None:
+    settings = HttpCheck(tls=False, path="/nginx_status", load=LoadSource("nginx"))
+    d, protocol, _ = start(reactor, settings)
+    protocol.dataReceived(OK + b"<html>welcome</html>")
+    close(protocol)
+    result = result_of(d)
+    assert not result.ok and result.data is None
+    assert result.reason == "HTTP 200, not nginx stub_status (no 'Active connections: N' first line)"
+    d, protocol, _ = start(reactor, settings)
+    protocol.dataReceived(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+    assert result_of(d).reason == "HTTP 403 not in [200]"
+
+
+def test_load_of_a_body_over_the_cap_is_not_read(reactor: MemoryReactorClock) -> None:
+    """A body cut at max_response_bytes could end in a cut figure: it is refused, saying why."""
+    source = LoadSource("prometheus", connections=(Sample("conns"),))
+    d, protocol, _ = start(reactor, HttpCheck(tls=False, path="/metrics", load=source, max_response_bytes=100))
+    protocol.dataReceived(OK + b"# a long comment\n" * 3 + b"conns 12345\n")
+    result = result_of(d)
+    assert not result.ok and result.data is None
+    assert result.reason == "HTTP 200, load not read: the body is over max_response_bytes (100)"
+
+
+def test_dechunk_keeps_what_is_well_formed() -> None:
+    assert dechunk(chunked(b"hello world", 3)) == b"hello world"
+    assert dechunk(b"5\r\nhello\r\nzz\r\nmore") == b"hello"
+    assert dechunk(b"not chunked") == b""
