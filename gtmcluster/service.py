@@ -31,7 +31,7 @@ from gtmcluster.config.shared import GroupConfig, Start
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
-from gtmcluster.health.linktraffic import LinkTrafficPoller, snmp_poller
+from gtmcluster.health.linktraffic import LinkTrafficPoller, traffic_poller
 from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
@@ -531,7 +531,7 @@ def make_service(
     checker.setName("health")
     checker.setServiceParent(top)
     top.checker = checker
-    link_traffic = snmp_poller(config, node.store, reactor, node_name, member.datacenter)
+    link_traffic = traffic_poller(config, node.store, reactor, node_name, member.datacenter)
     link_traffic.setName("link traffic")
     link_traffic.setServiceParent(top)
     top.link_traffic = link_traffic

@@ -13,15 +13,28 @@ methods (`lb.links`) find on every member's link what they need.
         traffic:                      # polled by the members in the link's data center
           snmp: {host: 10.0.0.1, port: 161, community: public, if_index: 2}
           interval: 10
+
+    Or the counters of a page over HTTP(S), in a Prometheus exposition or HAProxy's stats:
+
+        traffic:
+          http:
+            url: http://10.0.0.1:9100/metrics
+            received: {metric: node_network_receive_bytes_total, labels: {device: eth1}}
+            sent: {metric: node_network_transmit_bytes_total, labels: {device: eth1}}
+        traffic:
+          http: {url: "http://10.0.0.2:8404/stats;csv", format: haproxy, proxy: uplink}
 """
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
 from collections.abc import Iterable
 from collections.abc import Mapping as MappingT
 from typing import Any
 
-from gtmcluster.config.model import Link, Pool, SnmpSource, TrafficSource, WideIP
+from gtmcluster.config.loadsource import samples_of
+from gtmcluster.config.model import HttpCounterSource, Link, LoadSource, Pool, Sample, SnmpSource, TrafficSource, WideIP
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 
@@ -35,6 +48,8 @@ MAX_MBPS = 10_000_000.0  # 10 Pbit/s: anything above is a typo
 MAX_COST = 1e12
 SNMP_PORT = 161
 MAX_IF_INDEX = 2**31 - 1
+#: the pages a link's counters may be read from over HTTP (`probe.httpcounters`)
+HTTP_FORMATS = ("prometheus", "haproxy")
 
 
 def read_capacity(r: Reader, m: Mapping) -> tuple[float | None, float | None, float | None, TrafficSource | None, bool]:
@@ -70,26 +85,17 @@ def _share(r: Reader, m: Mapping) -> float | None:
 
 
 def _traffic(r: Reader, m: Mapping) -> TrafficSource | None:
-    t = r.mapping(m.at("traffic"), m.get("traffic"), "a mapping {snmp: {...}, interval, timeout}")
+    t = r.mapping(m.at("traffic"), m.get("traffic"), "a mapping {snmp: {...} or http: {...}, interval, timeout}")
     if t is None:
         return None
-    raw = t.require("snmp", "where to read the interface counters")
-    s = r.mapping(t.at("snmp"), raw, "a mapping {host, port, community, if_index, version}")
-    source = None
-    if s is not None:
-        host = r.address(s.at("host"), s.require("host", "the router's (SNMP agent's) address"))
-        port = s.integer("port", SNMP_PORT, 1, 65535)
-        community = s.string("community", "public")
-        if community is not None and not community:
-            r.error(s.at("community"), "the community must not be empty")
-            community = None
-        if_index = r.integer(
-            s.at("if_index"), s.require("if_index", "the interface's ifIndex on the router"), 1, MAX_IF_INDEX
-        )
-        s.string("version", "2c", ("2c",))
-        s.done()
-        if host is not None and port is not None and community and if_index is not None:
-            source = SnmpSource(host, port, community, if_index)
+    source: SnmpSource | HttpCounterSource | None = None
+    if t.has("snmp") and t.has("http"):
+        t.get("snmp"), t.get("http")  # (both known keys: the problem is having both)
+        r.error(t.path, "give one source: 'snmp' or 'http', not both")
+    elif t.has("http"):
+        source = _http(r, t)
+    else:
+        source = _snmp(r, t)
     interval = t.number("interval", 10.0, 1, 3600)
     timeout = t.number("timeout", 2.0, 0.1, 60)
     t.done()
@@ -99,6 +105,72 @@ def _traffic(r: Reader, m: Mapping) -> TrafficSource | None:
     if source is None or interval is None or timeout is None:
         return None
     return TrafficSource(source, interval, timeout)
+
+
+def _snmp(r: Reader, t: Mapping) -> SnmpSource | None:
+    raw = t.require("snmp", "where to read the interface counters: snmp: {...} or http: {...}")
+    s = r.mapping(t.at("snmp"), raw, "a mapping {host, port, community, if_index, version}")
+    if s is None:
+        return None
+    host = r.address(s.at("host"), s.require("host", "the router's (SNMP agent's) address"))
+    port = s.integer("port", SNMP_PORT, 1, 65535)
+    community = s.string("community", "public")
+    if community is not None and not community:
+        r.error(s.at("community"), "the community must not be empty")
+        community = None
+    if_index = r.integer(
+        s.at("if_index"), s.require("if_index", "the interface's ifIndex on the router"), 1, MAX_IF_INDEX
+    )
+    s.string("version", "2c", ("2c",))
+    s.done()
+    if host is not None and port is not None and community and if_index is not None:
+        return SnmpSource(host, port, community, if_index)
+    return None
+
+
+def _http(r: Reader, t: Mapping) -> HttpCounterSource | None:
+    """``http: {url, format: prometheus, received, sent}`` or ``{url, format: haproxy,
+    proxy, server}``: octet counters in a page (`probe.httpcounters`)."""
+    h = r.mapping(
+        t.at("http"), t.get("http"), "a mapping {url, format, received, sent} or {url, format, proxy, server}"
+    )
+    if h is None:
+        return None
+    before = len(r.problems.found)
+    url = r.string(h.at("url"), h.require("url", "the page's address, http://ADDRESS:PORT/PATH"))
+    if url is not None:
+        url = _url(r, h.at("url"), url)
+    kind = h.string("format", "prometheus", HTTP_FORMATS)
+    received: tuple[Sample, ...] = ()
+    sent: tuple[Sample, ...] = ()
+    proxy, server = "", "FRONTEND"
+    if kind == "prometheus":
+        received = samples_of(r, h.at("received"), h.require("received", "the samples of octets received"))
+        sent = samples_of(r, h.at("sent"), h.require("sent", "the samples of octets sent"))
+    elif kind == "haproxy":
+        proxy = r.string(h.at("proxy"), h.require("proxy", "the proxy (pxname) whose bin and bout to read")) or ""
+        server = h.string("server", "FRONTEND") or ""
+    h.done()
+    if len(r.problems.found) > before or url is None or kind is None:
+        return None
+    load = LoadSource(kind, proxy=proxy, server=server) if kind == "haproxy" else LoadSource(kind)
+    return HttpCounterSource(url, load, received, sent)
+
+
+def _url(r: Reader, at: KeyPath, text: str) -> str | None:
+    """An http(s) URL whose host is an IP address (no name is resolved to read a counter)."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port
+        host = parts.hostname or ""
+        ipaddress.ip_address(host)
+    except ValueError:
+        r.error(at, f"{text!r} is not http(s)://ADDRESS[:PORT]/PATH with an IP address")
+        return None
+    if parts.scheme not in ("http", "https") or port == 0 or parts.username or parts.password:
+        r.error(at, f"{text!r} is not http(s)://ADDRESS[:PORT]/PATH with an IP address")
+        return None
+    return text
 
 
 def check_methods(r: Reader, pools: MappingT[str, Pool], wideips: Iterable[WideIP]) -> None:

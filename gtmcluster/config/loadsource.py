@@ -48,7 +48,7 @@ def read_load(r: Reader, m: Mapping) -> LoadSource | None:
     if kind == "prometheus":
         for figure in PROMETHEUS_FIGURES:
             if section.has(figure) and not (figure == "capacity" and fixed is not None):
-                samples[figure] = _samples(r, section.at(figure), section.get(figure))
+                samples[figure] = samples_of(r, section.at(figure), section.get(figure))
         if not samples and fixed is None:
             r.error(section.path, "name the samples of at least one of: " + ", ".join(PROMETHEUS_FIGURES))
     elif kind == "haproxy":
@@ -77,7 +77,7 @@ def _names_samples(value: Any) -> bool:
     return isinstance(value, (str, dict, list))
 
 
-def _samples(r: Reader, path: KeyPath, value: Any) -> tuple[Sample, ...]:
+def samples_of(r: Reader, path: KeyPath, value: Any) -> tuple[Sample, ...]:
     """A metric name, ``{metric, labels}``, or a list of them."""
     items = value if isinstance(value, list) else [value]
     if not items:

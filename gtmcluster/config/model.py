@@ -201,10 +201,25 @@ class SnmpSource:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpCounterSource:
+    """A link's traffic from two octet counters in a page fetched over HTTP(S): a Prometheus
+    exposition (`received` and `sent` name the samples, summed) or HAProxy's stats CSV (the
+    ``bin`` and ``bout`` of the row `proxy`/`server`); read by `probe.httpcounters`."""
+
+    url: str  # http:// or https://, the host an IP address
+    load: LoadSource  # the format, and for haproxy its row
+    received: tuple[Sample, ...] = ()  # prometheus: octets received (ifHCInOctets' like)
+    sent: tuple[Sample, ...] = ()  # and sent
+
+    def __str__(self) -> str:
+        return f"{self.load.format} {self.url}"
+
+
+@dataclass(frozen=True, slots=True)
 class TrafficSource:
     """Where and how often a link's traffic is read (by the members of its data center)."""
 
-    source: SnmpSource  # (the first kind of source; counters over HTTP may join it)
+    source: SnmpSource | HttpCounterSource
     interval: float = 10.0
     timeout: float = 2.0
 

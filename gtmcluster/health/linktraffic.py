@@ -23,8 +23,9 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import Config, Link, TrafficSource
+from gtmcluster.config.model import Config, HttpCounterSource, Link, TrafficSource
 from gtmcluster.health import linkload
+from gtmcluster.probe.httpcounters import HttpCounterReader
 from gtmcluster.probe.linkrate import CounterRate, Counters, TrafficReader
 from gtmcluster.probe.snmp import SnmpClient, SnmpReader
 from gtmcluster.state.schema import shorten
@@ -180,16 +181,15 @@ class LinkTrafficPoller(Service):
         poll.failing = reason
 
 
-def snmp_poller(config: Config, store: Store, reactor: Any, node: str, datacenter: str) -> LinkTrafficPoller:
+def traffic_poller(config: Config, store: Store, reactor: Any, node: str, datacenter: str) -> LinkTrafficPoller:
     """The node's poller: links read by SNMP through one `SnmpClient` (its thread starts at
-    the first reading, if this data center has a link with traffic), closed when it stops."""
+    the first SNMP reading, if this data center has such a link), closed when it stops; and
+    links read over HTTP (`probe.httpcounters`)."""
     client = SnmpClient()
-    return LinkTrafficPoller(
-        config,
-        store,
-        reactor,
-        node,
-        datacenter,
-        lambda t: SnmpReader(reactor, client, t.source, t.timeout),
-        client.close,
-    )
+
+    def reader(t: TrafficSource) -> TrafficReader:
+        if isinstance(t.source, HttpCounterSource):
+            return HttpCounterReader(reactor, t.source, t.timeout)
+        return SnmpReader(reactor, client, t.source, t.timeout)
+
+    return LinkTrafficPoller(config, store, reactor, node, datacenter, reader, client.close)

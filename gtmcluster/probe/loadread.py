@@ -92,12 +92,23 @@ def show_sample(s: Sample) -> str:
 
 
 def _prometheus(body: bytes, source: LoadSource) -> Reading:
-    wanted = {
-        "connections": source.connections,
-        "capacity": source.capacity,
-        "packets": source.packets,
-        "bytes": source.bytes,
-    }
+    sums = prometheus_sums(
+        body,
+        {
+            "connections": source.connections,
+            "capacity": source.capacity,
+            "packets": source.packets,
+            "bytes": source.bytes,
+        },
+    )
+    gauges = {k: v for k, v in sums.items() if k not in COUNTERS}
+    counters = {k: v for k, v in sums.items() if k in COUNTERS}
+    return Reading(gauges, counters)
+
+
+def prometheus_sums(body: bytes, wanted: Mapping[str, tuple[Sample, ...]]) -> dict[str, float]:
+    """Each figure of *wanted* (a name -> the samples it sums) as found in the exposition
+    *body* (figures without samples left out); raises `Unreadable`."""
     names = {s.metric for samples in wanted.values() for s in samples}
     found: dict[str, list[tuple[Mapping[str, str], float]]] = {name: [] for name in names}
     try:
@@ -112,13 +123,7 @@ def _prometheus(body: bytes, source: LoadSource) -> Reading:
         raise
     except Exception as e:  # the parser raises what it meets (ValueError, IndexError, ...)
         raise Unreadable(f"not Prometheus text: {_short(e)}") from None
-    sums: dict[str, float] = {}
-    for figure, samples in wanted.items():
-        if samples:
-            sums[figure] = _sum(figure, samples, found)
-    gauges = {k: v for k, v in sums.items() if k not in COUNTERS}
-    counters = {k: v for k, v in sums.items() if k in COUNTERS}
-    return Reading(gauges, counters)
+    return {figure: _sum(figure, samples, found) for figure, samples in wanted.items() if samples}
 
 
 @functools.lru_cache(maxsize=256)
@@ -153,6 +158,17 @@ def _short(e: Exception) -> str:
 
 
 def _haproxy(body: bytes, source: LoadSource) -> Reading:
+    row = haproxy_row(body, source.proxy, source.server)
+    gauges = {"connections": count_of(row["scur"], "scur")}
+    if row["slim"]:
+        gauges["capacity"] = count_of(row["slim"], "slim")
+    counters = {"bytes": count_of(row["bin"], "bin") + count_of(row["bout"], "bout")}
+    return Reading(gauges, counters)
+
+
+def haproxy_row(body: bytes, proxy: str, server: str) -> dict[str, str]:
+    """The `HAPROXY_COLUMNS` of the stats CSV row of *proxy* and *server*, as text;
+    raises `Unreadable`."""
     lines = _text(body).splitlines()
     if not lines or not lines[0].startswith("# pxname,"):
         raise Unreadable("not HAProxy stats CSV (no '# pxname,' header)")
@@ -163,23 +179,19 @@ def _haproxy(body: bytes, source: LoadSource) -> Reading:
         raise Unreadable(f"HAProxy stats CSV without {', '.join(missing)}")
     try:
         # (only the lines that could be the row are parsed: a stats page may be large)
-        rows = list(csv.reader(line for line in lines[1:] if source.proxy in line and source.server in line))
+        rows = list(csv.reader(line for line in lines[1:] if proxy in line and server in line))
     except csv.Error as e:
         raise Unreadable(f"not HAProxy stats CSV: {_short(e)}") from None
     for row in rows:
         if len(row) <= max(at[c] for c in HAPROXY_COLUMNS):
             continue
-        if row[at["pxname"]] != source.proxy or row[at["svname"]] != source.server:
-            continue
-        gauges = {"connections": _field(row[at["scur"]], "scur")}
-        if row[at["slim"]]:
-            gauges["capacity"] = _field(row[at["slim"]], "slim")
-        counters = {"bytes": _field(row[at["bin"]], "bin") + _field(row[at["bout"]], "bout")}
-        return Reading(gauges, counters)
-    raise Unreadable(f"no row for proxy {source.proxy!r} server {source.server!r} in the HAProxy stats")
+        if row[at["pxname"]] == proxy and row[at["svname"]] == server:
+            return {c: row[at[c]] for c in HAPROXY_COLUMNS}
+    raise Unreadable(f"no row for proxy {proxy!r} server {server!r} in the HAProxy stats")
 
 
-def _field(text: str, column: str) -> float:
+def count_of(text: str, column: str) -> float:
+    """A count of the HAProxy stats (digits only); raises `Unreadable`."""
     if not (text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS):
         raise Unreadable(f"HAProxy {column} is {text[:20]!r}, not a count")
     return float(text)
