@@ -42,8 +42,9 @@ import yaml
 
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
 
-#: the largest bundle (all files together, as sent), bytes
-MAX_BYTES = 16 * 1024 * 1024
+#: the largest bundle (all files together, as sent), bytes: room for GeoIP databases
+#: (GeoLite2-Country and -ASN are some 7 and 8 MB); decoded and written in the thread pool
+MAX_BYTES = 64 * 1024 * 1024
 #: the format of `encode`
 FORMAT = 1
 #: file mode of files written out
