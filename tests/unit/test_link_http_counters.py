@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twisted.internet.task import Clock
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import HttpCounterSource, LoadSource, Sample
-from gtmcluster.probe.httpcounters import CounterError, octets
+from gtmcluster.health.linktraffic import traffic_poller
+from gtmcluster.probe.httpcounters import CounterError, HttpCounterReader, octets
 from gtmcluster.probe.linkrate import Counters
+from gtmcluster.probe.snmp import SnmpReader
+from gtmcluster.state.store import Store
 from tests.support import configs, loadservers
 from tests.support.loadservers import Server
 from tests.support.nodeproc import loopback_address
@@ -175,13 +179,6 @@ def test_readings_that_fail_say_why(haproxy: Server) -> None:
 def test_the_nodes_poller_reads_each_link_from_its_own_kind_of_source(tmp_path: Path) -> None:
     """The node's poller (`traffic_poller`) reads an http link with an `HttpCounterReader`
     and an snmp link with an `SnmpReader`, only for the links of its own data center."""
-    from twisted.internet.task import Clock
-
-    from gtmcluster.health.linktraffic import traffic_poller
-    from gtmcluster.probe.httpcounters import HttpCounterReader
-    from gtmcluster.probe.snmp import SnmpReader
-    from gtmcluster.state.store import Store
-
     config = linked()
     config["links"]["tel"]["datacenter"] = "DC1"
     config["links"]["tel"]["traffic"] = {"http": {"url": "http://127.0.0.1:9/m", "received": "a", "sent": "b"}}
