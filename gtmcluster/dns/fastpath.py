@@ -14,9 +14,9 @@ client subnet), asking for a static record or a wide IP. For those the general p
   above it (one lookup per label), and the encoded reply is kept per queried name. Wide
   IPs of the record types (CNAME, MX, SRV, NAPTR) are left to the general path.
 
-Anything else, anything not yet kept, and anything that would not fit the client's size
-goes to the general path, which answers it and (for what qualifies) prepares the next one.
-The replies are byte for byte what the general path would send.
+Anything else (DO=1 queries too when a zone is signed: `dnssec.answers`), anything not
+yet kept, and anything that would not fit the client's size goes to the general path,
+which answers it and (for what qualifies) prepares the next one.
 
 Before all that, when response rate limiting is on, the client's prefix must have a token
 (`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.
@@ -70,6 +70,9 @@ class FastPath:
         self.responder = responder
         #: response rate limiting (UDP only, so here), or None when it is off
         self.limiter = limiter
+        #: whether a zone is signed: DO=1 queries then go to the general path, which signs
+        #: (from the signatures the zones' signers keep)
+        self.signed = bool(responder.signing)
         #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
         #: CD, counter); the limit too, since glue that does not fit is left out unannounced
         self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
@@ -92,7 +95,7 @@ class FastPath:
             if verdict:
                 return truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None
         plain = _parse(data, self.responder.udp_payload_size)
-        if plain is None:
+        if plain is None or (plain.do and self.signed):
             return self.responder.handle(data, source)
         wideip = self.wideips.get(plain.qname)
         if wideip is None and self.wildcards and plain.qname not in self.exact:
