@@ -348,8 +348,9 @@ class Responder:
                 name = target
                 continue
             result.authority = [(zone.negative_soa, None)]
+            # (a wide IP with no answer for its type now denies that type too)
             there = frozenset(rrsets) | (wideip.types if wideip is not None else frozenset())
-            result.denial = Denial(name, there)
+            result.denial = Denial(name, there - {qtype})
             return result
         return result
 
