@@ -30,8 +30,9 @@ class SignedNode:
     anchor: Path
 
     def delv(self, name: str, rdtype: str = "A") -> str:
+        server = [f"@{self.address}", "-p", str(DNS_PORT)]
         run = subprocess.run(
-            ["delv", "-a", str(self.anchor), "+root=example.test", f"@{self.address}", "-p", str(DNS_PORT), name, rdtype],
+            ["delv", "-a", str(self.anchor), "+root=example.test", *server, name, rdtype],
             capture_output=True,
             text=True,
             timeout=30,

@@ -1,0 +1,156 @@
+"""Signed answers in memory (a node with `zones[].dnssec`, asked through the fast path):
+RRSIGs that validate, signatures reused for kept decisions, DO=0 replies byte for byte as
+without DNSSEC, the DNSKEY at the apex, insecure delegations, and config errors."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dns.dnssec
+import dns.flags
+import dns.message
+import dns.name
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
+import pytest
+
+from gtmcluster.config.load import load
+from gtmcluster.config.problems import ConfigError
+from gtmcluster.dns.fastpath import FastPath
+from gtmcluster.dnssec import keys
+from gtmcluster.node import Node
+from tests.support import configs
+
+ORIGIN = dns.name.from_text("example.test")
+
+
+def make_node(tmp_path: Path, signed: bool = True, mutate: Callable[[dict[str, Any]], None] | None = None) -> Node:
+    config = configs.base()
+    if signed:
+        if not (tmp_path / "keys").exists():
+            keys.keygen(tmp_path / "keys", "example.test")
+        config["zones"][0]["dnssec"] = {"keys": "keys"}
+    if mutate:
+        mutate(config)
+    return Node(load(configs.write(tmp_path, config)), "n1", clock=lambda: 1000.0, rng=random.Random(7))
+
+
+def ask(fast: FastPath, name: str, rdtype: str = "A", do: bool = True, source: str = "192.0.2.200") -> bytes:
+    q = dns.message.make_query(name, rdtype, want_dnssec=do, use_edns=0)
+    q.id = 77
+    q.flags &= ~dns.flags.RD
+    reply = fast.handle(q.to_wire(), source)
+    assert reply is not None
+    return reply
+
+
+def dnskeys(node: Node) -> dns.rrset.RRset:
+    return node.responder.signing.signers[(b"example", b"test")].dnskey
+
+
+def validated(msg: dns.message.Message, section: list[dns.rrset.RRset], node: Node, rdtype: int) -> dns.rrset.RRset:
+    """The *rdtype* RRset of *section*, checked against its RRSIG with the zone's DNSKEYs."""
+    rrset = next(r for r in section if r.rdtype == rdtype)
+    sig = next(r for r in section if r.rdtype == dns.rdatatype.RRSIG and r.covers == rdtype and r.name == rrset.name)
+    dns.dnssec.validate(rrset, sig, {ORIGIN: dnskeys(node)})
+    return rrset
+
+
+def test_a_wide_ip_answer_is_signed_and_a_kept_decision_signs_nothing(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    fast = FastPath(node.responder)
+    msg = dns.message.from_wire(ask(fast, "gslb.example.test"))
+    rrset = validated(msg, msg.answer, node, dns.rdatatype.A)
+    assert [r.address for r in rrset] == ["10.0.3.1"]
+    signer = node.responder.signing.signers[(b"example", b"test")]
+    made = signer.signed
+    for _ in range(5):
+        again = dns.message.from_wire(ask(fast, "GSLB.example.test"))
+        assert again.answer[1] == msg.answer[1]  # the same signature, given again
+    assert signer.signed == made
+    # another client, another decision: another signature (then kept too)
+    other = dns.message.from_wire(ask(fast, "gslb.example.test", source="127.0.1.9"))
+    assert [r.address for r in validated(other, other.answer, node, dns.rdatatype.A)] == ["10.0.1.1"]
+    assert signer.signed == made + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "rdtype"),
+    [("gslb.example.test", "A"), ("www.example.test", "A"), ("nope.example.test", "A"), ("www.example.test", "MX")],
+)
+def test_do0_replies_are_as_without_dnssec(tmp_path: Path, name: str, rdtype: str) -> None:
+    signed = FastPath(make_node(tmp_path / "s").responder)
+    plain = FastPath(make_node(tmp_path / "p", signed=False).responder)
+    for _ in range(2):  # the general path, then the fast path's kept reply
+        assert ask(signed, name, rdtype, do=False) == ask(plain, name, rdtype, do=False)
+
+
+def test_the_apex_serves_its_dnskey_set_signed(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    fast = FastPath(node.responder)
+    unsigned = dns.message.from_wire(ask(fast, "example.test", "DNSKEY", do=False))
+    assert unsigned.answer == [dnskeys(node)]
+    msg = dns.message.from_wire(ask(fast, "example.test", "DNSKEY"))
+    assert validated(msg, msg.answer, node, dns.rdatatype.DNSKEY) == dnskeys(node)
+    # below the apex there is no DNSKEY: a signed NODATA
+    below = dns.message.from_wire(ask(fast, "www.example.test", "DNSKEY"))
+    assert below.rcode() == dns.rcode.NOERROR and not below.answer
+    nsec = validated(below, below.authority, node, dns.rdatatype.NSEC)
+    assert dns.rdatatype.DNSKEY not in {t for w in nsec[0].windows for t in _types(w)}
+
+
+def test_nxdomain_becomes_a_compact_noerror_with_nxname(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    msg = dns.message.from_wire(ask(FastPath(node.responder), "nope.example.test"))
+    assert msg.rcode() == dns.rcode.NOERROR and not msg.answer
+    validated(msg, msg.authority, node, dns.rdatatype.SOA)
+    nsec = validated(msg, msg.authority, node, dns.rdatatype.NSEC)
+    assert nsec.name == dns.name.from_text("nope.example.test")
+    assert {t for w in nsec[0].windows for t in _types(w)} == {46, 47, 128}
+
+
+def test_a_referral_proves_the_child_unsigned_and_leaves_glue_unsigned(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    msg = dns.message.from_wire(ask(FastPath(node.responder), "host.sub.example.test"))
+    assert not msg.flags & dns.flags.AA
+    nsec = validated(msg, msg.authority, node, dns.rdatatype.NSEC)
+    assert nsec.name == dns.name.from_text("sub.example.test")
+    assert {t for w in nsec[0].windows for t in _types(w)} == {dns.rdatatype.NS, 46, 47}  # no DS
+    assert not any(r.rdtype == dns.rdatatype.RRSIG and r.covers == dns.rdatatype.NS for r in msg.authority)
+    assert msg.additional and not any(r.rdtype == dns.rdatatype.RRSIG for r in msg.additional)
+
+
+@pytest.mark.parametrize(
+    ("dnssec", "setup", "message"),
+    [
+        (
+            {"keys": "keys"},
+            False,
+            r"zones\[0\]\.dnssec\.keys: .*no keys for example\.test in .*dnssec keygen",
+        ),
+        ({"keys": "nowhere"}, False, r"zones\[0\]\.dnssec\.keys: .*nowhere is not a directory"),
+        ({}, False, r"zones\[0\]\.dnssec: missing key 'keys'"),
+        ({"keys": "keys", "algo": 13}, True, r"zones\[0\]\.dnssec\.algo: unknown key"),
+        ("yes", False, r"zones\[0\]\.dnssec: .*a mapping \{keys: DIR\}"),
+    ],
+)
+def test_config_errors(tmp_path: Path, dnssec: object, setup: bool, message: str) -> None:
+    (tmp_path / "keys").mkdir()
+    if setup:
+        keys.keygen(tmp_path / "keys", "example.test")
+    config = configs.base()
+    config["zones"][0]["dnssec"] = dnssec
+    with pytest.raises(ConfigError) as e:
+        load(configs.write(tmp_path, config))
+    assert any(re.search(message, str(p)) for p in e.value.problems), [str(p) for p in e.value.problems]
+
+
+def _types(window: tuple[int, bytes]) -> set[int]:
+    number, bitmap = window
+    return {number * 256 + i * 8 + j for i, byte in enumerate(bitmap) for j in range(8) if byte & (0x80 >> j)}
