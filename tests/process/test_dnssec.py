@@ -45,7 +45,7 @@ class SignedNode:
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignedNode]:
     require_tool("delv", "bind9-dnsutils")
     workdir = tmp_path_factory.mktemp("dnssec")
-    keygen = [GTMCLUSTER, "dnssec", "keygen", "example.test", "--dir", workdir / "keys"]
+    keygen: list[str | Path] = [GTMCLUSTER, "dnssec", "keygen", "example.test", "--dir", workdir / "keys"]
     if request.param == "15-split":
         keygen += ["--algorithm", "15", "--split"]
     subprocess.run(keygen, check=True, capture_output=True)
