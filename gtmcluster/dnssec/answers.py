@@ -16,7 +16,8 @@ a zone that is not signed is left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gtmcluster.dns import names
@@ -49,8 +50,10 @@ class Signed:
 class ZoneSigning:
     """The signers of a config's signed zones, by lowercased origin labels."""
 
-    def __init__(self, zones: ZoneSet, signers: Mapping[Name, Signer]):
+    def __init__(self, zones: ZoneSet, signers: Mapping[Name, Signer], clock: Callable[[], float] = time.time):
         self.zones = zones
+        #: the signers' clock (wall time: signatures carry absolute times)
+        self.clock = clock
         self.signers = signers
         #: the DNSKEY RRset of each signed zone, as the responder answers it
         self.dnskeys = {origin: rrsets.from_dnspython(s.dnskey) for origin, s in signers.items()}
@@ -67,8 +70,15 @@ class ZoneSigning:
 
     def _rrsig(self, signer: Signer, rrset: RRset, owner: Name | None) -> tuple[RRset, Name | None]:
         at = owner if owner is not None else rrset.owner
-        sig = signer.rrsig(rrsets.kept_key(rrset, owner), lambda: rrsets.to_dnspython(rrset, owner))
-        return rrsets.from_dnspython(sig), at
+        return signer.written(rrsets.kept_key(rrset, owner), lambda: rrsets.to_dnspython(rrset, owner))[0], at
+
+    def rrsig_of(self, rrset: RRset) -> tuple[RRset, float] | None:
+        """The RRSIG RRset over *rrset*, an answer at its own name, and when it is due for
+        renewal (`clock` time); None if its zone is not signed."""
+        found = self._zone(rrset.owner)
+        if found is None:
+            return None
+        return found[1].written(rrsets.kept_key(rrset), lambda: rrsets.to_dnspython(rrset))
 
     def sign(
         self, answer: Records, authority: Records, additional: Records, denial: Denial | None, nxdomain: bool

@@ -26,7 +26,9 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
+from gtmcluster.dns.zone import RRset
 from gtmcluster.dnssec.keys import ZoneKey
+from gtmcluster.dnssec.rrsets import from_dnspython
 
 DAY = 86400
 #: what a validator's clock may lag behind ours
@@ -38,10 +40,12 @@ MAX_KEPT = 50_000
 DNSKEY_TTL = 3600
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Kept:
     rrsig: dns.rrset.RRset
     refresh_at: float
+    #: the RRSIG RRset as the responder writes it (made once, on first use)
+    written: RRset | None = None
 
 
 class Signer:
@@ -84,18 +88,29 @@ class Signer:
     def rrsig(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> dns.rrset.RRset:
         """The RRSIG RRset over the RRset that *make* builds, kept under *key*, which must
         tell RRsets apart by owner (in lower case), type, TTL and records."""
+        return self._get(key, make).rrsig
+
+    def written(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> tuple[RRset, float]:
+        """`rrsig` as the responder writes it (a kept signature costs a lookup, no conversion),
+        and when it is due for renewal."""
+        kept = self._get(key, make)
+        if kept.written is None:
+            kept.written = from_dnspython(kept.rrsig)
+        return kept.written, kept.refresh_at
+
+    def _get(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> _Kept:
         now = self.clock()
         kept = self._kept.get(key)
         if kept is not None and now < kept.refresh_at:
-            return kept.rrsig
+            return kept
         rrset = make()
         signing = self.key_keys if rrset.rdtype == dns.rdatatype.DNSKEY else self.zone_keys
         rrsig = self._sign(rrset, signing, now)
         if kept is None and len(self._kept) >= self.max_kept:
             del self._kept[next(iter(self._kept))]  # the oldest
         expiration = int(rrsig[0].expiration)
-        self._kept[key] = _Kept(rrsig, expiration - self.refresh)
-        return rrsig
+        kept = self._kept[key] = _Kept(rrsig, expiration - self.refresh)
+        return kept
 
     def dnskey_rrsig(self) -> dns.rrset.RRset:
         return self.rrsig(("DNSKEY", self.origin), lambda: self.dnskey)

@@ -154,3 +154,31 @@ def test_config_errors(tmp_path: Path, dnssec: object, setup: bool, message: str
 def _types(window: tuple[int, bytes]) -> set[int]:
     number, bitmap = window
     return {number * 256 + i * 8 + j for i, byte in enumerate(bitmap) for j in range(8) if byte & (0x80 >> j)}
+
+
+def test_the_fast_path_signs_wide_ip_answers_as_the_general_path_does(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    fast = FastPath(node.responder)
+    q = dns.message.make_query("Gslb.Example.test", "A", want_dnssec=True, use_edns=0)
+    q.flags &= ~dns.flags.RD
+    general = node.responder.handle(q.to_wire(), "192.0.2.200")
+    fast.handle(q.to_wire(), "192.0.2.200")  # (keeps the reply)
+    key = next(k for k in fast._replies if k[2] == 2)
+    assert fast.handle(q.to_wire(), "192.0.2.200") == general
+    assert fast._replies[key][4] < float("inf")  # this one came from the kept reply, signed
+
+
+def test_a_kept_reply_is_made_again_when_its_signature_is_due(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    now = [1_780_000_000.0]
+    signing = node.responder.signing
+    signer = signing.signers[(b"example", b"test")]
+    signer.clock = signing.clock = lambda: now[0]
+    fast = FastPath(node.responder)
+    first = dns.message.from_wire(ask(fast, "gslb.example.test"))
+    assert dns.message.from_wire(ask(fast, "gslb.example.test")).answer[1] == first.answer[1]
+    now[0] = first.answer[1][0].expiration - 3600  # past its renewal, the decision still kept
+    second = dns.message.from_wire(ask(fast, "gslb.example.test"))
+    assert second.answer[0] == first.answer[0]
+    assert second.answer[1][0].expiration > first.answer[1][0].expiration
+    dns.dnssec.validate(second.answer[0], second.answer[1], {ORIGIN: dnskeys(node)}, now=now[0])
