@@ -116,7 +116,8 @@ class Node:
             version=config.dns_server.version,
             ecs_trusted=config.dns_server.ecs_trusted,
             wideip_names=config.wideip_names,
-            signing=zone_signing(config.zones, config.dnssec),
+            # (the running signers, where a zone's keys are unchanged: their kept signatures too)
+            signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None)),
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

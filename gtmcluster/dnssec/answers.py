@@ -17,8 +17,9 @@ a zone that is not signed is left as it is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from gtmcluster.dns import names
 from gtmcluster.dns.names import Name
@@ -130,11 +131,28 @@ class ZoneSigning:
         return [(nsec, None), self._rrsig(signer, nsec, None)]
 
 
-def zone_signing(zones: ZoneSet, zone_keys: Mapping[Name, tuple[ZoneKey, ...]]) -> ZoneSigning:
-    """The signers of *zones* that have keys (`Config.dnssec`)."""
+def zone_signing(
+    zones: ZoneSet, zone_keys: Mapping[Name, tuple[ZoneKey, ...]], running: HasSigning | None = None
+) -> ZoneSigning:
+    """The signers of *zones* that have keys (`Config.dnssec`). A zone whose keys are those of
+    the *running* responder's signer keeps that signer, so a reload does not sign anew."""
+    old = running.signing.signers if running is not None else {}
     signers = {}
     for origin, zone_key_set in zone_keys.items():
         zone = zones.by_origin.get(origin)
-        if zone is not None:
-            signers[origin] = Signer(rrsets.to_dnspython_name(zone.origin), list(zone_key_set))
+        if zone is None:
+            continue
+        name = rrsets.to_dnspython_name(zone.origin)
+        signer = old.get(origin)
+        if signer is None or signer.origin != name or _key_set(signer.keys) != _key_set(zone_key_set):
+            signer = Signer(name, list(zone_key_set))
+        signers[origin] = signer
     return ZoneSigning(zones, signers)
+
+
+class HasSigning(Protocol):
+    signing: ZoneSigning
+
+
+def _key_set(zone_keys: Iterable[ZoneKey]) -> set[tuple[str, bytes]]:
+    return {(k.role, k.dnskey.to_wire() or b"") for k in zone_keys}

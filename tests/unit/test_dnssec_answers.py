@@ -182,3 +182,24 @@ def test_a_kept_reply_is_made_again_when_its_signature_is_due(tmp_path: Path) ->
     assert second.answer[0] == first.answer[0]
     assert second.answer[1][0].expiration > first.answer[1][0].expiration
     dns.dnssec.validate(second.answer[0], second.answer[1], {ORIGIN: dnskeys(node)}, now=now[0])
+
+
+def test_a_reload_keeps_the_signatures_of_zones_whose_keys_did_not_change(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    origin = (b"example", b"test")
+    signer = node.responder.signing.signers[origin]
+    fast = FastPath(node.responder)
+    ask(fast, "gslb.example.test")
+    made = signer.signed
+    config = configs.base()
+    config["zones"][0]["dnssec"] = {"keys": "keys"}
+    node.reload(load(configs.write(tmp_path, config)))
+    assert node.responder.signing.signers[origin] is signer
+    ask(FastPath(node.responder), "gslb.example.test")
+    assert signer.signed == made  # nothing signed anew
+    keys.keygen(tmp_path / "keys", "example.test", force=True)  # new keys: a new signer
+    node.reload(load(configs.write(tmp_path, config)))
+    new = node.responder.signing.signers[origin]
+    assert new is not signer
+    msg = dns.message.from_wire(ask(FastPath(node.responder), "gslb.example.test"))
+    validated(msg, msg.answer, node, dns.rdatatype.A)
