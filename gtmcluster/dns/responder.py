@@ -219,7 +219,7 @@ class Responder:
         if self.signing and query.edns is not None and query.edns.do and query.qclass != wire.CLASS_CH:
             signed = answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
             if signed:
-                self._sign(answer)
+                self._sign(answer, query.qtype)
         reply = self._write(query, answer, tcp)
         static = (
             not signed
@@ -354,7 +354,7 @@ class Responder:
             return result
         return result
 
-    def _sign(self, answer: _Answer) -> None:
+    def _sign(self, answer: _Answer, qtype: int) -> None:
         """Add the RRSIGs and the denial of existence to *answer*, for a DO=1 query."""
         signed = self.signing.sign(
             answer.answer or [],
@@ -362,6 +362,7 @@ class Responder:
             answer.additional or [],
             answer.denial,
             answer.rcode == wire.NXDOMAIN,
+            qtype,
         )
         answer.answer, answer.authority, answer.additional = signed.answer, signed.authority, signed.additional
         if signed.nxdomain_denied:

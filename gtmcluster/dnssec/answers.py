@@ -8,7 +8,8 @@ and the types there); for a DO=1 query, `sign` then adds, for every RRset of a s
 - for a referral, the proof that the child is unsigned: the NSEC at the cut listing NS
   (compact, like the denials), or the DS records there when the zone file has them;
 - for NXDOMAIN and NODATA, the compact denial of RFC 9824: one NSEC at the name itself, with
-  NXNAME for a name that does not exist, in which case the RCODE becomes NOERROR.
+  NXNAME for a name that does not exist, in which case the RCODE becomes NOERROR (a query
+  for NSEC itself gets that NSEC as its answer).
 
 Glue and the NS records of a delegation are not signed (they are the child's). An RRset of
 a zone that is not signed is left as it is.
@@ -82,7 +83,13 @@ class ZoneSigning:
         return found[1].written(rrsets.kept_key(rrset), lambda: rrsets.to_dnspython(rrset))
 
     def sign(
-        self, answer: Records, authority: Records, additional: Records, denial: Denial | None, nxdomain: bool
+        self,
+        answer: Records,
+        authority: Records,
+        additional: Records,
+        denial: Denial | None,
+        nxdomain: bool,
+        qtype: int = 0,
     ) -> Signed:
         out_answer: Records = []
         for rrset, owner in answer:
@@ -110,7 +117,11 @@ class ZoneSigning:
                 if names.key(denial.name) == zone.origin_key:
                     types |= {rrsets.TYPE_DNSKEY}
                 nsec = rrsets.compact_nsec(denial.name, types, zone.negative_soa.ttl)
-                out_authority += [(nsec, None), self._rrsig(signer, nsec, None)]
+                if qtype == rrsets.TYPE_NSEC:  # the NSEC asked for is there: it is the answer
+                    out_answer += [(nsec, None), self._rrsig(signer, nsec, None)]
+                    out_authority = []
+                else:
+                    out_authority += [(nsec, None), self._rrsig(signer, nsec, None)]
                 denied = nxdomain
         out_additional: Records = []
         for rrset, owner in additional:

@@ -14,11 +14,14 @@ import dns.dnssec
 import dns.flags
 import dns.message
 import dns.name
+import dns.node
 import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
@@ -203,3 +206,48 @@ def test_a_reload_keeps_the_signatures_of_zones_whose_keys_did_not_change(tmp_pa
     assert new is not signer
     msg = dns.message.from_wire(ask(FastPath(node.responder), "gslb.example.test"))
     validated(msg, msg.answer, node, dns.rdatatype.A)
+
+
+@pytest.fixture(scope="module")
+def signed_node(tmp_path_factory: pytest.TempPathFactory) -> Node:
+    return make_node(tmp_path_factory.mktemp("signed"))
+
+
+NAMES = ["example.test", "www", "gslb", "alias", "chain", "x.wild", "c", "b.c", "a.b.c", "nope", "sub", "x.sub", "mail"]
+TYPES = ["A", "AAAA", "MX", "TXT", "SOA", "NS", "DNSKEY", "CNAME", "SRV", "ANY", "DS", "NSEC", "RRSIG"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(NAMES),
+    rdtype=st.sampled_from(TYPES),
+    source=st.sampled_from(["192.0.2.200", "127.0.1.9", "127.0.2.9"]),
+)
+def test_every_signed_rrset_validates(signed_node: Node, name: str, rdtype: str, source: str) -> None:
+    """Whatever is asked, every RRset of our signed zone in a DO=1 reply carries an RRSIG that
+    validates, and a reply with no answer proves the denial with a signed NSEC at the name."""
+    qname = name if name == "example.test" else f"{name}.example.test"
+    msg = dns.message.from_wire(ask(FastPath(signed_node.responder), qname, rdtype, source=source))
+    assert msg.rcode() == dns.rcode.NOERROR
+    keyring: dict[dns.name.Name, dns.node.Node | dns.rdataset.Rdataset] = {ORIGIN: dnskeys(signed_node)}
+    below_cut = dns.name.from_text("sub.example.test")
+    for section in (msg.answer, msg.authority, msg.additional):
+        for rrset in section:
+            if rrset.rdtype == dns.rdatatype.RRSIG:
+                continue
+            if rrset.name.is_subdomain(below_cut) and rrset.rdtype in (dns.rdatatype.NS, dns.rdatatype.A):
+                assert not any(r.rdtype == dns.rdatatype.RRSIG and r.covers == rrset.rdtype for r in section)
+                continue  # a delegation's NS and its glue: the child's, unsigned
+            sig = next(
+                r
+                for r in section
+                if r.rdtype == dns.rdatatype.RRSIG and r.covers == rrset.rdtype and r.name == rrset.name
+            )
+            dns.dnssec.validate(rrset, sig, keyring)
+    if rdtype == "NSEC" and msg.flags & dns.flags.AA:  # the NSEC at the name is the answer
+        # (at the end of a CNAME chain, if any)
+        assert [r.rdtype for r in msg.answer[-2:]] == [dns.rdatatype.NSEC, dns.rdatatype.RRSIG]
+    elif rdtype != "RRSIG" and not msg.answer and msg.flags & dns.flags.AA:
+        nsec = next(r for r in msg.authority if r.rdtype == dns.rdatatype.NSEC)
+        types = {t for w in nsec[0].windows for t in _types(w)}
+        assert dns.rdatatype.from_text(rdtype) not in types
