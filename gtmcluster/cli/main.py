@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, explain, ldns, logs, stats, status
+from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, dnssec, explain, ldns, logs, stats, status
 
 
 def parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def parser() -> argparse.ArgumentParser:
     configcmd.add_parser(sub)
     dashboard.add_parser(sub)
     demo.add_parser(sub)
+    dnssec.add_parser(sub)
     explain.add_parser(sub)
     ldns.add_parser(sub)
     stats.add_parser(sub)

@@ -39,6 +39,8 @@ from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
+from gtmcluster.dnssec.config import read_zone_dnssec
+from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.gcpause import collection_paused
 from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
 from gtmcluster.state import schema
@@ -165,7 +167,8 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
     persistence = _persistence(r, top)
-    zone_data, broken_zones = _zones(r, top, content)
+    zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
+    zone_data, broken_zones = _zones(r, top, content, resolve, zone_keys)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -230,6 +233,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         digest=digest,
         wideips_of=wideips_of,
         wideip_names=wideip_names,
+        dnssec=MappingProxyType(zone_keys),
     )
 
 
@@ -606,7 +610,9 @@ def _rate_limit(r: Reader, parent: Mapping) -> RateLimit:
     )
 
 
-def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
+def _zones(
+    r: Reader, top: Mapping, resolve: Any, own: Any, zone_keys: dict[Name, tuple[ZoneKey, ...]]
+) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
     """The zones that load, and the origins of those that do not (None: unknown ones too)."""
     out: list[zonefile.ZoneData] = []
     broken: set[Name] | None = set()
@@ -620,6 +626,7 @@ def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneDat
         m = r.mapping(path, entry, "a mapping {origin, file}")
         origin = r.string(m.at("origin"), m.require("origin", "the zone's name")) if m else None
         file_name = r.string(m.at("file"), m.require("file", "the zone file")) if m else None
+        signing = read_zone_dnssec(r, m, origin, own) if m else None
         if m is not None:
             m.done()
         labels: Name | None = None
@@ -639,6 +646,8 @@ def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneDat
             r.error(m.at("origin"), f"zone {origin!r} is listed twice (also zones[{origins[labels]}])")
             continue
         origins[labels] = i
+        if signing is not None:
+            zone_keys[labels] = signing
         zone_path = resolve(file_name)
         try:
             out.append(zonefile.load(str(zone_path), origin))

@@ -11,12 +11,16 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gtmcluster import slices
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import RData, ZoneSet
 from gtmcluster.topology.records import Topology
+
+if TYPE_CHECKING:
+    from gtmcluster.dnssec.keys import ZoneKey
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -578,6 +582,8 @@ class Config:
     wideips_of: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False, default_factory=dict)
     #: which wide IP answers a name (own names, aliases, wildcards): the responder's lookup
     wideip_names: WideIPNames = field(repr=False, compare=False, default_factory=WideIPNames)
+    #: the keys of the zones signed online (`zones[].dnssec`), by lowercased origin labels
+    dnssec: Mapping[Name, tuple[ZoneKey, ...]] = field(repr=False, compare=False, default_factory=dict)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

@@ -14,9 +14,11 @@ client subnet), asking for a static record or a wide IP. For those the general p
   above it (one lookup per label), and the encoded reply is kept per queried name. Wide
   IPs of the record types (CNAME, MX, SRV, NAPTR) are left to the general path.
 
-Anything else, anything not yet kept, and anything that would not fit the client's size
-goes to the general path, which answers it and (for what qualifies) prepares the next one.
-The replies are byte for byte what the general path would send.
+In a signed zone (`dnssec.answers`), a DO=1 wide IP answer also carries its RRSIG, from the
+signatures the zone's signer keeps (signed once per RRset contents, written as the general
+path writes it, and made again when the signature it carries is due for renewal). Anything
+else, anything not yet kept, and anything that would not fit the client's size goes to the
+general path, which answers it and (for what qualifies) prepares the next one.
 
 Before all that, when response rate limiting is on, the client's prefix must have a token
 (`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.
@@ -24,6 +26,7 @@ Before all that, when response rate limiting is on, the client's prefix must hav
 
 from __future__ import annotations
 
+import math
 import struct
 from functools import partial
 from typing import NamedTuple
@@ -33,7 +36,8 @@ from gtmcluster.dns import wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT
+from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
+from gtmcluster.dnssec.rrsets import TYPE_RRSIG
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.stats import Tally
@@ -70,6 +74,10 @@ class FastPath:
         self.responder = responder
         #: response rate limiting (UDP only, so here), or None when it is off
         self.limiter = limiter
+        #: the signed zones: a DO=1 wide IP answer there carries the RRSIG its zone's signer
+        #: keeps (static DO=1 answers of signed zones are never kept: the general path signs)
+        self.signing = responder.signing if responder.signing else None
+        self.now = responder.signing.clock
         #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
         #: CD, counter); the limit too, since glue that does not fit is left out unannounced
         self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
@@ -82,7 +90,8 @@ class FastPath:
         self.exact: set[bytes] = {_wire_name(name) for name in responder.names.exact} if self.wildcards else set()
         #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its
         #: counter, its tally)
-        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally]] = {}
+        #: counter, its tally, and when its signature is due for renewal)
+        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally, float]] = {}
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -155,16 +164,18 @@ class FastPath:
         # question's case while the decision holds: kept per client, found by identity.
         key = (plain.qname, qtype, plain.edns_class, who)
         kept = self._replies.get(key)
-        if kept is None or kept[0] is not decision:
+        if kept is None or kept[0] is not decision or (kept[4] < math.inf and kept[4] <= self.now()):
             if decision.action is not Action.ANSWER or not decision.addresses:
                 return None
             if len(self._replies) >= MAX_TEMPLATES:
                 self._replies.clear()
+            reply, renew_at = self._encode(data, source, plain, decision)
             kept = self._replies[key] = (
                 decision,
-                self._encode(data, source, plain, decision),
+                reply,
                 _counter(wideip, qtype, decision),
                 tally(wideip.name, decision),
+                renew_at,
             )
         reply = kept[1]
         if len(reply) > plain.limit:
@@ -176,8 +187,9 @@ class FastPath:
         end = plain.question_end
         return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
 
-    def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> bytes:
-        """The reply to *plain* with *decision*'s addresses (ID and flags filled in later)."""
+    def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
+        """The reply to *plain* with *decision*'s addresses (ID and flags filled in later), and
+        when the signature it carries is due for renewal (never, when it carries none)."""
         rtype = TYPE_A if plain.qtype == TYPE_A else TYPE_AAAA
         answers = b"".join(
             b"\xc0\x0c" + _RR.pack(rtype, wire.CLASS_IN, decision.ttl, len(a.packed)) + a.packed
@@ -194,8 +206,29 @@ class FastPath:
                 body = ecs[:3] + bytes([scope]) + ecs[4:]
                 options = _OPTION.pack(wire.OPTION_ECS, len(body)) + body
             opt = b"\x00" + _OPT.pack(TYPE_OPT, self.responder.udp_payload_size, plain.do, len(options)) + options
-        header = _HEADER.pack(0, 0, 1, len(decision.addresses), 0, 1 if plain.edns_class else 0)
-        return header + data[12 : plain.question_end] + answers + opt
+        count = len(decision.addresses)
+        renew_at = math.inf
+        if plain.do and self.signing is not None:
+            records = tuple((a.packed,) for a in decision.addresses)
+            signed = self.signing.rrsig_of(RRset(_labels(plain.qname), rtype, decision.ttl, records))
+            if signed is not None:
+                rrsig, renew_at = signed
+                for (rdata,) in rrsig.rdatas:
+                    assert isinstance(rdata, bytes)
+                    answers += b"\xc0\x0c" + _RR.pack(TYPE_RRSIG, wire.CLASS_IN, decision.ttl, len(rdata)) + rdata
+                count += len(rrsig.rdatas)
+        header = _HEADER.pack(0, 0, 1, count, 0, 1 if plain.edns_class else 0)
+        return header + data[12 : plain.question_end] + answers + opt, renew_at
+
+
+def _labels(name: bytes) -> Name:
+    """The labels of a wire name (uncompressed, as a query's name is)."""
+    labels = []
+    at = 0
+    while name[at]:
+        labels.append(name[at + 1 : at + 1 + name[at]])
+        at += 1 + name[at]
+    return tuple(labels)
 
 
 def _counter(wideip: WideIP, qtype: int, decision: Decision) -> tuple[str, str, str, str]:

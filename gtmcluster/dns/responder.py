@@ -20,6 +20,8 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
   own name, its aliases and, for a ``*.`` wildcard, the names below it that no more
   specific wide IP answers (`WideIPNames`), in place of the zone's records for its types;
   where the zone has no name there, other types get NODATA. A delegation still wins.
+- DNSSEC (`zones[].dnssec`, docs/dnssec.md): a signed zone answers DNSKEY at its apex, and
+  a DO=1 query gets RRSIGs and compact denial (`dnssec.answers`); DO=0 answers are unsigned.
 - A CNAME wide IP answers every type with its CNAME (RFC 1034 3.6.2), followed inside our
   zones like a static one; MX and SRV answers carry their targets' addresses from our
   zones as additional data (docs/wideip-types.md).
@@ -55,6 +57,8 @@ from gtmcluster.dns.zone import (
     RRset,
     ZoneSet,
 )
+from gtmcluster.dnssec.answers import Denial, ZoneSigning
+from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
 from gtmcluster.lb.context import Client, IPAddress
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.stats import QueryStats
@@ -102,6 +106,8 @@ class _Answer:
     authority: list[tuple[RRset, Name | None]] | None = None
     additional: list[tuple[RRset, Name | None]] | None = None
     glue_required: bool = True
+    #: where a negative answer ended, for its denial of existence when signed
+    denial: Denial | None = None
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
 
@@ -120,6 +126,7 @@ class Responder:
         version: str | None = None,
         ecs_trusted: tuple[IPNetwork, ...] = (),
         wideip_names: WideIPNames | None = None,
+        signing: ZoneSigning | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -133,6 +140,8 @@ class Responder:
         self.cached = cached
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
+        #: the signed zones (`zones[].dnssec`); empty: nothing is signed
+        self.signing = signing or ZoneSigning(zones, {})
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -206,9 +215,15 @@ class Responder:
         if answer.drop:
             self.stats.query(answer.wideip, TYPE_LABELS.get(query.qtype, "other"), "drop", answer.method)
             return None, False
+        signed = False
+        if self.signing and query.edns is not None and query.edns.do and query.qclass != wire.CLASS_CH:
+            signed = answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
+            if signed:
+                self._sign(answer, query.qtype)
         reply = self._write(query, answer, tcp)
         static = (
-            not answer.wideip
+            not signed
+            and not answer.wideip
             and answer.aa
             and answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
             and (query.edns is None or query.edns.ecs is None)
@@ -270,6 +285,7 @@ class Responder:
                 if found.outcome is Outcome.NXDOMAIN:
                     result.rcode = wire.NXDOMAIN
                 result.authority = [(zone.negative_soa, None)]
+                result.denial = Denial(name, None if found.outcome is Outcome.NXDOMAIN else frozenset())
                 return result
             rrsets = found.node.rrsets if found.node is not None else {}
             owner = name if found.wildcard else None
@@ -290,6 +306,7 @@ class Responder:
                         result.rcode = decision.rcode
                         if decision.rcode == wire.NXDOMAIN:
                             result.authority = [(zone.negative_soa, None)]
+                            result.denial = Denial(name, None)
                         else:
                             result.aa = False
                         return result
@@ -315,6 +332,8 @@ class Responder:
                 result.answer.append((rrsets[rtype], owner))
                 return result
             rrset = rrsets.get(qtype)
+            if rrset is None and qtype == TYPE_DNSKEY and key == zone.origin_key:
+                rrset = self.signing.dnskeys.get(key)
             if rrset is not None:
                 result.answer.append((rrset, owner))
                 if qtype == TYPE_NS:
@@ -329,8 +348,25 @@ class Responder:
                 name = target
                 continue
             result.authority = [(zone.negative_soa, None)]
+            # (a wide IP with no answer for its type now denies that type too)
+            there = frozenset(rrsets) | (wideip.types if wideip is not None else frozenset())
+            result.denial = Denial(name, there - {qtype})
             return result
         return result
+
+    def _sign(self, answer: _Answer, qtype: int) -> None:
+        """Add the RRSIGs and the denial of existence to *answer*, for a DO=1 query."""
+        signed = self.signing.sign(
+            answer.answer or [],
+            answer.authority or [],
+            answer.additional or [],
+            answer.denial,
+            answer.rcode == wire.NXDOMAIN,
+            qtype,
+        )
+        answer.answer, answer.authority, answer.additional = signed.answer, signed.authority, signed.additional
+        if signed.nxdomain_denied:
+            answer.rcode = wire.NOERROR
 
     def _addresses_of(
         self, targets: tuple[RecordTarget, ...], client: Client, who: Hashable, result: _Answer

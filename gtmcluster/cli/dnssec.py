@@ -1,0 +1,74 @@
+"""`gtmcluster dnssec`: a zone's DNSSEC keys and the DS records for its parent.
+
+``gtmcluster dnssec keygen ZONE --dir DIR [--algorithm 13|15] [--split]`` makes the zone's
+keys in DIR, mode 0600: a combined signing key (``ZONE.csk.key``), or with ``--split`` a key
+signing key and a zone signing key (``ZONE.ksk.key``, ``ZONE.zsk.key``). Algorithm 13 is
+ECDSA P-256 (the default), 15 is Ed25519. Nothing is overwritten without ``--force``.
+
+``gtmcluster dnssec ds ZONE --dir DIR`` prints the DS records (SHA-256) to give the parent,
+and with ``--dnskey`` the DNSKEY records too. See docs/dnssec.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+from gtmcluster.dnssec import keys
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "dnssec",
+        help="make a zone's DNSSEC keys and print its DS records",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="dnssec_action", metavar="ACTION", required=True)
+    keygen = actions.add_parser(
+        "keygen", help="make a zone's keys (mode 0600)", description="Make a zone's DNSSEC keys."
+    )
+    keygen.add_argument("zone", metavar="ZONE", help="the zone's name, as in zones[].origin")
+    keygen.add_argument(
+        "--dir",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the key directory (zones[].dnssec.keys)",
+    )
+    keygen.add_argument(
+        "--algorithm",
+        type=int,
+        choices=keys.ALGORITHMS,
+        default=keys.ECDSAP256SHA256,
+        help="13: ECDSA P-256 with SHA-256 (default); 15: Ed25519",
+    )
+    keygen.add_argument("--split", action="store_true", help="a KSK and a ZSK instead of one combined signing key")
+    keygen.add_argument("--force", action="store_true", help="replace the zone's existing keys")
+    ds = actions.add_parser("ds", help="print the DS records for the parent", description="Print a zone's DS records.")
+    ds.add_argument("zone", metavar="ZONE", help="the zone's name")
+    ds.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the key directory")
+    ds.add_argument("--dnskey", action="store_true", help="print the DNSKEY records as well")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.dnssec_action == "keygen":
+            for path in keys.keygen(args.dir, args.zone, args.algorithm, args.split, args.force):
+                print(f"wrote {path} (mode {stat.S_IMODE(path.stat().st_mode):04o})")
+            return 0
+        zone_keys = keys.load(args.dir, args.zone)
+    except (keys.DnssecKeyError, ValueError) as e:
+        print(f"gtmcluster dnssec {args.dnssec_action}: {e}", file=sys.stderr)
+        return 1
+    owner = keys.owner_text(args.zone)
+    if args.dnskey:
+        for key in zone_keys:
+            print(f"{owner} 3600 IN DNSKEY {key.dnskey.to_text()} ; {key.role}, key tag {key.tag}")
+    for ds in keys.ds_records(args.zone, zone_keys):
+        print(f"{owner} 3600 IN DS {ds.to_text()}")
+    return 0

@@ -1,0 +1,1 @@
+"""DNSSEC online signing: zone keys (`keys`) and signatures of answer RRsets (`signer`)."""

@@ -1,0 +1,85 @@
+"""Between the responder's RRsets and dnspython's, for signing; and compact denial records.
+
+The responder keeps records as `dns.zone.RRset` (RDATA as pieces of bytes and names, names
+in their original case). Signing is done by dnspython (`dns.dnssec.sign`), so an RRset is
+converted when, and only when, it has to be signed (a kept signature needs no conversion):
+`kept_key` is what a signature is kept under, `to_dnspython` builds the RRset to sign, and
+`rrsig_rrset` turns the signatures back into an RRset the responder writes.
+
+Denial of existence is by compact answers (RFC 9824): a name that does not exist, or has no
+record of the type asked, is answered NOERROR with one NSEC at the name itself whose next
+name is the name with a ``\\000`` label before it (the least name after it, so the NSEC
+covers no other name and the zone cannot be walked) and whose type bitmap lists the types
+at the name (NODATA) or NXNAME (NXDOMAIN). `compact_nsec` makes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+
+import dns.name
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
+import dns.rdtypes.ANY.NSEC
+import dns.rdtypes.util
+import dns.rrset
+
+from gtmcluster.dns import names
+from gtmcluster.dns.names import Name
+from gtmcluster.dns.zone import RRset
+
+TYPE_RRSIG = 46
+TYPE_NSEC = 47
+TYPE_DNSKEY = 48
+#: RFC 9824: the pseudo-type in a compact NXDOMAIN's NSEC bitmap
+TYPE_NXNAME = 128
+
+
+def name_wire(name: Name) -> bytes:
+    return b"".join(bytes([len(label)]) + label for label in name) + b"\0"
+
+
+def to_dnspython_name(name: Name) -> dns.name.Name:
+    return dns.name.Name([*name, b""])
+
+
+def kept_key(rrset: RRset, owner: Name | None = None) -> Hashable:
+    """What the signature over *rrset* (written at *owner*, for a wildcard) is kept under:
+    the owner in lower case, the type, the TTL and the records."""
+    return (names.key(owner if owner is not None else rrset.owner), rrset.rtype, rrset.ttl, rrset.rdatas)
+
+
+def to_dnspython(rrset: RRset, owner: Name | None = None) -> dns.rrset.RRset:
+    """*rrset* (at *owner* if given) as dnspython's RRset, to be signed."""
+    rclass = dns.rdataclass.RdataClass.make(rrset.rclass)
+    rtype = dns.rdatatype.RdataType.make(rrset.rtype)
+    out = dns.rrset.RRset(to_dnspython_name(owner if owner is not None else rrset.owner), rclass, rtype)
+    for rdata in rrset.rdatas:
+        wire = b"".join(piece if isinstance(piece, bytes) else name_wire(piece) for piece in rdata)
+        out.add(dns.rdata.from_wire(rclass, rtype, wire, 0, len(wire)), rrset.ttl)
+    return out
+
+
+def from_dnspython(rrset: dns.rrset.RRset) -> RRset:
+    """dnspython's *rrset* as the responder writes it (names inside RDATA never compressed,
+    as RFC 4034 asks of RRSIG, NSEC and DNSKEY)."""
+    owner = tuple(rrset.name.labels[:-1])
+    return RRset(owner, rrset.rdtype, rrset.ttl, tuple((_wire(rd),) for rd in rrset), rclass=rrset.rdclass)
+
+
+def compact_nsec(name: Name, types: Iterable[int], ttl: int) -> RRset:
+    """The compact denial NSEC at *name* (RFC 9824): next name ``\\000.name``, and a bitmap of
+    *types* with RRSIG and NSEC (give NXNAME for a name that does not exist)."""
+    present = sorted({*types, TYPE_RRSIG, TYPE_NSEC})
+    bitmap = dns.rdtypes.util.Bitmap.from_rdtypes([dns.rdatatype.RdataType.make(t) for t in present])
+    nsec = dns.rdtypes.ANY.NSEC.NSEC(
+        dns.rdataclass.IN, dns.rdatatype.NSEC, dns.name.Name([b"\0", *name, b""]), bitmap.windows
+    )
+    return RRset(name, TYPE_NSEC, ttl, ((_wire(nsec),),))
+
+
+def _wire(rdata: dns.rdata.Rdata) -> bytes:
+    data = rdata.to_wire()
+    assert data is not None  # (None only when writing into a file)
+    return data
