@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
 from gtmcluster.dns.responder import Responder
+from gtmcluster.dns.transfer import Transfers
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
 from gtmcluster.lb.cache import DecisionCache
@@ -115,6 +116,7 @@ class Node:
             version=config.dns_server.version,
             ecs_trusted=config.dns_server.ecs_trusted,
             wideip_names=config.wideip_names,
+            transfers=Transfers(config.zones, config.transfers),
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import geoip, health, traffic, yamlchild
+from gtmcluster.config import geoip, health, traffic, transfer, yamlchild
 from gtmcluster.config import links as link_settings
 from gtmcluster.config.model import (
     ApiSettings,
@@ -31,6 +31,8 @@ from gtmcluster.config.model import (
     SyncGroup,
     SyncSettings,
     TLSFiles,
+    TSIGKey,
+    ZoneTransfer,
     wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
@@ -72,6 +74,7 @@ TOP_LEVEL = (
     "wideips",
     "persistence",
     "prober",
+    "tsig_keys",
     "zones",
 )
 #: the sections `build` reads last, in its order: the others come first, and a reload's
@@ -165,7 +168,9 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     prober = _prober(r, top)
     dns_server = _dns_server(r, top)
     persistence = _persistence(r, top)
-    zone_data, broken_zones = _zones(r, top, content)
+    tsig_keys = transfer.read_tsig_keys(r, top, resolve)
+    transfers: dict[Name, ZoneTransfer] = {}
+    zone_data, broken_zones = _zones(r, top, content, tsig_keys, transfers)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -230,6 +235,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         digest=digest,
         wideips_of=wideips_of,
         wideip_names=wideip_names,
+        transfers=MappingProxyType(transfers),
     )
 
 
@@ -606,8 +612,11 @@ def _rate_limit(r: Reader, parent: Mapping) -> RateLimit:
     )
 
 
-def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
-    """The zones that load, and the origins of those that do not (None: unknown ones too)."""
+def _zones(
+    r: Reader, top: Mapping, resolve: Any, keys: dict[str, TSIGKey], transfers: dict[Name, ZoneTransfer]
+) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
+    """The zones that load, and the origins of those that do not (None: unknown ones too);
+    the zones' ``transfer`` settings go into *transfers*."""
     out: list[zonefile.ZoneData] = []
     broken: set[Name] | None = set()
     raw = top.require("zones", "the zones this sync group serves: [{origin, file}]")
@@ -620,6 +629,9 @@ def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneDat
         m = r.mapping(path, entry, "a mapping {origin, file}")
         origin = r.string(m.at("origin"), m.require("origin", "the zone's name")) if m else None
         file_name = r.string(m.at("file"), m.require("file", "the zone file")) if m else None
+        settings = (
+            transfer.read_transfer(r, m.at("transfer"), m.get("transfer"), keys) if m and m.has("transfer") else None
+        )
         if m is not None:
             m.done()
         labels: Name | None = None
@@ -639,6 +651,8 @@ def _zones(r: Reader, top: Mapping, resolve: Any) -> tuple[list[zonefile.ZoneDat
             r.error(m.at("origin"), f"zone {origin!r} is listed twice (also zones[{origins[labels]}])")
             continue
         origins[labels] = i
+        if settings is not None:
+            transfers[labels] = settings
         zone_path = resolve(file_name)
         try:
             out.append(zonefile.load(str(zone_path), origin))

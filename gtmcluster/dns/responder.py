@@ -38,6 +38,7 @@ from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
+from gtmcluster.dns.transfer import Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
 from gtmcluster.dns.zone import (
     TYPE_A,
@@ -120,6 +121,7 @@ class Responder:
         version: str | None = None,
         ecs_trusted: tuple[IPNetwork, ...] = (),
         wideip_names: WideIPNames | None = None,
+        transfers: Transfers | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -133,6 +135,8 @@ class Responder:
         self.cached = cached
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
+        #: AXFR and IXFR of the zones with ``transfer`` (None or empty: refused as before)
+        self.transfers = transfers or None
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -176,6 +180,21 @@ class Responder:
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
         return self.answer(data, source, tcp)[0]
+
+    def handle_stream(self, data: bytes, source: str) -> list[bytes]:
+        """The responses to *data* from *source* over TCP: one, none, or the several
+        messages of a zone transfer (`gtmcluster.dns.transfer`)."""
+        qtype = transfer_type(data) if self.transfers is not None else 0
+        if qtype:
+            assert self.transfers is not None
+            messages = self.transfers.answer(data, source, tcp=True)
+            if messages is not None:
+                rcode = messages[0][3] & 0xF
+                label = "AXFR" if qtype == TYPE_AXFR else "IXFR"
+                self.stats.query("", label, RCODE_LABELS.get(rcode, "other"), "transfer")
+                return messages
+        reply = self.answer(data, source, True)[0]
+        return [] if reply is None else [reply]
 
     def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
         """The response to *data* from *source*, and whether it is static: any query with
