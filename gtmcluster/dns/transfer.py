@@ -171,7 +171,7 @@ class Transfers:
             response.request_mac = request.mac
             return response.to_wire()
         tsig = dns.message.Message._make_tsig(
-            query.keyname, request.algorithm, 0, request.fudge, b"", query.id, error, b""
+            query.keyname, request.algorithm, int(time.time()), request.fudge, b"", query.id, error, b""
         )
         response.tsig = tsig
         response.want_tsig_sign = False
