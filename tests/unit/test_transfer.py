@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
+from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import Transfers, transfer_type
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR
+from gtmcluster.stats import QueryStats
 from tests.support import configs
 from tests.unit.test_config_errors import assert_form, find, problems_of, put
 
@@ -306,3 +308,41 @@ def test_transfer_type_agrees_with_dnspython(labels: list[str], qtype: str, edns
     assert transfer_type(query.to_wire()) == expected
     query.set_opcode(dns.opcode.NOTIFY)
     assert transfer_type(query.to_wire()) == 0
+
+
+def test_a_signed_request_for_a_zone_without_a_key_is_badkey(tmp_path: Path) -> None:
+    (wire,) = transfers_of(transfer_config(tmp_path, tsig=False)).answer(request().to_wire(), "127.0.0.1", True) or []
+    reply = dns.message.from_wire(wire, keyring=False)
+    assert reply.rcode() == dns.rcode.NOTAUTH and reply.tsig is not None
+    assert reply.tsig[0].error == dns.rcode.BADKEY
+
+
+# --- the responder's TCP entry ------------------------------------------------------------------
+
+
+def _no_wideips(*args: Any) -> Any:
+    raise AssertionError("no wide IP is asked here")
+
+
+def test_the_responder_hands_transfers_over_tcp_and_answers_the_rest(tmp_path: Path) -> None:
+    config = transfer_config(tmp_path)
+    stats = QueryStats()
+    responder = Responder(config.zones, {}, _no_wideips, stats=stats, transfers=transfers_of(config))
+    query = request()
+    messages = read(responder.handle_stream(query.to_wire(), "127.0.0.1"), query)
+    assert len(records(messages)) == 20
+    assert stats.queries[("", "AXFR", "NOERROR", "transfer")] == 1
+    # an ordinary query over TCP: one answer, as before
+    (wire,) = responder.handle_stream(dns.message.make_query("www.example.test", "A").to_wire(), "127.0.0.1")
+    assert dns.message.from_wire(wire).answer[0][0].to_text() == "192.0.2.80"
+    # over UDP, the responder itself refuses, signed or not
+    reply = responder.handle(query.to_wire(), "127.0.0.1")
+    assert reply is not None and dns.message.from_wire(reply, keyring=False).rcode() == dns.rcode.REFUSED
+
+
+def test_without_transfer_settings_the_responder_refuses_transfers(tmp_path: Path) -> None:
+    config = load(configs.write(tmp_path, configs.base()))
+    responder = Responder(config.zones, {}, _no_wideips, transfers=transfers_of(config))
+    assert responder.transfers is None  # (no per-query work for TCP queries)
+    (wire,) = responder.handle_stream(request(ring=None).to_wire(), "127.0.0.1")
+    assert dns.message.from_wire(wire).rcode() == dns.rcode.REFUSED
