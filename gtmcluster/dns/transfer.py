@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import dns.exception
 import dns.flags
@@ -41,15 +41,17 @@ import dns.tsig
 from twisted.logger import Logger
 
 from gtmcluster.config.model import TSIGKey, ZoneTransfer
-from gtmcluster.dns import names
+from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
 
 log = Logger()
 
-#: RDATA bytes per message before a new one is begun: messages stay well under 64 KiB
-#: after compression, the TSIG record included
-MESSAGE_BUDGET = 16384
+#: record bytes (uncompressed) per message before a new one is begun: a message stays
+#: under 64 KiB, the OPT and TSIG records included, unless one RRset alone is near it
+MESSAGE_BUDGET = 32768
+#: the OPT record of a reply to a request with EDNS: version 0, our payload size, no flags
+_OPT = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
 
 
 def transfer_type(data: bytes) -> int:
@@ -77,8 +79,8 @@ def to_dnspython(rrset: RRset) -> dns.rrset.RRset:
     rtype = dns.rdatatype.RdataType(rrset.rtype)
     out = dns.rrset.RRset(owner, rclass, rtype)
     for pieces in rrset.rdatas:
-        wire = b"".join(p if isinstance(p, bytes) else _name_wire(p) for p in pieces)
-        out.add(dns.rdata.from_wire(rclass, rtype, wire, 0, len(wire)), rrset.ttl)
+        data = b"".join(p if isinstance(p, bytes) else _name_wire(p) for p in pieces)
+        out.add(dns.rdata.from_wire(rclass, rtype, data, 0, len(data)), rrset.ttl)
     return out
 
 
@@ -98,8 +100,8 @@ class Transfers:
     def __init__(self, zones: ZoneSet, settings: Mapping[Name, ZoneTransfer]):
         self.zones = zones
         self.settings = settings
-        #: zone origin -> its records in transfer order, SOA first (made on first use)
-        self._records: dict[Name, list[dns.rrset.RRset]] = {}
+        #: zone origin -> its transfer as messages to patch and sign (made on first use)
+        self._bodies_of: dict[Name, list[bytes]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.settings)
@@ -127,9 +129,14 @@ class Transfers:
                 return [verified]
             query = verified
         if question.rdtype == dns.rdatatype.IXFR and self._up_to_date(query, zone):
-            return list(self._messages(query, zone, [self._rrsets(zone)[0]], settings.tsig))
-        rrsets = self._rrsets(zone)
-        return list(self._messages(query, zone, [*rrsets, rrsets[0]], settings.tsig))
+            bodies = _render(zone, [zone.soa])
+        else:
+            try:
+                bodies = self._bodies(zone)
+            except ValueError as e:  # an RRset over 64 KiB: it cannot be sent whole
+                log.error("zone {zone} cannot be transferred: {error}", zone=names.to_text(zone.origin), error=e)
+                return [self._error(query, dns.rcode.SERVFAIL)]
+        return _finish(data, query, bodies, settings.tsig)
 
     def _verify(self, data: bytes, query: dns.message.Message, key: TSIGKey | None) -> dns.message.Message | bytes:
         """The request verified with *key*, or the NOTAUTH reply saying why not."""
@@ -186,45 +193,86 @@ class Transfers:
                 return theirs == ours or 0 < (theirs - ours) % 2**32 < 2**31
         return False
 
-    def _rrsets(self, zone: Zone) -> list[dns.rrset.RRset]:
-        kept = self._records.get(zone.origin_key)
+    def _bodies(self, zone: Zone) -> list[bytes]:
+        """The zone's transfer as messages (ID 0, the question a placeholder): made once per
+        config, on the first transfer; each transfer then only patches and signs them."""
+        kept = self._bodies_of.get(zone.origin_key)
         if kept is None:
-            kept = [to_dnspython(zone.soa)]
+            rrsets = [zone.soa]
             for node in zone.nodes.values():
-                kept.extend(to_dnspython(r) for t, r in node.rrsets.items() if t != TYPE_SOA or r is not zone.soa)
-            self._records[zone.origin_key] = kept
+                rrsets.extend(r for t, r in node.rrsets.items() if t != TYPE_SOA or r is not zone.soa)
+            rrsets.append(zone.soa)
+            kept = self._bodies_of[zone.origin_key] = _render(zone, rrsets)
         return kept
 
-    def _messages(
-        self, query: dns.message.Message, zone: Zone, rrsets: list[dns.rrset.RRset], key: TSIGKey | None
-    ) -> Iterator[bytes]:
-        """*rrsets* in as few messages as fit the budget, the first with the question, each
-        signed with *key* when given, chained as RFC 8945 5.3.1 says."""
-        first = True
-        ctx = None
-        batch: list[dns.rrset.RRset] = []
-        size = 0
-        for i, rrset in enumerate(rrsets):
-            batch.append(rrset)
-            size += sum(len(r.to_digestable()) for r in rrset) + 12 * len(rrset)
-            if size < MESSAGE_BUDGET and i < len(rrsets) - 1:
-                continue
-            if first:
-                message = dns.message.make_response(query)
-            else:
-                message = dns.message.Message(id=query.id)
-                message.flags = dns.flags.QR
-                if key is not None:
-                    message.use_tsig(_dns_key(key), dns.name.from_text(key.name), algorithm=_algorithm(key))
-            message.flags |= dns.flags.AA
-            message.answer = batch
-            if key is None:
-                message.tsig = None
-            wire = message.to_wire(multi=key is not None, tsig_ctx=ctx)
-            ctx = message.tsig_ctx
-            first = False
-            batch, size = [], 0
-            yield wire
+
+def _render(zone: Zone, rrsets: list[RRset]) -> list[bytes]:
+    """*rrsets* in as few messages as fit the budget (by the node's own encoder, names
+    compressed), the first with a question for the zone's apex (patched with the request's
+    own question by `_finish`)."""
+    question = _name_wire(zone.origin) + struct.pack("!HH", TYPE_AXFR, wire.CLASS_IN)
+    out: list[bytes] = []
+    batch: list[tuple[RRset, Name | None]] = []
+    size = 0
+    for i, rrset in enumerate(rrsets):
+        batch.append((rrset, None))
+        size += sum(len(_name_wire(rrset.owner)) + 10 + _rdata_size(r) for r in rrset.rdatas)
+        if size < MESSAGE_BUDGET and i < len(rrsets) - 1:
+            continue
+        first = question if not out else b""
+        message = wire.write_response(
+            0, wire.QR | wire.AA, wire.NOERROR, first, zone.origin, [wire.Section(batch)], None, wire.MAX_MESSAGE
+        )
+        if message[2] & (wire.TC >> 8):
+            raise ValueError(f"an RRset of {names.to_text(batch[0][0].owner)} does not fit in a message")
+        out.append(message)
+        batch, size = [], 0
+    return out
+
+
+def _rdata_size(rdata: tuple[bytes | Name, ...]) -> int:
+    return sum(len(p) if isinstance(p, bytes) else len(_name_wire(p)) for p in rdata)
+
+
+def _finish(data: bytes, query: dns.message.Message, bodies: list[bytes], key: TSIGKey | None) -> list[bytes]:
+    """The messages of one transfer: *bodies* with the request's ID, RD and question, an
+    OPT when it had one, and each signed with *key* when given, chained as RFC 8945 5.3.1
+    says (the first over the request's MAC, the others over the one before)."""
+    question = 12 + len(query.question[0].name.to_wire() or b"") + 4
+    out = []
+    ctx = None
+    keyname = dns.name.from_text(key.name) if key is not None else None
+    for i, body in enumerate(bodies):
+        msg = bytearray(body)
+        msg[0:2] = data[0:2]
+        msg[2] |= data[2] & 0x01  # RD copied
+        if i == 0:
+            msg[12:question] = data[12:question]
+        additional = 0
+        if query.edns >= 0:
+            msg += _OPT
+            additional += 1
+        if key is not None:
+            assert keyname is not None
+            _set_arcount(msg, additional)
+            unsigned = dns.message.Message._make_tsig(keyname, _algorithm(key), 0, 300, b"", query.id, 0, b"")[0]
+            signed, ctx = dns.tsig.sign(
+                bytes(msg), _dns_key(key), unsigned, int(time.time()), query.mac if i == 0 else None, ctx, True
+            )
+            rdata = signed.to_wire()
+            assert rdata is not None
+            msg += (keyname.to_wire() or b"") + struct.pack(
+                "!HHIH", dns.rdatatype.TSIG, dns.rdataclass.ANY, 0, len(rdata)
+            )
+            msg += rdata
+            additional += 1
+        _set_arcount(msg, additional)
+        out.append(bytes(msg))
+    return out
+
+
+def _set_arcount(message: bytearray, count: int) -> None:
+    message[10:12] = count.to_bytes(2, "big")
 
 
 def _allowed(source: str, settings: ZoneTransfer) -> bool:

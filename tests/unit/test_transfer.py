@@ -346,3 +346,10 @@ def test_without_transfer_settings_the_responder_refuses_transfers(tmp_path: Pat
     assert responder.transfers is None  # (no per-query work for TCP queries)
     (wire,) = responder.handle_stream(request(ring=None).to_wire(), "127.0.0.1")
     assert dns.message.from_wire(wire).rcode() == dns.rcode.REFUSED
+
+
+def test_an_rrset_too_big_for_one_message_is_servfail_not_a_broken_transfer(tmp_path: Path) -> None:
+    zone = configs.ZONE + "".join(f'huge IN TXT "{i:03d}{"x" * 250}"\n' for i in range(300))
+    config = transfer_config(tmp_path, zone=zone)
+    (wire,) = transfers_of(config).answer(request().to_wire(), "127.0.0.1", tcp=True) or []
+    assert dns.message.from_wire(wire, keyring=False).rcode() == dns.rcode.SERVFAIL
