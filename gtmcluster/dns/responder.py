@@ -187,7 +187,11 @@ class Responder:
         qtype = transfer_type(data) if self.transfers is not None else 0
         if qtype:
             assert self.transfers is not None
-            messages = self.transfers.answer(data, source, tcp=True)
+            try:
+                messages = self.transfers.answer(data, source, tcp=True)
+            except Exception:  # (a bug: the responder then refuses it, as without transfers)
+                log.failure("internal error answering a zone transfer request from {source}", source=source)
+                messages = None
             if messages is not None:
                 rcode = messages[0][3] & 0xF
                 label = "AXFR" if qtype == TYPE_AXFR else "IXFR"

@@ -353,3 +353,19 @@ def test_an_rrset_too_big_for_one_message_is_servfail_not_a_broken_transfer(tmp_
     config = transfer_config(tmp_path, zone=zone)
     (wire,) = transfers_of(config).answer(request().to_wire(), "127.0.0.1", tcp=True) or []
     assert dns.message.from_wire(wire, keyring=False).rcode() == dns.rcode.SERVFAIL
+
+
+@pytest.fixture(scope="module")
+def signed_transfers(tmp_path_factory: pytest.TempPathFactory) -> Transfers:
+    return transfers_of(transfer_config(tmp_path_factory.mktemp("fuzz")))
+
+
+@given(st.data())
+def test_damaged_requests_never_raise(signed_transfers: Transfers, data: Any) -> None:
+    """Bytes of a signed request changed and cut anywhere: a reply or None, never an error."""
+    wire = bytearray(request(data.draw(st.sampled_from(["AXFR", "IXFR"]))).to_wire())
+    for _ in range(data.draw(st.integers(1, 4))):
+        wire[data.draw(st.integers(0, len(wire) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(12, len(wire)))
+    replies = signed_transfers.answer(bytes(wire[:cut]), "127.0.0.1", tcp=True)
+    assert replies is None or all(isinstance(r, bytes) and len(r) >= 12 for r in replies)
