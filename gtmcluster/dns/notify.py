@@ -32,7 +32,7 @@ from twisted.logger import Logger
 
 from gtmcluster.config.model import Config, IPAddress, TSIGKey
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.transfer import to_dnspython
+from gtmcluster.dns.transfer import serial_of, to_dnspython
 from gtmcluster.dns.zone import Zone
 
 log = Logger()
@@ -167,12 +167,6 @@ class NotifyProtocol(DatagramProtocol):
     def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
         if self.transport is not None:
             self.transport.write(data, addr)
-
-
-def serial_of(zone: Zone) -> int:
-    fixed = zone.soa.rdatas[0][-1]
-    assert isinstance(fixed, bytes)
-    return int.from_bytes(fixed[:4], "big")
 
 
 def _same(address: IPAddress, source: str) -> bool:

@@ -88,7 +88,8 @@ def _name_wire(name: Name) -> bytes:
     return b"".join(bytes([len(label)]) + label for label in name) + b"\0"
 
 
-def _serial(zone: Zone) -> int:
+def serial_of(zone: Zone) -> int:
+    """The SOA serial of *zone*."""
     fixed = zone.soa.rdatas[0][-1]
     assert isinstance(fixed, bytes)
     return int.from_bytes(fixed[:4], "big")
@@ -189,7 +190,7 @@ class Transfers:
         for rrset in query.authority:
             if rrset.rdtype == dns.rdatatype.SOA and len(rrset):
                 theirs = int(rrset[0].serial)
-                ours = _serial(zone)
+                ours = serial_of(zone)
                 return theirs == ours or 0 < (theirs - ours) % 2**32 < 2**31
         return False
 
