@@ -22,6 +22,8 @@ from tests.support import configs, dnsclient, nodeproc, poll, refservers
 
 SECRET = base64.b64encode(bytes(range(100, 132))).decode()
 KEY = "xfr-key"
+#: enough records for a transfer of several messages: knotd checks the TSIG chain
+HOSTS = "".join(f"host{i} IN A 10.0.{i // 256}.{i % 256}\n" for i in range(3000))
 RING = {dns.name.from_text(KEY): dns.tsig.Key(KEY, SECRET, "hmac-sha256")}
 
 
@@ -73,7 +75,7 @@ def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path)
     config = configs.base(ours)
     config["tsig_keys"] = {KEY: {"algorithm": "hmac-sha256", "secret": SECRET}}
     config["zones"][0]["transfer"] = {"allow": [f"{theirs}/32"], "notify": [f"{theirs}:5353"], "tsig": KEY}
-    path = configs.write(tmp_path, config)
+    path = configs.write(tmp_path, config, zone=configs.ZONE + HOSTS)
     knot_dir = tmp_path / "knotd"
     knot_dir.mkdir()
     with (
@@ -84,6 +86,7 @@ def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path)
     ):
         # the secondary answers from what it pulled: static records as the zone file has them
         www = _ask(knotd.server, "www.example.test")
+        assert [r.to_text() for r in _ask(knotd.server, "host2999.example.test").answer[0]] == ["10.0.11.183"]
         assert [r.to_text() for r in www.answer[0]] == ["192.0.2.80"]
         # the wide IP name carries no records in a transfer: the secondary knows nothing there
         assert _ask(knotd.server, "gslb.example.test").rcode() == dns.rcode.NXDOMAIN
@@ -97,7 +100,7 @@ def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path)
 
         # a change with a new serial and a reload: the node NOTIFYs knotd, which transfers it
         (tmp_path / "example.test.zone").write_text(
-            configs.ZONE.replace(" 1 3600 600", " 2 3600 600") + "new IN A 192.0.2.77\n"
+            configs.ZONE.replace(" 1 3600 600", " 2 3600 600") + HOSTS + "new IN A 192.0.2.77\n"
         )
         node.proc.send_signal(signal.SIGHUP)
         poll.until(lambda: _ask(node.server, "new.example.test").answer, 20, "the reload", details=node.log_text)
