@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
 from gtmcluster.dns.responder import Responder
+from gtmcluster.dns.transfer import Transfers
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
@@ -118,6 +119,7 @@ class Node:
             wideip_names=config.wideip_names,
             # (the running signers, where a zone's keys are unchanged: their kept signatures too)
             signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None)),
+            transfers=Transfers(config.zones, config.transfers),
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

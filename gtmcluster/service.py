@@ -28,6 +28,7 @@ from gtmcluster.config.changes import Changes, between, restart_needed
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shared import GroupConfig, Start
+from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
@@ -81,6 +82,8 @@ class NodeService(MultiService):
         self.reactor = reactor
         self.config_path = config_path
         self.dns: DNSService | None = None
+        #: NOTIFY to the secondaries of zones a reload changed (`dns.notify`)
+        self.notify: NotifyService | None = None
         self.checker: HealthChecker | None = None
         #: reads the traffic of this data center's links (`health.linktraffic`)
         self.link_traffic: LinkTrafficPoller | None = None
@@ -335,6 +338,9 @@ class NodeService(MultiService):
             key: getattr(new.sync_group.settings, key)
             for key in ("idle_timeout", "handshake_timeout", "heartbeat_interval", "heartbeat_timeout")
         }
+        if self.notify is not None:
+            notifier, old = self.notify.notifier, node.config
+            switches.append(("NOTIFY", lambda: notifier.reloaded(old, new)))
         switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
         if self.group_config is not None:
             sync = self.group_config.sync
@@ -552,6 +558,9 @@ def make_service(
     dns.setName("dns")
     dns.setServiceParent(top)
     top.dns = dns
+    top.notify = NotifyService(reactor)
+    top.notify.setName("notify")
+    top.notify.setServiceParent(top)
     if config.dns_server.processes > 1:
         workers = Workers(
             node,

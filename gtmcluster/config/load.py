@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import geoip, health, traffic, yamlchild
+from gtmcluster.config import geoip, health, traffic, transfer, yamlchild
 from gtmcluster.config import links as link_settings
 from gtmcluster.config.model import (
     ApiSettings,
@@ -31,6 +31,8 @@ from gtmcluster.config.model import (
     SyncGroup,
     SyncSettings,
     TLSFiles,
+    TSIGKey,
+    ZoneTransfer,
     wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
@@ -74,6 +76,7 @@ TOP_LEVEL = (
     "wideips",
     "persistence",
     "prober",
+    "tsig_keys",
     "zones",
 )
 #: the sections `build` reads last, in its order: the others come first, and a reload's
@@ -168,7 +171,9 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     dns_server = _dns_server(r, top)
     persistence = _persistence(r, top)
     zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
-    zone_data, broken_zones = _zones(r, top, content, resolve, zone_keys)
+    tsig_keys = transfer.read_tsig_keys(r, top, resolve)
+    transfers: dict[Name, ZoneTransfer] = {}
+    zone_data, broken_zones = _zones(r, top, content, resolve, zone_keys, tsig_keys, transfers)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -234,6 +239,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         wideips_of=wideips_of,
         wideip_names=wideip_names,
         dnssec=MappingProxyType(zone_keys),
+        transfers=MappingProxyType(transfers),
     )
 
 
@@ -611,9 +617,16 @@ def _rate_limit(r: Reader, parent: Mapping) -> RateLimit:
 
 
 def _zones(
-    r: Reader, top: Mapping, resolve: Any, own: Any, zone_keys: dict[Name, tuple[ZoneKey, ...]]
+    r: Reader,
+    top: Mapping,
+    resolve: Any,
+    own: Any,
+    zone_keys: dict[Name, tuple[ZoneKey, ...]],
+    keys: dict[str, TSIGKey],
+    transfers: dict[Name, ZoneTransfer],
 ) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
-    """The zones that load, and the origins of those that do not (None: unknown ones too)."""
+    """The zones that load, and the origins of those that do not (None: unknown ones too);
+    the zones' ``transfer`` settings go into *transfers*, their signing keys into *zone_keys*."""
     out: list[zonefile.ZoneData] = []
     broken: set[Name] | None = set()
     raw = top.require("zones", "the zones this sync group serves: [{origin, file}]")
@@ -627,6 +640,16 @@ def _zones(
         origin = r.string(m.at("origin"), m.require("origin", "the zone's name")) if m else None
         file_name = r.string(m.at("file"), m.require("file", "the zone file")) if m else None
         signing = read_zone_dnssec(r, m, origin, own) if m else None
+        settings = (
+            transfer.read_transfer(r, m.at("transfer"), m.get("transfer"), keys) if m and m.has("transfer") else None
+        )
+        if m is not None and m.has("transfer") and m.has("dnssec"):
+            # (a transfer carries the zone file, unsigned: a secondary would serve the zone
+            # unsigned under the parent's DS, and every validator would fail it)
+            r.error(
+                m.at("transfer"), "a zone signed online (dnssec) is not transferred yet: its copy would be unsigned"
+            )
+            settings = None
         if m is not None:
             m.done()
         labels: Name | None = None
@@ -648,6 +671,8 @@ def _zones(
         origins[labels] = i
         if signing is not None:
             zone_keys[labels] = signing
+        if settings is not None:
+            transfers[labels] = settings
         zone_path = resolve(file_name)
         try:
             out.append(zonefile.load(str(zone_path), origin))

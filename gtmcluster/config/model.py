@@ -554,6 +554,24 @@ class ApiSettings:
 
 
 @dataclass(frozen=True)
+class TSIGKey:
+    """A shared secret from ``tsig_keys`` (RFC 8945), for zone transfers and NOTIFY."""
+
+    name: str  # the key name as configured: also its DNS name in the TSIG record
+    algorithm: str  # a dnspython algorithm name, e.g. "hmac-sha256."
+    secret: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ZoneTransfer:
+    """``zones[].transfer``: who may pull the zone by AXFR/IXFR, whom to NOTIFY, which key."""
+
+    allow: tuple[IPNetwork, ...] = ()
+    notify: tuple[tuple[IPAddress, int], ...] = ()
+    tsig: TSIGKey | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     base_dir: Path
@@ -584,6 +602,8 @@ class Config:
     wideip_names: WideIPNames = field(repr=False, compare=False, default_factory=WideIPNames)
     #: the keys of the zones signed online (`zones[].dnssec`), by lowercased origin labels
     dnssec: Mapping[Name, tuple[ZoneKey, ...]] = field(repr=False, compare=False, default_factory=dict)
+    #: zone origin (lowercased labels) -> its ``transfer`` settings, for zones that have them
+    transfers: Mapping[Name, ZoneTransfer] = field(default_factory=dict)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

@@ -40,6 +40,7 @@ from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
+from gtmcluster.dns.transfer import Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
 from gtmcluster.dns.zone import (
     TYPE_A,
@@ -127,6 +128,7 @@ class Responder:
         ecs_trusted: tuple[IPNetwork, ...] = (),
         wideip_names: WideIPNames | None = None,
         signing: ZoneSigning | None = None,
+        transfers: Transfers | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -142,6 +144,8 @@ class Responder:
         self.stats = stats or QueryStats()
         #: the signed zones (`zones[].dnssec`); empty: nothing is signed
         self.signing = signing or ZoneSigning(zones, {})
+        #: AXFR and IXFR of the zones with ``transfer`` (None or empty: refused as before)
+        self.transfers = transfers or None
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -185,6 +189,25 @@ class Responder:
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
         return self.answer(data, source, tcp)[0]
+
+    def handle_stream(self, data: bytes, source: str) -> list[bytes]:
+        """The responses to *data* from *source* over TCP: one, none, or the several
+        messages of a zone transfer (`gtmcluster.dns.transfer`)."""
+        qtype = transfer_type(data) if self.transfers is not None else 0
+        if qtype:
+            assert self.transfers is not None
+            try:
+                messages = self.transfers.answer(data, source, tcp=True)
+            except Exception:  # (a bug: the responder then refuses it, as without transfers)
+                log.failure("internal error answering a zone transfer request from {source}", source=source)
+                messages = None
+            if messages is not None:
+                rcode = messages[0][3] & 0xF
+                label = "AXFR" if qtype == TYPE_AXFR else "IXFR"
+                self.stats.query("", label, RCODE_LABELS.get(rcode, "other"), "transfer")
+                return messages
+        reply = self.answer(data, source, True)[0]
+        return [] if reply is None else [reply]
 
     def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
         """The response to *data* from *source*, and whether it is static: any query with

@@ -115,8 +115,7 @@ class DNSStreamProtocol(Protocol):
             if length < 12:
                 self.transport.loseConnection()  # type: ignore[union-attr]
                 return
-            reply = self.factory.responder.handle(message, self.peer, tcp=True)
-            if reply is not None:
+            for reply in self.factory.responder.handle_stream(message, self.peer):
                 self.transport.write(_LENGTH.pack(len(reply)) + reply)  # type: ignore[union-attr]
         timer = self._message_timer
         if timer is not None and (completed or not self._buffer):

@@ -89,8 +89,8 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
     "is optional, RFC 5001)",
     ("cookie", "gdnsd", "options"): "gdnsd implements server cookies; we do not, and ignore the option, "
     "as RFC 7873 has servers without cookie support do",
-    ("expire", "knotd", "options"): "knotd reports the zone's expire timer; we transfer no zones, and EXPIRE is "
-    "only for zone transfer peers (RFC 7314)",
+    ("expire", "knotd", "options"): "knotd reports the zone's expire timer; we do not implement EXPIRE, which is "
+    "optional and only for zone transfer peers (RFC 7314)",
     ("client subnet", "knotd", "options"): "knotd ignores ECS; we echo it with scope 0 for static data, as gdnsd does "
     "(RFC 7871 7.2.1)",
     ("ANY", "gdnsd", "answer"): "both answer minimally (RFC 8482): gdnsd with a synthesized HINFO, we and knotd "
@@ -111,8 +111,13 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
     ("QTYPE 0", "knotd", "authority"): "as for rcode",
 }
 for _probe in ("AXFR over TCP", "IXFR", "IXFR over UDP"):
-    DIFFERENCES[(_probe, "gdnsd", "rcode")] = "we serve no zone transfers and say REFUSED (RFC 5936); gdnsd NOTIMP"
-    DIFFERENCES[(_probe, "knotd", "rcode")] = "we say REFUSED; knotd NOTAUTH (its transfer ACL)"
+    DIFFERENCES[(_probe, "gdnsd", "rcode")] = (
+        "gdnsd serves no zone transfers (NOTIMP); our zone has transfer.allow without the prober's address, "
+        "and we refuse it with REFUSED (RFC 5936 2.2.1), as BIND does"
+    )
+    DIFFERENCES[(_probe, "knotd", "rcode")] = (
+        "both refuse a source outside the transfer ACL: we REFUSED (RFC 5936 2.2.1, as BIND), knotd NOTAUTH"
+    )
 for _probe in ("UPDATE", "NOTIFY"):
     DIFFERENCES[(_probe, "knotd", "rcode")] = (
         "we implement no UPDATE or NOTIFY: NOTIMP, as gdnsd; knotd NOTAUTH (its ACL)"
@@ -180,7 +185,8 @@ def replies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replies]:
     knotd_dir = tmp_path_factory.mktemp("knotd")
     raw_config = configs.base(OURS, PORT)
     del raw_config["wideips"]
-    raw_config["zones"] = [{"origin": ORIGIN, "file": f"{ORIGIN}.zone"}]
+    # transfers open to a network the probes do not come from: refused by the ACL, as knotd's
+    raw_config["zones"] = [{"origin": ORIGIN, "file": f"{ORIGIN}.zone", "transfer": {"allow": ["192.0.2.0/24"]}}]
     raw_config["dns_server"] = {"version": VERSION}
     (ours_dir / f"{ORIGIN}.zone").write_text(ZONE)
     config = configs.write(ours_dir, raw_config)

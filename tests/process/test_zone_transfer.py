@@ -1,0 +1,145 @@
+"""Zone transfer out to a real secondary: Debian's knotd pulls example.test from a real node
+(``twistd -n gtm``) by AXFR signed with TSIG (HMAC-SHA256), answers from it, and follows a
+new serial when the node reloads (SIGHUP) and sends it a signed NOTIFY (its refresh timer
+is an hour: only the NOTIFY makes it transfer within the test)."""
+
+from __future__ import annotations
+
+import base64
+import signal
+from pathlib import Path
+
+import dns.message
+import dns.name
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import dns.tsig
+import pytest
+
+from tests.conftest import require_tool
+from tests.support import configs, dnsclient, nodeproc, poll, refservers
+
+SECRET = base64.b64encode(bytes(range(100, 132))).decode()
+KEY = "xfr-key"
+#: enough records for a transfer of several messages: knotd checks the TSIG chain
+HOSTS = "".join(f"host{i} IN A 10.0.{i // 256}.{i % 256}\n" for i in range(3000))
+RING = {dns.name.from_text(KEY): dns.tsig.Key(KEY, SECRET, "hmac-sha256")}
+
+
+def _knotd(workdir: Path, primary: str, address: str, key_secret: str) -> list[str]:
+    """knotd as a secondary of example.test, pulling from *primary* (ADDRESS@PORT)."""
+    (workdir / "run").mkdir(parents=True, exist_ok=True)
+    (workdir / "storage").mkdir(exist_ok=True)
+    config = workdir / "knot.conf"
+    config.write_text(
+        "server:\n"
+        f'    rundir: "{workdir / "run"}"\n'
+        f"    listen: {address}@5353\n"
+        "database:\n"
+        f'    storage: "{workdir / "storage"}"\n'
+        "log:\n"
+        "  - target: stderr\n"
+        "    any: info\n"
+        "key:\n"
+        f"  - id: {KEY}\n"
+        "    algorithm: hmac-sha256\n"
+        f"    secret: {key_secret}\n"
+        "remote:\n"
+        "  - id: primary\n"
+        f"    address: {primary}\n"
+        f"    via: {address}\n"
+        f"    key: {KEY}\n"
+        "acl:\n"
+        "  - id: notify-from-primary\n"
+        "    address: 127.0.0.0/8\n"  # (NOTIFY leaves from a socket the system binds)
+        f"    key: {KEY}\n"
+        "    action: notify\n"
+        "zone:\n"
+        "  - domain: example.test\n"
+        "    master: primary\n"
+        "    acl: notify-from-primary\n"
+        f'    storage: "{workdir / "storage"}"\n'
+        "    zonefile-sync: -1\n"
+    )
+    return ["knotd", "-c", str(config)]
+
+
+def _ask(server: tuple[str, int], name: str, rdtype: str = "A") -> dns.message.Message:
+    return dnsclient.parse(dnsclient.udp(dnsclient.query(name, rdtype), server))
+
+
+def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path) -> None:
+    require_tool("knotd", "knot")
+    ours, theirs = nodeproc.loopback_address(), nodeproc.loopback_address()
+    config = configs.base(ours)
+    config["tsig_keys"] = {KEY: {"algorithm": "hmac-sha256", "secret": SECRET}}
+    config["zones"][0]["transfer"] = {"allow": [f"{theirs}/32"], "notify": [f"{theirs}:5353"], "tsig": KEY}
+    path = configs.write(tmp_path, config, zone=configs.ZONE + HOSTS)
+    knot_dir = tmp_path / "knotd"
+    knot_dir.mkdir()
+    with (
+        nodeproc.running_node(path, "n1", ours, 5353, tmp_path) as node,
+        refservers.running(
+            "knotd", _knotd(knot_dir, f"{ours}@5353", theirs, SECRET), theirs, 5353, "example.test", knot_dir
+        ) as knotd,
+    ):
+        # the secondary answers from what it pulled: static records as the zone file has them
+        www = _ask(knotd.server, "www.example.test")
+        assert [r.to_text() for r in _ask(knotd.server, "host2999.example.test").answer[0]] == ["10.0.11.183"]
+        assert [r.to_text() for r in www.answer[0]] == ["192.0.2.80"]
+        # the wide IP name carries no records in a transfer: the secondary knows nothing there
+        assert _ask(knotd.server, "gslb.example.test").rcode() == dns.rcode.NXDOMAIN
+        # (while the node itself answers it by load balancing)
+        assert _ask(node.server, "gslb.example.test").answer
+        # the right key from a source outside `allow` (not knotd's address): REFUSED
+        signed = dns.message.make_query("example.test", "AXFR")
+        signed.use_tsig(RING, KEY)
+        refused = dns.message.from_wire(dnsclient.tcp(signed.to_wire(), node.server), keyring=False)
+        assert refused.rcode() == dns.rcode.REFUSED and not refused.answer
+
+        # a change with a new serial and a reload: the node NOTIFYs knotd, which transfers it
+        (tmp_path / "example.test.zone").write_text(
+            configs.ZONE.replace(" 1 3600 600", " 2 3600 600") + HOSTS + "new IN A 192.0.2.77\n"
+        )
+        node.proc.send_signal(signal.SIGHUP)
+        poll.until(lambda: _ask(node.server, "new.example.test").answer, 20, "the reload", details=node.log_text)
+        new = poll.until(
+            lambda: _ask(knotd.server, "new.example.test").answer,
+            20,
+            "knotd to follow serial 2",
+            details=knotd.output_text,
+        )
+        assert [r.to_text() for r in new[0]] == ["192.0.2.77"]
+        assert _ask(knotd.server, "example.test", "SOA").answer[0][0].serial == 2
+        assert "notify, incoming" in knotd.output_text().lower()
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_transfer_refused_without_the_key_or_from_elsewhere(tmp_path: Path, processes: int) -> None:
+    """Over real TCP, dnspython's transfer client: an unsigned request gets NOTAUTH, a wrong
+    key NOTAUTH with BADSIG, the right key the zone, SOA first and last; UDP is REFUSED.
+    With two answering processes, each connection's process answers alike."""
+    ours = nodeproc.loopback_address()
+    config = configs.base(ours)
+    config["tsig_keys"] = {KEY: {"secret": SECRET}}
+    config["zones"][0]["transfer"] = {"allow": ["127.0.0.0/8"], "tsig": KEY}
+    config["dns_server"]["processes"] = processes
+    path = configs.write(tmp_path, config)
+    right = RING
+    wrong = {dns.name.from_text(KEY): dns.tsig.Key(KEY, base64.b64encode(bytes(32)).decode(), "hmac-sha256")}
+    with nodeproc.running_node(path, "n1", ours, 5353, tmp_path):
+        unsigned = dns.message.make_query("example.test", "AXFR")
+        assert dns.query.tcp(unsigned, ours, timeout=5, port=5353).rcode() == dns.rcode.NOTAUTH
+        with pytest.raises(dns.tsig.PeerBadSignature):
+            list(dns.query.xfr(ours, "example.test", port=5353, keyring=wrong, keyname=KEY, timeout=5))
+        for _ in range(4):  # (several connections: with 2 processes, likely both answer)
+            messages = list(dns.query.xfr(ours, "example.test", port=5353, keyring=right, keyname=KEY, timeout=5))
+            records = [r for m in messages for r in m.answer]
+            assert records[0].rdtype == records[-1].rdtype == dns.rdatatype.SOA
+            assert all(m.had_tsig for m in messages)
+        # UDP: refused (a transfer is TCP only)
+        signed = dns.message.make_query("example.test", "AXFR")
+        signed.use_tsig(right, KEY)
+        reply = dns.message.from_wire(dnsclient.udp(signed.to_wire(), (ours, 5353)), keyring=False)
+        assert reply.rcode() == dns.rcode.REFUSED
