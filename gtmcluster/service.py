@@ -30,6 +30,7 @@ from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shared import GroupConfig, Start
 from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
+from gtmcluster.dnssec import keyset
 from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.linktraffic import LinkTrafficPoller, traffic_poller
@@ -342,6 +343,7 @@ class NodeService(MultiService):
             notifier, old = self.notify.notifier, node.config
             switches.append(("NOTIFY", lambda: notifier.reloaded(old, new)))
         switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
+        switches.append(("DNSSEC keys", lambda: self.replicator.set_dnssec_keys(keyset.digests(new.dnssec))))
         if self.group_config is not None:
             sync = self.group_config.sync
             switches.append(("config sync", lambda: setattr(sync, "enabled", new.sync_group.settings.config_sync)))
@@ -453,6 +455,7 @@ def make_service(
         heartbeat_interval=settings.heartbeat_interval,
         heartbeat_timeout=settings.heartbeat_timeout,
     )
+    replicator.set_dnssec_keys(keyset.digests(config.dnssec))
     top = NodeService(node, replicator, reactor, config_path)
     if start is not None:
         top.group_config = GroupConfig(top, start)

@@ -206,7 +206,14 @@ class NodeCollector(Collector):
             "1 when the peer's last state digest equals ours (over the records its protocol version can hold)",
             labels=["peer"],
         )
+        keys_differ = GaugeMetricFamily(
+            "gtm_dnssec_keyset_mismatch",
+            "signed zones whose DNSKEY set differs between the peer and us (0 when they agree)",
+            labels=["peer"],
+        )
         for peer in service.replicator.peers.values():
+            if peer.dnssec_keys is not None:
+                keys_differ.add_metric([peer.name], len(peer.dnssec_mismatch))
             connected.add_metric([peer.name], 1.0 if peer.connected else 0.0)
             counted.add_metric([peer.name], 1.0 if peer.live else 0.0)
             sent.add_metric([peer.name], peer.sent)
@@ -218,7 +225,7 @@ class NodeCollector(Collector):
                 agree.add_metric(
                     [peer.name], 1.0 if peer.digest == service.replicator.digest_for(peer.version) else 0.0
                 )
-        yield from (connected, counted, sent, received, lag, agree)
+        yield from (connected, counted, sent, received, lag, agree, keys_differ)
         yield records_refused(service)
 
         kinds = node.store.kinds()

@@ -47,6 +47,10 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
                 "state_digest": peer.digest,
                 "certificate": peer.certificate or None,
                 "bundle": _bundle_of(replicator, peer.name),
+                # the digests of its DNSKEY sets (public records: never a key), None when not told
+                "dnssec_keys": peer.dnssec_keys,
+                "dnssec_keys_match": None if peer.dnssec_keys is None else not peer.dnssec_mismatch,
+                "dnssec_keys_differ": peer.dnssec_mismatch,
             }
         )
     snapshot = node.health.snapshot
@@ -69,6 +73,8 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
         "group": config.sync_group.name,
         "config_digest": config.digest,
         "config_generation": node.generation,
+        # each signed zone's DNSKEY set digest (`dnssec.keyset`): members must agree
+        "dnssec_keys": replicator.dnssec_keys,
         "config_loaded_ago": round(now - node.loaded_at, 3),
         # the group's shared config (config sync): the bundle run here, the newest held
         "bundle": _own_bundle(replicator),

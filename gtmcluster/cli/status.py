@@ -57,6 +57,8 @@ class Summary:
     unreachable: dict[str, str]
     state_digests: dict[str, str]
     config_digests: dict[str, str]
+    #: each member's signed zones' DNSKEY set digests (members that predate them: left out)
+    dnssec_keys: dict[str, dict[str, str]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -68,8 +70,13 @@ class Summary:
         return len(set(self.config_digests.values())) <= 1
 
     @property
+    def dnssec_keys_agree(self) -> bool:
+        return len({json.dumps(k, sort_keys=True) for k in self.dnssec_keys.values()}) <= 1
+
+    @property
     def ok(self) -> bool:
-        return bool(self.answered) and not self.unreachable and self.state_agree and self.config_agree
+        agree = self.state_agree and self.config_agree and self.dnssec_keys_agree
+        return bool(self.answered) and not self.unreachable and agree
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +88,8 @@ class Summary:
             "config_digests_agree": self.config_agree,
             "state_digests": self.state_digests,
             "config_digests": self.config_digests,
+            "dnssec_keys_agree": self.dnssec_keys_agree,
+            "dnssec_keys": self.dnssec_keys,
             "problems": self.problems,
         }
 
@@ -111,6 +120,7 @@ def summarize(statuses: dict[str, dict[str, Any]]) -> Summary:
         unreachable={n: s["error"] for n, s in statuses.items() if "error" in s},
         state_digests=state_digests(answered),
         config_digests={n: s["config_digest"] for n, s in answered.items()},
+        dnssec_keys={n: s["dnssec_keys"] for n, s in answered.items() if isinstance(s.get("dnssec_keys"), dict)},
     )
     for node, s in answered.items():
         summary.problems.extend(f"{node}: {p}" for p in problems(s))
@@ -147,6 +157,9 @@ def problems(s: dict[str, Any]) -> list[str]:
             out.append(f"peer {p['name']} connected but not synced yet")
         if p["config_matches"] is False:
             out.append(f"peer {p['name']} runs another config (digest {p['config_digest']})")
+        if p.get("dnssec_keys_match") is False:
+            zones = ", ".join(p.get("dnssec_keys_differ") or [])
+            out.append(f"peer {p['name']} serves other DNSSEC keys for {zones}: validators reject one of us")
     own = s.get("bundle") or {}
     if own.get("refused"):
         refused = own["refused"]
@@ -288,6 +301,13 @@ def verdict(summary: Summary) -> list[str]:
         if not summary.config_agree:
             differ.append("config " + ", ".join(f"{n}={d}" for n, d in summary.config_digests.items()))
         lines.append("DIGESTS DIFFER: " + "; ".join(differ))
+    if not summary.dnssec_keys_agree:
+        differ = []
+        for zone in sorted({z for keys in summary.dnssec_keys.values() for z in keys}):
+            told = {n: keys.get(zone, "unsigned") for n, keys in summary.dnssec_keys.items()}
+            if len(set(told.values())) > 1:
+                differ.append(f"{zone} " + ", ".join(f"{n}={d}" for n, d in told.items()))
+        lines.append("DNSSEC KEYS DIFFER: " + "; ".join(differ))
     for node, reason in summary.unreachable.items():
         lines.append(f"UNREACHABLE {node}: {reason}")
     return lines

@@ -1,7 +1,8 @@
 """The peer protocol's commands (Twisted AMP), and its version.
 
-    Hello       who I am (node, group, data center), the protocol versions I speak and
-                my config's digest; the first command on a connection, from its initiator
+    Hello       who I am (node, group, data center), the protocol versions I speak,
+                my config's digest and my DNSSEC key sets' digests; the first command on
+                a connection, from its initiator
     Publish     a batch of records (new ones, relayed ones, or answers to a pull)
     Summary     per-origin (count, XOR) of what I hold; answered with the peer's
     Buckets     the 1024 bucket XORs of one origin
@@ -52,6 +53,9 @@ class Hello(amp.Command):
         (b"version", amp.Integer()),
         (b"min_version", amp.Integer()),
         (b"config_digest", amp.Unicode()),
+        # the digests of my signed zones' DNSKEY sets (`dnssec.keyset`, JSON); optional: a
+        # member that predates it sends none, and ignores ours (AMP skips unknown arguments)
+        (b"dnssec_keys", amp.Unicode(optional=True)),
     ]
     response = [
         (b"node", amp.Unicode()),
@@ -59,6 +63,7 @@ class Hello(amp.Command):
         (b"datacenter", amp.Unicode()),
         (b"version", amp.Integer()),
         (b"config_digest", amp.Unicode()),
+        (b"dnssec_keys", amp.Unicode(optional=True)),
     ]
     errors = {Refused: b"REFUSED"}
     fatalErrors = {Refused: b"REFUSED"}
@@ -113,7 +118,13 @@ class Heartbeat(amp.Command):
     #: the members the sender is connected to and hears from (not silent): a record whose
     #: origin is among them reaches the sender directly, so nobody needs to relay it there
     #: digest: the sender's state digest, so status pages can say whether nodes agree
-    arguments = [(b"connected", amp.Unicode(optional=True)), (b"digest", amp.Unicode(optional=True))]
+    #: dnssec_keys: the sender's key-set digests (as in Hello), only when they changed since
+    #: it last told them on this connection (a reload)
+    arguments = [
+        (b"connected", amp.Unicode(optional=True)),
+        (b"digest", amp.Unicode(optional=True)),
+        (b"dnssec_keys", amp.Unicode(optional=True)),
+    ]
     response = []
 
 

@@ -139,6 +139,11 @@ class PeerProtocol(amp.AMP):
         self.datacenter = ""
         self.version = 0
         self.config_digest = ""
+        #: the peer's DNSSEC key-set digests as its Hello (or a later heartbeat) said them
+        #: (`dnssec.keyset`), None when it said none (a member that predates them)
+        self.dnssec_keys: str | None = None
+        #: ours as last told on this connection (a heartbeat tells them again after a reload)
+        self._keys_told = ""
         self.outstanding = 0  # our Publish commands not yet answered
         self._timer: IDelayedCall | None = None
         self._heartbeat: IDelayedCall | None = None
@@ -188,6 +193,7 @@ class PeerProtocol(amp.AMP):
                 version=r.protocol_version,
                 min_version=commands.MIN_PROTOCOL_VERSION,
                 config_digest=r.config_digest,
+                dnssec_keys=self._tell_keys(),
             )
             d.addCallbacks(self._hello_answered, self._hello_failed)
 
@@ -200,6 +206,7 @@ class PeerProtocol(amp.AMP):
         if problem:
             self.violation(problem)
             return
+        self.dnssec_keys = answer.get("dnssec_keys")
         self._establish(answer["datacenter"], answer["version"], answer["config_digest"])
 
     def _hello_failed(self, failure: Failure) -> None:
@@ -208,7 +215,14 @@ class PeerProtocol(amp.AMP):
 
     @commands.Hello.responder
     def hello(
-        self, node: str, group: str, datacenter: str, version: int, min_version: int, config_digest: str
+        self,
+        node: str,
+        group: str,
+        datacenter: str,
+        version: int,
+        min_version: int,
+        config_digest: str,
+        dnssec_keys: str | None = None,
     ) -> dict[str, Any]:
         r = self.replicator
         if self.initiator or self.phase != HELLO:
@@ -219,14 +233,22 @@ class PeerProtocol(amp.AMP):
             self._close_soon(problem)
             raise commands.Refused(problem)
         agreed = min(version, r.protocol_version)
-        self._establish(datacenter, agreed, config_digest)
-        return {
+        self.dnssec_keys = dnssec_keys
+        answer = {
             "node": r.node,
             "group": r.group,
             "datacenter": r.datacenter,
             "version": agreed,
             "config_digest": r.config_digest,
+            "dnssec_keys": self._tell_keys(),
         }
+        self._establish(datacenter, agreed, config_digest)
+        return answer
+
+    def _tell_keys(self) -> str:
+        """Our key-set digests to tell the peer ("" while we sign nothing)."""
+        self._keys_told = self.replicator.dnssec_keys_text
+        return self._keys_told
 
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phases.agreed()
@@ -293,7 +315,13 @@ class PeerProtocol(amp.AMP):
     def send_heartbeat(self) -> None:
         connected = ",".join(self.replicator.live_names())
         digest = self.replicator.digest_for(self.version)
-        self.callRemote(commands.Heartbeat, connected=connected, digest=digest).addErrback(lambda _: None)
+        # (our key sets again only after a reload changed them: "" says we sign nothing now)
+        keys = self.replicator.dnssec_keys_text if self.replicator.dnssec_keys_text != self._keys_told else None
+        if keys is not None:
+            self._keys_told = keys
+        self.callRemote(commands.Heartbeat, connected=connected, digest=digest, dnssec_keys=keys).addErrback(
+            lambda _: None
+        )
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self.phase == HANDSHAKE and not self._why:
@@ -544,7 +572,12 @@ class PeerProtocol(amp.AMP):
         return answer
 
     @commands.Heartbeat.responder
-    def heartbeat(self, connected: str | None = None, digest: str | None = None) -> dict[str, Any]:
+    def heartbeat(
+        self, connected: str | None = None, digest: str | None = None, dnssec_keys: str | None = None
+    ) -> dict[str, Any]:
+        if dnssec_keys is not None:
+            self.dnssec_keys = dnssec_keys
+            self.replicator.heard_keys(self)
         if connected is not None:
             self.replicator.heard_connections(self, connected)
         if digest is not None:

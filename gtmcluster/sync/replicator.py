@@ -54,6 +54,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gtmcluster.dnssec import keyset
 from gtmcluster.state import schema
 from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, bucket_of, fingerprint, kind_of
 from gtmcluster.sync import codec, commands
@@ -105,6 +106,10 @@ class PeerState:
     certificate: dict[str, str] = field(default_factory=dict)
     #: since when every connection to it has been silent (see `live`), or None
     silent_since: float | None = None
+    #: its DNSSEC key-set digests by zone (`dnssec.keyset`), None when not told (an older member)
+    dnssec_keys: dict[str, str] | None = None
+    #: the signed zones whose key sets differ between it and us
+    dnssec_mismatch: list[str] = field(default_factory=list)
 
     @property
     def connected(self) -> bool:
@@ -179,6 +184,9 @@ class Replicator:
         self.capped: dict[str, set[str]] = {}
         #: the group's config bundles (`sync.configsync`), when this node keeps them
         self.config: ConfigSync | None = None
+        #: our signed zones' DNSKEY set digests (`dnssec.keyset`; see `set_dnssec_keys`)
+        self.dnssec_keys: dict[str, str] = {}
+        self.dnssec_keys_text = ""
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
@@ -257,6 +265,7 @@ class Replicator:
         peer.version = proto.version
         peer.config_digest = proto.config_digest
         peer.certificate = proto.certificate
+        self.heard_keys(proto)
         now = self.clock.seconds()
         peer.last_contact = now
         if first:
@@ -431,6 +440,45 @@ class Replicator:
         peer = self.peers.get(proto.peer or "")
         if peer is not None:
             peer.their_peers = frozenset(n for n in connected.split(",") if n in self.members)
+
+    # -- DNSSEC key sets -----------------------------------------------------------------
+
+    def set_dnssec_keys(self, keysets: Mapping[str, str]) -> None:
+        """Our signed zones' key-set digests (at start, and after a reload): told to peers
+        in Hello, and by a heartbeat on open connections when they change."""
+        self.dnssec_keys = dict(keysets)
+        self.dnssec_keys_text = keyset.encode(keysets) if keysets else ""
+        for peer in self.peers.values():
+            if peer.dnssec_keys is not None:
+                self._compare_keys(peer)
+
+    def heard_keys(self, proto: PeerProtocol) -> None:
+        """*proto*'s peer told its key-set digests (in its Hello or a heartbeat)."""
+        peer = self.peers.get(proto.peer or "")
+        if peer is None or proto.dnssec_keys is None:
+            return
+        told = keyset.decode(proto.dnssec_keys) if proto.dnssec_keys else {}
+        if told is None:
+            log.warn("peer {peer} told malformed DNSSEC key-set digests", peer=peer.name, event="dnssec_keys_malformed")
+            return
+        peer.dnssec_keys = told
+        self._compare_keys(peer)
+
+    def _compare_keys(self, peer: PeerState) -> None:
+        assert peer.dnssec_keys is not None
+        before, peer.dnssec_mismatch = peer.dnssec_mismatch, keyset.disagreements(self.dnssec_keys, peer.dnssec_keys)
+        if peer.dnssec_mismatch and peer.dnssec_mismatch != before:
+            log.warn(
+                "peer {peer} serves other DNSSEC keys for {zones} (key-set digests {theirs}, ours {ours}): "
+                "validators will reject the answers of one of us; give every member the same key directory",
+                peer=peer.name,
+                zones=", ".join(peer.dnssec_mismatch),
+                theirs={z: peer.dnssec_keys.get(z) for z in peer.dnssec_mismatch},
+                ours={z: self.dnssec_keys.get(z) for z in peer.dnssec_mismatch},
+                event="dnssec_keys_mismatch",
+            )
+        elif before and not peer.dnssec_mismatch:
+            log.info("peer {peer} now serves our DNSSEC keys", peer=peer.name, event="dnssec_keys_agree")
 
     def heard_digest(self, proto: PeerProtocol, digest: str) -> None:
         peer = self.peers.get(proto.peer or "")
