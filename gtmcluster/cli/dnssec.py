@@ -5,6 +5,11 @@ keys in DIR, mode 0600: a combined signing key (``ZONE.csk.key``), or with ``--s
 signing key and a zone signing key (``ZONE.ksk.key``, ``ZONE.zsk.key``). Algorithm 13 is
 ECDSA P-256 (the default), 15 is Ed25519. Nothing is overwritten without ``--force``.
 
+A rollover (`dnssec.rollover`): ``keygen ZONE --dir DIR --publish-only`` pre-publishes a
+new key (the ZSK of a pair, or the CSK), ``roll ZONE --dir DIR`` makes it the one signing
+and retires the old one, and ``roll ZONE --dir DIR --finish`` removes the retired key.
+Reload every member after each step.
+
 ``gtmcluster dnssec ds ZONE --dir DIR`` prints the DS records (SHA-256) to give the parent,
 and with ``--dnskey`` the DNSKEY records too. See docs/dnssec.md.
 """
@@ -17,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gtmcluster.dnssec import keys
+from gtmcluster.dnssec import keys, rollover
 
 
 def add_parser(sub: Any) -> None:
@@ -48,6 +53,20 @@ def add_parser(sub: Any) -> None:
     )
     keygen.add_argument("--split", action="store_true", help="a KSK and a ZSK instead of one combined signing key")
     keygen.add_argument("--force", action="store_true", help="replace the zone's existing keys")
+    keygen.add_argument(
+        "--publish-only",
+        action="store_true",
+        help="a rollover's first step: pre-publish a new key (the ZSK of a pair, or the CSK) beside the active one",
+    )
+    roll = actions.add_parser(
+        "roll",
+        help="a rollover's next step: sign with the pre-published key, or remove the retired one",
+        description="Roll a zone's key: the pre-published key signs and the active one is retired "
+        "(still published); with --finish, the retired key is removed.",
+    )
+    roll.add_argument("zone", metavar="ZONE", help="the zone's name")
+    roll.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the key directory")
+    roll.add_argument("--finish", action="store_true", help="remove the key the last roll retired")
     ds = actions.add_parser("ds", help="print the DS records for the parent", description="Print a zone's DS records.")
     ds.add_argument("zone", metavar="ZONE", help="the zone's name")
     ds.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the key directory")
@@ -57,6 +76,18 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.dnssec_action == "keygen" and args.publish_only:
+            path = rollover.publish(args.dir, args.zone)
+            mode = stat.S_IMODE(path.stat().st_mode)
+            print(f"wrote {path} (mode {mode:04o}): published, not signing yet; reload every member")
+            return 0
+        if args.dnssec_action == "roll":
+            if args.finish:
+                print(f"removed {rollover.finish(args.dir, args.zone)}; reload every member")
+            else:
+                active, old = rollover.roll(args.dir, args.zone)
+                print(f"{active} now signs; {old} is retired (still published); reload every member")
+            return 0
         if args.dnssec_action == "keygen":
             for path in keys.keygen(args.dir, args.zone, args.algorithm, args.split, args.force):
                 print(f"wrote {path} (mode {stat.S_IMODE(path.stat().st_mode):04o})")
@@ -68,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     owner = keys.owner_text(args.zone)
     if args.dnskey:
         for key in zone_keys:
-            print(f"{owner} 3600 IN DNSKEY {key.dnskey.to_text()} ; {key.role}, key tag {key.tag}")
+            print(f"{owner} 3600 IN DNSKEY {key.dnskey.to_text()} ; {key.role} ({key.state}), key tag {key.tag}")
     for ds in keys.ds_records(args.zone, zone_keys):
         print(f"{owner} 3600 IN DS {ds.to_text()}")
     return 0

@@ -165,5 +165,5 @@ class HasSigning(Protocol):
     signing: ZoneSigning
 
 
-def _key_set(zone_keys: Iterable[ZoneKey]) -> set[tuple[str, bytes]]:
-    return {(k.role, k.dnskey.to_wire() or b"") for k in zone_keys}
+def _key_set(zone_keys: Iterable[ZoneKey]) -> set[tuple[str, str, bytes]]:
+    return {(k.role, k.state, k.dnskey.to_wire() or b"") for k in zone_keys}

@@ -7,6 +7,12 @@ signing the rest). Each file is the private key as unencrypted PKCS#8 PEM; the a
 follows from the key: ECDSA P-256 is 13 (the default), Ed25519 is 15. ZONE is the zone's
 name in lower case without the final dot (``.`` for the root). The public DNSKEY records
 and the DS records are derived from the files, so there is nothing else to keep in step.
+
+A rollover (`dnssec.rollover`) adds a key beside an active one, by its state in the name:
+``ZONE.ROLE.next.key`` is pre-published (in the DNSKEY RRset, not yet signing the zone's
+data) and ``ZONE.ROLE.old.key`` retired (still published, no longer signing the data). A key
+of the KSK role (a CSK or KSK) in any state signs the DNSKEY RRset, so a validator holding
+either DS validates it during a roll (the double signature of the key set).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ ZSK_FLAGS = 256
 KSK_FLAGS = 257
 #: the roles a key file may have, and its DNSKEY flags
 ROLES = {"csk": KSK_FLAGS, "ksk": KSK_FLAGS, "zsk": ZSK_FLAGS}
+#: a key's states in a rollover: signing, pre-published, retired (see the module's docstring)
+ACTIVE, NEXT, OLD = "active", "next", "old"
 PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
@@ -49,6 +57,7 @@ class ZoneKey:
     path: Path
     private: PrivateKey
     dnskey: dns.rdtypes.ANY.DNSKEY.DNSKEY
+    state: str = ACTIVE
 
     @property
     def algorithm(self) -> int:
@@ -60,13 +69,14 @@ class ZoneKey:
 
     @property
     def signs_keys(self) -> bool:
-        """Whether it signs the DNSKEY RRset (and a DS at the parent points at it)."""
+        """Whether it signs the DNSKEY RRset (and a DS at the parent points at it): in any
+        state, so that either DS validates the key set during a roll."""
         return self.role in ("csk", "ksk")
 
     @property
     def signs_zone(self) -> bool:
-        """Whether it signs the zone's other RRsets."""
-        return self.role in ("csk", "zsk")
+        """Whether it signs the zone's other RRsets: an active CSK or ZSK only."""
+        return self.role in ("csk", "zsk") and self.state == ACTIVE
 
 
 def zone_file_name(zone: str) -> str:
@@ -75,8 +85,9 @@ def zone_file_name(zone: str) -> str:
     return text or "."
 
 
-def key_path(directory: Path, zone: str, role: str) -> Path:
-    return directory / f"{zone_file_name(zone)}.{role}.key"
+def key_path(directory: Path, zone: str, role: str, state: str = ACTIVE) -> Path:
+    middle = role if state == ACTIVE else f"{role}.{state}"
+    return directory / f"{zone_file_name(zone)}.{middle}.key"
 
 
 def generate(algorithm: int) -> PrivateKey:
@@ -94,7 +105,12 @@ def keygen(
     0600 in a 0700 directory; existing files are kept unless *force*. Returns the paths written."""
     roles = ("ksk", "zsk") if split else ("csk",)
     paths = [key_path(directory, zone, role) for role in roles]
-    others = [key_path(directory, zone, role) for role in ROLES if role not in roles]
+    others = [
+        key_path(directory, zone, role, state)
+        for role in ROLES
+        for state in (ACTIVE, NEXT, OLD)
+        if role not in roles or state != ACTIVE
+    ]
     try:
         certs._make_directory(directory)
         if not force:
@@ -106,7 +122,7 @@ def keygen(
             )
             certs._write(path, pem, certs.KEY_MODE, force)
         if force:
-            for other in others:  # a CSK replacing a pair, or a pair replacing a CSK
+            for other in others:  # a CSK replacing a pair, a pair replacing a CSK, or a roll's keys
                 other.unlink(missing_ok=True)
     except certs.CertError as e:
         raise DnssecKeyError(str(e)) from e
@@ -133,12 +149,20 @@ def load(directory: Path, zone: str) -> list[ZoneKey]:
             f"{directory} holds {names} for {zone_file_name(zone)}: keep either a CSK or a KSK and a ZSK"
         )
     keys = [_load_one(role, path) for role, path in present.items()]
+    for role in ROLES:
+        for state in (NEXT, OLD):
+            path = key_path(directory, zone, role, state)
+            if not (path.exists() or path.is_symlink()):
+                continue
+            if role not in present:
+                raise DnssecKeyError(f"{path} rolls a {role.upper()}, and {zone_file_name(zone)} has none active")
+            keys.append(_load_one(role, path, state))
     if len({k.algorithm for k in keys}) > 1:
-        raise DnssecKeyError(f"the KSK and ZSK of {zone_file_name(zone)} in {directory} use different algorithms")
+        raise DnssecKeyError(f"the keys of {zone_file_name(zone)} in {directory} use different algorithms")
     return keys
 
 
-def _load_one(role: str, path: Path) -> ZoneKey:
+def _load_one(role: str, path: Path, state: str = ACTIVE) -> ZoneKey:
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -154,7 +178,7 @@ def _load_one(role: str, path: Path) -> ZoneKey:
     else:
         raise DnssecKeyError(f"{path} holds a key of another kind: DNSSEC keys here are ECDSA P-256 or Ed25519")
     dnskey = dns.dnssec.make_dnskey(private.public_key(), algorithm, flags=ROLES[role])
-    return ZoneKey(role, path, private, dnskey)
+    return ZoneKey(role, path, private, dnskey, state)
 
 
 def ds_records(zone: str, keys: list[ZoneKey]) -> list[dns.rdtypes.ANY.DS.DS]:
