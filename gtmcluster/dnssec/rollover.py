@@ -39,11 +39,12 @@ def publish(directory: Path, zone: str) -> Path:
     states = {k.state for k in zone_keys if k.role == role}
     name = keys.zone_file_name(zone)
     if NEXT in states:
-        raise DnssecKeyError(f"{name} already has a pre-published key: roll to it (gtmcluster dnssec roll {name})")
+        step = f"gtmcluster dnssec roll {name} --dir {directory}"
+        raise DnssecKeyError(f"{name} already has a pre-published key: roll to it ({step})")
     if OLD in states:
         raise DnssecKeyError(
             f"{name} still publishes the key its last roll retired: finish that roll first "
-            f"(gtmcluster dnssec roll {name} --finish)"
+            f"(gtmcluster dnssec roll {name} --dir {directory} --finish)"
         )
     algorithm = next(k.algorithm for k in zone_keys if k.role == role)
     path = keys.key_path(directory, zone, role, NEXT)
@@ -63,9 +64,11 @@ def roll(directory: Path, zone: str) -> tuple[Path, Path]:
     states = {k.state for k in zone_keys if k.role == role}
     name = keys.zone_file_name(zone)
     if NEXT not in states:
-        raise DnssecKeyError(f"{name} has no pre-published key (gtmcluster dnssec keygen {name} --publish-only)")
+        step = f"gtmcluster dnssec keygen {name} --dir {directory} --publish-only"
+        raise DnssecKeyError(f"{name} has no pre-published key ({step})")
     if OLD in states:
-        raise DnssecKeyError(f"{name} still publishes a retired key: gtmcluster dnssec roll {name} --finish")
+        step = f"gtmcluster dnssec roll {name} --dir {directory} --finish"
+        raise DnssecKeyError(f"{name} still publishes a retired key: {step}")
     active, next_, old = (keys.key_path(directory, zone, role, s) for s in (ACTIVE, NEXT, OLD))
     active.rename(old)
     next_.rename(active)
