@@ -265,6 +265,8 @@ class Replicator:
         peer.version = proto.version
         peer.config_digest = proto.config_digest
         peer.certificate = proto.certificate
+        if proto.dnssec_keys is None:  # (a member that predates them: not known, not a difference)
+            peer.dnssec_keys, peer.dnssec_mismatch = None, []
         self.heard_keys(proto)
         now = self.clock.seconds()
         peer.last_contact = now
