@@ -19,9 +19,12 @@ import json
 from collections.abc import Mapping
 
 import dns.name
+from twisted.logger import Logger
 
 from gtmcluster.dns.names import Name
 from gtmcluster.dnssec.keys import ZoneKey
+
+log = Logger()
 
 #: hex digits of a key set's digest
 DIGEST_LENGTH = 16
@@ -72,3 +75,30 @@ def decode(text: str) -> dict[str, str] | None:
 def disagreements(ours: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:
     """The zones whose key sets differ: signed by both with other keys, or by one only."""
     return sorted(zone for zone in ours.keys() | theirs.keys() if ours.get(zone) != theirs.get(zone))
+
+
+def heard(peer: str, text: str) -> dict[str, str] | None:
+    """*peer*'s key-set digests as it told them ("": it signs nothing), or None (logged) when malformed."""
+    told = decode(text) if text else {}
+    if told is None:
+        log.warn("peer {peer} told malformed DNSSEC key-set digests", peer=peer, event="dnssec_keys_malformed")
+    return told
+
+
+def compare(peer: str, ours: Mapping[str, str], theirs: Mapping[str, str], before: list[str]) -> list[str]:
+    """The zones whose key sets differ between *peer* and us, warned of when they differ anew
+    (*before*: the zones that differed until now) and told when they agree again."""
+    differ = disagreements(ours, theirs)
+    if differ and differ != before:
+        log.warn(
+            "peer {peer} serves other DNSSEC keys for {zones} (key-set digests {theirs}, ours {ours}): "
+            "validators will reject the answers of one of us; give every member the same key directory",
+            peer=peer,
+            zones=", ".join(differ),
+            theirs={z: theirs.get(z) for z in differ},
+            ours={z: ours.get(z) for z in differ},
+            event="dnssec_keys_mismatch",
+        )
+    elif before and not differ:
+        log.info("peer {peer} now serves our DNSSEC keys", peer=peer, event="dnssec_keys_agree")
+    return differ

@@ -459,28 +459,14 @@ class Replicator:
         peer = self.peers.get(proto.peer or "")
         if peer is None or proto.dnssec_keys is None:
             return
-        told = keyset.decode(proto.dnssec_keys) if proto.dnssec_keys else {}
-        if told is None:
-            log.warn("peer {peer} told malformed DNSSEC key-set digests", peer=peer.name, event="dnssec_keys_malformed")
-            return
-        peer.dnssec_keys = told
-        self._compare_keys(peer)
+        told = keyset.heard(peer.name, proto.dnssec_keys)
+        if told is not None:
+            peer.dnssec_keys = told
+            self._compare_keys(peer)
 
     def _compare_keys(self, peer: PeerState) -> None:
         assert peer.dnssec_keys is not None
-        before, peer.dnssec_mismatch = peer.dnssec_mismatch, keyset.disagreements(self.dnssec_keys, peer.dnssec_keys)
-        if peer.dnssec_mismatch and peer.dnssec_mismatch != before:
-            log.warn(
-                "peer {peer} serves other DNSSEC keys for {zones} (key-set digests {theirs}, ours {ours}): "
-                "validators will reject the answers of one of us; give every member the same key directory",
-                peer=peer.name,
-                zones=", ".join(peer.dnssec_mismatch),
-                theirs={z: peer.dnssec_keys.get(z) for z in peer.dnssec_mismatch},
-                ours={z: self.dnssec_keys.get(z) for z in peer.dnssec_mismatch},
-                event="dnssec_keys_mismatch",
-            )
-        elif before and not peer.dnssec_mismatch:
-            log.info("peer {peer} now serves our DNSSEC keys", peer=peer.name, event="dnssec_keys_agree")
+        peer.dnssec_mismatch = keyset.compare(peer.name, self.dnssec_keys, peer.dnssec_keys, peer.dnssec_mismatch)
 
     def heard_digest(self, proto: PeerProtocol, digest: str) -> None:
         peer = self.peers.get(proto.peer or "")
