@@ -28,6 +28,7 @@ from typing import Any
 
 from gtmcluster.lb.context import Context
 from gtmcluster.lb.ranking import Candidate, Method, Ranking, Slot
+from gtmcluster.lb.weighted import in_turn
 
 PATH_NOTE = "RTT and paths are measured to the LDNS, not to the client subnet"
 
@@ -242,8 +243,6 @@ def dynamic_ratio(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranki
     """The ratio method over the configured ratios scaled by spare capacity (BIG-IP's
     dynamic ratio, with the spare share as the scale): a member half full is answered half
     as often as its ratio says, a full one not at all."""
-    from gtmcluster.lb.methods import ratio_schedule  # (methods imports this module)
-
     if ctx.measurements is None:
         return Ranking((), note="no measurements on this node")
     weights = dynamic_weights(cands, ctx)
@@ -256,15 +255,8 @@ def dynamic_ratio(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranki
     if len(weighted) == 1:
         return Ranking((weighted[0],), scores, note=note)
     top = max(weights[c.name] for c in weighted)
-    schedule = ratio_schedule(tuple(max(1, round(DYNAMIC_STEPS * weights[c.name] / top)) for c in weighted))
-    start = ctx.turn(slot.rotation) % len(schedule)
-    order: list[Candidate] = []
-    for i in schedule[start:] + schedule[:start]:
-        if weighted[i] not in order:
-            order.append(weighted[i])
-            if len(order) == len(weighted):
-                break
-    return Ranking(tuple(order), scores, note=note)
+    shares = tuple(max(1, round(DYNAMIC_STEPS * weights[c.name] / top)) for c in weighted)
+    return Ranking(in_turn(weighted, shares, ctx, slot), scores, note=note)
 
 
 def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:

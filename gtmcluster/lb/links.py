@@ -27,6 +27,7 @@ from gtmcluster.config.model import Link
 from gtmcluster.health import linkload
 from gtmcluster.lb.context import Context
 from gtmcluster.lb.ranking import Candidate, Method, Ranking, Slot
+from gtmcluster.lb.weighted import in_turn
 
 
 def links_of(c: Candidate) -> tuple[Link, ...]:
@@ -44,19 +45,8 @@ def _shared(cands: Sequence[Candidate], weights: Sequence[int], ctx: Context, sl
     weighted = [(c, w) for c, w in zip(cands, weights, strict=True) if w > 0]
     if len(weighted) <= 1:
         return tuple(c for c, _ in weighted)
-    from gtmcluster.lb.methods import ratio_schedule  # (it registers these methods: no cycle at import)
-
     divisor = math.gcd(*(w for _, w in weighted))  # (1000:100 Mbit/s is 10:1, before any scaling)
-    schedule = ratio_schedule(tuple(w // divisor for _, w in weighted))
-    start = ctx.turn(slot.rotation) % len(schedule)
-    order: list[Candidate] = []
-    for i in schedule[start:] + schedule[:start]:
-        c = weighted[i][0]
-        if c not in order:
-            order.append(c)
-            if len(order) == len(weighted):
-                break
-    return tuple(order)
+    return in_turn([c for c, _ in weighted], tuple(w // divisor for _, w in weighted), ctx, slot)
 
 
 def bandwidth_ratio(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:

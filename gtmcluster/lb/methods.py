@@ -9,7 +9,6 @@ the context's rotation counters.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -17,12 +16,9 @@ from collections.abc import Sequence
 from gtmcluster.lb import dynamic, links
 from gtmcluster.lb.context import Context
 from gtmcluster.lb.ranking import C, Candidate, Method, Ranking, Slot
+from gtmcluster.lb.weighted import in_turn, ratio_schedule
 
 __all__ = ["METHODS", "Candidate", "Method", "Ranking", "Slot", "ratio_schedule"]
-
-
-#: the longest ratio cycle kept exactly; larger weight sums are scaled down to it
-MAX_CYCLE = 10_000
 
 
 def round_robin(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
@@ -32,22 +28,6 @@ def round_robin(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     return Ranking(tuple(cands[start:]) + tuple(cands[:start]))
 
 
-@functools.lru_cache(maxsize=4096)
-def ratio_schedule(weights: tuple[int, ...]) -> tuple[int, ...]:
-    """One cycle of smooth weighted round robin: index i appears weights[i] times, spread out.
-
-    Slot k of member i sits at (2k+1)/(2w_i) of the cycle (Webster's divisor method), so a
-    3:1 pair gives 0,0,1,0 rather than 0,0,0,1.
-    """
-    total = sum(weights)
-    if total > MAX_CYCLE:
-        weights = tuple(max(1, round(w * MAX_CYCLE / total)) if w else 0 for w in weights)
-    divisor = math.gcd(*weights)
-    weights = tuple(w // divisor for w in weights)
-    slots = sorted(((2 * k + 1) / (2 * w), i) for i, w in enumerate(weights) for k in range(w))
-    return tuple(i for _, i in slots)
-
-
 def ratio(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     weighted = [c for c in cands if c.ratio > 0]
     scores = tuple((c.name, float(c.ratio)) for c in cands)
@@ -55,15 +35,7 @@ def ratio(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
         return Ranking((), scores, note="every ratio is 0")
     if len(weighted) == 1:
         return Ranking((weighted[0],), scores)  # no turn to take: the answer cannot vary
-    schedule = ratio_schedule(tuple(c.ratio for c in weighted))
-    start = ctx.turn(slot.rotation) % len(schedule)
-    order: list[Candidate] = []
-    for i in schedule[start:] + schedule[:start]:
-        if weighted[i] not in order:
-            order.append(weighted[i])
-            if len(order) == len(weighted):
-                break
-    return Ranking(tuple(order), scores)
+    return Ranking(in_turn(weighted, tuple(c.ratio for c in weighted), ctx, slot), scores)
 
 
 def global_availability(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
