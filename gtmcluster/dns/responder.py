@@ -29,7 +29,6 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
 
 from __future__ import annotations
 
-import ipaddress
 import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
@@ -60,10 +59,10 @@ from gtmcluster.dns.zone import (
 )
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
-from gtmcluster.lb.context import Client, IPAddress
+from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.stats import QueryStats
-from gtmcluster.topology.prefixes import PrefixMap
+from gtmcluster.topology.prefixes import PrefixMap, address_of
 
 log = Logger()
 
@@ -465,14 +464,6 @@ def client_key(source: str, ecs: wire.ClientSubnet | None) -> Hashable:
     if ecs is None:
         return source
     return (source, struct.pack("!HBB", ecs.family, ecs.source_prefix, 0) + ecs.address)
-
-
-def address_of(source: str) -> IPAddress:
-    """The address of a source as received (an IPv6 zone left out, IPv4-mapped unmapped)."""
-    ldns: IPAddress = ipaddress.ip_address(source.split("%", 1)[0])
-    if isinstance(ldns, ipaddress.IPv6Address) and ldns.ipv4_mapped is not None:
-        ldns = ldns.ipv4_mapped
-    return ldns
 
 
 def client_of(source: str, ecs: wire.ClientSubnet | None, trusted: PrefixMap[bool] | None = None) -> Client:

@@ -22,7 +22,6 @@ dnspython builds and signs the messages; the zone's records are converted once p
 
 from __future__ import annotations
 
-import ipaddress
 import struct
 import time
 from collections.abc import Mapping
@@ -44,6 +43,7 @@ from gtmcluster.config.model import TSIGKey, ZoneTransfer
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
+from gtmcluster.topology.prefixes import address_of
 
 log = Logger()
 
@@ -278,11 +278,9 @@ def _set_arcount(message: bytearray, count: int) -> None:
 
 def _allowed(source: str, settings: ZoneTransfer) -> bool:
     try:
-        address = ipaddress.ip_address(source.split("%", 1)[0])
+        address = address_of(source)
     except ValueError:
         return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     return any(address in network for network in settings.allow)
 
 
