@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gtmcluster.api.server import ApiError
-from gtmcluster.config.model import WideIP
+from gtmcluster.config.model import WideIP, servers_of
 from gtmcluster.config.traffic import TYPE_NAMES, WIDEIP_TYPES
 from gtmcluster.dns import names
 from gtmcluster.lb.context import Client
@@ -150,14 +150,10 @@ def admin_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
     pools, pool members and itself are steps of the trace."""
     snapshot = node.health.snapshot
     out = []
-    seen = set()
-    for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
-        for m in ref.pool.members:
-            status = snapshot.vs.get(m.name)
-            if m.name in seen or status is None or status.admin == "enabled":
-                continue
-            seen.add(m.name)
-            out.append({"virtual_server": m.name, "admin": status.admin, "reason": status.reason})
+    for name in servers_of(wideip):
+        status = snapshot.vs.get(name)
+        if status is not None and status.admin != "enabled":
+            out.append({"virtual_server": name, "admin": status.admin, "reason": status.reason})
     return out
 
 
@@ -166,12 +162,8 @@ def health_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:
     a hold): which and why (the reason names each monitor's verdict)."""
     snapshot = node.health.snapshot
     out = []
-    seen = set()
-    for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
-        for m in ref.pool.members:
-            status = snapshot.vs.get(m.name)
-            if m.name in seen or status is None or status.admin != "enabled" or status.serving:
-                continue
-            seen.add(m.name)
-            out.append({"virtual_server": m.name, "health": status.health, "reason": status.reason})
+    for name in servers_of(wideip):
+        status = snapshot.vs.get(name)
+        if status is not None and status.admin == "enabled" and not status.serving:
+            out.append({"virtual_server": name, "health": status.health, "reason": status.reason})
     return out
