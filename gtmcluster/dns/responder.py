@@ -197,18 +197,18 @@ class Responder:
         them once a big transfer is encoded."""
         qtype = transfer_type(data) if self.transfers is not None else 0
         if qtype:
-            messages = self._transfer(data, source, qtype, True, wire.MAX_MESSAGE)
+            messages = self._transfer(data, source, qtype, True, self.udp_payload_size)
             if messages is not None:
                 return messages
         reply = self.answer(data, source, True)[0]
         return [] if reply is None else [reply]
 
-    def _transfer(self, data: bytes, source: str, qtype: int, tcp: bool, limit: int) -> Reply | None:
+    def _transfer(self, data: bytes, source: str, qtype: int, tcp: bool, udp_size: int) -> Reply | None:
         """The transfer's answer, counted; None to answer it as any query (as without
         transfers: REFUSED)."""
         assert self.transfers is not None
         try:
-            messages = self.transfers.answer(data, source, tcp, limit)
+            messages = self.transfers.answer(data, source, tcp, udp_size)
         except Exception:  # (a bug: the responder then refuses it, as without transfers)
             log.failure("internal error answering a zone transfer request from {source}", source=source)
             return None
@@ -231,6 +231,10 @@ class Responder:
         """The response to *data* from *source*, and whether it is static: any query with
         the same question (in any case) and the same EDNS presence and DO bit, without a
         client subnet, gets the same response but for the ID and the RD and CD flags."""
+        if not tcp and self.transfers is not None and (qtype := transfer_type(data)):
+            replies = self._transfer(data, source, qtype, False, self.udp_payload_size)
+            if isinstance(replies, list) and replies:  # (IXFR over UDP; AXFR refused)
+                return replies[0], False
         try:
             query = wire.parse_query(data)
         except wire.Drop:
@@ -243,10 +247,6 @@ class Responder:
                 opt = wire.opt_record(self.udp_payload_size, e.rcode >> 4, e.edns.do, b"")
             limit = self._limit(e.edns, tcp)
             return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit), False
-        if not tcp and query.qtype in _REFUSEDTYPE_LABELS and self.transfers is not None:
-            replies = self._transfer(data, source, query.qtype, False, self._limit(query.edns, False))
-            if isinstance(replies, list) and replies:  # (IXFR over UDP; AXFR refused)
-                return replies[0], False
         try:
             answer = self._respond(query, source)
         except Exception:

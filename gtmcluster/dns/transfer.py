@@ -137,11 +137,11 @@ class Transfers:
     def __bool__(self) -> bool:
         return bool(self.settings)
 
-    def answer(self, data: bytes, source: str, tcp: bool, limit: int = wire.MAX_MESSAGE) -> Reply | None:
+    def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> Reply | None:
         """The messages answering the transfer request *data* from *source* (or a Deferred
         firing with them), or None to let the responder answer it (a zone without
         ``transfer``, a malformed request). Over UDP (*tcp* false) the answer is one message
-        of at most *limit* bytes."""
+        of at most the client's EDNS size (512 without), capped by *udp_size*."""
         try:
             query = dns.message.from_wire(data, keyring=False)
         except (dns.exception.DNSException, ValueError):
@@ -173,6 +173,7 @@ class Transfers:
         elif theirs is not None and zone.origin_key in self.journals:
             steps = self.journals[zone.origin_key].chain_from(theirs)
         if not tcp:
+            limit = min(max(query.payload, wire.MIN_UDP), udp_size) if query.edns >= 0 else wire.MIN_UDP
             return [self._udp(data, query, zone, steps, signer, limit)]
         if steps == ():
             return finish(data, query, list(messages(zone, [zone.soa])), signer)

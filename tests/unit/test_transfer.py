@@ -56,8 +56,8 @@ class Sync:
     def __init__(self, transfers: Transfers):
         self.transfers = transfers
 
-    def answer(self, data: bytes, source: str, tcp: bool, limit: int = 65535) -> list[bytes] | None:
-        replies = self.transfers.answer(data, source, tcp, limit)
+    def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> list[bytes] | None:
+        replies = self.transfers.answer(data, source, tcp, udp_size)
         assert not isinstance(replies, Deferred)
         return replies
 
