@@ -5,9 +5,11 @@ zone no longer has and the ones it has anew are kept as one `Step` (old serial -
 serial). A secondary asking IXFR from a serial the journal starts a step at gets the steps
 from there on (`Journal.chain_from`) instead of the whole zone.
 
-The difference is a set difference of the two versions' records, each an (owner, type, TTL,
-RDATA) tuple: linear in the zone's size, the same order as the reload that parsed the zone
-file. The SOA is left out of the sets: each step carries both SOAs itself.
+The difference (`difference`) walks the two versions' names side by side and compares
+their RRsets; only where they differ are the records, each an (owner, type, TTL, RDATA)
+tuple, set against each other. So a reload costs a comparison per name (far less than the
+zone file's parsing) and records in proportion to the change. The SOA is left out: each
+step carries both SOAs itself.
 
 Bounds: at most `MAX_VERSIONS` steps, and no more records (deleted plus added, over all
 steps) than the zone itself has; the oldest steps go first. A single change bigger than the
@@ -21,7 +23,7 @@ after a restart a secondary's first IXFR gets the whole zone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gtmcluster.dns.names import Name
@@ -55,14 +57,41 @@ def newer(serial: int, than: int) -> bool:
 def records_of(zone: Zone) -> set[Record]:
     """Every record of *zone* but its SOA, as tuples."""
     out: set[Record] = set()
-    soa = zone.soa
     for node in zone.nodes.values():
-        for rrset in node.rrsets.values():
-            if rrset is soa:
-                continue
-            owner, rtype, ttl = rrset.owner, rrset.rtype, rrset.ttl
-            out.update((owner, rtype, ttl, rdata) for rdata in rrset.rdatas)
+        out.update(_records(node.rrsets.values(), zone.soa))
     return out
+
+
+def difference(old: Zone, new: Zone) -> tuple[set[Record], set[Record]]:
+    """The records *old* has and *new* has not, and the other way round (SOAs aside).
+    Names whose RRsets are equal are passed over: records are made only where they differ."""
+    deleted: set[Record] = set()
+    added: set[Record] = set()
+    new_nodes = new.nodes
+    for key, node in old.nodes.items():
+        other = new_nodes.get(key)
+        if other is None:
+            deleted.update(_records(node.rrsets.values(), old.soa))
+        elif other.rrsets != node.rrsets:
+            for rtype in node.rrsets.keys() | other.rrsets.keys():
+                was, now = node.rrsets.get(rtype), other.rrsets.get(rtype)
+                if was != now:
+                    before = set(_records([was] if was is not None else [], old.soa))
+                    after = set(_records([now] if now is not None else [], new.soa))
+                    deleted |= before - after
+                    added |= after - before
+    old_nodes = old.nodes
+    for key, node in new_nodes.items():
+        if key not in old_nodes:
+            added.update(_records(node.rrsets.values(), new.soa))
+    return deleted, added
+
+
+def _records(rrsets: Iterable[RRset], soa: RRset) -> Iterator[Record]:
+    for rrset in rrsets:
+        if rrset is not soa:
+            owner, rtype, ttl = rrset.owner, rrset.rtype, rrset.ttl
+            yield from ((owner, rtype, ttl, rdata) for rdata in rrset.rdatas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,19 +131,17 @@ class Journal:
         serial, the same journal when nothing changed, an empty one when the records changed
         without a newer serial. *limit*: the most records all steps may hold (by default
         the number of records *new* has)."""
-        before, now = serial_of(old), serial_of(new)
         if old is new:
             return self
+        before, now = serial_of(old), serial_of(new)
+        deleted, added = difference(old, new)
         if before == now and old.soa == new.soa:
-            if records_of(old) == records_of(new):
-                return self
-            return Journal()
+            return self if not deleted and not added else Journal()
         if not newer(now, before):
             return Journal()
-        old_records, new_records = records_of(old), records_of(new)
-        step = Step(old.soa, new.soa, _sorted(old_records - new_records), _sorted(new_records - old_records))
+        step = Step(old.soa, new.soa, _sorted(deleted), _sorted(added))
         if limit is None:
-            limit = len(new_records) + 1
+            limit = sum(len(r.rdatas) for node in new.nodes.values() for r in node.rrsets.values())
         return Journal((*self.steps, step)).bounded(limit)
 
     def bounded(self, limit: int, versions: int = MAX_VERSIONS) -> Journal:
@@ -145,6 +172,6 @@ def rrsets_of(records: Iterable[Record]) -> list[RRset]:
     return out
 
 
-def _sorted(records: set[Record]) -> tuple[Record, ...]:
+def _sorted(records: Iterable[Record]) -> tuple[Record, ...]:
     # (an RDATA mixes bytes and names: sort by the parts that are comparable, then repr)
     return tuple(sorted(records, key=lambda r: (r[0], r[1], r[2], repr(r[3]))))

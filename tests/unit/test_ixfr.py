@@ -22,7 +22,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock, Cooperator
 
 from gtmcluster.config.model import Config
-from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, newer, records_of
+from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, difference, newer, records_of
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.server import DNSStreamFactory
 from gtmcluster.dns.transfer import Transfers
@@ -80,6 +80,8 @@ def test_the_chain_from_any_kept_version_gives_the_newest_zone(versions: list[Ve
     journal = Journal()
     for old, new in itertools.pairwise(zones):
         journal = journal.after(old, new, limit=10**6)
+        # (compared name by name, the same as the set difference of all records)
+        assert difference(old, new) == (records_of(old) - records_of(new), records_of(new) - records_of(old))
     assert len(journal.steps) == len(zones) - 1
     newest = records_of(zones[-1])
     for i, zone in enumerate(zones[:-1]):
