@@ -8,7 +8,9 @@ A signed request is verified first (RFC 8945 5.2): a missing, unknown or wrong s
 gets NOTAUTH with the TSIG error RFC 8945 5.3.2 names (BADKEY and BADSIG unsigned, BADTIME
 signed). Then the refusals: a name that is not a zone apex, AXFR over UDP, or a source
 outside ``allow`` get REFUSED (as knotd and gdnsd answer them), signed when the request was
-verified (RFC 8945 5.3); an unsigned request for a zone with ``tsig`` gets NOTAUTH.
+verified (RFC 8945 5.3); an unsigned request for a zone with ``tsig`` gets NOTAUTH. A zone
+without ``transfer`` is refused by the responder, unsigned, unless the request verifies
+with the key of another zone's ``transfer``: then this REFUSED is signed too.
 
 AXFR (and IXFR from a serial the journal does not know) is the whole zone over TCP. IXFR
 from a serial the zone's `Journal` holds is the incremental form of RFC 1995 4: our SOA,
@@ -129,6 +131,8 @@ class Transfers:
         self.cooperate = cooperate
         #: zone origin -> the changes kept for IXFR (zones with none are absent)
         self.journals: dict[Name, Journal] = _journals(zones, settings, previous)
+        #: the zones' keys by DNS name (a refusal of a request signed with one is signed)
+        self._keys = {dns.name.from_text(s.tsig.name): s.tsig for s in settings.values() if s.tsig is not None}
         #: zone origin -> its whole transfer as messages to patch and sign (made on first use)
         self._bodies_of: dict[Name, list[bytes]] = {}
         #: zone origin -> the requests waiting for its whole transfer being encoded
@@ -151,9 +155,11 @@ class Transfers:
         question = query.question[0]
         key = names.key(tuple(question.name.labels[:-1]))
         zone = self.zones.find(key)
-        settings = self.settings.get(zone.origin_key) if zone is not None else None
-        if zone is None or settings is None or question.rdclass != dns.rdataclass.IN:
+        if zone is None or question.rdclass != dns.rdataclass.IN:
             return None
+        settings = self.settings.get(zone.origin_key)
+        if settings is None:
+            return self._not_transferred(data, query)
         signer = None
         if query.had_tsig:
             verified = self._verify(data, query, settings.tsig)
@@ -192,6 +198,20 @@ class Transfers:
         if isinstance(bodies, Deferred):
             return bodies.addCallbacks(partial(finish, data, query, key=signer), partial(_failed, query, zone))
         return finish(data, query, bodies, signer)
+
+    def _not_transferred(self, data: bytes, query: dns.message.Message) -> list[bytes] | None:
+        """A zone without ``transfer``: REFUSED signed when the request is signed with a key
+        of another zone's transfer and verifies; else None (the responder refuses it)."""
+        if not query.had_tsig or query.keyname is None:
+            return None
+        key = self._keys.get(query.keyname)
+        if key is None or query.keyalgorithm != algorithm(key):
+            return None
+        try:
+            verified = dns.message.from_wire(data, keyring={query.keyname: dns_key(key)})
+        except dns.exception.DNSException:
+            return None
+        return [_error(verified, dns.rcode.REFUSED)]
 
     def _verify(self, data: bytes, query: dns.message.Message, key: TSIGKey | None) -> dns.message.Message | bytes:
         """The signed request verified with *key*, or the NOTAUTH reply saying why not."""

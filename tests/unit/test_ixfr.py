@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock, Cooperator
 
+from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, difference, newer, records_of
 from gtmcluster.dns.responder import Responder
@@ -30,7 +31,7 @@ from gtmcluster.dns.zone import TYPE_A, TYPE_SOA, TYPE_TXT, RRset, Zone
 from gtmcluster.node import Node
 from tests.support import configs
 from tests.unit.test_server import connect, framed
-from tests.unit.test_transfer import KEY, RING, Sync, read, records, request, transfer_config
+from tests.unit.test_transfer import KEY, RING, SECRET, WRONG_RING, Sync, read, records, request, transfer_config
 
 ORIGIN = (b"example", b"test")
 
@@ -371,3 +372,27 @@ def test_ixfr_of_a_change_is_sent_whatever_its_size(tmp_path_factory: pytest.Tem
     wires = Sync(transfers).answer(query.to_wire(), "127.0.0.1", tcp=True) or []
     assert len(records(read(wires, query))) == 4 + 2 * changed
     assert follow(V1, 1, wires, query) == zone_text(v2)
+
+
+def test_a_zone_without_transfer_refuses_a_verified_request_signed(tmp_path: Path) -> None:
+    """other.test has no ``transfer``; a request for it signed with example.test's key is
+    refused with a signed REFUSED; unsigned or badly signed, the responder refuses it as
+    before (unsigned)."""
+    config = configs.base()
+    config["tsig_keys"] = {KEY: {"secret": SECRET}}
+    config["zones"][0]["transfer"] = {"allow": ["127.0.0.0/8"], "tsig": KEY}
+    config["zones"].append({"origin": "other.test", "file": "other.test.zone"})
+    (tmp_path / "other.test.zone").write_text("@ IN SOA ns h 1 3600 600 86400 300\n  IN NS ns\nns IN A 192.0.2.5\n")
+    loaded = load(configs.write(tmp_path, config))
+    transfers = Transfers(loaded.zones, loaded.transfers)
+    responder = Responder(loaded.zones, {}, _no_wideips, transfers=transfers)
+    query = request(name="other.test")
+    (wire,) = Sync(transfers).answer(query.to_wire(), "127.0.0.1", True) or []
+    reply = dns.message.from_wire(wire, keyring=RING, request_mac=query.mac)
+    assert reply.rcode() == dns.rcode.REFUSED and reply.had_tsig
+    for unverified in (request(name="other.test", ring=WRONG_RING), request(name="other.test", ring=None)):
+        assert Sync(transfers).answer(unverified.to_wire(), "127.0.0.1", True) is None
+        refused = responder.handle_stream(unverified.to_wire(), "127.0.0.1")
+        assert isinstance(refused, list)
+        plain = dns.message.from_wire(refused[0], keyring=False)
+        assert plain.rcode() == dns.rcode.REFUSED and plain.tsig is None
