@@ -13,12 +13,10 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
-from twisted.internet import task
-
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.transfer import Transfers
+from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
@@ -122,7 +120,7 @@ class Node:
             # (the running signers, where a zone's keys are unchanged: their kept signatures too)
             signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None)),
             # (the running transfers' IXFR journals continue; big transfers yield to the reactor)
-            transfers=Transfers(config.zones, config.transfers, _running_transfers(self), task.cooperate),
+            transfers=Transfers(config.zones, config.transfers, _running_transfers(self), PER_TURN.cooperate),
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

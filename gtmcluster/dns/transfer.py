@@ -25,8 +25,8 @@ zone file's static records at those names, if any.
 
 Off the reactor's back: encoding a big zone takes a while (about 0.5 s for 50,000
 records), and DNS answers wait while the reactor thread works. So a transfer of more than
-`SMALL` names (or journal records) is encoded cooperatively (`twisted.internet.task
-.cooperate`): one message of about 32 KB per iteration, the reactor answering queries in
+`SMALL` names (or journal records) is encoded cooperatively (a twisted `Cooperator`,
+`PER_TURN`): one message of about 32 KB per reactor turn, the reactor answering queries in
 between, and the request is answered when the last message is made. Not a thread: the
 encoder is pure Python, so a thread would hold the GIL as long and contend with the reactor
 for it, and the zone and journal would have to be shown safe to read from another thread;
@@ -56,7 +56,7 @@ import dns.rdatatype
 import dns.rrset
 import dns.tsig
 from twisted.internet.defer import Deferred
-from twisted.internet.task import CooperativeTask
+from twisted.internet.task import CooperativeTask, Cooperator
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -75,6 +75,10 @@ log = Logger()
 #: transfers of at most this many names (or journal records) are encoded at once; bigger
 #: ones a message at a time, the reactor running in between (a few ms at most at once)
 SMALL = 500
+
+#: encodes big transfers one message (about 8 ms of work) per reactor turn; twisted's own
+#: `task.cooperate` works on for 10 ms per turn, so a query could wait for two messages
+PER_TURN = Cooperator(terminationPredicateFactory=lambda: lambda: True)
 
 #: the messages of a transfer, or a Deferred firing with them once encoded
 Reply = Union[list[bytes], "Deferred[list[bytes]]"]
