@@ -23,6 +23,7 @@ from twisted.internet.task import Clock, Cooperator
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
+from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, difference, newer, records_of
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.server import DNSStreamFactory
@@ -396,3 +397,28 @@ def test_a_zone_without_transfer_refuses_a_verified_request_signed(tmp_path: Pat
         assert isinstance(refused, list)
         plain = dns.message.from_wire(refused[0], keyring=False)
         assert plain.rcode() == dns.rcode.REFUSED and plain.tsig is None
+
+
+@pytest.fixture(scope="module")
+def udp_entry(tmp_path_factory: pytest.TempPathFactory) -> FastPath:
+    transfers, config = chain_of(tmp_path_factory.mktemp("udp"), V1, V2)
+    return FastPath(udp_responder(transfers, config))
+
+
+def test_udp_ixfr_through_the_fast_path(udp_entry: FastPath) -> None:
+    """The UDP entry (the fast path, then the responder) hands IXFR to the transfers, and
+    never keeps the reply as a template: asked again, it is made again (a new signature)."""
+    for _ in range(2):
+        query = request("IXFR", serial=1)
+        reply = udp_entry.handle(query.to_wire(), "127.0.0.1")
+        assert reply is not None
+        assert follow(V1, 1, [reply], query, udp=True) == zone_text(V2)
+
+
+@given(st.data())
+def test_damaged_udp_ixfr_requests_never_raise(udp_entry: FastPath, data: Any) -> None:
+    wire = bytearray(request("IXFR", serial=1).to_wire())
+    for _ in range(data.draw(st.integers(1, 4))):
+        wire[data.draw(st.integers(0, len(wire) - 1))] = data.draw(st.integers(0, 255))
+    reply = udp_entry.handle(bytes(wire[: data.draw(st.integers(12, len(wire)))]), "127.0.0.1")
+    assert reply is None or (isinstance(reply, bytes) and len(reply) <= 512)
