@@ -82,7 +82,7 @@ PER_TURN = Cooperator(terminationPredicateFactory=lambda: lambda: True)
 
 #: the messages of a transfer, or a Deferred firing with them once encoded
 Reply = Union[list[bytes], "Deferred[list[bytes]]"]
-#: runs an iterator a step at a time, letting the reactor work in between (task.cooperate)
+#: runs an iterator a step at a time, letting the reactor work in between (`PER_TURN`)
 Cooperate = Callable[[Iterator[None]], "CooperativeTask[Iterator[None]]"]
 
 
@@ -121,7 +121,7 @@ class Transfers:
 
     *previous*: the running config's, whose journals this one continues (each zone's
     `Journal.after` the old zone and the new one). *cooperate*: how big transfers are
-    encoded a message at a time (`task.cooperate`); None encodes them at once (tests)."""
+    encoded a message at a time (`PER_TURN.cooperate`); None encodes them at once."""
 
     def __init__(
         self,
