@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.transfer import Transfers
+from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
@@ -119,7 +119,8 @@ class Node:
             wideip_names=config.wideip_names,
             # (the running signers, where a zone's keys are unchanged: their kept signatures too)
             signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None)),
-            transfers=Transfers(config.zones, config.transfers),
+            # (the running transfers' IXFR journals continue; big transfers yield to the reactor)
+            transfers=Transfers(config.zones, config.transfers, _running_transfers(self), PER_TURN.cooperate),
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).
@@ -309,3 +310,9 @@ class Node:
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
         self.store.expire()
+
+
+def _running_transfers(node: Node) -> Transfers | None:
+    """The transfers of the config *node* answers from (None while it is being built)."""
+    responder: Responder | None = getattr(node, "responder", None)
+    return responder.transfers if responder is not None else None

@@ -33,13 +33,15 @@ import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.transfer import Transfers, transfer_type
+from gtmcluster.dns.transfer import Reply, Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
 from gtmcluster.dns.zone import (
     TYPE_A,
@@ -189,29 +191,50 @@ class Responder:
         """The response to *data* from *source* (an IP address), or None for no reply."""
         return self.answer(data, source, tcp)[0]
 
-    def handle_stream(self, data: bytes, source: str) -> list[bytes]:
+    def handle_stream(self, data: bytes, source: str) -> Reply:
         """The responses to *data* from *source* over TCP: one, none, or the several
-        messages of a zone transfer (`gtmcluster.dns.transfer`)."""
+        messages of a zone transfer (`gtmcluster.dns.transfer`), or a Deferred firing with
+        them once a big transfer is encoded."""
         qtype = transfer_type(data) if self.transfers is not None else 0
         if qtype:
-            assert self.transfers is not None
-            try:
-                messages = self.transfers.answer(data, source, tcp=True)
-            except Exception:  # (a bug: the responder then refuses it, as without transfers)
-                log.failure("internal error answering a zone transfer request from {source}", source=source)
-                messages = None
+            messages = self._transfer(data, source, qtype, True, self.udp_payload_size)
             if messages is not None:
-                rcode = messages[0][3] & 0xF
-                label = "AXFR" if qtype == TYPE_AXFR else "IXFR"
-                self.stats.query("", label, RCODE_LABELS.get(rcode, "other"), "transfer")
                 return messages
         reply = self.answer(data, source, True)[0]
         return [] if reply is None else [reply]
+
+    def _transfer(self, data: bytes, source: str, qtype: int, tcp: bool, udp_size: int) -> Reply | None:
+        """The transfer's answer, counted; None to answer it as any query (as without
+        transfers: REFUSED)."""
+        assert self.transfers is not None
+        try:
+            messages = self.transfers.answer(data, source, tcp, udp_size)
+        except Exception:  # (a bug: the responder then refuses it, as without transfers)
+            log.failure("internal error answering a zone transfer request from {source}", source=source)
+            return None
+        label = "AXFR" if qtype == TYPE_AXFR else "IXFR"
+
+        def counted(replies: list[bytes]) -> list[bytes]:
+            self.stats.query("", label, RCODE_LABELS.get(replies[0][3] & 0xF, "other"), "transfer")
+            return replies
+
+        def failed(failure: Failure) -> list[bytes]:
+            log.failure("internal error answering a zone transfer request from {source}", failure, source=source)
+            reply = self.answer(data, source, tcp)[0]
+            return [] if reply is None else [reply]
+
+        if isinstance(messages, Deferred):
+            return messages.addCallbacks(counted, failed)
+        return None if messages is None else counted(messages)
 
     def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
         """The response to *data* from *source*, and whether it is static: any query with
         the same question (in any case) and the same EDNS presence and DO bit, without a
         client subnet, gets the same response but for the ID and the RD and CD flags."""
+        if not tcp and self.transfers is not None and (qtype := transfer_type(data)):
+            replies = self._transfer(data, source, qtype, False, self.udp_payload_size)
+            if isinstance(replies, list) and replies:  # (IXFR over UDP; AXFR refused)
+                return replies[0], False
         try:
             query = wire.parse_query(data)
         except wire.Drop:

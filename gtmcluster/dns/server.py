@@ -80,6 +80,11 @@ class DNSStreamProtocol(Protocol):
         self._timer: Any = None
         self._message_timer: Any = None
         self.peer = ""
+        #: a reply being made (a big zone transfer): the connection waits for it
+        self._pending: defer.Deferred[list[bytes]] | None = None
+        #: whether Twisted has paused us (the client is not reading its answers)
+        self._held = False
+        self._lost = False
 
     def connectionMade(self) -> None:
         self.peer = self.transport.getPeer().host  # type: ignore[union-attr]
@@ -104,8 +109,14 @@ class DNSStreamProtocol(Protocol):
         self._buffer += data
         self.factory.touched(self)
         self._reset_timer()
+        self._process()
+
+    def _process(self) -> None:
+        """Answer the whole messages buffered, in order. A reply still being made (a big
+        zone transfer, `Responder.handle_stream` gives a Deferred) holds the rest: the
+        connection is not read until it is written."""
         completed = False
-        while len(self._buffer) >= 2:
+        while self._pending is None and len(self._buffer) >= 2:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if len(self._buffer) < 2 + length:
                 break
@@ -115,26 +126,55 @@ class DNSStreamProtocol(Protocol):
             if length < 12:
                 self.transport.loseConnection()  # type: ignore[union-attr]
                 return
-            for reply in self.factory.responder.handle_stream(message, self.peer):
-                self.transport.write(_LENGTH.pack(len(reply)) + reply)  # type: ignore[union-attr]
+            replies = self.factory.responder.handle_stream(message, self.peer)
+            if isinstance(replies, defer.Deferred):
+                self._pending = replies
+                self.transport.pauseProducing()  # type: ignore[union-attr]
+                replies.addCallbacks(self._answered, self._not_answered)
+                break
+            self._write(replies)
         timer = self._message_timer
         if timer is not None and (completed or not self._buffer):
             timer.cancel()
             timer = self._message_timer = None
-        if self._buffer and timer is None:
+        if self._buffer and timer is None and self._pending is None:
             self._message_timer = self.factory.clock.callLater(self.factory.message_timeout, self._expired, "partial")
+
+    def _write(self, replies: list[bytes]) -> None:
+        for reply in replies:
+            self.transport.write(_LENGTH.pack(len(reply)) + reply)  # type: ignore[union-attr]
+
+    def _answered(self, replies: list[bytes]) -> None:
+        self._pending = None
+        if self._lost:
+            return
+        self._write(replies)
+        if not self._held:
+            self.transport.resumeProducing()  # type: ignore[union-attr]
+        self._reset_timer()
+        self._process()
+
+    def _not_answered(self, failure: Failure) -> None:
+        self._pending = None
+        log.failure("internal error answering a query from {peer}", failure, peer=self.peer)
+        if not self._lost:
+            self.transport.abortConnection()  # type: ignore[union-attr]
 
     # IPushProducer: Twisted pauses us while the answers it buffers for this client pile up
     def pauseProducing(self) -> None:
+        self._held = True
         self.transport.pauseProducing()  # type: ignore[union-attr]
 
     def resumeProducing(self) -> None:
-        self.transport.resumeProducing()  # type: ignore[union-attr]
+        self._held = False
+        if self._pending is None:  # (else read again once the pending reply is written)
+            self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def stopProducing(self) -> None:
         pass  # the connection is going: connectionLost cleans up
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._lost = True
         for timer in (self._timer, self._message_timer):
             if timer is not None and timer.active():
                 timer.cancel()

@@ -1,57 +1,89 @@
 """Zone transfer out (RFC 5936 AXFR, RFC 1995 IXFR) of the static zones, with TSIG (RFC 8945).
 
-A zone is handed out when its config has ``transfer`` (`ZoneTransfer`), over TCP only, to
-sources in its ``allow`` networks, and, when it names a ``tsig`` key, only to requests
-signed with that key; the replies are then signed, every message of a multi-message
-transfer included. Refusals: no ``transfer``, a name that is not a zone apex, UDP, or a
-source outside ``allow`` get REFUSED (as knotd and gdnsd answer them); a missing, unknown
-or wrong signature gets NOTAUTH with the TSIG error RFC 8945 5.3.2 names (BADKEY and BADSIG
-unsigned, BADTIME signed).
+A zone is handed out when its config has ``transfer`` (`ZoneTransfer`) to sources in its
+``allow`` networks, and, when it names a ``tsig`` key, only to requests signed with that
+key; the replies are then signed, every message of a multi-message transfer included.
+
+A signed request is verified first (RFC 8945 5.2): a missing, unknown or wrong signature
+gets NOTAUTH with the TSIG error RFC 8945 5.3.2 names (BADKEY and BADSIG unsigned, BADTIME
+signed). Then the refusals: a name that is not a zone apex, AXFR over UDP, or a source
+outside ``allow`` get REFUSED (as knotd and gdnsd answer them), signed when the request was
+verified (RFC 8945 5.3); an unsigned request for a zone with ``tsig`` gets NOTAUTH. A zone
+without ``transfer`` is refused by the responder, unsigned, unless the request verifies
+with the key of another zone's ``transfer``: then this REFUSED is signed too.
+
+AXFR (and IXFR from a serial the journal does not know) is the whole zone over TCP. IXFR
+from a serial the zone's `Journal` holds is the incremental form of RFC 1995 4: our SOA,
+then per step the old SOA, the deletions, the step's new SOA, the additions, and our SOA
+again. A client at our serial (or a newer one, RFC 1982) gets our SOA alone. Over UDP
+(RFC 1995 2) IXFR is answered incrementally when the difference fits the client's size,
+else by our SOA alone, which tells the client to ask again over TCP.
 
 What is transferred is the zone file's content: wide IP names carry no records of their
 own in a transfer (as F5 BIG-IP DNS transfers none), so a secondary answers them from the
-zone file's static records at those names, if any (the same records a `return_to_dns`
-decision falls back to), else NXDOMAIN/NODATA as the file says.
+zone file's static records at those names, if any.
 
-IXFR is answered by a full AXFR-style transfer (RFC 1995 4 allows it) unless the client is
-already at our serial, which gets our SOA alone; no journal is kept.
-
-dnspython builds and signs the messages; the zone's records are converted once per config
-(on the first transfer) and the conversion kept with the responder.
+Off the reactor's back: encoding a big zone takes a while (about 0.5 s for 50,000
+records), and DNS answers wait while the reactor thread works. So a transfer of more than
+`SMALL` names (or journal records) is encoded cooperatively (a twisted `Cooperator`,
+`PER_TURN`): one message of about 32 KB per reactor turn, the reactor answering queries in
+between, and the request is answered when the last message is made. Not a thread: the
+encoder is pure Python, so a thread would hold the GIL as long and contend with the reactor
+for it, and the zone and journal would have to be shown safe to read from another thread;
+one message at a time keeps each pause short and everything on one thread. A whole-zone
+transfer is encoded once per config and kept (requests arriving meanwhile wait for the
+same encoding); each transfer then only patches the request's ID and question into the
+kept messages and signs them. Incremental transfers are encoded per request: their cost is
+the change's.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Union
 
 import dns.exception
 import dns.flags
 import dns.message
 import dns.name
-import dns.opcode
 import dns.rcode
 import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 import dns.tsig
+from twisted.internet.defer import Deferred
+from twisted.internet.task import CooperativeTask, Cooperator
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from gtmcluster.config.model import TSIGKey, ZoneTransfer
 from gtmcluster.dns import names, wire
+from gtmcluster.dns.journal import Journal, Step, newer, rrsets_of, serial_of
 from gtmcluster.dns.names import Name
+from gtmcluster.dns.xfrwire import algorithm, dns_key, finish, messages, name_wire, single, tsig_room
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
 from gtmcluster.topology.prefixes import address_of
 
+__all__ = ["Transfers", "serial_of", "to_dnspython", "transfer_type"]
+
 log = Logger()
 
-#: record bytes (uncompressed) per message before a new one is begun: a message stays
-#: under 64 KiB, the OPT and TSIG records included, unless one RRset alone is near it
-MESSAGE_BUDGET = 32768
-#: the OPT record of a reply to a request with EDNS: version 0, our payload size, no flags
-_OPT = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
+#: transfers of at most this many names (or journal records) are encoded at once; bigger
+#: ones a message at a time, the reactor running in between (a few ms at most at once)
+SMALL = 500
+
+#: encodes big transfers one message (about 8 ms of work) per reactor turn; twisted's own
+#: `task.cooperate` works on for 10 ms per turn, so a query could wait for two messages
+PER_TURN = Cooperator(terminationPredicateFactory=lambda: lambda: True)
+
+#: the messages of a transfer, or a Deferred firing with them once encoded
+Reply = Union[list[bytes], "Deferred[list[bytes]]"]
+#: runs an iterator a step at a time, letting the reactor work in between (`PER_TURN`)
+Cooperate = Callable[[Iterator[None]], "CooperativeTask[Iterator[None]]"]
 
 
 def transfer_type(data: bytes) -> int:
@@ -79,37 +111,45 @@ def to_dnspython(rrset: RRset) -> dns.rrset.RRset:
     rtype = dns.rdatatype.RdataType(rrset.rtype)
     out = dns.rrset.RRset(owner, rclass, rtype)
     for pieces in rrset.rdatas:
-        data = b"".join(p if isinstance(p, bytes) else _name_wire(p) for p in pieces)
+        data = b"".join(p if isinstance(p, bytes) else name_wire(p) for p in pieces)
         out.add(dns.rdata.from_wire(rclass, rtype, data, 0, len(data)), rrset.ttl)
     return out
 
 
-def _name_wire(name: Name) -> bytes:
-    return b"".join(bytes([len(label)]) + label for label in name) + b"\0"
-
-
-def serial_of(zone: Zone) -> int:
-    """The SOA serial of *zone*."""
-    fixed = zone.soa.rdatas[0][-1]
-    assert isinstance(fixed, bytes)
-    return int.from_bytes(fixed[:4], "big")
-
-
 class Transfers:
-    """Answers AXFR and IXFR for the zones of one config that have ``transfer``."""
+    """Answers AXFR and IXFR for the zones of one config that have ``transfer``.
 
-    def __init__(self, zones: ZoneSet, settings: Mapping[Name, ZoneTransfer]):
+    *previous*: the running config's, whose journals this one continues (each zone's
+    `Journal.after` the old zone and the new one). *cooperate*: how big transfers are
+    encoded a message at a time (`PER_TURN.cooperate`); None encodes them at once."""
+
+    def __init__(
+        self,
+        zones: ZoneSet,
+        settings: Mapping[Name, ZoneTransfer],
+        previous: Transfers | None = None,
+        cooperate: Cooperate | None = None,
+    ):
         self.zones = zones
         self.settings = settings
-        #: zone origin -> its transfer as messages to patch and sign (made on first use)
+        self.cooperate = cooperate
+        #: zone origin -> the changes kept for IXFR (zones with none are absent)
+        self.journals: dict[Name, Journal] = _journals(zones, settings, previous)
+        #: the zones' keys by DNS name (a refusal of a request signed with one is signed)
+        self._keys = {dns.name.from_text(s.tsig.name): s.tsig for s in settings.values() if s.tsig is not None}
+        #: zone origin -> its whole transfer as messages to patch and sign (made on first use)
         self._bodies_of: dict[Name, list[bytes]] = {}
+        #: zone origin -> the requests waiting for its whole transfer being encoded
+        self._waiting: dict[Name, list[Deferred[list[bytes]]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.settings)
 
-    def answer(self, data: bytes, source: str, tcp: bool) -> list[bytes] | None:
-        """The messages answering the transfer request *data* from *source*, or None to
-        let the responder answer it (a zone without ``transfer``, a malformed request)."""
+    def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> Reply | None:
+        """The messages answering the transfer request *data* from *source* (or a Deferred
+        firing with them), or None to let the responder answer it (a zone without
+        ``transfer``, a malformed request). Over UDP (*tcp* false) the answer is one message
+        of at most the client's EDNS size (512 without), capped by *udp_size*."""
         try:
             query = dns.message.from_wire(data, keyring=False)
         except (dns.exception.DNSException, ValueError):
@@ -119,161 +159,224 @@ class Transfers:
         question = query.question[0]
         key = names.key(tuple(question.name.labels[:-1]))
         zone = self.zones.find(key)
-        settings = self.settings.get(zone.origin_key) if zone is not None else None
-        if zone is None or settings is None or question.rdclass != dns.rdataclass.IN:
+        if zone is None or question.rdclass != dns.rdataclass.IN:
             return None
-        if key != zone.origin_key or not tcp or not _allowed(source, settings):
-            return [self._error(query, dns.rcode.REFUSED)]
-        if settings.tsig is not None or query.had_tsig:
+        settings = self.settings.get(zone.origin_key)
+        if settings is None:
+            return self._not_transferred(data, query)
+        signer = None
+        if query.had_tsig:
             verified = self._verify(data, query, settings.tsig)
             if isinstance(verified, bytes):
                 return [verified]
-            query = verified
-        if question.rdtype == dns.rdatatype.IXFR and self._up_to_date(query, zone):
-            bodies = _render(zone, [zone.soa])
-        else:
-            try:
-                bodies = self._bodies(zone)
-            except ValueError as e:  # an RRset over 64 KiB: it cannot be sent whole
-                log.error("zone {zone} cannot be transferred: {error}", zone=names.to_text(zone.origin), error=e)
-                return [self._error(query, dns.rcode.SERVFAIL)]
-        return _finish(data, query, bodies, settings.tsig)
+            query, signer = verified, settings.tsig
+        ixfr = question.rdtype == dns.rdatatype.IXFR
+        if key != zone.origin_key or not (tcp or ixfr) or not _allowed(source, settings):
+            return [_error(query, dns.rcode.REFUSED)]  # (signed if the request was: RFC 8945 5.3)
+        if settings.tsig is not None and signer is None:
+            return [_error(query, dns.rcode.NOTAUTH)]
+        theirs = _client_serial(query) if ixfr else None
+        ours = serial_of(zone)
+        steps: tuple[Step, ...] | None = None
+        if theirs is not None and (theirs == ours or newer(theirs, ours)):
+            steps = ()  # up to date: our SOA alone
+        elif theirs is not None and zone.origin_key in self.journals:
+            steps = self.journals[zone.origin_key].chain_from(theirs)
+        if not tcp:
+            limit = min(max(query.payload, wire.MIN_UDP), udp_size) if query.edns >= 0 else wire.MIN_UDP
+            return [self._udp(data, query, zone, steps, signer, limit)]
+        if steps == ():
+            return finish(data, query, list(messages(zone, [zone.soa])), signer)
+        where = f"{names.to_text(zone.origin)} serial {ours} to {source}"
+        try:
+            if steps is not None:
+                log.info("IXFR of {where}: incremental from serial {theirs}", where=where, theirs=theirs)
+                size = sum(step.size for step in steps)
+                bodies = self._encode(zone, _incremental(zone, steps), size <= SMALL)
+            else:
+                kind = "AXFR" if not ixfr else f"IXFR from serial {theirs}"
+                log.info("{kind} of {where}: the whole zone", kind=kind, where=where)
+                bodies = self._whole(zone)
+        except ValueError:  # (encoded at once: a transfer that cannot be sent)
+            return _failed(query, zone, Failure())
+        if isinstance(bodies, Deferred):
+            return bodies.addCallbacks(partial(finish, data, query, key=signer), partial(_failed, query, zone))
+        return finish(data, query, bodies, signer)
+
+    def _not_transferred(self, data: bytes, query: dns.message.Message) -> list[bytes] | None:
+        """A zone without ``transfer``: REFUSED signed when the request is signed with a key
+        of another zone's transfer and verifies; else None (the responder refuses it)."""
+        if not query.had_tsig or query.keyname is None:
+            return None
+        key = self._keys.get(query.keyname)
+        if key is None or query.keyalgorithm != algorithm(key):
+            return None
+        try:
+            verified = dns.message.from_wire(data, keyring={query.keyname: dns_key(key)})
+        except dns.exception.DNSException:
+            return None
+        return [_error(verified, dns.rcode.REFUSED)]
 
     def _verify(self, data: bytes, query: dns.message.Message, key: TSIGKey | None) -> dns.message.Message | bytes:
-        """The request verified with *key*, or the NOTAUTH reply saying why not."""
-        if not query.had_tsig:
-            return self._error(query, dns.rcode.NOTAUTH)
+        """The signed request verified with *key*, or the NOTAUTH reply saying why not."""
         assert query.keyname is not None
-        if key is None or query.keyname != dns.name.from_text(key.name) or query.keyalgorithm != _algorithm(key):
-            return self._tsig_error(query, dns.rcode.BADKEY, None)
-        ring = {dns.name.from_text(key.name): _dns_key(key)}
+        if key is None or query.keyname != dns.name.from_text(key.name) or query.keyalgorithm != algorithm(key):
+            return _tsig_error(query, dns.rcode.BADKEY, None)
+        ring = {dns.name.from_text(key.name): dns_key(key)}
         try:
             return dns.message.from_wire(data, keyring=ring)
         except dns.tsig.BadTime:
-            return self._tsig_error(query, dns.rcode.BADTIME, key)
+            return _tsig_error(query, dns.rcode.BADTIME, key)
         except (dns.tsig.BadSignature, dns.tsig.BadKey, dns.tsig.BadAlgorithm, dns.message.UnknownTSIGKey):
-            return self._tsig_error(query, dns.rcode.BADSIG, None)
+            return _tsig_error(query, dns.rcode.BADSIG, None)
         except dns.exception.DNSException:
-            return self._error(query, dns.rcode.FORMERR)
+            return _error(query, dns.rcode.FORMERR)
 
-    def _error(self, query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
-        response = dns.message.make_response(query)
-        response.flags &= ~dns.flags.AA
-        response.set_rcode(rcode)
-        response.tsig = None  # (an unverified request's TSIG is not answered with one)
-        return response.to_wire()
+    def _udp(
+        self,
+        data: bytes,
+        query: dns.message.Message,
+        zone: Zone,
+        steps: tuple[Step, ...] | None,
+        key: TSIGKey | None,
+        limit: int,
+    ) -> bytes:
+        """An IXFR over UDP: the difference if it fits in *limit*, else our SOA alone."""
+        room = limit - tsig_room(key)
+        body = None
+        # (each record takes 12 bytes at least: a change that cannot fit is not encoded)
+        if steps and sum(step.size for step in steps) * 12 < room:
+            body = single(zone, list(_incremental(zone, steps)), room)
+        if body is None:
+            body = single(zone, [zone.soa], room)
+        assert body is not None
+        return finish(data, query, [body], key)[0]
 
-    def _tsig_error(self, query: dns.message.Message, error: int, key: TSIGKey | None) -> bytes:
-        """NOTAUTH with a TSIG record carrying *error*: signed with *key* (BADTIME), else
-        with an empty MAC (BADKEY, BADSIG; RFC 8945 5.3.2)."""
-        response = dns.message.make_response(query)
-        response.flags &= ~dns.flags.AA
-        response.set_rcode(dns.rcode.NOTAUTH)
-        assert query.tsig is not None and query.keyname is not None
-        request = query.tsig[0]
-        if key is not None:
-            now = struct.pack("!Q", int(time.time()))[2:]  # RFC 8945 5.2.3: our time
-            response.use_tsig(
-                _dns_key(key), query.keyname, request.fudge, query.id, error, now, algorithm=_algorithm(key)
-            )
-            response.request_mac = request.mac
-            return response.to_wire()
-        tsig = dns.message.Message._make_tsig(
-            query.keyname, request.algorithm, int(time.time()), request.fudge, b"", query.id, error, b""
-        )
-        response.tsig = tsig
-        response.want_tsig_sign = False
-        return response.to_wire()
+    def _whole(self, zone: Zone) -> list[bytes] | Deferred[list[bytes]]:
+        """The zone's whole transfer as messages (ID 0, the question a placeholder): made
+        once per config, on the first transfer; each transfer then only patches and signs
+        them. Requests arriving while it is made wait for the same encoding."""
+        origin = zone.origin_key
+        kept = self._bodies_of.get(origin)
+        if kept is not None:
+            return kept
+        small = len(zone.nodes) <= SMALL
+        if small or self.cooperate is None:
+            kept = self._bodies_of[origin] = list(messages(zone, _whole_zone(zone)))
+            return kept
+        waiter: Deferred[list[bytes]] = Deferred()
+        waiting = self._waiting.get(origin)
+        if waiting is not None:
+            waiting.append(waiter)
+            return waiter
+        self._waiting[origin] = [waiter]
+        encoding = self._encode(zone, _whole_zone(zone), False)
+        assert isinstance(encoding, Deferred)
+        encoding.addCallbacks(partial(self._made, origin), partial(self._not_made, origin))
+        return waiter
 
-    def _up_to_date(self, query: dns.message.Message, zone: Zone) -> bool:
-        """Whether an IXFR request names our serial (or a later one, RFC 1982) already."""
-        for rrset in query.authority:
-            if rrset.rdtype == dns.rdatatype.SOA and len(rrset):
-                theirs = int(rrset[0].serial)
-                ours = serial_of(zone)
-                return theirs == ours or 0 < (theirs - ours) % 2**32 < 2**31
-        return False
+    def _made(self, origin: Name, bodies: list[bytes]) -> None:
+        self._bodies_of[origin] = bodies
+        for waiter in self._waiting.pop(origin, []):
+            waiter.callback(bodies)
 
-    def _bodies(self, zone: Zone) -> list[bytes]:
-        """The zone's transfer as messages (ID 0, the question a placeholder): made once per
-        config, on the first transfer; each transfer then only patches and signs them."""
-        kept = self._bodies_of.get(zone.origin_key)
-        if kept is None:
-            rrsets = [zone.soa]
-            for node in zone.nodes.values():
-                rrsets.extend(r for t, r in node.rrsets.items() if t != TYPE_SOA or r is not zone.soa)
-            rrsets.append(zone.soa)
-            kept = self._bodies_of[zone.origin_key] = _render(zone, rrsets)
-        return kept
+    def _not_made(self, origin: Name, failure: Failure) -> None:
+        for waiter in self._waiting.pop(origin, []):
+            waiter.errback(failure)
+
+    def _encode(self, zone: Zone, rrsets: Iterator[RRset], small: bool) -> list[bytes] | Deferred[list[bytes]]:
+        """*rrsets* as messages: at once when *small* (or without a cooperator), else one
+        message per iteration of the cooperator (the reactor runs in between)."""
+        if small or self.cooperate is None:
+            return list(messages(zone, rrsets))
+        out: list[bytes] = []
+
+        def work() -> Iterator[None]:
+            for message in messages(zone, rrsets):
+                out.append(message)
+                yield None
+
+        done: Deferred[Iterator[None]] = self.cooperate(work()).whenDone()
+        return done.addCallback(lambda _: out)
 
 
-def _render(zone: Zone, rrsets: list[RRset]) -> list[bytes]:
-    """*rrsets* in as few messages as fit the budget (by the node's own encoder, names
-    compressed), the first with a question for the zone's apex (patched with the request's
-    own question by `_finish`)."""
-    question = _name_wire(zone.origin) + struct.pack("!HH", TYPE_AXFR, wire.CLASS_IN)
-    out: list[bytes] = []
-    batch: list[tuple[RRset, Name | None]] = []
-    size = 0
-    for i, rrset in enumerate(rrsets):
-        batch.append((rrset, None))
-        size += sum(len(_name_wire(rrset.owner)) + 10 + _rdata_size(r) for r in rrset.rdatas)
-        if size < MESSAGE_BUDGET and i < len(rrsets) - 1:
+def _journals(zones: ZoneSet, settings: Mapping[Name, ZoneTransfer], previous: Transfers | None) -> dict[Name, Journal]:
+    """Each transferable zone's journal, continued from *previous* (the running config's)."""
+    out: dict[Name, Journal] = {}
+    if previous is None:
+        return out
+    for origin in settings:
+        new, old = zones.by_origin.get(origin), previous.zones.by_origin.get(origin)
+        if new is None or old is None:
             continue
-        first = question if not out else b""
-        message = wire.write_response(
-            0, wire.QR | wire.AA, wire.NOERROR, first, zone.origin, [wire.Section(batch)], None, wire.MAX_MESSAGE
-        )
-        if message[2] & (wire.TC >> 8):
-            raise ValueError(f"an RRset of {names.to_text(batch[0][0].owner)} does not fit in a message")
-        out.append(message)
-        batch, size = [], 0
+        journal = previous.journals.get(origin, Journal()).after(old, new)
+        if journal.steps:
+            out[origin] = journal
     return out
 
 
-def _rdata_size(rdata: tuple[bytes | Name, ...]) -> int:
-    return sum(len(p) if isinstance(p, bytes) else len(_name_wire(p)) for p in rdata)
+def _whole_zone(zone: Zone) -> Iterator[RRset]:
+    """The zone as AXFR sends it: SOA first and last, every other RRset in between."""
+    yield zone.soa
+    for node in zone.nodes.values():
+        yield from (r for t, r in node.rrsets.items() if t != TYPE_SOA or r is not zone.soa)
+    yield zone.soa
 
 
-def _finish(data: bytes, query: dns.message.Message, bodies: list[bytes], key: TSIGKey | None) -> list[bytes]:
-    """The messages of one transfer: *bodies* with the request's ID, RD and question, an
-    OPT when it had one, and each signed with *key* when given, chained as RFC 8945 5.3.1
-    says (the first over the request's MAC, the others over the one before)."""
-    question = 12 + len(query.question[0].name.to_wire() or b"") + 4
-    out = []
-    ctx = None
-    keyname = dns.name.from_text(key.name) if key is not None else None
-    for i, body in enumerate(bodies):
-        msg = bytearray(body)
-        msg[0:2] = data[0:2]
-        msg[2] |= data[2] & 0x01  # RD copied
-        if i == 0:
-            msg[12:question] = data[12:question]
-        additional = 0
-        if query.edns >= 0:
-            msg += _OPT
-            additional += 1
-        if key is not None:
-            assert keyname is not None
-            _set_arcount(msg, additional)
-            unsigned = dns.message.Message._make_tsig(keyname, _algorithm(key), 0, 300, b"", query.id, 0, b"")[0]
-            signed, ctx = dns.tsig.sign(
-                bytes(msg), _dns_key(key), unsigned, int(time.time()), query.mac if i == 0 else None, ctx, True
-            )
-            rdata = signed.to_wire()
-            assert rdata is not None
-            msg += (keyname.to_wire() or b"") + struct.pack(
-                "!HHIH", dns.rdatatype.TSIG, dns.rdataclass.ANY, 0, len(rdata)
-            )
-            msg += rdata
-            additional += 1
-        _set_arcount(msg, additional)
-        out.append(bytes(msg))
-    return out
+def _incremental(zone: Zone, steps: tuple[Step, ...]) -> Iterator[RRset]:
+    """The incremental transfer of RFC 1995 4: our SOA, per step the old SOA, what it
+    deleted, its new SOA, what it added; then our SOA again."""
+    yield zone.soa
+    for step in steps:
+        yield step.old
+        yield from rrsets_of(step.deleted)
+        yield step.new
+        yield from rrsets_of(step.added)
+    yield zone.soa
 
 
-def _set_arcount(message: bytearray, count: int) -> None:
-    message[10:12] = count.to_bytes(2, "big")
+def _client_serial(query: dns.message.Message) -> int | None:
+    """The serial of the SOA an IXFR request carries in its authority section."""
+    for rrset in query.authority:
+        if rrset.rdtype == dns.rdatatype.SOA and len(rrset):
+            return int(rrset[0].serial)
+    return None
+
+
+def _failed(query: dns.message.Message, zone: Zone, failure: Failure) -> list[bytes]:
+    """SERVFAIL for a transfer that could not be encoded (an RRset over 64 KiB)."""
+    failure.trap(ValueError)
+    log.error("zone {zone} cannot be transferred: {error}", zone=names.to_text(zone.origin), error=failure.value)
+    return [_error(query, dns.rcode.SERVFAIL)]
+
+
+def _error(query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
+    """An error reply: signed when *query* was verified (dnspython keeps its key then)."""
+    response = dns.message.make_response(query)
+    response.flags &= ~dns.flags.AA
+    response.set_rcode(rcode)
+    return response.to_wire()
+
+
+def _tsig_error(query: dns.message.Message, error: int, key: TSIGKey | None) -> bytes:
+    """NOTAUTH with a TSIG record carrying *error*: signed with *key* (BADTIME), else
+    with an empty MAC (BADKEY, BADSIG; RFC 8945 5.3.2)."""
+    response = dns.message.make_response(query)
+    response.flags &= ~dns.flags.AA
+    response.set_rcode(dns.rcode.NOTAUTH)
+    assert query.tsig is not None and query.keyname is not None
+    request = query.tsig[0]
+    if key is not None:
+        now = struct.pack("!Q", int(time.time()))[2:]  # RFC 8945 5.2.3: our time
+        response.use_tsig(dns_key(key), query.keyname, request.fudge, query.id, error, now, algorithm=algorithm(key))
+        response.request_mac = request.mac
+        return response.to_wire()
+    tsig = dns.message.Message._make_tsig(
+        query.keyname, request.algorithm, int(time.time()), request.fudge, b"", query.id, error, b""
+    )
+    response.tsig = tsig
+    response.want_tsig_sign = False
+    return response.to_wire()
 
 
 def _allowed(source: str, settings: ZoneTransfer) -> bool:
@@ -282,11 +385,3 @@ def _allowed(source: str, settings: ZoneTransfer) -> bool:
     except ValueError:
         return False
     return any(address in network for network in settings.allow)
-
-
-def _algorithm(key: TSIGKey) -> dns.name.Name:
-    return dns.name.from_text(key.algorithm)
-
-
-def _dns_key(key: TSIGKey) -> dns.tsig.Key:
-    return dns.tsig.Key(key.name, key.secret, key.algorithm)

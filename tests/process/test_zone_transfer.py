@@ -6,7 +6,10 @@ is an hour: only the NOTIFY makes it transfer within the test)."""
 from __future__ import annotations
 
 import base64
+import select
 import signal
+import socket
+import struct
 from pathlib import Path
 
 import dns.message
@@ -18,7 +21,7 @@ import dns.tsig
 import pytest
 
 from tests.conftest import require_tool
-from tests.support import configs, dnsclient, nodeproc, poll, refservers
+from tests.support import configs, dig, dnsclient, nodeproc, poll, refservers
 
 SECRET = base64.b64encode(bytes(range(100, 132))).decode()
 KEY = "xfr-key"
@@ -98,9 +101,12 @@ def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path)
         refused = dns.message.from_wire(dnsclient.tcp(signed.to_wire(), node.server), keyring=False)
         assert refused.rcode() == dns.rcode.REFUSED and not refused.answer
 
-        # a change with a new serial and a reload: the node NOTIFYs knotd, which transfers it
+        # a change of a few records with a new serial and a reload: the node NOTIFYs knotd,
+        # which asks IXFR from serial 1 and gets the difference from the node's journal
         (tmp_path / "example.test.zone").write_text(
-            configs.ZONE.replace(" 1 3600 600", " 2 3600 600") + HOSTS + "new IN A 192.0.2.77\n"
+            configs.ZONE.replace(" 1 3600 600", " 2 3600 600").replace("192.0.2.80", "192.0.2.81")
+            + HOSTS.replace("host7 IN A 10.0.0.7\n", "")
+            + "new IN A 192.0.2.77\n"
         )
         node.proc.send_signal(signal.SIGHUP)
         poll.until(lambda: _ask(node.server, "new.example.test").answer, 20, "the reload", details=node.log_text)
@@ -112,7 +118,18 @@ def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path)
         )
         assert [r.to_text() for r in new[0]] == ["192.0.2.77"]
         assert _ask(knotd.server, "example.test", "SOA").answer[0][0].serial == 2
-        assert "notify, incoming" in knotd.output_text().lower()
+        log = knotd.output_text()
+        assert "notify, incoming" in log.lower()
+        # knotd took it incrementally: its IXFR finished, not an AXFR (nor an AXFR-style IXFR)
+        ixfr = [line for line in log.splitlines() if "IXFR, incoming" in line]
+        assert any("finished" in line for line in ixfr), log
+        assert not any("AXFR-style" in line for line in ixfr), log
+        assert sum("AXFR, incoming" in line and "finished" in line for line in log.splitlines()) == 1, log
+        assert f"IXFR of example.test. serial 2 to {theirs}: incremental from serial 1" in node.log_text()
+        # the changed and the deleted records, as BIND's dig sees knotd serve them
+        assert dig.dig(theirs, 5353, "www.example.test", "A").answer_data() == ["192.0.2.81"]
+        assert dig.dig(theirs, 5353, "host7.example.test", "A").status == "NXDOMAIN"
+        assert dig.dig(theirs, 5353, "host8.example.test", "A").answer_data() == ["10.0.0.8"]
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -143,3 +160,49 @@ def test_transfer_refused_without_the_key_or_from_elsewhere(tmp_path: Path, proc
         signed.use_tsig(right, KEY)
         reply = dns.message.from_wire(dnsclient.udp(signed.to_wire(), (ours, 5353)), keyring=False)
         assert reply.rcode() == dns.rcode.REFUSED
+
+
+#: a zone whose first transfer takes a while to encode (a quarter of a second or more)
+BIG_HOSTS = "".join(f"h{i} IN A 10.{i // 65536}.{i // 256 % 256}.{i % 256}\n" for i in range(25_000))
+
+
+def _read_transfer(sock: socket.socket) -> list[dns.message.Message]:
+    """The messages of an AXFR read off *sock*, up to the one ending with the SOA again."""
+    sock.settimeout(20)
+    stream = sock.makefile("rb")
+    out: list[dns.message.Message] = []
+    soas = 0
+    while soas < 2:
+        (length,) = struct.unpack("!H", stream.read(2))
+        message = dns.message.from_wire(stream.read(length), xfr=True, multi=True, keyring=False)
+        soas += sum(rrset.rdtype == dns.rdatatype.SOA for rrset in message.answer)
+        out.append(message)
+    return out
+
+
+def test_queries_are_answered_while_a_big_transfer_is_encoded(tmp_path: Path) -> None:
+    """The first AXFR of a 25,000-record zone is encoded a message at a time: UDP queries
+    sent after the request are answered, several of them, before the transfer arrives (were
+    the reactor held for the encoding, they would wait for it: one or two at most would be
+    answered first, while the node accepts the connection and reads the request)."""
+    ours = nodeproc.loopback_address()
+    config = configs.base(ours)
+    config["zones"][0]["transfer"] = {"allow": ["127.0.0.0/8"]}
+    path = configs.write(tmp_path, config, zone=configs.ZONE + BIG_HOSTS)
+    with (
+        nodeproc.running_node(path, "n1", ours, 5353, tmp_path) as node,
+        socket.create_connection((ours, 5353), timeout=20) as sock,
+    ):
+        sock.sendall(struct.pack("!H", len(AXFR)) + AXFR)
+        answered = 0
+        # (each query waits for its answer: the pace is the node's, not a sleep)
+        while not select.select([sock], [], [], 0)[0] and answered < 10_000:
+            assert [r.to_text() for r in _ask(node.server, "www.example.test").answer[0]] == ["192.0.2.80"]
+            answered += 1
+        messages = _read_transfer(sock)
+        assert sum(len(rrset) for m in messages for rrset in m.answer) == 19 + 25_000 + 1
+        assert answered >= 5, answered
+        assert "AXFR of example.test. serial 1" in node.log_text()
+
+
+AXFR = dns.message.make_query("example.test", "AXFR").to_wire()

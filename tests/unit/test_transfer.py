@@ -21,6 +21,7 @@ import dns.tsig
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from twisted.internet.defer import Deferred
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
@@ -48,8 +49,21 @@ def transfer_config(tmp_path: Path, tsig: bool = True, zone: str = configs.ZONE,
     return load(configs.write(tmp_path, config, zone=zone))
 
 
-def transfers_of(config: Config) -> Transfers:
-    return Transfers(config.zones, config.transfers)
+class Sync:
+    """A config's transfers without a cooperator, which answer at once: the answer as a
+    list of messages (or None)."""
+
+    def __init__(self, transfers: Transfers):
+        self.transfers = transfers
+
+    def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> list[bytes] | None:
+        replies = self.transfers.answer(data, source, tcp, udp_size)
+        assert not isinstance(replies, Deferred)
+        return replies
+
+
+def transfers_of(config: Config) -> Sync:
+    return Sync(Transfers(config.zones, config.transfers))
 
 
 def request(qtype: str = "AXFR", ring: Any = RING, name: str = "example.test", serial: int | None = None) -> Any:
@@ -341,25 +355,33 @@ def _no_wideips(*args: Any) -> Any:
 def test_the_responder_hands_transfers_over_tcp_and_answers_the_rest(tmp_path: Path) -> None:
     config = transfer_config(tmp_path)
     stats = QueryStats()
-    responder = Responder(config.zones, {}, _no_wideips, stats=stats, transfers=transfers_of(config))
+    transfers = Transfers(config.zones, config.transfers)
+    responder = Responder(config.zones, {}, _no_wideips, stats=stats, transfers=transfers)
     query = request()
-    messages = read(responder.handle_stream(query.to_wire(), "127.0.0.1"), query)
+    replies = responder.handle_stream(query.to_wire(), "127.0.0.1")
+    assert isinstance(replies, list)
+    messages = read(replies, query)
     assert len(records(messages)) == 20
     assert stats.queries[("", "AXFR", "NOERROR", "transfer")] == 1
     # an ordinary query over TCP: one answer, as before
-    (wire,) = responder.handle_stream(dns.message.make_query("www.example.test", "A").to_wire(), "127.0.0.1")
+    ordinary = responder.handle_stream(dns.message.make_query("www.example.test", "A").to_wire(), "127.0.0.1")
+    assert isinstance(ordinary, list)
+    (wire,) = ordinary
     assert dns.message.from_wire(wire).answer[0][0].to_text() == "192.0.2.80"
-    # over UDP, the responder itself refuses, signed or not
+    # AXFR over UDP is refused, signed as the request was (RFC 8945 5.3)
     reply = responder.handle(query.to_wire(), "127.0.0.1")
-    assert reply is not None and dns.message.from_wire(reply, keyring=False).rcode() == dns.rcode.REFUSED
+    assert reply is not None
+    refused = dns.message.from_wire(reply, keyring=RING, request_mac=query.mac)
+    assert refused.rcode() == dns.rcode.REFUSED and refused.had_tsig
 
 
 def test_without_transfer_settings_the_responder_refuses_transfers(tmp_path: Path) -> None:
     config = load(configs.write(tmp_path, configs.base()))
-    responder = Responder(config.zones, {}, _no_wideips, transfers=transfers_of(config))
+    responder = Responder(config.zones, {}, _no_wideips, transfers=Transfers(config.zones, config.transfers))
     assert responder.transfers is None  # (no per-query work for TCP queries)
-    (wire,) = responder.handle_stream(request(ring=None).to_wire(), "127.0.0.1")
-    assert dns.message.from_wire(wire).rcode() == dns.rcode.REFUSED
+    refused = responder.handle_stream(request(ring=None).to_wire(), "127.0.0.1")
+    assert isinstance(refused, list)
+    assert dns.message.from_wire(refused[0]).rcode() == dns.rcode.REFUSED
 
 
 def test_an_rrset_too_big_for_one_message_is_servfail_not_a_broken_transfer(tmp_path: Path) -> None:
@@ -370,12 +392,12 @@ def test_an_rrset_too_big_for_one_message_is_servfail_not_a_broken_transfer(tmp_
 
 
 @pytest.fixture(scope="module")
-def signed_transfers(tmp_path_factory: pytest.TempPathFactory) -> Transfers:
+def signed_transfers(tmp_path_factory: pytest.TempPathFactory) -> Sync:
     return transfers_of(transfer_config(tmp_path_factory.mktemp("fuzz")))
 
 
 @given(st.data())
-def test_damaged_requests_never_raise(signed_transfers: Transfers, data: Any) -> None:
+def test_damaged_requests_never_raise(signed_transfers: Sync, data: Any) -> None:
     """Bytes of a signed request changed and cut anywhere: a reply or None, never an error."""
     wire = bytearray(request(data.draw(st.sampled_from(["AXFR", "IXFR"]))).to_wire())
     for _ in range(data.draw(st.integers(1, 4))):
