@@ -42,7 +42,8 @@ from gtmcluster.sync.peer import ESTABLISHED, PeerProtocol
 if TYPE_CHECKING:
     from gtmcluster.sync.replicator import PeerState
 
-log = Logger()
+#: the replicator's log namespace: operators filter the sync group's lines by it (docs/operations.md)
+log = Logger(namespace="gtmcluster.sync.replicator")
 
 #: keys per Pull request and buckets per Listing request
 PULL_KEYS = 500
