@@ -77,7 +77,7 @@ from gtmcluster.node import Node
 from gtmcluster.proximity.table import PATH, path_key
 from gtmcluster.state import loading, snapshot
 from gtmcluster.state.persistence import record_key
-from gtmcluster.state.snapshot import Snapshotter
+from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
 

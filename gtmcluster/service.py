@@ -45,7 +45,7 @@ from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
 from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.sockets import Listener
-from gtmcluster.state.snapshot import Snapshotter
+from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService

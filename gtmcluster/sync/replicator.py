@@ -5,12 +5,8 @@ once to every other connected peer (batched per reactor turn), so a node that re
 one peer still converges: its peer relays. Merging keeps the newest version per key, so
 duplicates and loops die out (a peer that already has a record does not relay it again).
 
-On every new connection both sides reconcile: they exchange per-origin summaries (count and
-XOR of (key, version) hashes); for an origin that differs, a side that holds none of it asks
-for all of it (`SendAll`), otherwise it compares the origin's 1024 bucket hashes, lists the
-(key, version) pairs of the differing buckets and pulls the keys where the peer is newer.
-Each side pulls what it lacks, so one round in each direction brings both to the same state.
-The same reconciliation runs now and then on every connection, and after a peer fell behind.
+On every new connection both sides reconcile (`sync.antientropy`, a part of `Replicator`),
+and again now and then on every connection, and after a peer fell behind.
 
 What a peer sends is checked before any of it is merged: the wire format and each record
 against its kind's schema (`sync.codec`, `state.schema`); a peer that sends a bad record is
@@ -27,25 +23,12 @@ stay under them, so records beyond a cap come from an origin that wrote too many
   again. Pushes of that origin's records are still taken, within the cap.
 
 Every refusal is counted by kind and reason (`refused`, shown in /metrics).
-
-Mixed versions (a rolling upgrade). A peer that speaks an older protocol version (its
-Hello says which) would refuse the records of newer key shapes (`schema.version_needed`:
-version 2 brought admin records of every level but vs, version 4 links' traffic) and drop the connection that
-carried one. So such records are withheld from it on every path: pushes and relays, pulls,
-SendAll streams and listings. Both sides of such a pair compare their digests over the
-records both can hold: what this node says of its state to that peer (summary, buckets,
-heartbeat digest), and what it compares the peer's answers with, leave the withheld
-records out. Otherwise every round would find the origins differing, list the withheld
-keys and pull them in vain, for ever. The older member never holds those records; a newer
-member reached only through older ones gets them when it connects to one that has them.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +39,9 @@ from twisted.python.failure import Failure
 
 from gtmcluster.dnssec import keyset
 from gtmcluster.state import schema
-from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, bucket_of, fingerprint, kind_of
+from gtmcluster.state.store import Record, Store, kind_of
 from gtmcluster.sync import codec, commands
+from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.peer import CLOSED, ESTABLISHED, PeerProtocol
 
@@ -68,13 +52,6 @@ log = Logger()
 
 #: unanswered Publish commands per connection before pushes to it pause (it reconciles later)
 MAX_OUTSTANDING = 64
-#: keys per Pull request and buckets per Listing request
-PULL_KEYS = 500
-LISTING_BUCKETS = 64
-#: Publish batches of a SendAll stream unanswered at once
-SEND_ALL_WINDOW = 4
-#: records of a SendAll stream read from the store at a time
-SEND_ALL_CHUNK = 2000
 RECONCILE_INTERVAL = 60.0
 #: records of one incoming batch merged per reactor turn: a batch holds up to ~1000 small
 #: records (a flood, a bulk transfer), and DNS queries are answered between the slices
@@ -122,7 +99,7 @@ class PeerState:
         return any(not proto.silent for proto in self.channels)
 
 
-class Replicator:
+class Replicator(AntiEntropy):
     def __init__(
         self,
         store: Store,
@@ -620,242 +597,6 @@ class Replicator:
         del self.capped[origin]
         log.info("{origin} holds fewer records than its caps here: reconciled again", origin=origin)
         return False
-
-    # -- peers of older protocol versions ----------------------------------------------------
-
-    def _can_take(self, proto: PeerProtocol, key: str) -> bool:
-        """Whether *proto*'s peer takes a record at *key* (its protocol version knows the key)."""
-        return proto.version >= schema.NEWEST_VERSION or schema.version_needed(key) <= proto.version
-
-    def _takes(self, proto: PeerProtocol, records: Iterable[Record]) -> Iterable[Record]:
-        """*records* but those *proto*'s peer would refuse."""
-        if proto.version >= schema.NEWEST_VERSION:
-            return records
-        return [r for r in records if schema.version_needed(r.key) <= proto.version]
-
-    def withheld(self, version: int) -> list[Record]:
-        """The records held here (tombstones too) that a peer of protocol *version* would
-        refuse: of `schema.VERSIONED_KINDS` only (admin records, a few thousand at most)."""
-        if version >= schema.NEWEST_VERSION:
-            return []
-        return [
-            r
-            for kind in schema.VERSIONED_KINDS
-            for r in self.store.held_of_kind(kind)
-            if schema.version_needed(r.key) > version
-        ]
-
-    def summaries_for(self, proto: PeerProtocol | None) -> dict[str, OriginSummary]:
-        """Per-origin summaries of the records *proto*'s peer can hold (all, for None)."""
-        summaries = self.store.summaries()
-        if proto is None:
-            return summaries
-        for record in self.withheld(proto.version):
-            held = summaries[record.origin]
-            held.count -= 1
-            held.xor ^= fingerprint(record.key, record.version)
-            if not held.count:
-                del summaries[record.origin]
-        return summaries
-
-    def buckets_for(self, proto: PeerProtocol, origin: str) -> list[int]:
-        """*origin*'s bucket hashes over the records *proto*'s peer can hold."""
-        buckets = self.store.buckets(origin)
-        for record in self.withheld(proto.version):
-            if record.origin == origin:
-                buckets[bucket_of(record.key)] ^= fingerprint(record.key, record.version)
-        return buckets
-
-    def digest_for(self, version: int) -> str:
-        """The state digest over the records a peer of protocol *version* can hold (as
-        `Store.digest`): what it is told, and what its own digest is compared with."""
-        withheld = self.withheld(version)
-        if not withheld:
-            return self.store.digest()
-        count, _, xor = self.store.digest().partition("-")
-        value = int(xor, 16)
-        for record in withheld:
-            value ^= fingerprint(record.key, record.version)
-        return f"{int(count) - len(withheld)}-{value:016x}"
-
-    # -- anti-entropy: the answering side -----------------------------------------------------
-
-    def summary_message(self, proto: PeerProtocol | None = None) -> bytes:
-        """Our per-origin summaries, as *proto*'s peer compares them (see `summaries_for`)."""
-        summaries = self.summaries_for(proto)
-        return codec.summary({o: (s.count, s.xor) for o, s in summaries.items()})
-
-    def buckets_message(self, proto: PeerProtocol, origin: str) -> bytes:
-        return codec.buckets(self.buckets_for(proto, origin))
-
-    def listing_message(self, proto: PeerProtocol, origin: str, request: bytes) -> tuple[bytes, bytes]:
-        wanted = codec.read_bucket_cursors(request)
-        listing = self.store.listing(origin, {b for b, _ in wanted})
-        entries: list[Any] = []
-        size = 2
-        rest: list[list[Any]] = []
-        for bucket, after in wanted:
-            if rest:
-                rest.append([bucket, after])
-                continue
-            for key, version in listing[bucket]:
-                if key <= after or not self._can_take(proto, key):
-                    continue
-                entry = codec.listing_entry(key, version)
-                cost = len(json.dumps(entry)) + 1
-                if size + cost > codec.MAX_BATCH:
-                    rest.append([bucket, entries[-1][0] if entries and entries[-1][0] > after else after])
-                    break
-                entries.append(entry)
-                size += cost
-        return codec.listing(entries), codec.bucket_list(rest)
-
-    def pull_message(self, proto: PeerProtocol, request: bytes) -> tuple[bytes, bytes]:
-        keys = codec.read_keys(request, "keys")
-        if len(keys) > 4 * PULL_KEYS:
-            raise BadMessage(f"a Pull of {len(keys)} keys")
-        now = self.clock.seconds()
-        records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now) and self._can_take(proto, k)]
-        for batch, included in codec.batches(records, now):
-            rest = [r.key for r in records[len(included) :]]
-            return batch, codec.keys(rest)
-        return b"[]", codec.keys([])
-
-    def send_all(self, proto: PeerProtocol, origin: str) -> defer.Deferred[int]:
-        """Stream every record of *origin* to the peer as Publish batches, one at a time."""
-        return defer.ensureDeferred(self._send_all(proto, origin))
-
-    async def _send_all(self, proto: PeerProtocol, origin: str) -> int:
-        """Up to `SEND_ALL_WINDOW` batches are unanswered at a time: the peer merges one
-        while this node encodes the next."""
-        sent = 0
-        unanswered: deque[tuple[defer.Deferred[Any], int]] = deque()
-        try:
-            for batch, keys in self._batches_of(origin, proto):
-                if proto.phase != ESTABLISHED:
-                    break
-                if len(unanswered) >= SEND_ALL_WINDOW:
-                    d, count = unanswered.popleft()
-                    await d
-                    sent += count
-                unanswered.append((proto.callRemote(commands.Publish, records=batch, bulk=True), len(keys)))
-            while unanswered:
-                d, count = unanswered.popleft()
-                await d
-                sent += count
-        finally:
-            for d, _ in unanswered:  # the connection failed: these fail alike
-                d.addErrback(lambda _: None)
-        return sent
-
-    def _batches_of(self, origin: str, proto: PeerProtocol | None = None) -> Iterator[tuple[bytes, list[str]]]:
-        """Publish batches of *origin*'s live records, made as they are asked for: the store
-        is read `SEND_ALL_CHUNK` records at a time, between which the reactor runs (a full
-        table is millions of records), and each chunk is aged at the time it is encoded.
-        For *proto*, the records its peer takes (see the module's docstring)."""
-        records = self.store.records_of(origin)
-        while chunk := list(itertools.islice(records, SEND_ALL_CHUNK)):
-            now = self.clock.seconds()
-            live = [r for r in chunk if r.live(now)]
-            yield from codec.batches(live if proto is None else self._takes(proto, live), now)
-
-    # -- anti-entropy: the asking side --------------------------------------------------------
-
-    def reconcile(self, proto: PeerProtocol) -> defer.Deferred[None]:
-        """Pull from *proto*'s peer whatever it has newer than we do."""
-        if proto in self._reconciling:
-            return defer.succeed(None)
-        self._reconciling.add(proto)
-        d = self._lock.run(lambda: defer.ensureDeferred(self._reconcile_counted(proto)))
-
-        def done(result: Any) -> None:
-            self._reconciling.discard(proto)
-            if isinstance(result, Failure):
-                if result.check(BadMessage):
-                    proto.violation(f"malformed reconciliation answer: {result.getErrorMessage()}")
-                elif result.check(commands.Loading):
-                    log.info(
-                        "{peer} is still loading its state snapshot: reconciling when it says it is done",
-                        peer=proto.peer,
-                        event="peer_loading",
-                    )
-                elif proto.phase == ESTABLISHED:
-                    log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
-
-        d.addBoth(done)
-        return d
-
-    async def _reconcile_counted(self, proto: PeerProtocol) -> None:
-        if proto.phase != ESTABLISHED:
-            return
-        before = self._bulk_merged
-        await self._reconcile(proto)
-        if self._bulk_merged > before:
-            # What we pulled was not relayed record by record: let the others pull it.
-            for peer in self.peers.values():
-                if peer.name != proto.peer and peer.channels:
-                    self.clock.callLater(0, self._ask_to_reconcile, peer.channels[0])
-
-    def _ask_to_reconcile(self, proto: PeerProtocol) -> None:
-        """Have *proto*'s peer pull from us (it reconciles when told we changed)."""
-        if proto.phase == ESTABLISHED:
-            proto.callRemote(commands.Changed).addErrback(lambda _: None)
-
-    async def _reconcile(self, proto: PeerProtocol) -> None:
-        answer = await proto.callRemote(commands.Summary, summary=self.summary_message(proto))
-        theirs = codec.read_summary(answer["summary"])
-        mine = self.summaries_for(proto)
-        for origin, (count, xor) in sorted(theirs.items()):
-            held = mine.get(origin)
-            if held is not None and (held.count, held.xor) == (count, xor):
-                continue
-            if self._still_capped(origin):
-                continue  # what differs would be refused again (see the module's docstring)
-            if held is None:
-                await proto.callRemote(commands.SendAll, origin=origin)
-                continue
-            raw = (await proto.callRemote(commands.Buckets, origin=origin))["buckets"]
-            their_buckets = codec.read_buckets(raw)
-            my_buckets = self.buckets_for(proto, origin)
-            differing = [i for i in range(BUCKETS) if their_buckets[i] != my_buckets[i]]
-            await self._pull_buckets(proto, origin, differing)
-        peer = self.peers.get(proto.peer or "")
-        if peer is not None and not peer.synced:
-            peer.synced = True
-            log.info("reconciled with {peer}: digest {digest}", peer=peer.name, digest=self.store.digest())
-        if proto.phase == ESTABLISHED:
-            proto.send_heartbeat()  # our digest, now that it may have changed
-
-    async def _pull_buckets(self, proto: PeerProtocol, origin: str, buckets: list[int]) -> None:
-        pending: list[list[Any]] = [[b, ""] for b in buckets]
-        wanted: list[str] = []
-        while pending:
-            request, pending = pending[:LISTING_BUCKETS], pending[LISTING_BUCKETS:]
-            answer = await proto.callRemote(commands.Listing, origin=origin, buckets=codec.bucket_list(request))
-            for key, version in codec.read_listing(answer["entries"]):
-                mine = self.store.version_of(key)
-                if mine is None or mine < version:
-                    wanted.append(key)
-            pending = codec.read_bucket_list(answer["rest"]) + pending
-        await self._pull_keys(proto, wanted)
-
-    async def _pull_keys(self, proto: PeerProtocol, wanted: list[str]) -> None:
-        """Pull *wanted* from *proto*'s peer, `PULL_KEYS` per request."""
-        while wanted:
-            keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
-            answer = await proto.callRemote(commands.Pull, keys=codec.keys(keys))
-            self.receive(proto, answer["records"], bulk=True)
-            wanted = codec.read_keys(answer["rest"], "rest") + wanted
-
-    def reconcile_all(self) -> None:
-        for peer in self.peers.values():
-            if peer.channels:
-                self.reconcile(peer.channels[0])
-
-    @property
-    def synced(self) -> bool:
-        """Every connected peer has been reconciled with at least once."""
-        return all(p.synced for p in self.peers.values() if p.connected)
 
 
 class _SlicedMerge:

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from gtmcluster.state import snapshot
-from gtmcluster.state.snapshot import Snapshotter
+from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store
 from tests.support.inline import InlineThreads
 

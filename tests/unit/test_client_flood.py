@@ -24,7 +24,7 @@ from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.node import Node
 from gtmcluster.proximity.budget import queue_limit
-from gtmcluster.state.snapshot import Snapshotter
+from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Record, Version
 from tests.support import configs
 from tests.support.cluster import MemoryCluster

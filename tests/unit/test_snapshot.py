@@ -18,7 +18,7 @@ from twisted.internet import task
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.state import schema, snapshot
-from gtmcluster.state.snapshot import Snapshotter
+from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store
 from tests.support.inline import InlineThreads
 

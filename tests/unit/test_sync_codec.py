@@ -10,7 +10,7 @@ from twisted.internet import task
 
 from gtmcluster.state import schema
 from gtmcluster.state.store import BUCKETS, Record, Store, Version
-from gtmcluster.sync import codec
+from gtmcluster.sync import antientropy, codec
 from gtmcluster.sync import replicator as rep
 
 KEY = "probe/192.0.2.1"
@@ -88,7 +88,7 @@ def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_
     clock = task.Clock()
     clock.advance(1000)
     store = Store("n1", clock.seconds)
-    count = rep.SEND_ALL_CHUNK * 2 + 7
+    count = antientropy.SEND_ALL_CHUNK * 2 + 7
     for i in range(count):
         store.merge(Record(f"k/{i}", i, Version(5000 + i, 0, "gtm-a"), 600.0, 1000.0))
     store.merge(Record("other", 1, Version(5000, 0, "gtm-b"), None, 1000.0))
