@@ -2,12 +2,14 @@
 is a failure, elsewhere a clear skip.
 
 `make test` runs the suite in parallel (pytest-xdist, `-n`): most process tests wait on
-timers of real twistd processes, so two or three run at once on two cores. The tests bind
+timers of real twistd processes, so two run at once on two cores. The tests bind
 fixed loopback addresses and ports (127.0.0.1:5353 and so on), so each worker, when root,
 moves into a network namespace of its own first (`unshare(CLONE_NEWNET)`, loopback up):
 each has its own 127.0.0.0/8 and ports, and namespaces the tests create are named by the
 worker's pid (`wanem.run_prefix`). A worker that is not root cannot do that, so without
-root the suite is run in one process (the Makefile checks).
+root the suite is run in one process (the Makefile checks). Tests that measure delays,
+rates or lateness are marked `alone`: they run after the others, one at a time, as other
+tests' load beside them would disturb what they measure.
 """
 
 from __future__ import annotations
