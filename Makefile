@@ -8,6 +8,10 @@ TEST_TOOLS := dig:bind9-dnsutils delv:bind9-dnsutils kdig:knot-dnsutils dnsperf:
 DEMO_TOOLS := dig:bind9-dnsutils
 BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux
 CHAOS_TOOLS := ip:iproute2 faketime:faketime
+# make test runs the tests in TEST_JOBS parallel workers, each in a network namespace of its
+# own (tests/conftest.py); that needs root, so without root they run in one process. Tests
+# marked `alone` (they measure delays or rates) run after them, one at a time.
+TEST_JOBS ?= $(if $(filter 0,$(shell id -u)),2,0)
 
 .PHONY: demo test lint unit fuzz bench bench-compare chaos clean
 
@@ -29,7 +33,8 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	@tools/ensure-system-tools $(TEST_TOOLS)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_JOBS) --dist loadfile -m "not alone"
+	$(BIN)/pytest -m alone
 
 unit: $(STAMP)
 	$(BIN)/pytest -m "not process"

@@ -36,6 +36,8 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            # make test runs the suite in parallel workers (most process tests wait on timers)
+            "pytest-xdist>=3.5",
             "hypothesis>=6.100",
             "mypy>=1.10",
             "mypy-zope",  # Twisted's zope.interface types (as Twisted itself checks them)

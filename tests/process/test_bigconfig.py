@@ -31,7 +31,7 @@ from tests.support.nodeproc import wait_answering
 from tests.support.pacedclient import Figures, PacedClient
 from tests.support.trio import SYNC_SETTINGS, Group
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.alone]
 
 SHAPE_ARGS: dict[str, Any] = {"servers": 1000, "pools": 100, "wideips": 400, "topology": 4000, "regions": 40}
 #: the longest wait for one step (start, reconcile); past it the figures so far are judged

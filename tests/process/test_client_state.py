@@ -29,7 +29,7 @@ from tests.support.dig import dig
 from tests.support.ecsquery import ecs_query
 from tests.support.trio import DNS_PORT, Group, running_group
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.alone]
 
 WIDEIP = "gslb.example.test"
 MAX_RECORDS = 500

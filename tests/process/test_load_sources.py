@@ -18,7 +18,7 @@ from tests.support.dig import dig
 from tests.support.loadservers import STATS_PORT, hold
 from tests.support.nodeproc import loopback_address, running_node
 
-pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool"), pytest.mark.alone]
 
 DNS_PORT = 5353
 NAME = "gslb.example.test"

@@ -26,7 +26,7 @@ import yaml
 from tests.support import configs, dnsclient, poll
 from tests.support.nodeproc import RunningNode, loopback_address, running_node
 
-pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dnsperf_tool")]
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dnsperf_tool"), pytest.mark.alone]
 
 TOKEN = "reload-under-load-token"
 RELOADS = 10

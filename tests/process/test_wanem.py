@@ -31,7 +31,7 @@ from tests.conftest import IN_CI
 from tests.tools import wanem
 from tests.tools.wanem import Wan, WanProcess
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.alone]
 
 WANEM = str(Path(wanem.__file__).resolve())
 TOLERANCE = 0.008

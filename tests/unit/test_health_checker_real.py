@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.probeservers import ROOT
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.alone]
 
 SERVERS = 2000
 TIMEOUT = 1.0
