@@ -37,7 +37,8 @@ from gtmcluster.state import schema
 from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, bucket_of, fingerprint
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.peer import ESTABLISHED, PeerProtocol
+from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.phases import ESTABLISHED
 
 if TYPE_CHECKING:
     from gtmcluster.sync.replicator import PeerState

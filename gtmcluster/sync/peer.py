@@ -28,10 +28,8 @@ this connection only: the replicator and the other peers are not disturbed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from automat import TypeMachineBuilder, pep614
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
@@ -43,6 +41,7 @@ from zope.interface import implementer
 
 from gtmcluster.sync import commands
 from gtmcluster.sync.codec import BadMessage
+from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
 from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
 
 if TYPE_CHECKING:
@@ -50,76 +49,14 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-HANDSHAKE = "handshake"
-HELLO = "hello"
-ESTABLISHED = "established"
 #: seconds an established connection must last for its end not to count as a refusal
 STABLE = 10.0
-CLOSED = "closed"
 
 #: a box (one command or answer) larger than this ends the connection
 MAX_BOX = 256 * 1024
 #: commands a peer may send per second (averaged over a few seconds) before it is dropped
 MAX_COMMAND_RATE = 2000.0
 RATE_BURST = 4000.0
-
-
-class Phases(Protocol):
-    """The inputs of a peer connection's phases: one transition table, owned by the
-    connection (`PeerProtocol.phases`)::
-
-        handshake --verified--> hello --agreed--> established
-        handshake, hello, established --ended--> closed (and ended again: no change)
-
-    An input the table does not allow where the connection is raises
-    `automat.NoTransition`: a bug here, not a peer's doing (a peer's command out of turn is
-    refused before it comes to an input)."""
-
-    def verified(self) -> None:
-        """The peer's certificate names a member of the group."""
-
-    def agreed(self) -> None:
-        """The Hellos agree (group, version)."""
-
-    def ended(self) -> None:
-        """The connection is refused, dropped or lost."""
-
-
-class _Where:
-    """The phase a connection is in: what the table's transitions move (an object of its
-    own, so that the machine does not refer back to the connection: no cycle)."""
-
-    __slots__ = ("phase",)
-
-    def __init__(self) -> None:
-        self.phase = HANDSHAKE
-
-
-def _phases() -> Callable[[_Where], Phases]:
-    builder = TypeMachineBuilder(Phases, _Where)
-    handshake = builder.state(HANDSHAKE)
-    hello = builder.state(HELLO)
-    established = builder.state(ESTABLISHED)
-    closed = builder.state(CLOSED)
-
-    @pep614(handshake.upon(Phases.verified).to(hello))
-    def greet(phases: Phases, where: _Where) -> None:
-        where.phase = HELLO
-
-    @pep614(hello.upon(Phases.agreed).to(established))
-    def establish(phases: Phases, where: _Where) -> None:
-        where.phase = ESTABLISHED
-
-    def close(phases: Phases, where: _Where) -> None:
-        where.phase = CLOSED
-
-    for state in (handshake, hello, established):
-        state.upon(Phases.ended).to(closed)(close)
-    closed.upon(Phases.ended).loop().returns(None)
-    return builder.build()
-
-
-_PHASES = _phases()
 
 
 @implementer(IHandshakeListener)
@@ -131,8 +68,8 @@ class PeerProtocol(amp.AMP):
         self.initiator = expected is not None
         #: where the connection is (`phase` reads it; not `state`: AMP's string parser owns
         #: that attribute), moved only by the inputs of the transition table (`Phases`)
-        self._where = _Where()
-        self.phases: Phases = _PHASES(self._where)
+        self._where = Where()
+        self.phases: Phases = PHASES(self._where)
         self.peer: str | None = None
         #: the peer's certificate (serial in hex, expiry), once the handshake is done
         self.certificate: dict[str, str] = {}

@@ -43,7 +43,8 @@ from gtmcluster.state.store import Record, Store, kind_of
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.peer import CLOSED, ESTABLISHED, PeerProtocol
+from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.phases import CLOSED, ESTABLISHED
 
 if TYPE_CHECKING:
     from gtmcluster.sync.configsync import ConfigSync

@@ -15,7 +15,7 @@ from twisted.protocols import amp
 from twisted.python.failure import Failure
 
 from gtmcluster.state.store import Record, Store, Version
-from gtmcluster.sync import codec, commands, peer
+from gtmcluster.sync import codec, commands, peer, phases
 from gtmcluster.sync.replicator import MERGE_SLICE, Replicator
 
 
@@ -92,7 +92,7 @@ def test_malformed_box_drops_the_peer_with_a_reason(data: bytes, reason: str) ->
     events = connection.send(data)
     assert any(reason in r for r in dropped_for(events)), events
     assert connection.transport.disconnecting
-    assert connection.proto.phase == peer.CLOSED
+    assert connection.proto.phase == phases.CLOSED
 
 
 def test_boxes_after_the_drop_are_not_read() -> None:
@@ -150,7 +150,7 @@ def test_a_member_removed_during_its_handshake_is_dropped_by_the_reload() -> Non
     c = Connection(established=False)
     with capturedLogs() as events:
         c.proto.replicator.reconfigure(["gtm-a"], "d2")
-    assert c.proto.phase == peer.CLOSED
+    assert c.proto.phase == phases.CLOSED
     assert dropped_for(list(events)) == ["no longer a member of the sync group"]
     assert (
         c.proto.replicator.check_hello("gtm-b", "gtm-b", "g", 2, 1) == "gtm-b is no longer a member of the sync group"
@@ -166,7 +166,7 @@ def test_a_member_removed_between_its_hello_and_its_announcement_is_dropped() ->
     c.proto.replicator.members = frozenset({"gtm-a"})
     with capturedLogs() as events:
         c.clock.advance(0)
-    assert c.proto.phase == peer.CLOSED
+    assert c.proto.phase == phases.CLOSED
     assert dropped_for(list(events)) == ["no longer a member of the sync group"]
     assert not any(e.get("log_failure") for e in events)
 

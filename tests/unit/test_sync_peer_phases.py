@@ -7,7 +7,7 @@ from automat import NoTransition
 from twisted.internet.task import Clock
 
 from gtmcluster.state.store import Store
-from gtmcluster.sync import peer
+from gtmcluster.sync import peer, phases
 from gtmcluster.sync.replicator import Replicator
 
 
@@ -36,16 +36,16 @@ def test_a_connection_goes_through_its_phases_in_order() -> None:
     seen.append(proto.phase)
     proto.phases.ended()  # dropped, then lost: still closed
     seen.append(proto.phase)
-    assert seen == [peer.HANDSHAKE, peer.HELLO, peer.ESTABLISHED, peer.CLOSED, peer.CLOSED]
+    assert seen == [phases.HANDSHAKE, phases.HELLO, phases.ESTABLISHED, phases.CLOSED, phases.CLOSED]
 
 
-@pytest.mark.parametrize("ended_in", [peer.HANDSHAKE, peer.HELLO])
+@pytest.mark.parametrize("ended_in", [phases.HANDSHAKE, phases.HELLO])
 def test_a_connection_can_end_in_any_phase(ended_in: str) -> None:
     proto = connection()
-    if ended_in == peer.HELLO:
+    if ended_in == phases.HELLO:
         proto.phases.verified()
     proto.phases.ended()
-    assert proto.phase == peer.CLOSED
+    assert proto.phase == phases.CLOSED
 
 
 def test_an_input_out_of_turn_is_a_bug_that_says_so() -> None:
@@ -54,8 +54,8 @@ def test_an_input_out_of_turn_is_a_bug_that_says_so() -> None:
     proto = connection()
     with pytest.raises(NoTransition):
         proto.phases.agreed()
-    assert proto.phase == peer.HANDSHAKE
+    assert proto.phase == phases.HANDSHAKE
     proto.phases.ended()
     with pytest.raises(NoTransition):
         proto.phases.verified()
-    assert proto.phase == peer.CLOSED
+    assert proto.phase == phases.CLOSED
