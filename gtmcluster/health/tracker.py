@@ -366,6 +366,11 @@ class HealthTracker:
             config = self.config
             standing_changed: list[str] = []
             left = -1 if budget is None else budget
+            # *only* is walked round from where the last look stopped, not from its start:
+            # a wide IP's hundreds of servers cost one pass, not one pass per server; a whole
+            # round without a dirty one ends the flush (one evaluated may dirty another)
+            wanted = list(only) if only is not None else []
+            cursor = 0
             while (self._dirty_links or self._dirty_vs) and left != 0:
                 if self._dirty_links:
                     name = next(iter(self._dirty_links))
@@ -375,7 +380,13 @@ class HealthTracker:
                     if only is None:
                         name = next(iter(self._dirty_vs))
                     else:
-                        found = next((n for n in only if n in self._dirty_vs), None)
+                        found = None
+                        for _ in range(len(wanted)):
+                            candidate = wanted[cursor]
+                            cursor = (cursor + 1) % len(wanted)
+                            if candidate in self._dirty_vs:
+                                found = candidate
+                                break
                         if found is None:
                             break
                         name = found

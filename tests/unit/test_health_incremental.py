@@ -240,6 +240,31 @@ def test_an_answer_catches_up_with_its_own_servers_only(tmp_path: Path) -> None:
     assert tracker.pending == 0 and not tracker.vs_up(tracker.config.virtual_servers["s7"])
 
 
+class _CountingDirty(dict[str, None]):
+    """The tracker's dirty servers, counting how often one is looked up."""
+
+    lookups = 0
+
+    def __contains__(self, key: object) -> bool:
+        type(self).lookups += 1
+        return super().__contains__(key)
+
+
+def test_catching_up_with_a_big_wide_ip_looks_at_each_server_about_once(tmp_path: Path) -> None:
+    """An answer whose wide IP may name 2,000 servers, all changed (an outage), catches up
+    with all of them in one walk of its servers: some 2,000 lookups of what is dirty, not one
+    walk of the servers per server evaluated (2 million)."""
+    tracker, store, _, evaluated = _counting(tmp_path, 2000)
+    for i in range(2000):
+        observe(store, "vs", f"s{i}", "n1", False)
+    dirty = _CountingDirty(tracker._dirty_vs)
+    tracker._dirty_vs = dirty
+    tracker.catch_up([f"s{i}" for i in reversed(range(2000))])
+    assert evaluated() == 2000 and tracker.pending == 0
+    assert _CountingDirty.lookups <= 2 * 2000 + 2
+    assert not tracker.vs_up(tracker.config.virtual_servers["s0"])
+
+
 def test_a_decision_in_a_busy_turn_sees_its_own_servers_as_they_are_now(tmp_path: Path) -> None:
     """The node evaluates health on a schedule, and 300 servers of no pool changed this
     turn: a decision first evaluates the servers its wide IP may name and those they
