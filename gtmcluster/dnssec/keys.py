@@ -90,6 +90,11 @@ def key_path(directory: Path, zone: str, role: str, state: str = ACTIVE) -> Path
     return directory / f"{zone_file_name(zone)}.{middle}.key"
 
 
+def roll_state_path(directory: Path, zone: str) -> Path:
+    """The record of a rollover's steps (`dnssec.rollwait`)."""
+    return directory / f"{zone_file_name(zone)}.roll.json"
+
+
 def generate(algorithm: int) -> PrivateKey:
     if algorithm == ECDSAP256SHA256:
         return ec.generate_private_key(ec.SECP256R1())
@@ -124,6 +129,7 @@ def keygen(
         if force:
             for other in others:  # a CSK replacing a pair, a pair replacing a CSK, or a roll's keys
                 other.unlink(missing_ok=True)
+            roll_state_path(directory, zone).unlink(missing_ok=True)
     except certs.CertError as e:
         raise DnssecKeyError(str(e)) from e
     return paths
