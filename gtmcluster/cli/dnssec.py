@@ -66,7 +66,10 @@ def add_parser(sub: Any) -> None:
         "roll",
         help="a rollover's next step: sign with the pre-published key, or remove the retired one",
         description="Roll a zone's key: the pre-published key signs and the active one is retired "
-        "(still published); with --finish, the retired key is removed.",
+        "(still published); with --finish, the retired key is removed. With --ksk, the KSK of a pair: "
+        "the roll is when the parent's DS is swapped for the new key's. Each step is refused until the "
+        "caches can have caught up with the one before (the DNSKEY TTL, then the zone's longest TTL or "
+        "the parent's DS TTL, plus 300 s to reach every member), unless --force.",
     )
     roll.add_argument("zone", metavar="ZONE", help="the zone's name")
     roll.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the key directory")

@@ -12,7 +12,8 @@ A rollover (`dnssec.rollover`) adds a key beside an active one, by its state in 
 ``ZONE.ROLE.next.key`` is pre-published (in the DNSKEY RRset, not yet signing the zone's
 data) and ``ZONE.ROLE.old.key`` retired (still published, no longer signing the data). A key
 of the KSK role (a CSK or KSK) in any state signs the DNSKEY RRset, so a validator holding
-either DS validates it during a roll (the double signature of the key set).
+either DS validates it during a roll (the double signature of the key set). The times of a
+roll's steps are recorded beside the keys in ``ZONE.roll.json`` (`dnssec.rollwait`).
 """
 
 from __future__ import annotations

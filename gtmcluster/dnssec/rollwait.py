@@ -22,6 +22,7 @@ operator may pass ``--force`` (a test zone, or a wait already known to be over).
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,4 +142,4 @@ def _utc(at: float) -> str:
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

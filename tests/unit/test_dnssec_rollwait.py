@@ -101,7 +101,14 @@ def test_a_step_without_a_record_is_refused_unless_forced(tmp_path: Path) -> Non
 
 def test_a_malformed_record_is_no_record(tmp_path: Path) -> None:
     keys.keygen(tmp_path, ZONE)
-    for text in ("not json", "[1]", '{"csk": {"published": "soon"}}', '{"csk": {"published": true}}'):
+    for text in (
+        "not json",
+        "[1]",
+        '{"csk": {"published": "soon"}}',
+        '{"csk": {"published": true}}',
+        '{"csk": {"published": NaN}}',  # (a NaN would make every wait look over)
+        '{"csk": {"published": -Infinity}}',
+    ):
         keys.roll_state_path(tmp_path, ZONE).write_text(text)
         assert rollwait.read(tmp_path, ZONE) in ({}, {"csk": {}})
     rollover.publish(tmp_path, ZONE, clock=clock_at(START).seconds)  # and is replaced by the next step
