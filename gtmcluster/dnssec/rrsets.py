@@ -1,7 +1,8 @@
 """Between the responder's RRsets and dnspython's, for signing; and compact denial records.
 
 The responder keeps records as `dns.zone.RRset` (RDATA as pieces of bytes and names, names
-in their original case). Signing is done by dnspython (`dns.dnssec.sign`), so an RRset is
+in their original case). An RRset with names in its records is signed by dnspython
+(`dns.dnssec.sign`; the others from their wire pieces, `dnssec.wiresign`), so it is
 converted when, and only when, it has to be signed (a kept signature needs no conversion):
 `kept_key` is what a signature is kept under, `to_dnspython` builds the RRset to sign, and
 `rrsig_rrset` turns the signatures back into an RRset the responder writes.

@@ -3,7 +3,9 @@
 A GTM's answers differ per client, so they are signed when first given. Most answers repeat
 (a kept decision gives the same addresses again), so each signature is kept, by the RRset's
 contents (owner, type, TTL, records), and given again until it nears its expiration: a
-repeated answer costs a dictionary lookup, not a signature.
+repeated answer costs a dictionary lookup, not a signature. A new signature over an RRset
+whose records hold no names (a compact denial's NSEC, addresses, the DNSKEY set) is made from
+the responder's wire pieces (`dnssec.wiresign`); other RRsets are signed through dnspython.
 
 Times (RFC 4034 3.1.5, RFC 6781 4.4.2): inception one hour in the past (for validators whose
 clocks lag); expiration `validity` ahead less a random jitter of up to `jitter`, so that

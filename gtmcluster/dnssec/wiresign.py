@@ -2,7 +2,7 @@
 
 A random-name flood of DO=1 queries needs a fresh signature per query (each compact denial
 is an NSEC at the name asked, `dnssec.rrsets`); through dnspython (converting the RRset,
-building the RRSIG template, the canonical form, back again) that cost about 15 times the
+building the RRSIG template, the canonical form, back again) that cost over ten times the
 signature itself. Here the signed data (RFC 4034 3.1.8.1) is put together from bytes:
 
     RRSIG RDATA without the signature (signer's name in lower case)
