@@ -5,9 +5,12 @@ keys in DIR, mode 0600: a combined signing key (``ZONE.csk.key``), or with ``--s
 signing key and a zone signing key (``ZONE.ksk.key``, ``ZONE.zsk.key``). Algorithm 13 is
 ECDSA P-256 (the default), 15 is Ed25519. Nothing is overwritten without ``--force``.
 
-A rollover (`dnssec.rollover`): ``keygen ZONE --dir DIR --publish-only`` pre-publishes a
-new key (the ZSK of a pair, or the CSK), ``roll ZONE --dir DIR`` makes it the one signing
-and retires the old one, and ``roll ZONE --dir DIR --finish`` removes the retired key.
+A rollover (`dnssec.rollover`): ``keygen ZONE --dir DIR --publish-only [--ksk]``
+pre-publishes a new key (the ZSK of a pair, or the CSK; the KSK of a pair with ``--ksk``),
+``roll ZONE --dir DIR [--ksk]`` makes it the active key and retires the old one (for a CSK
+or KSK: now swap the DS at the parent), and ``roll ZONE --dir DIR [--ksk] --finish
+[--ds-ttl SECONDS] [--max-ttl SECONDS]`` removes the retired key. Each step is refused until
+the caches can have caught up with the one before (`dnssec.rollwait`), unless ``--force``.
 Reload every member after each step.
 
 ``gtmcluster dnssec ds ZONE --dir DIR`` prints the DS records (SHA-256) to give the parent,
@@ -22,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gtmcluster.dnssec import keys, rollover
+from gtmcluster.dnssec import keys, rollover, rollwait
 
 
 def add_parser(sub: Any) -> None:
@@ -58,15 +61,36 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="a rollover's first step: pre-publish a new key (the ZSK of a pair, or the CSK) beside the active one",
     )
+    keygen.add_argument("--ksk", action="store_true", help="with --publish-only: a new KSK of a KSK/ZSK pair")
     roll = actions.add_parser(
         "roll",
         help="a rollover's next step: sign with the pre-published key, or remove the retired one",
         description="Roll a zone's key: the pre-published key signs and the active one is retired "
-        "(still published); with --finish, the retired key is removed.",
+        "(still published); with --finish, the retired key is removed. With --ksk, the KSK of a pair: "
+        "the roll is when the parent's DS is swapped for the new key's. Each step is refused until the "
+        "caches can have caught up with the one before (the DNSKEY TTL, then the zone's longest TTL or "
+        "the parent's DS TTL, plus 300 s to reach every member), unless --force.",
     )
     roll.add_argument("zone", metavar="ZONE", help="the zone's name")
     roll.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the key directory")
     roll.add_argument("--finish", action="store_true", help="remove the key the last roll retired")
+    roll.add_argument(
+        "--ksk", action="store_true", help="roll the KSK of a KSK/ZSK pair (default: its ZSK, or the CSK)"
+    )
+    roll.add_argument(
+        "--ds-ttl",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --finish, for a KSK or CSK: the TTL of the parent's DS records (the old DS may be cached that long)",
+    )
+    roll.add_argument(
+        "--max-ttl",
+        type=_seconds,
+        default=rollwait.MAX_TTL,
+        metavar="SECONDS",
+        help=f"with --finish, for a ZSK or CSK: the zone's longest TTL (default {rollwait.MAX_TTL})",
+    )
+    roll.add_argument("--force", action="store_true", help="take the step without waiting for the caches")
     ds = actions.add_parser("ds", help="print the DS records for the parent", description="Print a zone's DS records.")
     ds.add_argument("zone", metavar="ZONE", help="the zone's name")
     ds.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the key directory")
@@ -74,19 +98,56 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 10 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"{value} is not a TTL in seconds")
+    return value
+
+
+def _roll(args: argparse.Namespace) -> None:
+    if args.finish:
+        removed = rollover.finish(
+            args.dir, args.zone, args.ksk, max_ttl=args.max_ttl, ds_ttl=args.ds_ttl, force=args.force
+        )
+        print(f"removed {removed}; reload every member")
+        return
+    active, old = rollover.roll(args.dir, args.zone, args.ksk, force=args.force)
+    if not args.ksk:
+        print(f"{active} now signs; {old} is retired (still published); reload every member")
+        return
+    zone_keys = keys.load(args.dir, args.zone)
+    new = next(k for k in zone_keys if k.role == "ksk" and k.state == keys.ACTIVE)
+    retired = next(k for k in zone_keys if k.role == "ksk" and k.state == keys.OLD)
+    (ds,) = keys.ds_records(args.zone, [new])
+    print(
+        f"{active} is the active KSK (key tag {new.tag}); {old} is retired (still published and signing "
+        "the DNSKEY set); reload every member"
+    )
+    print(f"now swap the DS at the parent: add  {keys.owner_text(args.zone)} IN DS {ds.to_text()}")
+    print(f"                               remove the DS of key tag {retired.tag}")
+    finish = f"gtmcluster dnssec roll {args.zone} --dir {args.dir} --ksk --finish --ds-ttl SECONDS"
+    print(f"then, once the old DS's TTL has passed: {finish}")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.dnssec_action == "keygen" and args.publish_only:
-            path = rollover.publish(args.dir, args.zone)
+            path = rollover.publish(args.dir, args.zone, args.ksk)
             mode = stat.S_IMODE(path.stat().st_mode)
-            print(f"wrote {path} (mode {mode:04o}): published, not signing yet; reload every member")
-            return 0
-        if args.dnssec_action == "roll":
-            if args.finish:
-                print(f"removed {rollover.finish(args.dir, args.zone)}; reload every member")
+            if args.ksk:
+                doing = "published and signing the DNSKEY set beside the active KSK"
+                print(f"wrote {path} (mode {mode:04o}): {doing}; reload every member")
             else:
-                active, old = rollover.roll(args.dir, args.zone)
-                print(f"{active} now signs; {old} is retired (still published); reload every member")
+                print(f"wrote {path} (mode {mode:04o}): published, not signing yet; reload every member")
+            return 0
+        if args.dnssec_action == "keygen" and args.ksk:
+            raise keys.DnssecKeyError("--ksk makes a new KSK for a rollover: give it with --publish-only")
+        if args.dnssec_action == "roll":
+            _roll(args)
             return 0
         if args.dnssec_action == "keygen":
             for path in keys.keygen(args.dir, args.zone, args.algorithm, args.split, args.force):

@@ -72,7 +72,7 @@ class ZoneSigning:
 
     def _rrsig(self, signer: Signer, rrset: RRset, owner: Name | None) -> tuple[RRset, Name | None]:
         at = owner if owner is not None else rrset.owner
-        return signer.written(rrsets.kept_key(rrset, owner), lambda: rrsets.to_dnspython(rrset, owner))[0], at
+        return signer.written_rrset(rrsets.kept_key(rrset, owner), rrset, owner)[0], at
 
     def rrsig_of(self, rrset: RRset) -> tuple[RRset, float] | None:
         """The RRSIG RRset over *rrset*, an answer at its own name, and when it is due for
@@ -80,7 +80,7 @@ class ZoneSigning:
         found = self._zone(rrset.owner)
         if found is None:
             return None
-        return found[1].written(rrsets.kept_key(rrset), lambda: rrsets.to_dnspython(rrset))
+        return found[1].written_rrset(rrsets.kept_key(rrset), rrset)
 
     def sign(
         self,

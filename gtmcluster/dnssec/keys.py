@@ -12,7 +12,8 @@ A rollover (`dnssec.rollover`) adds a key beside an active one, by its state in 
 ``ZONE.ROLE.next.key`` is pre-published (in the DNSKEY RRset, not yet signing the zone's
 data) and ``ZONE.ROLE.old.key`` retired (still published, no longer signing the data). A key
 of the KSK role (a CSK or KSK) in any state signs the DNSKEY RRset, so a validator holding
-either DS validates it during a roll (the double signature of the key set).
+either DS validates it during a roll (the double signature of the key set). The times of a
+roll's steps are recorded beside the keys in ``ZONE.roll.json`` (`dnssec.rollwait`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ def key_path(directory: Path, zone: str, role: str, state: str = ACTIVE) -> Path
     return directory / f"{zone_file_name(zone)}.{middle}.key"
 
 
+def roll_state_path(directory: Path, zone: str) -> Path:
+    """The record of a rollover's steps (`dnssec.rollwait`)."""
+    return directory / f"{zone_file_name(zone)}.roll.json"
+
+
 def generate(algorithm: int) -> PrivateKey:
     if algorithm == ECDSAP256SHA256:
         return ec.generate_private_key(ec.SECP256R1())
@@ -124,6 +130,7 @@ def keygen(
         if force:
             for other in others:  # a CSK replacing a pair, a pair replacing a CSK, or a roll's keys
                 other.unlink(missing_ok=True)
+            roll_state_path(directory, zone).unlink(missing_ok=True)
     except certs.CertError as e:
         raise DnssecKeyError(str(e)) from e
     return paths

@@ -1,7 +1,8 @@
 """Between the responder's RRsets and dnspython's, for signing; and compact denial records.
 
 The responder keeps records as `dns.zone.RRset` (RDATA as pieces of bytes and names, names
-in their original case). Signing is done by dnspython (`dns.dnssec.sign`), so an RRset is
+in their original case). An RRset with names in its records is signed by dnspython
+(`dns.dnssec.sign`; the others from their wire pieces, `dnssec.wiresign`), so it is
 converted when, and only when, it has to be signed (a kept signature needs no conversion):
 `kept_key` is what a signature is kept under, `to_dnspython` builds the RRset to sign, and
 `rrsig_rrset` turns the signatures back into an RRset the responder writes.
@@ -15,14 +16,13 @@ at the name (NODATA) or NXNAME (NXDOMAIN). `compact_nsec` makes it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable
 
 import dns.name
 import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
-import dns.rdtypes.ANY.NSEC
-import dns.rdtypes.util
 import dns.rrset
 
 from gtmcluster.dns import names
@@ -70,13 +70,25 @@ def from_dnspython(rrset: dns.rrset.RRset) -> RRset:
 
 def compact_nsec(name: Name, types: Iterable[int], ttl: int) -> RRset:
     """The compact denial NSEC at *name* (RFC 9824): next name ``\\000.name``, and a bitmap of
-    *types* with RRSIG and NSEC (give NXNAME for a name that does not exist)."""
-    present = sorted({*types, TYPE_RRSIG, TYPE_NSEC})
-    bitmap = dns.rdtypes.util.Bitmap.from_rdtypes([dns.rdatatype.RdataType.make(t) for t in present])
-    nsec = dns.rdtypes.ANY.NSEC.NSEC(
-        dns.rdataclass.IN, dns.rdatatype.NSEC, dns.name.Name([b"\0", *name, b""]), bitmap.windows
-    )
-    return RRset(name, TYPE_NSEC, ttl, ((_wire(nsec),),))
+    *types* with RRSIG and NSEC (give NXNAME for a name that does not exist). Written as bytes
+    (the next name in the case asked, which RFC 6840 5.1 keeps out of the canonical form)."""
+    rdata = b"\x01\x00" + name_wire(name) + type_bitmap(frozenset(types))
+    return RRset(name, TYPE_NSEC, ttl, ((rdata,),))
+
+
+@functools.lru_cache(maxsize=1024)
+def type_bitmap(types: frozenset[int]) -> bytes:
+    """The NSEC type bitmap (RFC 4034 4.1.2) of *types* with RRSIG and NSEC (a few sets
+    recur: NXNAME's, and each name's types, so they are made once)."""
+    windows: dict[int, bytearray] = {}
+    for rtype in sorted({*types, TYPE_RRSIG, TYPE_NSEC}):
+        window, bit = divmod(rtype, 256)
+        windows.setdefault(window, bytearray(32))[bit // 8] |= 0x80 >> (bit % 8)
+    out = b""
+    for window, bits in sorted(windows.items()):
+        used = bytes(bits).rstrip(b"\0")
+        out += bytes((window, len(used))) + used
+    return out
 
 
 def _wire(rdata: dns.rdata.Rdata) -> bytes:

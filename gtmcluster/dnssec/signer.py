@@ -3,7 +3,9 @@
 A GTM's answers differ per client, so they are signed when first given. Most answers repeat
 (a kept decision gives the same addresses again), so each signature is kept, by the RRset's
 contents (owner, type, TTL, records), and given again until it nears its expiration: a
-repeated answer costs a dictionary lookup, not a signature.
+repeated answer costs a dictionary lookup, not a signature. A new signature over an RRset
+whose records hold no names (a compact denial's NSEC, addresses, the DNSKEY set) is made from
+the responder's wire pieces (`dnssec.wiresign`); other RRsets are signed through dnspython.
 
 Times (RFC 4034 3.1.5, RFC 6781 4.4.2): inception one hour in the past (for validators whose
 clocks lag); expiration `validity` ahead less a random jitter of up to `jitter`, so that
@@ -26,9 +28,11 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
+from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import RRset
+from gtmcluster.dnssec import wiresign
 from gtmcluster.dnssec.keys import ZoneKey
-from gtmcluster.dnssec.rrsets import from_dnspython
+from gtmcluster.dnssec.rrsets import TYPE_DNSKEY, from_dnspython, to_dnspython
 
 DAY = 86400
 #: what a validator's clock may lag behind ours
@@ -42,7 +46,8 @@ DNSKEY_TTL = 3600
 
 @dataclass(slots=True)
 class _Kept:
-    rrsig: dns.rrset.RRset
+    #: the RRSIG RRset as dnspython's (None when signed from wire pieces: made on demand)
+    rrsig: dns.rrset.RRset | None
     refresh_at: float
     #: the RRSIG RRset as the responder writes it (made once, on first use)
     written: RRset | None = None
@@ -76,6 +81,9 @@ class Signer:
         self.rng = rng or random.Random()
         self.zone_keys = [k for k in keys if k.signs_zone]
         self.key_keys = [k for k in keys if k.signs_keys]
+        labels = tuple(origin.labels[:-1])
+        self._wire_zone_keys = [wiresign.WireKey.of(k, labels) for k in self.zone_keys]
+        self._wire_key_keys = [wiresign.WireKey.of(k, labels) for k in self.key_keys]
         #: the DNSKEY RRset at the apex, as every member serves it
         self.dnskey = dns.rrset.from_rdata_list(origin, dnskey_ttl, [k.dnskey for k in keys])
         self._kept: dict[Hashable, _Kept] = {}
@@ -88,13 +96,37 @@ class Signer:
     def rrsig(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> dns.rrset.RRset:
         """The RRSIG RRset over the RRset that *make* builds, kept under *key*, which must
         tell RRsets apart by owner (in lower case), type, TTL and records."""
-        return self._get(key, make).rrsig
+        kept = self._get(key, make)
+        if kept.rrsig is None:
+            assert kept.written is not None
+            kept.rrsig = to_dnspython(kept.written)
+        return kept.rrsig
+
+    def written_rrset(self, key: Hashable, rrset: RRset, owner: Name | None = None) -> tuple[RRset, float]:
+        """`written` for the responder's *rrset* (at *owner*, for a wildcard answer): signed
+        from its wire pieces (`dnssec.wiresign`) when its records hold no names, else by
+        dnspython. Kept under *key* as `rrsig` keeps it."""
+        if not wiresign.signable(rrset):
+            return self.written(key, lambda: to_dnspython(rrset, owner))
+        now = self.clock()
+        kept = self._kept.get(key)
+        if kept is None or now >= kept.refresh_at:
+            inception, expiration = self._times(now)
+            signing = self._wire_key_keys if rrset.rtype == TYPE_DNSKEY else self._wire_zone_keys
+            written = wiresign.rrsig(rrset, owner, signing, inception, expiration)
+            self.signed += len(signing)
+            kept = self._keep(key, kept, _Kept(None, expiration - self.refresh, written))
+        if kept.written is None:
+            assert kept.rrsig is not None
+            kept.written = from_dnspython(kept.rrsig)
+        return kept.written, kept.refresh_at
 
     def written(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> tuple[RRset, float]:
         """`rrsig` as the responder writes it (a kept signature costs a lookup, no conversion),
         and when it is due for renewal."""
         kept = self._get(key, make)
         if kept.written is None:
+            assert kept.rrsig is not None
             kept.written = from_dnspython(kept.rrsig)
         return kept.written, kept.refresh_at
 
@@ -106,18 +138,24 @@ class Signer:
         rrset = make()
         signing = self.key_keys if rrset.rdtype == dns.rdatatype.DNSKEY else self.zone_keys
         rrsig = self._sign(rrset, signing, now)
-        if kept is None and len(self._kept) >= self.max_kept:
-            del self._kept[next(iter(self._kept))]  # the oldest
         expiration = int(rrsig[0].expiration)
-        kept = self._kept[key] = _Kept(rrsig, expiration - self.refresh)
-        return kept
+        return self._keep(key, kept, _Kept(rrsig, expiration - self.refresh))
+
+    def _keep(self, key: Hashable, old: _Kept | None, new: _Kept) -> _Kept:
+        if old is None and len(self._kept) >= self.max_kept:
+            del self._kept[next(iter(self._kept))]  # the oldest
+        self._kept[key] = new
+        return new
+
+    def _times(self, now: float) -> tuple[int, int]:
+        """A new signature's inception and expiration (see the module's docstring)."""
+        return int(now) - INCEPTION_SKEW, int(now) + self.validity - self.rng.randint(0, self.jitter)
 
     def dnskey_rrsig(self) -> dns.rrset.RRset:
         return self.rrsig(("DNSKEY", self.origin), lambda: self.dnskey)
 
     def _sign(self, rrset: dns.rrset.RRset, signing: list[ZoneKey], now: float) -> dns.rrset.RRset:
-        inception = int(now) - INCEPTION_SKEW
-        expiration = int(now) + self.validity - self.rng.randint(0, self.jitter)
+        inception, expiration = self._times(now)
         sigs = []
         for key in signing:
             sigs.append(

@@ -56,8 +56,12 @@ def gdnsd_files(workdir: Path, origin: str, zone: str, address: str, port: int) 
     return ["gdnsd", "-c", str(config_dir), "start"]
 
 
-def knotd_files(workdir: Path, origin: str, zone: str, address: str, port: int) -> list[str]:
-    """Write knotd's config, zone file, run and storage folders; its command line."""
+def knotd_files(
+    workdir: Path, origin: str, zone: str, address: str, port: int, online_signing: bool = False
+) -> list[str]:
+    """Write knotd's config, zone file, run and storage folders; its command line. With
+    *online_signing*, knotd signs its answers as it gives them (its ``mod-onlinesign``, with
+    a policy of one ECDSA P-256 key, the keys made by knotd in its storage)."""
     run_dir = workdir / "run"
     storage = workdir / "storage"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -74,10 +78,21 @@ def knotd_files(workdir: Path, origin: str, zone: str, address: str, port: int) 
         "log:\n"
         "  - target: stderr\n"
         "    any: info\n"
-        "zone:\n"
+        + (
+            "policy:\n"
+            "  - id: online\n"
+            "    algorithm: ecdsap256sha256\n"
+            "    single-type-signing: on\n"
+            "mod-onlinesign:\n"
+            "  - id: online\n"
+            "    policy: online\n"
+            if online_signing
+            else ""
+        )
+        + "zone:\n"
         f"  - domain: {origin}\n"
         f'    file: "{zone_file}"\n'
-        f'    storage: "{storage}"\n'
+        f'    storage: "{storage}"\n' + ("    module: mod-onlinesign/online\n" if online_signing else "")
     )
     return ["knotd", "-c", str(config)]
 

@@ -65,7 +65,7 @@ def test_a_csk_rolls_by_pre_publication_with_the_key_set_double_signed(tmp_path:
     assert keyset_tags == {old_tag, new_tag}  # the parent may take the new DS now
     assert {d.key_tag for d in keys.ds_records(ZONE, keys.load(tmp_path, ZONE))} == {old_tag, new_tag}
 
-    active, retired = rollover.roll(tmp_path, ZONE)
+    active, retired = rollover.roll(tmp_path, ZONE, force=True)
     assert (active.name, retired.name) == ("example.com.csk.key", "example.com.csk.old.key")
     assert (tag(active), tag(retired)) == (new_tag, old_tag)
     data, keyset_tags, s = signed_by(keys.load(tmp_path, ZONE))
@@ -74,7 +74,7 @@ def test_a_csk_rolls_by_pre_publication_with_the_key_set_double_signed(tmp_path:
     assert keyset_tags == {old_tag, new_tag}  # and signing the key set, for the old DS
     assert ds_before == {old_tag}
 
-    assert rollover.finish(tmp_path, ZONE) == retired
+    assert rollover.finish(tmp_path, ZONE, force=True) == retired
     data, keyset_tags, s = signed_by(keys.load(tmp_path, ZONE))
     assert data == keyset_tags == {new_tag} and len(s.dnskey) == 1
 
@@ -89,12 +89,59 @@ def test_a_zsk_rolls_by_pre_publication_the_ksk_unchanged(tmp_path: Path) -> Non
     assert {k.algorithm for k in loaded} == {keys.ED25519}  # the active key's algorithm
     data, keyset_tags, s = signed_by(loaded)
     assert (data, keyset_tags, len(s.dnskey)) == ({old_zsk}, {ksk_tag}, 3)
-    rollover.roll(tmp_path, ZONE)
+    rollover.roll(tmp_path, ZONE, force=True)
     data, keyset_tags, s = signed_by(keys.load(tmp_path, ZONE))
     assert (data, keyset_tags, len(s.dnskey)) == ({new_zsk}, {ksk_tag}, 3)
-    rollover.finish(tmp_path, ZONE)
+    rollover.finish(tmp_path, ZONE, force=True)
     data, keyset_tags, s = signed_by(keys.load(tmp_path, ZONE))
     assert (data, keyset_tags, len(s.dnskey)) == ({new_zsk}, {ksk_tag}, 2)
+
+
+def test_a_ksk_rolls_by_double_signature_of_the_key_set_the_zsk_unchanged(tmp_path: Path) -> None:
+    ksk, zsk = keys.keygen(tmp_path, ZONE, split=True)
+    old_ksk, zsk_tag = tag(ksk), tag(zsk)
+    nxt = rollover.publish(tmp_path, ZONE, ksk=True)
+    assert nxt.name == "example.com.ksk.next.key" and nxt.stat().st_mode & 0o777 == 0o600
+    new_ksk = tag(nxt)
+    loaded = keys.load(tmp_path, ZONE)
+    assert {(k.role, k.state) for k in loaded} == {("ksk", "active"), ("ksk", "next"), ("zsk", "active")}
+    data, keyset_tags, s = signed_by(loaded)
+    # published and signing the key set at once: a resolver with either DS validates it
+    assert (data, keyset_tags, len(s.dnskey)) == ({zsk_tag}, {old_ksk, new_ksk}, 3)
+    assert {d.key_tag for d in keys.ds_records(ZONE, loaded)} == {old_ksk, new_ksk}
+
+    active, retired = rollover.roll(tmp_path, ZONE, ksk=True, force=True)
+    assert (active.name, retired.name) == ("example.com.ksk.key", "example.com.ksk.old.key")
+    assert (tag(active), tag(retired)) == (new_ksk, old_ksk)
+    data, keyset_tags, s = signed_by(keys.load(tmp_path, ZONE))
+    assert (data, keyset_tags, len(s.dnskey)) == ({zsk_tag}, {old_ksk, new_ksk}, 3)
+
+    assert rollover.finish(tmp_path, ZONE, ksk=True, force=True) == retired
+    data, keyset_tags, s = signed_by(keys.load(tmp_path, ZONE))
+    assert (data, keyset_tags, len(s.dnskey)) == ({zsk_tag}, {new_ksk}, 2)
+    assert not keys.roll_state_path(tmp_path, ZONE).exists()  # the roll is over: its record goes
+
+
+def test_a_ksk_and_a_zsk_roll_independently(tmp_path: Path) -> None:
+    keys.keygen(tmp_path, ZONE, split=True)
+    rollover.publish(tmp_path, ZONE, ksk=True)
+    rollover.publish(tmp_path, ZONE)
+    assert len(keys.load(tmp_path, ZONE)) == 4
+    rollover.roll(tmp_path, ZONE, force=True)
+    with pytest.raises(DnssecKeyError, match=r"no retired KSK"):
+        rollover.finish(tmp_path, ZONE, ksk=True, force=True)
+    rollover.roll(tmp_path, ZONE, ksk=True, force=True)
+    rollover.finish(tmp_path, ZONE, force=True)
+    rollover.finish(tmp_path, ZONE, ksk=True, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["example.com.ksk.key", "example.com.zsk.key"]
+
+
+def test_a_ksk_roll_of_a_csk_zone_is_refused(tmp_path: Path) -> None:
+    keys.keygen(tmp_path, ZONE)
+    with pytest.raises(DnssecKeyError, match=r"has a combined signing key \(CSK\), no KSK: roll it without --ksk"):
+        rollover.publish(tmp_path, ZONE, ksk=True)
+    with pytest.raises(DnssecKeyError, match=r"no KSK"):
+        rollover.roll(tmp_path, ZONE, ksk=True, force=True)
 
 
 def test_each_step_changes_the_key_set_digest_members_compare(tmp_path: Path) -> None:
@@ -106,27 +153,27 @@ def test_each_step_changes_the_key_set_digest_members_compare(tmp_path: Path) ->
     seen = [digest()]
     rollover.publish(tmp_path, ZONE)
     seen.append(digest())
-    rollover.roll(tmp_path, ZONE)
+    rollover.roll(tmp_path, ZONE, force=True)
     seen.append(digest())  # (the same two keys: a validator sees the same DNSKEY set)
-    rollover.finish(tmp_path, ZONE)
+    rollover.finish(tmp_path, ZONE, force=True)
     seen.append(digest())
     assert seen[0] != seen[1] == seen[2] != seen[3] != seen[0]
 
 
 def test_steps_out_of_order_are_refused_with_the_step_to_take(tmp_path: Path) -> None:
     keys.keygen(tmp_path, ZONE)
-    with pytest.raises(DnssecKeyError, match=r"has no pre-published key .*--publish-only"):
-        rollover.roll(tmp_path, ZONE)
-    with pytest.raises(DnssecKeyError, match="no retired key"):
-        rollover.finish(tmp_path, ZONE)
+    with pytest.raises(DnssecKeyError, match=r"has no pre-published CSK .*--publish-only"):
+        rollover.roll(tmp_path, ZONE, force=True)
+    with pytest.raises(DnssecKeyError, match="no retired CSK"):
+        rollover.finish(tmp_path, ZONE, force=True)
     rollover.publish(tmp_path, ZONE)
-    with pytest.raises(DnssecKeyError, match="already has a pre-published key: roll to it"):
+    with pytest.raises(DnssecKeyError, match="already has a pre-published CSK: roll to it"):
         rollover.publish(tmp_path, ZONE)
-    rollover.roll(tmp_path, ZONE)
+    rollover.roll(tmp_path, ZONE, force=True)
     with pytest.raises(DnssecKeyError, match=r"finish that roll first .*--finish"):
         rollover.publish(tmp_path, ZONE)
-    with pytest.raises(DnssecKeyError, match="has no pre-published key"):
-        rollover.roll(tmp_path, ZONE)
+    with pytest.raises(DnssecKeyError, match="has no pre-published CSK"):
+        rollover.roll(tmp_path, ZONE, force=True)
 
 
 def test_a_rolled_key_without_an_active_one_of_its_role_is_a_load_error(tmp_path: Path) -> None:
@@ -164,20 +211,20 @@ def test_the_rollover_commands(tmp_path: Path) -> None:
     listed = run("ds", ZONE, "--dir", keys_dir, "--dnskey")
     assert "; csk (active), key tag" in listed and "; csk (next), key tag" in listed
     assert listed.count(" IN DS ") == 2
-    rolled = run("roll", ZONE, "--dir", keys_dir)
+    rolled = run("roll", ZONE, "--dir", keys_dir, "--force")
     assert rolled == (
         f"{keys_dir}/example.com.csk.key now signs; {keys_dir}/example.com.csk.old.key is retired "
         "(still published); reload every member\n"
     )
     assert (
-        run("roll", ZONE, "--dir", keys_dir, "--finish")
+        run("roll", ZONE, "--dir", keys_dir, "--finish", "--force")
         == f"removed {keys_dir}/example.com.csk.old.key; reload every member\n"
     )
     refused = subprocess.run(
         [GTMCLUSTER, "dnssec", "roll", ZONE, "--dir", keys_dir], capture_output=True, text=True, check=False
     )
     assert refused.returncode == 1
-    assert refused.stderr.startswith("gtmcluster dnssec roll: example.com has no pre-published key")
+    assert refused.stderr.startswith("gtmcluster dnssec roll: example.com has no pre-published CSK")
 
 
 def test_a_reload_after_each_step_answers_with_the_right_keys(tmp_path: Path) -> None:
@@ -204,9 +251,9 @@ def test_a_reload_after_each_step_answers_with_the_right_keys(tmp_path: Path) ->
     new_tag = tag(rollover.publish(tmp_path / "keys", "example.test"), "example.test")
     node.reload(load(path))
     assert answer_tags() == ({old_tag}, 2)
-    rollover.roll(tmp_path / "keys", "example.test")
+    rollover.roll(tmp_path / "keys", "example.test", force=True)
     node.reload(load(path))
     assert answer_tags() == ({new_tag}, 2)
-    rollover.finish(tmp_path / "keys", "example.test")
+    rollover.finish(tmp_path / "keys", "example.test", force=True)
     node.reload(load(path))
     assert answer_tags() == ({new_tag}, 1)
