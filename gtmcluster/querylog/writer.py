@@ -1,0 +1,275 @@
+"""The query log's queue, its file and the writer between them.
+
+The answer paths do as little as they can: the transport (`dns.server`) appends one tuple
+per query to a bounded `QueryQueue` (when the log is on; when it is off the only cost is
+the check that it is None), and the path that answered leaves in `QueryQueue.note` which
+wide IP decided and how (the fast path its kept tally, the general path its decision's).
+Past `queue` entries waiting, a query is not queued but counted in
+``QueryStats.query_log_dropped``: answering never waits for the log.
+
+Every `FLUSH_INTERVAL` the `QueryLogWriter` takes what is queued and hands it to a thread
+of the reactor's pool, which encodes the records (`dnstap`) and writes them to the
+`LogFile`; one batch at a time, so records stay in order and a slow disk only makes the
+queue fill (and then drop), never the reactor wait. Encoding there rather than on the
+reactor keeps a big batch from holding the reactor in one go (the thread gives the GIL
+back every few milliseconds); see docs/query-log.md for the cost measured.
+
+The `LogFile` is a Frame Streams file: a START frame, data frames, a STOP frame when closed.
+Before a write would take it past ``max_bytes`` it is closed, renamed ``PATH.1`` (older
+ones shifted up to ``PATH.<keep>``, the oldest removed) and a new one begun. A file found
+at ``PATH`` when the log opens (a previous run's) is rotated the same way first, so a file
+is never appended to after its STOP frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer, task, threads
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gtmcluster.config.model import QueryLog
+from gtmcluster.querylog import dnstap
+from gtmcluster.stats import QueryStats, Tally
+
+log = Logger()
+
+#: seconds between batches handed to the writing thread
+FLUSH_INTERVAL = 0.2
+
+#: a query as queued: (when it came, the client's (address, port, ...), our (address, port),
+#: dnstap.UDP or dnstap.TCP, the query's bytes, the response's bytes or None, what decided)
+Entry = tuple[float, tuple[Any, ...], tuple[str, int], int, bytes, bytes | None, Tally | None]
+
+
+class QueryQueue:
+    """The bounded queue the transports append to (`add`), and the note the answer paths
+    leave for the entry of the query they answer."""
+
+    def __init__(self, limit: int, stats: QueryStats, clock: Callable[[], float] = time.time):
+        self.limit = limit
+        self.stats = stats
+        self.clock = clock
+        self.entries: deque[Entry] = deque()
+        #: what decided the query being answered (a `Tally`), set by the path that answers it
+        #: and taken by the next `add`
+        self.note: Tally | None = None
+
+    def add(
+        self, client: tuple[Any, ...], local: tuple[str, int], protocol: int, query: bytes, reply: bytes | None
+    ) -> None:
+        """Queue the query *query* from *client* to *local* and its *reply* (None: none)."""
+        note = self.note
+        self.note = None
+        entries = self.entries
+        if len(entries) >= self.limit:
+            self.stats.query_log_dropped += 1
+            return
+        entries.append((self.clock(), client, local, protocol, query, reply, note))
+
+    def take(self) -> deque[Entry]:
+        """What is queued (the queue starts again empty)."""
+        taken, self.entries = self.entries, deque()
+        return taken
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed(address: str) -> tuple[int, bytes]:
+    return dnstap.packed(address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _extra(note: Tally) -> bytes:
+    wideip, pool, slot, method, members = note
+    return dnstap.encode_extra(dnstap.Decided(wideip, pool, slot, method, members))
+
+
+def record_of(entry: Entry, identity: bytes = b"", version: bytes = b"") -> dnstap.Record:
+    """The dnstap record of a queued query."""
+    when, client, local, protocol, query, reply, note = entry
+    family, query_address = _packed(client[0])
+    _, response_address = _packed(local[0])
+    seconds = int(when)
+    moment = (seconds, min(int((when - seconds) * 1e9), 999_999_999))
+    return dnstap.Record(
+        type=dnstap.AUTH_QUERY if reply is None else dnstap.AUTH_RESPONSE,
+        family=family,
+        protocol=protocol,
+        query_address=query_address,
+        query_port=int(client[1]),
+        response_address=response_address,
+        response_port=int(local[1]),
+        query_time=moment,
+        query_message=query,
+        # (answered as it came: the node answers a query in one go, in microseconds)
+        response_time=None if reply is None else moment,
+        response_message=reply,
+        identity=identity,
+        version=version,
+        extra=b"" if note is None else _extra(note),
+    )
+
+
+def frames_of(entries: Iterable[Entry], identity: bytes = b"", version: bytes = b"") -> list[bytes]:
+    """The Frame Streams data frames of *entries*."""
+    return [dnstap.data_frame(dnstap.encode(record_of(e, identity, version))) for e in entries]
+
+
+class LogFile:
+    """A Frame Streams file of dnstap records at *path*, rotated by size. Its methods block
+    (file I/O): the writer calls them in a thread, one call at a time."""
+
+    def __init__(self, path: Path, max_bytes: int, keep: int):
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._fd: int | None = None
+        self.size = 0
+        self.rotations = 0
+
+    def write(self, frames: list[bytes]) -> None:
+        """Append *frames* (data frames), rotating first whenever one would take the file past
+        `max_bytes` (a single frame larger than that gets a file of its own)."""
+        pending: list[bytes] = []
+        header = len(dnstap.start_frame())
+        for frame in frames:
+            if self._fd is None:
+                self._open()
+            elif self.size + len(frame) + len(dnstap.STOP_FRAME) > self.max_bytes and self.size > header:
+                self._write(pending)
+                pending = []
+                self._close()
+                self._rotate()
+                self._open()
+            pending.append(frame)
+            self.size += len(frame)
+        self._write(pending)
+
+    def close(self) -> None:
+        """End the file with a STOP frame and close it."""
+        if self._fd is not None:
+            self._close()
+
+    def _open(self) -> None:
+        if self.path.exists():
+            self._rotate()  # a previous run's file: never appended to after its STOP frame
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # (client addresses: readable by the node's user and group only)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o640)
+        start = dnstap.start_frame()
+        os.write(self._fd, start)
+        self.size = len(start)
+
+    def _write(self, chunks: list[bytes]) -> None:
+        if not chunks:
+            return
+        assert self._fd is not None
+        data = memoryview(b"".join(chunks))
+        while data:
+            written = os.write(self._fd, data)
+            data = data[written:]
+
+    def _close(self) -> None:
+        assert self._fd is not None
+        self._write([dnstap.STOP_FRAME])
+        os.close(self._fd)
+        self._fd = None
+
+    def _rotate(self) -> None:
+        """PATH -> PATH.1 -> ... -> PATH.<keep>; the oldest goes (with keep 0, PATH itself)."""
+        name = self.path.name
+        if self.keep == 0:
+            self.path.unlink(missing_ok=True)
+        else:
+            self.path.with_name(f"{name}.{self.keep}").unlink(missing_ok=True)
+            for n in range(self.keep - 1, 0, -1):
+                older = self.path.with_name(f"{name}.{n}")
+                if older.exists():
+                    older.rename(self.path.with_name(f"{name}.{n + 1}"))
+            self.path.rename(self.path.with_name(f"{name}.1"))
+        self.rotations += 1
+
+
+def in_pool(reactor: Any) -> Callable[[Callable[[], None]], defer.Deferred[None]]:
+    """Runs a call in the reactor's thread pool."""
+    return lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f)
+
+
+class QueryLogWriter:
+    """Takes the queue's entries every `FLUSH_INTERVAL` and writes them to the file by *run*
+    (a thread of the reactor's pool; tests run it in place)."""
+
+    def __init__(
+        self,
+        settings: QueryLog,
+        stats: QueryStats,
+        clock: IReactorTime,
+        run: Callable[[Callable[[], None]], defer.Deferred[None]],
+        identity: str = "",
+        wall: Callable[[], float] = time.time,
+    ):
+        self.settings = settings
+        self.stats = stats
+        self.clock = clock
+        self.run = run
+        self.identity = identity.encode()
+        self.version = b"gtmcluster"
+        self.queue = QueryQueue(settings.queue, stats, wall)
+        self.file = LogFile(settings.path, settings.max_bytes, settings.keep)
+        self._busy: defer.Deferred[None] | None = None
+        self._loop: task.LoopingCall | None = None
+
+    def reconfigure(self, settings: QueryLog) -> None:
+        """Take *settings* of the same path: the sizes apply from the next query (the file's
+        from its next write)."""
+        self.settings = settings
+        self.queue.limit = settings.queue
+        self.file.max_bytes = settings.max_bytes
+        self.file.keep = settings.keep
+
+    def start(self) -> None:
+        loop = self._loop = task.LoopingCall(self.flush)
+        loop.clock = self.clock
+        loop.start(FLUSH_INTERVAL, now=False).addErrback(lambda f: log.failure("query log writer stopped", f))
+
+    def flush(self) -> defer.Deferred[None] | None:
+        """Hand what is queued to the writing thread, unless a batch is still being written
+        (then it waits in the queue; past `queue` entries, new ones are dropped)."""
+        if self._busy is not None or not self.queue.entries:
+            return None
+        entries = self.queue.take()
+        identity, version, file = self.identity, self.version, self.file
+
+        def write() -> None:
+            file.write(frames_of(entries, identity, version))
+
+        def done(result: object) -> None:
+            self._busy = None
+            if isinstance(result, Failure):
+                self.stats.query_log_failed += len(entries)
+                log.failure("writing the query log {path}", result, path=str(file.path))
+            else:
+                self.stats.query_log_written += len(entries)
+
+        busy = self._busy = self.run(write)
+        busy.addBoth(done)
+        return busy
+
+    @defer.inlineCallbacks
+    def stop(self) -> Any:
+        """Write what is queued and close the file (with its STOP frame)."""
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self._loop = None
+        if self._busy is not None:
+            yield self._busy
+        yield self.flush()
+        yield self.run(self.file.close)
