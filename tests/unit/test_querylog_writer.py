@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from collections.abc import Iterator
 from ipaddress import ip_address
@@ -25,6 +24,7 @@ from gtmcluster.node import Node
 from gtmcluster.querylog import dnstap, writer
 from gtmcluster.querylog.writer import Entry, LogFile, QueryLogWriter, QueryQueue
 from gtmcluster.stats import QueryStats
+from tests.conftest import require_tool
 from tests.support import configs
 from tests.support.dnsclient import query
 from tests.unit.test_fastpath import make_query
@@ -139,9 +139,9 @@ def test_a_previous_runs_file_is_rotated_away_not_appended_to(tmp_path: Path) ->
     assert path.stat().st_mode & 0o777 == 0o640
 
 
-@pytest.mark.skipif(shutil.which("dnstap-read") is None, reason="needs dnstap-read (bind9-dnsutils)")
 def test_rotated_files_are_read_by_dnstap_read(tmp_path: Path) -> None:
     """BIND's reader takes every file, the current and the rotated ones."""
+    require_tool("dnstap-read", "bind9-dnsutils")
     path = tmp_path / "q.dnstap"
     log = LogFile(path, 300, 3)
     entries = []
