@@ -64,8 +64,8 @@ def test_real_queries_are_logged_and_read_by_dnstap_read(tmp_path: Path) -> None
     ]
     # the client subnet is in the query logged; the subnet's region r1 chose DC1 (vs1)
     assert bytes([0, 8, 0, 7, 0, 1, 24, 0, 198, 51, 100]) in logged[0].query_message
-    for r in logged[:2]:
-        assert dnstap.parse_extra(r.extra) == dnstap.Decided("gslb.example.test", "p", "preferred", "topology", ("vs1",))
+    by_subnet = dnstap.Decided("gslb.example.test", "p", "preferred", "topology", ("vs1",))
+    assert [dnstap.parse_extra(r.extra) for r in logged[:2]] == [by_subnet, by_subnet]
     # over TCP from 127.0.0.1 (region none: the "any" rule) DC3
     assert dnstap.parse_extra(logged[2].extra) == dnstap.Decided(
         "gslb.example.test", "p", "preferred", "topology", ("vs3",)
