@@ -131,7 +131,15 @@ _FIXED32 = 5
 _F32 = struct.Struct("<I")
 
 
+#: the one-byte varints (0 to 127): lengths, enums and small numbers are mostly these
+_SMALL = [bytes([n]) for n in range(128)]
+
+
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL[n]
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -235,8 +243,45 @@ class Record:
     extra: bytes = b""
 
 
+def head(identity: bytes = b"", version: bytes = b"") -> bytes:
+    """The fields of a ``Dnstap`` message that come before its extra field, the same for
+    every record of a writer: its identity and version."""
+    return (_bytes_field(1, identity) if identity else b"") + (_bytes_field(2, version) if version else b"")
+
+
+def fixed_fields(
+    kind: int, family: int, protocol: int, query_address: bytes, response_address: bytes, response_port: int
+) -> bytes:
+    """The fields of a ``Message`` that are the same for every query of one client address
+    to one of our addresses (protobuf lets fields come in any order: these come first)."""
+    return (
+        _varint_field(1, kind)
+        + _varint_field(2, family)
+        + _varint_field(3, protocol)
+        + _bytes_field(4, query_address)
+        + _bytes_field(5, response_address)
+        + _varint_field(7, response_port)
+    )
+
+
+def time_fields(seconds: int, response: bool) -> bytes:
+    """query_time_sec (8) or response_time_sec (12), and the key of its _nsec field (fixed32)
+    to be followed by the nanoseconds."""
+    return _varint_field(12, seconds) + b"\x6d" if response else _varint_field(8, seconds) + b"\x4d"
+
+
+def port_field(port: int) -> bytes:
+    """query_port (6)."""
+    return _varint_field(6, port)
+
+
+def extra_field(extra: bytes) -> bytes:
+    return _bytes_field(3, extra) if extra else b""
+
+
 def encode(record: Record) -> bytes:
-    """*record* as a ``dnstap.Dnstap`` protobuf message."""
+    """*record* as a ``dnstap.Dnstap`` protobuf message (fields in their numbers' order; the
+    query log's writer puts them in another order, see `fixed_fields`)."""
     message = (
         _varint_field(1, record.type)
         + _varint_field(2, record.family)
@@ -253,11 +298,7 @@ def encode(record: Record) -> bytes:
         message += _varint_field(12, record.response_time[0]) + _fixed32_field(13, record.response_time[1])
     if record.response_message is not None:
         message += _bytes_field(14, record.response_message)
-    out = b""
-    if record.identity:
-        out += _bytes_field(1, record.identity)
-    if record.version:
-        out += _bytes_field(2, record.version)
+    out = head(record.identity, record.version)
     if record.extra:
         out += _bytes_field(3, record.extra)
     return out + _bytes_field(14, message) + _varint_field(15, DNSTAP_MESSAGE)

@@ -5,6 +5,7 @@ not print)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,12 @@ def test_real_queries_are_logged_and_read_by_dnstap_read(tmp_path: Path) -> None
             details=lambda: records(log),
         )
         poll.until(lambda: len([r for r in records(log) if b"\x03www" in r.query_message]) == 1, what="all four")
+        # the file of the running node (no STOP frame yet), read with the log's own reader
+        lines = subprocess.run(
+            [sys.executable, "-m", "gtmcluster.querylog.read", str(log)], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        decided = "[gtm1 wideip=gslb.example.test pool=p slot=preferred method=topology members=vs1]"
+        assert sum(line.endswith(f" UDP gslb.example.test. A NOERROR 10.0.1.1 {decided}") for line in lines) == 2
         status = call(api, "/api/v1/status")[1]
         assert status["query_log"]["path"] == str(log)
         assert status["query_log"]["written"] >= 4 and status["query_log"]["dropped"] == 0

@@ -21,7 +21,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import DNSServer, HostPort, QueryLog
 from gtmcluster.dns.server import DNSService
 from gtmcluster.node import Node
-from gtmcluster.querylog import dnstap, writer
+from gtmcluster.querylog import dnstap, read, writer
 from gtmcluster.querylog.writer import Entry, LogFile, QueryLogWriter, QueryQueue
 from gtmcluster.stats import QueryStats
 from tests.conftest import require_tool
@@ -331,3 +331,32 @@ def test_a_reload_to_another_path_closes_the_old_file_and_opens_the_new(
     proto.datagramReceived(query("www.example.test"), ("127.0.0.9", 4002))
     assert node.responder.query_log is None
     service.stopService()
+
+
+# -- reading it back ----------------------------------------------------------------------
+
+
+def test_a_file_being_written_reads_up_to_its_last_whole_record(tmp_path: Path) -> None:
+    """`querylog.read` takes the file of a running node (no STOP yet, perhaps a record cut)
+    and prints a line per record with the extra field."""
+    path = tmp_path / "q.dnstap"
+    q = dns.message.make_query("gslb.example.test", "A")
+    r = dns.message.make_response(q)
+    tally = ("gslb.example.test", "p", "preferred", "topology", ("vs1",))
+    entries: list[Entry] = [
+        (1700000000.25, ("192.0.2.1", 5000), ("127.0.0.1", 53), dnstap.UDP, q.to_wire(), r.to_wire(), tally),
+        (1700000001.0, ("2001:db8::1", 5001), ("::1", 53), dnstap.TCP, q.to_wire(), None, None),
+    ]
+    log = LogFile(path, 100_000, 1)
+    log.write(writer.frames_of(entries))
+    data = path.read_bytes()
+    assert [r.query_port for r in read.records(data)] == [5000, 5001]
+    assert [r.query_port for r in read.records(data[:-3])] == [5000]
+    lines = [read.describe(r) for r in read.records(data)]
+    assert lines == [
+        "2023-11-14T22:13:20.250Z 192.0.2.1:5000 UDP gslb.example.test. A NOERROR"
+        " [gtm1 wideip=gslb.example.test pool=p slot=preferred method=topology members=vs1]",
+        "2023-11-14T22:13:21.000Z 2001:db8::1:5001 TCP gslb.example.test. A no response",
+    ]
+    with pytest.raises(dnstap.FrameError):
+        list(read.records(b"\x00\x00\x00\x05hello"))
