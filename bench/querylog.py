@@ -4,10 +4,10 @@
                                        [--ecs 1000] [--json FILE]
 
 Starts three nodes (twistd gtm, one member each, the zone and wide IP of bench/compare.py)
-on 127.0.0.243-245:5300: ``off`` without a query log, ``thread`` with ``dns_server.query_log``
-(records encoded in the writing thread, as the node does), ``reactor`` with the log and the
-records encoded on the reactor before the write is handed to the thread
-(`QueryLogWriter.encode_in_thread` set False by a sitecustomize on its PYTHONPATH). Then,
+on 127.0.0.243-245:5300: ``off`` without a query log, ``on`` with ``dns_server.query_log``
+(records encoded on the reactor, the file written in a thread: as the node does), and
+``thread`` with the log and the records encoded in the writing thread too
+(`QueryLogWriter.encode_in_thread` set True by a sitecustomize on its PYTHONPATH). Then,
 after a 3 s warm-up of each, in rounds, for each mix of bench/compare.py (static: the
 PERF-BASELINE mix; wideip: the wide IP with an EDNS client subnet per query, --ecs
 subnets), dnsperf drives each node at unlimited
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("off", "thread", "reactor")
-HOSTS = {"off": "127.0.0.243", "thread": "127.0.0.244", "reactor": "127.0.0.245"}
+VARIANTS = ("off", "on", "thread")
+HOSTS = {"off": "127.0.0.243", "on": "127.0.0.244", "thread": "127.0.0.245"}
 PORT = 5300
 API_PORT = 8063
 
@@ -47,10 +47,10 @@ API_PORT = 8063
 def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], dict[str, lib.Mix]]:
     (work / f"{lib.ORIGIN}.zone").write_text(lib.zone_text())
     mixes = lib.write_mixes(work, sources, ecs)
-    patch = work / "reactor-encode"
+    patch = work / "thread-encode"
     patch.mkdir()
     (patch / "sitecustomize.py").write_text(
-        "from gtmcluster.querylog.writer import QueryLogWriter\nQueryLogWriter.encode_in_thread = False\n"
+        "from gtmcluster.querylog.writer import QueryLogWriter\nQueryLogWriter.encode_in_thread = True\n"
     )
     servers = {}
     for variant in VARIANTS:
@@ -66,7 +66,7 @@ def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], di
         argv = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "--nodaemon"]
         argv += [f"--logfile={work / variant / 'node.log'}", f"--pidfile={work / variant / 'node.pid'}"]
         argv += ["gtm", f"--config={path}", "--node=bench"]
-        if variant == "reactor":
+        if variant == "thread":
             argv = ["env", f"PYTHONPATH={patch}", *argv]
         servers[variant] = lib.Server(variant, variant, endpoint, argv, work / variant / "node.log", work / variant)
     return servers, mixes

@@ -135,7 +135,8 @@ _F32 = struct.Struct("<I")
 _SMALL = [bytes([n]) for n in range(128)]
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """*n* (>= 0) as a protobuf varint."""
     if n < 0x80:
         return _SMALL[n]
     if n < 0x4000:
@@ -149,15 +150,15 @@ def _varint(n: int) -> bytes:
 
 
 def _key(number: int, kind: int) -> bytes:
-    return _varint(number << 3 | kind)
+    return varint(number << 3 | kind)
 
 
 def _bytes_field(number: int, value: bytes) -> bytes:
-    return _key(number, _BYTES) + _varint(len(value)) + value
+    return _key(number, _BYTES) + varint(len(value)) + value
 
 
 def _varint_field(number: int, value: int) -> bytes:
-    return _key(number, _VARINT) + _varint(value)
+    return _key(number, _VARINT) + varint(value)
 
 
 def _fixed32_field(number: int, value: int) -> bytes:
@@ -173,7 +174,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
     at = 0
     size = len(data)
 
-    def varint() -> int:
+    def read_varint() -> int:
         nonlocal at
         shift = 0
         n = 0
@@ -188,12 +189,12 @@ def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
                 return n
 
     while at < size:
-        key = varint()
+        key = read_varint()
         number, kind = key >> 3, key & 7
         if kind == _VARINT:
-            yield number, varint()
+            yield number, read_varint()
         elif kind == _BYTES:
-            length = varint()
+            length = read_varint()
             if at + length > size:
                 raise DecodeError("a length-delimited field cut short")
             yield number, data[at : at + length]

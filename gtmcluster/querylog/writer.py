@@ -7,12 +7,13 @@ wide IP decided and how (the fast path its kept tally, the general path its deci
 Past `queue` entries waiting, a query is not queued but counted in
 ``QueryStats.query_log_dropped``: answering never waits for the log.
 
-Every `FLUSH_INTERVAL` the `QueryLogWriter` takes what is queued and hands it to a thread
-of the reactor's pool, which encodes the records (`dnstap`) and writes them to the
+Every `FLUSH_INTERVAL` the `QueryLogWriter` takes up to `MAX_BATCH` queued entries,
+encodes them on the reactor (`Encoder`: about 2 us a record, so a few milliseconds a
+batch) and hands the frames to a thread of the reactor's pool, which writes them to the
 `LogFile`; one batch at a time, so records stay in order and a slow disk only makes the
-queue fill (and then drop), never the reactor wait. Encoding there rather than on the
-reactor keeps a big batch from holding the reactor in one go (the thread gives the GIL
-back every few milliseconds); see docs/query-log.md for the cost measured.
+queue fill (and then drop), never the reactor wait. Encoding in the thread as well was
+measured to cost more CPU a query (bench/querylog.py, docs/query-log.md): the thread and
+the reactor then trade the GIL back and forth.
 
 The `LogFile` is a Frame Streams file: a START frame, data frames, a STOP frame when closed.
 Before a write would take it past ``max_bytes`` it is closed, renamed ``PATH.1`` (older
@@ -28,7 +29,7 @@ import os
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,11 @@ from gtmcluster.stats import QueryStats, Tally
 
 log = Logger()
 
-#: seconds between batches handed to the writing thread
-FLUSH_INTERVAL = 0.2
+#: seconds between batches
+FLUSH_INTERVAL = 0.1
+#: entries encoded in one turn of the reactor at most (a few milliseconds); a longer queue
+#: is taken in several turns, the next as soon as the previous batch is written
+MAX_BATCH = 2000
 
 #: a query as queued: (when it came, the client's (address, port, ...), our (address, port),
 #: dnstap.UDP or dnstap.TCP, the query's bytes, the response's bytes or None, what decided)
@@ -76,10 +80,14 @@ class QueryQueue:
             return
         entries.append((self.clock(), client, local, protocol, query, reply, note))
 
-    def take(self) -> deque[Entry]:
-        """What is queued (the queue starts again empty)."""
-        taken, self.entries = self.entries, deque()
-        return taken
+    def take(self, limit: int | None = None) -> Sequence[Entry]:
+        """What is queued, oldest first, *limit* entries at most (they leave the queue)."""
+        entries = self.entries
+        if limit is None or len(entries) <= limit:
+            self.entries = deque()
+            return entries
+        popleft = entries.popleft
+        return [popleft() for _ in range(limit)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -119,104 +127,89 @@ def record_of(entry: Entry, identity: bytes = b"", version: bytes = b"") -> dnst
     )
 
 
-_LENGTH = struct.Struct("!I")
-_NANOS = struct.Struct("<I")
-_SMALL = [bytes([n]) for n in range(128)]
 #: what an `Encoder` keeps at most of each kind of part before starting again
 MAX_KEPT = 10_000
 
 
-def _length(n: int) -> bytes:
-    """A length as a protobuf varint."""
-    if n < 0x80:
-        return _SMALL[n]
-    if n < 0x4000:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))  # (a record is < 2 MiB)
+def _padded(n: int, size: int) -> bytes:
+    """*n* as a protobuf varint of exactly *size* bytes (continuation bits on the leading
+    ones: a longer form than needed, which protobuf readers take as the same number), so
+    ports and seconds take the same room in every record."""
+    out = bytearray()
+    for _ in range(size - 1):
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    if n > 0x7F:
+        raise ValueError(f"{n} does not fit {size} varint bytes")
+    out.append(n)
+    return bytes(out)
 
 
 class Encoder:
-    """Encodes queued entries as Frame Streams data frames of dnstap records, the same bytes
-    `record_of` and `dnstap.encode` describe but for the order of the fields. This runs for
-    every query logged, so it keeps what repeats: the fields of each (client address, our
-    address, transport) and of each port, second and note."""
+    """Encodes queued entries as Frame Streams data frames of dnstap records, the records
+    `record_of` describes (`dnstap.decode` reads them back the same), with the fields in
+    another order and the port and seconds as fixed-size varints. This runs for every query
+    logged, so a record is one `struct` pack: everything that is the same for the queries of
+    one client address to one of our addresses, with one note and the same message sizes, is
+    kept as the constant part of that pack (the frame and message lengths too), and only the
+    messages, the port and the time are put in per query."""
 
     def __init__(self, identity: bytes = b"", version: bytes = b""):
         self.first = dnstap.head(identity, version)
-        self._fixed: dict[tuple[str, tuple[str, int], int, bool], bytes] = {}
+        #: (client address, ours, transport, note, query size, reply size or -1) -> the pack
+        #: and its constant parts
+        self._shapes: dict[tuple[Any, ...], tuple[Callable[..., bytes], bytes, bytes]] = {}
         self._ports: dict[int, bytes] = {}
-        self._extras: dict[Tally, bytes] = {}
         self._second = -1
         self._times = (b"", b"")
 
+    def _shape(self, key: tuple[Any, ...]) -> tuple[Callable[..., bytes], bytes, bytes]:
+        client, local, protocol, note, query_size, reply_size = key
+        family, query_address = _packed(client)
+        kind = dnstap.AUTH_QUERY if reply_size < 0 else dnstap.AUTH_RESPONSE
+        fixed = dnstap.fixed_fields(kind, family, protocol, query_address, _packed(local[0])[1], local[1])
+        query_head = fixed + b"\x52" + dnstap.varint(query_size)  # 10 query_message
+        reply_head = b"" if reply_size < 0 else b"\x72" + dnstap.varint(reply_size)  # 14 response_message
+        # after the messages: query_port (4 bytes), query_time (7 + 4), response_time (7 + 4)
+        tail = 4 + 11 + (11 if reply_size >= 0 else 0)
+        message = len(query_head) + query_size + len(reply_head) + max(reply_size, 0) + tail
+        outer = self.first + (dnstap.extra_field(_extra(note)) if note is not None else b"")
+        outer += b"\x78\x01\x72" + dnstap.varint(message)  # 15 type MESSAGE, 14 message
+        prefix = (len(outer) + message).to_bytes(4, "big") + outer + query_head
+        if reply_size < 0:
+            layout = struct.Struct(f"<{len(prefix)}s{query_size}s4s7sI")
+        else:
+            layout = struct.Struct(f"<{len(prefix)}s{query_size}s{len(reply_head)}s{reply_size}s4s7sI7sI")
+        return layout.pack, prefix, reply_head
+
     def frames(self, entries: Iterable[Entry]) -> list[bytes]:
-        first = self.first
-        fixed_of = self._fixed
+        shapes = self._shapes
         ports = self._ports
-        extras = self._extras
-        pack = _LENGTH.pack
-        nanos = _NANOS.pack
-        small = _SMALL
         out = []
         for when, client, local, protocol, query, reply, note in entries:
-            key = (client[0], local, protocol, reply is None)
-            fixed = fixed_of.get(key)
-            if fixed is None:
-                if len(fixed_of) >= MAX_KEPT:
-                    fixed_of.clear()
-                family, query_address = _packed(client[0])
-                kind = dnstap.AUTH_QUERY if reply is None else dnstap.AUTH_RESPONSE
-                fixed = dnstap.fixed_fields(kind, family, protocol, query_address, _packed(local[0])[1], local[1])
-                fixed_of[key] = fixed
+            key = (client[0], local, protocol, note, len(query), -1 if reply is None else len(reply))
+            shape = shapes.get(key)
+            if shape is None:
+                if len(shapes) >= MAX_KEPT:
+                    shapes.clear()
+                shape = shapes[key] = self._shape(key)
             port = ports.get(client[1])
             if port is None:
-                port = ports[client[1]] = dnstap.port_field(client[1])
+                port = ports[client[1]] = b"\x30" + _padded(client[1], 3)  # 6 query_port
             seconds = int(when)
             if seconds != self._second:
                 self._second = seconds
-                self._times = (dnstap.time_fields(seconds, False), dnstap.time_fields(seconds, True))
-            nano = nanos(int((when - seconds) * 1e9))  # (< 1e9: when - seconds < 1)
-            query_time, response_time = self._times
-            n = len(query)
-            query_length = small[n] if n < 128 else _length(n)
-            size = len(fixed) + len(port) + len(query_time) + 5 + len(query_length) + n
+                at = _padded(seconds, 5)
+                self._times = (b"\x40" + at + b"\x4d", b"\x60" + at + b"\x6d")  # 8/9, 12/13
+            nanoseconds = int((when - seconds) * 1e9)  # (< 1e9: when - seconds < 1)
+            pack, prefix, reply_head = shape
             if reply is None:
-                tail = reply_length = response_time = b""
+                out.append(pack(prefix, query, port, self._times[0], nanoseconds))
             else:
-                r = len(reply)
-                reply_length = small[r] if r < 128 else _length(r)
-                size += len(response_time) + 5 + len(reply_length) + r
-                tail = reply
-            message_length = small[size] if size < 128 else _length(size)
-            if note is None:
-                extra = b""
-            else:
-                extra = extras.get(note, b"")
-                if not extra:
-                    if len(extras) >= MAX_KEPT:
-                        extras.clear()
-                    extra = extras[note] = dnstap.extra_field(_extra(note))
-            parts = (
-                pack(len(first) + len(extra) + 1 + len(message_length) + size + 2),
-                first,
-                extra,
-                b"\x72",  # 14 message
-                message_length,
-                fixed,
-                port,
-                query_time,
-                nano,
-                b"\x52",  # 10 query_message
-                query_length,
-                query,
-                response_time,
-                nano if reply is not None else b"",
-                b"\x72" if reply is not None else b"",  # 14 response_message
-                reply_length,
-                tail,
-                b"\x78\x01",  # 15 type MESSAGE
-            )
-            out.append(b"".join(parts))
+                query_time, response_time = self._times
+                out.append(
+                    pack(prefix, query, reply_head, reply, port, query_time, nanoseconds, response_time, nanoseconds)
+                )
         return out
 
 
@@ -310,8 +303,9 @@ class QueryLogWriter:
     (a thread of the reactor's pool; tests run it in place)."""
 
     #: encode the records in the writing thread (True) or on the reactor before handing the
-    #: frames over (bench/querylog.py measures both)
-    encode_in_thread = True
+    #: frames over (False); bench/querylog.py measures both: on the reactor costs less (the
+    #: thread would hold the GIL for the encoding, and hand it back and forth with the reactor)
+    encode_in_thread = False
 
     def __init__(
         self,
@@ -351,7 +345,7 @@ class QueryLogWriter:
         (then it waits in the queue; past `queue` entries, new ones are dropped)."""
         if self._busy is not None or not self.queue.entries:
             return None
-        entries = self.queue.take()
+        entries = self.queue.take(None if self.encode_in_thread else MAX_BATCH)
         encoder, file = self.encoder, self.file
         if self.encode_in_thread:
 
@@ -370,6 +364,8 @@ class QueryLogWriter:
                 log.failure("writing the query log {path}", result, path=str(file.path))
             else:
                 self.stats.query_log_written += len(entries)
+            if len(self.queue.entries) >= MAX_BATCH and self._loop is not None:
+                self.clock.callLater(0, self.flush)  # a backlog: the next batch at once
 
         busy = self._busy = self.run(write)
         busy.addBoth(done)
