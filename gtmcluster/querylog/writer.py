@@ -299,8 +299,12 @@ def in_pool(reactor: Any) -> Callable[[Callable[[], None]], defer.Deferred[None]
 
 
 class QueryLogWriter:
-    """Takes the queue's entries every `FLUSH_INTERVAL` and writes them to the file by *run*
-    (a thread of the reactor's pool; tests run it in place)."""
+    """Every `FLUSH_INTERVAL` encodes what is queued, `MAX_BATCH` entries a turn of the
+    reactor, and has the frames written to the file by *run* (a thread of the reactor's pool;
+    tests run it in place), one write at a time. Encoding goes on while a write is under way
+    (what it encodes waits for the next write, which takes it all), so a slow round trip to
+    the thread does not slow the log down; the encoded frames waiting are bounded like the
+    queue (``queue`` entries), and past that the queue is not taken from and fills."""
 
     #: encode the records in the writing thread (True) or on the reactor before handing the
     #: frames over (False); bench/querylog.py measures both: on the reactor costs less (the
@@ -320,12 +324,17 @@ class QueryLogWriter:
         self.stats = stats
         self.clock = clock
         self.run = run
-        #: (used by one batch at a time: in the writing thread, or on the reactor)
+        #: (used on the reactor, or with encode_in_thread by one write at a time)
         self.encoder = Encoder(identity.encode(), b"gtmcluster")
         self.queue = QueryQueue(settings.queue, stats, wall)
         self.file = LogFile(settings.path, settings.max_bytes, settings.keep)
+        #: batches taken from the queue, waiting for the next write (encoded unless
+        #: encode_in_thread), and how many entries they hold
+        self._pending: list[Any] = []
+        self._pending_count = 0
         self._busy: defer.Deferred[None] | None = None
         self._loop: task.LoopingCall | None = None
+        self._next: Any = None  # the next turn's flush, while there is a backlog
 
     def reconfigure(self, settings: QueryLog) -> None:
         """Take *settings* of the same path: the sizes apply from the next query (the file's
@@ -340,36 +349,44 @@ class QueryLogWriter:
         loop.clock = self.clock
         loop.start(FLUSH_INTERVAL, now=False).addErrback(lambda f: log.failure("query log writer stopped", f))
 
-    def flush(self) -> defer.Deferred[None] | None:
-        """Hand what is queued to the writing thread, unless a batch is still being written
-        (then it waits in the queue; past `queue` entries, new ones are dropped)."""
-        if self._busy is not None or not self.queue.entries:
-            return None
-        entries = self.queue.take(None if self.encode_in_thread else MAX_BATCH)
-        encoder, file = self.encoder, self.file
-        if self.encode_in_thread:
+    def flush(self) -> None:
+        """Encode a batch of what is queued (the next batch in the next turn, while there is
+        a backlog) and start a write, unless one is under way."""
+        self._next = None
+        queue = self.queue
+        if queue.entries and self._pending_count < self.settings.queue:
+            self._take(None if self.encode_in_thread else MAX_BATCH)
+            if len(queue.entries) >= MAX_BATCH and self._loop is not None:
+                self._next = self.clock.callLater(0, self.flush)
+        self._write()
 
-            def write() -> None:
-                file.write(encoder.frames(entries))
-        else:
-            frames = encoder.frames(entries)
+    def _take(self, limit: int | None) -> None:
+        entries = self.queue.take(limit)
+        self._pending.append(entries if self.encode_in_thread else self.encoder.frames(entries))
+        self._pending_count += len(entries)
 
-            def write() -> None:
-                file.write(frames)
+    def _write(self) -> None:
+        if self._busy is not None or not self._pending:
+            return
+        batches, self._pending = self._pending, []
+        count, self._pending_count = self._pending_count, 0
+        encoder, file, in_thread = self.encoder, self.file, self.encode_in_thread
+
+        def write() -> None:
+            for batch in batches:
+                file.write(encoder.frames(batch) if in_thread else batch)
 
         def done(result: object) -> None:
             self._busy = None
             if isinstance(result, Failure):
-                self.stats.query_log_failed += len(entries)
+                self.stats.query_log_failed += count
                 log.failure("writing the query log {path}", result, path=str(file.path))
             else:
-                self.stats.query_log_written += len(entries)
-            if len(self.queue.entries) >= MAX_BATCH and self._loop is not None:
-                self.clock.callLater(0, self.flush)  # a backlog: the next batch at once
+                self.stats.query_log_written += count
+            self._write()  # what was encoded meanwhile
 
         busy = self._busy = self.run(write)
         busy.addBoth(done)
-        return busy
 
     @defer.inlineCallbacks
     def stop(self) -> Any:
@@ -377,7 +394,12 @@ class QueryLogWriter:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._loop = None
-        if self._busy is not None:
+        if self._next is not None and self._next.active():
+            self._next.cancel()
+        self._next = None
+        while self.queue.entries:
+            self._take(None)
+        self._write()
+        while self._busy is not None:
             yield self._busy
-        yield self.flush()
         yield self.run(self.file.close)

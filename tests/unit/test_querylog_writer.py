@@ -188,8 +188,9 @@ def test_the_writer_writes_what_is_queued_every_interval_and_closes_on_stop(tmp_
 
 
 def test_a_slow_write_makes_the_queue_fill_and_drop_never_wait(tmp_path: Path) -> None:
-    """One batch at a time: while a write is under way, queries wait in the queue, and
-    past its size are dropped and counted; then the rest is written, in order."""
+    """One write at a time: while it is under way, what comes is encoded and waits for the
+    next write (up to `queue` entries), then waits in the queue (up to `queue` entries), and
+    past that is dropped and counted; then the rest is written, in order."""
     pending: list[tuple[Any, defer.Deferred[None]]] = []
 
     def slow(f: Any) -> defer.Deferred[None]:
@@ -197,26 +198,35 @@ def test_a_slow_write_makes_the_queue_fill_and_drop_never_wait(tmp_path: Path) -
         pending.append((f, d))
         return d
 
+    def add(numbers: range) -> None:
+        for n in numbers:
+            w.queue.add(("192.0.2.1", n), ("127.0.0.1", 53), dnstap.UDP, b"q%d" % n, b"r")
+
     w, clock = make_writer(tmp_path, queue=3, run=slow)
     w.start()
-    for n in range(2):
-        w.queue.add(("192.0.2.1", n), ("127.0.0.1", 53), dnstap.UDP, b"q%d" % n, b"r")
+    add(range(2))
     clock.advance(writer.FLUSH_INTERVAL)
-    assert len(pending) == 1
-    for n in range(2, 7):
-        w.queue.add(("192.0.2.1", n), ("127.0.0.1", 53), dnstap.UDP, b"q%d" % n, b"r")
+    assert len(pending) == 1  # q0 q1 being written
+    add(range(2, 5))
+    clock.advance(writer.FLUSH_INTERVAL)  # q2 q3 q4 encoded, waiting for the next write
+    add(range(5, 10))  # q5 q6 q7 queued, q8 q9 dropped
     clock.advance(writer.FLUSH_INTERVAL * 3)
-    assert len(pending) == 1  # still the first batch
+    assert len(pending) == 1 and len(w.queue.entries) == 3
     assert w.stats.query_log_dropped == 2
     f, d = pending.pop()
     f()
-    d.callback(None)
-    clock.advance(writer.FLUSH_INTERVAL)
+    d.callback(None)  # the next write (q2 q3 q4) starts at once
+    assert len(pending) == 1
+    clock.advance(writer.FLUSH_INTERVAL)  # q5 q6 q7 encoded meanwhile
     f, d = pending.pop()
     f()
     d.callback(None)
-    assert [r.query_message for r in records_in(w.file.path)] == [b"q0", b"q1", b"q2", b"q3", b"q4"]
-    assert (w.stats.query_log_written, w.stats.query_log_dropped) == (5, 2)
+    f, d = pending.pop()
+    f()
+    d.callback(None)
+    ports = [r.query_port for r in records_in(w.file.path)]
+    assert ports == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert (w.stats.query_log_written, w.stats.query_log_dropped) == (8, 2)
 
 
 def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path: Path) -> None:
