@@ -14,8 +14,15 @@ subnets), dnsperf drives each node at unlimited
 rate for --seconds, the nodes' order turning each round. The figure is the node process's
 CPU time (user + system from /proc) per completed query; the ratio to ``off`` is taken per
 round and its median reported, so a busy neighbour affects both sides of a ratio alike.
-Each log-on node reports what it wrote and dropped (/api/v1/status). Not a test: figures
-depend on the machine and what else runs.
+Each log-on node reports what it wrote and dropped (/api/v1/status).
+
+With --in-process, instead: one node's answer path in this process (the UDP transport, the
+fast and general paths, a transport that sends nothing), the same queries through it with
+the log off and on alternating, and with it on the writer's whole work too (encoding, and
+the file writes done in place); CPU time (time.process_time) per query. No sockets and no
+dnsperf: the difference on, minus off, is what the log adds to a query, measured with
+less noise than the end-to-end runs. Not a test: figures depend on the machine and what
+else runs.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -72,6 +80,67 @@ def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], di
     return servers, mixes
 
 
+def in_process(rounds: int, count: int, ecs: int) -> None:
+    """The log's cost a query, measured on the answer path in this process (see above)."""
+    from twisted.internet import defer, task
+
+    from gtmcluster.config.load import load
+    from gtmcluster.config.model import QueryLog
+    from gtmcluster.dns.fastpath import FastPath
+    from gtmcluster.dns.server import DNSDatagramProtocol
+    from gtmcluster.node import Node
+    from gtmcluster.querylog.writer import QueryLogWriter
+
+    class Nowhere:
+        def __init__(self) -> None:
+            self.socket = self
+
+        def sendto(self, data: bytes, addr: Any) -> None:
+            pass
+
+    with tempfile.TemporaryDirectory(prefix="querylog-bench-") as tmp:
+        work = Path(tmp)
+        (work / f"{lib.ORIGIN}.zone").write_text(lib.zone_text())
+        config = lib.node_config(lib.Endpoint("127.0.0.1", PORT), API_PORT, 1)
+        config["base_dir"] = str(work)
+        (work / "cluster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        node = Node(load(work / "cluster.yaml"), "bench", time.time)
+        node.ready = True
+        proto = DNSDatagramProtocol(FastPath(node.responder), ("127.0.0.1", PORT))
+        proto.transport = Nowhere()  # type: ignore[assignment]
+        proto.startProtocol()
+        settings = QueryLog(work / "queries.dnstap", max_bytes=50_000_000, keep=1, queue=count + 1)
+        writer = QueryLogWriter(settings, node.stats, task.Clock(), defer.maybeDeferred, "bench")
+        static = [
+            (lib.query(line.split()[0], line.split()[1], qid=i % 65536), ("127.0.200.1", 10000 + i % 50000))
+            for i, line in enumerate(lib.static_lines(count))
+        ]
+        wideip = [
+            (lib.query(lib.WIDEIP, "A", lib.ecs_network(i % ecs), qid=i % 65536), ("127.0.200.1", 10000 + i % 50000))
+            for i in range(count)
+        ]
+        print(f"in process: {count} queries a run, {rounds} rounds, off and on alternating")
+        for name, queries in (("static", static), ("wideip", wideip)):
+            for data, addr in queries:  # warm up: templates and kept decisions
+                proto.datagramReceived(data, addr)
+            cost: dict[str, list[float]] = {"off": [], "on": []}
+            for r in range(rounds):
+                for variant in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    node.responder.query_log = proto.fast.log = proto.log = writer.queue if variant == "on" else None
+                    started = time.process_time()
+                    for data, addr in queries:
+                        proto.datagramReceived(data, addr)
+                    while writer.queue.entries:
+                        writer.flush()
+                    cost[variant].append((time.process_time() - started) / len(queries) * 1e6)
+            off, on = statistics.median(cost["off"]), statistics.median(cost["on"])
+            ratios = statistics.median(b / a for a, b in zip(cost["off"], cost["on"], strict=True))
+            print(
+                f"{name:8} off {off:6.2f} us/query  on {on:6.2f} us/query  added {on - off:5.2f} us  ratio {ratios:.3f}"
+            )
+        writer.stop()
+
+
 def status(server: lib.Server) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{server.endpoint.host}:{API_PORT}/api/v1/status", timeout=5) as response:
         result: dict[str, Any] = json.load(response)
@@ -86,10 +155,16 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=2)
     parser.add_argument("--ecs", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--in-process", action="store_true", help="the answer path in this process, no sockets")
+    parser.add_argument("--count", type=int, default=20000, help="queries a run, with --in-process")
     args = parser.parse_args()
     print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
     python = f"{platform.python_implementation()} {platform.python_version()}"
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {python}")
+    if args.in_process:
+        in_process(args.rounds, args.count, args.ecs)
+        print(f"load average at end: {os.getloadavg()[0]:.2f}")
+        return
     with tempfile.TemporaryDirectory(prefix="querylog-bench-") as tmp:
         work = Path(tmp)
         servers, mixes = setup(work, args.sources, args.ecs)

@@ -233,6 +233,13 @@ class LogFile:
     def write(self, frames: list[bytes]) -> None:
         """Append *frames* (data frames), rotating first whenever one would take the file past
         `max_bytes` (a single frame larger than that gets a file of its own)."""
+        if self._fd is None:
+            self._open()
+        total = sum(map(len, frames))
+        if self.size + total + len(dnstap.STOP_FRAME) <= self.max_bytes:  # (mostly: all of it fits)
+            self._write(frames)
+            self.size += total
+            return
         pending: list[bytes] = []
         header = len(dnstap.start_frame())
         for frame in frames:
