@@ -290,7 +290,7 @@ class DNSService(Service):
                 old, self.query_log = self.query_log, writer
                 self._logging(writer)
                 if old is not None:
-                    old.stop()
+                    old.stop().addErrback(lambda f: log.failure("closing the query log", f))
                 if writer is not None and self.running:
                     writer.start()
 

@@ -342,6 +342,7 @@ class QueryLogWriter:
         self._busy: defer.Deferred[None] | None = None
         self._loop: task.LoopingCall | None = None
         self._next: Any = None  # the next turn's flush, while there is a backlog
+        self._failing = False  # the last write failed
 
     def reconfigure(self, settings: QueryLog) -> None:
         """Take *settings* of the same path: the sizes apply from the next query (the file's
@@ -387,9 +388,16 @@ class QueryLogWriter:
             self._busy = None
             if isinstance(result, Failure):
                 self.stats.query_log_failed += count
-                log.failure("writing the query log {path}", result, path=str(file.path))
+                if not self._failing:  # (once, not every batch while it lasts)
+                    log.failure(
+                        "writing the query log {path} (queries are lost until it works)", result, path=str(file.path)
+                    )
+                self._failing = True
             else:
                 self.stats.query_log_written += count
+                if self._failing:
+                    log.info("writing the query log {path} again", path=str(file.path))
+                self._failing = False
             self._write()  # what was encoded meanwhile
 
         busy = self._busy = self.run(write)

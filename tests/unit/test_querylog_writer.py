@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.internet import defer, task
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster import sockets
 from gtmcluster.config.load import load
@@ -230,19 +231,26 @@ def test_a_slow_write_makes_the_queue_fill_and_drop_never_wait(tmp_path: Path) -
 
 
 def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path: Path) -> None:
+    """Records lost to a failed write are counted; the failure is logged once while it lasts,
+    and its end too."""
     w, clock = make_writer(tmp_path)
     w.file.path.mkdir()  # the path is a directory: it cannot be opened as the file
     (w.file.path / "x").touch()
     w.file.keep = 0
     w.start()
-    w.queue.add(("192.0.2.1", 1), ("127.0.0.1", 53), dnstap.UDP, b"q1", b"r1")
-    clock.advance(writer.FLUSH_INTERVAL)
-    assert (w.stats.query_log_failed, w.stats.query_log_written) == (1, 0)
-    (w.file.path / "x").unlink()
-    w.file.path.rmdir()
-    w.queue.add(("192.0.2.1", 2), ("127.0.0.1", 53), dnstap.UDP, b"q2", b"r2")
-    clock.advance(writer.FLUSH_INTERVAL)
+    with capturedLogs() as events:
+        for n in range(2):
+            w.queue.add(("192.0.2.1", n), ("127.0.0.1", 53), dnstap.UDP, b"q", b"r")
+            clock.advance(writer.FLUSH_INTERVAL)
+        assert (w.stats.query_log_failed, w.stats.query_log_written) == (2, 0)
+        (w.file.path / "x").unlink()
+        w.file.path.rmdir()
+        w.queue.add(("192.0.2.1", 2), ("127.0.0.1", 53), dnstap.UDP, b"q2", b"r2")
+        clock.advance(writer.FLUSH_INTERVAL)
     assert [r.query_message for r in records_in(w.file.path)] == [b"q2"]
+    texts = [formatEvent(e) for e in events]
+    assert sum("queries are lost until it works" in t for t in texts) == 1
+    assert sum("writing the query log" in t and "again" in t for t in texts) == 1
 
 
 # -- the transports and the answer paths --------------------------------------------------
