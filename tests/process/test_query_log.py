@@ -4,6 +4,7 @@ not print)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,28 @@ def test_real_queries_are_logged_and_read_by_dnstap_read(tmp_path: Path) -> None
     first = shown[0]["response_message_data"]
     assert first["OPT_PSEUDOSECTION"]["EDNS"]["CLIENT-SUBNET"] == "198.51.100.0/24/24"
     assert first["ANSWER_SECTION"] == ["gslb.example.test. 30 IN A 10.0.1.1"]
+
+
+def test_a_reload_to_another_path_closes_one_file_and_opens_the_other(tmp_path: Path) -> None:
+    """SIGHUP with a changed query_log.path: the old file ends with its STOP frame and holds
+    the queries before; the queries after go to the new file."""
+    address = loopback_address()
+    config = configs.base(address, DNS_PORT)
+    config["dns_server"]["query_log"] = {"path": "first.dnstap"}
+    path = configs.write(tmp_path, config)
+    first, second = tmp_path / "first.dnstap", tmp_path / "second.dnstap"
+    api = (address, 8053)
+    with running_node(path, "n1", address, DNS_PORT, tmp_path) as node:
+        assert dig(address, DNS_PORT, "www.example.test", "A", source="127.0.0.1").answer
+        poll.until(lambda: any(b"\x03www" in r.query_message for r in records(first)), what="the first query logged")
+        generation = call(api, "/api/v1/status")[1]["config_generation"]
+        config["dns_server"]["query_log"] = {"path": "second.dnstap"}
+        configs.write(tmp_path, config)
+        node.proc.send_signal(signal.SIGHUP)
+        poll.until(lambda: call(api, "/api/v1/status")[1]["config_generation"] > generation, what="the reload")
+        poll.until(lambda: dnstap.read_frames(first.read_bytes()).stopped, what="the first file closed")
+        assert dig(address, DNS_PORT, "gslb.example.test", "A", source="127.0.0.1").answer
+        poll.until(lambda: any(b"\x04gslb" in r.query_message for r in records(second)), what="the second query")
+    assert not any(b"\x04gslb" in r.query_message for r in records(first))
+    assert not any(b"\x03www" in r.query_message for r in records(second))
+    assert dnstap.read_frames(second.read_bytes()).stopped
