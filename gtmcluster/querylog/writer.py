@@ -12,8 +12,8 @@ encodes them on the reactor (`Encoder`: about 2 us a record, so a few millisecon
 batch) and hands the frames to a thread of the reactor's pool, which writes them to the
 `LogFile`; one batch at a time, so records stay in order and a slow disk only makes the
 queue fill (and then drop), never the reactor wait. Encoding in the thread as well was
-measured to cost more CPU a query (bench/querylog.py, docs/query-log.md): the thread and
-the reactor then trade the GIL back and forth.
+measured to cost more CPU a static answer (bench/querylog.py, docs/query-log.md): the
+thread and the reactor then trade the GIL back and forth.
 
 The `LogFile` is a Frame Streams file: a START frame, data frames, a STOP frame when closed.
 Before a write would take it past ``max_bytes`` it is closed, renamed ``PATH.1`` (older
@@ -314,8 +314,8 @@ class QueryLogWriter:
     queue (``queue`` entries), and past that the queue is not taken from and fills."""
 
     #: encode the records in the writing thread (True) or on the reactor before handing the
-    #: frames over (False); bench/querylog.py measures both: on the reactor costs less (the
-    #: thread would hold the GIL for the encoding, and hand it back and forth with the reactor)
+    #: frames over (False); bench/querylog.py measures both: on the reactor cost less for static
+    #: answers (the thread holds the GIL for the encoding, and trades it with the reactor)
     encode_in_thread = False
 
     def __init__(
