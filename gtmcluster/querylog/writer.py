@@ -10,8 +10,9 @@ Past `queue` entries waiting, a query is not queued but counted in
 Every `FLUSH_INTERVAL` the `QueryLogWriter` takes up to `MAX_BATCH` queued entries,
 encodes them on the reactor (`Encoder`: about 2 us a record, so a few milliseconds a
 batch) and hands the frames to a thread of the reactor's pool, which writes them to the
-`LogFile`; one batch at a time, so records stay in order and a slow disk only makes the
-queue fill (and then drop), never the reactor wait. Encoding in the thread as well was
+`LogFile`; one write at a time, so records stay in order (encoding goes on meanwhile,
+bounded like the queue), and a slow disk only makes the queue fill (and then drop), never
+the reactor wait. Encoding in the thread as well was
 measured to cost more CPU a static answer (bench/querylog.py, docs/query-log.md): the
 thread and the reactor then trade the GIL back and forth.
 
