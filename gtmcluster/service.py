@@ -557,6 +557,8 @@ def make_service(
         dns_settings.tcp_max_clients,
         dns_settings.tcp_message_timeout,
         dns_settings.rate_limit,
+        dns_settings.query_log,
+        node_name,
     )
     dns.setName("dns")
     dns.setServiceParent(top)

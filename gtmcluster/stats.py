@@ -60,6 +60,10 @@ class QueryStats:
         #: UDP queries the rate limiter dropped, and those it answered truncated (slipped)
         self.rate_dropped = 0
         self.rate_slipped = 0
+        #: queries the query log wrote, dropped (its queue was full) and lost to write errors
+        self.query_log_written = 0
+        self.query_log_dropped = 0
+        self.query_log_failed = 0
 
     def query(self, wideip: str, qtype: str, rcode: str, method: str) -> None:
         self.queries[(wideip, qtype, rcode, method)] += 1

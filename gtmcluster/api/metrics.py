@@ -119,6 +119,17 @@ class NodeCollector(Collector):
         limited.add_metric(["drop"], node.stats.rate_dropped)
         limited.add_metric(["slip"], node.stats.rate_slipped)
         yield limited
+        # the query log (dns_server.query_log; docs/query-log.md): all zero while it is off
+        written = node.stats.query_log_written
+        yield CounterMetricFamily("gtm_query_log_written", "queries written to the query log", written)
+        yield CounterMetricFamily(
+            "gtm_query_log_dropped",
+            "queries not logged: the query log's queue was full (answering never waits for the log)",
+            node.stats.query_log_dropped,
+        )
+        yield CounterMetricFamily(
+            "gtm_query_log_failed", "queries not logged: writing the file failed", node.stats.query_log_failed
+        )
         dns = service.dns
         if dns is not None:
             yield GaugeMetricFamily(

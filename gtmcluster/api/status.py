@@ -92,6 +92,8 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
             "agrees": digests_agree,
         },
         "peers": peers,
+        # the query log (dns_server.query_log), None when off: queries written and dropped
+        "query_log": _query_log(node),
         "health": {
             "virtual_servers": servers,
             "links": {
@@ -99,6 +101,19 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
                 for name, o in sorted(snapshot.links.items())
             },
         },
+    }
+
+
+def _query_log(node: Node) -> dict[str, Any] | None:
+    settings = node.config.dns_server.query_log
+    if settings is None:
+        return None
+    stats = node.stats
+    return {
+        "path": str(settings.path),
+        "written": stats.query_log_written,
+        "dropped": stats.query_log_dropped,
+        "failed": stats.query_log_failed,
     }
 
 

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import geoip, health, traffic, transfer, yamlchild
+from gtmcluster.config import geoip, health, querylog, traffic, transfer, yamlchild
 from gtmcluster.config import links as link_settings
 from gtmcluster.config.model import (
     ApiSettings,
@@ -168,7 +168,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
                 f"{monitor.rule.quorum} is more than the sync group's {len(sync_group.members)} members",
             )
     prober = _prober(r, top)
-    dns_server = _dns_server(r, top)
+    dns_server = _dns_server(r, top, resolve)
     persistence = _persistence(r, top)
     zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
     tsig_keys = transfer.read_tsig_keys(r, top, resolve)
@@ -548,7 +548,7 @@ def _persistence(r: Reader, top: Mapping) -> PersistenceTable:
     return PersistenceTable(max_records or default.max_records)
 
 
-def _dns_server(r: Reader, top: Mapping) -> DNSServer:
+def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
     default = DNSServer(1232, 10.0, 1000, 1)
     if not top.has("dns_server"):
         return default
@@ -573,6 +573,7 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
             network = r.network((*m.at("ecs_trusted"), i), item)
             if network is not None:
                 ecs_trusted.append(network)
+    query_log = querylog.read_query_log(r, m, resolve, processes or default.processes)
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
@@ -583,6 +584,7 @@ def _dns_server(r: Reader, top: Mapping) -> DNSServer:
         rate_limit,
         version,
         tuple(ecs_trusted),
+        query_log,
     )
 
 

@@ -502,6 +502,18 @@ class RateLimit:
 
 
 @dataclass(frozen=True, slots=True)
+class QueryLog:
+    """``dns_server.query_log``: every query and its answer, in a dnstap file rotated by size
+    (`gtmcluster.querylog`, docs/query-log.md)."""
+
+    path: Path
+    format: str = "dnstap"
+    max_bytes: int = 100_000_000  # a file is rotated before it grows past this
+    keep: int = 5  # rotated files kept: path.1 (the newest) to path.<keep>
+    queue: int = 50_000  # queries waiting to be written at most; past it they are dropped (counted)
+
+
+@dataclass(frozen=True, slots=True)
 class DNSServer:
     """Settings of the authoritative DNS listeners."""
 
@@ -520,6 +532,8 @@ class DNSServer:
     #: resolvers whose EDNS client subnet option is used (topology, persistence); from any
     #: other source the option is echoed with scope 0 and the query decided by its address
     ecs_trusted: tuple[IPNetwork, ...] = ()
+    #: the query log; None (the default): off
+    query_log: QueryLog | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,9 @@ class FastPath:
         #: keeps (static DO=1 answers of signed zones are never kept: the general path signs)
         self.signing = responder.signing if responder.signing else None
         self.now = responder.signing.clock
+        #: the query log's queue, None when it is off (the transport queues the entry; a wide
+        #: IP answered here leaves there what decided it)
+        self.log = responder.query_log
         #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
         #: CD, counter); the limit too, since glue that does not fit is left out unannounced
         self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
@@ -183,6 +186,9 @@ class FastPath:
         stats = self.responder.stats
         stats.queries[kept[2]] += 1
         stats.answered[kept[3]] += 1
+        log = self.log
+        if log is not None:
+            log.note = kept[3]
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
         return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -62,9 +63,12 @@ from gtmcluster.dns.zone import (
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
 from gtmcluster.lb.context import Client
-from gtmcluster.lb.trace import Action, Decision
-from gtmcluster.stats import QueryStats
+from gtmcluster.lb.trace import Action, Decision, tally
+from gtmcluster.stats import QueryStats, Tally
 from gtmcluster.topology.prefixes import PrefixMap, address_of
+
+if TYPE_CHECKING:
+    from gtmcluster.querylog.writer import QueryQueue
 
 log = Logger()
 
@@ -112,6 +116,7 @@ class _Answer:
     denial: Denial | None = None
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
+    decided: Tally | None = None  # for the query log: the same, with the pool and members
 
 
 class Responder:
@@ -147,6 +152,9 @@ class Responder:
         self.signing = signing or ZoneSigning(zones, {})
         #: AXFR and IXFR of the zones with ``transfer`` (None or empty: refused as before)
         self.transfers = transfers or None
+        #: the query log's queue (`querylog.writer`), None when it is off: an answer leaves
+        #: there what decided it, for the transport's entry of the query
+        self.query_log: QueryQueue | None = None
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -257,6 +265,8 @@ class Responder:
                 source=source,
             )
             return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp), False
+        if self.query_log is not None:
+            self.query_log.note = answer.decided
         if answer.drop:
             self.stats.query(answer.wideip, TYPE_LABELS.get(query.qtype, "other"), "drop", answer.method)
             return None, False
@@ -344,6 +354,7 @@ class Responder:
                     # (returned to the zone, by a pool's method or the failure response: counted as such)
                     back = decision.action is Action.RETURN_TO_DNS
                     result.method = "return_to_dns" if back else decision.method or decision.action.value
+                    result.decided = tally(wideip.name, decision)
                     if decision.action is Action.DROP:
                         result.drop = True
                         return result

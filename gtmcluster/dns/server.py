@@ -4,6 +4,9 @@ TCP follows RFC 7766: two-byte length framing, several queries per connection an
 order, an idle timeout, a timeout for finishing a message once begun, and a cap on
 concurrent connections per listener (the connection idle the longest makes way for a new
 one). UDP answers go through the fast path, which also applies response rate limiting.
+
+With ``dns_server.query_log`` on, each query read and its answer is queued for the query
+log (`querylog.writer`), here where the addresses are known; off, that costs a None check.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config.model import DNSServer, RateLimit
+from gtmcluster.config.model import DNSServer, QueryLog, RateLimit
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
+from gtmcluster.querylog import dnstap
+from gtmcluster.querylog.writer import QueryLogWriter, QueryQueue, in_pool
 from gtmcluster.sockets import Listener
 
 log = Logger()
@@ -42,9 +47,12 @@ class DNSDatagramProtocol(DatagramProtocol):
 
     noisy = False
 
-    def __init__(self, fast: FastPath):
+    def __init__(self, fast: FastPath, local: tuple[str, int] = ("", 0)):
         self.fast = fast
         self._sendto: Any = None
+        #: the query log's queue, None when it is off; and our address, for its entries
+        self.log: QueryQueue | None = None
+        self.local = local
 
     def startProtocol(self) -> None:
         # The port's own write checks the address and the errors on every reply; the
@@ -53,6 +61,9 @@ class DNSDatagramProtocol(DatagramProtocol):
 
     def datagramReceived(self, datagram: bytes, addr: Any) -> None:
         reply = self.fast.handle(datagram, addr[0])
+        log = self.log
+        if log is not None:
+            log.add(addr, self.local, dnstap.UDP, datagram, reply)
         if reply is not None:
             try:  # noqa: SIM105 - cheaper than contextlib.suppress on the answer path
                 self._sendto(reply, addr)
@@ -85,9 +96,13 @@ class DNSStreamProtocol(Protocol):
         #: whether Twisted has paused us (the client is not reading its answers)
         self._held = False
         self._lost = False
+        self.addresses: tuple[tuple[str, int], tuple[str, int]] = (("", 0), ("", 0))
 
     def connectionMade(self) -> None:
-        self.peer = self.transport.getPeer().host  # type: ignore[union-attr]
+        peer: Any = self.transport.getPeer()  # type: ignore[union-attr]
+        self.peer = peer.host
+        host: Any = self.transport.getHost()  # type: ignore[union-attr]
+        self.addresses = ((peer.host, peer.port), (host.host, host.port))  # for the query log
         self.factory.opened(self)
         self.transport.registerProducer(self, True)  # type: ignore[union-attr]
         self._reset_timer()
@@ -127,11 +142,16 @@ class DNSStreamProtocol(Protocol):
                 self.transport.loseConnection()  # type: ignore[union-attr]
                 return
             replies = self.factory.responder.handle_stream(message, self.peer)
+            log = self.factory.log
             if isinstance(replies, defer.Deferred):
+                if log is not None:  # (a big zone transfer, being made: the request alone)
+                    log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, None)
                 self._pending = replies
                 self.transport.pauseProducing()  # type: ignore[union-attr]
                 replies.addCallbacks(self._answered, self._not_answered)
                 break
+            if log is not None:  # (a zone transfer: with its first message)
+                log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, replies[0] if replies else None)
             self._write(replies)
         timer = self._message_timer
         if timer is not None and (completed or not self._buffer):
@@ -198,6 +218,8 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         self.idle_timeout = idle_timeout
         self.max_clients = max_clients
         self.message_timeout = message_timeout
+        #: the query log's queue, None when it is off
+        self.log: QueryQueue | None = None
         #: open connections, least recently active first
         self.connections: OrderedDict[DNSStreamProtocol, None] = OrderedDict()
         #: connections closed by the node, by why: silent, a message unfinished, evicted
@@ -236,15 +258,41 @@ class DNSService(Service):
         max_clients: int,
         message_timeout: float = 5.0,
         rate_limit: RateLimit | None = None,
+        query_log: QueryLog | None = None,
+        identity: str = "",
     ):
         self.reactor = reactor
         self.listeners = listeners
         self.responder = responder
         self.limiter = ratelimit.make(rate_limit or RateLimit(), reactor.seconds, responder.stats)
+        #: the query log (`dns_server.query_log`), None when it is off; *identity* names this
+        #: node in its records
+        self.identity = identity
+        self.query_log = self._query_log(query_log, None, responder)
+        responder.query_log = self.query_log.queue if self.query_log is not None else None
         fast = FastPath(responder, self.limiter)
-        self.udp = [DNSDatagramProtocol(fast) for _ in listeners]
+        self.udp = [DNSDatagramProtocol(fast, (str(lst.address.host), lst.address.port)) for lst in listeners]
         self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients, message_timeout)
+        self._logging(self.query_log)
         self.ports: list[IListeningPort] = []
+
+    def _query_log(
+        self, settings: QueryLog | None, current: QueryLogWriter | None, responder: Responder
+    ) -> QueryLogWriter | None:
+        """The query log writer for *settings* (None when off): *current* when it writes the
+        same file (it takes the new sizes at the switch), else a new one."""
+        if settings is None:
+            return None
+        if current is not None and current.settings.path == settings.path:
+            return current
+        return QueryLogWriter(settings, responder.stats, self.reactor, in_pool(self.reactor), self.identity)
+
+    def _logging(self, writer: QueryLogWriter | None) -> None:
+        """Queue the queries of every transport to *writer* (None: to none)."""
+        queue = writer.queue if writer is not None else None
+        for proto in self.udp:
+            proto.log = queue
+        self.tcp.log = queue
 
     def configure(self, settings: DNSServer) -> None:
         """Take the TCP limits and the rate limits of a new config."""
@@ -253,6 +301,7 @@ class DNSService(Service):
     def set_responder(self, responder: Responder) -> None:
         """Answer from now on with *responder* (a new config); no query is lost."""
         self.responder = responder
+        responder.query_log = self.query_log.queue if self.query_log is not None else None
         fast = FastPath(responder, self.limiter)  # templates of the old zones go with them
         for proto in self.udp:
             proto.fast = fast
@@ -262,6 +311,8 @@ class DNSService(Service):
         """What answering with *responder* under *settings* (a new config) needs, built now
         (raising if it cannot be); the switch it returns puts it in use in one step."""
         limiter = ratelimit.update(self.limiter, settings.rate_limit, self.reactor.seconds, responder.stats)
+        writer = self._query_log(settings.query_log, self.query_log, responder)
+        responder.query_log = writer.queue if writer is not None else None
         fast = FastPath(responder, limiter)  # templates of the old zones go with them
 
         def switch() -> None:
@@ -273,11 +324,23 @@ class DNSService(Service):
             for proto in self.udp:
                 proto.fast = fast
             self.tcp.responder = responder
+            if writer is not None and writer is self.query_log:
+                assert settings.query_log is not None
+                writer.reconfigure(settings.query_log)
+            if writer is not self.query_log:  # (turned on or off, or to another file)
+                old, self.query_log = self.query_log, writer
+                self._logging(writer)
+                if old is not None:
+                    old.stop().addErrback(lambda f: log.failure("closing the query log", f))
+                if writer is not None and self.running:
+                    writer.start()
 
         return switch
 
     def startService(self) -> None:
         super().startService()
+        if self.query_log is not None:
+            self.query_log.start()
         socket_reactor: IReactorSocket = self.reactor
         for listener, proto in zip(self.listeners, self.udp, strict=True):
             self.ports.append(
@@ -297,4 +360,7 @@ class DNSService(Service):
         for proto in list(self.tcp.connections):
             proto.transport.abortConnection()  # type: ignore[union-attr]
         ports, self.ports = self.ports, []
-        return defer.gatherResults([defer.maybeDeferred(p.stopListening) for p in ports]).addCallback(lambda _: None)
+        stopping = [defer.maybeDeferred(p.stopListening) for p in ports]
+        if self.query_log is not None:
+            stopping.append(self.query_log.stop())  # what is queued is written, the file closed
+        return defer.gatherResults(stopping).addCallback(lambda _: None)
