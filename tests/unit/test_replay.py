@@ -45,7 +45,12 @@ def moved_topology() -> dict[str, Any]:
 
 def run(base: Config, after: Config, queries: list[LoggedQuery], disables: tuple[Disable, ...] = ()) -> dict[str, Any]:
     pairs, _ = replay(queries, Replayer(base, NOW), Replayer(after, NOW, None, disables))
-    about = {"logs": ["q.dnstap"], "base": "old.yaml", "config": "new.yaml", "disabled": [str(d) for d in disables]}
+    about: dict[str, Any] = {
+        "logs": ["q.dnstap"],
+        "base": "old.yaml",
+        "config": "new.yaml",
+        "disabled": [str(d) for d in disables],
+    }
     about |= {"state": {"snapshot": None, "note": "none"}, "time": "t", "seed": 0, "skipped": {}}
     return report.build(pairs, about)
 
