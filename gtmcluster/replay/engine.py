@@ -130,9 +130,8 @@ class Outcome:
             return f"{', '.join(self.datacenters)} ({', '.join(self.members)})"
         if self.action == "answer":
             return f"{self.slot or self.method} {', '.join(self.answer)}".strip()
-        if self.action == "rcode":
-            return f"{self.method} {_RCODE_NAMES.get(self.rcode, str(self.rcode))}".strip()
-        return self.action
+        what = _RCODE_NAMES.get(self.rcode, str(self.rcode)) if self.action == "rcode" else self.action
+        return what if self.method in ("", what) else f"{self.method} {what}"
 
 
 _RCODE_NAMES = {2: "servfail", 3: "nxdomain", 5: "refused"}

@@ -50,7 +50,9 @@ def _table(title: str, rows: dict[str, dict[str, float]]) -> list[str]:
     for key, row in rows.items():
         change = row["after_share"] - row["before_share"]
         mark = f"{change * 100:+.1f}" if abs(change) >= 0.0005 else ""
-        lines.append(f"  {key:<{width}}  {_pct(row['before_share']):>7}  {_pct(row['after_share']):>7}  {mark}")
+        lines.append(
+            f"  {key:<{width}}  {_pct(row['before_share']):>7}  {_pct(row['after_share']):>7}  {mark}".rstrip()
+        )
     return lines
 
 
