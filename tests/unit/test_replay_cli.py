@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gtmcluster.cli.main import main
 from gtmcluster.config.load import load
@@ -135,3 +137,19 @@ def test_persistence_records_of_the_snapshot_hold_clients(tmp_path: Path, capsys
 
 def _wideip(path: Path) -> WideIP:
     return next(w for w in load(path).wideips.values() if w.name == WIDEIP)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=300), st.integers(0, 200))
+def test_whatever_the_bytes_the_log_is_read_or_refused(tmp_path: Path, junk: bytes, cut: int) -> None:
+    """A damaged file (cut short, or bytes that are no records) gives queries or `BadLog`,
+    never another exception."""
+    whole = dnstap.start_frame() + record("127.0.2.5", ecs="203.0.113.0/24") + junk
+    path = tmp_path / "damaged.dnstap"
+    path.write_bytes(whole[: len(whole) - cut] if cut else whole)
+    try:
+        found = read([path])
+    except BadLog as e:
+        assert str(e).startswith(f"{path}: not a dnstap query log")
+    else:
+        assert len(found.queries) <= 1 + len(junk) // 10
