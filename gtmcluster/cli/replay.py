@@ -97,7 +97,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         "config": str(args.config),
         "disabled": [str(d) for d in disables],
         "state": {"snapshot": None if args.state is None else str(args.state), "note": note},
-        "time": datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "time": None
+        if log.last_time is None
+        else datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "seed": args.seed,
         "skipped": skipped,
     }

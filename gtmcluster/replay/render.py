@@ -28,7 +28,8 @@ def _header(report: dict[str, Any]) -> list[str]:
     state = report["state"]
     agreement = report["agreement"]
     lines = [
-        f"Replay of {report['queries']} wide IP queries from {', '.join(report['logs'])} at {report['time']}",
+        f"Replay of {report['queries']} wide IP queries from {', '.join(report['logs'])}"
+        + (f" at {report['time']}" if report["time"] else ": the logs hold no query"),
         f"  base:      {report['base']}",
         f"  candidate: {report['config']}" + (f", disabled: {', '.join(disabled)}" if disabled else ""),
         f"  state:     {state['note']}",

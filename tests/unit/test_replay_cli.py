@@ -153,3 +153,12 @@ def test_whatever_the_bytes_the_log_is_read_or_refused(tmp_path: Path, junk: byt
         assert str(e).startswith(f"{path}: not a dnstap query log")
     else:
         assert len(found.queries) <= 1 + len(junk) // 10
+
+
+def test_a_log_without_queries_gives_an_empty_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = configs.write(tmp_path, configs.base())
+    log = write_log(tmp_path / "empty.dnstap")
+    assert main(["replay", "--log", str(log), "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"Replay of 0 wide IP queries from {log}: the logs hold no query"
+    assert "Clients that move (0): none" in out
