@@ -112,7 +112,7 @@ class Node:
         balancer = make_balancer(
             config, self.store, self.availability, self.persistence, self.clock, self.rng, rotations, lambda: self.ready
         )
-        measurements = balancer.measurements
+        measurements: Measurements = balancer.measurements
         responder = Responder(
             config.zones,
             config.wideips,

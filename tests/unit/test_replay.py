@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.config.model import Config
@@ -87,12 +88,20 @@ def test_a_topology_change_moves_exactly_the_clients_of_that_region(tmp_path: Pa
     assert f"  {WIDEIP}  127.0.2.5: DC2 -> DC1  (1 query)" in text
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.fixture(scope="module")
+def region_configs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Config]:
+    """The test config, and the one with region r2 moved to DC1."""
+    root = tmp_path_factory.mktemp("regions")
+    return load_config(root / "old", configs.base()), load_config(root / "new", moved_topology())
+
+
+@settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(1, 254)), min_size=1, max_size=20))
-def test_only_clients_of_the_moved_region_move(tmp_path: Path, hosts: list[tuple[int, int]]) -> None:
+def test_only_clients_of_the_moved_region_move(
+    region_configs: tuple[Config, Config], hosts: list[tuple[int, int]]
+) -> None:
     """Whatever clients ask, those in r2 (127.0.2.0/24) and only those move, DC2 -> DC1."""
-    base = _loaded(tmp_path, "old", configs.base())
-    new = _loaded(tmp_path, "new", moved_topology())
+    base, new = region_configs
     asked = [query(f"127.0.{third}.{fourth}") for third, fourth in hosts]
     found = run(base, new, asked)
     expected = sorted({f"127.0.2.{fourth}" for third, fourth in hosts if third == 2})
@@ -100,15 +109,6 @@ def test_only_clients_of_the_moved_region_move(tmp_path: Path, hosts: list[tuple
     assert all((m["from"], m["to"]) == ("DC2", "DC1") for m in found["moved"])
     # nothing changes without a change
     assert run(base, base, asked)["moved"] == []
-
-
-_CACHE: dict[str, Config] = {}
-
-
-def _loaded(tmp_path: Path, name: str, config: dict[str, Any]) -> Config:
-    if name not in _CACHE:
-        _CACHE[name] = load_config(tmp_path / name, config)
-    return _CACHE[name]
 
 
 def test_disabling_a_datacenter_moves_its_share_to_the_others(tmp_path: Path) -> None:
