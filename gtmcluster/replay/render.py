@@ -13,6 +13,8 @@ _BAR_WIDTH = 360
 _BAR_HEIGHT = 14
 _LABEL_WIDTH = 140
 _BEFORE, _AFTER = "#8a9bb0", "#2f6fb3"
+#: clients listed per section in the text report, at most
+TEXT_CLIENTS = 100
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -59,11 +61,13 @@ def _table(title: str, rows: dict[str, dict[str, float]]) -> list[str]:
 
 def _clients(title: str, entries: list[dict[str, Any]], before: str, after: str) -> list[str]:
     lines = [f"{title} ({len(entries)})" + ("" if entries else ": none")]
-    for e in entries:
+    for e in entries[:TEXT_CLIENTS]:
         was = e[before] if isinstance(e[before], str) else "; ".join(e[before])
         now = e[after] if isinstance(e[after], str) else "; ".join(e[after])
         queries = f"{e['queries']} quer{'y' if e['queries'] == 1 else 'ies'}"
         lines.append(f"  {e['wideip']}  {e['client']}: {was} -> {now}  ({queries})")
+    if len(entries) > TEXT_CLIENTS:
+        lines.append(f"  ... and {len(entries) - TEXT_CLIENTS} more (all of them in --json and --html)")
     return lines
 
 

@@ -223,3 +223,16 @@ def test_html_report_has_an_svg_bar_per_datacenter_and_side(tmp_path: Path) -> N
     assert '<rect class="bar before" data-datacenter="DC2" data-share="0.5"' in page
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # no external assets
     assert "<td>127.0.2.5</td><td>DC2</td><td>DC1</td>" in page
+
+
+def test_the_text_lists_a_hundred_clients_a_section(tmp_path: Path) -> None:
+    base = load_config(tmp_path / "old", configs.base())
+    new = load_config(tmp_path / "new", moved_topology())
+    found = run(base, new, [query(f"127.0.2.{n}") for n in range(1, 151)])
+    assert len(found["moved"]) == 150
+    lines = render.to_text(found).splitlines()
+    start = lines.index("Clients that move (150)")
+    assert [line.startswith(f"  {WIDEIP}  127.0.2.") for line in lines[start + 1 : start + 102]] == [True] * 100 + [
+        False
+    ]
+    assert lines[start + 101] == "  ... and 50 more (all of them in --json and --html)"
