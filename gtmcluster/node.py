@@ -21,7 +21,7 @@ from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
 from gtmcluster.lb.cache import DecisionCache
-from gtmcluster.lb.context import Availability, Client, PersistRecord, Rotations
+from gtmcluster.lb.context import Availability, Client, PersistenceView, PersistRecord, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.proximity.budget import Budget
@@ -49,6 +49,23 @@ class Prepared:
     changes: Changes | None = None
     #: who hangs on whom in the config, for health evaluation (None: made when switching)
     health_index: HealthIndex | None = None
+
+
+def make_balancer(
+    config: Config,
+    store: Store,
+    availability: Availability,
+    persistence: PersistenceView,
+    clock: Callable[[], float],
+    rng: random.Random,
+    rotations: Rotations,
+    ready: Callable[[], bool],
+) -> Balancer:
+    """The balancer of *config* over a record store: *availability* and *persistence* its
+    views, the measurements (paths, RTT) read from *store* once *ready* says so. A node's, and
+    `gtmcluster replay`'s (over a state snapshot)."""
+    measurements = Measurements(store, config.prober, ready, frozenset(m.datacenter for m in config.sync_group.members))
+    return Balancer(config.topology, availability, persistence, clock, rng, rotations, measurements=measurements)
 
 
 class Node:
@@ -92,21 +109,10 @@ class Node:
 
     def _build(self, config: Config, name: str, rotations: Rotations) -> Prepared:
         """Everything that depends on *config*, built and not yet in use (what can fail)."""
-        measurements = Measurements(
-            self.store,
-            config.prober,
-            lambda: self.ready,
-            frozenset(m.datacenter for m in config.sync_group.members),
+        balancer = make_balancer(
+            config, self.store, self.availability, self.persistence, self.clock, self.rng, rotations, lambda: self.ready
         )
-        balancer = Balancer(
-            config.topology,
-            self.availability,
-            self.persistence,
-            self.clock,
-            self.rng,
-            rotations,
-            measurements=measurements,
-        )
+        measurements: Measurements = balancer.measurements
         responder = Responder(
             config.zones,
             config.wideips,

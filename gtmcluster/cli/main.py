@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, dnssec, explain, ldns, logs, stats, status
+from gtmcluster.cli import replay as replay_command  # (its own line: fewer conflicts)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -21,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
     ldns.add_parser(sub)
     stats.add_parser(sub)
     logs.add_parser(sub)
+    replay_command.add_parser(sub)
     status.add_parser(sub)
     admin.add_parser(sub)  # enable, disable, drain
     return p

@@ -1,0 +1,1 @@
+"""`gtmcluster replay`: what a config change would do to logged traffic (see docs/what-if.md)."""
