@@ -345,7 +345,7 @@ class Responder:
             rrsets = found.node.rrsets if found.node is not None else {}
             owner = name if found.wildcard else None
             if wideip is not None:
-                wanted = _wanted(wideip, qtype)
+                wanted = wanted_type(wideip, qtype)
                 if wanted in wideip.types:
                     decision = self.decide(wideip, wanted, client, who)
                     if client.from_ecs:  # (else the answer depended on none of the client subnet)
@@ -484,7 +484,7 @@ class Responder:
         return wire.write_response(query.id, flags, answer.rcode, query.question, query.qname, sections, opt, limit)
 
 
-def _wanted(wideip: WideIP, qtype: int) -> int:
+def wanted_type(wideip: WideIP, qtype: int) -> int:
     """The type a wide IP answers a *qtype* query with: a CNAME wide IP's CNAME for any, the
     first of its types for ANY, else *qtype* itself (answered when it is one of its types)."""
     if TYPE_CNAME in wideip.types:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gtmcluster.config.model import Config, VirtualServer
 from gtmcluster.dns import names
-from gtmcluster.dns.responder import _wanted as wanted_type  # the type a wide IP answers a query with
+from gtmcluster.dns.responder import wanted_type
 from gtmcluster.dns.responder import client_of
 from gtmcluster.health import admin
 from gtmcluster.health.admin import AdminState
