@@ -24,8 +24,7 @@ from pathlib import Path
 
 from gtmcluster.config.model import Config, VirtualServer
 from gtmcluster.dns import names
-from gtmcluster.dns.responder import wanted_type
-from gtmcluster.dns.responder import client_of
+from gtmcluster.dns.responder import client_of, wanted_type
 from gtmcluster.health import admin
 from gtmcluster.health.admin import AdminState
 from gtmcluster.health.tracker import HealthTracker
