@@ -5,7 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, dnssec, explain, ldns, logs, stats, status
+from gtmcluster.cli import (
+    admin,
+    certs,
+    check,
+    configcmd,
+    dashboard,
+    demo,
+    dnssec,
+    explain,
+    importcmd,
+    ldns,
+    logs,
+    stats,
+    status,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     dnssec.add_parser(sub)
     explain.add_parser(sub)
+    importcmd.add_parser(sub)
     ldns.add_parser(sub)
     stats.add_parser(sub)
     logs.add_parser(sub)
