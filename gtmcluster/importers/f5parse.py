@@ -43,7 +43,8 @@ class Token:
     kind: str
     text: str
     line: int
-    quoted: bool = False
+    #: the word as written (quotes and escapes kept)
+    raw: str = ""
 
 
 @dataclass
@@ -54,8 +55,8 @@ class Node:
     line: int
     file: str
     block: list[Node] | None = None
-    #: which of the words were (partly) quoted
-    quoted: list[bool] = field(default_factory=list)
+    #: the words as written (quotes and escapes kept)
+    raw: list[str] = field(default_factory=list)
 
     @property
     def where(self) -> str:
@@ -70,7 +71,7 @@ class Node:
 
     def text(self) -> str:
         """The statement's words as F5 would show them (for comments and messages)."""
-        return " ".join(f'"{w}"' if q or not w else w for w, q in zip(self.words, self.quoted, strict=True))
+        return " ".join(self.raw or self.words)
 
 
 _SPECIAL = set('{};"')
@@ -103,12 +104,10 @@ def tokenize(text: str, file: str = "<input>") -> Iterator[Token]:
             yield Token(OPEN if c == "{" else CLOSE, c, line)
             i += 1
         else:
-            start_line = line
+            start, start_line = i, line
             parts: list[str] = []
-            quoted = False
             while i < n and not text[i].isspace() and text[i] not in "{};":
                 if text[i] == '"':
-                    quoted = True
                     i, line, part = _string(text, i, line, file)
                     parts.append(part)
                 else:
@@ -117,7 +116,7 @@ def tokenize(text: str, file: str = "<input>") -> Iterator[Token]:
                         j += 1
                     parts.append(text[i:j])
                     i = j
-            yield Token(WORD, "".join(parts), start_line, quoted)
+            yield Token(WORD, "".join(parts), start_line, text[start:i])
 
 
 def _string(text: str, i: int, line: int, file: str) -> tuple[int, int, str]:
@@ -152,7 +151,7 @@ def parse(text: str, file: str = "<input>") -> list[Node]:
                 current = Node([], tok.line, file)
                 body.append(current)
             current.words.append(tok.text)
-            current.quoted.append(tok.quoted)
+            current.raw.append(tok.raw)
         elif tok.kind == END:
             current = None
         elif tok.kind == OPEN:

@@ -29,7 +29,7 @@ def _entry_lines(name: str | None, entry: Entry, indent: str) -> list[str]:
     if entry.note:
         lines.append(f"{indent}# note: {_comment(entry.note)}")
     if name is None:  # a list item, on one line
-        text = yaml.safe_dump(entry.value, default_flow_style=True, width=1000, allow_unicode=True).strip()
+        text = yaml.safe_dump(entry.value, sort_keys=False, default_flow_style=True, width=1000).strip()
         body = ["- " + text.removesuffix("...").strip()]
     else:
         body = _dump({name: entry.value}).rstrip("\n").split("\n")
