@@ -49,10 +49,14 @@ def render_findings(findings: list[Finding]) -> list[str]:
         grouped[(f.essential, f.what, f.why)].append(f.where)
     lines = []
     for (essential, what, why), places in grouped.items():
-        where = places[0] + (
-            f" (and {', '.join(places[1:6])}{' ...' if len(places) > 6 else ''})" if places[1:] else ""
-        )
-        lines.append(Finding(where, what, why, essential).render())
+        line = Finding(places[0], what, why, essential).render()
+        if places[1:]:
+            file = places[0].rpartition(":")[0]
+            same = all(p.rpartition(":")[0] == file for p in places)
+            shown = [p.rpartition(":")[2] if same else p for p in places[1:11]]
+            more = f", and {len(places) - 11} more" if len(places) > 11 else ""
+            line += f" (also {'line' + ('s' if len(shown) > 1 else '') + ' ' if same else ''}{', '.join(shown)}{more})"
+        lines.append(line)
     return lines
 
 
@@ -63,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gtmcluster import f5: {e}", file=sys.stderr)
         return 2
     try:
-        result = f5import.run(args.files, sites, args.zone, args.geoip_country)
+        geoip = str(Path(args.geoip_country).resolve()) if args.geoip_country else None
+        result = f5import.run(args.files, sites, args.zone, geoip)
     except f5import.InputError as e:
         print(f"gtmcluster import f5: {e}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ written beside the config unless one is there already.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 from gtmcluster.importers.model import Imported
@@ -58,11 +59,23 @@ def members(imp: Imported, sites: dict[str, str]) -> list[Member]:
     for dc in sites:
         if dc not in imp.datacenters:
             imp.unmapped("--site", f"site {dc}", f"no such data center (data centers: {', '.join(imp.datacenters)})")
-    given = [Member(f"gtm-{dc.lower()}", dc, addr, False) for dc, addr in sites.items() if dc in imp.datacenters]
+    taken: set[str] = set()
+    given = [Member(member_name(dc, taken), dc, addr, False) for dc, addr in sites.items() if dc in imp.datacenters]
     if given:
         return given
     datacenters = list(imp.datacenters) or ["DC1"]
-    return [Member(f"gtm-{dc.lower()}", dc, f"127.0.0.{11 + i}", True) for i, dc in enumerate(datacenters[:200])]
+    return [Member(member_name(dc, taken), dc, f"127.0.0.{11 + i}", True) for i, dc in enumerate(datacenters[:200])]
+
+
+def member_name(datacenter: str, taken: set[str]) -> str:
+    """``gtm-`` and the data center's name as a DNS label (a node name is its certificate's
+    DNS name: lower case, letters, digits and '-'), unique among *taken*."""
+    base = "gtm-" + (re.sub(r"[^a-z0-9]+", "-", datacenter.lower()).strip("-")[:50] or "dc")
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    taken.add(name)
+    return name
 
 
 def check_names(imp: Imported) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gtmcluster.config.load import load
+from gtmcluster.config.problems import ConfigError
 from gtmcluster.importers import assemble, yamlout
 from gtmcluster.importers.f5parse import F5SyntaxError, Node, parse
 from gtmcluster.importers.f5threedns import ThreeDnsImport, is_threedns
@@ -66,6 +69,31 @@ def run(
     members = assemble.members(imp, sites or {})
     origins = assemble.zones(imp, zones or [])
     zone_files = {o: f"{zone_dir}/{o}.zone" for o in origins}
-    text = yamlout.render(imp, files, members, origins, zone_files)
     contents = {zone_files[o]: assemble.zone_text(o, members) for o in origins}
+    text = yamlout.render(imp, files, members, origins, zone_files)
+    if verify(text, contents, imp):
+        text = yamlout.render(imp, files, members, origins, zone_files)  # (the header counts findings)
     return Result(text, contents, imp, members)
+
+
+def verify(text: str, zone_files: dict[str, str], imp: Imported) -> bool:
+    """Load *text* as `gtmcluster check` would; each problem is an essential finding (the
+    mapping missed something). Whether there were any."""
+    with tempfile.TemporaryDirectory(prefix="gtm-import-") as folder:
+        for relative, content in zone_files.items():
+            (Path(folder) / relative).parent.mkdir(parents=True, exist_ok=True)
+            (Path(folder) / relative).write_text(content, encoding="utf-8")
+        config = Path(folder) / "cluster.yaml"
+        config.write_text(text, encoding="utf-8")
+        try:
+            load(config)
+        except ConfigError as e:
+            for p in e.problems:
+                where = f"output line {p.line}" if p.line else "output"
+                imp.lost(
+                    where,
+                    ".".join(map(str, p.path)) or "(top level)",
+                    f"the imported config does not load: {p.message}",
+                )
+            return True
+    return False

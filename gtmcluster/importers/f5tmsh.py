@@ -97,6 +97,7 @@ class TmshImport:
             for node in nodes:
                 self.imp.unmapped(node.where, " ".join(node.words), why)
         self.apply_pool_monitors()
+        self.check_dependencies()
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -230,6 +231,10 @@ class TmshImport:
             monitors, extra = self.monitor_names(settings["monitor"], f"server {f5}")
         for vs_node in settings["virtual-servers"].children() if "virtual-servers" in settings else []:
             self.virtual_server(f5, vs_node, dc, disabled, monitors, extra)
+        for key in ("addresses", "product"):
+            if key in settings:  # (one finding for all servers: the renderer groups them)
+                why = "the server's own addresses and product are not needed (virtual servers carry theirs)"
+                self.imp.unmapped(settings[key].where, f"gtm server {key}", why)
         handled = {"datacenter", "monitor", "virtual-servers", "enabled", "disabled", "addresses", "product"}
         self.leftovers(node, handled, f"server {f5}")
 
@@ -498,6 +503,21 @@ class TmshImport:
                     self.imp.unmapped(
                         setting.where, f"gtm global-settings {child.key}: {setting.text()}", "no equivalent"
                     )
+
+    def check_dependencies(self) -> None:
+        """depends-on names only imported virtual servers (F5 may name one defined later)."""
+        for name, entry in self.imp.virtual_servers.items():
+            deps = entry.value.get("depends_on")
+            if deps is None:
+                continue
+            missing = [d for d in deps if d not in self.imp.virtual_servers]
+            for d in missing:
+                self.imp.unmapped(
+                    entry.where, f"virtual server {name} depends-on {d}", "no such virtual server was imported"
+                )
+            entry.value["depends_on"] = [d for d in deps if d not in missing]
+            if not entry.value["depends_on"]:
+                del entry.value["depends_on"]
 
     def apply_pool_monitors(self) -> None:
         for vs, monitors in self.pool_monitors.items():

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gtmcluster.cli import main as cli
+from gtmcluster.cli.importcmd import render_findings
 from gtmcluster.importers import f5import, f5methods, f5monitors, f5names
 from gtmcluster.importers.f5names import NAME_RE, Namespace
 from gtmcluster.importers.f5parse import parse
@@ -378,3 +379,31 @@ def test_parse_tree_of_the_samples() -> None:
     for path in DATA.iterdir():
         if path.name != "broken_gtm.conf":
             assert parse(path.read_text(), str(path))
+
+
+def test_an_output_that_would_not_load_is_an_essential_finding(tmp_path: Path) -> None:
+    """The import loads what it wrote, as `gtmcluster check` would: an A wide IP whose only
+    pool holds an IPv6 server cannot answer, and says so."""
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n        v6 {\n"
+        "            destination 2001:db8::1.80\n        }\n    }\n}\n"
+        "gtm pool a p {\n    members {\n        s:v6 { }\n    }\n}\n"
+        "gtm wideip a www.example.com {\n    pools {\n        p { }\n    }\n}\n"
+    )
+    result = imported(tmp_path, text)
+    (lost,) = [f for f in result.imported.findings if f.essential]
+    assert lost.what == "wideips.www.example.com.type"
+    assert lost.why == "the imported config does not load: type A but no pool has an IPv4 virtual server or fallback_ip"
+    assert result.imported.failed
+    assert "1 findings (1 essential)" in result.text
+
+
+def test_repeated_findings_are_listed_once_with_their_places(tmp_path: Path) -> None:
+    server = "gtm server s{n} {{\n    datacenter A\n    product bigip\n}}\n"
+    text = "gtm datacenter A { }\n" + "".join(server.format(n=n) for n in range(3))
+    result = imported(tmp_path, text)
+    (line,) = render_findings(result.imported.findings)
+    path = tmp_path / "in.conf"
+    assert line.startswith(f"{path}:4: not mapped: gtm server product: ")
+    assert line.endswith("(virtual servers carry theirs) (also lines 8, 12)")
