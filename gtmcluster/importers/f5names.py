@@ -83,16 +83,18 @@ class Namespace:
         if key in self.by_f5:
             return self.by_f5[key]
         base = sanitise(f5_name)
-        candidates = [base]
-        if qualifier:
-            candidates.append(f"{base}-{qualifier}")
-        candidates.extend(f"{base}-{n}" for n in range(2, 10000))
-        for candidate in candidates:
+        suffixes = ["", *([f"-{sanitise(qualifier)}"] if qualifier else []), *(f"-{n}" for n in range(2, 100000))]
+        for suffix in suffixes:
+            candidate = base[: MAX_NAME - len(suffix)] + suffix
             if candidate.lower() not in self.taken and NAME_RE.match(candidate):
                 break
         self.taken.add(candidate.lower())
         self.by_f5[key] = candidate
         return candidate
+
+    def alias(self, f5_name: str, ours: str, qualifier: str = "") -> None:
+        """Let *f5_name* stand for our object *ours* (one object of ours for two of F5's)."""
+        self.by_f5[(strip_partition(f5_name), qualifier)] = ours
 
     def renamed(self, f5_name: str, qualifier: str = "") -> bool:
         """Whether our name differs from F5's (beyond the dropped /Common/ partition)."""

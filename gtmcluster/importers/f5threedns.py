@@ -18,7 +18,7 @@ from typing import Any
 from gtmcluster.importers import f5methods, f5names
 from gtmcluster.importers.f5parse import Node
 from gtmcluster.importers.f5topology import Selector, TopologyMapper, selector
-from gtmcluster.importers.model import Entry, Imported
+from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported
 
 SERVER_STATEMENTS = ("server", "bigip", "host", "3dns", "edgefx", "gtm")
 TOP_LEVEL = (*SERVER_STATEMENTS, "datacenter", "wideip", "topology", "globals", "region_db", "region", "sync_group")
@@ -124,13 +124,21 @@ class ThreeDnsImport:
             return None
         port = parsed[1] or f5names.port(word(node, "port", "80")) or 80
         name = word(node, "name") or f"{parsed[0]}-{port}"
-        ours = self.imp.namespace("virtual_server").name(f"{server}:{name}")
-        vs: dict[str, Any] = {"address": str(parsed[0]), "port": port, "datacenter": dc}
-        self.imp.virtual_servers[ours] = Entry(vs, node.where, f"server {server} vs {text}")
-        self.by_address[(str(parsed[0]), port)] = ours
         for child in node.children():
             if child.key not in ("address", "name", "port", "probe", "service"):
                 self.imp.unmapped(child.where, f"vs {name}: {child.text()}", "no equivalent")
+        return self.add_vs(server, name, str(parsed[0]), port, dc, node.where, f"server {server} vs {text}")
+
+    def add_vs(self, server: str, name: str, address: str, port: int, dc: str, where: str, source: str) -> str:
+        same = self.by_address.get((address, port))
+        if same is not None:  # ours are told apart by address and port
+            why = f"same address and port as {same} ({self.imp.virtual_servers[same].where}): imported as that one"
+            self.imp.unmapped(where, f"server {server} vs {name}", why)
+            return same
+        ours = self.imp.namespace("virtual_server").name(f"{server}:{name}")
+        vs: dict[str, Any] = {"address": address, "port": port, "datacenter": dc}
+        self.imp.virtual_servers[ours] = Entry(vs, where, source)
+        self.by_address[(address, port)] = ours
         return ours
 
     def member(self, text: str, default_port: int, where: str) -> str | None:
@@ -138,14 +146,13 @@ class ThreeDnsImport:
         if parsed is None:
             self.imp.lost(where, f"pool member {text!r}", "not an address")
             return None
-        key = (str(parsed[0]), parsed[1] or default_port)
-        if key not in self.by_address:
-            dc = self.generic_dc(str(parsed[0]), where)
+        address, port = str(parsed[0]), parsed[1] or default_port
+        if (address, port) not in self.by_address:
+            dc = self.generic_dc(address, where)
             self.imp.unmapped(where, f"pool member {text}", f"no server lists this address: placed in data center {dc}")
-            node = Node(["vs"], int(where.rsplit(":", 1)[1]), where.rsplit(":", 1)[0], [])
-            node.block = [Node(["address", f"{key[0]}:{key[1]}"], node.line, node.file)]
-            self.virtual_server(f"generic-{key[0]}", node, dc)
-        return self.by_address[key]
+            name = f"{address}-{port}"
+            self.add_vs(f"generic-{address}", name, address, port, dc, where, f"pool member {text}")
+        return self.by_address[(address, port)]
 
     def wideip(self, node: Node) -> None:
         name = word(node, "name")
@@ -161,8 +168,9 @@ class ThreeDnsImport:
             if child.key == "pool":
                 ours = self.pool(child, name, default_port, ttl)
                 if ours is not None:
-                    ratio = word(child, "ratio", "1")
-                    pools.append(ours if ratio in ("1", "") else {"pool": ours, "ratio": int(ratio)})
+                    at = first(child, "ratio")
+                    ratio = self.imp.number(word(child, "ratio"), 1, 0, MAX_RATIO, (at or child).where, f"{what} ratio")
+                    pools.append(ours if ratio == 1 else {"pool": ours, "ratio": ratio})
                     families |= {4 if ":" not in m["address"] else 6 for m in self.pool_members(ours)}
             elif child.key not in ("name", "alias", "ttl", "port", "pool_lbmode", "persist", "persist_ttl", "address"):
                 self.imp.unmapped(child.where, f"{what}: {child.text()}", "no equivalent")
@@ -181,8 +189,9 @@ class ThreeDnsImport:
         if aliases:
             wideip["aliases"] = aliases
         if word(node, "persist") == "yes":
-            persist_ttl = word(node, "persist_ttl", "3600")
-            wideip["persistence"] = {"ttl": int(persist_ttl) if persist_ttl.isdigit() else 3600}
+            at = first(node, "persist_ttl")
+            ttl_value = self.imp.number(word(node, "persist_ttl"), 3600, 1, MAX_PERSIST_TTL, (at or node).where, what)
+            wideip["persistence"] = {"ttl": ttl_value}
         self.imp.wideips[name] = Entry(wideip, node.where, what)
 
     def pool_members(self, pool: str) -> list[dict[str, Any]]:
@@ -200,11 +209,13 @@ class ThreeDnsImport:
             if child.key == "address" and len(child.words) > 1:
                 vs = self.member(child.words[1], default_port, child.where)
                 settings = dict(zip(child.words[2::2], child.words[3::2], strict=False))
-                ratio = settings.get("ratio", "1")
-                if vs is not None:
-                    members.append(
-                        vs if ratio == "1" or not ratio.isdigit() else {"virtual_server": vs, "ratio": int(ratio)}
-                    )
+                ratio = self.imp.number(settings.get("ratio"), 1, 0, MAX_RATIO, child.where, f"{what} member ratio")
+                if vs is not None and any(
+                    m == vs or (isinstance(m, dict) and m["virtual_server"] == vs) for m in members
+                ):
+                    self.imp.unmapped(child.where, f"{what} member {child.words[1]}", f"{vs} is in the pool already")
+                elif vs is not None:
+                    members.append(vs if ratio == 1 else {"virtual_server": vs, "ratio": ratio})
             elif child.key in ("preferred", "alternate", "fallback") and len(child.words) > 1:
                 mapped, why = f5methods.member_method(child.words[1])
                 if mapped is None or mapped == "fallback_ip":
@@ -221,8 +232,8 @@ class ThreeDnsImport:
         defaults = {slot: f5methods.member_method(m)[0] or "none" for slot, m in f5methods.DEFAULTS.items()}
         pool: dict[str, Any] = {"members": members, "load_balancing": {**defaults, **methods}}
         pool_ttl = word(node, "ttl") or ttl
-        if pool_ttl.isdigit():
-            pool["ttl"] = int(pool_ttl)
+        if pool_ttl:
+            pool["ttl"] = self.imp.number(pool_ttl, 30, 0, MAX_TTL, node.where, f"{what} ttl")
         self.imp.pools[ours] = Entry(pool, node.where, what)
         return ours
 

@@ -15,7 +15,7 @@ from typing import Any
 from gtmcluster.importers import f5methods, f5monitors, f5names
 from gtmcluster.importers.f5parse import Node
 from gtmcluster.importers.f5topology import Selector, TopologyMapper, selector
-from gtmcluster.importers.model import Entry, Imported
+from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported
 
 POOL_TYPES = ("a", "aaaa", "cname", "mx", "srv", "naptr")
 #: settings kept only in the comment above the object
@@ -55,6 +55,8 @@ class TmshImport:
         #: F5 monitors by name (for defaults-from), and unknown monitors reported already
         self.monitor_defs: dict[str, Node] = {}
         self.warned_monitors: set[str] = set()
+        #: (address, port) -> our virtual server (older listings name pool members so)
+        self.by_address: dict[tuple[str, int], str] = {}
 
     def add(self, nodes: list[Node]) -> None:
         skipped: dict[str, Node] = {}
@@ -251,6 +253,12 @@ class TmshImport:
         if dest is None:
             self.imp.lost(node.where, what, f"destination {value(settings['destination'])!r} is not an address")
             return
+        same = self.by_address.get((str(dest[0]), dest[1] or 80))
+        if same is not None:  # ours are told apart by address and port
+            self.imp.namespace("virtual_server").alias(f5, same)
+            why = f"same address and port as {same} ({self.imp.virtual_servers[same].where}): imported as that one"
+            self.imp.unmapped(node.where, what, why)
+            return
         ours = self.imp.namespace("virtual_server").name(f5)
         self.renamed("virtual server", f5, ours, node.where)
         vs: dict[str, Any] = {"address": str(dest[0]), "port": dest[1] or 80, "datacenter": dc}
@@ -269,6 +277,7 @@ class TmshImport:
             vs["depends_on"] = [self.imp.namespace("virtual_server").name(d) for d in deps]
         self.leftovers(node, {"destination", "monitor", "enabled", "disabled", "depends-on"}, what)
         self.imp.virtual_servers[ours] = Entry(vs, node.where, f"gtm server {server} virtual-servers {node.key}")
+        self.by_address.setdefault((vs["address"], vs["port"]), ours)
 
     def pool(self, node: Node) -> None:
         words = node.words
@@ -293,14 +302,17 @@ class TmshImport:
         if has_fallback:
             pool["fallback_ip"] = f5names.strip_route_domain(fallback_ip)
         pool["load_balancing"] = self.methods(settings, what, has_fallback, node.where)
-        for key, ours_key, lo, hi in (("ttl", "ttl", 0, 2**31 - 1), ("max-answers-returned", "max_answers", 1, 16)):
+        for key, ours_key, default, hi in (("ttl", "ttl", 30, MAX_TTL), ("max-answers-returned", "max_answers", 1, 16)):
             if key in settings:
-                text = value(settings[key])
-                if text.isdigit() and lo <= int(text) <= hi:
-                    pool[ours_key] = int(text)
-                else:
-                    self.imp.unmapped(settings[key].where, f"{what}: {key} {text}", f"not a number from {lo} to {hi}")
-        qos = {QOS[k]: int(value(c)) for k, c in settings.items() if k in QOS and value(c).isdigit()}
+                at = settings[key]
+                pool[ours_key] = self.imp.number(
+                    value(at), default, 0 if key == "ttl" else 1, hi, at.where, f"{what}: {key}"
+                )
+        qos = {
+            QOS[k]: self.imp.number(value(c), 0, 0, 1_000_000, c.where, f"{what}: {k}")
+            for k, c in settings.items()
+            if k in QOS
+        }
         if qos:
             pool["qos"] = qos
         if "monitor" in settings:
@@ -340,21 +352,36 @@ class TmshImport:
         found: list[tuple[int, int, str, int]] = []
         for position, child in enumerate(node.children()):
             settings = {c.key: c for c in child.children() if c.words}
-            order = int(value(settings["member-order"])) if "member-order" in settings else position
-            ratio_text = value(settings["ratio"]) if "ratio" in settings else "1"
-            ratio = int(ratio_text) if ratio_text.isdigit() else 1
+            key = "member-order" if "member-order" in settings else "order"  # (older listings: order)
+            order_text = value(settings[key]) if key in settings else ""
+            order = int(order_text) if order_text.isdigit() else position
+            ratio_text = value(settings["ratio"]) if "ratio" in settings else None
+            ratio = self.imp.number(ratio_text, 1, 0, MAX_RATIO, child.where, f"{what} member {child.key} ratio")
             ours: str | None
             if kind == "cname":
                 ours = self.cname_member(child)
             else:
                 ours = self.imp.namespace("virtual_server").get(child.key)
+                by_address = f5names.address_port(child.key)
+                if ours is None and by_address is not None:
+                    ours = self.by_address.get((str(by_address[0]), by_address[1] or 80))
                 if ours is None or ours not in self.imp.virtual_servers:
                     self.imp.lost(child.where, f"{what} member {child.key}", "no such virtual server was imported")
                     continue
+            if kind != "cname" and (":" in self.imp.virtual_servers[ours].value["address"]) != (kind == "aaaa"):
+                family = "IPv6" if kind == "a" else "IPv4"
+                self.imp.lost(
+                    child.where, f"{what} member {child.key}", f"an {family} server cannot answer {kind} queries"
+                )
+                continue
             if "disabled" in settings:
                 self.imp.unmapped(child.where, f"{what} member {child.key}", "disabled in the pool: left out")
                 continue
-            self.leftovers(child, {"member-order", "ratio", "enabled", "static-target"}, f"{what} member {child.key}")
+            if any(name == ours for _, _, name, _ in found):
+                self.imp.unmapped(child.where, f"{what} member {child.key}", f"{ours} is in the pool already")
+                continue
+            handled = {"member-order", "order", "ratio", "enabled", "static-target"}
+            self.leftovers(child, handled, f"{what} member {child.key}")
             found.append((order, position, ours, ratio))
         return [(name, ratio) for _, _, name, ratio in sorted(found)]
 
@@ -422,7 +449,7 @@ class TmshImport:
             if ours is None or ours not in self.imp.pools:
                 self.imp.lost(child.where, f"{what} pool {child.key}", "no such pool was imported")
                 continue
-            ratio = int(sub["ratio"]) if sub.get("ratio", "").isdigit() else 1
+            ratio = self.imp.number(sub.get("ratio"), 1, 0, MAX_RATIO, child.where, f"{what} pool {child.key} ratio")
             order = int(sub["order"]) if sub.get("order", "").isdigit() else position
             refs.append((order, position, ours if ratio == 1 else {"pool": ours, "ratio": ratio}))
         if "pools-cname" in settings:
@@ -444,9 +471,9 @@ class TmshImport:
             wideip["aliases"] = [f5names.strip_partition(a) for a in aliases]
         if "persistence" in settings and value(settings["persistence"]) == "enabled":
             wideip["persistence"] = {
-                "ttl": self.number(settings, "ttl-persistence", 3600),
-                "ipv4_prefix": self.number(settings, "persist-cidr-ipv4", 32),
-                "ipv6_prefix": self.number(settings, "persist-cidr-ipv6", 128),
+                "ttl": self.number(settings, "ttl-persistence", 3600, 1, MAX_PERSIST_TTL, what),
+                "ipv4_prefix": self.number(settings, "persist-cidr-ipv4", 32, 0, 32, what),
+                "ipv6_prefix": self.number(settings, "persist-cidr-ipv6", 128, 0, 128, what),
             }
         if "last-resort-pool" in settings:
             words = settings["last-resort-pool"].words[1:]
@@ -488,9 +515,10 @@ class TmshImport:
             )
         old.source += f"; {source} ({where})"
 
-    def number(self, settings: dict[str, Node], key: str, default: int) -> int:
-        text = value(settings[key]) if key in settings else str(default)
-        return int(text) if text.isdigit() else default
+    def number(self, settings: dict[str, Node], key: str, default: int, lo: int, hi: int, what: str) -> int:
+        if key not in settings:
+            return default
+        return self.imp.number(value(settings[key]), default, lo, hi, settings[key].where, f"{what}: {key}")
 
     def global_settings(self, node: Node) -> None:
         for child in node.children():

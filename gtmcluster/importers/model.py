@@ -14,6 +14,10 @@ from typing import Any
 
 from gtmcluster.importers.f5names import Namespace
 
+MAX_RATIO = 65535
+MAX_TTL = 2**31 - 1
+MAX_PERSIST_TTL = 2592000
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -66,6 +70,21 @@ class Imported:
     def unmapped(self, where: str, what: str, why: str) -> None:
         """Record something not mapped that does not change the answers much (listed only)."""
         self.findings.append(Finding(where, what, why, False))
+
+    def number(self, text: str | None, default: int, lo: int, hi: int, where: str, what: str) -> int:
+        """A whole number F5 wrote (*default* when absent), kept within what we accept; a
+        value that is not a number, or is cut to the range, is a finding."""
+        if text is None or text == "":
+            return default
+        if not text.isdigit():
+            self.unmapped(where, f"{what} {text}", f"not a whole number: {default} is used")
+            return default
+        value = int(text)
+        if not lo <= value <= hi:
+            kept = min(max(value, lo), hi)
+            self.unmapped(where, f"{what} {text}", f"out of our range ({lo} to {hi}): {kept} is used")
+            return kept
+        return value
 
     @property
     def failed(self) -> bool:

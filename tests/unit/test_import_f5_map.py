@@ -381,9 +381,8 @@ def test_parse_tree_of_the_samples() -> None:
             assert parse(path.read_text(), str(path))
 
 
-def test_an_output_that_would_not_load_is_an_essential_finding(tmp_path: Path) -> None:
-    """The import loads what it wrote, as `gtmcluster check` would: an A wide IP whose only
-    pool holds an IPv6 server cannot answer, and says so."""
+def test_a_server_of_the_wrong_family_is_not_a_member(tmp_path: Path) -> None:
+    """An a pool holds IPv4 servers only: an IPv6 one is LOST (and the wide IP with it)."""
     text = (
         "gtm datacenter A { }\n"
         "gtm server s {\n    datacenter A\n    virtual-servers {\n        v6 {\n"
@@ -392,11 +391,22 @@ def test_an_output_that_would_not_load_is_an_essential_finding(tmp_path: Path) -
         "gtm wideip a www.example.com {\n    pools {\n        p { }\n    }\n}\n"
     )
     result = imported(tmp_path, text)
-    (lost,) = [f for f in result.imported.findings if f.essential]
-    assert lost.what == "wideips.www.example.com.type"
-    assert lost.why == "the imported config does not load: type A but no pool has an IPv4 virtual server or fallback_ip"
-    assert result.imported.failed
-    assert "1 findings (1 essential)" in result.text
+    assert findings(result)[0] == (12, True, "pool a p member s:v6")
+    assert result.imported.findings[0].why == "an IPv6 server cannot answer a queries"
+    assert result.imported.failed and not result.imported.wideips
+
+
+def test_an_output_that_would_not_load_is_an_essential_finding() -> None:
+    """The import loads what it wrote, as `gtmcluster check` would; each problem is LOST,
+    with the key path and the output line (the header then counts it)."""
+    imp = Imported()
+    text = "sync_group: {name: x, members: []}\ndatacenters: [A]\nzones: []\nbogus: 1\n"
+    assert f5import.verify(text, {}, imp)
+    lost = [(f.where, f.what, f.essential) for f in imp.findings]
+    assert ("output line 4", "bogus", True) in lost
+    assert all("the imported config does not load: " in f.why for f in imp.findings)
+    good = f5import.run([str(DATA / "wideip.conf")])
+    assert not f5import.verify(good.text, good.zone_files, Imported())
 
 
 def test_repeated_findings_are_listed_once_with_their_places(tmp_path: Path) -> None:
@@ -407,3 +417,47 @@ def test_repeated_findings_are_listed_once_with_their_places(tmp_path: Path) -> 
     path = tmp_path / "in.conf"
     assert line.startswith(f"{path}:4: not mapped: gtm server product: ")
     assert line.endswith("(virtual servers carry theirs) (also lines 8, 12)")
+
+
+def test_pool_members_named_by_address(tmp_path: Path) -> None:
+    """Older listings name a pool member by its address and port."""
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n        v {\n"
+        "            destination 192.0.2.10:80\n        }\n    }\n}\n"
+        "gtm pool web {\n    members {\n        192.0.2.10:80 {\n            order 0\n        }\n    }\n}\n"
+    )
+    imp = imported(tmp_path, text).imported
+    assert imp.pools["web"].value["members"] == ["s.v"]
+
+
+def test_two_f5_virtual_servers_on_one_address_become_one(tmp_path: Path) -> None:
+    """Ours are told apart by address and port: a second F5 virtual server there stands
+    for the first (a pool naming both has it once)."""
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n"
+        "        v1 {\n            destination 192.0.2.10:80\n        }\n"
+        "        v2 {\n            destination 192.0.2.10:80\n        }\n    }\n}\n"
+        "gtm pool p {\n    members {\n        s:v1 { }\n        s:v2 { }\n    }\n}\n"
+    )
+    result = imported(tmp_path, text)
+    assert list(result.imported.virtual_servers) == ["s.v1"]
+    assert result.imported.pools["p"].value["members"] == ["s.v1"]
+    assert findings(result) == [(8, False, "virtual server s:v2"), (16, False, "pool a p member s:v2")]
+
+
+def test_numbers_beyond_our_range_are_cut_with_a_finding(tmp_path: Path) -> None:
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n"
+        "        v1 {\n            destination 192.0.2.10:80\n        }\n    }\n}\n"
+        "gtm pool p {\n    ttl soon\n    members {\n        s:v1 {\n            ratio 70000\n        }\n    }\n}\n"
+    )
+    result = imported(tmp_path, text)
+    assert result.imported.pools["p"].value["members"] == [{"virtual_server": "s.v1", "ratio": 65535}]
+    assert result.imported.pools["p"].value["ttl"] == 30
+    assert [(f.where.rsplit(":", 1)[1], f.what, f.why) for f in result.imported.findings] == [
+        ("13", "pool a p member s:v1 ratio 70000", "out of our range (0 to 65535): 65535 is used"),
+        ("11", "pool a p: ttl soon", "not a whole number: 30 is used"),
+    ]
