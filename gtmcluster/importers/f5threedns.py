@@ -54,7 +54,9 @@ class ThreeDnsImport:
         return self.imp.namespace("datacenter").get(f5)
 
     def pool_name(self, f5: str) -> str | None:
-        return self.imp.namespace("pool").get(f5)
+        """Our name of the imported pool *f5* (of the first wide IP that has one so named)."""
+        ns = self.imp.namespace("pool")
+        return next((ours for (name, _), ours in ns.by_f5.items() if name == f5 and ours in self.imp.pools), None)
 
     def add(self, nodes: list[Node]) -> None:
         self.nodes.extend(nodes)

@@ -116,12 +116,11 @@ class TmshImport:
         return self.imp.namespace("datacenter").get(f5)
 
     def pool_ref(self, f5: str, kind: str = "") -> str | None:
+        """Our name of an imported F5 pool (of type *kind*, or the first type that has one)."""
         ns = self.imp.namespace("pool")
-        if kind:
-            return ns.get(f5, kind)
-        for t in POOL_TYPES:
+        for t in [kind] if kind else POOL_TYPES:
             ours = ns.get(f5, t)
-            if ours is not None:
+            if ours is not None and ours in self.imp.pools:
                 return ours
         return None
 

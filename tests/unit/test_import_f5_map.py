@@ -461,3 +461,18 @@ def test_numbers_beyond_our_range_are_cut_with_a_finding(tmp_path: Path) -> None
         ("13", "pool a p member s:v1 ratio 70000", "out of our range (0 to 65535): 65535 is used"),
         ("11", "pool a p: ttl soon", "not a whole number: 30 is used"),
     ]
+
+
+def test_threedns_topology_by_pool_and_region(tmp_path: Path) -> None:
+    """3-DNS selectors ``pool."web"`` and ``region."cnc"`` (a region_db region) map to ours;
+    a record naming a pool that was not imported is LOST."""
+    text = (
+        'region_db user {\n  region {\n    name "cnc"\n    202.106.0.0/16\n  }\n}\n'
+        'wideip {\n  name "a.example.com"\n  pool {\n    name "web"\n    address 192.0.2.7:80\n  }\n'
+        '  pool {\n    name "empty"\n  }\n}\n'
+        'topology {\n  pool."web" region."cnc" 50\n  pool."empty" 10.0.0.0/8 10\n}\n'
+    )
+    result = imported(tmp_path, text)
+    assert result.imported.regions["cnc"].value == ["202.106.0.0/16"]
+    assert [e.value for e in result.imported.topology] == [{"ldns": "region cnc", "server": "pool web", "score": 50}]
+    assert (19, True, 'topology record pool."empty" 10.0.0.0/8 10') in findings(result)
