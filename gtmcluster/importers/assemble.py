@@ -79,25 +79,35 @@ def member_name(datacenter: str, taken: set[str]) -> str:
 
 
 def check_names(imp: Imported) -> None:
-    """Drop wide IPs (and aliases) whose names we cannot serve, as findings."""
+    """Drop wide IPs (and aliases) whose names we cannot serve, or that another wide IP
+    answers already, as findings."""
+    claimed: dict[str, str] = {}  # a name (lower case) -> the wide IP that answers it
     for name in list(imp.wideips):
         entry = imp.wideips[name]
-        why = bad_name(name)
+        why = bad_name(name) or _claimed(claimed, name)
         if why:
             imp.lost(entry.where, f"wideip {name}", why + ": not imported")
             del imp.wideips[name]
             continue
+        claimed[name.rstrip(".").lower()] = name
+    for name, entry in imp.wideips.items():
         kept = []
         for alias in entry.value.get("aliases", []):
-            why = bad_name(alias)
+            why = bad_name(alias) or _claimed(claimed, alias)
             if why:
                 imp.lost(entry.where, f"wideip {name} alias {alias}", why)
             else:
+                claimed[alias.rstrip(".").lower()] = name
                 kept.append(alias)
         if "aliases" in entry.value:
             entry.value["aliases"] = kept
             if not kept:
                 del entry.value["aliases"]
+
+
+def _claimed(claimed: dict[str, str], name: str) -> str:
+    other = claimed.get(name.rstrip(".").lower())
+    return f"wide IP {other} answers {name} already" if other else ""
 
 
 def bad_name(name: str) -> str:

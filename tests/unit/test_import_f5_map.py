@@ -476,3 +476,19 @@ def test_threedns_topology_by_pool_and_region(tmp_path: Path) -> None:
     assert result.imported.regions["cnc"].value == ["202.106.0.0/16"]
     assert [e.value for e in result.imported.topology] == [{"ldns": "region cnc", "server": "pool web", "score": 50}]
     assert (19, True, 'topology record pool."empty" 10.0.0.0/8 10') in findings(result)
+
+
+def test_a_name_two_wide_ips_claim_is_kept_by_the_first(tmp_path: Path) -> None:
+    pool = '  pool {\n    name "p"\n    address 192.0.2.7:80\n  }\n'
+    text = (
+        f'wideip {{\n  name "a.example.com"\n  alias "b.example.com"\n{pool}}}\n'
+        f'wideip {{\n  name "B.example.com"\n  alias "a.example.com"\n{pool}}}\n'
+    )
+    result = imported(tmp_path, text)
+    assert list(result.imported.wideips) == ["a.example.com", "B.example.com"]
+    assert "aliases" not in result.imported.wideips["B.example.com"].value
+    assert findings(result) == [
+        (6, False, "pool member 192.0.2.7:80"),  # (no server lists it)
+        (1, True, "wideip a.example.com alias b.example.com"),
+        (9, True, "wideip B.example.com alias a.example.com"),
+    ]

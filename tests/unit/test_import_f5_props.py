@@ -74,9 +74,12 @@ def tmsh(draw: st.DrawFn) -> str:
         out.append(f"gtm topology ldns: {draw(SELECTORS)} server: {draw(SELECTORS)} {{\n    score {draw(NUMS)}\n}}")
     for _ in range(draw(st.integers(0, 3))):
         kind = draw(st.sampled_from(["a", "aaaa", "cname"]))
-        name = draw(st.sampled_from(["www.example.com", "api.example.com", "w?.example.com", "*.x.example.com", "top"]))
+        wideip_names = st.sampled_from(
+            ["www.example.com", "api.example.com", "w?.example.com", "*.x.example.com", "top"]
+        )
+        name, alias = draw(wideip_names), draw(wideip_names)
         out.append(
-            f"gtm wideip {kind} {name} {{\n    pool-lb-mode {draw(MODES)}\n"
+            f"gtm wideip {kind} {name} {{\n    pool-lb-mode {draw(MODES)}\n    aliases {{\n        {alias}\n    }}\n"
             f"    persistence enabled\n    ttl-persistence {draw(NUMS)}\n"
             f"    pools {{\n        {draw(NAMES)} {{\n            order {draw(NUMS)}\n        }}\n    }}\n}}"
         )
