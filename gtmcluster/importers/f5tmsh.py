@@ -180,14 +180,18 @@ class TmshImport:
         names = [w for w in words if w not in ("and", "{", "}")]
         if words[:1] == ["min"] and len(words) >= 3:
             count = int(words[1]) if words[1].isdigit() else 1
-            names = [c.key for c in node.children()] + [w for w in words[3:] if w != "of"]
+            names = [w for c in node.children() for w in c.words] + [w for w in words[3:] if w != "of"]
             extra["monitor_rule"] = {"at_least": count}
-        out = []
+        out: list[str] = []
         for name in names:
             ours = self.monitor_for(name, node.where, what)
-            if ours is not None:
+            if ours is not None and ours not in out:
                 out.append(ours)
         if "monitor_rule" in extra and len(out) < extra["monitor_rule"]["at_least"]:
+            why = f"fewer monitors imported than {node.text()} asks: all of them must pass"
+            self.imp.unmapped(node.where, f"{what}: {node.text()}", why)
+            extra = {}
+        elif "monitor_rule" in extra and len(out) < 2:
             extra = {}
         return out, extra
 

@@ -492,3 +492,33 @@ def test_a_name_two_wide_ips_claim_is_kept_by_the_first(tmp_path: Path) -> None:
         (1, True, "wideip a.example.com alias b.example.com"),
         (9, True, "wideip B.example.com alias a.example.com"),
     ]
+
+
+@pytest.mark.parametrize(
+    "monitor",
+    [
+        "monitor min 1 of { /Common/http /Common/tcp }",
+        "monitor min 1 of {\n                /Common/http\n                /Common/tcp\n            }",
+    ],
+)
+def test_monitor_min_of(tmp_path: Path, monitor: str) -> None:
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n        v {\n"
+        f"            destination 192.0.2.10:80\n            {monitor}\n        }}\n    }}\n}}\n"
+    )
+    vs = imported(tmp_path, text).imported.virtual_servers["s.v"].value
+    assert (vs["monitor"], vs["monitor_rule"]) == (["http", "tcp"], {"at_least": 1})
+
+
+def test_monitors_joined_by_and(tmp_path: Path) -> None:
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n        v {\n"
+        "            destination 192.0.2.10:80\n            monitor /Common/http and /Common/gateway_icmp\n"
+        "        }\n    }\n}\n"
+    )
+    result = imported(tmp_path, text)
+    vs = result.imported.virtual_servers["s.v"].value
+    assert vs["monitor"] == ["http", "gateway_icmp"] and "monitor_rule" not in vs
+    assert result.imported.monitors["gateway_icmp"].value["type"] == "icmp"

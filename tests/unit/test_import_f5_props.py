@@ -48,7 +48,9 @@ def tmsh(draw: st.DrawFn) -> str:
         "        datacenter D1 { }\n    }\n}"
     )
     out.append("gtm region /Common/r2 {\n    region-members {\n        not subnet 10.2.0.0/16 { }\n    }\n}")
-    monitors = st.sampled_from(["m1", "/Common/http", "bigip", "m1 and /Common/tcp"])
+    monitors = st.sampled_from(
+        ["m1", "/Common/http", "bigip", "m1 and /Common/tcp", "min 2 of { m1 bigip }", "min 1 of { m1 m1 }"]
+    )
     for i in range(draw(st.integers(1, 3))):
         vss = "\n".join(
             f"        {draw(NAMES)} {{\n            destination {draw(DESTS)}\n"
