@@ -164,10 +164,13 @@ class TopologyMapper:
                 return None
             out = [f"region {info.ours}"] if info.ours else []
             out.extend(info.servers)
+            if not out:
+                self.imp.lost(at, what, f"region {value} has nothing that could be imported")
+                return None
             if negate and len(out) != 1:
                 self.imp.lost(at, what, "'not region' over data centers or pools has no equivalent")
                 return None
-            return [prefix + s for s in out] or None
+            return [prefix + s for s in out]
         self.imp.lost(at, what, f"no equivalent for a server selector by {kind}")
         return None
 

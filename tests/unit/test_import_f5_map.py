@@ -522,3 +522,15 @@ def test_monitors_joined_by_and(tmp_path: Path) -> None:
     vs = result.imported.virtual_servers["s.v"].value
     assert vs["monitor"] == ["http", "gateway_icmp"] and "monitor_rule" not in vs
     assert result.imported.monitors["gateway_icmp"].value["type"] == "icmp"
+
+
+def test_a_server_side_region_with_nothing_imported_is_lost(tmp_path: Path) -> None:
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm region /Common/isps {\n    region-members {\n        isp /Common/x { }\n    }\n}\n"
+        "gtm topology ldns: subnet 10.0.0.0/8 server: region /Common/isps {\n    score 1\n}\n"
+    )
+    result = imported(tmp_path, text)
+    assert not result.imported.topology
+    assert [(line, essential) for line, essential, _ in findings(result)] == [(4, True), (7, True)]
+    assert result.imported.findings[1].why == "region /Common/isps has nothing that could be imported"
