@@ -5,8 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gtmcluster.cli import admin, certs, check, configcmd, dashboard, demo, dnssec, explain, ldns, logs, stats, status
-from gtmcluster.cli import replay as replay_command  # (its own line: fewer conflicts)
+from gtmcluster.cli import (
+    admin,
+    certs,
+    check,
+    configcmd,
+    dashboard,
+    demo,
+    dnssec,
+    explain,
+    importcmd,
+    ldns,
+    logs,
+    replay,
+    stats,
+    status,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -19,10 +33,11 @@ def parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     dnssec.add_parser(sub)
     explain.add_parser(sub)
+    importcmd.add_parser(sub)
     ldns.add_parser(sub)
     stats.add_parser(sub)
     logs.add_parser(sub)
-    replay_command.add_parser(sub)
+    replay.add_parser(sub)
     status.add_parser(sub)
     admin.add_parser(sub)  # enable, disable, drain
     return p

@@ -1,0 +1,157 @@
+"""What F5 configuration does not hold, for a complete config: the sync group's members and
+the zones the wide IPs live in.
+
+Members: one per data center, from ``--site DATACENTER=ADDRESS`` (peer ADDRESS:4353, DNS
+ADDRESS:53, API on loopback), else a placeholder on a loopback address (127.0.0.11, .12,
+...) so that the config loads, and nothing listens beyond the host, until it is edited.
+Zones: ``--zone ORIGIN`` as given, else each wide IP's name less its first label, the
+shortest of nested ones kept. Each zone gets a small zone file (SOA, NS to the members)
+written beside the config unless one is there already.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from gtmcluster.importers.model import Imported
+
+SERIAL = 1
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    datacenter: str
+    address: str
+    placeholder: bool
+
+    def value(self) -> dict[str, object]:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        dns_port = 5353 if self.placeholder else 53
+        return {
+            "name": self.name,
+            "datacenter": self.datacenter,
+            "peer": f"{host}:4353",
+            "dns": [f"{host}:{dns_port}"],
+            "api": "127.0.0.1:8053" if not self.placeholder else f"{host}:8053",
+        }
+
+
+def parse_sites(texts: list[str]) -> dict[str, str]:
+    """``DATACENTER=ADDRESS`` options; raises ValueError naming a bad one."""
+    out: dict[str, str] = {}
+    for text in texts:
+        dc, eq, address = text.partition("=")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ValueError(f"--site {text!r}: give DATACENTER=ADDRESS (an IP address)") from None
+        if not eq or not dc:
+            raise ValueError(f"--site {text!r}: give DATACENTER=ADDRESS")
+        out[dc] = address
+    return out
+
+
+def members(imp: Imported, sites: dict[str, str]) -> list[Member]:
+    """One member per data center with a --site; with none, a placeholder per data center."""
+    for dc in sites:
+        if dc not in imp.datacenters:
+            imp.unmapped("--site", f"site {dc}", f"no such data center (data centers: {', '.join(imp.datacenters)})")
+    taken: set[str] = set()
+    given = [Member(member_name(dc, taken), dc, addr, False) for dc, addr in sites.items() if dc in imp.datacenters]
+    if given:
+        return given
+    datacenters = list(imp.datacenters) or ["DC1"]
+    return [Member(member_name(dc, taken), dc, f"127.0.0.{11 + i}", True) for i, dc in enumerate(datacenters[:200])]
+
+
+def member_name(datacenter: str, taken: set[str]) -> str:
+    """``gtm-`` and the data center's name as a DNS label (a node name is its certificate's
+    DNS name: lower case, letters, digits and '-'), unique among *taken*."""
+    base = "gtm-" + (re.sub(r"[^a-z0-9]+", "-", datacenter.lower()).strip("-")[:50] or "dc")
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def check_names(imp: Imported) -> None:
+    """Drop wide IPs (and aliases) whose names we cannot serve, or that another wide IP
+    answers already, as findings."""
+    claimed: dict[str, str] = {}  # a name (lower case) -> the wide IP that answers it
+    for name in list(imp.wideips):
+        entry = imp.wideips[name]
+        why = bad_name(name) or _claimed(claimed, name)
+        if why:
+            imp.lost(entry.where, f"wideip {name}", why + ": not imported")
+            del imp.wideips[name]
+            continue
+        claimed[name.rstrip(".").lower()] = name
+    for name, entry in imp.wideips.items():
+        kept = []
+        for alias in entry.value.get("aliases", []):
+            why = bad_name(alias) or _claimed(claimed, alias)
+            if why:
+                imp.lost(entry.where, f"wideip {name} alias {alias}", why)
+            else:
+                claimed[alias.rstrip(".").lower()] = name
+                kept.append(alias)
+        if "aliases" in entry.value:
+            entry.value["aliases"] = kept
+            if not kept:
+                del entry.value["aliases"]
+
+
+def _claimed(claimed: dict[str, str], name: str) -> str:
+    other = claimed.get(name.rstrip(".").lower())
+    return f"wide IP {other} answers {name} already" if other else ""
+
+
+def bad_name(name: str) -> str:
+    labels = name.rstrip(".").split(".")
+    if len(labels) < 2 or any(not label or len(label) > 63 for label in labels) or len(name) > 253:
+        return f"{name!r} is not a domain name of two labels or more"
+    if "?" in name or any("*" in label for label in labels[1:]) or ("*" in labels[0] and labels[0] != "*"):
+        return "'?' and '*' inside a label have no equivalent (ours: '*' as the whole leftmost label)"
+    return ""
+
+
+def zones(imp: Imported, explicit: list[str]) -> dict[str, list[str]]:
+    """Zone origins and the wide IP names (with aliases) in each."""
+    names = [n.rstrip(".").lower() for e in imp.wideips for n in (e, *imp.wideips[e].value.get("aliases", []))]
+    origins = [o.rstrip(".").lower() for o in explicit]
+    if not origins:
+        parents = sorted({n.split(".", 1)[1] for n in names}, key=lambda o: o.count("."))
+        for parent in parents:
+            if not any(parent == o or parent.endswith("." + o) for o in origins):
+                origins.append(parent)
+    out: dict[str, list[str]] = {o: [] for o in origins}
+    for name in list(imp.wideips):
+        entry = imp.wideips[name]
+        for n in (name, *entry.value.get("aliases", [])):
+            key = n.rstrip(".").lower().removeprefix("*.")
+            inside = [o for o in origins if key == o or key.endswith("." + o)]
+            if inside:
+                out[max(inside, key=len)].append(n)
+            elif n == name:
+                imp.lost(entry.where, f"wideip {name}", f"not inside any --zone ({', '.join(origins)}): not imported")
+                del imp.wideips[name]
+                break
+    return out
+
+
+def zone_text(origin: str, members: list[Member]) -> str:
+    """A small zone file: SOA and NS records naming the members (edit to taste)."""
+    lines = [
+        f"; zone {origin}: made by gtmcluster import f5 (the wide IPs below it are answered by the GTMs)",
+        "$TTL 3600",
+        f"@ IN SOA {members[0].name} hostmaster {SERIAL} 3600 600 86400 300",
+    ]
+    lines += [f"  IN NS {m.name}" for m in members]
+    for m in members:
+        kind = "AAAA" if ":" in m.address else "A"
+        lines.append(f"{m.name} IN {kind} {m.address}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,91 @@
+"""What an import produces: config objects with their F5 source, and findings.
+
+`Imported` holds the mapped objects by section, each an `Entry` (the YAML value, the F5
+``file:line`` it came from and the F5 statement), in the order F5 listed them. A `Finding` is
+something that could not be mapped (or only approximately), with its ``file:line`` and why;
+an *essential* one (a wide IP or pool not imported, a preferred method with no equivalent, a
+topology record lost) makes the import fail (exit 1), the others are listed only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gtmcluster.importers.f5names import Namespace
+
+MAX_RATIO = 65535
+MAX_TTL = 2**31 - 1
+MAX_PERSIST_TTL = 2592000
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something not mapped (or mapped approximately) at *where* (``file:line``)."""
+
+    where: str
+    what: str
+    why: str
+    essential: bool = False
+
+    def render(self) -> str:
+        level = "LOST" if self.essential else "not mapped"
+        return f"{self.where}: {level}: {self.what}: {self.why}"
+
+
+@dataclass
+class Entry:
+    """One config object: its YAML value and the F5 statement it came from."""
+
+    value: Any
+    where: str
+    source: str
+    note: str = ""
+
+
+@dataclass
+class Imported:
+    """The config objects an import made, by section, and what it could not map."""
+
+    datacenters: dict[str, Entry] = field(default_factory=dict)
+    monitors: dict[str, Entry] = field(default_factory=dict)
+    virtual_servers: dict[str, Entry] = field(default_factory=dict)
+    regions: dict[str, Entry] = field(default_factory=dict)
+    topology: list[Entry] = field(default_factory=list)
+    pools: dict[str, Entry] = field(default_factory=dict)
+    wideips: dict[str, Entry] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    #: our names of F5 objects, per kind of object
+    names: dict[str, Namespace] = field(default_factory=dict)
+    #: a GeoIP country database given on the command line (country and continent selectors)
+    geoip_country: str | None = None
+
+    def namespace(self, kind: str) -> Namespace:
+        return self.names.setdefault(kind, Namespace(kind))
+
+    def lost(self, where: str, what: str, why: str) -> None:
+        """Record an essential loss (the import fails)."""
+        self.findings.append(Finding(where, what, why, True))
+
+    def unmapped(self, where: str, what: str, why: str) -> None:
+        """Record something not mapped that does not change the answers much (listed only)."""
+        self.findings.append(Finding(where, what, why, False))
+
+    def number(self, text: str | None, default: int, lo: int, hi: int, where: str, what: str) -> int:
+        """A whole number F5 wrote (*default* when absent), kept within what we accept; a
+        value that is not a number, or is cut to the range, is a finding."""
+        if text is None or text == "":
+            return default
+        if not text.isdigit():
+            self.unmapped(where, f"{what} {text}", f"not a whole number: {default} is used")
+            return default
+        value = int(text)
+        if not lo <= value <= hi:
+            kept = min(max(value, lo), hi)
+            self.unmapped(where, f"{what} {text}", f"out of our range ({lo} to {hi}): {kept} is used")
+            return kept
+        return value
+
+    @property
+    def failed(self) -> bool:
+        return any(f.essential for f in self.findings)
