@@ -143,6 +143,24 @@ def test_parse_servers_keeps_the_report_order_and_names_the_unknown() -> None:
         peers.parse_servers("ours,bind9")
 
 
+def test_a_missing_program_is_named_with_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peers, "PATH", "/nonexistent")
+    assert peers.unavailable(["ours", "gdnsd", "floor"]) == {"gdnsd": "gdnsd (Debian package gdnsd)"}
+    assert peers.unavailable(["pdns"]) == {"pdns": "pdns_server (Debian package pdns-server)"}
+
+
+def test_pdns_without_its_bind_backend_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "pdns_server").touch(mode=0o755)
+    monkeypatch.setattr(peers, "PATH", str(tmp_path))
+    monkeypatch.setattr(peers, "PDNS_BIND", str(tmp_path / "*" / "libbindbackend.so"))
+    assert peers.unavailable(["pdns-nocache"]) == {
+        "pdns-nocache": "the bind backend (Debian package pdns-backend-bind)"
+    }
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libbindbackend.so").touch()
+    assert peers.unavailable(["pdns-nocache"]) == {}
+
+
 def test_ratios_against_ours_and_the_floor() -> None:
     summary = {
         "ours": {"qps": 50_000.0, "cpu_us_per_query": 20.0},
