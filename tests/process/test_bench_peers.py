@@ -7,6 +7,7 @@ LDNS, each answered with the data center our node's topology gives (the floor: s
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if missing:
         pytest.skip(f"{missing[key]}: `make bench-compare` installs it")
     endpoint = lib.Endpoint(loopback_address(), 5300)
-    args = type("Args", (), {"python": sys.executable, "addresses": {key: endpoint}})()
+    args = argparse.Namespace(python=sys.executable, addresses={key: endpoint})
     peers.write_files(tmp_path, [key], {key: endpoint}, 1, SOURCES)
     running = peers.make_servers(args, tmp_path, [key])[key]
     running.start(lib.query(lib.ORIGIN, "SOA"), timeout=30)
