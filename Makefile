@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # command:Debian package, installed by tools/ensure-system-tools when missing
 TEST_TOOLS := dig:bind9-dnsutils delv:bind9-dnsutils dnstap-read:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium gdnsd:gdnsd knotd:knot dnsviz:dnsviz systemd-analyze:systemd snmpd:snmpd snmpget:snmp haproxy:haproxy nginx:nginx
 DEMO_TOOLS := dig:bind9-dnsutils
-BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux
+BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux gdnsd:gdnsd pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind'
 CHAOS_TOOLS := ip:iproute2 faketime:faketime
 # make test runs the tests in TEST_JOBS parallel workers, each in a network namespace of its
 # own (tests/conftest.py); that needs root, so without root they run in one process. Tests
@@ -49,7 +49,8 @@ bench: $(STAMP)
 	@tools/ensure-system-tools $(TEST_TOOLS)
 	bench/dnsperf.sh
 
-# our node against NSD, alternating, in the same run: make bench-compare ARGS='--rounds 5'
+# our node against NSD, PowerDNS, gdnsd and a bare Python floor, alternating, in the same run:
+# make bench-compare ARGS='--rounds 5'
 bench-compare: $(STAMP)
 	@tools/ensure-system-tools $(BENCH_TOOLS)
 	$(BIN)/python bench/compare.py $(ARGS)

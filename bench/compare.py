@@ -1,14 +1,20 @@
-"""Our node against NSD in the same run: queries/s, loss, latency and server CPU per query.
+"""Our node against its peers in the same run: queries/s, loss, latency and server CPU per query.
 
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
-                                      [--json FILE]            (make bench-compare ARGS='...')
+                                      [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
+                                      (make bench-compare ARGS='...')
 
-Starts NSD (Debian package nsd; server-count = cores, reuseport, RRL off) on 127.0.0.241:5300
-and our node (twistd gtm, one member, no peers) on 127.0.0.242:5300 with the same zone
-`bench.test`. In our node, `gslb.bench.test` is a wide IP over three virtual servers in three
-data centers (rtt -> topology -> global_availability, with LDNS persistence); NSD answers
-the same name statically with the three addresses. Then, in rounds, alternating the servers,
-dnsperf drives each mix at unlimited rate and at a fixed rate of 70% of that server's max:
+Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
+configs from bench/peerconf/): our node (twistd gtm, one member, no peers) on 127.0.0.242:5300,
+NSD (server-count = cores, reuseport, RRL off) on .241, PowerDNS 4.7 with the bind backend
+and a LUA record on .243 (packet cache on) and .244 (caches off), gdnsd 3.8 with its geoip
+plugin on `nets` data on .245, and the bare Python floor (bench/floor.py) on .246. A server
+whose program is missing is reported and left out (outside CI). In our node,
+`gslb.bench.test` is a wide IP over three virtual servers in three data centers (rtt ->
+topology -> global_availability, with LDNS persistence); PowerDNS and gdnsd choose the same
+data center by the same topology networks; NSD and the floor answer the name statically
+with the three addresses. Then, in rounds, alternating the servers, dnsperf drives each mix
+at unlimited rate and at a fixed rate of 70% of that server's max:
 
 - static: the PERF-BASELINE mix (87% www A, 10% hostN A, 3% NXDOMAIN, 2% NODATA), no EDNS;
 - wideip: `gslb.bench.test A`, each query with an EDNS client subnet, 10,000 distinct /24s.
@@ -24,14 +30,14 @@ says how many persistence records it held afterwards.
 Server CPU is user + system time of the server's whole process tree from /proc (NSD forks
 its servers; our node may too), before and after each run; dnsperf's own CPU comes from
 wait4. Latency percentiles come from dnsperf -v (each query's latency) in the fixed-rate
-runs. Not a test: figures depend on the machine and what else runs; the alternation is what
-makes the ratios fair.
+runs. The report gives each server's queries/s and CPU per query against ours and against the
+floor's. Not a test: figures depend on the machine and what else runs; the alternation is
+what makes the ratios fair.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import platform
@@ -42,8 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
@@ -52,6 +57,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
+import peers
 
 ROOT = Path(__file__).resolve().parent.parent
 # the issue's targets: ours/NSD queries per second at least, CPU per query at most
@@ -63,7 +69,7 @@ P99_TARGET = 0.002  # seconds, our node at 70% of its max
 class Slot:
     round: int
     mix: str
-    server: str  # "ours" or "nsd"
+    server: str  # a key of peers.SPECS
     pinning: str  # "unpinned" or "pinned"
 
 
@@ -111,10 +117,11 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--ecs", type=int, default=10000, help="distinct ECS client subnets; 0: no EDNS (10000)")
     p.add_argument("--server-count", type=int, default=os.cpu_count() or 1, help="NSD server-count (cores)")
     p.add_argument("--processes", type=int, default=1, help="our node's dns_server.processes (default 1)")
-    p.add_argument("--nsd-address", default="127.0.0.241:5300", type=lib.Endpoint.parse, help="NSD's (%(default)s)")
-    p.add_argument(
-        "--node-address", default="127.0.0.242:5300", type=lib.Endpoint.parse, help="our node's DNS (%(default)s)"
-    )
+    p.add_argument("--servers", default=",".join(peers.SPECS), help="which, of %(default)s (default: all)")
+    p.add_argument("--peer-threads", type=int, default=1, help="PowerDNS's and gdnsd's answering threads (1)")
+    p.add_argument("--nsd-address", type=lib.Endpoint.parse, help="NSD's (127.0.0.241:5300)")
+    p.add_argument("--node-address", type=lib.Endpoint.parse, help="our node's DNS (127.0.0.242:5300)")
+    p.add_argument("--address", action="append", default=[], metavar="KEY=ADDRESS:PORT", help="a server's address")
     p.add_argument("--api-port", type=int, default=8053, help="our node's API port, on --node-address (8053)")
     p.add_argument("--pin-load", type=int, metavar="CPU", help="dnsperf on this CPU (taskset), servers on the rest")
     p.add_argument("--also-unpinned", action="store_true", help="with --pin-load: run unpinned as well")
@@ -127,6 +134,18 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, metavar="FILE", help="write every run's figures and the summary here")
     p.add_argument("--keep", action="store_true", help="keep the work folder (configs, logs)")
     args = p.parse_args(argv)
+    try:
+        args.servers = peers.parse_servers(args.servers)
+        args.addresses = {k: lib.Endpoint.parse(s.address) for k, s in peers.SPECS.items()}
+        for given in args.address:
+            key, _, address = given.partition("=")
+            args.addresses[peers.parse_servers(key)[0]] = lib.Endpoint.parse(address)
+    except ValueError as e:
+        p.error(f"--servers/--address: {e}")
+    args.addresses["nsd"] = args.nsd_address or args.addresses["nsd"]
+    args.node_address = args.addresses["ours"] = args.node_address or args.addresses["ours"]
+    if args.peer_threads < 1:
+        p.error("--peer-threads: at least 1")
     args.fixed_seconds = args.fixed_seconds or args.seconds
     args.mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
     if any(m not in ("static", "wideip") for m in args.mixes) or not args.mixes:
@@ -149,8 +168,8 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def missing_tools(pin: bool) -> list[str]:
-    """What is not installed, each with the Debian package that brings it."""
-    needed = {"dnsperf": "dnsperf", "nsd": "nsd"} | ({"taskset": "util-linux"} if pin else {})
+    """What the load needs and is not installed, each with its Debian package (the servers': peers)."""
+    needed = {"dnsperf": "dnsperf"} | ({"taskset": "util-linux"} if pin else {})
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
     return [f"{cmd} (Debian package {pkg})" for cmd, pkg in needed.items() if shutil.which(cmd, path=path) is None]
 
@@ -191,52 +210,17 @@ WARM_PASSES = 3
 class Bench:
     """The servers, the query mixes and the schedule of one comparison."""
 
-    def __init__(self, args: argparse.Namespace, work: Path):
+    def __init__(self, args: argparse.Namespace, work: Path, keys: Sequence[str]):
         self.args = args
         self.work = work
         self.cpus = set(os.sched_getaffinity(0))
+        addresses = args.addresses
         lib.write_files(
-            work, args.nsd_address, args.node_address, args.api_port, args.server_count, args.sources, args.processes
+            work, addresses["nsd"], addresses["ours"], args.api_port, args.server_count, args.sources, args.processes
         )
+        peers.write_files(work, keys, addresses, args.peer_threads, args.sources)
         self.mixes = lib.write_mixes(work, args.sources, args.ecs)
-        nsd = shutil.which("nsd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "nsd"
-        self.servers = {
-            "ours": lib.Server(
-                "ours",
-                "ours",
-                args.node_address,
-                [
-                    args.python,
-                    "-c",
-                    "from twisted.scripts.twistd import run; run()",
-                    "--nodaemon",
-                    f"--logfile={work}/node.log",
-                    f"--pidfile={work}/node.pid",
-                    "gtm",
-                    f"--config={work}/cluster.yaml",
-                    "--node=bench",
-                ],
-                work / "node.log",
-                work,
-                version=lib.command_version(
-                    [
-                        args.python,
-                        "-c",
-                        "import platform; print(platform.python_implementation(), platform.python_version())",
-                    ],
-                    r"\w+ [\d.]+",
-                ),
-            ),
-            "nsd": lib.Server(
-                "nsd",
-                "NSD",
-                args.nsd_address,
-                [nsd, "-d", "-c", str(work / "nsd.conf")],
-                work / "nsd.log",
-                work,
-                version=lib.command_version([nsd, "-v"], r"NSD version [\d.]+"),
-            ),
-        }
+        self.servers = peers.make_servers(args, work, keys)
         self.runs: list[Run] = []
 
     # --- servers ---
@@ -245,7 +229,7 @@ class Bench:
         ready = lib.query(lib.ORIGIN, "SOA")
         for server in self.servers.values():
             took = server.start(ready)
-            print(f"  {server.label:<5} up after {took:.1f} s: {' '.join(server.argv)}", flush=True)
+            print(f"  {server.label:<8} up after {took:.1f} s: {' '.join(server.argv)}", flush=True)
 
     def stop(self) -> None:
         for server in self.servers.values():
@@ -254,29 +238,15 @@ class Bench:
     def sanity(self) -> list[str]:
         """Ask each server a few questions; print the answers and return what looks wrong."""
         problems = []
-        origin, wideip, ldns = lib.ORIGIN, lib.WIDEIP, lib.source_address(0)
-        asks: list[tuple[str, bytes, str | None, Callable[[lib.Reply, str], str | None]]] = [
-            (f"www.{origin} A", lib.query(f"www.{origin}", "A"), None, _expect("NOERROR", 2)),
-            (f"host7.{origin} A", lib.query(f"host7.{origin}", "A"), None, _expect("NOERROR", 1)),
-            (f"nx1.{origin} A", lib.query(f"nx1.{origin}", "A"), None, _expect("NXDOMAIN", 0)),
-            (f"www.{origin} AAAA", lib.query(f"www.{origin}", "AAAA"), None, _expect("NOERROR", 0)),
-        ]
-        for region, network in lib.REGIONS.items():
-            subnet = next(ipaddress.IPv4Network(network).subnets(new_prefix=24))
-            asks.append((f"{wideip} A ECS {subnet} ({region})", lib.query(wideip, "A", subnet), None, _gslb(region)))
-        asks.append((f"{wideip} A from {ldns} (no ECS)", lib.query(wideip, "A"), ldns, _gslb(lib.source_region(0))))
-        for label, message, source, check in asks:
-            line = f"    {label:<46}"
+        print(f"    {'':<44}" + "".join(f" {s.label:<20}" for s in self.servers.values()).rstrip())
+        for ask in peers.sanity_asks(self.args.sources):
+            line = f"    {ask.label:<44}"
             for server in self.servers.values():
-                reply = lib.ask(server.endpoint, message, timeout=2.0, source=source)
-                problem: str | None = "no reply"
-                text = "no reply"
-                if reply is not None:
-                    text = f"{reply.rcode} {','.join(reply.addresses) or f'{reply.answers} answers'}"
-                    problem = check(reply, server.key)
-                line += f" {server.label}: {text:<44}"
+                reply = lib.ask(server.endpoint, ask.message, timeout=2.0, source=ask.source)
+                problem = "no reply" if reply is None else ask.check(reply, server.key)
+                line += f" {peers.reply_text(reply):<20}"
                 if problem:
-                    problems.append(f"{server.label} {label}: {problem}")
+                    problems.append(f"{server.label} {ask.label}: {problem}")
             print(line.rstrip())
         return problems
 
@@ -386,55 +356,6 @@ class Bench:
                             flush=True,
                         )
 
-    # --- what our node says about itself ---
-
-    def node_metrics(self) -> dict[str, Any]:
-        """gtm_dns_queries (by rcode and method) and gtm_store_records from our node's /metrics."""
-        url = f"http://{self.args.node_address.host}:{self.args.api_port}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                text = response.read().decode()
-        except OSError as e:
-            return {"error": f"{url}: {e}"}
-        queries: dict[str, float] = {}
-        records: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("gtm_dns_queries_total{"):
-                labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(","))
-                key = "/".join(labels.get(k, "").strip('"') for k in ("wideip", "rcode", "method"))
-                queries[key] = queries.get(key, 0) + float(line.rsplit(" ", 1)[1])
-            elif line.startswith("gtm_store_records{"):
-                kind = line[line.index('"') + 1 : line.rindex('"')]
-                records[kind] = float(line.rsplit(" ", 1)[1])
-        return {"queries": queries, "store_records": records}
-
-
-def _expect(rcode: str, answers: int) -> Callable[[lib.Reply, str], str | None]:
-    def check(reply: lib.Reply, server: str) -> str | None:
-        if reply.rcode != rcode or reply.answers != answers:
-            return f"expected {rcode} with {answers} answers, got {reply.rcode} with {reply.answers}"
-        return None
-
-    return check
-
-
-def _gslb(region: str) -> Callable[[lib.Reply, str], str | None]:
-    """NSD: the three addresses; ours: one, from the region's data center (topology decides a new client)."""
-    addresses = {dc: address for _, dc, address in lib.POOL}
-
-    def check(reply: lib.Reply, server: str) -> str | None:
-        if reply.rcode != "NOERROR":
-            return f"rcode {reply.rcode}"
-        if server == "nsd":
-            return None if len(reply.addresses) == 3 else f"{len(reply.addresses)} addresses"
-        if len(reply.addresses) != 1:
-            return f"{len(reply.addresses)} addresses, expected 1"
-        if reply.addresses[0] != addresses[lib.REGION_DC[region]]:
-            return f"{reply.addresses[0]}, expected {addresses[lib.REGION_DC[region]]} (topology {region})"
-        return None
-
-    return check
-
 
 # --- the report ---
 
@@ -477,6 +398,35 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def nsd_targets(
+    a: argparse.Namespace, pinning: str, mix: str, ours: dict[str, Any], nsd: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Print ours/NSD against the targets of issue 7; the verdicts."""
+    found: list[dict[str, Any]] = []
+    qps_ratio = ours["qps"] / nsd["qps"] if nsd["qps"] else 0.0
+    cpu_ratio = ours["cpu_us_per_query"] / nsd["cpu_us_per_query"] if nsd["cpu_us_per_query"] else 0.0
+    goal = TARGETS[mix]
+    line = f"  ours/NSD: qps {qps_ratio:.2f}x (target >= {goal['qps']}x: {verdict(qps_ratio >= goal['qps'])})"
+    found.append(_target(pinning, mix, "qps ratio", qps_ratio, f">= {goal['qps']}", qps_ratio >= goal["qps"]))
+    if "cpu" in goal:
+        line += f"; CPU/query {cpu_ratio:.2f}x (target <= {goal['cpu']}x: {verdict(cpu_ratio <= goal['cpu'])})"
+        met = cpu_ratio <= goal["cpu"]
+        found.append(_target(pinning, mix, "CPU/query ratio", cpu_ratio, f"<= {goal['cpu']}", met))
+    else:
+        line += f"; CPU/query {cpu_ratio:.2f}x (no target)"
+    p99 = ours["p99"]
+    p99_ok = p99 is not None and p99 < P99_TARGET
+    line += f"; our p99 at {a.fixed_label}: {fmt_ms(p99)} (target at 70%: < 2 ms: {verdict(p99_ok)})"
+    found.append(_target(pinning, mix, f"our p99 at {a.fixed_label}", p99, "< 0.002 s", p99_ok))
+    print(line)
+    if nsd["p99"] is not None and nsd["p99"] >= P99_TARGET:
+        print(
+            f"  note: NSD's own p99 at {a.fixed_label} is {fmt_ms(nsd['p99'])}: the machine (load generator,"
+            " other work), not only the server, sets the tail here; try --pin-load or a quieter machine"
+        )
+    return found
+
+
 def report(bench: Bench, elapsed: float) -> dict[str, Any]:
     a = bench.args
     summary: dict[str, Any] = {}
@@ -488,7 +438,7 @@ def report(bench: Bench, elapsed: float) -> dict[str, Any]:
             print(f"\nmix {mix} ({pinning}{where}): {m.description}")
             print(f"  clients: {m.clients}")
             print(
-                f"  {'':<6}{'max load: qps (min-max)':<27}{'CPU us/q':>9}{'lost':>9}{'avg lat':>11}{'dnsperf us/q':>13}"
+                f"  {'':<8}{'max load: qps (min-max)':<27}{'CPU us/q':>9}{'lost':>9}{'avg lat':>11}{'dnsperf us/q':>13}"
                 f"  | {f'at {a.fixed_label}: qps':<13}{'p50':>10}{'p99':>10}{'p99.9':>10}{'CPU us/q':>9}{'lost':>6}"
             )
             s = {key: summarize(bench.runs, mix, key, pinning) for key in bench.servers}
@@ -499,33 +449,14 @@ def report(bench: Bench, elapsed: float) -> dict[str, Any]:
                 short = f["fixed_qps"] < 0.95 * (f["fixed_target_qps"] or 0)
                 fixed_qps = fmt_qps(f["fixed_qps"]) + (f" of {fmt_qps(f['fixed_target_qps'])}!" if short else "")
                 print(
-                    f"  {server.label:<6}{span:<27}{f['cpu_us_per_query']:>9.1f}{f['lost']:>9}"
+                    f"  {server.label:<8}{span:<27}{f['cpu_us_per_query']:>9.1f}{f['lost']:>9}"
                     f"{fmt_ms(f['avg_latency']):>11}{f['load_cpu_us_per_query']:>13.1f}"
                     f"  | {fixed_qps:<13}{fmt_ms(f['p50']):>10}{fmt_ms(f['p99']):>10}"
                     f"{fmt_ms(f['p999']):>10}{f['fixed_cpu_us_per_query']:>9.1f}{f['fixed_lost']:>6}"
                 )
-            ours, nsd = s["ours"], s["nsd"]
-            qps_ratio = ours["qps"] / nsd["qps"] if nsd["qps"] else 0.0
-            cpu_ratio = ours["cpu_us_per_query"] / nsd["cpu_us_per_query"] if nsd["cpu_us_per_query"] else 0.0
-            goal = TARGETS[mix]
-            line = f"  ours/NSD: qps {qps_ratio:.2f}x (target >= {goal['qps']}x: {verdict(qps_ratio >= goal['qps'])})"
-            targets.append(_target(pinning, mix, "qps ratio", qps_ratio, f">= {goal['qps']}", qps_ratio >= goal["qps"]))
-            if "cpu" in goal:
-                line += f"; CPU/query {cpu_ratio:.2f}x (target <= {goal['cpu']}x: {verdict(cpu_ratio <= goal['cpu'])})"
-                met = cpu_ratio <= goal["cpu"]
-                targets.append(_target(pinning, mix, "CPU/query ratio", cpu_ratio, f"<= {goal['cpu']}", met))
-            else:
-                line += f"; CPU/query {cpu_ratio:.2f}x (no target)"
-            p99 = ours["p99"]
-            p99_ok = p99 is not None and p99 < P99_TARGET
-            line += f"; our p99 at {a.fixed_label}: {fmt_ms(p99)} (target at 70%: < 2 ms: {verdict(p99_ok)})"
-            targets.append(_target(pinning, mix, f"our p99 at {a.fixed_label}", p99, "< 0.002 s", p99_ok))
-            print(line)
-            if nsd["p99"] is not None and nsd["p99"] >= P99_TARGET:
-                print(
-                    f"  note: NSD's own p99 at {a.fixed_label} is {fmt_ms(nsd['p99'])}: the machine (load generator,"
-                    " other work), not only the server, sets the tail here; try --pin-load or a quieter machine"
-                )
+            print("\n".join(peers.ratio_lines(s)))
+            if "ours" in s and "nsd" in s:
+                targets += nsd_targets(a, pinning, mix, s["ours"], s["nsd"])
             for key, server in bench.servers.items():
                 codes = s[key]["rcodes"]
                 total = sum(codes.values()) or 1
@@ -537,32 +468,10 @@ def report(bench: Bench, elapsed: float) -> dict[str, Any]:
     return {"summary": summary, "targets": targets}
 
 
-def node_findings(bench: Bench, metrics: dict[str, Any]) -> list[str]:
-    """Our node's own counters and log lines worth a look."""
-    lines = []
-    if "error" in metrics:
-        lines.append(f"metrics unavailable: {metrics['error']}")
-    else:
-        queries: dict[str, float] = metrics["queries"]
-        total = sum(queries.values()) or 1
-        for key, n in sorted(queries.items(), key=lambda kv: -kv[1])[:8]:
-            wideip, rcode, method = key.split("/")
-            lines.append(f"answered {n:9.0f} ({n / total:6.1%}) {wideip or 'zone names'} {rcode} by {method}")
-        records = metrics["store_records"]
-        lines.append(
-            "store records: "
-            + (", ".join(f"{k} {v:.0f}" for k, v in records.items()) or "none")
-            + " (persist: one per client network it answered, ECS subnets and LDNS /24s)"
-        )
-    log = bench.work / "node.log"
-    if log.exists():
-        bad = [
-            line
-            for line in log.read_text(errors="replace").splitlines()
-            if "Traceback" in line or "#error]" in line or "#critical]" in line or "Unhandled" in line
-        ]
-        lines.append(f"node log: {len(bad)} error lines" + "".join(f"\n      {b[:200]}" for b in bad[:5]))
-    return lines
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return str(value) if isinstance(value, Path | lib.Endpoint) else value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -574,29 +483,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    absent = peers.unavailable(args.servers)
+    for key, what in absent.items():
+        print(f"{key}: left out, missing {what} (`make bench-compare` installs it)", file=sys.stderr)
+    if absent and peers.in_ci():
+        return 2
+    keys = [k for k in args.servers if k not in absent]
 
     def terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
     work = Path(tempfile.mkdtemp(prefix="gtm-compare-"))
-    bench = Bench(args, work)
+    bench = Bench(args, work, keys)
     per_server = (args.seconds + args.fixed_seconds + 1) * len(args.mixes) * len(bench.pinnings())
-    estimate = args.rounds * 2 * per_server + args.warmup * 2 * len(args.mixes) + 10
+    estimate = (args.rounds * per_server + args.warmup * len(args.mixes)) * len(keys) + 10
     dnsperf = lib.command_version(["dnsperf", "-h"], r"Version [\d.]+")
     code = code_state()
     print(
-        f"gtmcluster vs NSD: {args.rounds} rounds, alternating; each run {args.seconds:g} s at unlimited rate, then"
+        f"gtmcluster vs {', '.join(s.label for k, s in bench.servers.items() if k != 'ours')}: {args.rounds} rounds,"
+        f" alternating; each run {args.seconds:g} s at unlimited rate, then"
         f" {args.fixed_seconds:g} s at {args.fixed_label}{'' if args.fixed_rate else ' of that max'}"
         f" (about {estimate / 60:.1f} min)\n"
         f"  machine: {len(bench.cpus)} CPUs, {platform.platform()}, load average {os.getloadavg()[0]:.2f};"
         f" work folder {work}\n"
-        f"  ours: twistd gtm ({bench.servers['ours'].version}, checkout {code}) on {args.node_address},"
-        f" {args.processes} answering process{'es' if args.processes > 1 else ''},\n"
-        f"        wide IP {lib.WIDEIP}: rtt -> topology -> global_availability, persistence /24\n"
-        f"  NSD:  {bench.servers['nsd'].version} on {args.nsd_address}, server-count {args.server_count},"
-        " reuseport, RRL off\n"
-        f"  load: {args.sources} dnsperf ({dnsperf}) processes at once from 127.0.200.1-{args.sources},"
+        f"  ours: checkout {code}, {args.processes} answering process{'es' if args.processes > 1 else ''}\n"
+        + "\n".join(peers.header_lines(bench.servers, args))
+        + f"\n  load: {args.sources} dnsperf ({dnsperf}) processes at once from 127.0.200.1-{args.sources},"
         f" each -c {args.clients} -T 1, {args.outstanding} queries in flight in all, timeout 2 s",
         flush=True,
     )
@@ -614,25 +527,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         bench.warm_up()
         bench.schedule()
-        metrics = bench.node_metrics()
+        metrics = peers.node_metrics(args.node_address.host, args.api_port) if "ours" in keys else {}
         processes = {key: s.processes() for key, s in bench.servers.items()}
         results = report(bench, time.monotonic() - started)
-        print(
-            f"\nour node's own counters and log (processes at the end: ours {processes['ours']},"
-            f" NSD {processes['nsd']}):"
-        )
-        for line in node_findings(bench, metrics):
-            print(f"  {line}")
+        print("\nprocesses at the end: " + ", ".join(f"{bench.servers[k].label} {n}" for k, n in processes.items()))
+        if "ours" in keys:
+            print("our node's own counters and log:")
+            for line in peers.node_findings(work, metrics):
+                print(f"  {line}")
         if args.json:
             document = {
-                "settings": {k: str(v) if isinstance(v, Path | lib.Endpoint) else v for k, v in vars(args).items()},
+                "settings": {k: _plain(v) for k, v in vars(args).items()},
                 "environment": {
                     "cpus": sorted(bench.cpus),
                     "load_average_at_end": os.getloadavg(),
                     "platform": platform.platform(),
-                    "ours": bench.servers["ours"].version,
+                    "versions": {key: server.version for key, server in bench.servers.items()},
+                    "commands": {key: server.argv for key, server in bench.servers.items()},
+                    "left_out": absent,
                     "checkout": code,
-                    "nsd": bench.servers["nsd"].version,
                     "dnsperf": dnsperf,
                     "clients": {mix: bench.mixes[mix].clients for mix in args.mixes},
                     "processes": processes,

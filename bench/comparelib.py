@@ -37,6 +37,7 @@ WIDEIP = f"gslb.{ORIGIN}"
 # client subnets (ECS) are 10.X.Y.0/24; the topology regions split them over the data centers
 REGIONS = {"north": "10.0.0.0/12", "south": "10.16.0.0/12", "west": "10.32.0.0/11"}
 REGION_DC = {"north": "DC1", "south": "DC2", "west": "DC3"}
+DEFAULT_DC = "DC1"  # a client in no region (topology's `any`, score 1)
 ECS_LIMIT = 65536
 TYPES = {"A": 1, "NS": 2, "SOA": 6, "MX": 15, "AAAA": 28}
 RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
@@ -116,12 +117,19 @@ zone:
 """
 
 
+def region_networks(sources: int) -> dict[str, list[str]]:
+    """Each topology region's networks: its ECS range and the dnsperf source addresses (/32) placed
+    in it, since queries without ECS are placed by their LDNS. The peers' configs use the same."""
+    regions: dict[str, list[str]] = {name: [network] for name, network in REGIONS.items()}
+    for i in range(sources):
+        regions[source_region(i)].append(f"{source_address(i)}/32")
+    return regions
+
+
 def node_config(dns: Endpoint, api_port: int, sources: int, processes: int = 1) -> dict[str, Any]:
     """One member (no peers, so no TLS) with the static zone and wide IP `gslb` over three
     DCs, answering on *processes* processes."""
-    regions: dict[str, list[str]] = {name: [network] for name, network in REGIONS.items()}
-    for i in range(sources):  # queries without ECS are placed by their LDNS (the source address)
-        regions[source_region(i)].append(f"{source_address(i)}/32")
+    regions = region_networks(sources)
     return {
         "base_dir": ".",
         "sync_group": {
@@ -145,7 +153,7 @@ def node_config(dns: Endpoint, api_port: int, sources: int, processes: int = 1) 
         "regions": regions,
         "topology": [
             *({"ldns": f"region {r}", "server": f"datacenter {dc}", "score": 100} for r, dc in REGION_DC.items()),
-            {"ldns": "any", "server": "datacenter DC1", "score": 1},
+            {"ldns": "any", "server": f"datacenter {DEFAULT_DC}", "score": 1},
         ],
         "pools": {
             "web": {

@@ -1,0 +1,66 @@
+"""The peers of bench/compare.py as the benchmark starts them, with the configs it writes
+(bench/peers.py): gdnsd 3 with its geoip plugin on `nets`, PowerDNS 4.7 with a LUA record
+(packet cache on and off; skipped where it is not installed: `make bench-compare` installs
+it) and the bare Python floor (bench/floor.py), each asked the benchmark's sanity questions:
+static names, and the wide IP for ECS subnets in each region and outside them and from an
+LDNS, each answered with the data center our node's topology gives (the floor: statically)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.dig import dig
+from tests.support.nodeproc import loopback_address
+
+pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))  # bench/ is not a package: its scripts import each other so
+peers: Any = importlib.import_module("peers")
+lib: Any = importlib.import_module("comparelib")
+SOURCES = 2  # the sanity check's LDNS is the second dnsperf source, 127.0.200.2
+
+
+@pytest.fixture(params=["gdnsd", "pdns", "pdns-nocache", "floor"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    key = request.param
+    missing = peers.unavailable([key])
+    if key == "gdnsd" and missing:
+        pytest.fail(f"{missing[key]}: make test installs it")  # gdnsd is one of the test tools
+    if missing:
+        pytest.skip(f"{missing[key]}: `make bench-compare` installs it")
+    endpoint = lib.Endpoint(loopback_address(), 5300)
+    args = argparse.Namespace(python=sys.executable, addresses={key: endpoint})
+    peers.write_files(tmp_path, [key], {key: endpoint}, 1, SOURCES)
+    running = peers.make_servers(args, tmp_path, [key])[key]
+    running.start(lib.query(lib.ORIGIN, "SOA"), timeout=30)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_each_peer_answers_as_the_benchmark_expects(server: Any) -> None:
+    problems = []
+    for ask in peers.sanity_asks(SOURCES):
+        reply = lib.ask(server.endpoint, ask.message, timeout=2.0, source=ask.source)
+        problem = "no reply" if reply is None else ask.check(reply, server.key)
+        if problem:
+            problems.append(f"{ask.label}: {problem}")
+    assert problems == [], "\n" + server.tail()
+
+
+def test_dig_with_a_client_subnet(server: Any) -> None:
+    """A real resolver's view: dig's +subnet in the south region (DC2), where the peer decides."""
+    result = dig(server.endpoint.host, server.endpoint.port, lib.WIDEIP, "A", "+subnet=10.17.3.0/24")
+    expected = ["198.51.100.2"] if peers.SPECS[server.key].wideip == "topology" else [a for _, _, a in lib.POOL]
+    assert result.status == "NOERROR"
+    assert sorted(result.answer_data()) == expected
