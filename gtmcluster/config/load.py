@@ -3,7 +3,8 @@
 ``load(path)`` reads the whole file, reports every problem at once as
 ``FILE: key.path: problem`` (raising `ConfigError`), and otherwise returns a `Config`.
 This module owns the top level and the infrastructure sections (sync group, monitors,
-prober, zones, DNS listener settings); `traffic` owns the load-balancing objects.
+prober, DNS listener settings); `apisettings` reads the API's, `zones` the zones, and
+`traffic` owns the load-balancing objects.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from gtmcluster import slices
 from gtmcluster.config import geoip, health, querylog, traffic, transfer, yamlchild
 from gtmcluster.config import links as link_settings
+from gtmcluster.config.apisettings import api_beyond_loopback, read_api
 from gtmcluster.config.model import (
     ApiSettings,
     Config,
@@ -31,17 +32,16 @@ from gtmcluster.config.model import (
     SyncGroup,
     SyncSettings,
     TLSFiles,
-    TSIGKey,
     ZoneTransfer,
     wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.wideipnames import WideIPNames
+from gtmcluster.config.zones import read_zones
 from gtmcluster.dns import names, zonefile
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
-from gtmcluster.dnssec.config import read_zone_dnssec
 from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.gcpause import collection_paused
 from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
@@ -154,7 +154,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
 
     yield
     datacenters = _datacenters(r, top)
-    api_settings = _api(r, top, resolve)
+    api_settings = read_api(r, top, resolve)
     sync_group = _sync_group(r, top, datacenters, resolve, api_settings)
     monitors = health.read_monitors(r, top.get("monitors", {}), content)
     links = health.read_links(
@@ -173,7 +173,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
     tsig_keys = transfer.read_tsig_keys(r, top, resolve)
     transfers: dict[Name, ZoneTransfer] = {}
-    zone_data, broken_zones = _zones(r, top, content, resolve, zone_keys, tsig_keys, transfers)
+    zone_data, broken_zones = read_zones(r, top, content, resolve, zone_keys, tsig_keys, transfers)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -350,7 +350,7 @@ def _sync_group(
         peer = _hostport(r, e, "peer", DEFAULT_PEER_PORT)
         api = _hostport(r, e, "api", DEFAULT_API_PORT, "127.0.0.1:8053")
         if api is not None and not api.host.is_loopback:
-            problem = _api_beyond_loopback(api, api_settings)
+            problem = api_beyond_loopback(api, api_settings)
             if problem is not None:
                 r.error(e.at("api"), problem)
                 api = None
@@ -383,94 +383,6 @@ def _sync_group(
         members.append(Member(member_name, dc, peer, tuple(dns), api, probe_source))
     m.done()
     return SyncGroup(name, tuple(members), tls, settings)
-
-
-def _api_beyond_loopback(api: HostPort, settings: ApiSettings) -> str | None:
-    """Why a member's API may not listen on *api* (not loopback) under *settings*, if so."""
-    if not settings.token:
-        return f"{api} is not loopback: set api.token or api.token_file first"
-    if not settings.tls and not settings.insecure_http:
-        return (
-            f"{api} is not loopback and api.tls is off: the bearer token would cross the network in clear "
-            "text; set api.tls: true (HTTPS with the member's sync group certificate), or accept plain "
-            "HTTP knowingly with api.insecure_http: true"
-        )
-    return None
-
-
-def _api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
-    """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API,
-    ``token_for_reads: true`` to need it for reads on loopback too, and ``names: [...]``,
-    the host names operators reach the API by (``{node}``: the member's name); ``tls: true``
-    (HTTPS with the member's certificate), ``client_certificates: required`` (clients must
-    show a certificate from the group CA), ``insecure_http: true`` (plain HTTP beyond
-    loopback, knowingly)."""
-    if not top.has("api"):
-        return ApiSettings()
-    m = r.mapping(
-        ("api",),
-        top.get("api"),
-        "a mapping {token or token_file, token_for_reads, names, tls, client_certificates, insecure_http}",
-    )
-    if m is None:
-        return ApiSettings()
-    token = None
-    token_file = None
-    if m.has("token") and m.has("token_file"):
-        r.error(m.at("token_file"), "give 'token' or 'token_file', not both")
-    elif m.has("token"):
-        token = m.string("token", None)
-    elif m.has("token_file"):
-        name = m.string("token_file", None)
-        if name is not None:
-            path = token_file = resolve(name)
-            try:
-                token = path.read_text(encoding="utf-8").strip()
-            except OSError as e:
-                r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
-    for_reads = bool(m.boolean("token_for_reads", False))
-    names = _api_names(r, m)
-    tls = bool(m.boolean("tls", False))
-    clients = m.string("client_certificates", "none", choices=("none", "required"))
-    insecure = bool(m.boolean("insecure_http", False))
-    m.done()
-    if token is not None and len(token) < 16:
-        r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
-        token = None
-    if clients == "required" and not tls:
-        r.error(m.at("client_certificates"), "client certificates are asked for over TLS only: set api.tls: true")
-    if insecure and tls:
-        r.error(m.at("insecure_http"), "api.tls is on, so nothing is served over plain HTTP: remove insecure_http")
-    # a tls or insecure_http that is not a boolean is its own problem: the members' API
-    # addresses are not judged by a guess about it
-    unsure = any(m.has(k) and not isinstance(m.get(k), bool) for k in ("tls", "insecure_http"))
-    return ApiSettings(
-        token,
-        for_reads,
-        names,
-        token_file if token is not None else None,
-        tls=tls,
-        client_certificates_required=clients == "required",
-        insecure_http=insecure or unsure,
-    )
-
-
-#: a host name as a Host header gives it: labels of letters, digits and '-' ({node} allowed)
-_LABEL = r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?|\{node\})"
-_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
-
-
-def _api_names(r: Reader, m: Mapping) -> tuple[str, ...]:
-    names: list[str] = []
-    for i, raw in enumerate(r.list(m.at("names"), m.get("names", [])) or []):
-        name = r.string((*m.at("names"), i), raw)
-        if name is None:
-            continue
-        if name.lower() == "localhost" or not _HOST_NAME.fullmatch(name):
-            r.error((*m.at("names"), i), f"{name!r} is not a host name (localhost is accepted on loopback anyway)")
-            continue
-        names.append(name.lower().rstrip("."))
-    return tuple(dict.fromkeys(names))
 
 
 def _prober(r: Reader, top: Mapping) -> Prober:
@@ -616,72 +528,3 @@ def _rate_limit(r: Reader, parent: Mapping) -> RateLimit:
         tuple(exempt),
         table or default.table_size,
     )
-
-
-def _zones(
-    r: Reader,
-    top: Mapping,
-    resolve: Any,
-    own: Any,
-    zone_keys: dict[Name, tuple[ZoneKey, ...]],
-    keys: dict[str, TSIGKey],
-    transfers: dict[Name, ZoneTransfer],
-) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
-    """The zones that load, and the origins of those that do not (None: unknown ones too);
-    the zones' ``transfer`` settings go into *transfers*, their signing keys into *zone_keys*."""
-    out: list[zonefile.ZoneData] = []
-    broken: set[Name] | None = set()
-    raw = top.require("zones", "the zones this sync group serves: [{origin, file}]")
-    entries = r.list(top.at("zones"), raw)
-    if entries is None:
-        return out, None
-    origins: dict[Name, int] = {}
-    for i, entry in enumerate(entries):
-        path = ("zones", i)
-        m = r.mapping(path, entry, "a mapping {origin, file}")
-        origin = r.string(m.at("origin"), m.require("origin", "the zone's name")) if m else None
-        file_name = r.string(m.at("file"), m.require("file", "the zone file")) if m else None
-        signing = read_zone_dnssec(r, m, origin, own) if m else None
-        settings = (
-            transfer.read_transfer(r, m.at("transfer"), m.get("transfer"), keys) if m and m.has("transfer") else None
-        )
-        if m is not None and m.has("transfer") and m.has("dnssec"):
-            # (a transfer carries the zone file, unsigned: a secondary would serve the zone
-            # unsigned under the parent's DS, and every validator would fail it)
-            r.error(
-                m.at("transfer"), "a zone signed online (dnssec) is not transferred yet: its copy would be unsigned"
-            )
-            settings = None
-        if m is not None:
-            m.done()
-        labels: Name | None = None
-        if origin is not None:
-            try:
-                labels = names.key(names.from_text(origin))
-            except names.BadName as e:
-                r.error(m.at("origin") if m else path, str(e))
-        if labels is None:
-            broken = None  # a zone we cannot even name: any wide IP might belong to it
-            continue
-        if m is None or origin is None or file_name is None:
-            if broken is not None:
-                broken.add(labels)
-            continue
-        if labels in origins:
-            r.error(m.at("origin"), f"zone {origin!r} is listed twice (also zones[{origins[labels]}])")
-            continue
-        origins[labels] = i
-        if signing is not None:
-            zone_keys[labels] = signing
-        if settings is not None:
-            transfers[labels] = settings
-        zone_path = resolve(file_name)
-        try:
-            out.append(zonefile.load(str(zone_path), origin))
-        except zonefile.ZoneFileError as e:
-            if broken is not None:
-                broken.add(labels)
-            for p in e.problems:
-                where = f"{p.file}:{p.line}" if p.line else p.file
-                r.error(m.at("file"), f"{where}: {p.message}")
-    return out, broken

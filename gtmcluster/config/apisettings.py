@@ -1,0 +1,98 @@
+"""The ``api`` section: the HTTP API's token, TLS, client certificates and host names, and
+whether a member's API may listen beyond loopback under them."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gtmcluster.config.model import ApiSettings, HostPort
+from gtmcluster.config.reader import Mapping, Reader
+
+
+def api_beyond_loopback(api: HostPort, settings: ApiSettings) -> str | None:
+    """Why a member's API may not listen on *api* (not loopback) under *settings*, if so."""
+    if not settings.token:
+        return f"{api} is not loopback: set api.token or api.token_file first"
+    if not settings.tls and not settings.insecure_http:
+        return (
+            f"{api} is not loopback and api.tls is off: the bearer token would cross the network in clear "
+            "text; set api.tls: true (HTTPS with the member's sync group certificate), or accept plain "
+            "HTTP knowingly with api.insecure_http: true"
+        )
+    return None
+
+
+def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
+    """``api: {token: STRING}`` or ``{token_file: PATH}``: the bearer token of the HTTP API,
+    ``token_for_reads: true`` to need it for reads on loopback too, and ``names: [...]``,
+    the host names operators reach the API by (``{node}``: the member's name); ``tls: true``
+    (HTTPS with the member's certificate), ``client_certificates: required`` (clients must
+    show a certificate from the group CA), ``insecure_http: true`` (plain HTTP beyond
+    loopback, knowingly)."""
+    if not top.has("api"):
+        return ApiSettings()
+    m = r.mapping(
+        ("api",),
+        top.get("api"),
+        "a mapping {token or token_file, token_for_reads, names, tls, client_certificates, insecure_http}",
+    )
+    if m is None:
+        return ApiSettings()
+    token = None
+    token_file = None
+    if m.has("token") and m.has("token_file"):
+        r.error(m.at("token_file"), "give 'token' or 'token_file', not both")
+    elif m.has("token"):
+        token = m.string("token", None)
+    elif m.has("token_file"):
+        name = m.string("token_file", None)
+        if name is not None:
+            path = token_file = resolve(name)
+            try:
+                token = path.read_text(encoding="utf-8").strip()
+            except OSError as e:
+                r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
+    for_reads = bool(m.boolean("token_for_reads", False))
+    names = _api_names(r, m)
+    tls = bool(m.boolean("tls", False))
+    clients = m.string("client_certificates", "none", choices=("none", "required"))
+    insecure = bool(m.boolean("insecure_http", False))
+    m.done()
+    if token is not None and len(token) < 16:
+        r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
+        token = None
+    if clients == "required" and not tls:
+        r.error(m.at("client_certificates"), "client certificates are asked for over TLS only: set api.tls: true")
+    if insecure and tls:
+        r.error(m.at("insecure_http"), "api.tls is on, so nothing is served over plain HTTP: remove insecure_http")
+    # a tls or insecure_http that is not a boolean is its own problem: the members' API
+    # addresses are not judged by a guess about it
+    unsure = any(m.has(k) and not isinstance(m.get(k), bool) for k in ("tls", "insecure_http"))
+    return ApiSettings(
+        token,
+        for_reads,
+        names,
+        token_file if token is not None else None,
+        tls=tls,
+        client_certificates_required=clients == "required",
+        insecure_http=insecure or unsure,
+    )
+
+
+#: a host name as a Host header gives it: labels of letters, digits and '-' ({node} allowed)
+_LABEL = r"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?|\{node\})"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
+
+
+def _api_names(r: Reader, m: Mapping) -> tuple[str, ...]:
+    names: list[str] = []
+    for i, raw in enumerate(r.list(m.at("names"), m.get("names", [])) or []):
+        name = r.string((*m.at("names"), i), raw)
+        if name is None:
+            continue
+        if name.lower() == "localhost" or not _HOST_NAME.fullmatch(name):
+            r.error((*m.at("names"), i), f"{name!r} is not a host name (localhost is accepted on loopback anyway)")
+            continue
+        names.append(name.lower().rstrip("."))
+    return tuple(dict.fromkeys(names))
