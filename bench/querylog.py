@@ -1,7 +1,7 @@
 """What the query log costs: node CPU per query with it off and on, in the same run, alternating.
 
     .venv/bin/python bench/querylog.py [--rounds 4] [--seconds 8] [--clients 4] [--sources 2]
-                                       [--ecs 1000] [--json FILE]
+                                       [--ecs 1000] [--rate QPS] [--json FILE]
 
 Starts three nodes (twistd gtm, one member each, the zone and wide IP of bench/compare.py)
 on 127.0.0.243-245:5300: ``off`` without a query log, ``on`` with ``dns_server.query_log``
@@ -10,9 +10,9 @@ on 127.0.0.243-245:5300: ``off`` without a query log, ``on`` with ``dns_server.q
 (`QueryLogWriter.encode_in_thread` set True by a sitecustomize on its PYTHONPATH). Then,
 after a 3 s warm-up of each, in rounds, for each mix of bench/compare.py (static: the
 PERF-BASELINE mix; wideip: the wide IP with an EDNS client subnet per query, --ecs
-subnets), dnsperf drives each node at unlimited
-rate for --seconds, the nodes' order turning each round. The figure is the node process's
-CPU time (user + system from /proc) per completed query; the ratio to ``off`` is taken per
+subnets), dnsperf drives each node at unlimited rate (or at --rate queries/s: the CPU a
+query costs at equal load) for --seconds, the nodes' order turning each round. The figure
+is the node process's CPU time (user + system from /proc) per completed query; the ratio to ``off`` is taken per
 round and its median reported, so a busy neighbour affects both sides of a ratio alike.
 Each log-on node reports what it wrote and dropped (/api/v1/status).
 
@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=2)
     parser.add_argument("--ecs", type=int, default=1000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--rate", type=float, help="queries/s each run sends (dnsperf -Q), for CPU per query at equal load"
+    )
     parser.add_argument("--in-process", action="store_true", help="the answer path in this process, no sockets")
     parser.add_argument("--count", type=int, default=20000, help="queries a run, with --in-process")
     args = parser.parse_args()
@@ -184,7 +187,9 @@ def main() -> None:
                     for variant in order:
                         server = servers[variant]
                         before = server.cpu_seconds()
-                        result = lib.run_dnsperf(server.endpoint, mix, work, args.seconds, args.clients, 100)
+                        result = lib.run_dnsperf(
+                            server.endpoint, mix, work, args.seconds, args.clients, 100, qps=args.rate
+                        )
                         used = server.cpu_seconds() - before
                         cpu[mix.name][variant].append(used / max(result.completed, 1) * 1e6)
                         qps[mix.name][variant].append(result.qps)
