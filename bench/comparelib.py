@@ -502,6 +502,12 @@ def parse_dnsperf(text: str) -> dict[str, Any]:
     return figures
 
 
+def final_statistics(text: str) -> str:
+    """dnsperf's output from its last `Statistics:` on (over TCP a `Connection Statistics:` follows)."""
+    at = text.rfind("\nStatistics:")
+    return text[at:] if at >= 0 else text
+
+
 def _verbose_lines(path: Path) -> Iterator[tuple[bytes, float | None]]:
     """(rcode or T, latency in seconds or None) of each `-v` line: `> NOERROR www.bench.test A 0.000054`."""
     with path.open("rb") as f:
@@ -552,9 +558,7 @@ def run_dnsperf(
             text = out.read_text(errors="replace")
             if process.returncode != 0:
                 raise RuntimeError(f"dnsperf exited with {process.returncode}:\n{text[-2000:]}")
-            at = text.rfind("\nStatistics:")  # (not TCP's "Connection Statistics:" after it)
-            summary = text[at:] if at >= 0 else text
-            figures = parse_dnsperf(summary)
+            figures = parse_dnsperf(final_statistics(text))
             result.sent += int(figures["sent"])
             result.completed += int(figures["completed"])
             result.lost += int(figures["lost"])
