@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
                                       [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
+                                      [--transport tcp [--connections 64]] [--ecs 100000]
                                       (make bench-compare ARGS='...')
 
 Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
@@ -32,7 +33,8 @@ its servers; our node may too), before and after each run; dnsperf's own CPU com
 wait4. Latency percentiles come from dnsperf -v (each query's latency) in the fixed-rate
 runs. The report gives each server's queries/s and CPU per query against ours and against the
 floor's. Not a test: figures depend on the machine and what else runs; the alternation is
-what makes the ratios fair.
+what makes the ratios fair. TCP (`--transport tcp`) and our node's memory and kept decisions
+with many clients (`--ecs 100000`): bench/manyclients.py.
 """
 
 from __future__ import annotations
