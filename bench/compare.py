@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
                                       [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
+                                      [--transport tcp [--connections 64]] [--ecs 100000]
                                       (make bench-compare ARGS='...')
 
 Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
@@ -32,7 +33,8 @@ its servers; our node may too), before and after each run; dnsperf's own CPU com
 wait4. Latency percentiles come from dnsperf -v (each query's latency) in the fixed-rate
 runs. The report gives each server's queries/s and CPU per query against ours and against the
 floor's. Not a test: figures depend on the machine and what else runs; the alternation is
-what makes the ratios fair.
+what makes the ratios fair. TCP (`--transport tcp`) and our node's memory and kept decisions
+with many clients (`--ecs 100000`): bench/manyclients.py.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
+import manyclients
 import peers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +136,9 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, metavar="FILE", help="write every run's figures and the summary here")
     p.add_argument("--keep", action="store_true", help="keep the work folder (configs, logs)")
+    manyclients.add_arguments(p)
     args = p.parse_args(argv)
+    manyclients.check(args, p)
     try:
         args.servers = peers.parse_servers(args.servers)
         args.addresses = {k: lib.Endpoint.parse(s.address) for k, s in peers.SPECS.items()}
@@ -271,18 +276,20 @@ class Bench:
     ) -> tuple[lib.LoadResult, float]:
         if not server.alive():
             raise lib.ServerExited(f"{server.label} is no longer running:\n{server.tail()}")
+        a = self.args
         before = server.cpu_seconds()
         result = lib.run_dnsperf(
             server.endpoint,
             self.mixes[mix],
             self.work,
             seconds,
-            self.args.clients,
-            self.args.outstanding,
+            manyclients.clients_per_process(a.transport, a.connections, a.sources, a.clients),
+            a.outstanding,
             qps=qps,
             verbose=qps is not None,
             pin=load_cpu,
             passes=passes,
+            mode=a.transport,
         )
         cpu = server.cpu_seconds() - before
         time.sleep(0.5)  # let the server drain before the next run
@@ -488,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{key}: left out, missing {what} (`make bench-compare` installs it)", file=sys.stderr)
     if absent and peers.in_ci():
         return 2
+    absent |= manyclients.left_out(args.transport, args.servers)
     keys = [k for k in args.servers if k not in absent]
 
     def terminate(signum: int, frame: FrameType | None) -> None:
@@ -509,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" work folder {work}\n"
         f"  ours: checkout {code}, {args.processes} answering process{'es' if args.processes > 1 else ''}\n"
         + "\n".join(peers.header_lines(bench.servers, args))
+        + f"\n{manyclients.load_line(args)}"
         + f"\n  load: {args.sources} dnsperf ({dnsperf}) processes at once from 127.0.200.1-{args.sources},"
         f" each -c {args.clients} -T 1, {args.outstanding} queries in flight in all, timeout 2 s",
         flush=True,
@@ -518,7 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         bench.start()
         print("  what each answers:")
-        problems = bench.sanity()
+        problems = bench.sanity() + (manyclients.tcp_sanity(bench.servers) if args.transport == "tcp" else [])
+        ours = bench.servers.get("ours")
+        rss_before = manyclients.rss_kib(lib.descendants(ours.pid)) if ours else 0
         for problem in problems:
             print(f"  WRONG: {problem}")
         print(
@@ -526,15 +537,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         bench.warm_up()
+        kept_before = manyclients.kept_metrics(args.node_address.host, args.api_port) if ours else {}
         bench.schedule()
+        kept_after = manyclients.kept_metrics(args.node_address.host, args.api_port) if ours else {}
+        rss_after = manyclients.rss_kib(lib.descendants(ours.pid)) if ours else 0
         metrics = peers.node_metrics(args.node_address.host, args.api_port) if "ours" in keys else {}
         processes = {key: s.processes() for key, s in bench.servers.items()}
         results = report(bench, time.monotonic() - started)
         print("\nprocesses at the end: " + ", ".join(f"{bench.servers[k].label} {n}" for k, n in processes.items()))
         if "ours" in keys:
             print("our node's own counters and log:")
-            for line in peers.node_findings(work, metrics):
+            cpu_us = results["summary"].get(f"{bench.pinnings()[0]}/wideip", {}).get("ours", {}).get("cpu_us_per_query")
+            lines, kept = manyclients.kept_report(rss_before, rss_after, kept_before, kept_after, cpu_us)
+            for line in peers.node_findings(work, metrics) + lines:
                 print(f"  {line}")
+            results["node_memory"] = kept
         if args.json:
             document = {
                 "settings": {k: _plain(v) for k, v in vars(args).items()},

@@ -38,7 +38,7 @@ WIDEIP = f"gslb.{ORIGIN}"
 REGIONS = {"north": "10.0.0.0/12", "south": "10.16.0.0/12", "west": "10.32.0.0/11"}
 REGION_DC = {"north": "DC1", "south": "DC2", "west": "DC3"}
 DEFAULT_DC = "DC1"  # a client in no region (topology's `any`, score 1)
-ECS_LIMIT = 65536
+ECS_LIMIT = 131072  # 10.0.0.0/8 then 11.0.0.0/8 (loopback only: the addresses are data in queries)
 TYPES = {"A": 1, "NS": 2, "SOA": 6, "MX": 15, "AAAA": 28}
 RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
 
@@ -61,8 +61,15 @@ def zone_text() -> str:
 
 
 def ecs_network(i: int) -> ipaddress.IPv4Network:
-    """The *i*-th client subnet: 10.(i/256).(i%256).0/24."""
-    return ipaddress.IPv4Network(f"10.{i >> 8 & 255}.{i & 255}.0/24")
+    """The *i*-th client subnet: 10.(i/256).(i%256).0/24, past 65,536 on in 11.0.0.0/8."""
+    return ipaddress.IPv4Network(f"{10 + (i >> 16)}.{i >> 8 & 255}.{i & 255}.0/24")
+
+
+def ecs_inside_regions(count: int) -> int:
+    """How many of the first *count* client subnets lie in a topology region (REGIONS); the
+    rest are in none (topology's `any`: DEFAULT_DC)."""
+    spans = [(int(n.network_address), n.num_addresses) for n in map(ipaddress.IPv4Network, REGIONS.values())]
+    return sum(any(0 <= int(ecs_network(i).network_address) - a < size for a, size in spans) for i in range(count))
 
 
 def source_address(i: int) -> str:
@@ -299,10 +306,11 @@ def write_mixes(directory: Path, sources: int, ecs: int) -> dict[str, Mix]:
                 packet = query(WIDEIP, "A", ecs_network(i))
                 f.write(struct.pack("!H", len(packet)) + packet)
         files.append(path)
-    last = ecs_network(ecs - 1)
+    last, inside = ecs_network(ecs - 1), ecs_inside_regions(ecs)
     mixes["wideip"] = Mix(
         "wideip",
-        f"{WIDEIP} A; EDNS client subnet /24, {ecs} subnets (10.0.0.0/24 .. {last})",
+        f"{WIDEIP} A; EDNS client subnet /24, {ecs} subnets (10.0.0.0/24 .. {last}),"
+        f" {inside} in the topology regions, {ecs - inside} in none ({DEFAULT_DC} by `any`)",
         tuple(files),
         True,
         f"{ecs} distinct ECS client subnets (/24) from {sources} LDNS (source) addresses",
@@ -494,6 +502,12 @@ def parse_dnsperf(text: str) -> dict[str, Any]:
     return figures
 
 
+def final_statistics(text: str) -> str:
+    """dnsperf's output from its last `Statistics:` on (over TCP a `Connection Statistics:` follows)."""
+    at = text.rfind("\nStatistics:")
+    return text[at:] if at >= 0 else text
+
+
 def _verbose_lines(path: Path) -> Iterator[tuple[bytes, float | None]]:
     """(rcode or T, latency in seconds or None) of each `-v` line: `> NOERROR www.bench.test A 0.000054`."""
     with path.open("rb") as f:
@@ -514,9 +528,11 @@ def run_dnsperf(
     verbose: bool = False,
     pin: int | None = None,
     passes: int | None = None,
+    mode: str = "udp",
 ) -> LoadResult:
     """One dnsperf per query file (its own source address), all at once; their figures merged.
-    With *passes*, each runs through its file that many times instead of for *seconds*."""
+    With *passes*, each runs through its file that many times instead of for *seconds*; *mode*
+    is dnsperf's -m (udp, or tcp: then each of the *clients* is one connection)."""
     processes: list[tuple[subprocess.Popen[bytes], Path]] = []
     result = LoadResult()
     per_process_q = max(1, outstanding // len(mix.files))
@@ -527,6 +543,7 @@ def run_dnsperf(
             argv += ["-n", str(passes)] if passes else ["-l", f"{seconds:g}"]
             argv += ["-c", str(clients), "-T", "1", "-q", str(per_process_q), "-t", "2"]
             argv += ["-B"] if mix.binary else []
+            argv += ["-m", mode] if mode != "udp" else []
             argv += ["-Q", str(max(1, round(qps / len(mix.files))))] if qps else []
             argv += ["-v"] if verbose else []
             out = directory / f"dnsperf-{i}.out"
@@ -541,8 +558,7 @@ def run_dnsperf(
             text = out.read_text(errors="replace")
             if process.returncode != 0:
                 raise RuntimeError(f"dnsperf exited with {process.returncode}:\n{text[-2000:]}")
-            summary = text[text.rfind("Statistics:") :] if "Statistics:" in text else text
-            figures = parse_dnsperf(summary)
+            figures = parse_dnsperf(final_statistics(text))
             result.sent += int(figures["sent"])
             result.completed += int(figures["completed"])
             result.lost += int(figures["lost"])

@@ -65,3 +65,14 @@ def test_dig_with_a_client_subnet(server: Any) -> None:
     expected = ["198.51.100.2"] if peers.SPECS[server.key].wideip == "topology" else [a for _, _, a in lib.POOL]
     assert result.status == "NOERROR"
     assert sorted(result.answer_data()) == expected
+
+
+def test_over_tcp_as_compare_transport_tcp_asks(server: Any) -> None:
+    """--transport tcp's sanity ask: each peer answers `www A` over TCP, but the floor (UDP only,
+    so left out over TCP) does not."""
+    many: Any = importlib.import_module("manyclients")
+    problems = many.tcp_sanity({server.key: server})
+    if server.key in many.UDP_ONLY:
+        assert problems == [f"{server.label} www A over TCP: no reply"]
+    else:
+        assert problems == [], "\n" + server.tail()
