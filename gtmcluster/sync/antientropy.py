@@ -41,7 +41,7 @@ from gtmcluster.sync.peer import PeerProtocol
 from gtmcluster.sync.phases import ESTABLISHED
 
 if TYPE_CHECKING:
-    from gtmcluster.sync.replicator import PeerState
+    from gtmcluster.sync.peerstate import PeerState
 
 #: the replicator's log namespace: operators filter the sync group's lines by it (docs/operations.md)
 log = Logger(namespace="gtmcluster.sync.replicator")
