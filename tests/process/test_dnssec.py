@@ -6,7 +6,6 @@ the zone, a wildcard, NODATA and NXDOMAIN all validate; DO=0 answers stay unsign
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +15,11 @@ import pytest
 from tests.conftest import require_tool
 from tests.support import configs
 from tests.support.dig import dig
+from tests.support.dnsseckeys import VARIANTS, keygen_and_ds
 from tests.support.nodeproc import loopback_address, running_node
 
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
 
-GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
 DNS_PORT = 5353
 
 
@@ -41,20 +40,11 @@ class SignedNode:
         return run.stdout + run.stderr
 
 
-@pytest.fixture(scope="module", params=["13", "15-split"])
+@pytest.fixture(scope="module", params=VARIANTS)
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignedNode]:
     require_tool("delv", "bind9-dnsutils")
     workdir = tmp_path_factory.mktemp("dnssec")
-    keygen: list[str | Path] = [GTMCLUSTER, "dnssec", "keygen", "example.test", "--dir", workdir / "keys"]
-    if request.param == "15-split":
-        keygen += ["--algorithm", "15", "--split"]
-    subprocess.run(keygen, check=True, capture_output=True)
-    ds = subprocess.run(
-        [GTMCLUSTER, "dnssec", "ds", "example.test", "--dir", workdir / "keys"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
+    ds = keygen_and_ds(workdir / "keys", request.param).split()
     # example.test. 3600 IN DS TAG ALG 2 DIGEST
     tag, alg, digest_type, digest = ds[4:8]
     anchor = workdir / "anchor.conf"

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import require_tool
 from tests.support import configs
+from tests.support.dnsseckeys import VARIANTS, keygen_and_ds
 from tests.support.nodeproc import loopback_address, running_node
 
 pytestmark = [pytest.mark.process]
 
-GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
 DNS_PORT = 5353
 #: `dnsviz grok`, through a shim: with trusted keys (-t), Debian's dnsviz 0.9.4 checks the
 #: version of pygraphviz in `pygraphviz.release`, which pygraphviz 1.7 (Debian's) no longer
@@ -81,20 +79,11 @@ def findings(node: Any, kind: str, where: str = "") -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", params=["13", "15-split"])
+@pytest.fixture(scope="module", params=VARIANTS)
 def grokked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grokked]:
     require_tool("dnsviz", "dnsviz")
     workdir = tmp_path_factory.mktemp("dnsviz")
-    keygen: list[str | Path] = [GTMCLUSTER, "dnssec", "keygen", "example.test", "--dir", workdir / "keys"]
-    if request.param == "15-split":
-        keygen += ["--algorithm", "15", "--split"]
-    subprocess.run(keygen, check=True, capture_output=True)
-    listed = subprocess.run(
-        [GTMCLUSTER, "dnssec", "ds", "example.test", "--dir", workdir / "keys", "--dnskey"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    listed = keygen_and_ds(workdir / "keys", request.param, "example.test", "--dnskey")
     # the trust anchor: the DNSKEY the DS points at (a KSK or CSK, flags 257)
     anchor = workdir / "trusted-keys"
     anchor.write_text("".join(line.split(" ;")[0] + "\n" for line in listed.splitlines() if " DNSKEY 257 " in line))

@@ -1,0 +1,46 @@
+"""What a node knows of one member of its sync group (`sync.replicator.Replicator.peers`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gtmcluster.sync.peer import PeerProtocol
+
+
+@dataclass(slots=True)
+class PeerState:
+    """What this node knows of one member, for status and for choosing a channel."""
+
+    name: str
+    datacenter: str = ""
+    channels: list[PeerProtocol] = field(default_factory=list)
+    connected_since: float | None = None
+    last_contact: float | None = None
+    config_digest: str = ""
+    version: int = 0
+    behind: bool = False  # pushes were dropped: reconcile when it catches up
+    their_peers: frozenset[str] = frozenset()  # members it says it is connected to
+    digest: str | None = None  # its state digest, as of its last heartbeat
+    sent: int = 0  # records sent to it
+    received: int = 0  # records received from it
+    synced: bool = False  # one full reconciliation has completed since it connected
+    #: the certificate its latest connection showed (serial, expiry)
+    certificate: dict[str, str] = field(default_factory=dict)
+    #: since when every connection to it has been silent (see `live`), or None
+    silent_since: float | None = None
+    #: its DNSSEC key-set digests by zone (`dnssec.keyset`), None when not told (an older member)
+    dnssec_keys: dict[str, str] | None = None
+    #: the signed zones whose key sets differ between it and us
+    dnssec_mismatch: list[str] = field(default_factory=list)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.channels)
+
+    @property
+    def live(self) -> bool:
+        """Connected and heard from within the heartbeat timeout on some connection: its
+        verdicts count (see `Replicator.live_names`)."""
+        return any(not proto.silent for proto in self.channels)
