@@ -7,7 +7,6 @@ LDNS, each answered with the data center our node's topology gives (the floor: s
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,16 +15,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import IN_CI
+from tests.support.benchmod import bench_module
 from tests.support.dig import dig
 from tests.support.nodeproc import loopback_address
 
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))  # bench/ is not a package: its scripts import each other so
-peers: Any = importlib.import_module("peers")
-lib: Any = importlib.import_module("comparelib")
+peers: Any = bench_module("peers")
+lib: Any = bench_module("comparelib")
 SOURCES = 2  # the sanity check's LDNS is the second dnsperf source, 127.0.200.2
 
 
@@ -70,7 +67,7 @@ def test_dig_with_a_client_subnet(server: Any) -> None:
 def test_over_tcp_as_compare_transport_tcp_asks(server: Any) -> None:
     """--transport tcp's sanity ask: each peer answers `www A` over TCP, but the floor (UDP only,
     so left out over TCP) does not."""
-    many: Any = importlib.import_module("manyclients")
+    many: Any = bench_module("manyclients")
     problems = many.tcp_sanity({server.key: server})
     if server.key in many.UDP_ONLY:
         assert problems == [f"{server.label} www A over TCP: no reply"]

@@ -7,25 +7,16 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.support.benchmod import bench_module
 
-
-def _bench(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # bench/ is not a package: its scripts import each other so
-    return importlib.import_module(name)
-
-
-lib: Any = _bench("comparelib")
-many: Any = _bench("manyclients")
+lib: Any = bench_module("comparelib")
+many: Any = bench_module("manyclients")
 
 REGION_NETS = [ipaddress.IPv4Network(n) for n in lib.REGIONS.values()]
 

@@ -4,31 +4,21 @@ topology chooses; the floor answers the bench zone; the ratios against ours and 
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import re
 import struct
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.support.benchmod import bench_module
 
-
-def _bench(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # bench/ is not a package: its scripts import each other so
-    return importlib.import_module(name)
-
-
-peers: Any = _bench("peers")
-lib: Any = _bench("comparelib")
-floor: Any = _bench("floor")
+peers: Any = bench_module("peers")
+lib: Any = bench_module("comparelib")
+floor: Any = bench_module("floor")
 
 #: client addresses: mostly the benchmark's ECS range and LDNS addresses, some anywhere
 addresses = st.one_of(
