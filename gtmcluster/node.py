@@ -102,6 +102,9 @@ class Node:
         self._apply(config, name, Rotations())
         self.health.standing_listeners.append(self._standing_changed)
         self.health.wideip_listeners.append(self._wideips_changed)
+        # (the kept decisions' fresh marks follow every change of what they read)
+        self.store.subscribe(self._store_changed)
+        self.store.bulk_listeners.append(self._store_loaded)
 
     def _apply(self, config: Config, name: str, rotations: Rotations) -> None:
         """Build everything that depends on the config, then switch to it in one step."""
@@ -132,7 +135,10 @@ class Node:
         # availability (tests may pass another availability, read at every query).
         cache = None
         if self.availability is self.health:
-            cache = DecisionCache(self.store.raw, self.clock, self._health_of, stats=self.stats)
+            cache = DecisionCache(
+                self.store.raw, self.clock, self._health_of, stats=self.stats, settled=self._health_settled
+            )
+        responder.decisions = cache
         return Prepared(
             config, config.member(name), measurements, Budget(config.prober, self.clock), balancer, responder, cache
         )
@@ -254,17 +260,29 @@ class Node:
 
     def _standing_changed(self, servers: Iterable[str]) -> None:
         wideips_of = self._wideips_of
-        generations = self._wideip_health
-        for name in servers:
-            for wideip in wideips_of.get(name, ()):
-                generations[wideip] = generations.get(wideip, 0) + 1
+        self._wideips_changed({wideip for name in servers for wideip in wideips_of.get(name, ())})
 
     def _wideips_changed(self, wideips: Iterable[str]) -> None:
-        """An admin state of these wide IPs (or of their pools or pool members) changed:
-        their kept decisions end, no other's."""
+        """The standing of a server of these wide IPs, or an admin state of them (or of
+        their pools or pool members), changed: their kept decisions end, no other's."""
+        names = tuple(wideips)
         generations = self._wideip_health
-        for wideip in wideips:
+        for wideip in names:
             generations[wideip] = generations.get(wideip, 0) + 1
+        if self.cache is not None:
+            self.cache.stale(names)
+
+    def _health_settled(self) -> bool:
+        """Whether no health change waits to be evaluated (see `lb.cache`)."""
+        return not self.health.pending
+
+    def _store_changed(self, record: Record) -> None:
+        if self.cache is not None:
+            self.cache.changed(record.key)
+
+    def _store_loaded(self) -> None:
+        if self.cache is not None:
+            self.cache.stale_all()
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None

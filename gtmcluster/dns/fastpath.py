@@ -20,6 +20,17 @@ path writes it, and made again when the signature it carries is due for renewal)
 else, anything not yet kept, and anything that would not fit the client's size goes to the
 general path, which answers it and (for what qualifies) prepares the next one.
 
+In front of both, the replies already sent are kept by the query's exact bytes after its
+ID (flags, question in its case, OPT with its client subnet): a query seen before is
+answered by one lookup and the ID put in (`hit`). A static reply holds as long as this fast
+path (a new config makes a new one). A wide IP reply is kept with its client's address
+and the kept decision it came from, and is sent again only while its time is not up and
+the decision still holds (`DecisionCache.holds`: no clear since, the same health
+generation, every record it read the same: mostly a flag, see `lb.cache`); a decision
+that asks for a probe is never
+answered from there (the probe request goes with each answer). The UDP port
+(`dns.server.DNSPort`) makes the same lookups inline, and calls `handle` for the rest.
+
 Before all that, when response rate limiting is on, the client's prefix must have a token
 (`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.
 """
@@ -36,8 +47,10 @@ from gtmcluster.dns import wire
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
+from gtmcluster.dns.transfer import Reply, transfer_type
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
 from gtmcluster.dnssec.rrsets import TYPE_RRSIG
+from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.stats import Tally
@@ -48,6 +61,8 @@ _RR = struct.Struct("!HHIH")
 _OPTION = struct.Struct("!HH")
 #: templates kept at most; when full they start again (random names cost the general path)
 MAX_TEMPLATES = 20_000
+#: replies kept by their queries' exact bytes at most (each kind); when full they start again
+MAX_HITS = 50_000
 _COPIED = wire.RD | wire.CD
 #: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
 _ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
@@ -65,6 +80,17 @@ class _Plain(NamedTuple):
     do: int  # the DO bit as it sits in the OPT's TTL
     ecs: bytes | None  # the client subnet option's data, as sent
     limit: int  # the largest reply the client takes
+
+
+class WideHit(NamedTuple):
+    """A wide IP reply kept by its query's bytes and its client's address."""
+
+    reply: bytes  # the whole reply after the ID
+    entry: Entry  # the kept decision it came from
+    until: float  # when its decision's time is up (the node's clock: `DecisionCache.clock`)
+    renew_at: float  # when the signature it carries is due for renewal (the signer's clock)
+    counter: tuple[str, str, str, str]
+    tally: Tally
 
 
 class FastPath:
@@ -95,6 +121,13 @@ class FastPath:
         #: counter, its tally)
         #: counter, its tally, and when its signature is due for renewal)
         self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally, float]] = {}
+        #: the kept decisions (None when the node keeps none: no wide IP reply is kept then)
+        self.decisions = responder.decisions
+        self.stats = responder.stats
+        #: static replies by the query's bytes after the ID: (the reply after the ID, counter)
+        self.static_hits: dict[bytes, tuple[bytes, tuple[str, str, str, str]]] = {}
+        #: wide IP replies by (the query's bytes after the ID, the client's address)
+        self.wide_hits: dict[tuple[bytes, str], WideHit] = {}
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -103,28 +136,78 @@ class FastPath:
             verdict = limiter.check(source)
             if verdict:
                 return truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None
+        tail = data[2:]
+        static = self.static_hits.get(tail)
+        if static is not None:
+            self.stats.queries[static[1]] += 1
+            return data[:2] + static[0]
+        wide = self.wide_hits.get((tail, source))
+        if wide is not None and self.still(wide):
+            return data[:2] + wide.reply
+        return self.answer(data, source)
+
+    def still(self, hit: WideHit) -> bool:
+        """Whether the kept wide IP reply *hit* may be sent again (counted if so)."""
+        decisions = self.decisions
+        if (
+            decisions is None
+            or decisions.clock() >= hit.until
+            or (hit.renew_at < math.inf and self.now() >= hit.renew_at)
+        ):
+            return False
+        stats = self.stats
+        if hit.entry.fresh and decisions.settled():
+            stats.kept_hits += 1
+        elif not decisions.holds(hit.entry):
+            return False
+        stats.queries[hit.counter] += 1
+        stats.answered[hit.tally] += 1
+        log = self.log
+        if log is not None:
+            log.note = hit.tally
+        return True
+
+    def handle_stream(self, data: bytes, source: str) -> Reply:
+        """The replies to *data* from *source* over TCP (`Responder.handle_stream`): zone
+        transfers by the general path, the rest as over UDP but with no size limit and no
+        reply kept by its exact bytes (the templates and kept decisions serve both)."""
+        if self.responder.transfers is not None and transfer_type(data):
+            return self.responder.handle_stream(data, source)
+        reply = self.answer(data, source, True)
+        return [] if reply is None else [reply]
+
+    def answer(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
+        """The reply to *data* from *source* when it is not kept by its exact bytes."""
         plain = _parse(data, self.responder.udp_payload_size)
         if plain is None:
-            return self.responder.handle(data, source)
+            return self.responder.handle(data, source, tcp)
+        if tcp:
+            plain = plain._replace(limit=wire.MAX_MESSAGE)
         wideip = self.wideips.get(plain.qname)
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
         if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
-            reply = self._wideip(data, source, plain, wideip)
+            reply = self._wideip(data, source, plain, wideip, not tcp)
         elif plain.ecs is None:
-            reply = self._static(data, plain)
+            reply = self._static(data, plain, not tcp)
         else:
             reply = None
         if reply is not None:
             return reply
-        reply, static = self.responder.answer(data, source)
+        reply, static = self.responder.answer(data, source, tcp)
         if static and reply is not None and plain.ecs is None:
             self._keep(data, plain, reply)
         return reply
 
+    def _keep_hit(self, data: bytes, reply: bytes, counter: tuple[str, str, str, str]) -> None:
+        hits = self.static_hits
+        if len(hits) >= MAX_HITS:
+            hits.clear()
+        hits[data[2:]] = (reply[2:], counter)
+
     # -- static answers --------------------------------------------------------------------
 
-    def _static(self, data: bytes, plain: _Plain) -> bytes | None:
+    def _static(self, data: bytes, plain: _Plain, exact: bool = True) -> bytes | None:
         end = plain.question_end
         kept = self.templates.get((data[12:end].lower(), plain.edns_class, plain.limit))
         if kept is None:
@@ -132,7 +215,10 @@ class FastPath:
         template, template_flags, counter = kept
         self.responder.stats.queries[counter] += 1
         flags = template_flags | (plain.flags & _COPIED)
-        return data[:2] + flags.to_bytes(2, "big") + template[4:12] + data[12:end] + template[end:]
+        reply = data[:2] + flags.to_bytes(2, "big") + template[4:12] + data[12:end] + template[end:]
+        if exact:
+            self._keep_hit(data, reply, counter)
+        return reply
 
     def _keep(self, data: bytes, plain: _Plain, reply: bytes) -> None:
         """Keep the static *reply* to *data* as a template."""
@@ -145,10 +231,12 @@ class FastPath:
         rcode = reply[3] & 0xF
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(rcode, "other"), "static")
         self.templates[(data[12:end].lower(), plain.edns_class, plain.limit)] = (reply, flags, counter)
+        if plain.limit != wire.MAX_MESSAGE:  # (over TCP: kept by the template alone)
+            self._keep_hit(data, reply, counter)
 
     # -- wide IPs --------------------------------------------------------------------------
 
-    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP) -> bytes | None:
+    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, exact: bool = True) -> bytes | None:
         cached = self.responder.cached
         if cached is None:
             return None
@@ -191,7 +279,14 @@ class FastPath:
             log.note = kept[3]
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
-        return data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
+        reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
+        entry = self.decisions.found if self.decisions is not None else None
+        if exact and entry is not None and entry.decision is decision and decision.probe is None:
+            hits = self.wide_hits
+            if len(hits) >= MAX_HITS:
+                hits.clear()
+            hits[(data[2:], source)] = WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3])
+        return reply
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
         """The reply to *plain* with *decision*'s addresses (ID and flags filled in later), and

@@ -62,6 +62,7 @@ from gtmcluster.dns.zone import (
 )
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
+from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.stats import QueryStats, Tally
@@ -146,6 +147,9 @@ class Responder:
         self.names = wideip_names if wideip_names is not None else WideIPNames.of(wideips.values())
         self.decide = decide
         self.cached = cached
+        #: the kept decisions *cached* reads (`lb.cache`), for the fast path's kept replies;
+        #: None when decisions are not kept
+        self.decisions: DecisionCache | None = None
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
         #: the signed zones (`zones[].dnssec`); empty: nothing is signed

@@ -3,7 +3,9 @@
 TCP follows RFC 7766: two-byte length framing, several queries per connection answered in
 order, an idle timeout, a timeout for finishing a message once begun, and a cap on
 concurrent connections per listener (the connection idle the longest makes way for a new
-one). UDP answers go through the fast path, which also applies response rate limiting.
+one). UDP answers go through the fast path, which also applies response rate limiting; the port
+answers the replies it keeps in its read loop (`udpport`). TCP answers go through the same
+fast path's templates and kept decisions (`FastPath.handle_stream`).
 
 With ``dns_server.query_log`` on, each query read and its answer is queued for the query
 log (`querylog.writer`), here where the addresses are known; off, that costs a None check.
@@ -28,6 +30,7 @@ from gtmcluster.config.model import DNSServer, QueryLog, RateLimit
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
+from gtmcluster.dns.udpport import adopt_udp
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryLogWriter, QueryQueue, in_pool
 from gtmcluster.sockets import Listener
@@ -69,6 +72,13 @@ class DNSDatagramProtocol(DatagramProtocol):
                 self._sendto(reply, addr)
             except OSError:
                 pass  # a full send buffer or a client gone: UDP replies may be lost
+
+    def answer_new(self, datagram: bytes, addr: Any) -> None:
+        """Answer *datagram*, known not to be a kept reply, with neither rate limiting nor
+        the query log on (`udpport.DNSPort` looked it up already)."""
+        reply = self.fast.answer(datagram, addr[0])
+        if reply is not None:
+            self._sendto(reply, addr)  # (the port's loop takes an OSError)
 
 
 @implementer(IPushProducer)
@@ -141,7 +151,7 @@ class DNSStreamProtocol(Protocol):
             if length < 12:
                 self.transport.loseConnection()  # type: ignore[union-attr]
                 return
-            replies = self.factory.responder.handle_stream(message, self.peer)
+            replies = self.factory.fast.handle_stream(message, self.peer)
             log = self.factory.log
             if isinstance(replies, defer.Deferred):
                 if log is not None:  # (a big zone transfer, being made: the request alone)
@@ -214,6 +224,9 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         message_timeout: float = 5.0,
     ):
         self.responder = responder
+        #: answers as over UDP, from the same templates and kept decisions (the service
+        #: gives its own; by itself, one of its own without rate limiting)
+        self.fast = FastPath(responder)
         self.clock = clock
         self.idle_timeout = idle_timeout
         self.max_clients = max_clients
@@ -273,6 +286,7 @@ class DNSService(Service):
         fast = FastPath(responder, self.limiter)
         self.udp = [DNSDatagramProtocol(fast, (str(lst.address.host), lst.address.port)) for lst in listeners]
         self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients, message_timeout)
+        self.tcp.fast = fast
         self._logging(self.query_log)
         self.ports: list[IListeningPort] = []
 
@@ -306,6 +320,7 @@ class DNSService(Service):
         for proto in self.udp:
             proto.fast = fast
         self.tcp.responder = responder
+        self.tcp.fast = fast
 
     def prepare(self, settings: DNSServer, responder: Responder) -> Callable[[], None]:
         """What answering with *responder* under *settings* (a new config) needs, built now
@@ -324,6 +339,7 @@ class DNSService(Service):
             for proto in self.udp:
                 proto.fast = fast
             self.tcp.responder = responder
+            self.tcp.fast = fast
             if writer is not None and writer is self.query_log:
                 assert settings.query_log is not None
                 writer.reconfigure(settings.query_log)
@@ -343,11 +359,7 @@ class DNSService(Service):
             self.query_log.start()
         socket_reactor: IReactorSocket = self.reactor
         for listener, proto in zip(self.listeners, self.udp, strict=True):
-            self.ports.append(
-                socket_reactor.adoptDatagramPort(
-                    listener.udp.fileno(), listener.family, proto, maxPacketSize=MAX_UDP_QUERY
-                )
-            )
+            self.ports.append(adopt_udp(self.reactor, listener.udp.fileno(), listener.family, proto, MAX_UDP_QUERY))
             # (the stub's factory type variable wants `factory: Factory | None` on the protocol)
             tcp_port = socket_reactor.adoptStreamPort(listener.tcp.fileno(), listener.family, self.tcp)  # type: ignore[arg-type]
             self.ports.append(tcp_port)

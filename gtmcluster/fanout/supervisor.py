@@ -36,6 +36,7 @@ from twisted.python.failure import Failure
 
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
+from gtmcluster.dns.udpport import adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
 from gtmcluster.sockets import Listener
@@ -140,9 +141,7 @@ class Workers(Service):
         fast = self.fast_path()
         for sock, family in slot.sockets:
             proto = DNSDatagramProtocol(fast)
-            slot.covering.append(
-                self.reactor.adoptDatagramPort(sock.fileno(), family, proto, maxPacketSize=MAX_UDP_QUERY)
-            )
+            slot.covering.append(adopt_udp(self.reactor, sock.fileno(), family, proto, MAX_UDP_QUERY))
 
     def _uncover(self, slot: _Slot) -> None:
         for port in slot.covering:

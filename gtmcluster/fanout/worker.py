@@ -38,6 +38,7 @@ from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
+from gtmcluster.dns.udpport import adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.lb.context import PersistRecord
 from gtmcluster.node import Node
@@ -82,7 +83,7 @@ class Worker:
             sock = socket.socket(fileno=fd)
             family = sock.family
             proto = DNSDatagramProtocol(fast)
-            self.reactor.adoptDatagramPort(sock.fileno(), family, proto, maxPacketSize=MAX_UDP_QUERY)
+            adopt_udp(self.reactor, sock.fileno(), family, proto, MAX_UDP_QUERY)
             sock.close()  # the reactor holds its own duplicate
             self.protocols.append(proto)
 

@@ -12,11 +12,22 @@ end at their TTL, and `MAX_AGE` bounds the rest. A decision that took a
 turn of a rotation or a random draw (round robin, ratio, random, ties taken in turn) is
 never reused: the next query must get the next answer. Nor is one that writes a record
 (persistence): the write is the change that ends it.
+
+Checking all that costs a microsecond or two per query, most of it the records read. So an
+entry found to hold is also marked *fresh*, and indexed by its wide IP and by the keys it
+read: the node tells the cache of every store change (`changed`), of the wide IPs whose
+health generation grew (`stale`), and of records loaded in bulk, which no listener hears
+(`stale_all`); each ends the fresh mark of exactly the entries it concerns. A fresh entry
+whose time is not up holds while the health tracker has nothing pending (`settled`: a
+change not yet evaluated may yet grow a generation), so the fast path's check is a flag
+and a clock reading; otherwise it asks `holds`, the full check. The indexes keep entries
+that went (replaced, or timed out while fresh) until their wide IP's next change; past
+`INDEX_FACTOR` times `max_entries` registrations they are rebuilt from the entries held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from gtmcluster.lb.trace import Decision
@@ -30,17 +41,22 @@ MAX_AGE = 300.0
 #: entries kept at most; when full the cache starts again (a flood of new clients costs
 #: one decision each, as without a cache)
 MAX_ENTRIES = 200_000
+#: the fresh indexes are rebuilt when they hold this many times `max_entries` registrations
+INDEX_FACTOR = 4
 
 Reads = tuple[tuple[str, Record | None], ...]
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
     decision: Decision
     until: float
     wideip: str
     health: object
     reads: Reads
+    epoch: int  # the cache's epoch when it was kept (a clear ends every entry before it)
+    #: found to hold, and nothing it depends on changed since (see the module's doc)
+    fresh: bool = False
 
 
 class DecisionCache:
@@ -54,14 +70,27 @@ class DecisionCache:
         max_age: float = MAX_AGE,
         max_entries: int = MAX_ENTRIES,
         stats: QueryStats | None = None,
+        settled: Callable[[], bool] = lambda: True,
     ):
         self._held = held  # the record the store holds at a key now (tombstones included)
-        self._clock = clock
+        self._clock = self.clock = clock
         self._health = health  # a wide IP's health generation (whether its servers are available)
         self.max_age = max_age
         self.max_entries = max_entries
-        self._entries: dict[Hashable, _Entry] = {}
+        self._entries: dict[Hashable, Entry] = {}
         self.stats = stats or QueryStats()  # (the node's, so the counts outlive a reload)
+        #: grows at every clear: an entry of an earlier epoch no longer holds
+        self.epoch = 0
+        #: the entry the last hit of `get` found: the fast path keeps its reply bytes with
+        #: it, and asks `holds` of it before sending them again
+        self.found: Entry | None = None
+        #: whether no health change waits to be evaluated (a fresh entry holds only then)
+        self.settled = settled
+        #: the fresh entries, by the store keys they read and by wide IP (with entries that
+        #: went, until rebuilt: see the module's doc); and how many registrations they hold
+        self._readers: dict[str, list[Entry]] = {}
+        self._of_wideip: dict[str, list[Entry]] = {}
+        self._indexed = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -77,7 +106,70 @@ class DecisionCache:
             self.stats.kept_misses += 1
             return None
         self.stats.kept_hits += 1
+        self.found = entry
+        if not entry.fresh:
+            self._arm(entry)
         return entry.decision
+
+    def holds(self, entry: Entry) -> bool:
+        """Whether *entry* (found by `get` earlier, its time not yet up: the caller checks
+        `Entry.until` against its own clock reading) still holds, as `get` would find it;
+        a yes counts as a hit."""
+        if entry.epoch != self.epoch or entry.health != self._health(entry.wideip) or self._changed(entry.reads):
+            return False
+        self.stats.kept_hits += 1
+        if not entry.fresh:
+            self._arm(entry)
+        return True
+
+    # -- the fresh marks -------------------------------------------------------------------
+
+    def _arm(self, entry: Entry) -> None:
+        """Mark *entry* fresh (it was just found to hold) and index it."""
+        entry.fresh = True
+        self._of_wideip.setdefault(entry.wideip, []).append(entry)
+        readers = self._readers
+        for key, _ in entry.reads:
+            readers.setdefault(key, []).append(entry)
+        self._indexed += 1 + len(entry.reads)
+        if self._indexed > INDEX_FACTOR * self.max_entries:
+            self._reindex()
+
+    def _reindex(self) -> None:
+        """Rebuild the indexes from the fresh entries held; those that went are fresh no more."""
+        held = {id(entry): entry for entry in self._entries.values() if entry.fresh}
+        for entries in self._of_wideip.values():
+            for entry in entries:
+                if id(entry) not in held:
+                    entry.fresh = False
+        self._of_wideip.clear()
+        self._readers.clear()
+        self._indexed = 0
+        for entry in held.values():
+            self._arm(entry)
+
+    def changed(self, key: str) -> None:
+        """The store's record at *key* changed: the entries that read it are fresh no more."""
+        entries = self._readers.pop(key, None)
+        if entries is not None:
+            for entry in entries:
+                entry.fresh = False
+
+    def stale(self, wideips: Iterable[str]) -> None:
+        """The health generation of *wideips* grew: their entries are fresh no more."""
+        of_wideip = self._of_wideip
+        for wideip in wideips:
+            for entry in of_wideip.pop(wideip, ()):
+                entry.fresh = False
+
+    def stale_all(self) -> None:
+        """No entry is fresh any more (records were loaded in bulk, or the cache cleared)."""
+        for entries in self._of_wideip.values():
+            for entry in entries:
+                entry.fresh = False
+        self._of_wideip.clear()
+        self._readers.clear()
+        self._indexed = 0
 
     def _changed(self, reads: Reads) -> bool:
         held = self._held
@@ -98,16 +190,20 @@ class DecisionCache:
             if record is not None and record.ttl is not None:
                 until = min(until, record.born + record.ttl)
         if len(self._entries) >= self.max_entries:
-            self._entries.clear()
-        self._entries[key] = _Entry(decision, until, wideip, health, reads)
+            self.clear()
+        self._entries[key] = Entry(decision, until, wideip, health, reads, self.epoch)
 
     def alias(self, key: Hashable, kept: Hashable) -> None:
         """Keep under *key* too what is kept under *kept* (a client of a kept class)."""
         entry = self._entries.get(kept)
         if entry is not None:
             if len(self._entries) >= self.max_entries:
-                self._entries.clear()
+                self.clear()
+                return  # (*kept* went with the rest)
             self._entries[key] = entry
 
     def clear(self) -> None:
         self._entries.clear()
+        self.epoch += 1
+        self.found = None
+        self.stale_all()

@@ -218,6 +218,8 @@ class Store:
         self._count = 0
         self._last = Version(0, 0, origin)
         self._listeners: list[Listener] = []
+        #: told when `load` changed the store (its records are told to no listener)
+        self.bulk_listeners: list[Callable[[], object]] = []
         self.last_change = clock()  # when a record last changed (for the digest's age)
         # origin -> bucket -> XOR of fingerprints; origin -> record count
         self._buckets: dict[str, list[int]] = {}
@@ -379,6 +381,8 @@ class Store:
                 self._evict_over(kind_of(taken.key))  # (evictions are told: they are endings)
         if changed:
             self.last_change = self.clock()
+            for listener in self.bulk_listeners:
+                listener()
         return changed
 
     def witness(self, wall_ms: int, logical: int) -> None:

@@ -20,7 +20,7 @@ from gtmcluster.node import Node
 from gtmcluster.objectstats import object_stats
 from gtmcluster.stats import QueryStats
 from tests.support import configs
-from tests.unit.test_fastpath import Clock, make_query
+from tests.support.twins import Clock, make_query
 
 WIDEIP = "gslb.example.test"
 R1 = "127.0.1.9"  # region r1: topology prefers DC1 (vs1)

@@ -28,7 +28,7 @@ from gtmcluster.stats import QueryStats
 from tests.conftest import require_tool
 from tests.support import configs
 from tests.support.dnsclient import query
-from tests.unit.test_fastpath import make_query
+from tests.support.twins import make_query
 from tests.unit.test_server import connect, framed, free_port
 
 

@@ -1,0 +1,90 @@
+"""The DNS service's UDP port: Twisted's, with the kept replies answered in its read loop.
+
+Twisted's `udp.Port.doRead` reads datagrams until a quarter megabyte is read or the socket
+is empty, and hands each to the protocol. Here the same loop first looks the datagram up
+in the fast path's kept replies (`FastPath.static_hits` by its bytes after the ID,
+`FastPath.wide_hits` by those and its source) and sends a hit straight back: one or two
+dict lookups, the ID put in, one ``sendto``. What is not kept, and every datagram while
+rate limiting or the query log is on (both need their own steps per query), goes to the
+protocol as before. The replies are the bytes `FastPath.handle` gives for the same
+datagram (`tests/unit/test_udpport.py` checks it on a real socket).
+
+The port is made as `IReactorSocket.adoptDatagramPort` makes Twisted's (its classmethod
+`_fromListeningDescriptor`, then `startListening`); a reactor without file descriptors
+(a test's fake) gets its own `adoptDatagramPort`.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import udp
+from twisted.internet.interfaces import IListeningPort
+from twisted.internet.posixbase import PosixReactorBase
+from twisted.python import log
+
+if TYPE_CHECKING:
+    from gtmcluster.dns.server import DNSDatagramProtocol
+
+#: errors of a read that only mean there is nothing (more) to read now
+_NOTHING = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR, errno.ECONNREFUSED))
+
+
+class DNSPort(udp.Port):
+    """A UDP port whose read loop answers kept replies itself (see the module's doc)."""
+
+    protocol: DNSDatagramProtocol
+
+    def doRead(self) -> None:
+        proto = self.protocol
+        fast = proto.fast
+        if fast.limiter is not None or proto.log is not None:
+            super().doRead()  # (each query takes its steps in the protocol)
+            return
+        sock = self.socket
+        recvfrom, sendto = sock.recvfrom, sock.sendto
+        static_get, wide_get, still = fast.static_hits.get, fast.wide_hits.get, fast.still
+        queries = fast.stats.queries
+        new = proto.answer_new
+        size = self.maxPacketSize
+        v6 = self.addressFamily == socket.AF_INET6
+        read = 0
+        while read < self.maxThroughput:
+            try:
+                data, addr = recvfrom(size)
+            except OSError as error:
+                if error.errno in _NOTHING:
+                    return
+                raise
+            read += len(data)
+            try:
+                tail = data[2:]
+                static = static_get(tail)
+                if static is not None:
+                    queries[static[1]] += 1
+                    sendto(data[:2] + static[0], addr)
+                    continue
+                if v6:
+                    addr = addr[:2]  # (as Twisted's port gives it: no flow or scope ID)
+                wide = wide_get((tail, addr[0]))
+                if wide is not None and still(wide):
+                    sendto(data[:2] + wide.reply, addr)
+                    continue
+                new(data, addr)
+            except OSError:
+                pass  # a full send buffer or a client gone: UDP replies may be lost
+            except Exception:
+                log.err(None, "answering a UDP query")
+
+
+def adopt_udp(reactor: Any, fileno: int, family: int, proto: DNSDatagramProtocol, max_size: int) -> IListeningPort:
+    """Listen with *proto* on the bound UDP socket *fileno*: a `DNSPort` on a real (POSIX)
+    reactor, else (a test's fake) the reactor's own port."""
+    if not isinstance(reactor, PosixReactorBase):
+        port: IListeningPort = reactor.adoptDatagramPort(fileno, family, proto, maxPacketSize=max_size)
+        return port
+    dns_port: DNSPort = DNSPort._fromListeningDescriptor(reactor, fileno, family, proto, maxPacketSize=max_size)
+    dns_port.startListening()
+    return dns_port
