@@ -21,8 +21,8 @@ from gtmcluster.node import Node
 from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 from tests.support.dnsclient import addresses, answers, parse, query
-from tests.unit.test_api_admin import ask as admin_ask
 from tests.support.twins import Twins, make_query
+from tests.unit.test_api_admin import ask as admin_ask
 
 #: static records under the wildcards: overridden for A, kept for other types; and a
 #: delegation under *.wild (its names are referred, not answered)
