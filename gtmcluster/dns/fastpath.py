@@ -61,8 +61,11 @@ _RR = struct.Struct("!HHIH")
 _OPTION = struct.Struct("!HH")
 #: templates kept at most; when full they start again (random names cost the general path)
 MAX_TEMPLATES = 20_000
-#: replies kept by their queries' exact bytes at most (each kind); when full they start again
+#: static replies kept by their queries' exact bytes at most; when full they start again
 MAX_HITS = 50_000
+#: wide IP replies kept at most, by exact bytes and by client: one per client asking (as
+#: many as half the kept decisions, `lb.cache.MAX_ENTRIES`: a persistent client keeps two)
+MAX_WIDE_HITS = 250_000
 _COPIED = wire.RD | wire.CD
 #: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
 _ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
@@ -258,7 +261,7 @@ class FastPath:
         if kept is None or kept[0] is not decision or (kept[4] < math.inf and kept[4] <= self.now()):
             if decision.action is not Action.ANSWER or not decision.addresses:
                 return None
-            if len(self._replies) >= MAX_TEMPLATES:
+            if len(self._replies) >= MAX_WIDE_HITS:
                 self._replies.clear()
             reply, renew_at = self._encode(data, source, plain, decision)
             kept = self._replies[key] = (
@@ -283,7 +286,7 @@ class FastPath:
         entry = self.decisions.found if self.decisions is not None else None
         if exact and entry is not None and entry.decision is decision and decision.probe is None:
             hits = self.wide_hits
-            if len(hits) >= MAX_HITS:
+            if len(hits) >= MAX_WIDE_HITS:
                 hits.clear()
             hits[(data[2:], source)] = WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3])
         return reply

@@ -40,7 +40,7 @@ from gtmcluster.stats import QueryStats
 MAX_AGE = 300.0
 #: entries kept at most; when full the cache starts again (a flood of new clients costs
 #: one decision each, as without a cache)
-MAX_ENTRIES = 200_000
+MAX_ENTRIES = 500_000
 #: the fresh indexes are rebuilt when they hold this many times `max_entries` registrations
 INDEX_FACTOR = 4
 
