@@ -74,9 +74,12 @@ class DNSDatagramProtocol(DatagramProtocol):
                 pass  # a full send buffer or a client gone: UDP replies may be lost
 
     def answer_new(self, datagram: bytes, addr: Any) -> None:
-        """Answer *datagram*, known not to be a kept reply, with neither rate limiting nor
-        the query log on (`udpport.DNSPort` looked it up already)."""
+        """Answer *datagram*, known not to be a kept reply, with rate limiting off
+        (`udpport.DNSPort` looked it up already)."""
         reply = self.fast.answer(datagram, addr[0])
+        log = self.log
+        if log is not None:
+            log.add(addr, self.local, dnstap.UDP, datagram, reply)
         if reply is not None:
             self._sendto(reply, addr)  # (the port's loop takes an OSError)
 

@@ -4,14 +4,15 @@ Twisted's `udp.Port.doRead` reads datagrams until a quarter megabyte is read or 
 is empty, and hands each to the protocol. Here the same loop first looks the datagram up
 in the fast path's kept replies (`FastPath.static_hits` by its bytes after the ID,
 `FastPath.wide_hits` by those and its source) and sends a hit straight back: one or two
-dict lookups, the ID put in, one ``sendto``. What is not kept, and every datagram while
-rate limiting or the query log is on (both need their own steps per query), goes to the
-protocol as before. The replies are the bytes `FastPath.handle` gives for the same
-datagram (`tests/unit/test_udpport.py` checks it on a real socket).
+dict lookups, the ID put in, one ``sendto`` (and, with the query log on, the entry queued
+as the protocol queues it). What is not kept goes to the protocol as before, and so does
+every datagram while rate limiting is on (each query takes a token first). The replies
+are the bytes `FastPath.handle` gives for the same datagram
+(`tests/unit/test_kept_replies.py` checks it on a real socket).
 
 The port is made as `IReactorSocket.adoptDatagramPort` makes Twisted's (its classmethod
-`_fromListeningDescriptor`, then `startListening`); a reactor without file descriptors
-(a test's fake) gets its own `adoptDatagramPort`.
+`_fromListeningDescriptor`, then `startListening`); a reactor that is not a POSIX one (a
+test's fake) gets its own `adoptDatagramPort`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from twisted.internet import udp
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.posixbase import PosixReactorBase
 from twisted.python import log
+
+from gtmcluster.querylog import dnstap
 
 if TYPE_CHECKING:
     from gtmcluster.dns.server import DNSDatagramProtocol
@@ -40,9 +43,12 @@ class DNSPort(udp.Port):
     def doRead(self) -> None:
         proto = self.protocol
         fast = proto.fast
-        if fast.limiter is not None or proto.log is not None:
-            super().doRead()  # (each query takes its steps in the protocol)
+        if fast.limiter is not None:
+            super().doRead()  # (each query takes a token first, in the protocol)
             return
+        queue = proto.log
+        log_add = queue.add if queue is not None else None
+        local = proto.local
         sock = self.socket
         recvfrom, sendto = sock.recvfrom, sock.sendto
         static_get, wide_get, still = fast.static_hits.get, fast.wide_hits.get, fast.still
@@ -59,20 +65,22 @@ class DNSPort(udp.Port):
                     return
                 raise
             read += len(data)
+            if v6:
+                addr = addr[:2]  # (as Twisted's port gives it: no flow or scope ID)
             try:
                 tail = data[2:]
                 static = static_get(tail)
                 if static is not None:
                     queries[static[1]] += 1
-                    sendto(data[:2] + static[0], addr)
+                    reply = data[:2] + static[0]
+                elif (wide := wide_get((tail, addr[0]))) is not None and still(wide):
+                    reply = data[:2] + wide.reply
+                else:
+                    new(data, addr)
                     continue
-                if v6:
-                    addr = addr[:2]  # (as Twisted's port gives it: no flow or scope ID)
-                wide = wide_get((tail, addr[0]))
-                if wide is not None and still(wide):
-                    sendto(data[:2] + wide.reply, addr)
-                    continue
-                new(data, addr)
+                if log_add is not None:
+                    log_add(addr, local, dnstap.UDP, data, reply)
+                sendto(reply, addr)
             except OSError:
                 pass  # a full send buffer or a client gone: UDP replies may be lost
             except Exception:

@@ -25,6 +25,8 @@ from gtmcluster.dns.server import DNSDatagramProtocol
 from gtmcluster.dns.udpport import DNSPort, adopt_udp
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.trace import Action, Decision
+from gtmcluster.querylog import dnstap
+from gtmcluster.querylog.writer import QueryQueue
 from gtmcluster.state.store import Record, Version
 from tests.support.twins import Twins, make_query
 
@@ -268,6 +270,28 @@ def test_the_port_answers_kept_replies_as_the_fast_path(tmp_path: Path, bound: A
     malformed = make_query("www.example.test")[:-3]
     twins.fast.answer = FastPath.answer.__get__(twins.fast)  # type: ignore[method-assign]
     assert exchange(port, client, [malformed]) == [twins.reference.responder.handle(malformed, source)]
+    port.stopListening()
+
+
+def test_the_port_logs_kept_replies_as_the_protocol_does(tmp_path: Path, bound: Any) -> None:
+    """With the query log on, the port's loop still answers from the kept replies, and queues
+    each query with its reply as the protocol would; a wide IP's entry says what decided it."""
+    sock, client = bound
+    twins = Twins(tmp_path)
+    queue = QueryQueue(100, twins.node.stats)
+    twins.node.responder.query_log = queue
+    twins.fast = FastPath(twins.node.responder)
+    port, proto = serve(twins, sock)
+    proto.log = queue
+    queries = [make_query("www.example.test", qid=1), make_query(WIDEIP, qid=2)]
+    for round_ in range(3):
+        if round_ == 2:
+            twins.fast.answer = refuse  # type: ignore[method-assign, assignment]
+        replies = exchange(port, client, queries)
+        entries = queue.take()
+        assert [(e[4], e[5]) for e in entries] == list(zip(queries, replies, strict=True))
+        assert entries[0][6] is None and entries[1][6] == ("gslb.example.test", "p", "preferred", "topology", ("vs3",))
+        assert entries[1][1] == client.getsockname() and entries[1][3] == dnstap.UDP
     port.stopListening()
 
 
