@@ -62,7 +62,7 @@ from gtmcluster.dns.zone import TYPE_A  # noqa: E402
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
 from gtmcluster.lb.context import Client  # noqa: E402
 from gtmcluster.node import Node  # noqa: E402
-from gtmcluster.state.store import Record, Version  # noqa: E402
+from gtmcluster.state.record import Record, Version  # noqa: E402
 from gtmcluster.sync import codec  # noqa: E402
 from gtmcluster.sync.peer import PeerProtocol  # noqa: E402
 from gtmcluster.sync.replicator import Replicator  # noqa: E402

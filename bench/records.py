@@ -32,7 +32,8 @@ from typing import Any
 
 from gtmcluster.proximity.table import path_key, updated
 from gtmcluster.state import schema, snapshot
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from gtmcluster.sync import codec
 
 ORIGINS = ("gtm-a", "gtm-b", "gtm-c")

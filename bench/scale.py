@@ -60,7 +60,8 @@ from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo, path_key, updated
 from gtmcluster.state import snapshot
 from gtmcluster.state.persistence import record_key
-from gtmcluster.state.store import Record, Store, Version, bucket_of
+from gtmcluster.state.record import Record, Version, bucket_of
+from gtmcluster.state.store import Store
 from gtmcluster.sync import certs, codec
 
 GB = 1 << 30

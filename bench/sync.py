@@ -28,7 +28,8 @@ from typing import Any
 from twisted.internet import defer, reactor, task
 
 from gtmcluster.config.model import HostPort, Member, TLSFiles
-from gtmcluster.state.store import Record, Store
+from gtmcluster.state.record import Record
+from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService

@@ -20,7 +20,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
 from fuzz.harness import Finding, no_tracebacks
-from gtmcluster.config.model import HttpCheck, LoadSource, Monitor, Sample
+from gtmcluster.config.monitoring import HttpCheck, LoadSource, Monitor, Sample
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from twisted.protocols import amp
 
-from gtmcluster.state.store import Record, Version
+from gtmcluster.state.record import Record, Version
 from gtmcluster.sync import codec, commands
 from tests.support import configs
 

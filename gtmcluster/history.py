@@ -39,7 +39,7 @@ from gtmcluster.stats import Tally
 if TYPE_CHECKING:
     from gtmcluster.config.model import Config
     from gtmcluster.node import Node
-    from gtmcluster.state.store import Record
+    from gtmcluster.state.record import Record
 
 log = Logger()
 

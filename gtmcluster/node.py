@@ -29,7 +29,8 @@ from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
 from gtmcluster.state import persistence
 from gtmcluster.state.persistence import StorePersistence, record_key
-from gtmcluster.state.store import Record, Store
+from gtmcluster.state.record import Record
+from gtmcluster.state.store import Store
 from gtmcluster.stats import QueryStats
 
 

@@ -14,21 +14,18 @@ import dns.rdatatype
 
 from gtmcluster.config.links import read_capacity
 from gtmcluster.config.loadsource import read_load
-from gtmcluster.config.model import (
+from gtmcluster.config.model import Health, HostPort, Link, VirtualServer
+from gtmcluster.config.monitoring import (
     Check,
     DnsCheck,
-    Health,
     HealthRule,
-    HostPort,
     HttpCheck,
     IcmpCheck,
-    Link,
     LoadSource,
     Monitor,
     MonitorRule,
     TcpCheck,
     UdpCheck,
-    VirtualServer,
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader

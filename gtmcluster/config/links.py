@@ -34,7 +34,8 @@ from collections.abc import Mapping as MappingT
 from typing import Any
 
 from gtmcluster.config.loadsource import samples_of
-from gtmcluster.config.model import HttpCounterSource, Link, LoadSource, Pool, Sample, SnmpSource, TrafficSource, WideIP
+from gtmcluster.config.model import Link, Pool, WideIP
+from gtmcluster.config.monitoring import HttpCounterSource, LoadSource, Sample, SnmpSource, TrafficSource
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 

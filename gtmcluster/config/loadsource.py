@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gtmcluster.config.model import LoadSource, Sample
+from gtmcluster.config.monitoring import LoadSource, Sample
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 

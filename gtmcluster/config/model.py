@@ -3,6 +3,7 @@
 `gtmcluster.config.load` builds these from the YAML file after validating all of it; the
 rest of the code never sees the raw YAML. Cross references are object references (a pool
 member holds its `VirtualServer`), so nothing downstream looks names up or can dangle.
+The health checks and load sources are in `config.monitoring`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gtmcluster import slices
+from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import RData, ZoneSet
@@ -83,168 +85,6 @@ class SyncGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class TcpCheck:
-    """Connect; optionally send bytes and expect bytes in the reply (send/receive)."""
-
-    send: bytes | None = None
-    expect: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HttpCheck:
-    """One HTTP/1.0 request; the status and (optionally) the body decide."""
-
-    tls: bool
-    method: str = "GET"
-    path: str = "/"
-    host: str | None = None  # Host header (and TLS server name); default: the address
-    expect_status: tuple[int, ...] = (200,)
-    expect_body: str | None = None  # a substring of the body
-    expect_body_regex: str | None = None
-    max_response_bytes: int = 65536
-    verify_tls: bool = True
-    ca_file: Path | None = None  # trust these CAs instead of the system's
-    #: the body also gives the server's load figures, for the load-based methods
-    load: LoadSource | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """Prometheus samples to read: those named `metric` with every label in `labels`."""
-
-    metric: str
-    labels: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSource:
-    """Where a body's load figures are (docs/load-sources.md; read by `probe.loadread`).
-
-    `format`: prometheus, haproxy (stats CSV), nginx (stub_status) or json. Prometheus
-    names its samples: gauges summed for `connections` and `capacity`, counters summed for
-    `packets` and `bytes` (their rates give packets_per_second and kbps). HAProxy reads the
-    row of `proxy` and `server`. `capacity` set as a number is used as given.
-    """
-
-    format: str
-    connections: tuple[Sample, ...] = ()
-    capacity: tuple[Sample, ...] = ()
-    packets: tuple[Sample, ...] = ()
-    bytes: tuple[Sample, ...] = ()
-    proxy: str = ""
-    server: str = "BACKEND"
-    fixed_capacity: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class UdpCheck:
-    """Send a datagram; any reply (or one containing `expect`) is a success."""
-
-    send: bytes
-    expect: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DnsCheck:
-    """Ask the server a question; the rcode (and optionally an address) decide."""
-
-    query_name: str
-    query_type: int = 1
-    expect_rcode: int = 0
-    expect_address: IPAddress | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class IcmpCheck:
-    """An echo request; the reply is the success."""
-
-
-Check = TcpCheck | HttpCheck | UdpCheck | DnsCheck | IcmpCheck
-
-
-@dataclass(frozen=True, slots=True)
-class HealthRule:
-    """How observations of several GTM nodes combine: up if `any`, `all`, or at least
-    `quorum` of them see it up."""
-
-    kind: str  # "any" | "all" | "quorum"
-    quorum: int = 1
-
-    def __str__(self) -> str:
-        return f"quorum {self.quorum}" if self.kind == "quorum" else self.kind
-
-
-@dataclass(frozen=True, slots=True)
-class Monitor:
-    """A health monitor: what to check, how often, and the anti-flap thresholds."""
-
-    name: str
-    type: str
-    interval: float
-    timeout: float
-    up_after: int  # consecutive successes before a down (or unknown) target is up
-    down_after: int  # consecutive failures before an up (or unknown) target is down
-    check: Check
-    rule: HealthRule = HealthRule("any")
-    unknown_as_up: bool = True  # before the first verdict
-    port: int | None = None  # check this port instead of the virtual server's
-
-
-@dataclass(frozen=True, slots=True)
-class SnmpSource:
-    """A link's traffic from an interface's 64-bit octet counters (ifHCInOctets and
-    ifHCOutOctets of interface `if_index`), read with SNMP v2c."""
-
-    host: IPAddress
-    port: int
-    community: str
-    if_index: int
-
-    def __str__(self) -> str:
-        return f"snmp {HostPort(self.host, self.port)} ifIndex {self.if_index}"
-
-
-@dataclass(frozen=True, slots=True)
-class HttpCounterSource:
-    """A link's traffic from two octet counters in a page fetched over HTTP(S): a Prometheus
-    exposition (`received` and `sent` name the samples, summed) or HAProxy's stats CSV (the
-    ``bin`` and ``bout`` of the row `proxy`/`server`); read by `probe.httpcounters`."""
-
-    url: str  # http:// or https://, the host an IP address
-    load: LoadSource  # the format, and for haproxy its row
-    received: tuple[Sample, ...] = ()  # prometheus: octets received (ifHCInOctets' like)
-    sent: tuple[Sample, ...] = ()  # and sent
-
-    def __str__(self) -> str:
-        return f"{self.load.format} {self.url}"
-
-
-@dataclass(frozen=True, slots=True)
-class TrafficSource:
-    """Where and how often a link's traffic is read (by the members of its data center)."""
-
-    source: SnmpSource | HttpCounterSource
-    interval: float = 10.0
-    timeout: float = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class MonitorRule:
-    """How the verdicts of a virtual server's monitors, each on one node, combine into that
-    node's verdict (`gtmcluster.health.monitors`): up if `all` of them say up
-    (`at_least` None), or at least `at_least` of them."""
-
-    at_least: int | None = None
-
-    def needed(self, count: int) -> int:
-        """How many of *count* monitors must say up."""
-        return count if self.at_least is None else self.at_least
-
-    def __str__(self) -> str:
-        return "all" if self.at_least is None else f"at_least {self.at_least}"
-
-
-@dataclass(frozen=True, slots=True)
 class Link:
     """A data center's uplink: up while any of its targets answers the monitor."""
 
@@ -289,7 +129,7 @@ class VirtualServer:
     target: RecordTarget | None = None
     #: what the monitor of a `target` server checks (it has no address of its own)
     check_address: IPAddress | None = None
-    monitor_rule: MonitorRule = MonitorRule()  # how the verdicts of its monitors combine
+    monitor_rule: MonitorRule = MonitorRule()  # noqa: RUF009 - frozen; how the verdicts of its monitors combine
 
     @property
     def enabled(self) -> bool:

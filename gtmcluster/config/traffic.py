@@ -15,7 +15,6 @@ from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Link,
     Methods,
-    Monitor,
     Persistence,
     Pool,
     PoolMember,
@@ -28,6 +27,7 @@ from gtmcluster.config.model import (
     VirtualServer,
     WideIP,
 )
+from gtmcluster.config.monitoring import Monitor
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.targets import TARGET_KEYS, read_target, srv_port

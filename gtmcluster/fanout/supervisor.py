@@ -40,7 +40,7 @@ from gtmcluster.dns.udpport import adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
 from gtmcluster.sockets import Listener
-from gtmcluster.state.store import Record
+from gtmcluster.state.record import Record
 from gtmcluster.sync import codec
 
 log = Logger()

@@ -32,7 +32,8 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
-from gtmcluster.config.model import Config, Monitor, MonitorRule, VirtualServer
+from gtmcluster.config.model import Config, VirtualServer
+from gtmcluster.config.monitoring import Monitor, MonitorRule
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP, Flap
 from gtmcluster.health.monitors import MonitorVerdict, decide
 from gtmcluster.health.schedule import Entry, Schedule

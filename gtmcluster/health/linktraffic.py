@@ -23,7 +23,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import Config, HttpCounterSource, Link, TrafficSource
+from gtmcluster.config.model import Config, Link
+from gtmcluster.config.monitoring import HttpCounterSource, TrafficSource
 from gtmcluster.health import linkload
 from gtmcluster.probe.httpcounters import HttpCounterReader
 from gtmcluster.probe.linkrate import CounterRate, Counters, TrafficReader

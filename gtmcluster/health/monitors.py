@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gtmcluster.config.model import MonitorRule
+from gtmcluster.config.monitoring import MonitorRule
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
 
 

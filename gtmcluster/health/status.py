@@ -34,11 +34,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from gtmcluster.config.model import Config, HealthRule, Link, VirtualServer
+from gtmcluster.config.model import Config, Link, VirtualServer
+from gtmcluster.config.monitoring import HealthRule
 from gtmcluster.health import admin as admin_mod
 from gtmcluster.health import linkload
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
-from gtmcluster.state.store import Record, Store
+from gtmcluster.state.record import Record
+from gtmcluster.state.store import Store
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,9 @@ from gtmcluster.health.status import (
     link_status,
     vs_status,
 )
+from gtmcluster.state.record import Record
 from gtmcluster.state.schema import shorten
-from gtmcluster.state.store import Record, Store
+from gtmcluster.state.store import Store
 
 log = Logger()
 

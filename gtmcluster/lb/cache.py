@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from gtmcluster.lb.trace import Decision
-from gtmcluster.state.store import Record
+from gtmcluster.state.record import Record
 from gtmcluster.stats import QueryStats
 
 #: the longest a decision is reused (seconds of the node's clock): a bound for changes

@@ -7,7 +7,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
-from gtmcluster.config.model import DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
+from gtmcluster.config.monitoring import DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.dnscheck import DnsChecker

@@ -21,7 +21,7 @@ import dns.rdatatype
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
-from gtmcluster.config.model import DnsCheck
+from gtmcluster.config.monitoring import DnsCheck
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.udp import Verdict, exchange

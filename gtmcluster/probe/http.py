@@ -34,7 +34,7 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config.model import HttpCheck
+from gtmcluster.config.monitoring import HttpCheck
 from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe import loadread
 from gtmcluster.probe.attempt import Attempt, show

@@ -22,7 +22,7 @@ from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, HTTPConnectionP
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import UNKNOWN_LENGTH, IResponse
 
-from gtmcluster.config.model import HttpCounterSource
+from gtmcluster.config.monitoring import HttpCounterSource
 from gtmcluster.probe import loadread
 from gtmcluster.probe.linkrate import COUNTER64, Counters
 

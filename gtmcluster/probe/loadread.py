@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gtmcluster.config.model import LoadSource, Sample
+from gtmcluster.config.monitoring import LoadSource, Sample
 
 #: the figures a reading may give as they are
 GAUGES = ("connections", "capacity", "packets_per_second", "kbps")

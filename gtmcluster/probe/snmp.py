@@ -23,7 +23,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads
 
-from gtmcluster.config.model import SnmpSource
+from gtmcluster.config.monitoring import SnmpSource
 from gtmcluster.probe.linkrate import COUNTER64, Counters
 
 #: IF-MIB::ifHCInOctets and ifHCOutOctets (the interface's ifIndex follows)

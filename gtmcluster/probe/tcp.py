@@ -16,7 +16,7 @@ from twisted.internet.interfaces import IReactorTime, ITransport
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import TcpCheck
+from gtmcluster.config.monitoring import TcpCheck
 from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import Result, Target

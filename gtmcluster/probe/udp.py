@@ -16,7 +16,7 @@ from twisted.internet.error import CannotListenError, MessageLengthError
 from twisted.internet.interfaces import IReactorTime, IReactorUDP
 from twisted.internet.protocol import DatagramProtocol
 
-from gtmcluster.config.model import UdpCheck
+from gtmcluster.config.monitoring import UdpCheck
 from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import IPAddress, Result, Target
 

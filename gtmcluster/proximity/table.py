@@ -19,7 +19,8 @@ from gtmcluster.config.model import Prober
 from gtmcluster.health import linkload
 from gtmcluster.health.linkload import LinkLoad
 from gtmcluster.state import values
-from gtmcluster.state.store import Record, Store
+from gtmcluster.state.record import Record
+from gtmcluster.state.store import Store
 
 #: smoothing of the RTT: new = ALPHA * sample + (1 - ALPHA) * old
 ALPHA = 0.3

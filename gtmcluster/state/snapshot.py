@@ -51,7 +51,8 @@ from twisted.logger import Logger
 from gtmcluster import gil
 from gtmcluster.state import schema
 from gtmcluster.state.loading import Damaged
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from gtmcluster.state.values import compact, plain, shared_text
 
 log = Logger()

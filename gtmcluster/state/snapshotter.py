@@ -17,7 +17,8 @@ from twisted.logger import Logger
 
 from gtmcluster.state import snapshot
 from gtmcluster.state.loading import Loading
-from gtmcluster.state.store import Record, Store
+from gtmcluster.state.record import Record
+from gtmcluster.state.store import Store
 
 log = Logger()
 

@@ -34,7 +34,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import BUCKETS, OriginSummary, Record, Store, bucket_of, fingerprint
+from gtmcluster.state.record import BUCKETS, OriginSummary, Record, bucket_of, fingerprint
+from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.peer import PeerProtocol

@@ -26,7 +26,7 @@ from typing import Any
 
 from gtmcluster.config.bundle import BadBundle, Header
 from gtmcluster.state import schema
-from gtmcluster.state.store import BUCKETS, MAX_LOGICAL, Record, Version
+from gtmcluster.state.record import BUCKETS, MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text
 
 MAX_BATCH = 60_000

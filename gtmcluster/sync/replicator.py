@@ -38,7 +38,8 @@ from twisted.python.failure import Failure
 
 from gtmcluster.dnssec import keyset
 from gtmcluster.state import schema
-from gtmcluster.state.store import Record, Store, kind_of
+from gtmcluster.state.record import Record, kind_of
+from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage

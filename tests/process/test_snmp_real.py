@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gtmcluster.config.model import SnmpSource
+from gtmcluster.config.monitoring import SnmpSource
 from gtmcluster.probe.linkrate import COUNTER64, CounterRate, Counters, Rate
 from gtmcluster.probe.snmp import IF_HC_IN_OCTETS, SnmpClient, SnmpError
 from tests.support import snmpd

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.state.store import Version, fingerprint
+from gtmcluster.state.record import Version, fingerprint
 from tests.support import dnsclient
 from tests.support.backends import Backend, running_backends
 from tests.support.nodeproc import loopback_address

@@ -8,7 +8,8 @@ from typing import Any
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from tests.support import configs
 
 

@@ -43,7 +43,7 @@ from twisted.internet.protocol import DatagramProtocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import Check, DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
+from gtmcluster.config.monitoring import Check, DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
 from gtmcluster.probe.base import Result
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ import dns.rcode
 import dns.rdatatype
 from twisted.internet import defer, task
 
-from gtmcluster.config.model import (
+from gtmcluster.config.monitoring import (
     Check,
     DnsCheck,
     HttpCheck,

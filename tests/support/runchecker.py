@@ -32,7 +32,8 @@ from typing import Any
 from twisted.internet import defer, task
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Health, Monitor
+from gtmcluster.config.model import Health
+from gtmcluster.config.monitoring import Monitor
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check

@@ -18,7 +18,7 @@ from typing import Any
 
 from twisted.internet import defer, task, threads
 
-from gtmcluster.config.model import HttpCounterSource, LoadSource, Sample
+from gtmcluster.config.monitoring import HttpCounterSource, LoadSource, Sample
 from gtmcluster.probe.httpcounters import HttpCounterReader
 
 

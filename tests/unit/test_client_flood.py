@@ -24,8 +24,8 @@ from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.node import Node
 from gtmcluster.proximity.budget import queue_limit
+from gtmcluster.state.record import Record, Version
 from gtmcluster.state.snapshotter import Snapshotter
-from gtmcluster.state.store import Record, Version
 from tests.support import configs
 from tests.support.cluster import MemoryCluster
 from tests.support.ecsquery import ecs_query

@@ -8,7 +8,7 @@ from pathlib import Path
 from twisted.internet import defer, task
 
 from gtmcluster.config.changes import Changes, between
-from gtmcluster.config.model import Monitor
+from gtmcluster.config.monitoring import Monitor
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result
 from gtmcluster.state.store import Store

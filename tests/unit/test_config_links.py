@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import SnmpSource, TrafficSource
+from gtmcluster.config.monitoring import SnmpSource, TrafficSource
 from gtmcluster.config.problems import format_path
 from tests.support import configs
 from tests.unit.test_config_errors import assert_form, find, problems_of_file

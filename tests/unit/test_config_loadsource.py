@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import HttpCheck, LoadSource, Sample
+from gtmcluster.config.monitoring import HttpCheck, LoadSource, Sample
 from tests.support import configs
 from tests.unit.test_config_errors import assert_form, find, problems_of, put
 

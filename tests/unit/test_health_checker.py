@@ -17,11 +17,12 @@ from twisted.internet import defer, task
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 
-from gtmcluster.config.model import Monitor
+from gtmcluster.config.monitoring import Monitor
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.healthcfg import health_config, load_config
 

@@ -17,7 +17,8 @@ from gtmcluster.health.status import evaluate
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.healthcfg import health_config, load_config, observe
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gtmcluster.config.model import HealthRule
+from gtmcluster.config.monitoring import HealthRule
 from gtmcluster.health.status import combine, evaluate
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from tests.support.healthcfg import health_config, load_config, observe
 
 

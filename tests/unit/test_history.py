@@ -24,7 +24,7 @@ from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import path_key
 from gtmcluster.service import NodeService, Sockets, make_service
-from gtmcluster.state.store import Record, Version
+from gtmcluster.state.record import Record, Version
 from gtmcluster.stats import QueryStats
 from tests.support import configs
 from tests.support.dnsclient import addresses, parse, query

@@ -27,7 +27,7 @@ from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryQueue
-from gtmcluster.state.store import Record, Version
+from gtmcluster.state.record import Record, Version
 from tests.support.twins import Twins, make_query
 
 WIDEIP = "gslb.example.test"

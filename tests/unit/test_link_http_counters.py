@@ -15,7 +15,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import HttpCounterSource, LoadSource, Sample
+from gtmcluster.config.monitoring import HttpCounterSource, LoadSource, Sample
 from gtmcluster.health.linktraffic import traffic_poller
 from gtmcluster.probe.httpcounters import CounterError, HttpCounterReader, octets
 from gtmcluster.probe.linkrate import Counters

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtmcluster.config.model import LoadSource, Sample
+from gtmcluster.config.monitoring import LoadSource, Sample
 from gtmcluster.probe import loadread
 from gtmcluster.probe.loadread import CounterRates, Reading, Unreadable
 

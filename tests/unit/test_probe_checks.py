@@ -9,7 +9,7 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from gtmcluster.config.model import Check, DnsCheck, HttpCheck, IcmpCheck, TcpCheck, UdpCheck
+from gtmcluster.config.monitoring import Check, DnsCheck, HttpCheck, IcmpCheck, TcpCheck, UdpCheck
 from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check

@@ -12,7 +12,7 @@ import dns.rdatatype
 import dns.rrset
 import pytest
 
-from gtmcluster.config.model import DnsCheck
+from gtmcluster.config.monitoring import DnsCheck
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.dnscheck import DnsChecker

@@ -14,7 +14,7 @@ from twisted.internet.interfaces import IProtocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import HttpCheck, LoadSource, Sample
+from gtmcluster.config.monitoring import HttpCheck, LoadSource, Sample
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.http import dechunk, host_header, server_name

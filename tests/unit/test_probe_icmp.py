@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from gtmcluster.config.model import IcmpCheck
+from gtmcluster.config.monitoring import IcmpCheck
 from gtmcluster.probe import icmpwire
 from gtmcluster.probe.base import IcmpUnavailable, Result, Target
 from gtmcluster.probe.checks import make_check

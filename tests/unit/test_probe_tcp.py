@@ -9,7 +9,7 @@ from twisted.internet import defer, error
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import TcpCheck
+from gtmcluster.config.monitoring import TcpCheck
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check
 from tests.support.probeservers import accept_tcp, monitor, refuse_tcp, result_of, still_running

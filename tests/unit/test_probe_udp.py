@@ -8,7 +8,7 @@ from ipaddress import ip_address
 import pytest
 from twisted.internet.error import CannotListenError, MessageLengthError
 
-from gtmcluster.config.model import UdpCheck
+from gtmcluster.config.monitoring import UdpCheck
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.checks import make_check
 from tests.support.probeservers import UdpMemoryReactor, monitor, result_of, still_running

@@ -18,7 +18,7 @@ from gtmcluster.health.checker import MIN_OBSERVATION_TTL, subjects
 from gtmcluster.proximity.budget import REQUEST_TTL, queue_limit
 from gtmcluster.proximity.table import WINDOW, PathValue, updated
 from gtmcluster.state import schema
-from gtmcluster.state.store import TOMBSTONE_TTL
+from gtmcluster.state.record import TOMBSTONE_TTL
 from tests.support import configs
 
 NODE = "gtm-cnc"

@@ -32,8 +32,9 @@ from gtmcluster.node import Node
 from gtmcluster.proximity.table import PATH, path_key
 from gtmcluster.state import loading, snapshot
 from gtmcluster.state.persistence import record_key
+from gtmcluster.state.record import Record, Version
 from gtmcluster.state.snapshotter import Snapshotter
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.cluster import MemoryCluster
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gtmcluster.state.store import MAX_LOGICAL, Record, Store, Version
+from gtmcluster.state.record import MAX_LOGICAL, Record, Version
+from gtmcluster.state.store import Store
 
 
 class Clock:

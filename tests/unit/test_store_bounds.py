@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.state.bounds import VersionOrder
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 
 
 class Clock:

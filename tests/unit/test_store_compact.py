@@ -19,7 +19,8 @@ from gtmcluster.proximity.table import PathValue, from_record, path_key, updated
 from gtmcluster.state import snapshot
 from gtmcluster.state.expiry import ExpiryQueue
 from gtmcluster.state.persistence import PersistValue, StorePersistence, record_key
-from gtmcluster.state.store import BUCKETS, Record, Store, Version, bucket_of
+from gtmcluster.state.record import BUCKETS, Record, Version, bucket_of
+from gtmcluster.state.store import Store
 from gtmcluster.sync import codec
 
 

@@ -8,7 +8,8 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 
 ORIGINS = ["gtm-a", "gtm-b", "gtm-c"]
 

@@ -16,7 +16,8 @@ from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
 from gtmcluster.state import snapshot
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from gtmcluster.sync import certs, codec, commands
 from gtmcluster.sync.peer import STABLE
 from gtmcluster.sync.replicator import DIGEST_DELAY, MERGE_SLICE

@@ -9,7 +9,8 @@ import pytest
 from twisted.internet import task
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import BUCKETS, Record, Store, Version
+from gtmcluster.state.record import BUCKETS, Record, Version
+from gtmcluster.state.store import Store
 from gtmcluster.sync import antientropy, codec
 from gtmcluster.sync import replicator as rep
 

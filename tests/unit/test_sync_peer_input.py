@@ -14,7 +14,8 @@ from twisted.logger import LogEvent, capturedLogs
 from twisted.protocols import amp
 from twisted.python.failure import Failure
 
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands, peer, phases
 from gtmcluster.sync.replicator import MERGE_SLICE, Replicator
 

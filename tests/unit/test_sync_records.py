@@ -16,7 +16,7 @@ import pytest
 from twisted.logger import capturedLogs
 
 from gtmcluster.state import schema
-from gtmcluster.state.store import Record, Version
+from gtmcluster.state.record import Record, Version
 from gtmcluster.sync import commands
 from tests.support.cluster import Link, MemoryCluster
 

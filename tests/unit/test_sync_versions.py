@@ -24,7 +24,7 @@ from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.state import schema
-from gtmcluster.state.store import bucket_of
+from gtmcluster.state.record import bucket_of
 from gtmcluster.state.values import numerous
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.replicator import RECONCILE_INTERVAL, Replicator

@@ -14,14 +14,15 @@ from twisted.internet import task
 from twisted.logger import capturedLogs
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Monitor, MonitorRule
+from gtmcluster.config.monitoring import Monitor, MonitorRule
 from gtmcluster.config.problems import ConfigError, format_path
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
 from gtmcluster.health.monitors import MonitorVerdict, decide
 from gtmcluster.health.status import evaluate
 from gtmcluster.probe.base import Check, Result, Target
-from gtmcluster.state.store import Record, Store, Version
+from gtmcluster.state.record import Record, Version
+from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.healthcfg import health_config, load_config, observe
 from tests.unit.test_health_checker import ScriptedChecks, run
