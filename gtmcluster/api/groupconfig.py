@@ -24,7 +24,7 @@ from gtmcluster.config.bundle import Bundle, Header
 from gtmcluster.config.shared import GroupConfig, Published, Stale
 
 if TYPE_CHECKING:
-    from gtmcluster.service import NodeService
+    from gtmcluster.nodeservice import NodeService
 
 #: the largest body of a publication: a bundle at its limit, encoded
 MAX_PUSH = bundle.MAX_BYTES * 4 // 3 + 65536

@@ -23,7 +23,7 @@ from gtmcluster.stats import CheckStats, Histogram
 
 if TYPE_CHECKING:
     from gtmcluster.node import Node
-    from gtmcluster.service import NodeService
+    from gtmcluster.nodeservice import NodeService
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 

@@ -21,7 +21,7 @@ from gtmcluster.objectstats import object_stats_steps
 log = Logger()
 
 if TYPE_CHECKING:
-    from gtmcluster.service import NodeService
+    from gtmcluster.nodeservice import NodeService
 
 Args = Mapping[str, str]
 #: what an admin change's body may say: who it is done for, and why

@@ -34,7 +34,7 @@ from gtmcluster.config.shelf import Shelf
 from gtmcluster.sync.configsync import ConfigSync, Running
 
 if TYPE_CHECKING:
-    from gtmcluster.service import NodeService
+    from gtmcluster.nodeservice import NodeService
 
 log = Logger()
 

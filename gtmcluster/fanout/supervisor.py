@@ -50,7 +50,7 @@ MAX_RESTART = 30.0
 #: a worker that ran this long has its restart delay reset
 STEADY = 60.0
 #: a worker still running this long after SIGTERM gets SIGKILL (within the node's own stop
-#: bound, `service.STOP_DEADLINE`: a worker left behind would hold the DNS port)
+#: bound, `nodeservice.STOP_DEADLINE`: a worker left behind would hold the DNS port)
 STOP_TIMEOUT = 2.0
 #: records read from the store per turn of the reactor while feeding a new worker
 FEED_CHUNK = 2000

@@ -225,7 +225,8 @@ def test_explain_and_ldns_from_the_management_host(world: Deployed) -> None:
 
     # ldns1 also asks tel over IPv6, as another LDNS (its IPv6 address, probed on its own):
     # the paths to its IPv4 address may still be on their way
-    wait_for(by_rtt, 20, "RTT deciding for ldns1 on both nodes", lambda: json.dumps(decisions, indent=1))
+    # (40 s: in the parallel test run the probes through the WAN emulator once took over 20)
+    wait_for(by_rtt, 40, "RTT deciding for ldns1 on both nodes", lambda: json.dumps(decisions, indent=1))
     for decision in decisions.values():
         assert decision["answer"] == [world.addresses["cnc"]], decision
     out = run_cli(world, "tel", "explain", WIDEIP, "--ldns", ldns1)

@@ -31,7 +31,8 @@ from gtmcluster.api.server import ApiChannel, caller
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
-from gtmcluster.service import NodeService, Sockets, make_service
+from gtmcluster.nodeservice import NodeService
+from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 from tests.support.cluster import MemoryCluster
 from tests.unit.test_api_server import JSON_TYPE, Transport, parse

@@ -17,7 +17,8 @@ from gtmcluster.api import admin, proximity
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.status import status_steps
 from gtmcluster.config.load import load
-from gtmcluster.service import NodeService, Sockets, make_service
+from gtmcluster.nodeservice import NodeService
+from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 
 LDNS = "198.51.100.53"

@@ -21,7 +21,8 @@ from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.shared import at_start
-from gtmcluster.service import NodeService, Sockets, make_service
+from gtmcluster.nodeservice import NodeService
+from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 from tests.unit.test_api_admin import ask
 

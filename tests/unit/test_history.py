@@ -22,8 +22,9 @@ from gtmcluster.fanout.feed import add_counts, take_counts
 from gtmcluster.history import OTHER, History
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
+from gtmcluster.nodeservice import NodeService
 from gtmcluster.proximity.table import path_key
-from gtmcluster.service import NodeService, Sockets, make_service
+from gtmcluster.service import Sockets, make_service
 from gtmcluster.state.record import Record, Version
 from gtmcluster.stats import QueryStats
 from tests.support import configs

@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.node import Node
-from gtmcluster.service import STOP_DEADLINE, NodeService
+from gtmcluster.nodeservice import STOP_DEADLINE, NodeService
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
 from gtmcluster.sync.peer import PeerProtocol

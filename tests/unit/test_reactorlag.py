@@ -17,8 +17,8 @@ from twisted.logger import capturedLogs
 from gtmcluster.api import metrics
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.node import Node
+from gtmcluster.nodeservice import NodeService
 from gtmcluster.reactorlag import ReactorLag
-from gtmcluster.service import NodeService
 from gtmcluster.slices import whole
 from gtmcluster.sync.replicator import Replicator
 from tests.support import configs

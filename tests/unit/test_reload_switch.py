@@ -16,7 +16,8 @@ from twisted.internet.testing import MemoryReactorClock
 from gtmcluster.config.changes import between
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.service import NodeService, Sockets, make_service
+from gtmcluster.nodeservice import NodeService
+from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 
 
@@ -81,7 +82,7 @@ def refuse(top: NodeService, part: str, monkeypatch: pytest.MonkeyPatch) -> None
         assert top.checker is not None
         monkeypatch.setattr(top.checker, "make_check", cannot)  # the new monitor's check
     else:
-        monkeypatch.setattr("gtmcluster.service.Budget", cannot)
+        monkeypatch.setattr("gtmcluster.nodeservice.Budget", cannot)
 
 
 @pytest.mark.parametrize("part", ["answers", "DNS", "health checks", "probes"])

@@ -1,0 +1,392 @@
+"""The running node as a Twisted service: its parts started and stopped in order, and the
+reload that swaps its config in one step (every part takes it, or none does). The parts
+are built and wired by `service.make_service`; its log lines keep the system name
+``gtmcluster.service`` that operators know.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from twisted.application.service import MultiService, Service
+from twisted.internet import defer, threads
+from twisted.internet.interfaces import IReactorThreads
+from twisted.logger import Logger
+
+from gtmcluster import heap, slices
+from gtmcluster.api.tls import ApiTLS
+from gtmcluster.config import reload as config_reload
+from gtmcluster.config.bundle import Header
+from gtmcluster.config.changes import Changes, between, restart_needed
+from gtmcluster.config.model import Config
+from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.shared import GroupConfig
+from gtmcluster.dns.notify import NotifyService
+from gtmcluster.dns.server import DNSService
+from gtmcluster.dnssec import keyset
+from gtmcluster.fanout.supervisor import Workers
+from gtmcluster.health.checker import HealthChecker
+from gtmcluster.health.linktraffic import LinkTrafficPoller
+from gtmcluster.history import History
+from gtmcluster.node import Node, Prepared
+from gtmcluster.nodelog.writer import NodeLog
+from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.scheduler import ProbeScheduler
+from gtmcluster.reactorlag import ReactorLag
+from gtmcluster.state.snapshotter import Snapshotter
+from gtmcluster.sync.replicator import Replicator
+from gtmcluster.sync.service import PeerService
+from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
+
+log = Logger(namespace="gtmcluster.service")
+T = TypeVar("T")
+
+#: seconds a stopping node waits for its parts (except the snapshot, always written, and
+#: the answering workers, killed after `fanout.supervisor.STOP_TIMEOUT`)
+STOP_DEADLINE = 2.5
+
+
+class NodeService(MultiService):
+    """The node: its parts as services, and the reload that swaps its config."""
+
+    def __init__(self, node: Node, replicator: Replicator, reactor: Any, config_path: str):
+        super().__init__()
+        self.node = node
+        self.replicator = replicator
+        self.reactor = reactor
+        self.config_path = config_path
+        self.dns: DNSService | None = None
+        #: NOTIFY to the secondaries of zones a reload changed (`dns.notify`)
+        self.notify: NotifyService | None = None
+        self.checker: HealthChecker | None = None
+        #: reads the traffic of this data center's links (`health.linktraffic`)
+        self.link_traffic: LinkTrafficPoller | None = None
+        #: the API's TLS settings, when it serves HTTPS (api.tls)
+        self.api_tls: ApiTLS | None = None
+        self.peers: PeerService | None = None
+        self.probes: ProbeScheduler | None = None
+        self.workers: Workers | None = None
+        self.heap: heap.HeapKeeper | None = None
+        self.lag: ReactorLag | None = None
+        self.snapshots: Snapshotter | None = None
+        #: the last hour of samples and events, for the dashboard's graphs
+        self.history: History | None = None
+        #: the node's own log file (gtmcluster.nodelog), when the tap made one
+        self.node_log: NodeLog | None = None
+        self._previous_hup: Any = None
+        self._reload_lock = defer.DeferredLock()
+        #: the config file run now: the node's own (`config_path`), or a bundle's
+        self.running_path = str(node.config.path)
+        #: with a bundle's: the node's own base folder (`config.load.build`)
+        self.running_own_dir: Path | None = None
+        #: the group's shared config (`config.shared`), when the node was started with it
+        self.group_config: GroupConfig | None = None
+        #: reads and checks a config file while the reactor answers (gtmcluster.config.reload)
+        self.read_config: Callable[[str, Path | None], defer.Deferred[Config]] = lambda path, own_dir: (
+            config_reload.read(reactor, path, own_dir)
+        )
+        #: what differs between the running config and a new one, compared off the reactor
+        #: thread (at once on a reactor without threads, as in tests)
+        self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: (
+            threads.deferToThreadPool(reactor, reactor.getThreadPool(), between, old, new)
+            if IReactorThreads.providedBy(reactor)
+            else defer.succeed(between(old, new))
+        )
+        #: runs steps a few milliseconds per reactor turn (at once on a reactor without
+        #: threads, as in tests: the steps are the same)
+        self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = lambda steps: (
+            slices.run(steps, reactor) if IReactorThreads.providedBy(reactor) else defer.succeed(slices.whole(steps))
+        )
+        #: reads and checks this node's TLS files of a config off the reactor thread
+        self.read_credentials: Callable[[Config], defer.Deferred[Credentials]] = lambda config: (
+            threads.deferToThreadPool(
+                reactor,
+                reactor.getThreadPool(),
+                load_credentials,
+                config.tls_for(node.member.name),
+                node.member.name,
+            )
+        )
+
+    def startService(self) -> None:
+        if self.node_log is not None:
+            self.node_log.startService()  # first: the node's own log has every line of the start
+        c = self.node.config
+        log.info(
+            "gtmcluster node {node} (data center {datacenter}) of sync group {group}: "
+            "{zones} zones, {wideips} wide IPs, config digest {digest}",
+            node=self.node.member.name,
+            datacenter=self.node.member.datacenter,
+            group=c.sync_group.name,
+            zones=len(list(c.zones)),
+            wideips=len(c.wideips),
+            digest=c.digest,
+        )
+        super().startService()
+        if threading.current_thread() is threading.main_thread():
+            self._previous_hup = signal.signal(signal.SIGHUP, self._sighup)
+
+    def stopService(self) -> defer.Deferred[Any]:
+        """Stop every part (in reverse order of start, all at once as `MultiService` does).
+        Fires when the snapshot is written, the answering workers have exited (each is
+        killed `fanout.supervisor.STOP_TIMEOUT` after SIGTERM) and every other part has
+        stopped or `STOP_DEADLINE` seconds have passed: a part still stopping then is logged
+        and left behind (peer connections that do not close are aborted before that, see
+        `PeerService`), so SIGTERM ends the node within seconds whatever its peers do, with
+        its state on disk."""
+        if self._previous_hup is not None:
+            signal.signal(signal.SIGHUP, self._previous_hup)
+            self._previous_hup = None
+        Service.stopService(self)
+        must: list[defer.Deferred[Any]] = []
+        parts: dict[str, defer.Deferred[Any]] = {}
+        for service in reversed(list(self)):
+            name = service.name or repr(service)
+            d = defer.maybeDeferred(service.stopService).addErrback(_stop_failed, name)
+            if service is self.snapshots or service is self.workers:
+                must.append(d)  # the state on disk; no worker left holding the DNS port
+            else:
+                parts[name] = d
+        bounded: defer.Deferred[None] = defer.Deferred()
+
+        def done(late: list[str]) -> None:
+            if bounded.called:
+                return
+            if late:
+                log.warn(
+                    "stopping: {parts} still stopping after {deadline:g}s; exiting without waiting for them",
+                    parts=", ".join(late),
+                    deadline=STOP_DEADLINE,
+                    event="stop_deadline",
+                )
+            if call.active():
+                call.cancel()
+            bounded.callback(None)
+
+        call = self.reactor.callLater(
+            STOP_DEADLINE, lambda: done(sorted(name for name, d in parts.items() if not d.called))
+        )
+        defer.gatherResults(list(parts.values())).addBoth(lambda _: done([]))
+        stopped = defer.gatherResults([*must, bounded])
+        if self.node_log is not None:
+            # last: once every part has stopped (the final snapshot written), as it logs that
+            node_log = self.node_log
+
+            def stop_log(result: Any) -> Any:
+                node_log.stopService()
+                return result
+
+            stopped.addBoth(stop_log)
+        return stopped
+
+    def _sighup(self, signum: int, frame: Any) -> None:
+        self.reactor.callFromThread(self.reload)
+
+    def reload(self) -> defer.Deferred[list[str]]:
+        """Read the config file again and switch to it (SIGHUP, or the API's reload); fires
+        with the problems if refused. With config sync (`group_config`), a file that
+        changed is published to the group instead (`config.shared`).
+
+        The file is parsed in a child process and the config built a few milliseconds per
+        reactor turn (`gtmcluster.config.reload`: a big config takes seconds, and the
+        reactor keeps answering meanwhile); the switch happens in one step. One reload
+        runs at a time: a second waits for the first. A refused config (invalid, or a
+        change that needs a restart) is logged and the old one keeps serving.
+        """
+        if self.group_config is not None and self.node.config.sync_group.settings.config_sync:
+            return self.group_config.reload()
+        return self.exclusive(lambda: self.read_and_switch(self.config_path, None, None))
+
+    def exclusive(self, work: Callable[[], Coroutine[Any, Any, T]]) -> defer.Deferred[T]:
+        """Run *work* when no other reload (or publication) runs."""
+        return self._reload_lock.run(lambda: defer.ensureDeferred(work()))
+
+    async def read_and_switch(
+        self, path: str, own_dir: Path | None, header: Header | None, before: Callable[[], object] | None = None
+    ) -> list[str]:
+        """Read the config at *path* (*own_dir*: it is a bundle's, *header*) and switch to
+        it; the problems if refused. *before*: run once it is found good, just before the
+        switch. Call it within `exclusive`."""
+        node = self.node
+        try:
+            new = await self.read_config(path, own_dir)
+        except ConfigError as e:
+            problems = [str(p) for p in e.problems]
+        except Exception:
+            log.failure("reading {path} failed", path=path)
+            problems = [f"{path}: could not be read (an internal error, see the node's log)"]
+        else:
+            problems = restart_needed(node.config, new, node.member.name)
+        creds = None
+        changes = None
+        if not problems:
+            changes = await self.compare_configs(node.config, new)
+        if not problems and (self.peers is not None or self.api_tls is not None):
+            # renewed certificates (same paths, new files) or new paths: checked before use
+            try:
+                creds = await self.read_credentials(new)
+            except CredentialError as e:
+                problems = [f"sync group TLS: {e}"]
+            except Exception:
+                log.failure("reading the TLS files failed")
+                problems = ["sync group TLS: the files could not be read (an internal error, see the node's log)"]
+        if not problems:
+            if before is not None:
+                before()
+            try:
+                await self.in_turns(self.switching(new, creds, changes, own_dir))
+            except NotTaken as e:
+                problems = [f"{path}: {e}"]
+            else:
+                self.running_path, self.running_own_dir = path, own_dir
+                if self.group_config is not None:
+                    self.group_config.sync.ran(header, new.digest)
+                return []
+        log.error(
+            "reload refused, the running config stays: {problems}",
+            problems="; ".join(problems),
+            event="reload_refused",
+        )
+        return problems
+
+    def switch(self, new: Config, creds: Credentials | None = None, changes: Changes | None = None) -> None:
+        """Answer from *new* (checked already) from now on, and retune every part; new peer
+        connections use *creds* (checked already), when given; *changes* (what differs
+        from the running config, compared off the reactor thread) spares the parts comparing.
+
+        All or nothing: first every part builds what it needs for *new* (what can fail:
+        answers, DNS fast path and rate limits, health checks, probe budget), none of it in
+        use yet; if one part cannot, `NotTaken` says which and why, and every part keeps the
+        old config. Then each part switches, by assignments that do not fail (should one fail
+        anyway, a bug, the others still switch, and `PartlyTaken` says which did not)."""
+        slices.whole(self.switching(new, creds, changes))
+
+    def switching(
+        self, new: Config, creds: Credentials | None = None, changes: Changes | None = None, own_dir: Path | None = None
+    ) -> slices.Steps[None]:
+        """`switch` in steps (`gtmcluster.slices`): each part builds what it needs in a step
+        of its own (at 5,000 servers: the answer path and its fast path's table 12-15 ms,
+        the health checks 11-19 ms, the health index 12 ms), so a reload run in turns holds
+        no turn for all of them; the switch itself is the last step. A reload runs one at a
+        time and only a reload changes what the parts build from, so what was built in an
+        earlier turn is still right in the last."""
+        node = self.node
+        switches: list[tuple[str, Callable[[], object]]] = []
+
+        def prepare(part: str, make: Callable[[], Callable[[], object]]) -> None:
+            try:
+                switches.append((part, make()))
+            except Exception as e:
+                log.failure("{part} cannot take the new config", part=part)
+                raise NotTaken(part, f"{type(e).__name__}: {e}") from e
+
+        prepared: list[Prepared] = []
+
+        def answers() -> Callable[[], object]:
+            prepared.append(node.prepare_reload(new, changes))
+            return lambda: node.switch_to(prepared[0])
+
+        prepare("answers", answers)
+        yield
+        if self.dns is not None:
+            dns = self.dns
+            prepare("DNS", lambda: dns.prepare(new.dns_server, prepared[0].responder))
+            yield
+        if self.checker is not None:
+            checker = self.checker
+            prepare("health checks", lambda: checker.prepare(new, changes))
+            yield
+        if self.link_traffic is not None:
+            link_traffic = self.link_traffic
+            prepare("link traffic", lambda: link_traffic.prepare(new))
+        if self.probes is not None:
+            probes = self.probes
+
+            def probing() -> Callable[[], object]:
+                budget = Budget(new.prober, self.reactor.seconds)
+                return lambda: probes.reconfigure(prepared[0].measurements, budget)
+
+            prepare("probes", probing)
+        names = [m.name for m in new.sync_group.members]
+        timers = {
+            key: getattr(new.sync_group.settings, key)
+            for key in ("idle_timeout", "handshake_timeout", "heartbeat_interval", "heartbeat_timeout")
+        }
+        if self.notify is not None:
+            notifier, old = self.notify.notifier, node.config
+            switches.append(("NOTIFY", lambda: notifier.reloaded(old, new)))
+        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
+        switches.append(("DNSSEC keys", lambda: self.replicator.set_dnssec_keys(keyset.digests(new.dnssec))))
+        if self.group_config is not None:
+            sync = self.group_config.sync
+            switches.append(("config sync", lambda: setattr(sync, "enabled", new.sync_group.settings.config_sync)))
+        if self.peers is not None:
+            peers = self.peers
+            others = [m for m in new.sync_group.members if m.name != node.member.name]
+
+            def dial() -> None:
+                peers.reconfigure(others)
+                if creds is not None:
+                    peers.use_credentials(creds)
+
+            switches.append(("peers", dial))
+        if self.api_tls is not None:
+            api_tls = self.api_tls
+
+            def https() -> None:
+                if api_tls.use(creds or api_tls.creds, new.api.client_certificates_required):
+                    log.info(
+                        "HTTPS API: new connections use certificate serial {serial}; client certificates {clients}",
+                        serial=api_tls.creds.serial,
+                        clients="required" if api_tls.require_client else "not asked for",
+                        event="api_tls_changed",
+                    )
+
+            switches.append(("HTTPS API", https))
+        if self.workers is not None:
+            workers = self.workers
+            switches.append(("answering workers", lambda: workers.reload(str(new.path), own_dir)))
+        # the old config is freed in the next turns (a million objects at 5,000 servers: tens
+        # of milliseconds), not in the same turn as the switch
+        config_reload.free_in_turns(self.reactor, node.config)
+        failed = []
+        for part, switch in switches:
+            try:
+                switch()
+            except Exception:
+                log.failure("{part} failed to switch to the new config", part=part)
+                failed.append(part)
+        if failed:
+            raise PartlyTaken(failed)
+        log.info(
+            "reloaded {path}: generation {generation}, config digest {digest}",
+            path=new.path,
+            generation=node.generation,
+            digest=new.digest,
+            event="reloaded",
+        )
+
+
+def _stop_failed(failure: Any, part: str) -> None:
+    log.failure("stopping {part} failed", failure, part=part)
+
+
+class NotTaken(Exception):
+    """A part of the node cannot take a new config (nothing was switched)."""
+
+    def __init__(self, part: str, why: str):
+        super().__init__(f"{part} cannot take the new config: {why}")
+        self.part = part
+
+
+class PartlyTaken(Exception):
+    """Parts of the node failed to switch to a new config that the others took (a bug)."""
+
+    def __init__(self, parts: list[str]):
+        super().__init__(
+            f"{', '.join(parts)} failed to switch to the new config (see the node's log): restart the node"
+        )
