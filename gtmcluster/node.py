@@ -281,9 +281,11 @@ class Node:
         if self.cache is not None:
             self.cache.changed(record.key)
 
-    def _store_loaded(self) -> None:
-        if self.cache is not None:
-            self.cache.stale_all()
+    def _store_loaded(self, keys: list[str]) -> None:
+        cache = self.cache
+        if cache is not None:
+            for key in keys:
+                cache.changed(key)
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None

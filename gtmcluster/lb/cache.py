@@ -15,9 +15,10 @@ never reused: the next query must get the next answer. Nor is one that writes a 
 
 Checking all that costs a microsecond or two per query, most of it the records read. So an
 entry found to hold is also marked *fresh*, and indexed by its wide IP and by the keys it
-read: the node tells the cache of every store change (`changed`), of the wide IPs whose
-health generation grew (`stale`), and of records loaded in bulk, which no listener hears
-(`stale_all`); each ends the fresh mark of exactly the entries it concerns. A fresh entry
+read: the node tells the cache of every store change (`changed`: records merged one by one,
+and the keys of those loaded in bulk, `Store.bulk_listeners`) and of the wide IPs whose
+health generation grew (`stale`); each ends the fresh mark of exactly the entries it
+concerns (a clear ends them all: `stale_all`). A fresh entry
 whose time is not up holds while the health tracker has nothing pending (`settled`: a
 change not yet evaluated may yet grow a generation), so the fast path's check is a flag
 and a clock reading; otherwise it asks `holds`, the full check. The indexes keep entries
@@ -163,7 +164,7 @@ class DecisionCache:
                 entry.fresh = False
 
     def stale_all(self) -> None:
-        """No entry is fresh any more (records were loaded in bulk, or the cache cleared)."""
+        """No entry is fresh any more (the cache is cleared)."""
         for entries in self._of_wideip.values():
             for entry in entries:
                 entry.fresh = False

@@ -100,8 +100,8 @@ class Store:
         self._count = 0
         self._last = Version(0, 0, origin)
         self._listeners: list[Listener] = []
-        #: told when `load` changed the store (its records are told to no listener)
-        self.bulk_listeners: list[Callable[[], object]] = []
+        #: told the keys `load` changed (its records are told to no record listener)
+        self.bulk_listeners: list[Callable[[list[str]], object]] = []
         self.last_change = clock()  # when a record last changed (for the digest's age)
         # origin -> bucket -> XOR of fingerprints; origin -> record count
         self._buckets: dict[str, list[int]] = {}
@@ -255,17 +255,17 @@ class Store:
         """Merge *records* as `merge` does, in bulk and silently: no listener hears of them
         (they are the node's own saved state, read back at start: not news to relay, save
         or react to one by one). Returns how many changed the store."""
-        changed = 0
+        keys = []
         for record in records:
             taken = self._take(record, None)
             if taken is not None:
-                changed += 1
+                keys.append(taken.key)
                 self._evict_over(kind_of(taken.key))  # (evictions are told: they are endings)
-        if changed:
+        if keys:
             self.last_change = self.clock()
             for listener in self.bulk_listeners:
-                listener()
-        return changed
+                listener(keys)
+        return len(keys)
 
     def witness(self, wall_ms: int, logical: int) -> None:
         """Move this node's clock past the version (*wall_ms*, *logical*), as merging a

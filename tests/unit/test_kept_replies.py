@@ -152,9 +152,11 @@ def test_a_health_change_elsewhere_is_trusted_once_caught_up(tmp_path: Path) -> 
     assert wide_hit(twins, query, source).entry.fresh
 
 
-def test_records_loaded_in_bulk_end_every_fresh_mark(tmp_path: Path) -> None:
-    """A snapshot's records are loaded without telling the listeners; every kept reply is
-    checked in full again (and answers as the reference, which loaded the same)."""
+def test_records_loaded_in_bulk_end_the_fresh_marks_of_their_readers(tmp_path: Path) -> None:
+    """A snapshot's records are loaded without telling the record listeners; the keys they
+    changed end the fresh marks of the kept replies that read them, and the reply is checked
+    in full again (and answers as the reference, which loaded the same); the marks of others
+    stay, so loading a store slice by slice costs what the slices hold."""
     twins = Twins(tmp_path, persistent)
     query, source = make_query(WIDEIP), "198.51.100.8"
     for _ in range(3):
@@ -167,8 +169,13 @@ def test_records_loaded_in_bulk_end_every_fresh_mark(tmp_path: Path) -> None:
     newer = Record(
         key, {"pool": "p", "members": [other]}, Version(held.wall_ms, held.logical + 1, held.origin), 100, held.born
     )
+    other_query, other_source = make_query(WIDEIP), "203.0.113.8"
+    for _ in range(3):
+        twins.ask(other_query, other_source)
+    elsewhere = wide_hit(twins, other_query, other_source)
     twins.both(lambda n: n.store.load([newer]))
     assert not hit.entry.fresh
+    assert elsewhere.entry.fresh
     reply = twins.ask(query, source)
     assert reply is not None and bytes([10, 0, int(other[2]), 1]) in reply
 
