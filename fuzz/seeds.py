@@ -216,6 +216,50 @@ def load_body() -> list[bytes]:
     ]
 
 
+def http_stream() -> list[bytes]:
+    """What servers send the node's HTTP clients (`fuzz.http_stream`): byte 0 picks the
+    reader (0-3 the load monitors of `load_body`, 4 and 5 the counters readers, Prometheus
+    and HAProxy), byte 1 the split points, byte 2 the cap (64 + 64 x byte 2): well-formed
+    replies framed every way, and the hostile ones of tests/support/hostilehttp.py, cut
+    to a few kilobytes (endless bodies and headers, a 10**12 Content-Length, a 2**48
+    chunk, an error with a body)."""
+    ok = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"
+    prom = b'# TYPE conns gauge\nconns{proxy="web"} 3\nlimit 50\n# TYPE bytes counter\nbytes_total 1234\n'
+    counters = b"# TYPE rx_bytes_total counter\nrx_bytes_total 1000\n# TYPE tx_bytes_total counter\ntx_bytes_total 9\n"
+    stats = (ROOT / "tests" / "support" / "loadbodies" / "haproxy-2.6-stats.csv").read_bytes()
+    stats = stats.replace(b"\na,FRONTEND", b"\nweb,FRONTEND")
+    json_body = b'{"connections": 4, "kbps": 12.5, "capacity": 10}'
+
+    def framed(body: bytes) -> list[bytes]:
+        return [
+            ok + b"\r\n" + body,
+            ok + b"content-length: %d\r\n\r\n" % len(body) + body,
+            ok + b"transfer-encoding: chunked\r\n\r\n" + _chunked(body, 40),
+        ]
+
+    endless = [
+        b"HTTP/1.1 500 Internal Server Error\r\n\r\n" + b"e" * 4000,
+        ok + b"content-length: %d\r\n\r\n" % 10**12 + b"#" * 4000,
+        ok + b"".join(b"X-Pad: %d\r\n" % i for i in range(300)),
+        ok + b"transfer-encoding: chunked\r\n\r\nffffffffffff\r\n" + b"#" * 4000,
+        ok + b"content-length: 1" + b"0" * 5000 + b"\r\n\r\n",
+        ok + b"content-length: 4096\r\n\r\n" + b"#" * 10,
+    ]
+    seeds: list[bytes] = []
+    for reader, body in ((0, prom), (1, stats), (3, json_body), (4, counters), (5, stats)):
+        for i, reply in enumerate(framed(body)):
+            seeds.append(bytes([reader, i * 37, 255 if reader in (1, 5) else 4]) + reply)
+    for i, reply in enumerate(endless):
+        seeds.append(bytes([(0, 4, 5)[i % 3], i, 16]) + reply)
+    seeds.append(
+        b"\2\7\1"
+        + ok
+        + b"\r\n"
+        + (ROOT / "tests" / "support" / "loadbodies" / "nginx-1.22-stub-status.txt").read_bytes()
+    )
+    return seeds
+
+
 def write(target: str, seeds: list[bytes]) -> None:
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -248,6 +292,7 @@ def main() -> None:
     write("peer_decode", peer_decode())
     write("peer_stream", peer_stream())
     write("load_body", load_body())
+    write("http_stream", http_stream())
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ methods (`lb.links`) find on every member's link what they need.
             sent: {metric: node_network_transmit_bytes_total, labels: {device: eth1}}
         traffic:
           http: {url: "http://10.0.0.2:8404/stats;csv", format: haproxy, proxy: uplink}
+
+    with ``max_response_bytes`` (1 KiB .. 16 MiB, default 4 MiB) the most of a page read.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ SNMP_PORT = 161
 MAX_IF_INDEX = 2**31 - 1
 #: the pages a link's counters may be read from over HTTP (`probe.httpcounters`)
 HTTP_FORMATS = ("prometheus", "haproxy")
+#: the most of a counters page read (``max_response_bytes``): by default and at most (an
+#: http monitor's limit), and at least
+HTTP_MAX_RESPONSE = 4 * 1024 * 1024
+HTTP_MAX_RESPONSE_LIMIT = 16 * 1024 * 1024
+HTTP_MIN_RESPONSE = 1024
 
 
 def read_capacity(r: Reader, m: Mapping) -> tuple[float | None, float | None, float | None, TrafficSource | None, bool]:
@@ -131,7 +138,8 @@ def _snmp(r: Reader, t: Mapping) -> SnmpSource | None:
 
 def _http(r: Reader, t: Mapping) -> HttpCounterSource | None:
     """``http: {url, format: prometheus, received, sent}`` or ``{url, format: haproxy,
-    proxy, server}``: octet counters in a page (`probe.httpcounters`)."""
+    proxy, server}``, and ``max_response_bytes``: octet counters in a page
+    (`probe.httpcounters`)."""
     h = r.mapping(
         t.at("http"), t.get("http"), "a mapping {url, format, received, sent} or {url, format, proxy, server}"
     )
@@ -151,11 +159,12 @@ def _http(r: Reader, t: Mapping) -> HttpCounterSource | None:
     elif kind == "haproxy":
         proxy = r.string(h.at("proxy"), h.require("proxy", "the proxy (pxname) whose bin and bout to read")) or ""
         server = h.string("server", "FRONTEND") or ""
+    cap = h.integer("max_response_bytes", HTTP_MAX_RESPONSE, HTTP_MIN_RESPONSE, HTTP_MAX_RESPONSE_LIMIT)
     h.done()
-    if len(r.problems.found) > before or url is None or kind is None:
+    if len(r.problems.found) > before or url is None or kind is None or cap is None:
         return None
     load = LoadSource(kind, proxy=proxy, server=server) if kind == "haproxy" else LoadSource(kind)
-    return HttpCounterSource(url, load, received, sent)
+    return HttpCounterSource(url, load, received, sent, cap)
 
 
 def _url(r: Reader, at: KeyPath, text: str) -> str | None:

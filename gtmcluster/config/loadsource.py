@@ -29,8 +29,10 @@ FORMATS = ("prometheus", "haproxy", "nginx", "json")
 PROMETHEUS_FIGURES = ("connections", "capacity", "packets", "bytes")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-#: the largest capacity a config may state
-MAX_CAPACITY = 1e12
+#: the largest load figure (connections, capacity, packets a second, kbps) a config may
+#: state, a body may report (`probe.loadread`) and a load-based method counts (`lb.dynamic`):
+#: past any server, and a pool's sum of such figures stays finite
+MAX_FIGURE = 1e12
 
 
 def read_load(r: Reader, m: Mapping) -> LoadSource | None:
@@ -42,7 +44,7 @@ def read_load(r: Reader, m: Mapping) -> LoadSource | None:
     kind = r.string(section.at("format"), section.require("format", f"one of {', '.join(FORMATS)}"), choices=FORMATS)
     fixed: float | None = None
     if section.has("capacity") and (kind != "prometheus" or not _names_samples(section.get("capacity"))):
-        fixed = section.number("capacity", None, 0, MAX_CAPACITY)
+        fixed = section.number("capacity", None, 0, MAX_FIGURE)
     samples: dict[str, tuple[Sample, ...]] = {}
     proxy, server = "", "BACKEND"
     if kind == "prometheus":

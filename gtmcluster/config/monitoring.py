@@ -148,6 +148,7 @@ class HttpCounterSource:
     load: LoadSource  # the format, and for haproxy its row
     received: tuple[Sample, ...] = ()  # prometheus: octets received (ifHCInOctets' like)
     sent: tuple[Sample, ...] = ()  # and sent
+    max_response_bytes: int = 4 * 1024 * 1024  # the most of a response read (headers too)
 
     def __str__(self) -> str:
         return f"{self.load.format} {self.url}"

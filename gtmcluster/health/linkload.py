@@ -14,9 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gtmcluster.config.links import MAX_MBPS
 from gtmcluster.config.model import Link
 
 TRAFFIC = "traffic/link/"
+#: the most traffic a figure may say (the largest bandwidth a link may have): a figure
+#: over it counts for nothing, as a malformed one does
+MAX_BPS = MAX_MBPS * 1e6
 
 
 def key(link: str) -> str:
@@ -42,13 +46,14 @@ class LinkLoad:
 
 def from_value(value: Any) -> LinkLoad | None:
     """The load a ``traffic/link/...`` record holds, or None for a value of another shape
-    (a tombstone, a newer version's, a bad peer's): it counts for nothing."""
+    (a tombstone, a newer version's, a bad peer's) or a figure over `MAX_BPS`: it counts
+    for nothing."""
     if not isinstance(value, Mapping):
         return None
     numbers: list[float] = []
     for field in ("bps_in", "bps_out"):
         number = value.get(field)
-        if not isinstance(number, (int, float)) or isinstance(number, bool) or not 0 <= number < float("inf"):
+        if not isinstance(number, (int, float)) or isinstance(number, bool) or not 0 <= number <= MAX_BPS:
             return None
         numbers.append(float(number))
     by = value.get("by", "")

@@ -9,7 +9,8 @@
   capacity, packet rate, kbps, connections), times the pool's `qos` coefficients.
 - `least_connections`, `packet_rate`, `kbps`: the lowest load; `vs_capacity`: the most
   capacity; figures come from monitors with a load source (a pool counts the sum of its
-  members; docs/load-sources.md).
+  members; docs/load-sources.md), each at most `config.loadsource.MAX_FIGURE` (a larger one,
+  or one not a number, counts as none: the sums stay finite, the scores numbers).
 - `weighted_least_connections`: the lowest connections / ratio (ties in turn).
 - `dynamic_ratio`: weighted round robin over ratio × spare share, the spare share being
   (capacity - connections) / capacity, 0 when full (in tenths of the largest).
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gtmcluster.config.loadsource import MAX_FIGURE
 from gtmcluster.lb.context import Context
 from gtmcluster.lb.ranking import Candidate, Method, Ranking, Slot
 from gtmcluster.lb.weighted import in_turn
@@ -163,14 +165,17 @@ def _load(c: Candidate, ctx: Context, field: str) -> float | None:
 
 
 def _loads(c: Candidate, ctx: Context, fields: tuple[str, ...]) -> list[float | None]:
-    """A candidate's *fields*, each record read once."""
+    """A candidate's *fields*, each record read once. A figure outside 0..`MAX_FIGURE`
+    (what the readers take: `probe.loadread`) counts as none, whoever wrote it, so a
+    pool's sums are finite and no score is infinite or NaN."""
     totals: list[float | None] = [None] * len(fields)
     for vs in c.members:
         figures = ctx.measurements.metrics(vs.name)
         if figures:
             for i, field in enumerate(fields):
-                if field in figures:
-                    totals[i] = (totals[i] or 0.0) + figures[field]
+                value = figures.get(field)
+                if value is not None and 0 <= value <= MAX_FIGURE:  # (NaN is neither)
+                    totals[i] = (totals[i] or 0.0) + value
     return totals
 
 

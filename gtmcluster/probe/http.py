@@ -1,22 +1,28 @@
 """The ``http`` and ``https`` checks: one HTTP/1.0 request, judged on status and body.
 
 The request is ``METHOD path HTTP/1.0`` with ``Host`` (the monitor's `host`, else the
-address), ``User-Agent: gtmcluster-monitor`` and ``Connection: close``. At most
-`HttpCheck.max_response_bytes` are read: beyond that the connection is closed and the verdict
-is made on what was read (the reason says so). The verdict comes as soon as it is certain:
-a status outside `expect_status` fails at once, a good status without body conditions
-succeeds at once, and body conditions are judged when the body is complete (the peer closed,
-``Content-Length`` bytes arrived, or the cap was reached); a chunked body is joined first.
-A monitor with a `load` source also reads the server's load figures from the body
-(`gtmcluster.probe.loadread`; its counters' rates are kept per target by the checker), and
-fails when they cannot be read, or when the body was over the cap. Plain http on a real reactor
-connects on a bare socket (`gtmcluster.probe.bare`), https through Twisted's TLS client.
+address), ``User-Agent: gtmcluster-monitor`` and ``Connection: close``. Every check has a
+cap and a deadline: at most `HttpCheck.max_response_bytes` of the response (status line,
+headers and body) are read, beyond that the connection is closed and the verdict is made on
+what was read (the reason says so); and the monitor's timeout covers the whole exchange,
+connecting to the body's last byte, after which the connection is aborted. The verdict
+comes as soon as it is certain, and the connection is closed then: a status outside
+`expect_status` fails at once (an error's body is never read), a good status without body
+conditions succeeds at once, and body conditions are judged when the body is complete (the
+peer closed, ``Content-Length`` bytes arrived, the last chunk came: `probe.httpframe`, or
+the cap was reached); a chunked body is joined first. A monitor with a `load` source also
+reads the server's load figures from the body (`gtmcluster.probe.loadread`; its counters'
+rates are kept per target by the checker), and fails when they cannot be read, or when the
+body is not whole (over the cap, cut short, malformed chunks): a cut line would read as a
+wrong figure. A link's counters over HTTP (`probe.httpcounters`) are read by the same
+check, with figures of its own. Plain http on a real reactor connects on a bare socket
+(`gtmcluster.probe.bare`), https through Twisted's TLS client.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,9 +40,9 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config.monitoring import HttpCheck
+from gtmcluster.config.monitoring import HttpCheck, LoadSource
 from gtmcluster.probe import bare as bare_stream
-from gtmcluster.probe import loadread
+from gtmcluster.probe import httpframe, loadread
 from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import IPAddress, Result, Target
 from gtmcluster.probe.stream import connect, lost_reason
@@ -44,9 +50,6 @@ from gtmcluster.probe.tcp import close
 
 USER_AGENT = "gtmcluster-monitor"
 STATUS_LINE = re.compile(rb"HTTP/\d\.\d (\d{3})(?: [^\r\n]*)?\r?")
-CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
-CHUNKED = re.compile(rb"^transfer-encoding:[ \t]*chunked[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
-CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,8})[ \t]*(?:;[^\r\n]*)?\r?\n")
 #: statuses (and the method) whose response has no body
 BODYLESS = frozenset({204, 304})
 
@@ -140,8 +143,14 @@ class HttpProbe(Protocol):
         self._scanned = 0  # bytes already searched for the marker looked for now
         self._body_start: int | None = None
         self._length: int | None = None
-        self._chunked = False  # (HAProxy's stats answer HTTP/1.0 requests with chunks)
+        self._chunks: httpframe.Chunks | None = None  # (HAProxy's stats answer HTTP/1.0 requests with chunks)
+        self._closed = False  # the connection is gone: no more bytes
         self._ok = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of the response held (at most `HttpCheck.max_response_bytes`)."""
+        return len(self._buffer)
 
     # -- Twisted callbacks
 
@@ -168,6 +177,7 @@ class HttpProbe(Protocol):
         self._progress(final=self._capped)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._closed = True
         if self._attempt.done:
             return
         problem = lost_reason(reason, self._name)
@@ -206,7 +216,7 @@ class HttpProbe(Protocol):
                 wanted = ", ".join(str(c) for c in s.expect_status)
                 self._verdict(False, f"HTTP {self._status} not in [{wanted}]")
                 return
-            if s.expect_body is None and s.expect_body_regex is None and s.load is None:
+            if s.expect_body is None and s.expect_body_regex is None and self._load is None:
                 self._verdict(True, f"HTTP {self._status}")
                 return
             self._scanned = end
@@ -225,15 +235,52 @@ class HttpProbe(Protocol):
             header = bytes(buf[: self._body_start])
             if s.method == "HEAD" or self._status in BODYLESS:
                 self._length = 0
-            elif (m := CONTENT_LENGTH.search(header)) is not None:
-                self._length = int(m.group(1))
-            self._chunked = CHUNKED.search(header) is not None
-        body = bytes(buf[self._body_start :])
-        if self._length is not None and len(body) >= self._length:
-            body = body[: self._length]
+            elif httpframe.is_chunked(header):  # (chunks frame the body, whatever the length says)
+                self._chunks = httpframe.Chunks(self._body_start)
+            else:
+                try:
+                    self._length = httpframe.content_length(header)
+                except httpframe.BadFraming as e:
+                    self._verdict(False, f"HTTP {self._status}: {e}")
+                    return
+        # Whether the body is whole, from what is new only: no copy of it until the verdict.
+        if self._chunks is not None:
+            self._chunks.scan(buf)
+            final = final or self._chunks.done or self._chunks.problem is not None
+        elif self._length is not None and len(buf) - self._body_start >= self._length:
             final = True
         if final:
-            self._judge_body(dechunk(body) if self._chunked else body)
+            self._judge_body(self._body())
+
+    def _body(self) -> bytes:
+        """The body as read: a chunked one's data (its well-formed part), at most
+        ``Content-Length`` bytes."""
+        assert self._body_start is not None
+        if self._chunks is not None:
+            return self._chunks.data(self._buffer)
+        end = len(self._buffer) if self._length is None else self._body_start + self._length
+        return bytes(self._buffer[self._body_start : end])
+
+    def _incomplete(self) -> str | None:
+        """Why the body read is not the whole body (so its figures cannot be trusted: a
+        cut line reads as a wrong figure), or None when it is."""
+        assert self._body_start is not None
+        received = len(self._buffer) - self._body_start
+        if self._chunks is not None:
+            if self._chunks.done:
+                return None
+            if self._chunks.problem is not None:
+                return self._chunks.problem
+        elif self._length is not None:
+            if received >= self._length:
+                return None
+        elif self._closed and not self._capped:
+            return None  # (a body without a length or chunks ends when the server closes)
+        if self._capped:
+            return f"the body is over max_response_bytes ({self._settings.max_response_bytes})"
+        if self._chunks is not None:
+            return "the connection closed before the chunked body's last chunk"
+        return f"the connection closed after {received} of the body's {self._length} bytes"
 
     def _judge_body(self, body: bytes) -> None:
         s = self._settings
@@ -252,9 +299,9 @@ class HttpProbe(Protocol):
 
     def _judge_load(self, body: bytes) -> None:
         assert self._load is not None
-        if self._capped:  # a cut line could read as a wrong figure
-            limit = self._settings.max_response_bytes
-            self._verdict(False, f"HTTP {self._status}, load not read: the body is over max_response_bytes ({limit})")
+        incomplete = self._incomplete()
+        if incomplete is not None:
+            self._verdict(False, f"HTTP {self._status}, load not read: {incomplete}")
             return
         try:
             data = self._load(body)
@@ -274,27 +321,27 @@ class HttpProbe(Protocol):
 
 def dechunk(body: bytes) -> bytes:
     """The data of a chunked body, as far as it is well formed (the rest is dropped)."""
-    out = bytearray()
-    at = 0
-    while (m := CHUNK_SIZE.match(body, at)) is not None:
-        size = int(m.group(1), 16)
-        if size == 0:
-            break
-        start = m.end()
-        out += body[start : start + size]
-        at = start + size
-        at += 2 if body.startswith(b"\r\n", at) else 1 if body.startswith(b"\n", at) else 0
-    return bytes(out)
+    chunks = httpframe.Chunks()
+    chunks.scan(body)
+    return chunks.data(body)
 
 
 class HttpChecker:
     """``check(target)`` for an http or https monitor."""
 
     def __init__(
-        self, settings: HttpCheck, reactor: Any, timeout: float, port: int | None = None, bare: bool = True
+        self,
+        settings: HttpCheck,
+        reactor: Any,
+        timeout: float,
+        port: int | None = None,
+        bare: bool = True,
+        figures: Callable[[bytes], Mapping[str, float]] | None = None,
     ) -> None:
         """*bare*: plain http on a real reactor connects on a bare socket (False: Twisted's
-        client, as the tests that compare the two need)."""
+        client, as the tests that compare the two need). *figures*: read these from each
+        whole body instead of `settings.load`'s (raises `loadread.Unreadable`)."""
+        self._figures = figures
         self._settings = settings
         self._reactor = reactor
         self._timeout = timeout
@@ -319,15 +366,9 @@ class HttpChecker:
             return attempt.deferred
         port = self._port or target.port
         name = server_name(s, target.address) if s.tls else None
-        load = None
-        if s.load is not None:
-            source, key = s.load, (target.address, port)
-
-            def load(body: bytes) -> Mapping[str, float]:
-                reading = loadread.read(body, source)
-                rates = self._rates.update(key, reading.counters, self._reactor.seconds())
-                return loadread.figures(reading, rates)
-
+        load = self._figures
+        if load is None and s.load is not None:
+            load = self._load_of(s.load, (target.address, port))
         probe = HttpProbe(s, request_bytes(s, target.address, port), attempt, name, load)
         tls = self._creator(name) if name is not None else None
         if self._bare:
@@ -335,6 +376,17 @@ class HttpChecker:
         else:
             connect(self._reactor, target.address, port, probe, attempt, self._timeout, tls)
         return attempt.deferred
+
+    def _load_of(self, source: LoadSource, key: Hashable) -> Callable[[bytes], Mapping[str, float]]:
+        """The figures of *source* in a body of target *key* (its counters' rates since its
+        last check)."""
+
+        def load(body: bytes) -> Mapping[str, float]:
+            reading = loadread.read(body, source)
+            rates = self._rates.update(key, reading.counters, self._reactor.seconds())
+            return loadread.figures(reading, rates)
+
+        return load
 
     def _creator(self, name: str) -> IOpenSSLClientConnectionCreator:
         """TLS settings for one server name, made once (loading trust reads files)."""

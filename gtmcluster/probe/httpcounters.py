@@ -4,30 +4,35 @@
 Routers and hosts export interface counters to Prometheus (node_exporter's
 ``node_network_receive_bytes_total{device="eth0"}``, an SNMP exporter's ``ifHCInOctets``),
 and a load balancer in front of the link counts them too (HAProxy's stats CSV, ``bin`` and
-``bout`` of a frontend). Each reading is one GET (Twisted's `Agent`, no connection kept),
-its body capped at `MAX_BODY`, read by `probe.loadread` as the load sources' bodies are:
-two octet counters, received and sent, for `probe.linkrate.CounterRate` to turn into rates.
+``bout`` of a frontend). Each reading is one GET made by the http check's reader
+(`probe.http`), so it has the same cap and deadline as a load source's: at most the
+source's `max_response_bytes` of response read (4 MiB unless set), the whole exchange
+(connecting, headers, body) within its `timeout`, and the connection closed, or aborted,
+before the reading's Deferred fires: a status other than 200 ends the reading at its
+status line, a page over the cap or not whole is an error, never figures. A reader makes
+one request at a time: a `read` while the last is still in flight fails at once (the
+poller skips such rounds too). The page is read by `probe.loadread` as the load sources'
+bodies are: two octet counters, received and sent, for `probe.linkrate.CounterRate` to
+turn into rates.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool, ResponseDone
-from twisted.web.http_headers import Headers
-from twisted.web.iweb import UNKNOWN_LENGTH, IResponse
 
-from gtmcluster.config.monitoring import HttpCounterSource
+from gtmcluster.config.monitoring import HttpCheck, HttpCounterSource
 from gtmcluster.probe import loadread
+from gtmcluster.probe.base import Result, Target
+from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.linkrate import COUNTER64, Counters
-
-#: the largest page read (an exporter of a big router is a few hundred kilobytes)
-MAX_BODY = 4 * 1024 * 1024
 
 
 class CounterError(Exception):
@@ -54,77 +59,71 @@ def _counter(what: str, value: float) -> int:
     return int(value)
 
 
-class _Capped(Protocol):
-    """Collects a response body of at most `MAX_BODY` bytes."""
-
-    def __init__(self, done: Deferred[bytes]):
-        self.done = done
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def dataReceived(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > MAX_BODY:
-            self.parts = []
-            if self.transport is not None:
-                self.transport.stopProducing()  # type: ignore[attr-defined]
-            if not self.done.called:
-                self.done.errback(CounterError(f"the page is over {MAX_BODY:,} bytes"))
-            return
-        self.parts.append(data)
-
-    def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:  # noqa: B008
-        if self.done.called:
-            return
-        if reason.check(ResponseDone):
-            self.done.callback(b"".join(self.parts))
-        else:
-            self.done.errback(CounterError(f"the page was cut off: {reason.getErrorMessage()}"))
+def request_of(source: HttpCounterSource) -> tuple[HttpCheck, Target]:
+    """The check (GET, 200 wanted, at most `max_response_bytes` read) and target of a
+    counters page (its url http or https, its host an IP address: `config.links` made sure)."""
+    url = source.url
+    parts = urllib.parse.urlsplit(url)
+    tls = parts.scheme == "https"
+    address = ipaddress.ip_address(parts.hostname or "")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host = parts.netloc.rpartition("@")[2]
+    settings = HttpCheck(
+        tls=tls, path=path, host=host, expect_status=(200,), max_response_bytes=source.max_response_bytes
+    )
+    return settings, Target(address, parts.port or (443 if tls else 80), f"counters {url}")
 
 
 class HttpCounterReader:
-    """Reads a link's counters from a page over HTTP(S) (a `TrafficReader`)."""
+    """Reads a link's counters from a page over HTTP(S) (a `TrafficReader`), one request
+    at a time."""
 
     def __init__(self, reactor: Any, source: HttpCounterSource, timeout: float):
         self.reactor = reactor
         self.source = source
         self.timeout = timeout
-        self.agent = Agent(
-            reactor,
-            BrowserLikePolicyForHTTPS(),  # (https: the system's trusted CAs)
-            connectTimeout=timeout,
-            pool=HTTPConnectionPool(reactor, persistent=False),
-        )
+        settings, self._target = request_of(source)
+        self._check = HttpChecker(settings, reactor, timeout, figures=self._figures)
+        self._in_flight: Deferred[Result] | None = None
 
     def describe(self) -> str:
         return str(self.source)
 
+    @property
+    def in_flight(self) -> bool:
+        """A reading is under way (its connection open)."""
+        return self._in_flight is not None
+
     def read(self) -> Deferred[Counters]:
-        d = Deferred.fromCoroutine(self._read())
-        d.addTimeout(self.timeout, self.reactor)
-        return d.addErrback(_reason)
+        if self._in_flight is not None:
+            return defer.fail(CounterError("the last reading is still in flight"))
+        d = self._in_flight = self._check(self._target)  # (fires within the timeout, closed)
+        d.addBoth(self._landed)
+        return d.addCallback(_counters).addErrback(_reason)
 
-    async def _read(self) -> Counters:
-        headers = Headers({b"User-Agent": [b"gtmcluster link traffic"]})
-        response = await self.agent.request(b"GET", self.source.url.encode(), headers)
-        return octets(await self._body(response), self.source)
+    def _landed(self, outcome: Any) -> Any:
+        self._in_flight = None
+        return outcome
 
-    def _body(self, response: IResponse) -> Deferred[bytes]:
-        if response.code != 200:
-            response.deliverBody(Protocol())  # (read and dropped, so the connection ends)
-            raise CounterError(f"HTTP {response.code} {response.phrase.decode('latin-1', 'replace')}")
-        if response.length is not UNKNOWN_LENGTH and response.length > MAX_BODY:
-            response.deliverBody(Protocol())
-            raise CounterError(f"the page is {response.length:,} bytes, over {MAX_BODY:,}")
-        done: Deferred[bytes] = Deferred()
-        response.deliverBody(_Capped(done))
-        return done
+    def _figures(self, body: bytes) -> Mapping[str, float]:
+        try:
+            counters = octets(body, self.source)
+        except CounterError as e:
+            raise loadread.Unreadable(str(e)) from None
+        # (exact: each counter came from a float, read from the page)
+        return {"received": float(counters.in_octets), "sent": float(counters.out_octets)}
+
+
+def _counters(result: Result) -> Counters:
+    if not result.ok or result.data is None:
+        raise CounterError(result.reason)
+    return Counters(int(result.data["received"]), int(result.data["sent"]))
 
 
 def _reason(failure: Failure) -> Failure:
-    """A failure with a reason a log line can hold (a timeout, a refused connection)."""
+    """A failure with a reason a log line can hold (a cancelled reading)."""
     if failure.check(CounterError):
         return failure
-    if failure.check(defer.TimeoutError, defer.CancelledError):
-        return Failure(CounterError("no answer in time"))
+    if failure.check(defer.CancelledError):
+        return Failure(CounterError("the reading was cancelled"))
     return Failure(CounterError(failure.getErrorMessage() or type(failure.value).__name__))

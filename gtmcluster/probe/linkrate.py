@@ -5,7 +5,8 @@ they are kept: `probe.snmp.SnmpReader` (a router's ifHCInOctets/ifHCOutOctets) i
 first; a counter scraped over HTTP can be another. `CounterRate` turns successive readings
 into bits a second over the interval between them. The counters are 64-bit and wrap to 0;
 one that went backwards by more than a wrap at `MAX_LINE_BPS` could explain was reset (the
-agent restarted, the interface was replaced): that round gives no figure, and the next
+agent restarted, the interface was replaced), and one that went up by more than that rate
+could count jumped (another counter, not traffic): that round gives no figure, and the next
 one counts from the new value. Pure but for the `TrafficReader` protocol's Deferred.
 """
 
@@ -59,15 +60,19 @@ def delta(old: int, new: int, seconds: float) -> int | None:
 
 
 def rate(before: Counters, after: Counters, seconds: float) -> Rate | None:
-    """The rates between two readings *seconds* apart, or None (no time passed, or a
-    counter was reset)."""
+    """The rates between two readings *seconds* apart, or None (no time passed, a counter
+    was reset, or one jumped by more than `MAX_LINE_BPS` could count in the time: a
+    counter replaced by another, not traffic)."""
     if seconds <= 0:
         return None
     got_in = delta(before.in_octets, after.in_octets, seconds)
     got_out = delta(before.out_octets, after.out_octets, seconds)
     if got_in is None or got_out is None:
         return None
-    return Rate(got_in * 8 / seconds, got_out * 8 / seconds)
+    bps_in, bps_out = got_in * 8 / seconds, got_out * 8 / seconds
+    if bps_in > MAX_LINE_BPS or bps_out > MAX_LINE_BPS:
+        return None
+    return Rate(bps_in, bps_out)
 
 
 class CounterRate:

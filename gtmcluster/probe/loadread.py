@@ -15,8 +15,12 @@ The formats (docs/load-sources.md):
 - ``nginx``: ``stub_status``: ``Active connections``.
 - ``json``: an object with some of connections, packets_per_second, kbps, capacity (an agent).
 
-Nothing here does I/O, so link capacity can read its traffic counters the same way. A body
-that cannot be read raises `Unreadable` with a short reason, never another exception.
+Every figure is a finite number, at least 0; a gauge (and a rate) at most
+`config.loadsource.MAX_FIGURE` (10**12): a body reporting more (``capacity: 1e308``) is
+unreadable, and a rate above it (a counter that jumped) is left out of that reading, so no
+sum a load-based method makes of them can be infinite. Nothing here does I/O, so link
+capacity can read its traffic counters the same way. A body that cannot be read raises
+`Unreadable` with a short reason, never another exception.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gtmcluster.config.loadsource import MAX_FIGURE
 from gtmcluster.config.monitoring import LoadSource, Sample
 
 #: the figures a reading may give as they are
@@ -68,6 +73,9 @@ def read(body: bytes, source: LoadSource) -> Reading:
         reading = _json(body)
     else:
         raise Unreadable(f"unknown load format {source.format!r}")
+    for name, value in reading.gauges.items():
+        if value > MAX_FIGURE:
+            raise Unreadable(f"{name} is {value:g}, over {MAX_FIGURE:g} (the most a load figure may be)")
     if source.fixed_capacity is not None:
         reading = Reading({**reading.gauges, "capacity": float(source.fixed_capacity)}, reading.counters)
     return reading
@@ -261,12 +269,16 @@ class CounterRates:
 
 def figures(reading: Reading, rates: Mapping[str, float]) -> dict[str, float]:
     """The figures for the load-based methods: the gauges, and the counters' rates
-    (packets a second; bytes a second as kbps)."""
+    (packets a second; bytes a second as kbps), a rate over `MAX_FIGURE` left out (a
+    counter that jumped, or readings a moment apart: no figure this time)."""
     out = dict(reading.gauges)
     if "packets" in rates:
         out["packets_per_second"] = rates["packets"]
     if "bytes" in rates:
         out["kbps"] = rates["bytes"] * KBPS_PER_BYTE
+    for name in ("packets_per_second", "kbps"):
+        if name in out and not 0 <= out[name] <= MAX_FIGURE:
+            del out[name]
     return out
 
 

@@ -4,6 +4,7 @@ missing paths, readiness, ECS, QoS, load figures, and explain without side effec
 from __future__ import annotations
 
 import ipaddress
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,42 @@ def test_dynamic_ratio_answers_follow_ratio_times_spare(dynamic_node: Node, figu
         for b, y in share.items():
             if x > y:
                 assert answers.count(a) >= answers.count(b) - 1, (share, answers)
+
+
+def test_load_figures_past_any_server_count_for_nothing(tmp_path: Path) -> None:
+    """A figure over `MAX_FIGURE` (the readers refuse such; an older member's record may
+    hold one) counts as none: a pool of two members reporting a capacity of 1e308 does not
+    sum to infinity, so no qos score is NaN (0 × NaN would be, even at a weight of 0) and
+    the pools are ranked by the figures that are numbers (here the packet rates)."""
+    raw = configs.base()
+    raw["pools"]["big"] = {"members": ["vs1", "vs2"], "load_balancing": {"preferred": "global_availability"}}
+    raw["pools"]["small"] = {"members": ["vs3"], "load_balancing": {"preferred": "global_availability"}}
+    raw["wideips"]["gslb.example.test"] = {"pools": ["small", "big"], "pool_lb": "qos"}
+    n = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: 1000.0)
+    n.ready = True
+    for dc in ("DC1", "DC2", "DC3"):
+        path(n, dc, 10_000)
+    metrics(n, "vs1", capacity=1e308, packets_per_second=10)
+    metrics(n, "vs2", capacity=1e308, packets_per_second=10)
+    metrics(n, "vs3", capacity=10, packets_per_second=100)
+    wideip = next(iter(n.config.wideips.values()))
+    decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
+    scores = [score for step in decision.trace for _, score in step.scores]
+    assert scores and all(math.isfinite(s) for s in scores), decision.trace
+    assert decision.trace[0].result[0] == "big", decision.trace
+    assert ask(n) == ["10.0.1.1"]
+
+
+@pytest.mark.parametrize("method", ["vs_capacity", "dynamic_ratio", "least_connections"])
+def test_load_methods_ignore_figures_that_are_no_numbers(tmp_path: Path, method: str) -> None:
+    """The pool-level sums of every load method skip a figure past `MAX_FIGURE`: their
+    scores stay finite, and the members with real figures are chosen by them."""
+    n = node(tmp_path, load_balancing={"preferred": method, "alternate": "global_availability"})
+    metrics(n, "vs1", capacity=1e308, connections=1e300)
+    metrics(n, "vs2", capacity=100, connections=10)
+    metrics(n, "vs3", capacity=50, connections=40)
+    wideip = next(iter(n.config.wideips.values()))
+    decision = n.balancer.explain(wideip, 1, Client.from_ldns(ipaddress.ip_address(LDNS)))
+    scores = dict(decision.trace[1].scores)
+    assert "vs1" not in scores and all(math.isfinite(s) for s in scores.values()), decision.trace
+    assert ask(n) == ["10.0.2.1"]

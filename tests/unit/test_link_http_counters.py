@@ -74,7 +74,7 @@ def test_http_sources_in_the_config(tmp_path: Path) -> None:
         "interval": 5,
     }
     config["links"]["tel"]["traffic"] = {
-        "http": {"url": "https://[::1]:8404/stats;csv", "format": "haproxy", "proxy": "up"}
+        "http": {"url": "https://[::1]:8404/stats;csv", "format": "haproxy", "proxy": "up", "max_response_bytes": 65536}
     }
     loaded = load(configs.write(tmp_path, config))
     cnc, tel = loaded.links["cnc"].traffic, loaded.links["tel"].traffic
@@ -86,8 +86,9 @@ def test_http_sources_in_the_config(tmp_path: Path) -> None:
         (Sample("node_network_transmit_bytes_total"),),
     )
     assert tel.source == HttpCounterSource(
-        "https://[::1]:8404/stats;csv", LoadSource("haproxy", proxy="up", server="FRONTEND")
+        "https://[::1]:8404/stats;csv", LoadSource("haproxy", proxy="up", server="FRONTEND"), max_response_bytes=65536
     )
+    assert cnc.source.max_response_bytes == 4 * 1024 * 1024  # (the default)
 
 
 BAD = [
@@ -101,6 +102,16 @@ BAD = [
     ({"url": "http://10.0.0.1/m", "received": "a b", "sent": "b"}, "links.cnc.traffic.http.received", "metric name"),
     ({"url": "http://10.0.0.1/s", "format": "haproxy"}, "links.cnc.traffic.http", "missing key 'proxy'"),
     ({"url": "http://10.0.0.1/s", "format": "nginx"}, "links.cnc.traffic.http.format", "not one of"),
+    (
+        {"url": "http://10.0.0.1/m", "received": "a", "sent": "b", "max_response_bytes": 100},
+        "links.cnc.traffic.http.max_response_bytes",
+        "1024",
+    ),
+    (
+        {"url": "http://10.0.0.1/m", "received": "a", "sent": "b", "max_response_bytes": 2**30},
+        "links.cnc.traffic.http.max_response_bytes",
+        "16777216",
+    ),
 ]
 
 
@@ -169,9 +180,9 @@ def test_a_real_haproxy_counts_the_readings(haproxy: Server) -> None:
 def test_readings_that_fail_say_why(haproxy: Server) -> None:
     base = f"http://{haproxy.address}:{haproxy.port}"
     nope = read({"url": f"{base}/stats;csv", "format": "haproxy", "proxy": "nope"}, reads=1)
-    assert nope == [{"error": "no row for proxy 'nope' server 'FRONTEND' in the HAProxy stats"}]
+    assert nope == [{"error": "HTTP 200, no row for proxy 'nope' server 'FRONTEND' in the HAProxy stats"}]
     missing = read({"url": f"{base}/nothing", "format": "haproxy", "proxy": "stats"}, reads=1)
-    assert missing[0]["error"].startswith("HTTP 503"), missing
+    assert missing == [{"error": "HTTP 503 not in [200]"}], missing
     closed = read({"url": f"http://{haproxy.address}:9/stats;csv", "format": "haproxy", "proxy": "stats"}, reads=1)
     assert "refused" in closed[0]["error"].lower(), closed
 

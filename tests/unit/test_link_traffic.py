@@ -259,3 +259,34 @@ def test_what_a_traffic_record_may_be(key: str, value: object, ttl: float | None
     assert (found.reason if found else None) == reason, found
     if reason is None and value is not None:
         assert schema.problem(key, value, "n1", ttl, version=3) is not None  # a version-3 member refuses it
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "seconds"),
+    [
+        (Counters(0, 0), Counters(2**63, 0), 10.0),  # in: 7e17 bit/s
+        (Counters(5, 5), Counters(5, COUNTER64 - 1), 3600.0),  # out: 4e16 bit/s over an hour
+        (Counters(0, 0), Counters(int(MAX_LINE_BPS / 8) + 1, 0), 1.0),  # just over the fastest line
+    ],
+)
+def test_a_counter_that_jumped_further_than_a_line_can_count_gives_no_figure(
+    before: Counters, after: Counters, seconds: float
+) -> None:
+    """Counters that went up by more than MAX_LINE_BPS could count in the interval were
+    replaced (another agent, another counter), not traffic: that round gives no figure
+    (a figure of 10**17 bit/s would mark the link full), and the next counts from there."""
+    assert rate(before, after, seconds) is None
+    tracker = CounterRate()
+    tracker.update(before, 0.0)
+    assert tracker.update(after, seconds) is None
+    grown = Counters((after.in_octets + 1000) % COUNTER64, (after.out_octets + 1000) % COUNTER64)
+    assert tracker.update(grown, 2 * seconds) == Rate(8000 / seconds, 8000 / seconds)
+
+
+def test_a_shared_figure_past_any_link_counts_for_nothing() -> None:
+    """A traffic record over the largest bandwidth a link may have (an older member's, a
+    corrupted one) is no figure: the link is judged without it."""
+    assert linkload.from_value({"bps_in": 1e300, "bps_out": 0, "by": "n2"}) is None
+    assert linkload.from_value({"bps_in": 0, "bps_out": 10**30, "by": "n2"}) is None
+    top = linkload.from_value({"bps_in": linkload.MAX_BPS, "bps_out": 0, "by": "n2"})
+    assert top is not None and top.bps == linkload.MAX_BPS

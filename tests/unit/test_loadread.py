@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gtmcluster.config.loadsource import MAX_FIGURE
 from gtmcluster.config.monitoring import LoadSource, Sample
 from gtmcluster.probe import loadread
 from gtmcluster.probe.loadread import CounterRates, Reading, Unreadable
@@ -197,6 +198,7 @@ def test_near_miss_bodies_give_figures_or_a_reason(row: list[str], active: str, 
             assert str(e)
         else:
             assert all(math.isfinite(v) and v >= 0 for v in [*reading.gauges.values(), *reading.counters.values()])
+            assert all(v <= MAX_FIGURE for v in reading.gauges.values())
 
 
 # -- counters to rates
@@ -250,3 +252,42 @@ def test_figures_turn_byte_rates_into_kbps() -> None:
     got = loadread.figures(reading, {"bytes": 1000.0, "packets": 50.0})
     assert got == {"connections": 4.0, "kbps": 8.0, "packets_per_second": 50.0}
     assert loadread.figures(reading, {}) == {"connections": 4.0}
+
+
+# -- figures past any server
+
+CSV_HEAD = b"# pxname,svname,scur,slim,bin,bout\n"
+HAPROXY_WEB = LoadSource("haproxy", proxy="web", server="FRONTEND")
+
+
+@pytest.mark.parametrize(
+    ("body", "source", "figure"),
+    [
+        (b'{"capacity": 1e308, "connections": 5}', LoadSource("json"), "capacity is 1e+308"),
+        (b'{"connections": 2000000000000}', LoadSource("json"), "connections is 2e+12"),
+        (b'{"kbps": 1e13}', LoadSource("json"), "kbps is 1e+13"),
+        (b"cap 1e308\n", LoadSource("prometheus", capacity=(Sample("cap"),)), "capacity is 1e+308"),
+        (
+            b"a 9e11\nb 9e11\n",
+            LoadSource("prometheus", connections=(Sample("a"), Sample("b"))),
+            "connections is 1.8e+12",
+        ),
+        (CSV_HEAD + b"web,FRONTEND,1,99999999999999999999,0,0\n", HAPROXY_WEB, "capacity is 1e+20"),
+        (b"Active connections: 99999999999999999999 \n", LoadSource("nginx"), "connections is 1e+20"),
+    ],
+)
+def test_a_figure_past_any_server_is_refused(body: bytes, source: LoadSource, figure: str) -> None:
+    """A load figure over MAX_FIGURE (10**12, the most a config may state too) is no
+    figure: the body is unreadable, saying which, so no sum of them can be infinite."""
+    assert problem(body, source) == f"{figure}, over 1e+12 (the most a load figure may be)"
+
+
+def test_a_rate_past_any_server_is_left_out() -> None:
+    """A counter that jumped (or readings a moment apart) gives a rate over MAX_FIGURE:
+    that reading has no such figure; the gauges stand."""
+    reading = Reading({"connections": 4.0}, {"bytes": 1.0, "packets": 2.0})
+    assert loadread.figures(reading, {"bytes": 1e300, "packets": 2e12}) == {"connections": 4.0}
+    rates = CounterRates()
+    rates.update("t", {"bytes": 0.0}, 10.0)
+    jumped = rates.update("t", {"bytes": 1.8e19}, 10.001)
+    assert loadread.figures(Reading({}, {"bytes": 1.8e19}), jumped) == {}

@@ -354,3 +354,50 @@ def test_dechunk_keeps_what_is_well_formed() -> None:
     assert dechunk(chunked(b"hello world", 3)) == b"hello world"
     assert dechunk(b"5\r\nhello\r\nzz\r\nmore") == b"hello"
     assert dechunk(b"not chunked") == b""
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (
+            OK.replace(b"\r\n\r\n", b"\r\nContent-Length: 40\r\n\r\n") + b"conns 12",  # (the figure was 12345)
+            "HTTP 200, load not read: the connection closed after 8 of the body's 40 bytes",
+        ),
+        (
+            OK.replace(b"\r\n\r\n", b"\r\nTransfer-Encoding: chunked\r\n\r\n") + b"8\r\nconns 12",
+            "HTTP 200, load not read: the connection closed before the chunked body's last chunk",
+        ),
+        (
+            OK.replace(b"\r\n\r\n", b"\r\nTransfer-Encoding: chunked\r\n\r\n") + b"4\r\nconns 12\r\n0\r\n\r\n",
+            "HTTP 200, load not read: chunk data not followed by a line end at byte 7 of the body",
+        ),
+    ],
+)
+def test_load_of_a_body_cut_short_is_not_read(reactor: MemoryReactorClock, reply: bytes, reason: str) -> None:
+    """A body that is not whole (shorter than its Content-Length, chunks without the last
+    one, malformed chunks) could end in a cut figure: it is refused, saying why."""
+    source = LoadSource("prometheus", connections=(Sample("conns"),))
+    d, protocol, _ = start(reactor, HttpCheck(tls=False, path="/metrics", load=source))
+    protocol.dataReceived(reply)
+    close(protocol)
+    result = result_of(d)
+    assert not result.ok and result.data is None
+    assert result.reason == reason
+
+
+def test_a_content_length_of_thousands_of_digits_is_an_error(reactor: MemoryReactorClock) -> None:
+    """(int() refuses more than 4,300 digits: that must not escape as an exception.)"""
+    d, protocol, transport = start(reactor, HttpCheck(tls=False, expect_body="ok"))
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 1" + b"0" * 5000 + b"\r\n\r\nok")
+    assert result_of(d).reason == "HTTP 200: Content-Length of more than 18 digits"
+    assert transport.disconnected
+
+
+def test_a_whole_chunked_body_is_judged_without_waiting_for_the_close(reactor: MemoryReactorClock) -> None:
+    """The last chunk ends the body: the verdict comes at once, and the connection is
+    closed (a server that keeps it open costs nothing)."""
+    source = LoadSource("prometheus", connections=(Sample("conns"),))
+    d, protocol, transport = start(reactor, HttpCheck(tls=False, path="/metrics", load=source))
+    protocol.dataReceived(OK.replace(b"\r\n\r\n", b"\r\nTransfer-Encoding: chunked\r\n\r\n") + chunked(b"conns 7\n", 3))
+    assert result_of(d) == Result(True, "HTTP 200, load connections=7", 0.0, {"connections": 7.0})
+    assert transport.disconnecting
