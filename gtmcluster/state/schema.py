@@ -191,7 +191,14 @@ def _integer(value: Mapping[str, Any], field: str, low: int, high: int) -> str |
 
 
 def _finite(number: Any) -> bool:
-    return type(number) in (int, float) and math.isfinite(number)
+    """A number finite as a float: an integer past a float's range (JSON reads integers of
+    hundreds of digits exactly) is not, and must not raise where the record is checked."""
+    if type(number) not in (int, float):
+        return False
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def _observation(value: Mapping[str, Any]) -> str | None:

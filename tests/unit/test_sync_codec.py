@@ -74,6 +74,15 @@ def test_batches_stay_under_the_limit_and_never_split_a_record() -> None:
         (json.dumps([["k", 1, 5, 0, "gtm-a", None, -1]]).encode(), "bad age"),
         (json.dumps([["k", 1, 10**15, 0, "gtm-a", None, 0]]).encode(), "a day ahead"),
         (b"[" * 50000 + b"]" * 50000, "not JSON"),
+        # integers past a float's range (JSON reads hundreds of digits exactly): refused,
+        # never an OverflowError out of the decoder
+        (b'[["k", 1, 5, 0, "gtm-a", 1' + b"0" * 400 + b", 0]]", "bad TTL"),
+        (b'[["k", 1, 5, 0, "gtm-a", null, 1' + b"0" * 400 + b"]]", "bad age"),
+        (b'[["metrics/vs/a", {"capacity": 1' + b"0" * 400 + b', "by": "gtm-a"}, 5, 0, "gtm-a", 30, 0]]', "capacity"),
+        (
+            b'[["held/vs/a", {"since": -1' + b"0" * 400 + b', "reason": "r", "by": "gtm-a"}, 5, 0, "gtm-a", null, 0]]',
+            "since",
+        ),
     ],
 )
 def test_malformed_batches_raise_bad_message(payload: bytes, why: str) -> None:
