@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Config
+from gtmcluster.config.model import Config, TransferLimits
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import Transfers, transfer_type
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR
@@ -161,6 +161,39 @@ def _with_key(key: Any, transfer: Any = None) -> Any:
 )
 def test_bad_transfer_config_is_one_clear_problem(tmp_path: Path, mutation: Any, path: str, fragment: str) -> None:
     file, problems = problems_of(tmp_path, mutation)
+    assert_form(find(problems, path, fragment), file, path)
+
+
+def test_transfer_limits_are_read_with_their_defaults(tmp_path: Path) -> None:
+    """``dns_server.transfer`` sets the caps, the stall deadline and the TSIG window; each
+    key left out keeps its default (BIND's transfers-out and transfers-per-ns, 30 s, 300 s)."""
+    assert load(configs.write(tmp_path / "default", configs.base())).dns_server.transfer == TransferLimits(
+        10, 2, 30.0, 300
+    )
+    config = configs.base()
+    config["dns_server"]["transfer"] = {"max_in_flight": 4, "stall_timeout": 2.5, "tsig_max_fudge": 60}
+    limits = load(configs.write(tmp_path / "set", config)).dns_server.transfer
+    assert limits == TransferLimits(max_in_flight=4, max_per_source=2, stall_timeout=2.5, tsig_max_fudge=60)
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "fragment"),
+    [
+        ({"max_in_flight": 0}, "dns_server.transfer.max_in_flight", "0 is out of range (1 to 10000)"),
+        ({"max_per_source": 2.5}, "dns_server.transfer.max_per_source", "2.5 is not a whole number"),
+        (
+            {"max_in_flight": 3, "max_per_source": 4},
+            "dns_server.transfer.max_per_source",
+            "4 is more than max_in_flight",
+        ),
+        ({"stall_timeout": 0}, "dns_server.transfer.stall_timeout", "0 is out of range (1 to 3600)"),
+        ({"tsig_max_fudge": 70000}, "dns_server.transfer.tsig_max_fudge", "70000 is out of range (1 to 65535)"),
+        ({"max_transfers": 3}, "dns_server.transfer.max_transfers", "unknown key"),
+        ("ten", "dns_server.transfer", "a mapping {max_in_flight, max_per_source, stall_timeout"),
+    ],
+)
+def test_bad_transfer_limits_are_one_clear_problem(tmp_path: Path, value: Any, path: str, fragment: str) -> None:
+    file, problems = problems_of(tmp_path, put("dns_server", "transfer", value=value))
     assert_form(find(problems, path, fragment), file, path)
 
 
