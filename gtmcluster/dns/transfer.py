@@ -35,6 +35,10 @@ transfer is encoded once per config and kept (requests arriving meanwhile wait f
 same encoding); each transfer then only patches the request's ID and question into the
 kept messages and signs them. Incremental transfers are encoded per request: their cost is
 the change's.
+
+TSIG time (RFC 8945 5.2.3): a request signed further from our clock than its own fudge, or
+than ``dns_server.transfer.tsig_max_fudge`` (300 s) whichever is less, gets BADTIME: a
+request cannot widen its own replay window by stating a large fudge (up to 65,535 s).
 """
 
 from __future__ import annotations
@@ -121,7 +125,9 @@ class Transfers:
 
     *previous*: the running config's, whose journals this one continues (each zone's
     `Journal.after` the old zone and the new one). *cooperate*: how big transfers are
-    encoded a message at a time (`PER_TURN.cooperate`); None encodes them at once."""
+    encoded a message at a time (`PER_TURN.cooperate`); None encodes them at once.
+    *max_fudge*: the widest TSIG time window accepted, whatever a request's fudge says
+    (``dns_server.transfer.tsig_max_fudge``); *now*: our clock, in seconds since the epoch."""
 
     def __init__(
         self,
@@ -129,10 +135,14 @@ class Transfers:
         settings: Mapping[Name, ZoneTransfer],
         previous: Transfers | None = None,
         cooperate: Cooperate | None = None,
+        max_fudge: int = 300,
+        now: Callable[[], float] = time.time,
     ):
         self.zones = zones
         self.settings = settings
         self.cooperate = cooperate
+        self.max_fudge = max_fudge
+        self.now = now
         #: zone origin -> the changes kept for IXFR (zones with none are absent)
         self.journals: dict[Name, Journal] = _journals(zones, settings, previous)
         #: the zones' keys by DNS name (a refusal of a request signed with one is signed)
@@ -221,16 +231,22 @@ class Transfers:
         """The signed request verified with *key*, or the NOTAUTH reply saying why not."""
         assert query.keyname is not None
         if key is None or query.keyname != dns.name.from_text(key.name) or query.keyalgorithm != algorithm(key):
-            return _tsig_error(query, dns.rcode.BADKEY, None)
+            return _tsig_error(query, dns.rcode.BADKEY, None, self.now())
         ring = {dns.name.from_text(key.name): dns_key(key)}
         try:
-            return dns.message.from_wire(data, keyring=ring)
+            verified = dns.message.from_wire(data, keyring=ring)
         except dns.tsig.BadTime:
-            return _tsig_error(query, dns.rcode.BADTIME, key)
+            return _tsig_error(query, dns.rcode.BADTIME, key, self.now())
         except (dns.tsig.BadSignature, dns.tsig.BadKey, dns.tsig.BadAlgorithm, dns.message.UnknownTSIGKey):
-            return _tsig_error(query, dns.rcode.BADSIG, None)
+            return _tsig_error(query, dns.rcode.BADSIG, None, self.now())
         except dns.exception.DNSException:
             return _error(query, dns.rcode.FORMERR)
+        # (dnspython checked the time against the request's own fudge: ours caps it)
+        assert query.tsig is not None
+        signed = query.tsig[0]
+        if abs(self.now() - signed.time_signed) > min(signed.fudge, self.max_fudge):
+            return _tsig_error(query, dns.rcode.BADTIME, key, self.now())
+        return verified
 
     def _udp(
         self,
@@ -358,21 +374,21 @@ def _error(query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
     return response.to_wire()
 
 
-def _tsig_error(query: dns.message.Message, error: int, key: TSIGKey | None) -> bytes:
-    """NOTAUTH with a TSIG record carrying *error*: signed with *key* (BADTIME), else
-    with an empty MAC (BADKEY, BADSIG; RFC 8945 5.3.2)."""
+def _tsig_error(query: dns.message.Message, error: int, key: TSIGKey | None, now: float) -> bytes:
+    """NOTAUTH with a TSIG record carrying *error* and our time *now*: signed with *key*
+    (BADTIME), else with an empty MAC (BADKEY, BADSIG; RFC 8945 5.3.2)."""
     response = dns.message.make_response(query)
     response.flags &= ~dns.flags.AA
     response.set_rcode(dns.rcode.NOTAUTH)
     assert query.tsig is not None and query.keyname is not None
     request = query.tsig[0]
     if key is not None:
-        now = struct.pack("!Q", int(time.time()))[2:]  # RFC 8945 5.2.3: our time
-        response.use_tsig(dns_key(key), query.keyname, request.fudge, query.id, error, now, algorithm=algorithm(key))
+        ours = struct.pack("!Q", int(now))[2:]  # RFC 8945 5.2.3: our time
+        response.use_tsig(dns_key(key), query.keyname, request.fudge, query.id, error, ours, algorithm=algorithm(key))
         response.request_mac = request.mac
         return response.to_wire()
     tsig = dns.message.Message._make_tsig(
-        query.keyname, request.algorithm, int(time.time()), request.fudge, b"", query.id, error, b""
+        query.keyname, request.algorithm, int(now), request.fudge, b"", query.id, error, b""
     )
     response.tsig = tsig
     response.want_tsig_sign = False

@@ -335,6 +335,51 @@ def test_stale_time_is_notauth_badtime_signed(tmp_path: Path, monkeypatch: pytes
     assert abs(int.from_bytes(tsig.other, "big") - time.time()) < 60
 
 
+class _Behind:
+    """A signer's clock *seconds* behind ours."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def time(self) -> float:
+        return time.time() - self.seconds
+
+
+@pytest.mark.parametrize(
+    ("fudge", "behind", "cap", "accepted"),
+    [
+        (65535, 1000, None, False),  # its fudge would let it in: our 300 s do not (a replay window of 18 h)
+        (65535, 1000, 3600, True),  # a wider window, configured
+        (300, 200, None, True),
+        (10, 100, None, False),  # its own fudge is the narrower
+    ],
+)
+def test_the_time_window_is_the_lesser_of_the_request_fudge_and_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fudge: int, behind: float, cap: int | None, accepted: bool
+) -> None:
+    """RFC 8945 5.2.3 checks the time against the request's fudge, which the request
+    states itself; ``dns_server.transfer.tsig_max_fudge`` (300 s) caps it: beyond, BADTIME."""
+    config = transfer_config(tmp_path)
+    query = request()
+    query.use_tsig(RING, KEY, fudge=fudge)
+    monkeypatch.setattr(dns.message, "time", _Behind(behind))
+    signed = query.to_wire()
+    monkeypatch.undo()
+    transfers = (
+        Transfers(config.zones, config.transfers)
+        if cap is None
+        else Transfers(config.zones, config.transfers, max_fudge=cap)
+    )
+    wires = Sync(transfers).answer(signed, "127.0.0.1", tcp=True) or []
+    if accepted:
+        assert len(records(read(wires, query))) == 20
+        return
+    (wire,) = wires
+    reply = dns.message.from_wire(wire, keyring=False)
+    assert reply.rcode() == dns.rcode.NOTAUTH and reply.tsig is not None
+    assert reply.tsig[0].error == dns.rcode.BADTIME and len(reply.tsig[0].mac) == 32
+
+
 # --- IXFR ---------------------------------------------------------------------------------------
 
 
