@@ -26,7 +26,7 @@ from twisted.internet.defer import Deferred
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, TransferLimits
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.transfer import Transfers, transfer_type
+from gtmcluster.dns.transfer import Outgoing, Transfers, transfer_type
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR
 from gtmcluster.stats import QueryStats
 from tests.support import configs
@@ -49,17 +49,27 @@ def transfer_config(tmp_path: Path, tsig: bool = True, zone: str = configs.ZONE,
     return load(configs.write(tmp_path, config, zone=zone))
 
 
+def sent(replies: Any) -> list[bytes]:
+    """The messages of a transfer begun at once (without a cooperator), all of them; or the
+    messages of a refusal as they are."""
+    if isinstance(replies, Outgoing):
+        messages = replies.start()
+        assert not isinstance(messages, Deferred)
+        return list(messages)
+    assert isinstance(replies, list)
+    return replies
+
+
 class Sync:
     """A config's transfers without a cooperator, which answer at once: the answer as a
-    list of messages (or None)."""
+    list of messages (or None), a transfer begun and all its messages made."""
 
     def __init__(self, transfers: Transfers):
         self.transfers = transfers
 
     def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> list[bytes] | None:
         replies = self.transfers.answer(data, source, tcp, udp_size)
-        assert not isinstance(replies, Deferred)
-        return replies
+        return None if replies is None else sent(replies)
 
 
 def transfers_of(config: Config) -> Sync:
@@ -437,10 +447,18 @@ def test_the_responder_hands_transfers_over_tcp_and_answers_the_rest(tmp_path: P
     responder = Responder(config.zones, {}, _no_wideips, stats=stats, transfers=transfers)
     query = request()
     replies = responder.handle_stream(query.to_wire(), "127.0.0.1")
-    assert isinstance(replies, list)
-    messages = read(replies, query)
+    assert isinstance(replies, Outgoing)
+    assert not stats.queries  # (counted once begun or refused)
+    messages = read(sent(replies), query)
     assert len(records(messages)) == 20
     assert stats.queries[("", "AXFR", "NOERROR", "transfer")] == 1
+    # refused for want of a slot (the connection says): counted as REFUSED, signed
+    again = request()
+    outgoing = responder.handle_stream(again.to_wire(), "127.0.0.1")
+    assert isinstance(outgoing, Outgoing)
+    busy = dns.message.from_wire(outgoing.refuse(), keyring=RING, request_mac=again.mac)
+    assert busy.rcode() == dns.rcode.REFUSED and busy.had_tsig
+    assert stats.queries[("", "AXFR", "REFUSED", "transfer")] == 1
     # an ordinary query over TCP: one answer, as before
     ordinary = responder.handle_stream(dns.message.make_query("www.example.test", "A").to_wire(), "127.0.0.1")
     assert isinstance(ordinary, list)
