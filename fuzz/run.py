@@ -30,6 +30,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "peer_stream": ("gtmcluster.sync", "gtmcluster.state", "twisted.protocols.amp"),
     "load_body": ("gtmcluster.probe", "prometheus_client"),
     "http_stream": ("gtmcluster.probe",),
+    "xfr_stream": ("gtmcluster.dns",),
 }
 #: an input that takes longer than this (seconds) is a finding (a hang, an alias bomb)
 TIMEOUT = 10

@@ -260,6 +260,51 @@ def http_stream() -> list[bytes]:
     return seeds
 
 
+def _framed(*messages: bytes) -> bytes:
+    return b"".join(struct.pack("!H", len(m)) + m for m in messages)
+
+
+def _reads(size: int, stream: bytes, controls: bytes, then: bytes = b"") -> bytes:
+    """*stream* cut into reads of *size* bytes at most (the largest that divides it: the
+    target reads whole reads), each after a control byte (`fuzz.xfr_stream`), taken from
+    *controls* in turn; *then*, control bytes with no read after them."""
+    size = max(n for n in range(1, min(size, len(stream)) + 1) if len(stream) % n == 0)
+    out = bytes([size - 1])
+    for i in range(0, len(stream), size):
+        out += bytes([controls[(i // size) % len(controls)]]) + stream[i : i + size]
+    return out + bytes(c | 16 for c in then)
+
+
+def ixfr(serial: int, qid: int = 0x4321) -> bytes:
+    """An IXFR request for example.test from *serial* (the SOA in its authority section)."""
+    soa = b"\xc0\x0c" + struct.pack("!HHIH", 6, 1, 0, 22) + b"\x00\x00" + struct.pack("!IIIII", serial, 0, 0, 0, 0)
+    head = struct.pack("!HHHHHH", qid, 0, 1, 0, 1, 0)
+    return head + b"\x07example\x04test\x00" + struct.pack("!HH", 251, 1) + soa
+
+
+def xfr_stream() -> list[bytes]:
+    """Zone transfer requests on a TCP connection, as secondaries (and careless or hostile
+    clients) send them; the first byte the read size, then reads after control bytes:
+    take (1), tick (2), turn (4), close (8)."""
+    axfr = query("example.test", 252, flags=0)
+    axfr_edns = query("example.test", 252, qid=0x1111, flags=0, edns=True)
+    www = query("www.example.test", 1)
+    # (the client reading and the clock ticking: encoding turns, a transfer taken)
+    drain = b"\x03" * 24
+    return [
+        _reads(256, _framed(axfr), b"\x01", drain),  # one AXFR, read as it comes
+        _reads(64, _framed(axfr, axfr_edns, axfr, axfr_edns), b"\x00\x00\x01\x03", drain * 4),  # pipelined
+        _reads(32, _framed(axfr) * 4, b"\x02", b"\x02" * 40),  # pipelined, never read: the stall deadline
+        _reads(128, _framed(ixfr(1), ixfr(2), ixfr(0)), b"\x01\x03", drain),  # a difference, up to date, whole
+        _reads(1, _framed(axfr), b"\x05", drain),  # a byte at a time
+        _reads(200, _framed(*[www] * 40, axfr, www), b"\x00\x04\x05", b"\x05" * 4 + drain),  # a burst
+        _reads(64, _framed(query("www.example.test", 252, flags=0), query("example.test", 252, qclass=3)), b"\x01"),
+        _reads(16, _framed(axfr)[:20], b"\x01\x02", b"\x02" * 6),  # cut short: the message timeout
+        _reads(16, _framed(www) + b"\x00\x05hello", b"\x01"),  # a runt: the connection closed
+        _reads(64, _framed(axfr, axfr), b"\x00", b"\x03\x03\x08"),  # closed while the transfer is made
+    ]
+
+
 def write(target: str, seeds: list[bytes]) -> None:
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -293,6 +338,7 @@ def main() -> None:
     write("peer_stream", peer_stream())
     write("load_body", load_body())
     write("http_stream", http_stream())
+    write("xfr_stream", xfr_stream())
 
 
 if __name__ == "__main__":

@@ -130,7 +130,13 @@ class Node:
             # (the running signers, where a zone's keys are unchanged: their kept signatures too)
             signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None)),
             # (the running transfers' IXFR journals continue; big transfers yield to the reactor)
-            transfers=Transfers(config.zones, config.transfers, _running_transfers(self), PER_TURN.cooperate),
+            transfers=Transfers(
+                config.zones,
+                config.transfers,
+                _running_transfers(self),
+                PER_TURN.cooperate,
+                config.dns_server.transfer.tsig_max_fudge,
+            ),
         )
         # Reuse decisions only where the health snapshot says all there is about
         # availability (tests may pass another availability, read at every query).

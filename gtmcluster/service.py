@@ -209,6 +209,7 @@ def make_service(
         dns_settings.rate_limit,
         dns_settings.query_log,
         node_name,
+        dns_settings.transfer,
     )
     dns.setName("dns")
     dns.setServiceParent(top)

@@ -486,6 +486,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
             if network is not None:
                 ecs_trusted.append(network)
     query_log = querylog.read_query_log(r, m, resolve, processes or default.processes)
+    transfer_limits = transfer.read_transfer_limits(r, m)
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
@@ -497,6 +498,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
         version,
         tuple(ecs_trusted),
         query_log,
+        transfer_limits,
     )
 
 

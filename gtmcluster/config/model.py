@@ -354,6 +354,23 @@ class QueryLog:
 
 
 @dataclass(frozen=True, slots=True)
+class TransferLimits:
+    """``dns_server.transfer``: the limits of zone transfers out (AXFR, IXFR over TCP) for all
+    zones together (`dns.xfrslots`, docs/zone-transfer.md)."""
+
+    #: transfers being sent at once, from all sources (BIND's ``transfers-out`` default)
+    max_in_flight: int = 10
+    #: transfers being sent at once to one source address (BIND's ``transfers-per-ns``)
+    max_per_source: int = 2
+    #: seconds a transfer may go without the client taking what was sent (its send buffer
+    #: not drained) before the connection is cut
+    stall_timeout: float = 30.0
+    #: the largest clock difference a TSIG-signed request is accepted with, whatever the
+    #: fudge it states (RFC 8945 recommends a fudge of 300 s)
+    tsig_max_fudge: int = 300
+
+
+@dataclass(frozen=True, slots=True)
 class DNSServer:
     """Settings of the authoritative DNS listeners."""
 
@@ -374,6 +391,8 @@ class DNSServer:
     ecs_trusted: tuple[IPNetwork, ...] = ()
     #: the query log; None (the default): off
     query_log: QueryLog | None = None
+    #: zone transfers out: caps, the stall deadline, the TSIG time window
+    transfer: TransferLimits = TransferLimits()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Config of zone transfer out: the top-level ``tsig_keys`` and each zone's ``transfer``.
+"""Config of zone transfer out: the top-level ``tsig_keys``, each zone's ``transfer``, and
+the limits of all transfers together, ``dns_server.transfer``.
 
     tsig_keys:
       xfr-key: {algorithm: hmac-sha256, secret: BASE64}     # or secret_file: PATH
@@ -6,6 +7,8 @@
       - origin: example.com
         file: example.com.zone
         transfer: {allow: [192.0.2.0/24], notify: ["192.0.2.53:53"], tsig: xfr-key}
+    dns_server:
+      transfer: {max_in_flight: 10, max_per_source: 2, stall_timeout: 30, tsig_max_fudge: 300}
 
 A ``secret_file`` is the member's own (named relative to its own base folder, like
 ``api.token_file``), so a secret never travels in a config sync bundle; it holds the
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gtmcluster.config.model import IPNetwork, TSIGKey, ZoneTransfer
+from gtmcluster.config.model import IPNetwork, TransferLimits, TSIGKey, ZoneTransfer
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 
@@ -132,3 +135,32 @@ def read_transfer(r: Reader, path: KeyPath, raw: Any, keys: dict[str, TSIGKey]) 
     if not allow and allowed is not None and not allowed:
         r.error(m.at("allow"), "allows no one: list the secondaries' networks (or leave 'transfer' out)")
     return ZoneTransfer(tuple(allow), tuple(notify), key)
+
+
+def read_transfer_limits(r: Reader, parent: Mapping) -> TransferLimits:
+    """``dns_server.transfer: {max_in_flight, max_per_source, stall_timeout, tsig_max_fudge}``
+    (*parent* is ``dns_server``); the defaults where absent or broken."""
+    default = TransferLimits()
+    if not parent.has("transfer"):
+        return default
+    m = r.mapping(
+        parent.at("transfer"),
+        parent.get("transfer"),
+        "a mapping {max_in_flight, max_per_source, stall_timeout, tsig_max_fudge}",
+    )
+    if m is None:
+        return default
+    total = m.integer("max_in_flight", default.max_in_flight, 1, 10_000)
+    per_source = m.integer("max_per_source", default.max_per_source, 1, 10_000)
+    stall = m.number("stall_timeout", default.stall_timeout, 1, 3600)
+    fudge = m.integer("tsig_max_fudge", default.tsig_max_fudge, 1, 65_535)
+    m.done()
+    if total is not None and per_source is not None and per_source > total:
+        r.error(m.at("max_per_source"), f"{per_source} is more than max_in_flight ({total})")
+        per_source = total
+    return TransferLimits(
+        total or default.max_in_flight,
+        per_source or default.max_per_source,
+        stall or default.stall_timeout,
+        fudge or default.tsig_max_fudge,
+    )

@@ -34,15 +34,13 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.transfer import Reply, Transfers, transfer_type
+from gtmcluster.dns.transfer import Outgoing, Reply, Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
 from gtmcluster.dns.zone import (
     TYPE_A,
@@ -204,9 +202,9 @@ class Responder:
         return self.answer(data, source, tcp)[0]
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
-        """The responses to *data* from *source* over TCP: one, none, or the several
-        messages of a zone transfer (`gtmcluster.dns.transfer`), or a Deferred firing with
-        them once a big transfer is encoded."""
+        """The responses to *data* from *source* over TCP: one, none, or a zone transfer
+        to begin (`gtmcluster.dns.transfer.Outgoing`), whose messages the connection asks
+        for as its client reads them."""
         qtype = transfer_type(data) if self.transfers is not None else 0
         if qtype:
             messages = self._transfer(data, source, qtype, True, self.udp_payload_size)
@@ -226,18 +224,15 @@ class Responder:
             return None
         label = "AXFR" if qtype == TYPE_AXFR else "IXFR"
 
-        def counted(replies: list[bytes]) -> list[bytes]:
-            self.stats.query("", label, RCODE_LABELS.get(replies[0][3] & 0xF, "other"), "transfer")
-            return replies
+        def counted(rcode: int) -> None:
+            self.stats.query("", label, RCODE_LABELS.get(rcode, "other"), "transfer")
 
-        def failed(failure: Failure) -> list[bytes]:
-            log.failure("internal error answering a zone transfer request from {source}", failure, source=source)
-            reply = self.answer(data, source, tcp)[0]
-            return [] if reply is None else [reply]
-
-        if isinstance(messages, Deferred):
-            return messages.addCallbacks(counted, failed)
-        return None if messages is None else counted(messages)
+        if isinstance(messages, Outgoing):  # (counted when the connection begins or refuses it)
+            messages.answered = counted
+            return messages
+        if messages is not None:
+            counted(messages[0][3] & 0xF)
+        return messages
 
     def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
         """The response to *data* from *source*, and whether it is static: any query with

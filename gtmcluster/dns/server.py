@@ -1,9 +1,10 @@
 """Twisted transports for the responder: UDP and TCP listeners on every DNS address.
 
-TCP follows RFC 7766: two-byte length framing, several queries per connection answered in
-order, an idle timeout, a timeout for finishing a message once begun, and a cap on
-concurrent connections per listener (the connection idle the longest makes way for a new
-one). UDP answers go through the fast path, which also applies response rate limiting; the port
+TCP follows RFC 7766 (`stream`): two-byte length framing, several queries per connection
+answered in order, an idle timeout, a timeout for finishing a message once begun, a cap
+on concurrent connections per listener (the connection idle the longest makes way for a
+new one), and zone transfers sent with back-pressure within caps (``dns_server.transfer``).
+UDP answers go through the fast path, which also applies response rate limiting; the port
 answers the replies it keeps in its read loop (`udpport`). TCP answers go through the same
 fast path's templates and kept decisions (`FastPath.handle_stream`).
 
@@ -13,23 +14,20 @@ log (`querylog.writer`), here where the addresses are known; off, that costs a N
 
 from __future__ import annotations
 
-import struct
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IAddress, IListeningPort, IPushProducer, IReactorSocket, IReactorTime
-from twisted.internet.protocol import DatagramProtocol, Protocol, ServerFactory, connectionDone
+from twisted.internet.interfaces import IListeningPort, IReactorSocket
+from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
-from zope.interface import implementer
 
-from gtmcluster.config.model import DNSServer, QueryLog, RateLimit
+from gtmcluster.config.model import DNSServer, QueryLog, RateLimit, TransferLimits
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
+from gtmcluster.dns.stream import DEFAULT_TRANSFER_LIMITS, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.dns.udpport import adopt_udp
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryLogWriter, QueryQueue, in_pool
@@ -37,7 +35,8 @@ from gtmcluster.sockets import Listener
 
 log = Logger()
 
-_LENGTH = struct.Struct("!H")
+#: (the TCP side lives in `stream`; importers of these names from here go on working)
+__all__ = ["MAX_UDP_QUERY", "DNSDatagramProtocol", "DNSService", "DNSStreamFactory", "DNSStreamProtocol"]
 
 
 #: the largest query read over UDP: a query is a question and an OPT record, far below it
@@ -84,184 +83,6 @@ class DNSDatagramProtocol(DatagramProtocol):
             self._sendto(reply, addr)  # (the port's loop takes an OSError)
 
 
-@implementer(IPushProducer)
-class DNSStreamProtocol(Protocol):
-    """Answers length-prefixed queries over one TCP connection.
-
-    Three clocks keep a connection from holding a slot for free: the idle timeout (reset by
-    every byte), the message timeout (started by the first byte of a message and stopped
-    only by its last, so trickling bytes does not extend it), and the factory's cap, which
-    evicts the connection idle the longest. A client that does not read its answers stops
-    being read once Twisted's send buffer is full (the protocol is the transport's
-    producer), so it cannot make the node buffer answers without bound; the idle timeout
-    then closes it.
-    """
-
-    factory: DNSStreamFactory
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._timer: Any = None
-        self._message_timer: Any = None
-        self.peer = ""
-        #: a reply being made (a big zone transfer): the connection waits for it
-        self._pending: defer.Deferred[list[bytes]] | None = None
-        #: whether Twisted has paused us (the client is not reading its answers)
-        self._held = False
-        self._lost = False
-        self.addresses: tuple[tuple[str, int], tuple[str, int]] = (("", 0), ("", 0))
-
-    def connectionMade(self) -> None:
-        peer: Any = self.transport.getPeer()  # type: ignore[union-attr]
-        self.peer = peer.host
-        host: Any = self.transport.getHost()  # type: ignore[union-attr]
-        self.addresses = ((peer.host, peer.port), (host.host, host.port))  # for the query log
-        self.factory.opened(self)
-        self.transport.registerProducer(self, True)  # type: ignore[union-attr]
-        self._reset_timer()
-
-    def _reset_timer(self) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = self.factory.clock.callLater(self.factory.idle_timeout, self._expired, "idle")
-
-    def _expired(self, why: str) -> None:
-        if why == "idle":
-            self._timer = None
-        else:
-            self._message_timer = None
-        self.factory.closed_by[why] += 1
-        self.transport.abortConnection()  # type: ignore[union-attr]
-
-    def dataReceived(self, data: bytes) -> None:
-        self._buffer += data
-        self.factory.touched(self)
-        self._reset_timer()
-        self._process()
-
-    def _process(self) -> None:
-        """Answer the whole messages buffered, in order. A reply still being made (a big
-        zone transfer, `Responder.handle_stream` gives a Deferred) holds the rest: the
-        connection is not read until it is written."""
-        completed = False
-        while self._pending is None and len(self._buffer) >= 2:
-            (length,) = _LENGTH.unpack_from(self._buffer)
-            if len(self._buffer) < 2 + length:
-                break
-            message = self._buffer[2 : 2 + length]
-            self._buffer = self._buffer[2 + length :]
-            completed = True
-            if length < 12:
-                self.transport.loseConnection()  # type: ignore[union-attr]
-                return
-            replies = self.factory.fast.handle_stream(message, self.peer)
-            log = self.factory.log
-            if isinstance(replies, defer.Deferred):
-                if log is not None:  # (a big zone transfer, being made: the request alone)
-                    log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, None)
-                self._pending = replies
-                self.transport.pauseProducing()  # type: ignore[union-attr]
-                replies.addCallbacks(self._answered, self._not_answered)
-                break
-            if log is not None:  # (a zone transfer: with its first message)
-                log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, replies[0] if replies else None)
-            self._write(replies)
-        timer = self._message_timer
-        if timer is not None and (completed or not self._buffer):
-            timer.cancel()
-            timer = self._message_timer = None
-        if self._buffer and timer is None and self._pending is None:
-            self._message_timer = self.factory.clock.callLater(self.factory.message_timeout, self._expired, "partial")
-
-    def _write(self, replies: list[bytes]) -> None:
-        for reply in replies:
-            self.transport.write(_LENGTH.pack(len(reply)) + reply)  # type: ignore[union-attr]
-
-    def _answered(self, replies: list[bytes]) -> None:
-        self._pending = None
-        if self._lost:
-            return
-        self._write(replies)
-        if not self._held:
-            self.transport.resumeProducing()  # type: ignore[union-attr]
-        self._reset_timer()
-        self._process()
-
-    def _not_answered(self, failure: Failure) -> None:
-        self._pending = None
-        log.failure("internal error answering a query from {peer}", failure, peer=self.peer)
-        if not self._lost:
-            self.transport.abortConnection()  # type: ignore[union-attr]
-
-    # IPushProducer: Twisted pauses us while the answers it buffers for this client pile up
-    def pauseProducing(self) -> None:
-        self._held = True
-        self.transport.pauseProducing()  # type: ignore[union-attr]
-
-    def resumeProducing(self) -> None:
-        self._held = False
-        if self._pending is None:  # (else read again once the pending reply is written)
-            self.transport.resumeProducing()  # type: ignore[union-attr]
-
-    def stopProducing(self) -> None:
-        pass  # the connection is going: connectionLost cleans up
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self._lost = True
-        for timer in (self._timer, self._message_timer):
-            if timer is not None and timer.active():
-                timer.cancel()
-        self._timer = self._message_timer = None
-        self.factory.closed(self)
-
-
-class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
-    noisy = False
-
-    def __init__(
-        self,
-        responder: Responder,
-        clock: IReactorTime,
-        idle_timeout: float,
-        max_clients: int,
-        message_timeout: float = 5.0,
-    ):
-        self.responder = responder
-        #: answers as over UDP, from the same templates and kept decisions (the service
-        #: gives its own; by itself, one of its own without rate limiting)
-        self.fast = FastPath(responder)
-        self.clock = clock
-        self.idle_timeout = idle_timeout
-        self.max_clients = max_clients
-        self.message_timeout = message_timeout
-        #: the query log's queue, None when it is off
-        self.log: QueryQueue | None = None
-        #: open connections, least recently active first
-        self.connections: OrderedDict[DNSStreamProtocol, None] = OrderedDict()
-        #: connections closed by the node, by why: silent, a message unfinished, evicted
-        self.closed_by = {"idle": 0, "partial": 0, "evicted": 0}
-
-    def buildProtocol(self, addr: IAddress | None) -> DNSStreamProtocol:
-        proto = DNSStreamProtocol()
-        proto.factory = self
-        return proto
-
-    def opened(self, proto: DNSStreamProtocol) -> None:
-        self.connections[proto] = None
-        while len(self.connections) > self.max_clients:
-            oldest = next(iter(self.connections))
-            del self.connections[oldest]
-            self.closed_by["evicted"] += 1
-            oldest.transport.abortConnection()  # type: ignore[union-attr]
-
-    def touched(self, proto: DNSStreamProtocol) -> None:
-        if proto in self.connections:
-            self.connections.move_to_end(proto)
-
-    def closed(self, proto: DNSStreamProtocol) -> None:
-        self.connections.pop(proto, None)
-
-
 class DNSService(Service):
     """Answers DNS on already bound sockets (see `sockets.bind`); stopping closes them all."""
 
@@ -276,6 +97,7 @@ class DNSService(Service):
         rate_limit: RateLimit | None = None,
         query_log: QueryLog | None = None,
         identity: str = "",
+        transfer: TransferLimits = DEFAULT_TRANSFER_LIMITS,
     ):
         self.reactor = reactor
         self.listeners = listeners
@@ -288,7 +110,7 @@ class DNSService(Service):
         responder.query_log = self.query_log.queue if self.query_log is not None else None
         fast = FastPath(responder, self.limiter)
         self.udp = [DNSDatagramProtocol(fast, (str(lst.address.host), lst.address.port)) for lst in listeners]
-        self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients, message_timeout)
+        self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients, message_timeout, transfer)
         self.tcp.fast = fast
         self._logging(self.query_log)
         self.ports: list[IListeningPort] = []
@@ -312,7 +134,7 @@ class DNSService(Service):
         self.tcp.log = queue
 
     def configure(self, settings: DNSServer) -> None:
-        """Take the TCP limits and the rate limits of a new config."""
+        """Take the TCP limits (zone transfers' too) and the rate limits of a new config."""
         self.prepare(settings, self.responder)()
 
     def set_responder(self, responder: Responder) -> None:
@@ -337,6 +159,7 @@ class DNSService(Service):
             self.tcp.idle_timeout = settings.tcp_idle_timeout
             self.tcp.message_timeout = settings.tcp_message_timeout
             self.tcp.max_clients = settings.tcp_max_clients
+            self.tcp.configure_transfers(settings.transfer)
             self.limiter = limiter
             self.responder = responder
             for proto in self.udp:
@@ -373,7 +196,7 @@ class DNSService(Service):
     def stopService(self) -> defer.Deferred[None]:
         super().stopService()
         for proto in list(self.tcp.connections):
-            proto.transport.abortConnection()  # type: ignore[union-attr]
+            proto._close(abort=True)
         ports, self.ports = self.ports, []
         stopping = [defer.maybeDeferred(p.stopListening) for p in ports]
         if self.query_log is not None:

@@ -35,6 +35,15 @@ transfer is encoded once per config and kept (requests arriving meanwhile wait f
 same encoding); each transfer then only patches the request's ID and question into the
 kept messages and signs them. Incremental transfers are encoded per request: their cost is
 the change's.
+
+Over TCP a transfer that may be sent is answered by an `Outgoing`: checked, not begun. The
+connection begins it when a transfer slot is free (`dns.xfrslots`) or refuses it, and then
+asks for its messages one at a time, as its client reads them: a transfer costs one
+message of memory beyond the kept encoding, however slowly (or never) the client reads.
+
+TSIG time (RFC 8945 5.2.3): a request signed further from our clock than its own fudge, or
+than ``dns_server.transfer.tsig_max_fudge`` (300 s) whichever is less, gets BADTIME: a
+request cannot widen its own replay window by stating a large fudge (up to 65,535 s).
 """
 
 from __future__ import annotations
@@ -64,11 +73,11 @@ from gtmcluster.config.model import TSIGKey, ZoneTransfer
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.journal import Journal, Step, newer, rrsets_of, serial_of
 from gtmcluster.dns.names import Name
-from gtmcluster.dns.xfrwire import algorithm, dns_key, finish, messages, name_wire, single, tsig_room
+from gtmcluster.dns.xfrwire import algorithm, dns_key, finish, finish_each, messages, name_wire, single, tsig_room
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
 from gtmcluster.topology.prefixes import address_of
 
-__all__ = ["Transfers", "serial_of", "to_dnspython", "transfer_type"]
+__all__ = ["Outgoing", "Transfers", "serial_of", "to_dnspython", "transfer_type"]
 
 log = Logger()
 
@@ -80,10 +89,37 @@ SMALL = 500
 #: `task.cooperate` works on for 10 ms per turn, so a query could wait for two messages
 PER_TURN = Cooperator(terminationPredicateFactory=lambda: lambda: True)
 
-#: the messages of a transfer, or a Deferred firing with them once encoded
-Reply = Union[list[bytes], "Deferred[list[bytes]]"]
+#: a transfer's messages, made one at a time as they are asked for; or a Deferred firing
+#: with them once the transfer is encoded (a big one: `PER_TURN`)
+Messages = Union[Iterator[bytes], "Deferred[Iterator[bytes]]"]
 #: runs an iterator a step at a time, letting the reactor work in between (`PER_TURN`)
 Cooperate = Callable[[Iterator[None]], "CooperativeTask[Iterator[None]]"]
+
+
+class Outgoing:
+    """A transfer over TCP that may be sent (its zone, ``allow`` and TSIG checked), not yet
+    begun: `start` begins it (the encoding, the log line), `refuse` answers REFUSED
+    instead (signed when the request was: RFC 8945 5.3), when no transfer slot is free.
+    *answered* is told the rcode given, NOERROR or REFUSED (the responder counts it)."""
+
+    def __init__(self, kind: str, start: Callable[[], Messages], refusal: Callable[[], bytes]):
+        self.kind = kind
+        self._start = start
+        self._refusal = refusal
+        self.answered: Callable[[int], None] = lambda rcode: None
+
+    def start(self) -> Messages:
+        self.answered(dns.rcode.NOERROR)
+        return self._start()
+
+    def refuse(self) -> bytes:
+        self.answered(dns.rcode.REFUSED)
+        return self._refusal()
+
+
+#: the answer to a transfer request: messages (a refusal, or over UDP the one reply), or
+#: over TCP a transfer to begin
+Reply = list[bytes] | Outgoing
 
 
 def transfer_type(data: bytes) -> int:
@@ -121,7 +157,9 @@ class Transfers:
 
     *previous*: the running config's, whose journals this one continues (each zone's
     `Journal.after` the old zone and the new one). *cooperate*: how big transfers are
-    encoded a message at a time (`PER_TURN.cooperate`); None encodes them at once."""
+    encoded a message at a time (`PER_TURN.cooperate`); None encodes them at once.
+    *max_fudge*: the widest TSIG time window accepted, whatever a request's fudge says
+    (``dns_server.transfer.tsig_max_fudge``); *now*: our clock, in seconds since the epoch."""
 
     def __init__(
         self,
@@ -129,10 +167,14 @@ class Transfers:
         settings: Mapping[Name, ZoneTransfer],
         previous: Transfers | None = None,
         cooperate: Cooperate | None = None,
+        max_fudge: int = 300,
+        now: Callable[[], float] = time.time,
     ):
         self.zones = zones
         self.settings = settings
         self.cooperate = cooperate
+        self.max_fudge = max_fudge
+        self.now = now
         #: zone origin -> the changes kept for IXFR (zones with none are absent)
         self.journals: dict[Name, Journal] = _journals(zones, settings, previous)
         #: the zones' keys by DNS name (a refusal of a request signed with one is signed)
@@ -146,10 +188,11 @@ class Transfers:
         return bool(self.settings)
 
     def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> Reply | None:
-        """The messages answering the transfer request *data* from *source* (or a Deferred
-        firing with them), or None to let the responder answer it (a zone without
-        ``transfer``, a malformed request). Over UDP (*tcp* false) the answer is one message
-        of at most the client's EDNS size (512 without), capped by *udp_size*."""
+        """The answer to the transfer request *data* from *source*: the messages of a
+        refusal, over TCP the `Outgoing` transfer to begin, or None to let the responder
+        answer it (a zone without ``transfer``, a malformed request). Over UDP (*tcp*
+        false) the answer is one message of at most the client's EDNS size (512 without),
+        capped by *udp_size*."""
         try:
             query = dns.message.from_wire(data, keyring=False)
         except (dns.exception.DNSException, ValueError):
@@ -185,23 +228,40 @@ class Transfers:
         if not tcp:
             limit = min(max(query.payload, wire.MIN_UDP), udp_size) if query.edns >= 0 else wire.MIN_UDP
             return [self._udp(data, query, zone, steps, signer, limit)]
+        start = partial(self._start, data, query, zone, steps, signer, source, theirs)
+        return Outgoing("IXFR" if ixfr else "AXFR", start, partial(_error, query, dns.rcode.REFUSED))
+
+    def _start(
+        self,
+        data: bytes,
+        query: dns.message.Message,
+        zone: Zone,
+        steps: tuple[Step, ...] | None,
+        signer: TSIGKey | None,
+        source: str,
+        theirs: int | None,
+    ) -> Messages:
+        """Begin the transfer `answer` allowed: encode it (or take the kept encoding) and
+        finish its messages one at a time (`finish_each`) as they are asked for."""
         if steps == ():
-            return finish(data, query, list(messages(zone, [zone.soa])), signer)
-        where = f"{names.to_text(zone.origin)} serial {ours} to {source}"
+            return finish_each(data, query, list(messages(zone, [zone.soa])), signer)
+        where = f"{names.to_text(zone.origin)} serial {serial_of(zone)} to {source}"
         try:
             if steps is not None:
                 log.info("IXFR of {where}: incremental from serial {theirs}", where=where, theirs=theirs)
                 size = sum(step.size for step in steps)
                 bodies = self._encode(zone, _incremental(zone, steps), size <= SMALL)
             else:
-                kind = "AXFR" if not ixfr else f"IXFR from serial {theirs}"
+                kind = "AXFR" if theirs is None else f"IXFR from serial {theirs}"
                 log.info("{kind} of {where}: the whole zone", kind=kind, where=where)
                 bodies = self._whole(zone)
         except ValueError:  # (encoded at once: a transfer that cannot be sent)
-            return _failed(query, zone, Failure())
+            return iter(_failed(query, zone, Failure()))
         if isinstance(bodies, Deferred):
-            return bodies.addCallbacks(partial(finish, data, query, key=signer), partial(_failed, query, zone))
-        return finish(data, query, bodies, signer)
+            return bodies.addCallbacks(
+                partial(finish_each, data, query, key=signer), lambda f: iter(_failed(query, zone, f))
+            )
+        return finish_each(data, query, bodies, signer)
 
     def _not_transferred(self, data: bytes, query: dns.message.Message) -> list[bytes] | None:
         """A zone without ``transfer``: REFUSED signed when the request is signed with a key
@@ -221,16 +281,22 @@ class Transfers:
         """The signed request verified with *key*, or the NOTAUTH reply saying why not."""
         assert query.keyname is not None
         if key is None or query.keyname != dns.name.from_text(key.name) or query.keyalgorithm != algorithm(key):
-            return _tsig_error(query, dns.rcode.BADKEY, None)
+            return _tsig_error(query, dns.rcode.BADKEY, None, self.now())
         ring = {dns.name.from_text(key.name): dns_key(key)}
         try:
-            return dns.message.from_wire(data, keyring=ring)
+            verified = dns.message.from_wire(data, keyring=ring)
         except dns.tsig.BadTime:
-            return _tsig_error(query, dns.rcode.BADTIME, key)
+            return _tsig_error(query, dns.rcode.BADTIME, key, self.now())
         except (dns.tsig.BadSignature, dns.tsig.BadKey, dns.tsig.BadAlgorithm, dns.message.UnknownTSIGKey):
-            return _tsig_error(query, dns.rcode.BADSIG, None)
+            return _tsig_error(query, dns.rcode.BADSIG, None, self.now())
         except dns.exception.DNSException:
             return _error(query, dns.rcode.FORMERR)
+        # (dnspython checked the time against the request's own fudge: ours caps it)
+        assert query.tsig is not None
+        signed = query.tsig[0]
+        if abs(self.now() - signed.time_signed) > min(signed.fudge, self.max_fudge):
+            return _tsig_error(query, dns.rcode.BADTIME, key, self.now())
+        return verified
 
     def _udp(
         self,
@@ -358,21 +424,21 @@ def _error(query: dns.message.Message, rcode: dns.rcode.Rcode) -> bytes:
     return response.to_wire()
 
 
-def _tsig_error(query: dns.message.Message, error: int, key: TSIGKey | None) -> bytes:
-    """NOTAUTH with a TSIG record carrying *error*: signed with *key* (BADTIME), else
-    with an empty MAC (BADKEY, BADSIG; RFC 8945 5.3.2)."""
+def _tsig_error(query: dns.message.Message, error: int, key: TSIGKey | None, now: float) -> bytes:
+    """NOTAUTH with a TSIG record carrying *error* and our time *now*: signed with *key*
+    (BADTIME), else with an empty MAC (BADKEY, BADSIG; RFC 8945 5.3.2)."""
     response = dns.message.make_response(query)
     response.flags &= ~dns.flags.AA
     response.set_rcode(dns.rcode.NOTAUTH)
     assert query.tsig is not None and query.keyname is not None
     request = query.tsig[0]
     if key is not None:
-        now = struct.pack("!Q", int(time.time()))[2:]  # RFC 8945 5.2.3: our time
-        response.use_tsig(dns_key(key), query.keyname, request.fudge, query.id, error, now, algorithm=algorithm(key))
+        ours = struct.pack("!Q", int(now))[2:]  # RFC 8945 5.2.3: our time
+        response.use_tsig(dns_key(key), query.keyname, request.fudge, query.id, error, ours, algorithm=algorithm(key))
         response.request_mac = request.mac
         return response.to_wire()
     tsig = dns.message.Message._make_tsig(
-        query.keyname, request.algorithm, int(time.time()), request.fudge, b"", query.id, error, b""
+        query.keyname, request.algorithm, int(now), request.fudge, b"", query.id, error, b""
     )
     response.tsig = tsig
     response.want_tsig_sign = False

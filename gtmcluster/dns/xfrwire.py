@@ -2,7 +2,9 @@
 finished for one request (its ID, RD and question, an OPT, the TSIG chain of RFC 8945).
 
 `messages` encodes RRsets one message at a time, as a generator, so the caller decides
-when each message is made (`transfer.Transfers` lets the reactor run between them).
+when each message is made (`transfer.Transfers` lets the reactor run between them), and
+`finish_each` finishes them one at a time too, so a transfer's messages are made only as
+its client takes them.
 """
 
 from __future__ import annotations
@@ -88,11 +90,18 @@ def tsig_room(key: TSIGKey | None) -> int:
 
 
 def finish(data: bytes, query: dns.message.Message, bodies: Sequence[bytes], key: TSIGKey | None) -> list[bytes]:
-    """The messages of one transfer: *bodies* with the request's ID, RD and question, an
-    OPT when it had one, and each signed with *key* when given, chained as RFC 8945 5.3.1
-    says (the first over the request's MAC, the others over the one before)."""
+    """The messages of one transfer, all made at once (`finish_each`)."""
+    return list(finish_each(data, query, bodies, key))
+
+
+def finish_each(
+    data: bytes, query: dns.message.Message, bodies: Sequence[bytes], key: TSIGKey | None
+) -> Iterator[bytes]:
+    """The messages of one transfer, made one at a time as they are asked for (a connection
+    asks as its client reads: `dns.stream`): *bodies* with the request's ID, RD and
+    question, an OPT when it had one, and each signed with *key* when given, chained as RFC
+    8945 5.3.1 says (the first over the request's MAC, the others over the one before)."""
     question = 12 + len(query.question[0].name.to_wire() or b"") + 4
-    out = []
     ctx = None
     keyname = dns.name.from_text(key.name) if key is not None else None
     for i, body in enumerate(bodies):
@@ -120,8 +129,7 @@ def finish(data: bytes, query: dns.message.Message, bodies: Sequence[bytes], key
             msg += rdata
             additional += 1
         _set_arcount(msg, additional)
-        out.append(bytes(msg))
-    return out
+        yield bytes(msg)
 
 
 def _set_arcount(message: bytearray, count: int) -> None:

@@ -1,15 +1,20 @@
 """Zone transfer out to a real secondary: Debian's knotd pulls example.test from a real node
 (``twistd -n gtm``) by AXFR signed with TSIG (HMAC-SHA256), answers from it, and follows a
 new serial when the node reloads (SIGHUP) and sends it a signed NOTIFY (its refresh timer
-is an hour: only the NOTIFY makes it transfer within the test)."""
+is an hour: only the NOTIFY makes it transfer within the test). And hostile clients inside
+``allow``: pipelining transfers and reading nothing costs the node a send buffer, UDP
+answers go on, and a transfer that makes no progress is cut (issue 30)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import re
 import select
 import signal
 import socket
 import struct
+import time
 from pathlib import Path
 
 import dns.message
@@ -207,3 +212,103 @@ def test_queries_are_answered_while_a_big_transfer_is_encoded(tmp_path: Path) ->
 
 
 AXFR = dns.message.make_query("example.test", "AXFR").to_wire()
+
+
+#: the zone of issue 30's hostile client: 20,000 records, some 520 KB a transfer
+HOSTILE_HOSTS = "".join(f"h{i} IN A 10.{i // 65536}.{i // 256 % 256}.{i % 256}\n" for i in range(20_000))
+
+
+def _rss_mib(pid: int) -> float:
+    found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    assert found
+    return int(found.group(1)) / 1024
+
+
+def _non_reader(source: str, server: tuple[str, int], requests: int) -> socket.socket:
+    """A connection from *source* that sends *requests* AXFRs at once and reads nothing
+    (a small receive buffer: the node's answers soon have nowhere to go)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind((source, 0))
+    sock.connect(server)
+    sock.sendall((struct.pack("!H", len(AXFR)) + AXFR) * requests)
+    return sock
+
+
+def _axfr_records(server: str, source: str) -> int:
+    messages = list(dns.query.xfr(server, "example.test", port=5353, source=source, timeout=30, lifetime=60))
+    return sum(len(rrset) for m in messages for rrset in m.answer)
+
+
+@pytest.mark.alone  # (UDP latency is measured)
+def test_pipelined_transfers_never_read_cost_a_send_buffer_and_udp_goes_on(tmp_path: Path) -> None:
+    """Issue 30, defect 1: a source inside ``allow`` opens 4 connections, each pipelining
+    1,500 AXFRs of a 20,000-record zone, and reads nothing. The node answers a transfer
+    only as it is taken (one per connection, two per source), so its memory stays within
+    a few MB (on main it grew by some 800 MB from 192 KB of requests, and UDP queries
+    timed out); UDP queries sent throughout are answered within a second, and a
+    secondary at another address gets the whole zone meanwhile."""
+    ours, hostile, secondary = (nodeproc.loopback_address() for _ in range(3))
+    config = configs.base(ours)
+    config["zones"][0]["transfer"] = {"allow": ["127.0.0.0/8"]}
+    path = configs.write(tmp_path, config, zone=configs.ZONE + HOSTILE_HOSTS)
+    www = dnsclient.query("www.example.test")
+    with nodeproc.running_node(path, "n1", ours, 5353, tmp_path) as node:
+        assert _axfr_records(ours, secondary) == 19 + 20_000 + 1  # (the kept encoding made)
+        before = peak = _rss_mib(node.proc.pid)
+        sockets = [_non_reader(hostile, node.server, 1500) for _ in range(4)]
+        latencies = []
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < 12:
+                sent = time.monotonic()
+                reply = dnsclient.parse(dnsclient.udp(www, node.server, timeout=2))  # (raises on a timeout)
+                latencies.append(time.monotonic() - sent)
+                assert [r.to_text() for r in reply.answer[0]] == ["192.0.2.80"]
+                peak = max(peak, _rss_mib(node.proc.pid))
+                time.sleep(0.05)
+            assert _axfr_records(ours, secondary) == 19 + 20_000 + 1
+            peak = max(peak, _rss_mib(node.proc.pid))
+        finally:
+            for sock in sockets:
+                sock.close()
+        print(f"RSS {before:.0f} -> peak {peak:.0f} MiB; {len(latencies)} UDP answers, slowest {max(latencies):.3f} s")
+        assert peak - before < 40, (before, peak)
+        assert max(latencies) < 1.0, sorted(latencies)[-5:]
+        assert "refused" in node.log_text()  # (the source's third and fourth connections)
+
+
+def test_a_transfer_that_makes_no_progress_is_cut(tmp_path: Path) -> None:
+    """``dns_server.transfer``: one transfer per source, cut after 2 s without progress. A
+    client pipelining AXFRs and reading nothing holds its source's slot (the same source's
+    next request is REFUSED) until the node cuts it; then the source is served again."""
+    ours, source = nodeproc.loopback_address(), nodeproc.loopback_address()
+    config = configs.base(ours)
+    config["zones"][0]["transfer"] = {"allow": ["127.0.0.0/8"]}
+    config["dns_server"]["transfer"] = {"max_per_source": 1, "stall_timeout": 2}
+    path = configs.write(tmp_path, config, zone=configs.ZONE + HOSTILE_HOSTS)
+    with nodeproc.running_node(path, "n1", ours, 5353, tmp_path) as node:
+        stalled = _non_reader(source, node.server, 20)  # (more than the kernel's buffers take)
+        try:
+            poll.until(lambda: "AXFR of example.test." in node.log_text(), 20, "the transfer", details=node.log_text)
+            with socket.socket() as other:
+                other.bind((source, 0))
+                other.settimeout(10)
+                other.connect(node.server)
+                other.sendall(struct.pack("!H", len(AXFR)) + AXFR)
+                (length,) = struct.unpack("!H", other.recv(2))
+                refused = dns.message.from_wire(other.recv(length, socket.MSG_WAITALL))
+            assert refused.rcode() == dns.rcode.REFUSED
+            poll.until(
+                lambda: f"zone transfer to {source} cut: nothing taken for 2 s" in node.log_text(),
+                20,
+                "the stalled transfer to be cut",
+                details=node.log_text,
+            )
+            stalled.settimeout(10)  # (closed: what it holds is read, then the end or a reset)
+            with contextlib.suppress(ConnectionResetError):
+                while stalled.recv(65536):
+                    pass
+        finally:
+            stalled.close()
+        assert _axfr_records(ours, source) == 19 + 20_000 + 1

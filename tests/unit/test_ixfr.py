@@ -27,12 +27,23 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, difference, newer, records_of
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.server import DNSStreamFactory
-from gtmcluster.dns.transfer import Transfers
+from gtmcluster.dns.transfer import Outgoing, Transfers
 from gtmcluster.dns.zone import TYPE_A, TYPE_SOA, TYPE_TXT, RRset, Zone
 from gtmcluster.node import Node
 from tests.support import configs
 from tests.unit.test_server import connect, framed
-from tests.unit.test_transfer import KEY, RING, SECRET, WRONG_RING, Sync, read, records, request, transfer_config
+from tests.unit.test_transfer import (
+    KEY,
+    RING,
+    SECRET,
+    WRONG_RING,
+    Sync,
+    read,
+    records,
+    request,
+    sent,
+    transfer_config,
+)
 
 ORIGIN = (b"example", b"test")
 
@@ -216,8 +227,7 @@ def test_a_node_keeps_the_journal_across_reloads(tmp_path: Path) -> None:
     (step,) = node.responder.transfers.journals[ORIGIN].steps
     assert len(step.deleted) == 1 and len(step.added) == 2  # host3 changed, new added
     query = request("IXFR", serial=1)
-    replies = node.responder.handle_stream(query.to_wire(), "127.0.0.1")
-    assert isinstance(replies, list)
+    replies = sent(node.responder.handle_stream(query.to_wire(), "127.0.0.1"))
     assert follow(V1, 1, replies, query) == zone_text(V2)
 
 
@@ -309,12 +319,13 @@ def test_a_big_transfer_is_made_a_message_per_turn_and_kept(tmp_path: Path) -> N
     clock, cooperator = stepper()
     transfers = Transfers(config.zones, config.transfers, cooperate=cooperator.cooperate)
     first, second = request(), request()
-    pending = [transfers.answer(q.to_wire(), "127.0.0.1", True) for q in (first, second)]
-    assert all(isinstance(p, Deferred) for p in pending)
+    outgoing = [transfers.answer(q.to_wire(), "127.0.0.1", True) for q in (first, second)]
+    pending = [o.start() for o in outgoing if isinstance(o, Outgoing)]
+    assert len(pending) == 2 and all(isinstance(p, Deferred) for p in pending)
     got: list[list[bytes]] = []
     for p in pending:
         assert isinstance(p, Deferred)
-        p.addCallback(got.append)
+        p.addCallback(lambda messages: got.append(list(messages)))
     turns = 0
     while not got:
         clock.advance(1)
@@ -325,8 +336,8 @@ def test_a_big_transfer_is_made_a_message_per_turn_and_kept(tmp_path: Path) -> N
         assert len(records(read(wires, query))) == 19 + 6000 + 1
     # made once: the next transfer is answered at once
     third = request()
-    again = transfers.answer(third.to_wire(), "127.0.0.1", True)
-    assert isinstance(again, list) and len(records(read(again, third))) == 19 + 6000 + 1
+    again = sent(transfers.answer(third.to_wire(), "127.0.0.1", True))
+    assert len(records(read(again, third))) == 19 + 6000 + 1
 
 
 def test_a_connection_waits_for_its_transfer_while_others_are_answered(tmp_path: Path) -> None:

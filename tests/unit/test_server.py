@@ -16,7 +16,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisc
 
 from gtmcluster import sockets
 from gtmcluster.config.load import load
-from gtmcluster.config.model import DNSServer, HostPort, RateLimit
+from gtmcluster.config.model import DNSServer, HostPort, RateLimit, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.node import Node
@@ -129,7 +129,7 @@ def test_tcp_idle_connection_closes_after_the_timeout(node: Node) -> None:
     clock.advance(1.5)
     assert not transport.connected
     assert proto not in factory.connections
-    assert factory.closed_by == {"idle": 1, "partial": 0, "evicted": 0}
+    assert factory.closed_by == {"idle": 1, "partial": 0, "evicted": 0, "stalled": 0}
 
 
 def test_tcp_half_sent_message_closes_after_the_message_timeout(node: Node) -> None:
@@ -227,15 +227,25 @@ def test_bind_reports_the_address_in_use() -> None:
 
 
 def test_a_reload_retunes_tcp_limits_and_rate_limiting(node: Node) -> None:
-    """configure() takes a new config's TCP timeouts, cap and rate limits: the UDP fast path
-    limits from then on (keeping its buckets while the settings stay), and stops when off."""
+    """configure() takes a new config's TCP timeouts, caps (zone transfers' too) and rate
+    limits: the UDP fast path limits from then on (keeping its buckets while the settings
+    stay), and stops when off."""
     listeners = sockets.bind([HostPort(ip_address("127.0.0.1"), free_port())])
     service = DNSService(MemoryReactorClock(), listeners, node.responder, 10, 100)
     try:
         assert service.udp[0].fast.limiter is None
-        limited = DNSServer(1232, 3.0, 50, tcp_message_timeout=1.5, rate_limit=RateLimit(responses_per_second=1))
+        limited = DNSServer(
+            1232,
+            3.0,
+            50,
+            tcp_message_timeout=1.5,
+            rate_limit=RateLimit(responses_per_second=1),
+            transfer=TransferLimits(max_in_flight=3, max_per_source=1, stall_timeout=7.0),
+        )
         service.configure(limited)
         assert (service.tcp.idle_timeout, service.tcp.message_timeout, service.tcp.max_clients) == (3.0, 1.5, 50)
+        slots = service.tcp.slots
+        assert (slots.max_in_flight, slots.max_per_source, service.tcp.stall_timeout) == (3, 1, 7.0)
         limiter = service.udp[0].fast.limiter
         assert limiter is not None
         got = [service.udp[0].fast.handle(query("www.example.test"), "192.0.2.1") for _ in range(7)]

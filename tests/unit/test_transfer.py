@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Config
+from gtmcluster.config.model import Config, TransferLimits
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.transfer import Transfers, transfer_type
+from gtmcluster.dns.transfer import Outgoing, Transfers, transfer_type
 from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR
 from gtmcluster.stats import QueryStats
 from tests.support import configs
@@ -49,17 +49,27 @@ def transfer_config(tmp_path: Path, tsig: bool = True, zone: str = configs.ZONE,
     return load(configs.write(tmp_path, config, zone=zone))
 
 
+def sent(replies: Any) -> list[bytes]:
+    """The messages of a transfer begun at once (without a cooperator), all of them; or the
+    messages of a refusal as they are."""
+    if isinstance(replies, Outgoing):
+        messages = replies.start()
+        assert not isinstance(messages, Deferred)
+        return list(messages)
+    assert isinstance(replies, list)
+    return replies
+
+
 class Sync:
     """A config's transfers without a cooperator, which answer at once: the answer as a
-    list of messages (or None)."""
+    list of messages (or None), a transfer begun and all its messages made."""
 
     def __init__(self, transfers: Transfers):
         self.transfers = transfers
 
     def answer(self, data: bytes, source: str, tcp: bool, udp_size: int = 1232) -> list[bytes] | None:
         replies = self.transfers.answer(data, source, tcp, udp_size)
-        assert not isinstance(replies, Deferred)
-        return replies
+        return None if replies is None else sent(replies)
 
 
 def transfers_of(config: Config) -> Sync:
@@ -161,6 +171,39 @@ def _with_key(key: Any, transfer: Any = None) -> Any:
 )
 def test_bad_transfer_config_is_one_clear_problem(tmp_path: Path, mutation: Any, path: str, fragment: str) -> None:
     file, problems = problems_of(tmp_path, mutation)
+    assert_form(find(problems, path, fragment), file, path)
+
+
+def test_transfer_limits_are_read_with_their_defaults(tmp_path: Path) -> None:
+    """``dns_server.transfer`` sets the caps, the stall deadline and the TSIG window; each
+    key left out keeps its default (BIND's transfers-out and transfers-per-ns, 30 s, 300 s)."""
+    assert load(configs.write(tmp_path / "default", configs.base())).dns_server.transfer == TransferLimits(
+        10, 2, 30.0, 300
+    )
+    config = configs.base()
+    config["dns_server"]["transfer"] = {"max_in_flight": 4, "stall_timeout": 2.5, "tsig_max_fudge": 60}
+    limits = load(configs.write(tmp_path / "set", config)).dns_server.transfer
+    assert limits == TransferLimits(max_in_flight=4, max_per_source=2, stall_timeout=2.5, tsig_max_fudge=60)
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "fragment"),
+    [
+        ({"max_in_flight": 0}, "dns_server.transfer.max_in_flight", "0 is out of range (1 to 10000)"),
+        ({"max_per_source": 2.5}, "dns_server.transfer.max_per_source", "2.5 is not a whole number"),
+        (
+            {"max_in_flight": 3, "max_per_source": 4},
+            "dns_server.transfer.max_per_source",
+            "4 is more than max_in_flight",
+        ),
+        ({"stall_timeout": 0}, "dns_server.transfer.stall_timeout", "0 is out of range (1 to 3600)"),
+        ({"tsig_max_fudge": 70000}, "dns_server.transfer.tsig_max_fudge", "70000 is out of range (1 to 65535)"),
+        ({"max_transfers": 3}, "dns_server.transfer.max_transfers", "unknown key"),
+        ("ten", "dns_server.transfer", "a mapping {max_in_flight, max_per_source, stall_timeout"),
+    ],
+)
+def test_bad_transfer_limits_are_one_clear_problem(tmp_path: Path, value: Any, path: str, fragment: str) -> None:
+    file, problems = problems_of(tmp_path, put("dns_server", "transfer", value=value))
     assert_form(find(problems, path, fragment), file, path)
 
 
@@ -302,6 +345,51 @@ def test_stale_time_is_notauth_badtime_signed(tmp_path: Path, monkeypatch: pytes
     assert abs(int.from_bytes(tsig.other, "big") - time.time()) < 60
 
 
+class _Behind:
+    """A signer's clock *seconds* behind ours."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def time(self) -> float:
+        return time.time() - self.seconds
+
+
+@pytest.mark.parametrize(
+    ("fudge", "behind", "cap", "accepted"),
+    [
+        (65535, 1000, None, False),  # its fudge would let it in: our 300 s do not (a replay window of 18 h)
+        (65535, 1000, 3600, True),  # a wider window, configured
+        (300, 200, None, True),
+        (10, 100, None, False),  # its own fudge is the narrower
+    ],
+)
+def test_the_time_window_is_the_lesser_of_the_request_fudge_and_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fudge: int, behind: float, cap: int | None, accepted: bool
+) -> None:
+    """RFC 8945 5.2.3 checks the time against the request's fudge, which the request
+    states itself; ``dns_server.transfer.tsig_max_fudge`` (300 s) caps it: beyond, BADTIME."""
+    config = transfer_config(tmp_path)
+    query = request()
+    query.use_tsig(RING, KEY, fudge=fudge)
+    monkeypatch.setattr(dns.message, "time", _Behind(behind))
+    signed = query.to_wire()
+    monkeypatch.undo()
+    transfers = (
+        Transfers(config.zones, config.transfers)
+        if cap is None
+        else Transfers(config.zones, config.transfers, max_fudge=cap)
+    )
+    wires = Sync(transfers).answer(signed, "127.0.0.1", tcp=True) or []
+    if accepted:
+        assert len(records(read(wires, query))) == 20
+        return
+    (wire,) = wires
+    reply = dns.message.from_wire(wire, keyring=False)
+    assert reply.rcode() == dns.rcode.NOTAUTH and reply.tsig is not None
+    assert reply.tsig[0].error == dns.rcode.BADTIME and len(reply.tsig[0].mac) == 32
+
+
 # --- IXFR ---------------------------------------------------------------------------------------
 
 
@@ -359,10 +447,18 @@ def test_the_responder_hands_transfers_over_tcp_and_answers_the_rest(tmp_path: P
     responder = Responder(config.zones, {}, _no_wideips, stats=stats, transfers=transfers)
     query = request()
     replies = responder.handle_stream(query.to_wire(), "127.0.0.1")
-    assert isinstance(replies, list)
-    messages = read(replies, query)
+    assert isinstance(replies, Outgoing)
+    assert not stats.queries  # (counted once begun or refused)
+    messages = read(sent(replies), query)
     assert len(records(messages)) == 20
     assert stats.queries[("", "AXFR", "NOERROR", "transfer")] == 1
+    # refused for want of a slot (the connection says): counted as REFUSED, signed
+    again = request()
+    outgoing = responder.handle_stream(again.to_wire(), "127.0.0.1")
+    assert isinstance(outgoing, Outgoing)
+    busy = dns.message.from_wire(outgoing.refuse(), keyring=RING, request_mac=again.mac)
+    assert busy.rcode() == dns.rcode.REFUSED and busy.had_tsig
+    assert stats.queries[("", "AXFR", "REFUSED", "transfer")] == 1
     # an ordinary query over TCP: one answer, as before
     ordinary = responder.handle_stream(dns.message.make_query("www.example.test", "A").to_wire(), "127.0.0.1")
     assert isinstance(ordinary, list)
