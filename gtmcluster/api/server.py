@@ -1,15 +1,27 @@
-"""The HTTP API's plumbing: the checks before a body is read, routing, JSON answers, errors.
+"""The HTTP API's plumbing: the checks before a body is read, routing, JSON answers, errors,
+and what each client may hold.
+
+A connection is counted when it opens (`gtmcluster.api.slots.Connections`, caps in
+``api.limits``): past a cap it displaces the least recently active connection that never
+showed the token, or is refused (503) when every one there did. It then has
+``idle_timeout`` seconds to send a whole request head (and again after each answer), else
+it is closed.
 
 A request is checked (`gtmcluster.api.guard`: Host, Origin, Content-Type, bearer token,
 length) by `ApiChannel` as soon as its headers are in. A refused one is answered at once
 (``Connection: close``) and its body, if any, is never read: what the client still sends is
 dropped for at most `DRAIN_SECONDS`, then the connection is closed. An admitted body is
-kept in memory, and a chunked one is cut at the limit (413). Only then does `Api` route it.
+kept in memory, and a chunked one is cut at the limit (413). Only then does `Api` route it,
+once it has a slot for its answer (`Slots`: apart for clients with and without the token,
+in all and per source; 503 beyond).
 
 Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
 4xx status); a handler raises `ApiError` for bad input, and may answer later with a
 Deferred (a reload reads the file over many reactor turns). Unexpected errors are logged and answered
-500 without a traceback.
+500 without a traceback. A large answer, and one sent from a file (`FileAnswer`), is
+written at the pace its client reads (`gtmcluster.api.sending`); its slot is held until its
+last byte is handed to the connection, and a client that stops reading for
+``stall_timeout`` seconds is cut.
 """
 
 from __future__ import annotations
@@ -17,11 +29,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from cryptography.x509.oid import NameOID
 from twisted.internet import defer
@@ -31,8 +44,10 @@ from twisted.python.failure import Failure
 from twisted.web import http, resource, server
 from twisted.web.iweb import IRequest
 
-from gtmcluster.api import guard
+from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
+from gtmcluster.api.slots import Caps, Connections, Held, Slots
+from gtmcluster.config.model import ApiLimits
 
 log = Logger()
 
@@ -41,7 +56,9 @@ JSON = b"application/json"
 #: closed: time to finish sending a small body and read the answer, never to hold on
 DRAIN_SECONDS = 2.0
 #: status texts twisted.web does not know
-_REASONS = {421: "Misdirected Request"}
+_REASONS = {421: "Misdirected Request", 431: "Request Header Fields Too Large"}
+#: what a connection over a cap is told
+BUSY_CONNECTIONS = "too many connections to this node's API{where}; try again shortly"
 
 
 class ApiError(Exception):
@@ -60,11 +77,23 @@ class Raw:
 
 
 @dataclass(frozen=True)
+class FileAnswer:
+    """An answer read from an open file as it is sent (a config bundle): the file is
+    closed once sent, or when the client goes."""
+
+    content_type: bytes
+    file: BinaryIO
+
+
+@dataclass(frozen=True)
 class Stream:
-    """An answer written over time (the log, followed): *start* takes the request, sets its
-    headers, writes and finishes it when it will."""
+    """An answer written over time (the node's log): *start* takes the request, sets its
+    headers, writes and finishes it when it will; it may raise `ApiError` before writing.
+    *lasting*: it may stay open (a follower), under slots of its own, so it gives back its
+    answer slot once started."""
 
     start: Callable[[Any], None]
+    lasting: bool = False
 
 
 #: a handler gets the query arguments and the path's named parts
@@ -80,6 +109,8 @@ class Route:
     #: served without the token even where reads need one: the dashboard page holds no
     #: data (it asks the API with the token from its #token=... fragment)
     public: bool = False
+    #: needs the token on every address, reads too: config text and what names its files
+    secret: bool = False
     #: text fields a POST's JSON object body may give (passed with the query arguments,
     #: with "caller": who the connection is, see `caller`); empty: the body is not read
     body: tuple[str, ...] = ()
@@ -135,6 +166,20 @@ def body_fields(request: IRequest, fields: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def token_shown(request: IRequest) -> bool:
+    """Whether the request carried the API's token (valid), needed or not."""
+    return bool(getattr(request, "token_shown", False))
+
+
+def source_of(request: IRequest) -> str:
+    """The address the request's connection came from."""
+    channel = getattr(request, "channel", None)
+    if isinstance(channel, ApiChannel):
+        return channel.source
+    address = request.getClientAddress()
+    return str(getattr(address, "host", ""))
+
+
 def caller(request: IRequest) -> str:
     """Who the API's client is, as far as the connection proves it: the common name of its
     TLS client certificate, when it gave one; else "" (it holds the token, nothing more)."""
@@ -168,24 +213,48 @@ def _error(request: IRequest, e: BaseException, method: str, path: str) -> bytes
     return _json(request, 500, {"error": "internal error (see the node's log)"})
 
 
+def _limits() -> ApiLimits:
+    return ApiLimits()
+
+
 class Api(resource.Resource):
-    """Every path of the API, routed by method and path pattern; and the checks a request
-    passes before its body is read (`admit`, called by `ApiChannel`)."""
+    """Every path of the API, routed by method and path pattern; the checks a request
+    passes before its body is read (`admit`, called by `ApiChannel`); the answers in
+    progress, by kind of client and source (`answers`)."""
 
     isLeaf = True
 
-    def __init__(self, routes: list[Route], policy: Callable[[], Policy], refused: Counter[str] | None = None):
+    def __init__(
+        self,
+        routes: list[Route],
+        policy: Callable[[], Policy],
+        refused: Counter[str] | None = None,
+        limits: Callable[[], ApiLimits] = _limits,
+        closed: Counter[str] | None = None,
+    ):
         super().__init__()
         self.routes = routes
         self.policy = policy
-        #: requests refused by `admit`, by reason (see `guard.Refusal.reason`)
+        self.limits = limits
+        #: requests refused by `admit` or for want of a slot, by reason (see
+        #: `guard.Refusal.reason`; "busy": no slot for the answer)
         self.refused: Counter[str] = refused if refused is not None else Counter()
+        #: connections (and followers) the node closed, by why: displaced, idle, stalled,
+        #: follow_time
+        self.closed: Counter[str] = closed if closed is not None else Counter()
+        #: answers in progress to clients that showed the token (True) and that did not
+        self.answers = {True: Slots(), False: Slots()}
+
+    def _routes_for(self, method: str, path: str) -> list[Route]:
+        asked = "GET" if method == "HEAD" else method
+        return [r for r in self.routes if r.method == asked and r.match(path) is not None]
 
     def admit(self, incoming: guard.Incoming) -> Refusal | None:
         """Why this request is refused, or None; counted by reason."""
-        path = guard.path_of(incoming.target)
-        public = any(r.public and r.method == incoming.method and r.match(path) is not None for r in self.routes)
-        refusal = guard.check(incoming, self.policy_for(incoming), public)
+        matching = self._routes_for(incoming.method, guard.path_of(incoming.target))
+        public = any(r.public for r in matching)
+        secret = any(r.secret for r in matching)
+        refusal = guard.check(incoming, self.policy_for(incoming), public, secret)
         if refusal is not None:
             self.refused[refusal.reason] += 1
         return refusal
@@ -193,9 +262,8 @@ class Api(resource.Resource):
     def policy_for(self, incoming: guard.Incoming) -> Policy:
         """The policy, with the body limit of the route asked for when it takes more."""
         policy = self.policy()
-        path = guard.path_of(incoming.target)
-        for r in self.routes:
-            if r.raw_body > policy.max_body and r.method == incoming.method and r.match(path) is not None:
+        for r in self._routes_for(incoming.method, guard.path_of(incoming.target)):
+            if r.raw_body > policy.max_body:
                 return dataclasses.replace(policy, max_body=r.raw_body)
         return policy
 
@@ -225,6 +293,7 @@ class Api(resource.Resource):
             if route.body:
                 args.update(body_fields(request, route.body))
                 args["caller"] = caller(request)
+            held = self._hold(request)
             if route.raw_body:
                 content = getattr(request, "content", None)
                 raw = content.getvalue() if isinstance(content, io.BytesIO) else b""
@@ -233,22 +302,90 @@ class Api(resource.Resource):
                 result = route.handler(args, parts)
             if isinstance(result, Stream):
                 result.start(request)
+                if result.lasting:
+                    held.release()
                 return server.NOT_DONE_YET  # type: ignore[return-value]
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(
-                    lambda value: self._finish(request, lambda: _answer(request, value)),
-                    lambda failure: self._finish(request, lambda: _error(request, failure.value, method, path)),
+                    lambda value: self._late(request, lambda: self._result(request, value)),
+                    lambda failure: self._late(request, lambda: _error(request, failure.value, method, path)),
                 )
                 return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
-            return _answer(request, result)
+            return self._result(request, result)
         except Exception as e:
             return _error(request, e, method, path)
 
-    def _finish(self, request: IRequest, body: Callable[[], bytes]) -> None:
+    def _hold(self, request: IRequest) -> Held:
+        """A slot for this request's answer, given back when it is finished or its client
+        goes; ApiError 503 when its kind of client holds every one (in all or from its
+        address)."""
+        shown = token_shown(request)
+        limits = self.limits()
+        total = limits.answers if shown else limits.answers_without_token
+        source = source_of(request)
+        slots = self.answers[shown]
+        why = slots.take(source, Caps(total, limits.answers_per_source))
+        if why is not None:
+            self.refused["busy"] += 1
+            kind = "with the token" if shown else "without the token"
+            raise ApiError(503, f"busy: as many answers {kind} as this node gives at once are in progress {why}")
+        held = Held(slots, source)
+        finished: Any = request
+        finished.notifyFinish().addBoth(lambda _: held.release())
+        return held
+
+    def _result(self, request: IRequest, result: Any) -> bytes:
+        """*result*'s body when it is small (twisted.web writes it); else NOT_DONE_YET, a
+        `Sender` writing it."""
+        if isinstance(result, FileAnswer):
+            return self._send_file(request, result)
+        body = _answer(request, result)
+        if len(body) <= sending.SLICE or request.method == b"HEAD":
+            return body
+        request.setHeader(b"content-length", str(len(body)).encode())
+        self._sender(request, io.BytesIO(body).read).start()
+        return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
+
+    def _send_file(self, request: IRequest, answer: FileAnswer) -> bytes:
+        request.setHeader(b"content-type", answer.content_type)
+        request.setHeader(b"cache-control", b"no-store")
+        try:
+            size = os.fstat(answer.file.fileno()).st_size
+        except OSError:
+            answer.file.close()
+            raise
+        request.setHeader(b"content-length", str(size).encode())
+        if request.method == b"HEAD":
+            answer.file.close()
+            request.write(b"")
+            request.finish()
+        else:
+            self._sender(request, answer.file.read, answer.file.close).start()
+        return server.NOT_DONE_YET  # type: ignore[return-value]
+
+    def _sender(self, request: IRequest, read: Callable[[int], bytes], done: Callable[[], None] = lambda: None) -> Any:
+        channel: Any = getattr(request, "channel", None)
+        call_later = channel.callLater if channel is not None else None
+        assert call_later is not None, "an answer is sent on a connection"
+
+        def stalled() -> None:
+            self.closed["stalled"] += 1
+
+        return sending.Sender(request, read, call_later, self.limits().stall_timeout, stalled, done)
+
+    def _late(self, request: IRequest, body: Callable[[], bytes]) -> None:
         """Write a late answer, unless the client has gone meanwhile."""
         if getattr(request, "_disconnected", False):
             return
-        request.write(body())
+        method = request.method.decode(errors="replace") if request.method else "?"
+        try:
+            data = body()
+        except Exception as e:
+            data = _error(request, e, method, (request.path or b"/").decode(errors="replace"))
+        if not isinstance(data, bytes):  # NOT_DONE_YET: a Sender writes it
+            return
+        request.setHeader(b"content-length", str(len(data)).encode())
+        request.write(data)
         request.finish()
 
 
@@ -258,6 +395,8 @@ class ApiRequest(server.Request):
 
     #: set by ApiChannel once the request passed `Api.admit`
     admitted = False
+    #: it showed the API's token (valid), whether or not its route needed it
+    token_shown = False
     max_body = guard.MAX_BODY
     _received = 0
     _body: io.BytesIO
@@ -278,14 +417,74 @@ class ApiRequest(server.Request):
 
 
 class ApiChannel(http.HTTPChannel):
-    """An HTTP connection to the API that checks each request when its headers are in."""
+    """An HTTP connection to the API: counted among the connections (or refused) when it
+    opens, given `ApiLimits.idle_timeout` to send each request head, and checking each
+    request when its headers are in."""
 
     site: Site
     #: a request was refused: nothing more is read from this connection
     refused = False
+    #: the address it came from
+    source = ""
     _drain: IDelayedCall | None = None
+    _deadline: IDelayedCall | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        transport: Any = self.transport
+        self.source = str(getattr(transport.getPeer(), "host", ""))
+        api = self.site.api
+        limits = api.limits()
+        # (twisted.web's own, in whole seconds: between reads of a request body)
+        self.timeOut = max(1, round(limits.idle_timeout))
+        self.setTimeout(self.timeOut)
+        caps = Caps(limits.connections, limits.connections_per_source)
+        admitted, displaced = self.site.connections.admit(self, self.source, caps)
+        for other in displaced:
+            api.closed["displaced"] += 1
+            sending.abort(other.transport)
+        if not admitted:
+            api.refused["connections"] += 1
+            where = " from this address" if self.site.connections.by_source[self.source] >= caps.per_source else ""
+            self.refuse(Refusal(503, "connections", BUSY_CONNECTIONS.format(where=where)))
+            return
+        self._expect_head()
+
+    def _expect_head(self) -> None:
+        """Start the time the client has to send a whole request head."""
+        self._stop_deadline()
+        self._deadline = self.callLater(self.site.api.limits().idle_timeout, self._idle)
+
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+    def timeoutConnection(self) -> None:
+        """twisted.web's own idle timeout (a request body that stopped coming)."""
+        self._idle()
+
+    def _idle(self) -> None:
+        """No whole request head in time: close (what is still unsent may go for
+        `ApiLimits.stall_timeout` more, then the connection is aborted)."""
+        self._stop_deadline()
+        self.setTimeout(None)
+        if self._drain is not None:  # closing already
+            return
+        self.site.api.closed["idle"] += 1
+        transport: Any = self.transport
+        self.refused = True  # read nothing more
+        self.loseConnection()
+        self._drain = self.callLater(self.site.api.limits().stall_timeout, lambda: sending.abort(transport))
+
+    def requestDone(self, request: Any) -> None:
+        # (before twisted.web reads a pipelined request it kept: its head stops the clock)
+        if not self.refused:
+            self._expect_head()
+        super().requestDone(request)
 
     def allHeadersReceived(self) -> None:
+        self._stop_deadline()
         request = self.requests[-1]
         headers = request.requestHeaders
 
@@ -313,8 +512,14 @@ class ApiChannel(http.HTTPChannel):
         if refusal is not None:
             self.refuse(refusal)
             return
+        policy = api.policy_for(incoming)
         request.admitted = True
-        request.max_body = api.policy_for(incoming).max_body
+        request.max_body = policy.max_body
+        connections = self.site.connections
+        connections.touch(self)
+        if guard.shows_token(incoming, policy):
+            request.token_shown = True
+            connections.trust(self)
         super().allHeadersReceived()
 
     def refuse(self, refusal: Refusal) -> None:
@@ -323,6 +528,7 @@ class ApiChannel(http.HTTPChannel):
         if self.refused:
             return
         self.refused = True
+        self._stop_deadline()
         self.setRawMode()
         body = _dumps({"error": refusal.message})
         head = [
@@ -353,6 +559,18 @@ class ApiChannel(http.HTTPChannel):
         else:
             transport.loseConnection()
 
+    def lineLengthExceeded(self, line: bytes) -> None:
+        """A request line or header over 16 KiB (twisted.web's limit): 414 or 431, as JSON."""
+        if getattr(self, "_HTTPChannel__first_line", 1):
+            self.refuse(Refusal(414, "bad_request", "the request line is over 16 KiB"))
+        else:
+            self.refuse(Refusal(431, "bad_request", "a request header is over 16 KiB"))
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        """twisted.web's answer to a malformed request (a header without a colon, too many
+        headers, a bad length), as JSON."""
+        self.refuse(Refusal(400, "bad_request", "a malformed request (its line, a header or its length)"))
+
     def lineReceived(self, line: bytes) -> None:
         if not self.refused:
             super().lineReceived(line)
@@ -366,29 +584,42 @@ class ApiChannel(http.HTTPChannel):
             super().allContentReceived()
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+        self._stop_deadline()
         if self._drain is not None and self._drain.active():
             self._drain.cancel()
         self._drain = None
+        self.site.connections.remove(self)
         super().connectionLost(reason)
 
 
 class Site(server.Site):
-    """The API's site: its connections check requests early; no per-request access lines
-    in the node's log."""
+    """The API's site: its connections check requests early and are counted
+    (`connections`); no per-request access lines in the node's log."""
 
     protocol = ApiChannel  # type: ignore[assignment]
     requestFactory = ApiRequest
 
-    def __init__(self, api: Api):
-        super().__init__(api)
+    def __init__(self, api: Api, reactor: Any = None):
+        super().__init__(api, reactor=reactor)
         self.api = api
+        self.connections: Connections[ApiChannel] = Connections()
 
     def log(self, request: Any) -> None:
         pass
 
 
-def site(routes: list[Route], policy: Callable[[], Policy], refused: Counter[str] | None = None) -> Site:
-    s = Site(Api(routes, policy, refused))
+def site(
+    routes: list[Route],
+    policy: Callable[[], Policy],
+    refused: Counter[str] | None = None,
+    limits: Callable[[], ApiLimits] = _limits,
+    reactor: Any = None,
+    closed: Counter[str] | None = None,
+) -> Site:
+    """The API of *routes* under *policy* and *limits* (each asked again for every
+    connection and request: a reload changes them); *refused* and *closed*: where refusals
+    and closings are counted; *reactor*: its timers' (the global one when None)."""
+    s = Site(Api(routes, policy, refused, limits, closed), reactor)
     s.noisy = False
     s.displayTracebacks = False
     return s
