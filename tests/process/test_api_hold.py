@@ -236,3 +236,99 @@ def test_followers_without_the_token_cannot_lock_the_operator_out(node: tuple[Ru
             except TimeoutError:
                 continue
         assert b"reload" in seen.lower() or b"config" in seen.lower(), seen[-500:]
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNode, str]]:
+    """A node with short API deadlines and a small per-source cap, a bundle published."""
+    directory = tmp_path_factory.mktemp("api-tight")
+    address = loopback_address()
+    raw = configs.base(address, 5353)
+    raw["api"] = {
+        "limits": {"connections_per_source": 5, "idle_timeout": 2, "stall_timeout": 3, "follow_without_token": 3}
+    }
+    raw["monitors"] = {"big": {"type": "https", "ca_file": "big.pem"}}
+    (directory / "big.pem").write_bytes(base64.b64encode(os.urandom(BIG_FILE * 3 // 4)))
+    path = configs.write(directory, raw)
+    with running_node(path, "n1", address, 5353, directory) as running:
+        token = apiclient.token_of(path, "n1")
+        from gtmcluster.config import bundle
+
+        encoded = bundle.encode(bundle.make(path, 1, 0, "n1", 1.0))
+        code, answer = apiclient.call(api(running), "/api/v1/config", "POST", token, body=encoded, timeout=120)
+        assert code == 200, answer
+        yield running, token
+
+
+def closed_within(s: socket.socket, seconds: float) -> float | None:
+    """Seconds until the node closed *s* (reading and dropping what it sends), None if not
+    within *seconds*."""
+    started = time.monotonic()
+    s.settimeout(0.2)
+    while time.monotonic() - started < seconds:
+        try:
+            if not s.recv(1 << 20):
+                return time.monotonic() - started
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - started
+    return None
+
+
+def ask_status(s: socket.socket, node: RunningNode, token: str) -> int:
+    """GET /api/v1/status on *s* (kept open): the status of the whole answer, read."""
+    s.sendall(
+        f"GET /api/v1/status HTTP/1.1\r\nHost: {node.address}:8053\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+    )
+    s.settimeout(5)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += s.recv(65536)
+    return int(head[9:12])
+
+
+def test_deadlines_and_caps_on_a_real_node(tight: tuple[RunningNode, str]) -> None:
+    """idle_timeout 2: a silent connection is closed after 2 s; stall_timeout 3: a client
+    that reads nothing of a bundle is cut; follow_without_token 3: a follower without the
+    token is sent a line saying why and its answer ends; connections_per_source 5: a sixth
+    connection from one address displaces the oldest without the token, never the
+    operator's, which is still answered."""
+    n, token = tight
+    source = f"127.79.{os.getpid() % 200}.1"
+    with ExitStack() as stack:
+        silent = stack.enter_context(socket.create_connection(api(n), timeout=5, source_address=(source, 0)))
+        took = closed_within(silent, 6)
+        assert took is not None and 1.5 < took < 4, took
+
+        stalled = hold(n, "/api/v1/config/bundles/1", token, stack)[0]
+        time.sleep(6)  # stall_timeout 3, and the time to fill the buffers
+        got = 0
+        stalled.settimeout(0.5)
+        with pytest.raises((ConnectionResetError, TimeoutError, OSError)):
+            while True:
+                data = stalled.recv(1 << 20)
+                if not data:
+                    raise ConnectionResetError("closed")
+                got += len(data)
+        assert got < BIG_FILE, got
+
+        follower = follow(n, source, None, stack)
+        took = closed_within(follower, 8)
+        assert took is not None and 2 < took < 6, took
+
+    with ExitStack() as stack:
+        operator = stack.enter_context(socket.create_connection(api(n), timeout=5, source_address=(source, 0)))
+        assert ask_status(operator, n, token) == 200
+        others = [
+            stack.enter_context(socket.create_connection(api(n), timeout=5, source_address=(source, 0)))
+            for _ in range(8)
+        ]
+        time.sleep(0.3)  # (well within idle_timeout)
+        displaced = [closed_within(s, 0.05) is not None for s in others]
+        assert displaced == [True] * 4 + [False] * 4, displaced
+        assert ask_status(operator, n, token) == 200
