@@ -2,7 +2,7 @@
 
 Pure policy (nothing from Twisted): from a request's method, target and headers, and the
 address its connection reached, decide whether to refuse it, with which status and why.
-`gtmcluster.api.server` runs this as soon as a request's headers are in, so a refused
+`gtmcluster.api.connection` runs this as soon as a request's headers are in, so a refused
 request's body is never read.
 
 - **Host** must name this node: an IP literal of the address the connection reached (or of

@@ -12,10 +12,11 @@ from twisted.logger import Logger
 
 from gtmcluster import slices
 from gtmcluster.api import admin, groupconfig, guard, proximity, token
+from gtmcluster.api.connection import Site, site
 from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
-from gtmcluster.api.server import ApiError, Route, Site, site
+from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status_steps
 from gtmcluster.objectstats import object_stats_steps
 

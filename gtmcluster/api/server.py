@@ -1,27 +1,17 @@
-"""The HTTP API's plumbing: the checks before a body is read, routing, JSON answers, errors,
-and what each client may hold.
+"""The HTTP API's routing and answers: routes, JSON answers and errors, and the slots of
+answers in progress.
 
-A connection is counted when it opens (`gtmcluster.api.slots.Connections`, caps in
-``api.limits``): past a cap it displaces the least recently active connection that never
-showed the token, or is refused (503) when every one there did. It then has
-``idle_timeout`` seconds to send a whole request head (and again after each answer), else
-it is closed.
-
-A request is checked (`gtmcluster.api.guard`: Host, Origin, Content-Type, bearer token,
-length) by `ApiChannel` as soon as its headers are in. A refused one is answered at once
-(``Connection: close``) and its body, if any, is never read: what the client still sends is
-dropped for at most `DRAIN_SECONDS`, then the connection is closed. An admitted body is
-kept in memory, and a chunked one is cut at the limit (413). Only then does `Api` route it,
+`Api` routes a request that its connection (`gtmcluster.api.connection`) has checked,
 once it has a slot for its answer (`Slots`: apart for clients with and without the token,
-in all and per source; 503 beyond).
+in all and per source; 503 beyond, counted as refused "busy").
 
 Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
 4xx status); a handler raises `ApiError` for bad input, and may answer later with a
-Deferred (a reload reads the file over many reactor turns). Unexpected errors are logged and answered
-500 without a traceback. A large answer, and one sent from a file (`FileAnswer`), is
-written at the pace its client reads (`gtmcluster.api.sending`); its slot is held until its
-last byte is handed to the connection, and a client that stops reading for
-``stall_timeout`` seconds is cut.
+Deferred (a reload reads the file over many reactor turns). Unexpected errors are logged
+and answered 500 without a traceback. A large answer, and one sent from a file
+(`FileAnswer`), is written at the pace its client reads (`gtmcluster.api.sending`); its
+slot is held until its last byte is handed to the connection, and a client that stops
+reading for ``stall_timeout`` seconds is cut.
 """
 
 from __future__ import annotations
@@ -38,27 +28,19 @@ from typing import Any, BinaryIO
 
 from cryptography.x509.oid import NameOID
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web import http, resource, server
+from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
-from gtmcluster.api.slots import Caps, Connections, Held, Slots
+from gtmcluster.api.slots import Caps, Held, Slots
 from gtmcluster.config.model import ApiLimits
 
 log = Logger()
 
 JSON = b"application/json"
-#: seconds a refused request's client may go on sending (dropped) before the connection is
-#: closed: time to finish sending a small body and read the answer, never to hold on
-DRAIN_SECONDS = 2.0
-#: status texts twisted.web does not know
-_REASONS = {421: "Misdirected Request", 431: "Request Header Fields Too Large"}
-#: what a connection over a cap is told
-BUSY_CONNECTIONS = "too many connections to this node's API{where}; try again shortly"
 
 
 class ApiError(Exception):
@@ -123,7 +105,8 @@ class Route:
         return None if m is None else m.groupdict()
 
 
-def _dumps(body: Any) -> bytes:
+def dumps(body: Any) -> bytes:
+    """*body* as the API's JSON."""
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
@@ -131,7 +114,7 @@ def _json(request: IRequest, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return _dumps(body)
+    return dumps(body)
 
 
 def query_args(request: IRequest) -> dict[str, str]:
@@ -173,11 +156,10 @@ def token_shown(request: IRequest) -> bool:
 
 def source_of(request: IRequest) -> str:
     """The address the request's connection came from."""
-    channel = getattr(request, "channel", None)
-    if isinstance(channel, ApiChannel):
-        return channel.source
-    address = request.getClientAddress()
-    return str(getattr(address, "host", ""))
+    source = getattr(getattr(request, "channel", None), "source", None)
+    if isinstance(source, str):
+        return source
+    return str(getattr(request.getClientAddress(), "host", ""))
 
 
 def caller(request: IRequest) -> str:
@@ -213,13 +195,13 @@ def _error(request: IRequest, e: BaseException, method: str, path: str) -> bytes
     return _json(request, 500, {"error": "internal error (see the node's log)"})
 
 
-def _limits() -> ApiLimits:
+def default_limits() -> ApiLimits:
     return ApiLimits()
 
 
 class Api(resource.Resource):
     """Every path of the API, routed by method and path pattern; the checks a request
-    passes before its body is read (`admit`, called by `ApiChannel`); the answers in
+    passes before its body is read (`admit`, called by `connection.ApiChannel`); the answers in
     progress, by kind of client and source (`answers`)."""
 
     isLeaf = True
@@ -229,7 +211,7 @@ class Api(resource.Resource):
         routes: list[Route],
         policy: Callable[[], Policy],
         refused: Counter[str] | None = None,
-        limits: Callable[[], ApiLimits] = _limits,
+        limits: Callable[[], ApiLimits] = default_limits,
         closed: Counter[str] | None = None,
     ):
         super().__init__()
@@ -387,239 +369,3 @@ class Api(resource.Resource):
         request.setHeader(b"content-length", str(len(data)).encode())
         request.write(data)
         request.finish()
-
-
-class ApiRequest(server.Request):
-    """A request whose body is kept in memory, up to the policy's limit (a chunked body
-    beyond it is cut: 413)."""
-
-    #: set by ApiChannel once the request passed `Api.admit`
-    admitted = False
-    #: it showed the API's token (valid), whether or not its route needed it
-    token_shown = False
-    max_body = guard.MAX_BODY
-    _received = 0
-    _body: io.BytesIO
-
-    def gotLength(self, length: int | None) -> None:
-        self.content = self._body = io.BytesIO()
-        self._received = 0
-
-    def handleContentChunk(self, data: bytes) -> None:
-        channel = self.channel
-        if not isinstance(channel, ApiChannel) or channel.refused:
-            return
-        self._received += len(data)
-        if self._received > self.max_body:
-            channel.refuse(Refusal(413, "too_large", f"the request body is over {self.max_body} bytes"))
-            return
-        self._body.write(data)
-
-
-class ApiChannel(http.HTTPChannel):
-    """An HTTP connection to the API: counted among the connections (or refused) when it
-    opens, given `ApiLimits.idle_timeout` to send each request head, and checking each
-    request when its headers are in."""
-
-    site: Site
-    #: a request was refused: nothing more is read from this connection
-    refused = False
-    #: the address it came from
-    source = ""
-    _drain: IDelayedCall | None = None
-    _deadline: IDelayedCall | None = None
-
-    def connectionMade(self) -> None:
-        super().connectionMade()
-        transport: Any = self.transport
-        self.source = str(getattr(transport.getPeer(), "host", ""))
-        api = self.site.api
-        limits = api.limits()
-        # (twisted.web's own, in whole seconds: between reads of a request body)
-        self.timeOut = max(1, round(limits.idle_timeout))
-        self.setTimeout(self.timeOut)
-        caps = Caps(limits.connections, limits.connections_per_source)
-        admitted, displaced = self.site.connections.admit(self, self.source, caps)
-        for other in displaced:
-            api.closed["displaced"] += 1
-            sending.abort(other.transport)
-        if not admitted:
-            api.refused["connections"] += 1
-            where = " from this address" if self.site.connections.by_source[self.source] >= caps.per_source else ""
-            self.refuse(Refusal(503, "connections", BUSY_CONNECTIONS.format(where=where)))
-            return
-        self._expect_head()
-
-    def _expect_head(self) -> None:
-        """Start the time the client has to send a whole request head."""
-        self._stop_deadline()
-        self._deadline = self.callLater(self.site.api.limits().idle_timeout, self._idle)
-
-    def _stop_deadline(self) -> None:
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
-        self._deadline = None
-
-    def timeoutConnection(self) -> None:
-        """twisted.web's own idle timeout (a request body that stopped coming)."""
-        self._idle()
-
-    def _idle(self) -> None:
-        """No whole request head in time: close (what is still unsent may go for
-        `ApiLimits.stall_timeout` more, then the connection is aborted)."""
-        self._stop_deadline()
-        self.setTimeout(None)
-        if self._drain is not None:  # closing already
-            return
-        self.site.api.closed["idle"] += 1
-        transport: Any = self.transport
-        self.refused = True  # read nothing more
-        self.loseConnection()
-        self._drain = self.callLater(self.site.api.limits().stall_timeout, lambda: sending.abort(transport))
-
-    def requestDone(self, request: Any) -> None:
-        # (before twisted.web reads a pipelined request it kept: its head stops the clock)
-        if not self.refused:
-            self._expect_head()
-        super().requestDone(request)
-
-    def allHeadersReceived(self) -> None:
-        self._stop_deadline()
-        request = self.requests[-1]
-        headers = request.requestHeaders
-
-        def values(name: bytes) -> list[str]:
-            return [v.decode("latin-1") for v in headers.getRawHeaders(name, [])]
-
-        # (HTTPChannel keeps the request line in these until the body is in)
-        method: bytes = self._command
-        target: bytes = self._path
-        transport: Any = self.transport
-        incoming = guard.Incoming(
-            method=method.decode("latin-1"),
-            target=target.decode("latin-1"),
-            hosts=values(b"host"),
-            local=str(getattr(transport.getHost(), "host", "")),
-            length=self.length,
-            secure=self.isSecure(),
-            origin=values(b"origin"),
-            fetch_site=values(b"sec-fetch-site"),
-            content_type=values(b"content-type"),
-            authorization=values(b"authorization"),
-        )
-        api = self.site.api
-        refusal = api.admit(incoming)
-        if refusal is not None:
-            self.refuse(refusal)
-            return
-        policy = api.policy_for(incoming)
-        request.admitted = True
-        request.max_body = policy.max_body
-        connections = self.site.connections
-        connections.touch(self)
-        if guard.shows_token(incoming, policy):
-            request.token_shown = True
-            connections.trust(self)
-        super().allHeadersReceived()
-
-    def refuse(self, refusal: Refusal) -> None:
-        """Answer *refusal* now and read nothing more: what the client still sends is
-        dropped, and the connection closes once it stops sending or after DRAIN_SECONDS."""
-        if self.refused:
-            return
-        self.refused = True
-        self._stop_deadline()
-        self.setRawMode()
-        body = _dumps({"error": refusal.message})
-        head = [
-            f"HTTP/1.1 {refusal.code} {_REASONS.get(refusal.code) or http.RESPONSES[refusal.code].decode()}",
-            "Content-Type: application/json",
-            f"Content-Length: {len(body)}",
-            "Cache-Control: no-store",
-            "Connection: close",
-        ]
-        if refusal.code == 401:
-            head.append('WWW-Authenticate: Bearer realm="gtmcluster"')
-        transport: Any = self.transport
-        transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
-        self.setTimeout(None)
-        if self.isSecure():
-            # Under TLS a half close would reach past TLS to the TCP connection, and TLS
-            # closes only once this channel stops being the transport's producer: it sends
-            # its close alert now, and the connection ends when the client answers it or
-            # after DRAIN_SECONDS
-            transport.unregisterProducer()
-            transport.loseConnection()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-            return
-        close_writing = getattr(transport, "loseWriteConnection", None)
-        if close_writing is not None:
-            close_writing()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-        else:
-            transport.loseConnection()
-
-    def lineLengthExceeded(self, line: bytes) -> None:
-        """A request line or header over 16 KiB (twisted.web's limit): 414 or 431, as JSON."""
-        if getattr(self, "_HTTPChannel__first_line", 1):
-            self.refuse(Refusal(414, "bad_request", "the request line is over 16 KiB"))
-        else:
-            self.refuse(Refusal(431, "bad_request", "a request header is over 16 KiB"))
-
-    def _respondToBadRequestAndDisconnect(self) -> None:
-        """twisted.web's answer to a malformed request (a header without a colon, too many
-        headers, a bad length), as JSON."""
-        self.refuse(Refusal(400, "bad_request", "a malformed request (its line, a header or its length)"))
-
-    def lineReceived(self, line: bytes) -> None:
-        if not self.refused:
-            super().lineReceived(line)
-
-    def rawDataReceived(self, data: bytes) -> None:
-        if not self.refused:
-            super().rawDataReceived(data)
-
-    def allContentReceived(self) -> None:
-        if not self.refused:
-            super().allContentReceived()
-
-    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
-        self._stop_deadline()
-        if self._drain is not None and self._drain.active():
-            self._drain.cancel()
-        self._drain = None
-        self.site.connections.remove(self)
-        super().connectionLost(reason)
-
-
-class Site(server.Site):
-    """The API's site: its connections check requests early and are counted
-    (`connections`); no per-request access lines in the node's log."""
-
-    protocol = ApiChannel  # type: ignore[assignment]
-    requestFactory = ApiRequest
-
-    def __init__(self, api: Api, reactor: Any = None):
-        super().__init__(api, reactor=reactor)
-        self.api = api
-        self.connections: Connections[ApiChannel] = Connections()
-
-    def log(self, request: Any) -> None:
-        pass
-
-
-def site(
-    routes: list[Route],
-    policy: Callable[[], Policy],
-    refused: Counter[str] | None = None,
-    limits: Callable[[], ApiLimits] = _limits,
-    reactor: Any = None,
-    closed: Counter[str] | None = None,
-) -> Site:
-    """The API of *routes* under *policy* and *limits* (each asked again for every
-    connection and request: a reload changes them); *refused* and *closed*: where refusals
-    and closings are counted; *reactor*: its timers' (the global one when None)."""
-    s = Site(Api(routes, policy, refused, limits, closed), reactor)
-    s.noisy = False
-    s.displayTracebacks = False
-    return s

@@ -26,8 +26,9 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import LogLevel, capturedLogs
 
 from gtmcluster.api import guard
+from gtmcluster.api.connection import ApiChannel, Site
 from gtmcluster.api.routes import api_site
-from gtmcluster.api.server import ApiChannel, Route, Site
+from gtmcluster.api.server import Route
 from gtmcluster.config import bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.shared import at_start

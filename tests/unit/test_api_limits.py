@@ -26,8 +26,9 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 
 from gtmcluster.api import sending
+from gtmcluster.api.connection import ApiChannel, site
 from gtmcluster.api.guard import Policy
-from gtmcluster.api.server import ApiChannel, FileAnswer, Raw, Route, site
+from gtmcluster.api.server import FileAnswer, Raw, Route
 from gtmcluster.api.slots import FROM_SOURCE, IN_ALL, Caps, Connections, Held, Slots
 from gtmcluster.config.load import load
 from gtmcluster.config.model import ApiLimits

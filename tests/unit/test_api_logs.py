@@ -17,8 +17,9 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel, LogPublisher
 
 from gtmcluster.api import logs, sending
+from gtmcluster.api.connection import ApiChannel, site
 from gtmcluster.api.guard import Policy
-from gtmcluster.api.server import ApiChannel, Route, site
+from gtmcluster.api.server import Route
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.nodelog import record
 from gtmcluster.nodelog.writer import NodeLog
