@@ -10,15 +10,20 @@
 
 A publication answers once this member runs the bundle and has offered it to its peers;
 `gtmcluster config push` then watches the peers take it (GET /api/v1/config).
+
+Every one of these needs the token on every address, reads too: a bundle is the group's
+config text. A bundle is sent from its file as the client reads it (`FileAnswer`), never
+held whole per request.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
-from gtmcluster.api.server import ApiError, Raw
+from gtmcluster.api.server import ApiError, FileAnswer
 from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle, Header
 from gtmcluster.config.shared import GroupConfig, Published, Stale
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
 
 #: the largest body of a publication: a bundle at its limit, encoded
 MAX_PUSH = bundle.MAX_BYTES * 4 // 3 + 65536
+#: a generation as the API takes it: ASCII digits (str.isdigit() takes "²", which int() refuses)
+GENERATION = re.compile(r"[0-9]{1,18}")
 
 
 def _group(service: NodeService) -> GroupConfig:
@@ -108,26 +115,38 @@ def history(service: NodeService) -> dict[str, Any]:
     }
 
 
+def generation_of(text: str, what: str) -> int:
+    """*text* as a generation; ApiError 400 when it is not one."""
+    if not GENERATION.fullmatch(text):
+        raise ApiError(400, f"{what}: {text[:40]!r} is not a generation (a whole number)")
+    return int(text)
+
+
 def _held(group: GroupConfig, generation: str) -> Header:
-    header = group.shelf.find(int(generation))
+    header = group.shelf.find(generation_of(generation, "generation"))
     if header is None:
         kept = ", ".join(str(h.generation) for h in group.shelf.history()) or "none"
         raise ApiError(404, f"generation {generation} is not held here (held: {kept})")
     return header
 
 
-def one(service: NodeService, generation: str) -> Raw:
+def one(service: NodeService, generation: str) -> FileAnswer:
+    """Generation *generation* as sent, read from its file as it is sent."""
     group = _group(service)
+    path = group.shelf.folder(_held(group, generation)) / "bundle.json"
     try:
-        return Raw(b"application/json", group.shelf.encoded(_held(group, generation)))
+        return FileAnswer(b"application/json", path.open("rb"))
     except OSError as e:
         raise ApiError(404, f"generation {generation}: {e.strerror or e}") from None
 
 
 def rollback(service: NodeService, args: Any, generation: str) -> defer.Deferred[dict[str, Any]]:
     group = _group(service)
-    old = group.shelf.load(_held(group, generation))
     based_on = args.get("based_on")
-    if based_on is not None and not based_on.isdigit():
-        raise ApiError(400, f"based_on: {based_on!r} is not a generation")
-    return group.publish(old, int(based_on) if based_on else None, _force(args)).addCallbacks(_answer, _stale)
+    base = generation_of(based_on, "based_on") if based_on else None
+    force = _force(args)
+    try:
+        old = group.shelf.load(_held(group, generation))
+    except OSError as e:
+        raise ApiError(404, f"generation {generation}: {e.strerror or e}") from None
+    return group.publish(old, base, force).addCallbacks(_answer, _stale)

@@ -2,7 +2,7 @@
 
 Pure policy (nothing from Twisted): from a request's method, target and headers, and the
 address its connection reached, decide whether to refuse it, with which status and why.
-`gtmcluster.api.server` runs this as soon as a request's headers are in, so a refused
+`gtmcluster.api.connection` runs this as soon as a request's headers are in, so a refused
 request's body is never read.
 
 - **Host** must name this node: an IP literal of the address the connection reached (or of
@@ -16,7 +16,12 @@ request's body is never read.
   node's own and no ``Sec-Fetch-Site`` but same-origin (or none), and hold at most
   `MAX_BODY` bytes.
 - **Reads** need the token where ``token_for_reads`` says so (beyond loopback, or set),
-  but for the dashboard page itself, which holds no data.
+  but for the dashboard page itself, which holds no data; reads of a *secret* route (the
+  group's config and its bundles: config text, names of files, inline secrets) need it on
+  every address, loopback included.
+
+`shows_token` says whether a request carries the valid token even where it needs none: its
+answer and its connection are then counted among the token holders' (`gtmcluster.api.slots`).
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ TOKEN_HELP = (
     "`gtmcluster dashboard-url` prints the dashboard's address with it"
 )
 
-_BRACKETED = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::(\d{1,5}))?")
-_PLAIN = re.compile(r"([A-Za-z0-9._-]+)(?::(\d{1,5}))?")
+# (ASCII digits: \d would take any Unicode digit, which int() reads or refuses)
+_BRACKETED = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::([0-9]{1,5}))?")
+_PLAIN = re.compile(r"([A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
 READS = frozenset({"GET", "HEAD"})
 
 
@@ -107,9 +113,10 @@ def path_of(target: str) -> str:
     return path if path == "/" else path.rstrip("/") or "/"
 
 
-def check(r: Incoming, p: Policy, public: bool = False) -> Refusal | None:
+def check(r: Incoming, p: Policy, public: bool = False, secret: bool = False) -> Refusal | None:
     """Why *r* is refused under *p*, or None when it may go on. *public*: the target is the
-    dashboard page, which reads may fetch without the token."""
+    dashboard page, which reads may fetch without the token; *secret*: the target holds
+    config text, which reads may fetch only with the token, wherever they come from."""
     if not r.target.startswith("/"):
         return Refusal(400, "bad_request", "the request-target must be a path (/...)")
     if len(r.hosts) != 1:
@@ -119,7 +126,7 @@ def check(r: Incoming, p: Policy, public: bool = False) -> Refusal | None:
         shown = r.hosts[0][:100]
         return Refusal(421, "host", f"Host {shown!r} does not name this node (a name of its API goes in api.names)")
     if r.method in READS and r.length == 0:
-        if p.token_for_reads and not public:
+        if (p.token_for_reads or secret) and not public:
             return _token(r, p)
         return None
     if len(r.origin) > 1 or (r.origin and not _same_origin(r.origin[0], host, r.secure)):
@@ -134,6 +141,11 @@ def check(r: Incoming, p: Policy, public: bool = False) -> Refusal | None:
     if r.length is not None and r.length > p.max_body:
         return Refusal(413, "too_large", f"the request body is over {p.max_body} bytes")
     return None
+
+
+def shows_token(r: Incoming, p: Policy) -> bool:
+    """Whether *r* carries *p*'s token (once, valid), needed or not."""
+    return len(r.authorization) == 1 and _token(r, p) is None
 
 
 def _token(r: Incoming, p: Policy) -> Refusal | None:

@@ -90,9 +90,15 @@ ADD_STEP = 500
 
 
 class NodeCollector(Collector):
-    def __init__(self, service: NodeService, api_refused: Mapping[str, int] | None = None):
+    def __init__(
+        self,
+        service: NodeService,
+        api_refused: Mapping[str, int] | None = None,
+        api_closed: Mapping[str, int] | None = None,
+    ):
         self.service = service
         self.api_refused = api_refused
+        self.api_closed = api_closed
 
     def collect(self) -> Iterator[Metric | None]:  # type: ignore[override]
         """The families; None between parts of a big one (a step: `metrics_steps`). At
@@ -302,6 +308,17 @@ class NodeCollector(Collector):
             for reason, n in sorted(self.api_refused.items()):
                 refused.add_metric([reason], n)
             yield refused
+        if self.api_closed is not None:
+            closed = CounterMetricFamily(
+                "gtm_api_closed",
+                "API connections (or log followers) the node closed: displaced by a newer one past a cap, "
+                "no request head in time (idle), a client that stopped reading (stalled), a follower "
+                "without the token at its time limit (follow_time)",
+                labels=["reason"],
+            )
+            for reason, n in sorted(self.api_closed.items()):
+                closed.add_metric([reason], n)
+            yield closed
         probe = service.lag
         if probe is not None:
             yield _histogram(
@@ -370,10 +387,12 @@ def _link_traffic(node: Node) -> Iterator[GaugeMetricFamily]:
     yield share
 
 
-def metrics_steps(service: NodeService, api_refused: Mapping[str, int] | None = None) -> Steps[Raw]:
+def metrics_steps(
+    service: NodeService, api_refused: Mapping[str, int] | None = None, api_closed: Mapping[str, int] | None = None
+) -> Steps[Raw]:
     """The whole text, a family (or a part of a large one) per step."""
     parts: list[bytes] = []
-    for family in NodeCollector(service, api_refused).collect():
+    for family in NodeCollector(service, api_refused, api_closed).collect():
         if family is None:
             yield None
             continue

@@ -6,15 +6,17 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet import threads
+from twisted.internet import defer, threads
+from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import Logger
 
 from gtmcluster import slices
 from gtmcluster.api import admin, groupconfig, guard, proximity, token
+from gtmcluster.api.connection import Site, site
 from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
-from gtmcluster.api.server import ApiError, Route, Site, site
+from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status_steps
 from gtmcluster.objectstats import object_stats_steps
 
@@ -32,17 +34,27 @@ def api_site(service: NodeService, generated: str) -> Site:
     """The node's API: its routes under the policy of its current config (*generated*: the
     node's own token, for when the config sets none)."""
     refused: Counter[str] = Counter()
+    closed: Counter[str] = Counter()
     node = service.node
     kept = token.path_in(node.config.state_dir_for(node.member.name))
     log.info(
         "API writes need the bearer token: {where}",
         where="the config's api.token" if node.config.api.token else f"the node's own, kept in {kept}",
     )
-    return site(routes(service, refused), lambda: guard.policy(node.config.api, node.member, generated), refused)
+    return site(
+        routes(service, refused, closed),
+        lambda: guard.policy(node.config.api, node.member, generated),
+        refused,
+        lambda: node.config.api.limits,
+        service.reactor,
+        closed,
+    )
 
 
-def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Route]:
-    """*refused*: the API's refusals by reason, for /metrics."""
+def routes(
+    service: NodeService, refused: Counter[str] | None = None, closed: Counter[str] | None = None
+) -> list[Route]:
+    """*refused*, *closed*: the API's refusals and closings by reason, for /metrics."""
     node = service.node
 
     def get_status(args: Args, parts: Args) -> Any:
@@ -94,10 +106,16 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
             raise ApiError(503, "this node keeps no history")
         return service.history.to_json()
 
+    reactor = service.reactor
     logs = Logs(
         service.node_log,
-        service.reactor,
-        lambda f: threads.deferToThreadPool(service.reactor, service.reactor.getThreadPool(), f),
+        reactor,
+        # (a reactor without threads, in tests: the files are read at once)
+        (lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f))
+        if IReactorThreads.providedBy(reactor)
+        else defer.maybeDeferred,
+        lambda: node.config.api.limits,
+        closed,
     )
     return [
         Route("GET", "/", dashboard, public=True),
@@ -114,7 +132,8 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
         # a pool member's NAME is POOL/SERVER: the action is the last segment
         Route("POST", r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
         Route("POST", "/api/v1/reload", post_reload),
-        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service)),
+        # the group's config: the token on every address (config text, names of files)
+        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service), secret=True),
         Route(
             "POST",
             "/api/v1/config",
@@ -122,11 +141,12 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
             ("force",),
             raw_body=groupconfig.MAX_PUSH,
         ),
-        Route("GET", "/api/v1/config/history", lambda a, p: groupconfig.history(service)),
+        Route("GET", "/api/v1/config/history", lambda a, p: groupconfig.history(service), secret=True),
         Route(
             "GET",
             r"/api/v1/config/bundles/(?P<generation>[0-9]{1,18})",
             lambda a, p: groupconfig.one(service, p["generation"]),
+            secret=True,
         ),
         Route(
             "POST",
@@ -134,5 +154,5 @@ def routes(service: NodeService, refused: Counter[str] | None = None) -> list[Ro
             lambda a, p: groupconfig.rollback(service, a, p["generation"]),
             body=("based_on", "force"),
         ),
-        Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service, refused), service.reactor)),
+        Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service, refused, closed), service.reactor)),
     ]

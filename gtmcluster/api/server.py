@@ -1,15 +1,17 @@
-"""The HTTP API's plumbing: the checks before a body is read, routing, JSON answers, errors.
+"""The HTTP API's routing and answers: routes, JSON answers and errors, and the slots of
+answers in progress.
 
-A request is checked (`gtmcluster.api.guard`: Host, Origin, Content-Type, bearer token,
-length) by `ApiChannel` as soon as its headers are in. A refused one is answered at once
-(``Connection: close``) and its body, if any, is never read: what the client still sends is
-dropped for at most `DRAIN_SECONDS`, then the connection is closed. An admitted body is
-kept in memory, and a chunked one is cut at the limit (413). Only then does `Api` route it.
+`Api` routes a request that its connection (`gtmcluster.api.connection`) has checked,
+once it has a slot for its answer (`Slots`: apart for clients with and without the token,
+in all and per source; 503 beyond, counted as refused "busy").
 
 Every JSON answer, errors included, is ``application/json`` (``{"error": ...}`` with a
 4xx status); a handler raises `ApiError` for bad input, and may answer later with a
-Deferred (a reload reads the file over many reactor turns). Unexpected errors are logged and answered
-500 without a traceback.
+Deferred (a reload reads the file over many reactor turns). Unexpected errors are logged
+and answered 500 without a traceback. A large answer, and one sent from a file
+(`FileAnswer`), is written at the pace its client reads (`gtmcluster.api.sending`); its
+slot is held until its last byte is handed to the connection, and a client that stops
+reading for ``stall_timeout`` seconds is cut.
 """
 
 from __future__ import annotations
@@ -17,31 +19,28 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from cryptography.x509.oid import NameOID
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web import http, resource, server
+from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
-from gtmcluster.api import guard
+from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
+from gtmcluster.api.slots import Caps, Held, Slots
+from gtmcluster.config.model import ApiLimits
 
 log = Logger()
 
 JSON = b"application/json"
-#: seconds a refused request's client may go on sending (dropped) before the connection is
-#: closed: time to finish sending a small body and read the answer, never to hold on
-DRAIN_SECONDS = 2.0
-#: status texts twisted.web does not know
-_REASONS = {421: "Misdirected Request"}
 
 
 class ApiError(Exception):
@@ -60,11 +59,23 @@ class Raw:
 
 
 @dataclass(frozen=True)
+class FileAnswer:
+    """An answer read from an open file as it is sent (a config bundle): the file is
+    closed once sent, or when the client goes."""
+
+    content_type: bytes
+    file: BinaryIO
+
+
+@dataclass(frozen=True)
 class Stream:
-    """An answer written over time (the log, followed): *start* takes the request, sets its
-    headers, writes and finishes it when it will."""
+    """An answer written over time (the node's log): *start* takes the request, sets its
+    headers, writes and finishes it when it will; it may raise `ApiError` before writing.
+    *lasting*: it may stay open (a follower), under slots of its own, so it gives back its
+    answer slot once started."""
 
     start: Callable[[Any], None]
+    lasting: bool = False
 
 
 #: a handler gets the query arguments and the path's named parts
@@ -80,6 +91,8 @@ class Route:
     #: served without the token even where reads need one: the dashboard page holds no
     #: data (it asks the API with the token from its #token=... fragment)
     public: bool = False
+    #: needs the token on every address, reads too: config text and what names its files
+    secret: bool = False
     #: text fields a POST's JSON object body may give (passed with the query arguments,
     #: with "caller": who the connection is, see `caller`); empty: the body is not read
     body: tuple[str, ...] = ()
@@ -92,7 +105,8 @@ class Route:
         return None if m is None else m.groupdict()
 
 
-def _dumps(body: Any) -> bytes:
+def dumps(body: Any) -> bytes:
+    """*body* as the API's JSON."""
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
@@ -100,7 +114,7 @@ def _json(request: IRequest, code: int, body: Any) -> bytes:
     request.setResponseCode(code)
     request.setHeader(b"content-type", JSON)
     request.setHeader(b"cache-control", b"no-store")
-    return _dumps(body)
+    return dumps(body)
 
 
 def query_args(request: IRequest) -> dict[str, str]:
@@ -133,6 +147,19 @@ def body_fields(request: IRequest, fields: tuple[str, ...]) -> dict[str, str]:
             raise ApiError(400, f"{key!r} must be text")
         out[key] = value
     return out
+
+
+def token_shown(request: IRequest) -> bool:
+    """Whether the request carried the API's token (valid), needed or not."""
+    return bool(getattr(request, "token_shown", False))
+
+
+def source_of(request: IRequest) -> str:
+    """The address the request's connection came from."""
+    source = getattr(getattr(request, "channel", None), "source", None)
+    if isinstance(source, str):
+        return source
+    return str(getattr(request.getClientAddress(), "host", ""))
 
 
 def caller(request: IRequest) -> str:
@@ -168,24 +195,48 @@ def _error(request: IRequest, e: BaseException, method: str, path: str) -> bytes
     return _json(request, 500, {"error": "internal error (see the node's log)"})
 
 
+def default_limits() -> ApiLimits:
+    return ApiLimits()
+
+
 class Api(resource.Resource):
-    """Every path of the API, routed by method and path pattern; and the checks a request
-    passes before its body is read (`admit`, called by `ApiChannel`)."""
+    """Every path of the API, routed by method and path pattern; the checks a request
+    passes before its body is read (`admit`, called by `connection.ApiChannel`); the answers in
+    progress, by kind of client and source (`answers`)."""
 
     isLeaf = True
 
-    def __init__(self, routes: list[Route], policy: Callable[[], Policy], refused: Counter[str] | None = None):
+    def __init__(
+        self,
+        routes: list[Route],
+        policy: Callable[[], Policy],
+        refused: Counter[str] | None = None,
+        limits: Callable[[], ApiLimits] = default_limits,
+        closed: Counter[str] | None = None,
+    ):
         super().__init__()
         self.routes = routes
         self.policy = policy
-        #: requests refused by `admit`, by reason (see `guard.Refusal.reason`)
+        self.limits = limits
+        #: requests refused by `admit` or for want of a slot, by reason (see
+        #: `guard.Refusal.reason`; "busy": no slot for the answer)
         self.refused: Counter[str] = refused if refused is not None else Counter()
+        #: connections (and followers) the node closed, by why: displaced, idle, stalled,
+        #: follow_time
+        self.closed: Counter[str] = closed if closed is not None else Counter()
+        #: answers in progress to clients that showed the token (True) and that did not
+        self.answers = {True: Slots(), False: Slots()}
+
+    def _routes_for(self, method: str, path: str) -> list[Route]:
+        asked = "GET" if method == "HEAD" else method
+        return [r for r in self.routes if r.method == asked and r.match(path) is not None]
 
     def admit(self, incoming: guard.Incoming) -> Refusal | None:
         """Why this request is refused, or None; counted by reason."""
-        path = guard.path_of(incoming.target)
-        public = any(r.public and r.method == incoming.method and r.match(path) is not None for r in self.routes)
-        refusal = guard.check(incoming, self.policy_for(incoming), public)
+        matching = self._routes_for(incoming.method, guard.path_of(incoming.target))
+        public = any(r.public for r in matching)
+        secret = any(r.secret for r in matching)
+        refusal = guard.check(incoming, self.policy_for(incoming), public, secret)
         if refusal is not None:
             self.refused[refusal.reason] += 1
         return refusal
@@ -193,9 +244,8 @@ class Api(resource.Resource):
     def policy_for(self, incoming: guard.Incoming) -> Policy:
         """The policy, with the body limit of the route asked for when it takes more."""
         policy = self.policy()
-        path = guard.path_of(incoming.target)
-        for r in self.routes:
-            if r.raw_body > policy.max_body and r.method == incoming.method and r.match(path) is not None:
+        for r in self._routes_for(incoming.method, guard.path_of(incoming.target)):
+            if r.raw_body > policy.max_body:
                 return dataclasses.replace(policy, max_body=r.raw_body)
         return policy
 
@@ -225,6 +275,7 @@ class Api(resource.Resource):
             if route.body:
                 args.update(body_fields(request, route.body))
                 args["caller"] = caller(request)
+            held = self._hold(request)
             if route.raw_body:
                 content = getattr(request, "content", None)
                 raw = content.getvalue() if isinstance(content, io.BytesIO) else b""
@@ -233,162 +284,88 @@ class Api(resource.Resource):
                 result = route.handler(args, parts)
             if isinstance(result, Stream):
                 result.start(request)
+                if result.lasting:
+                    held.release()
                 return server.NOT_DONE_YET  # type: ignore[return-value]
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(
-                    lambda value: self._finish(request, lambda: _answer(request, value)),
-                    lambda failure: self._finish(request, lambda: _error(request, failure.value, method, path)),
+                    lambda value: self._late(request, lambda: self._result(request, value)),
+                    lambda failure: self._late(request, lambda: _error(request, failure.value, method, path)),
                 )
                 return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
-            return _answer(request, result)
+            return self._result(request, result)
         except Exception as e:
             return _error(request, e, method, path)
 
-    def _finish(self, request: IRequest, body: Callable[[], bytes]) -> None:
+    def _hold(self, request: IRequest) -> Held:
+        """A slot for this request's answer, given back when it is finished or its client
+        goes; ApiError 503 when its kind of client holds every one (in all or from its
+        address)."""
+        shown = token_shown(request)
+        limits = self.limits()
+        total = limits.answers if shown else limits.answers_without_token
+        source = source_of(request)
+        slots = self.answers[shown]
+        why = slots.take(source, Caps(total, limits.answers_per_source))
+        if why is not None:
+            self.refused["busy"] += 1
+            kind = "with the token" if shown else "without the token"
+            raise ApiError(503, f"busy: as many answers {kind} as this node gives at once are in progress {why}")
+        held = Held(slots, source)
+        finished: Any = request
+        finished.notifyFinish().addBoth(lambda _: held.release())
+        return held
+
+    def _result(self, request: IRequest, result: Any) -> bytes:
+        """*result*'s body when it is small (twisted.web writes it); else NOT_DONE_YET, a
+        `Sender` writing it."""
+        if isinstance(result, FileAnswer):
+            return self._send_file(request, result)
+        body = _answer(request, result)
+        if len(body) <= sending.SLICE or request.method == b"HEAD":
+            return body
+        request.setHeader(b"content-length", str(len(body)).encode())
+        self._sender(request, io.BytesIO(body).read).start()
+        return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
+
+    def _send_file(self, request: IRequest, answer: FileAnswer) -> bytes:
+        request.setHeader(b"content-type", answer.content_type)
+        request.setHeader(b"cache-control", b"no-store")
+        try:
+            size = os.fstat(answer.file.fileno()).st_size
+        except OSError:
+            answer.file.close()
+            raise
+        request.setHeader(b"content-length", str(size).encode())
+        if request.method == b"HEAD":
+            answer.file.close()
+            request.write(b"")
+            request.finish()
+        else:
+            self._sender(request, answer.file.read, answer.file.close).start()
+        return server.NOT_DONE_YET  # type: ignore[return-value]
+
+    def _sender(self, request: IRequest, read: Callable[[int], bytes], done: Callable[[], None] = lambda: None) -> Any:
+        channel: Any = getattr(request, "channel", None)
+        call_later = channel.callLater if channel is not None else None
+        assert call_later is not None, "an answer is sent on a connection"
+
+        def stalled() -> None:
+            self.closed["stalled"] += 1
+
+        return sending.Sender(request, read, call_later, self.limits().stall_timeout, stalled, done)
+
+    def _late(self, request: IRequest, body: Callable[[], bytes]) -> None:
         """Write a late answer, unless the client has gone meanwhile."""
         if getattr(request, "_disconnected", False):
             return
-        request.write(body())
+        method = request.method.decode(errors="replace") if request.method else "?"
+        try:
+            data = body()
+        except Exception as e:
+            data = _error(request, e, method, (request.path or b"/").decode(errors="replace"))
+        if not isinstance(data, bytes):  # NOT_DONE_YET: a Sender writes it
+            return
+        request.setHeader(b"content-length", str(len(data)).encode())
+        request.write(data)
         request.finish()
-
-
-class ApiRequest(server.Request):
-    """A request whose body is kept in memory, up to the policy's limit (a chunked body
-    beyond it is cut: 413)."""
-
-    #: set by ApiChannel once the request passed `Api.admit`
-    admitted = False
-    max_body = guard.MAX_BODY
-    _received = 0
-    _body: io.BytesIO
-
-    def gotLength(self, length: int | None) -> None:
-        self.content = self._body = io.BytesIO()
-        self._received = 0
-
-    def handleContentChunk(self, data: bytes) -> None:
-        channel = self.channel
-        if not isinstance(channel, ApiChannel) or channel.refused:
-            return
-        self._received += len(data)
-        if self._received > self.max_body:
-            channel.refuse(Refusal(413, "too_large", f"the request body is over {self.max_body} bytes"))
-            return
-        self._body.write(data)
-
-
-class ApiChannel(http.HTTPChannel):
-    """An HTTP connection to the API that checks each request when its headers are in."""
-
-    site: Site
-    #: a request was refused: nothing more is read from this connection
-    refused = False
-    _drain: IDelayedCall | None = None
-
-    def allHeadersReceived(self) -> None:
-        request = self.requests[-1]
-        headers = request.requestHeaders
-
-        def values(name: bytes) -> list[str]:
-            return [v.decode("latin-1") for v in headers.getRawHeaders(name, [])]
-
-        # (HTTPChannel keeps the request line in these until the body is in)
-        method: bytes = self._command
-        target: bytes = self._path
-        transport: Any = self.transport
-        incoming = guard.Incoming(
-            method=method.decode("latin-1"),
-            target=target.decode("latin-1"),
-            hosts=values(b"host"),
-            local=str(getattr(transport.getHost(), "host", "")),
-            length=self.length,
-            secure=self.isSecure(),
-            origin=values(b"origin"),
-            fetch_site=values(b"sec-fetch-site"),
-            content_type=values(b"content-type"),
-            authorization=values(b"authorization"),
-        )
-        api = self.site.api
-        refusal = api.admit(incoming)
-        if refusal is not None:
-            self.refuse(refusal)
-            return
-        request.admitted = True
-        request.max_body = api.policy_for(incoming).max_body
-        super().allHeadersReceived()
-
-    def refuse(self, refusal: Refusal) -> None:
-        """Answer *refusal* now and read nothing more: what the client still sends is
-        dropped, and the connection closes once it stops sending or after DRAIN_SECONDS."""
-        if self.refused:
-            return
-        self.refused = True
-        self.setRawMode()
-        body = _dumps({"error": refusal.message})
-        head = [
-            f"HTTP/1.1 {refusal.code} {_REASONS.get(refusal.code) or http.RESPONSES[refusal.code].decode()}",
-            "Content-Type: application/json",
-            f"Content-Length: {len(body)}",
-            "Cache-Control: no-store",
-            "Connection: close",
-        ]
-        if refusal.code == 401:
-            head.append('WWW-Authenticate: Bearer realm="gtmcluster"')
-        transport: Any = self.transport
-        transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
-        self.setTimeout(None)
-        if self.isSecure():
-            # Under TLS a half close would reach past TLS to the TCP connection, and TLS
-            # closes only once this channel stops being the transport's producer: it sends
-            # its close alert now, and the connection ends when the client answers it or
-            # after DRAIN_SECONDS
-            transport.unregisterProducer()
-            transport.loseConnection()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-            return
-        close_writing = getattr(transport, "loseWriteConnection", None)
-        if close_writing is not None:
-            close_writing()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-        else:
-            transport.loseConnection()
-
-    def lineReceived(self, line: bytes) -> None:
-        if not self.refused:
-            super().lineReceived(line)
-
-    def rawDataReceived(self, data: bytes) -> None:
-        if not self.refused:
-            super().rawDataReceived(data)
-
-    def allContentReceived(self) -> None:
-        if not self.refused:
-            super().allContentReceived()
-
-    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
-        if self._drain is not None and self._drain.active():
-            self._drain.cancel()
-        self._drain = None
-        super().connectionLost(reason)
-
-
-class Site(server.Site):
-    """The API's site: its connections check requests early; no per-request access lines
-    in the node's log."""
-
-    protocol = ApiChannel  # type: ignore[assignment]
-    requestFactory = ApiRequest
-
-    def __init__(self, api: Api):
-        super().__init__(api)
-        self.api = api
-
-    def log(self, request: Any) -> None:
-        pass
-
-
-def site(routes: list[Route], policy: Callable[[], Policy], refused: Counter[str] | None = None) -> Site:
-    s = Site(Api(routes, policy, refused))
-    s.noisy = False
-    s.displayTracebacks = False
-    return s

@@ -1,12 +1,12 @@
-"""The ``api`` section: the HTTP API's token, TLS, client certificates and host names, and
-whether a member's API may listen beyond loopback under them."""
+"""The ``api`` section: the HTTP API's token, TLS, client certificates, host names and
+limits, and whether a member's API may listen beyond loopback under them."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from gtmcluster.config.model import ApiSettings, HostPort
+from gtmcluster.config.model import ApiLimits, ApiSettings, HostPort
 from gtmcluster.config.reader import Mapping, Reader
 
 
@@ -29,13 +29,13 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     the host names operators reach the API by (``{node}``: the member's name); ``tls: true``
     (HTTPS with the member's certificate), ``client_certificates: required`` (clients must
     show a certificate from the group CA), ``insecure_http: true`` (plain HTTP beyond
-    loopback, knowingly)."""
+    loopback, knowingly), ``limits: {...}`` (`read_limits`)."""
     if not top.has("api"):
         return ApiSettings()
     m = r.mapping(
         ("api",),
         top.get("api"),
-        "a mapping {token or token_file, token_for_reads, names, tls, client_certificates, insecure_http}",
+        "a mapping {token or token_file, token_for_reads, names, tls, client_certificates, insecure_http, limits}",
     )
     if m is None:
         return ApiSettings()
@@ -58,6 +58,7 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     tls = bool(m.boolean("tls", False))
     clients = m.string("client_certificates", "none", choices=("none", "required"))
     insecure = bool(m.boolean("insecure_http", False))
+    limits = read_limits(r, m)
     m.done()
     if token is not None and len(token) < 16:
         r.error(m.at("token" if m.has("token") else "token_file"), "the token must have at least 16 characters")
@@ -77,7 +78,44 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
         tls=tls,
         client_certificates_required=clients == "required",
         insecure_http=insecure or unsure,
+        limits=limits,
     )
+
+
+#: each limit's key, whether it is a whole number, and its range
+_LIMITS: dict[str, tuple[bool, float, float]] = {
+    "connections": (True, 1, 100_000),
+    "connections_per_source": (True, 1, 100_000),
+    "answers": (True, 1, 10_000),
+    "answers_without_token": (True, 0, 10_000),
+    "answers_per_source": (True, 1, 10_000),
+    "followers": (True, 0, 1_000),
+    "followers_without_token": (True, 0, 1_000),
+    "followers_per_source": (True, 1, 1_000),
+    "idle_timeout": (False, 1, 3600),
+    "stall_timeout": (False, 1, 3600),
+    "follow_without_token": (False, 0, 7 * 86400),
+}
+
+
+def read_limits(r: Reader, api: Mapping) -> ApiLimits:
+    """``api.limits``: what the API's clients may hold (see `ApiLimits`; every key
+    optional, each checked against its range, unknown keys refused)."""
+    default = ApiLimits()
+    if not api.has("limits"):
+        return default
+    m = r.mapping(api.at("limits"), api.get("limits"), "a mapping {" + ", ".join(_LIMITS) + "}")
+    if m is None:
+        return default
+    values: dict[str, Any] = {}
+    for key, (whole, lo, hi) in _LIMITS.items():
+        if whole:
+            value: float | None = m.integer(key, getattr(default, key), int(lo), int(hi))
+        else:
+            value = m.number(key, getattr(default, key), lo, hi)
+        values[key] = getattr(default, key) if value is None else value
+    m.done()
+    return ApiLimits(**values)
 
 
 #: a host name as a Host header gives it: labels of letters, digits and '-' ({node} allowed)

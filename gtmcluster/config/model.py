@@ -404,6 +404,36 @@ class PersistenceTable:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiLimits:
+    """What the HTTP API's clients may hold (``api.limits``): connections, answers in
+    progress and log followers, in all and per source address, counted apart for clients
+    that showed the token and those that did not (so these never lock an operator out);
+    and how long a connection may idle and an answer wait for its client to read."""
+
+    #: open connections, in all and per source; past either, the new one displaces the
+    #: least recently active connection that never showed the token (else it is refused)
+    connections: int = 256
+    connections_per_source: int = 32
+    #: answers in progress (from the request to the last byte handed to the connection)
+    #: to clients that showed the token, to those that did not, and per source of each kind
+    answers: int = 64
+    answers_without_token: int = 16
+    answers_per_source: int = 8
+    #: log followers (``/api/v1/logs?follow=1``), the same way
+    followers: int = 16
+    followers_without_token: int = 4
+    followers_per_source: int = 4
+    #: seconds a connection has to send a whole request head, from its opening or the end
+    #: of its last answer
+    idle_timeout: float = 15.0
+    #: seconds an answer (or a follower) may wait for its client to read before the
+    #: connection is cut
+    stall_timeout: float = 30.0
+    #: seconds a follower without the token is kept before its answer ends (0: no limit)
+    follow_without_token: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
 class ApiSettings:
     """The HTTP API's bearer token (required for every write, and for every request when the
     API listens beyond loopback or `token_for_reads` is set; when None, the node's own
@@ -424,6 +454,8 @@ class ApiSettings:
     client_certificates_required: bool = False
     #: the operator accepts plain HTTP beyond loopback (``api.insecure_http: true``)
     insecure_http: bool = False
+    #: what clients may hold of the API (``api.limits``)
+    limits: ApiLimits = ApiLimits()
 
 
 @dataclass(frozen=True)

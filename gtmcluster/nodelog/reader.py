@@ -1,6 +1,6 @@
 """Reading the node's log files back: the last lines, or those since a time. Plain file
-work (meant for a thread): it never holds more than `MAX_LINES` lines and one file's worth
-of the one being read."""
+work (meant for a thread): it never holds more than `MAX_LINES` lines, nor (`within`) more
+than the bytes it is given."""
 
 from __future__ import annotations
 
@@ -38,12 +38,21 @@ def history(snapshot: Snapshot, since: str | None, count: int) -> list[str]:
     """The last *count* lines of the snapshot's files (oldest first) whose time is at or
     after *since* (a log time field; None: any). Files are read newest first, and no older
     one once enough lines are in or a file begins before *since*."""
+    return within(snapshot, since, count, None)[0]
+
+
+def within(snapshot: Snapshot, since: str | None, count: int, max_bytes: int | None) -> tuple[list[str], bool]:
+    """As `history`, and at most *max_bytes* bytes of lines (newlines counted; None: no
+    limit): (the lines, whether older lines were left out to keep within *max_bytes*)."""
     count = min(count, MAX_LINES)
-    kept: deque[str] = deque(maxlen=count)
+    kept: deque[str] = deque()
+    size = 0
+    cut = False
     if count == 0:
-        return []
+        return [], False
     for f, limit in reversed(snapshot.files):
-        older: deque[str] = deque(maxlen=count)
+        older: deque[str] = deque()
+        older_size = 0
         first: str | None = None
         for line in _lines(f, limit):
             stamp = line_time(line)
@@ -51,8 +60,15 @@ def history(snapshot: Snapshot, since: str | None, count: int) -> list[str]:
                 first = stamp
             if since is None or (stamp is not None and stamp >= since):
                 older.append(line)
-        room = count - len(kept)
-        kept.extendleft(reversed(list(older)[-room:] if room > 0 else []))
-        if len(kept) >= count or (since is not None and first is not None and first < since):
+                older_size += len(line.encode("utf-8")) + 1
+                while older and (
+                    len(older) > count - len(kept) or (max_bytes is not None and older_size > max_bytes - size)
+                ):
+                    if len(older) <= count - len(kept):
+                        cut = True  # (not for want of room in lines: for bytes)
+                    older_size -= len(older.popleft().encode("utf-8")) + 1
+        kept.extendleft(reversed(older))
+        size += older_size
+        if cut or len(kept) >= count or (since is not None and first is not None and first < since):
             break
-    return list(kept)
+    return list(kept), cut

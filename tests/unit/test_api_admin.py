@@ -26,8 +26,9 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock
 
 from gtmcluster.api import admin as api_admin
+from gtmcluster.api.connection import ApiChannel
 from gtmcluster.api.routes import api_site
-from gtmcluster.api.server import ApiChannel, caller
+from gtmcluster.api.server import caller
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node

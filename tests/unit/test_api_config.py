@@ -15,6 +15,7 @@ import pytest
 import yaml
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import capturedLogs
 
 from gtmcluster.api import groupconfig
 from gtmcluster.config import bundle
@@ -147,6 +148,37 @@ def test_one_bundle_as_sent(service: NodeService, tmp_path: Path, raw: dict[str,
     assert code == 200
     got = bundle.decode(json.dumps(answer).encode())
     assert WIDEIP.encode() in got.config_text and "example.test.zone" in got.files
+
+
+def test_the_config_is_read_with_the_token_only_even_on_loopback(
+    service: NodeService, tmp_path: Path, raw: dict[str, Any]
+) -> None:
+    """The group's config, its history and its bundles (config text, names of files) are
+    401 without the token on a loopback API whose other reads need none (GET and HEAD);
+    403 with a wrong one; with the token they answer. Status still needs none."""
+    ask(service, "POST", "/api/v1/config", made(tmp_path, with_shop(raw)))
+    for path in ("/api/v1/config", "/api/v1/config/history", "/api/v1/config/bundles/1"):
+        for method in ("GET", "HEAD"):
+            code, answer = ask(service, method, path, token=None)
+            assert code == 401 and "bearer token" in answer["error"], (method, path)
+        assert ask(service, "GET", path, token="a-wrong-token-0123456789")[0] == 403
+        assert ask(service, "GET", path)[0] == 200
+    assert ask(service, "GET", "/api/v1/status", token=None)[0] == 200
+
+
+@pytest.mark.parametrize("based_on", ["²", "①", "٣", "-1", "1.0", " 1", "9" * 19, "true"])
+def test_a_rollback_based_on_what_is_not_a_generation_is_400(
+    service: NodeService, tmp_path: Path, raw: dict[str, Any], based_on: str
+) -> None:
+    """based_on must be a generation: ASCII digits (str.isdigit() takes "²", which int()
+    refuses: that was a 500 and a traceback). Nothing is published, nothing logged as a
+    failure."""
+    ask(service, "POST", "/api/v1/config", made(tmp_path, with_shop(raw)))
+    with capturedLogs() as events:
+        code, answer = ask(service, "POST", "/api/v1/config/rollback/1", {"based_on": based_on})
+    assert code == 400 and "based_on" in answer["error"] and "is not a generation" in answer["error"], answer
+    assert not [e for e in events if e.get("log_failure") is not None]
+    assert len(ask(service, "GET", "/api/v1/config/history")[1]["bundles"]) == 1
 
 
 @pytest.mark.parametrize(

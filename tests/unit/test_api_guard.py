@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.api.guard import MAX_BODY, Incoming, Policy, check, path_of, policy
+from gtmcluster.api.guard import MAX_BODY, Incoming, Policy, check, path_of, policy, shows_token
 from gtmcluster.config.model import ApiSettings, HostPort, Member
 
 TOKEN = "the-node-token-0123456789"
@@ -55,6 +55,10 @@ def write(**given: Any) -> Incoming:
         (read(hosts=["127.0.0.11.attacker.example"]), 421),
         (read(hosts=["gtm1.example.com.attacker.example"]), 421),
         (read(hosts=["127.0.0.11:99999"]), 421),
+        # a port of other digits than ASCII's ("²" made int() raise: a traceback, no answer)
+        (read(hosts=["127.0.0.11:²"]), 421),
+        (read(hosts=["127.0.0.11:\uff18\uff10\uff15\uff13"]), 421),
+        (read(hosts=["[::1]:\u0668\u0660"]), 421),
         (read(hosts=["127.0.0.11@evil"]), 421),
         (read(hosts=[""]), 421),
         (read(hosts=[]), 400),
@@ -120,6 +124,20 @@ def test_reads_need_the_token_beyond_loopback_but_for_the_page() -> None:
     assert check(read(authorization=[f"Bearer {TOKEN}"]), guarded) is None
     assert check(read(target="/"), guarded, public=True) is None
     assert check(read(target="/", hosts=["attacker.example"]), guarded, public=True).code == 421  # type: ignore[union-attr]
+
+
+def test_secret_reads_need_the_token_on_loopback_too() -> None:
+    """A read of a secret route (the group's config) needs the token even on a loopback API
+    that opens other reads; shows_token says who gave it (valid), needed or not."""
+    assert check(read(target="/api/v1/config"), LOOPBACK) is None
+    assert check(read(target="/api/v1/config"), LOOPBACK, secret=True).code == 401  # type: ignore[union-attr]
+    assert check(read(method="HEAD"), LOOPBACK, secret=True).code == 401  # type: ignore[union-attr]
+    wrong = read(authorization=["Bearer nope-nope-nope-nope"])
+    assert check(wrong, LOOPBACK, secret=True).code == 403  # type: ignore[union-attr]
+    given = read(authorization=[f"Bearer {TOKEN}"])
+    assert check(given, LOOPBACK, secret=True) is None
+    assert shows_token(given, LOOPBACK) and not shows_token(wrong, LOOPBACK) and not shows_token(read(), LOOPBACK)
+    assert not shows_token(read(authorization=[f"Bearer {TOKEN}"] * 2), LOOPBACK)
 
 
 def test_localhost_only_on_loopback_and_the_connection_address_counts() -> None:

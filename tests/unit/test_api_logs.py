@@ -10,19 +10,20 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
 from twisted.logger import LogLevel, LogPublisher
 
-from gtmcluster.api import logs
+from gtmcluster.api import logs, sending
+from gtmcluster.api.connection import ApiChannel, site
 from gtmcluster.api.guard import Policy
-from gtmcluster.api.server import ApiChannel, Route, site
+from gtmcluster.api.server import Route
+from gtmcluster.config.model import ApiLimits
 from gtmcluster.nodelog import record
 from gtmcluster.nodelog.writer import NodeLog
+from tests.unit.test_api_limits import Window
 
 TOKEN = "the-node-token-0123456789"
 NODE = "127.0.0.11"
@@ -32,15 +33,23 @@ T0 = 1_800_000_000.0
 class Node:
     """A node's log and its API's logs route, on fake connections."""
 
-    def __init__(self, tmp_path: Path, token_for_reads: bool = False):
+    def __init__(
+        self, tmp_path: Path, token_for_reads: bool = False, limits: ApiLimits | None = None, max_bytes: int = 600
+    ):
         self.clock = Clock()
         self.clock.advance(T0)
         self.publisher = LogPublisher()
-        self.log = NodeLog(tmp_path, "n1", self.clock.seconds, self.publisher, max_bytes=600, keep=3)
+        self.log = NodeLog(tmp_path, "n1", self.clock.seconds, self.publisher, max_bytes=max_bytes, keep=3)
         self.log.startService()
-        self.logs = logs.Logs(self.log, self.clock, defer.maybeDeferred)
+        self.limits = limits or ApiLimits()
+        self.logs = logs.Logs(self.log, self.clock, defer.maybeDeferred, lambda: self.limits)
         policy = Policy(TOKEN, token_for_reads, frozenset(), ipaddress.ip_address(NODE))
-        self.site = site([Route("GET", "/api/v1/logs", self.logs, ("since", "lines", "follow"))], lambda: policy)
+        self.site = site(
+            [Route("GET", "/api/v1/logs", self.logs, ("since", "lines", "follow"))],
+            lambda: policy,
+            limits=lambda: self.limits,
+            closed=self.logs.closed,
+        )
 
     def emit(self, n: int, when: float | None = None) -> None:
         self.publisher(
@@ -53,10 +62,13 @@ class Node:
             }
         )
 
-    def get(self, query: str, *headers: str, method: str = "GET") -> tuple[ApiChannel, StringTransport]:
-        channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.9", 40000))
+    def get(
+        self, query: str, *headers: str, method: str = "GET", source: str = "127.0.0.9", window: int = 1 << 40
+    ) -> tuple[ApiChannel, Window]:
+        channel = self.site.buildProtocol(IPv4Address("TCP", source, 40000))
         assert isinstance(channel, ApiChannel)
-        transport = StringTransport(IPv4Address("TCP", NODE, 8053), IPv4Address("TCP", "127.0.0.9", 40000))
+        channel.callLater = self.clock.callLater  # type: ignore[method-assign,assignment]
+        transport = Window(IPv4Address("TCP", NODE, 8053), IPv4Address("TCP", source, 40000), window=window)
         channel.makeConnection(transport)
         lines = [f"{method} /api/v1/logs{query} HTTP/1.1", f"Host: {NODE}:8053", *headers]
         channel.dataReceived(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -111,6 +123,10 @@ def test_bad_values_are_400_and_reads_need_the_token_where_reads_do(tmp_path: Pa
         ("?since=yesterday", "since: not a time"),
         ("?lines=-1", "lines: must be 0 to"),
         ("?lines=x", "lines: not a number"),
+        ("?lines=%C2%B2", "lines: not a number"),
+        ("?lines=%D9%A3", "lines: not a number"),
+        ("?lines=99999999999999999999", "lines: not a number"),
+        ("?since=0001-01-01T00:00:00%2B01:00", "since: not a time"),
         ("?follow=maybe", "follow: give 1 or 0"),
     ):
         code, _, body, _ = response(node.get(query, f"Authorization: Bearer {TOKEN}")[1].value())
@@ -168,13 +184,78 @@ def test_a_slow_reader_has_lines_dropped_and_is_told(tmp_path: Path) -> None:
     assert dropped["level"] == "warn" and dropped["message"] == "1000 lines not sent: this reader was too slow"
 
 
-def test_followers_are_bounded(tmp_path: Path) -> None:
-    node = Node(tmp_path)
-    held: list[Any] = [node.get("?follow=1") for _ in range(logs.MAX_FOLLOWERS)]
-    code, _, body, _ = response(node.get("?follow=1")[1].value())
-    assert code == 503 and "try again later" in json.loads(body)["error"]
-    assert response(node.get("?lines=1")[1].value())[0] == 200  # reads without follow still work
-    assert len(held) == logs.MAX_FOLLOWERS
+def test_followers_without_the_token_never_lock_out_the_operator(tmp_path: Path) -> None:
+    """Readers without the token may follow followers_without_token at once (503 beyond,
+    and per source past followers_per_source first); an operator with the token still
+    follows, up to followers; reads without follow still work; a slot comes back when its
+    follower goes."""
+    node = Node(tmp_path, limits=ApiLimits(followers=3, followers_without_token=4, followers_per_source=2))
+    held = [node.get("?follow=1", source=f"127.0.2.{i // 2}") for i in range(4)]
+    assert all(response(t.value())[0] == 200 for _, t in held)
+    code, _, body, _ = response(node.get("?follow=1", source="127.0.2.9")[1].value())
+    assert code == 503 and "without the token" in json.loads(body)["error"] and "in all" in json.loads(body)["error"]
+    code, _, body, _ = response(node.get("?follow=1", f"Authorization: Bearer {TOKEN}")[1].value())
+    assert code == 200
+    node.get("?follow=1", f"Authorization: Bearer {TOKEN}")
+    code, _, body, _ = response(node.get("?follow=1", f"Authorization: Bearer {TOKEN}")[1].value())
+    assert code == 503 and "from this address" in json.loads(body)["error"]
+    assert response(node.get("?lines=1")[1].value())[0] == 200
+    assert len(node.logs.followers) == 6
+    held[0][0].connectionLost(Exception("gone"))  # type: ignore[arg-type]
+    assert response(node.get("?follow=1", source="127.0.2.9")[1].value())[0] == 200
+
+
+def test_a_follower_that_reads_nothing_is_cut(tmp_path: Path) -> None:
+    """A follower whose connection stays paused for stall_timeout seconds (its client reads
+    nothing) is cut, and its slot comes back; one that reads again in time stays."""
+    node = Node(tmp_path, limits=ApiLimits(stall_timeout=30, followers_without_token=1))
+    channel, transport = node.get("?follow=1&lines=0")
+    other, _ = node.get("?follow=1&lines=0", f"Authorization: Bearer {TOKEN}")
+    channel.pauseProducing()
+    other.pauseProducing()
+    node.clock.advance(29)
+    other.resumeProducing()
+    node.clock.advance(1)
+    assert transport.aborted and node.logs.closed["stalled"] == 1
+    channel.connectionLost(Exception("aborted"))  # type: ignore[arg-type]
+    assert len(node.logs.followers) == 1
+    assert response(node.get("?follow=1")[1].value())[0] == 200
+
+
+def test_a_follower_without_the_token_ends_after_its_time(tmp_path: Path) -> None:
+    """Without the token a follower's answer ends after follow_without_token seconds, with
+    a warn line saying so (heartbeats do not keep it); with the token it goes on."""
+    node = Node(tmp_path, limits=ApiLimits(follow_without_token=60))
+    _, reader = node.get("?follow=1&lines=0")
+    _, operator = node.get("?follow=1&lines=0", f"Authorization: Bearer {TOKEN}")
+    for _ in range(4):
+        node.clock.advance(logs.HEARTBEAT)
+    code, _, body, ended = response(reader.value())
+    assert code == 200 and ended
+    last = json.loads(body.decode().strip().split("\n")[-1])
+    assert last["level"] == "warn" and "without the API token follows for 60 s at most" in last["message"]
+    assert response(operator.value())[3] is False
+    assert node.logs.closed["follow_time"] == 1 and len(node.logs.followers) == 1
+
+
+def test_lines_from_the_files_are_bounded_and_sent_as_read(tmp_path: Path) -> None:
+    """The lines from the files are at most MAX_ANSWER_BYTES (the newest, after a warn line
+    saying older ones were left out), written a slice at a time as the client reads."""
+    node = Node(tmp_path, max_bytes=10 * 1024 * 1024)
+    for i in range(3000):
+        node.publisher(
+            {"log_time": T0 + i, "log_level": LogLevel.info, "log_namespace": "test", "log_format": "x" * 1000}
+        )
+    _, transport = node.get("?lines=10000", window=sending.SLICE)
+    assert len(transport.value()) <= 2 * sending.SLICE
+    while response(transport.value())[3] is False:
+        transport.read()
+    body = response(transport.value())[2]
+    assert len(body) <= logs.MAX_ANSWER_BYTES + 1000
+    lines = body.decode().strip().split("\n")
+    assert "older lines not sent" in json.loads(lines[0])["message"]
+    assert json.loads(lines[-1])["time"] == record.iso_time(T0 + 2999)
+    assert len(lines) == 1 + logs.MAX_ANSWER_BYTES // (len(lines[-1]) + 1)
 
 
 def test_head_answers_at_once_even_when_asked_to_follow(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.web.test.requesthelper import DummyRequest
 
+from gtmcluster.api.connection import DRAIN_SECONDS, ApiChannel, site
 from gtmcluster.api.guard import Policy
-from gtmcluster.api.server import DRAIN_SECONDS, ApiChannel, ApiError, Raw, Route, site
+from gtmcluster.api.server import ApiError, Raw, Route
 
 TOKEN = "the-node-token-0123456789"
 NODE = "127.0.0.11"
