@@ -7,6 +7,10 @@ Hello's node name must match it.
 This node's own credentials can change while it runs (`TLSContexts.use`, on a reload that
 finds renewed files): new connections, accepted or dialled, take the credentials in use at
 the moment they start; connections already open keep the certificate they began with.
+
+Renegotiation is refused (`OP_NO_RENEGOTIATION`): OpenSSL 3.0 and later refuse a
+client's request by default, older versions did not, and a peer still proving itself could
+make the node repeat the handshake's public-key work for as long as it liked.
 """
 
 from __future__ import annotations
@@ -152,8 +156,9 @@ def load_credentials(files: TLSFiles, node: str, now: datetime.datetime | None =
 
 
 def server_options(creds: Credentials) -> ssl.CertificateOptions:
-    """Accept only clients with a certificate from the group CA, over TLS 1.2 or newer."""
-    return ssl.CertificateOptions(
+    """Accept only clients with a certificate from the group CA, over TLS 1.2 or newer,
+    never renegotiating."""
+    options = ssl.CertificateOptions(
         privateKey=creds.own.privateKey.original,
         certificate=creds.own.original,
         verify=True,
@@ -162,6 +167,9 @@ def server_options(creds: Credentials) -> ssl.CertificateOptions:
         raiseMinimumTo=MIN_TLS,
         enableSessions=False,
     )
+    # (the context is made once and kept: set before any connection is made from it)
+    options.getContext().set_options(SSL.OP_NO_RENEGOTIATION)
+    return options
 
 
 def client_options(creds: Credentials, peer: str) -> IOpenSSLClientConnectionCreator:
