@@ -18,21 +18,49 @@ State machine (inputs on the left, what happens on the right):
                                                          does not keep the connection)
     established --a Publish batch------------------->   reading from the peer pauses until the
                                                          batch is merged (a slice per turn)
+    established --our output blocked (the peer does
+                not read what we send)------------->   its requests (`ASKS`) are held, not
+                                                         answered, until the output drains;
+                                                         its other commands and its answers
+                                                         are still read; our pushes to it stop
+    established --output blocked for idle_timeout,
+                more than MAX_HELD bytes of requests
+                held, a second SendAll ------------->   closed (logged)
     any       --a command before established, a box
                 too large, too many commands/second,
                 a malformed box or argument -------->   closed (logged)
 
 Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
 this connection only: the replicator and the other peers are not disturbed.
+
+Write-side back-pressure. The connection watches its own output as a push producer
+registered with its transport (`_OutputWatch`), as Twisted intends: the TCP transport
+pauses it when more than its buffer size (64 KiB) waits in the node's own buffer, and
+resumes it once that has all gone to the kernel (whose socket buffer holds what the peer
+has not read yet, up to a few MB). Written within one reactor turn, 64 KiB pauses it until
+the next; it stays paused while the kernel's buffer is full, that is while the peer does
+not read. While paused, the requests whose answers
+are large are held in arrival order, and the peer's other commands (a Publish, a
+Heartbeat: their answers are a few bytes) and its answers to our questions are still read:
+the socket is never paused for this. Our own pushes to it are not sent while it is blocked
+when they are due (it is marked behind and reconciles once the output drains), and a
+SendAll stream waits: both count on the peer's answers to stay bounded otherwise, and AMP's
+question tags are a counter a peer can answer without reading. Pausing it would deadlock two honest members that
+both push more than the other reads at that moment (each would wait for the other to read
+first). A peer that asks and never reads therefore costs at most `MAX_HELD` bytes of held
+requests, the transport's buffer and the answer that filled it, until it is dropped
+`idle_timeout` after its output blocked.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
+from twisted.internet.interfaces import IDelayedCall, IHandshakeListener, IPushProducer
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.protocols import amp
@@ -43,6 +71,7 @@ from gtmcluster.sync import commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
 from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
+from gtmcluster.tokenbucket import TokenBucket
 
 if TYPE_CHECKING:
     from gtmcluster.sync.replicator import Replicator
@@ -57,6 +86,12 @@ MAX_BOX = 256 * 1024
 #: commands a peer may send per second (averaged over a few seconds) before it is dropped
 MAX_COMMAND_RATE = 2000.0
 RATE_BURST = 4000.0
+#: the peer's requests whose answers can be large (up to `codec.MAX_BATCH`, or a stream of
+#: batches): held, not answered, while our output to the peer is blocked
+ASKS = frozenset({b"Summary", b"Buckets", b"Listing", b"Pull", b"SendAll", b"ConfigFetch"})
+#: bytes of held requests beyond which the peer is dropped (an honest member has one or two
+#: outstanding, and while this node loads a Pull of one key per new client: ~100 bytes each)
+MAX_HELD = 1024 * 1024
 
 
 @implementer(IHandshakeListener)
@@ -94,17 +129,28 @@ class PeerProtocol(amp.AMP):
         self._was_established = False
         self._established_at = 0.0
         self._why = ""  # why we closed it, when we did
-        self._tokens = RATE_BURST
-        self._tokens_at = 0.0
+        self._rate = TokenBucket(MAX_COMMAND_RATE, RATE_BURST, 0.0)
         self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
         self._closed: list[Deferred[None]] = []  # see `when_closed`
+        #: our output waits unsent (the transport paused `_OutputWatch`): see the module's docstring
+        self.blocked = False
+        self._blocked_timer: IDelayedCall | None = None
+        self._watch: _OutputWatch | None = None
+        #: the peer's requests held while blocked, with what their answers go to, and their size
+        self._held: deque[tuple[amp.AmpBox, Deferred[Any]]] = deque()
+        self._held_bytes = 0
+        self._releasing: IDelayedCall | None = None
+        self._writable: list[Deferred[None]] = []  # see `when_writable`
+        self._sending_all = False  # a SendAll stream of ours to the peer is under way
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self.replicator.connections.add(self)
-        self._tokens_at = self.replicator.clock.seconds()
+        self._rate = TokenBucket(MAX_COMMAND_RATE, RATE_BURST, self.replicator.clock.seconds())
+        self._watch = _OutputWatch(self)
+        cast(Any, self.transport).registerProducer(self._watch, True)
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
     @property
@@ -189,6 +235,8 @@ class PeerProtocol(amp.AMP):
 
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phases.agreed()
+        if self.factory is not None:
+            self.factory.proven(self)  # (no longer counts as a connection still to prove itself)
         self._was_established = True
         self._established_at = self.replicator.clock.seconds()
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
@@ -277,10 +325,14 @@ class PeerProtocol(amp.AMP):
             lasted = self._was_established and self.replicator.clock.seconds() - self._established_at >= STABLE
             self.factory.refused = 0 if lasted else self.factory.refused + 1
         self.phases.ended()
-        for timer in (self._timer, self._heartbeat, self._silence):
+        for timer in (self._timer, self._heartbeat, self._silence, self._blocked_timer, self._releasing):
             if timer is not None and timer.active():
                 timer.cancel()
-        self._timer = self._heartbeat = self._silence = None
+        self._timer = self._heartbeat = self._silence = self._blocked_timer = self._releasing = None
+        self._held.clear()  # (never answered: the connection is gone)
+        self._held_bytes = 0
+        if self.factory is not None:
+            self.factory.gone(self)
         self.replicator.connections.discard(self)
         if self._announced:
             self.replicator.lost(self, self._why or reason.getErrorMessage())
@@ -288,6 +340,7 @@ class PeerProtocol(amp.AMP):
         closed, self._closed = self._closed, []
         for d in closed:
             d.callback(None)
+        self._wake_writers()
 
     def when_closed(self) -> Deferred[None]:
         """Fires when this connection is gone (at once if it is)."""
@@ -362,11 +415,7 @@ class PeerProtocol(amp.AMP):
         if self.phase != ESTABLISHED and command != b"Hello":
             self.violation(f"command {command!r} before Hello")
             return Deferred()
-        now = self.replicator.clock.seconds()
-        self._tokens = min(RATE_BURST, self._tokens + (now - self._tokens_at) * MAX_COMMAND_RATE)
-        self._tokens_at = now
-        self._tokens -= 1
-        if self._tokens < 0:
+        if not self._rate.take(1, self.replicator.clock.seconds()):
             self.violation(f"more than {MAX_COMMAND_RATE:g} commands per second")
             return Deferred()
         known = commands.BY_NAME.get(command or b"")
@@ -381,23 +430,27 @@ class PeerProtocol(amp.AMP):
         except Exception as e:
             self.violation(f"malformed {known.__name__} command: {type(e).__name__}: {e}")
             return Deferred()
+        if command in ASKS and (self.blocked or self._held):
+            return self._hold(box)
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
-    def violation(self, reason: str, graceful: bool = False) -> None:
-        """Drop this peer for *reason* (logged); nothing else is disturbed.
+    def violation(self, reason: str, graceful: bool = False, logged: bool = True) -> None:
+        """Drop this peer for *reason* (logged, unless not *logged*: the caller tells of
+        it); nothing else is disturbed.
 
         *graceful*: let what we have queued (an error answer saying why) go out first,
         with a forced close if the peer does not let go within 2 seconds.
         """
         if self.phase == CLOSED:
             return
-        log.warn(
-            "dropping peer connection {peer} ({direction}): {reason}",
-            peer=self.peer or self.expected or self._address(),
-            direction="outgoing" if self.initiator else "incoming",
-            reason=reason,
-            event="peer_refused",
-        )
+        if logged:
+            log.warn(
+                "dropping peer connection {peer} ({direction}): {reason}",
+                peer=self.peer or self.expected or self._address(),
+                direction="outgoing" if self.initiator else "incoming",
+                reason=reason,
+                event="peer_refused",
+            )
         self.phases.ended()
         self._why = reason
         if self.transport is None:
@@ -406,10 +459,17 @@ class PeerProtocol(amp.AMP):
         if graceful:
             if self._timer is not None and self._timer.active():
                 self._timer.cancel()
+            self._unwatch()  # (a transport with a producer waits for it to go before it closes)
             transport.loseConnection()  # flushes the answer, then close_notify
             self._timer = self.replicator.clock.callLater(2.0, transport.abortConnection)
         else:
             transport.abortConnection()
+
+    def close(self) -> None:
+        """Close this connection cleanly (TLS close_notify after what is queued)."""
+        if self.transport is not None:
+            self._unwatch()
+            self.transport.loseConnection()
 
     def _close_soon(self, reason: str) -> None:
         """Close after the current answer goes out (so the peer learns why)."""
@@ -421,6 +481,83 @@ class PeerProtocol(amp.AMP):
         except Exception:
             address = None
         return f"{address.host}:{address.port}" if hasattr(address, "host") else "unknown"
+
+    # -- write-side back-pressure -------------------------------------------------------
+
+    def _output_blocked(self) -> None:
+        """The transport holds more of our output than it wants (see the module's docstring)."""
+        if self.phase == CLOSED or self.blocked:
+            return
+        self.blocked = True
+        idle = self.replicator.idle_timeout
+        self._blocked_timer = self.replicator.clock.callLater(idle, self._blocked_too_long, idle)
+
+    def _blocked_too_long(self, idle: float) -> None:
+        self._blocked_timer = None
+        self.violation(f"not reading: what this node sends it has waited unsent for {idle:g}s")
+
+    def _output_drained(self) -> None:
+        """Our output went out: from the next turn (this runs inside the transport's write),
+        answer the requests held meanwhile, wake what waited and resume pushes."""
+        if not self.blocked:
+            return
+        self.blocked = False
+        if self._blocked_timer is not None and self._blocked_timer.active():
+            self._blocked_timer.cancel()
+        self._blocked_timer = None
+        if self.phase != CLOSED and self._releasing is None:
+            self._releasing = self.replicator.clock.callLater(0, self._after_drain)
+
+    def _after_drain(self) -> None:
+        self._releasing = None
+        self._release_held()
+        if self.blocked or self.phase != ESTABLISHED:
+            return  # (blocked again: the rest when it drains next time)
+        self._wake_writers()
+        if self._announced:
+            self.replicator.output_drained(self)
+
+    def _hold(self, box: amp.AmpBox) -> Deferred[Any]:
+        """Keep request *box* until our output drains; its answer goes to the Deferred returned."""
+        size = _encoded_size(box)
+        if self._held_bytes + size > MAX_HELD:
+            self.violation(
+                f"not reading: more than {MAX_HELD} bytes of its requests wait while what this node "
+                "sends it waits unsent"
+            )
+            return Deferred()
+        answer: Deferred[Any] = Deferred()
+        self._held.append((box, answer))
+        self._held_bytes += size
+        return answer
+
+    def _release_held(self) -> None:
+        """Answer held requests, in order, while the output is not blocked again."""
+        while self._held and not self.blocked and self.phase == ESTABLISHED:
+            box, answer = self._held.popleft()
+            self._held_bytes -= _encoded_size(box)
+            amp.AMP.dispatchCommand(self, box).chainDeferred(answer)
+
+    def when_writable(self) -> Deferred[None]:
+        """Fires once our output is not blocked (at once when it is not), or the connection ended."""
+        if not self.blocked or self.phase == CLOSED:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._writable.append(d)
+        return d
+
+    def _wake_writers(self) -> None:
+        waiting, self._writable = self._writable, []
+        for d in waiting:
+            d.callback(None)
+
+    def _unwatch(self) -> None:
+        """Unregister `_OutputWatch` (before a clean close: see `sync.tls.PeerTLSTransport`)."""
+        if self._watch is None or self.transport is None:
+            return
+        self._watch = None
+        with suppress(RuntimeError):  # (a test's transport, with none registered any more)
+            cast(Any, self.transport).unregisterProducer()
 
     # -- commands -----------------------------------------------------------------------
 
@@ -480,7 +617,19 @@ class PeerProtocol(amp.AMP):
 
     @commands.SendAll.responder
     def send_all(self, origin: str) -> Deferred[dict[str, Any]]:
-        return self.replicator.send_all(self, origin).addCallbacks(lambda n: {"sent": n}, self._unless_closed)
+        """One stream at a time: an honest member asks for the next once the last is done
+        (its reconciliations take turns), so a second one at once drops the peer."""
+        if self._sending_all:
+            self.violation("asked for a second SendAll while one is under way")
+            raise _Dropped()
+        self._sending_all = True
+
+        def done(result: Any) -> Any:
+            self._sending_all = False
+            return result
+
+        sending = self.replicator.send_all(self, origin).addBoth(done)
+        return sending.addCallbacks(lambda n: {"sent": n}, self._unless_closed)
 
     def _unless_closed(self, failure: Failure) -> Failure:
         """A command's failure, or (the connection went while it ran) no answer at all."""
@@ -520,6 +669,25 @@ class PeerProtocol(amp.AMP):
         if digest is not None:
             self.replicator.heard_digest(self, digest)
         return {}
+
+
+@implementer(IPushProducer)
+class _OutputWatch:
+    """What a connection registers with its transport as a push producer: the transport
+    pauses it while our output waits unsent beyond its buffer size, and resumes it once
+    that went out (see the module's docstring). It produces nothing itself."""
+
+    def __init__(self, proto: PeerProtocol) -> None:
+        self.proto = proto
+
+    def pauseProducing(self) -> None:
+        self.proto._output_blocked()
+
+    def resumeProducing(self) -> None:
+        self.proto._output_drained()
+
+    def stopProducing(self) -> None:
+        """The connection is going: `PeerProtocol.connectionLost` does what is needed."""
 
 
 def _box_problem(box: amp.AmpBox) -> str | None:
