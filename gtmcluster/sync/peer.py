@@ -24,8 +24,8 @@ State machine (inputs on the left, what happens on the right):
                                                          its other commands and its answers
                                                          are still read; our pushes to it stop
     established --output blocked for idle_timeout,
-                more than MAX_HELD bytes of requests
-                held, a second SendAll ------------->   closed (logged)
+                more than MAX_HELD requests held,
+                a second SendAll ------------------->   closed (logged)
     any       --a command before established, a box
                 too large, too many commands/second,
                 a malformed box or argument -------->   closed (logged)
@@ -47,9 +47,9 @@ when they are due (it is marked behind and reconciles once the output drains), a
 SendAll stream waits: both count on the peer's answers to stay bounded otherwise, and AMP's
 question tags are a counter a peer can answer without reading. Pausing it would deadlock two honest members that
 both push more than the other reads at that moment (each would wait for the other to read
-first). A peer that asks and never reads therefore costs at most `MAX_HELD` bytes of held
-requests, the transport's buffer and the answer that filled it, until it is dropped
-`idle_timeout` after its output blocked.
+first). A peer that asks and never reads therefore costs at most `MAX_HELD` held requests
+(`MAX_HELD_BYTES` of them), the transport's buffer and the answer that filled it, until it
+is dropped `idle_timeout` after its output blocked.
 """
 
 from __future__ import annotations
@@ -89,9 +89,11 @@ RATE_BURST = 4000.0
 #: the peer's requests whose answers can be large (up to `codec.MAX_BATCH`, or a stream of
 #: batches): held, not answered, while our output to the peer is blocked
 ASKS = frozenset({b"Summary", b"Buckets", b"Listing", b"Pull", b"SendAll", b"ConfigFetch"})
-#: bytes of held requests beyond which the peer is dropped (an honest member has one or two
-#: outstanding, and while this node loads a Pull of one key per new client: ~100 bytes each)
-MAX_HELD = 1024 * 1024
+#: held requests, and bytes of them, beyond which the peer is dropped (an honest member has
+#: one or two outstanding, a few more while it loads its snapshot). Holding one costs about
+#: 2.4 KB of memory whatever its size (the box, the Deferred its answer goes to)
+MAX_HELD = 1000
+MAX_HELD_BYTES = 1024 * 1024
 
 
 @implementer(IHandshakeListener)
@@ -453,6 +455,8 @@ class PeerProtocol(amp.AMP):
             )
         self.phases.ended()
         self._why = reason
+        self._held.clear()  # (never answered)
+        self._held_bytes = 0
         if self.transport is None:
             return
         transport = cast(Any, self.transport)
@@ -520,10 +524,10 @@ class PeerProtocol(amp.AMP):
     def _hold(self, box: amp.AmpBox) -> Deferred[Any]:
         """Keep request *box* until our output drains; its answer goes to the Deferred returned."""
         size = _encoded_size(box)
-        if self._held_bytes + size > MAX_HELD:
+        if len(self._held) >= MAX_HELD or self._held_bytes + size > MAX_HELD_BYTES:
             self.violation(
-                f"not reading: more than {MAX_HELD} bytes of its requests wait while what this node "
-                "sends it waits unsent"
+                f"not reading: more than {MAX_HELD} requests or {MAX_HELD_BYTES} bytes of them wait "
+                "while what this node sends it waits unsent"
             )
             return Deferred()
         answer: Deferred[Any] = Deferred()

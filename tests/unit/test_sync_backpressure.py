@@ -163,16 +163,30 @@ def test_a_peer_whose_output_stays_blocked_for_the_idle_timeout_is_dropped() -> 
 
 
 def test_more_than_max_held_bytes_of_requests_drops_the_peer() -> None:
-    """Requests held beyond `MAX_HELD` bytes (Pulls of 2000 keys, ~20 KB each) drop the peer
+    """Requests held beyond `MAX_HELD_BYTES` (Pulls of 2000 keys, ~20 KB each) drop the peer
     at once: what it can make this node hold is bounded whatever its rate."""
     c = Connection()
     big = json.dumps([f"k/{i % Connection.RECORDS}/{'p' * 4}" for i in range(2000)]).encode()
     events = c.send(pull(100) + pull(101))
-    count = peer.MAX_HELD // len(big) + 2
+    count = peer.MAX_HELD_BYTES // len(big) + 2
     events += c.send(b"".join(box(_command=b"Pull", _ask=str(200 + i).encode(), keys=big) for i in range(count)))
     reasons = dropped_for(events)
-    assert len(reasons) == 1 and f"more than {peer.MAX_HELD} bytes of its requests wait" in reasons[0], reasons
+    assert len(reasons) == 1 and "requests or 1048576 bytes of them wait" in reasons[0], reasons
     assert c.proto.phase == phases.CLOSED
+    assert c.proto._held_bytes == 0
+
+
+def test_more_than_max_held_requests_drops_the_peer() -> None:
+    """Small requests (a Buckets request is ~50 bytes, its answer 8 KiB) count one by one:
+    the `MAX_HELD` + 1st held drops the peer (holding one costs ~2.4 KB whatever its size)."""
+    c = Connection()
+    events = c.send(pull(100) + pull(101))
+    asks = b"".join(box(_command=b"Buckets", _ask=str(200 + i).encode(), origin=b"gtm-a") for i in range(peer.MAX_HELD))
+    events += c.send(asks)
+    assert dropped_for(events) == []
+    events += c.send(box(_command=b"Buckets", _ask=b"9999", origin=b"gtm-a"))
+    reasons = dropped_for(events)
+    assert len(reasons) == 1 and f"more than {peer.MAX_HELD} requests" in reasons[0], reasons
 
 
 def test_publishes_heartbeats_and_answers_are_read_while_the_output_is_blocked() -> None:
@@ -332,3 +346,81 @@ def test_a_steady_rate_just_over_the_cap_is_dropped_once_the_burst_is_spent() ->
     seconds = steps / 10
     assert peer.RATE_BURST / excess - 5 <= seconds <= peer.RATE_BURST / excess + 1, seconds
     assert dropped_for(events) == [f"more than {peer.MAX_COMMAND_RATE:g} commands per second"]
+
+
+# -- two honest members over pipes of finite size -----------------------------------------------
+
+
+class Pipe(StringTransport):
+    """One end of a connection whose bytes cross only as fast as the other end reads: what
+    is written waits here, the producer registered is paused past `BUFFER` and resumed once
+    all of it went across; `cross` moves up to *size* bytes when the other end is reading
+    (its protocol has not paused its transport)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other: Pipe | None = None
+        self.receiver: peer.PeerProtocol | None = None
+        self.stalled = False
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.producer is not None and not self.stalled and len(self.value()) > BUFFER:
+            self.stalled = True
+            self.producer.pauseProducing()
+
+    def cross(self, size: int) -> bool:
+        assert self.other is not None and self.other.receiver is not None
+        if self.other.producerState == "paused" or not self.value():
+            return False
+        data = self.value()
+        self.clear()
+        self.io.write(data[size:])
+        self.other.receiver.dataReceived(data[:size])
+        if not self.value() and self.stalled:
+            self.stalled = False
+            if self.producer is not None:
+                self.producer.resumeProducing()
+        return True
+
+
+def test_two_members_pushing_to_each_other_faster_than_they_read_converge() -> None:
+    """gtm-a and gtm-b each write 3000 records of 2 KB at once, over a connection that moves
+    16 KB per step each way: both outputs block, and both keep reading (the peer's answers
+    and Publishes), so nothing waits on the other for ever; no one is dropped, and they end
+    with the same state. Had a blocked output paused reading, both would wait for the other
+    to read first, until the idle timeout dropped the connection."""
+    clock = Clock()
+    clock.advance(1_000_000)
+    names = ["gtm-a", "gtm-b"]
+    stores = {n: Store(n, clock.seconds) for n in names}
+    protos: dict[str, peer.PeerProtocol] = {}
+    pipes = {n: Pipe() for n in names}
+    pipes["gtm-a"].other, pipes["gtm-b"].other = pipes["gtm-b"], pipes["gtm-a"]
+    for n in names:
+        replicator = Replicator(
+            stores[n], clock, node=n, group="g", datacenter=n, members=names, config_digest="d", idle_timeout=IDLE
+        )
+        protos[n] = peer.PeerProtocol(replicator)
+        pipes[n].receiver = protos[n]
+        protos[n].makeConnection(pipes[n])
+    with capturedLogs() as events:
+        for n, other in (("gtm-a", "gtm-b"), ("gtm-b", "gtm-a")):
+            protos[n].peer = other
+            protos[n].phases.verified()
+            protos[n]._establish(other, 1, "d")
+        clock.advance(0)
+        for i in range(3000):
+            for n in names:
+                stores[n].put(f"admin/vs/{n}-{i}", {"state": "drain", "note": "v" * 2000})
+        blocked = set()
+        for _ in range(20_000):
+            moved = [pipes[n].cross(16_384) for n in names]
+            blocked |= {n for n in names if protos[n].blocked}
+            clock.advance(0.001)
+            if not any(moved) and stores["gtm-a"].digest() == stores["gtm-b"].digest():
+                break
+    assert blocked == set(names), "the test did not block both outputs"
+    assert dropped_for(list(events)) == []
+    assert len(stores["gtm-a"]) == len(stores["gtm-b"]) == 6000
+    assert stores["gtm-a"].digest() == stores["gtm-b"].digest()
