@@ -163,6 +163,12 @@ class Gate:
     def reconfigure(self, reserved: Iterable[str]) -> None:
         self.reserved = frozenset(_plain(host) for host in reserved)
 
+    def stop(self) -> None:
+        """No more summary lines (the node stops)."""
+        if self._told is not None and self._told.active():
+            self._told.cancel()
+        self._told = None
+
 
 def _plain(host: str) -> str:
     """*host* as one spelling: an IPv4-mapped IPv6 address as IPv4, an IPv6 address compressed."""
@@ -328,6 +334,7 @@ class PeerService(MultiService):
         all are gone, so within about `CLOSE_GRACE` whatever the peers do."""
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        self.gate.stop()
         stopped = super().stopService()  # the dialling ClientServices close their connections
         connections = list(self.replicator.connections)
         for proto in connections:
