@@ -19,7 +19,7 @@ State machine (inputs on the left, what happens on the right):
     established --a Publish batch------------------->   reading from the peer pauses until the
                                                          batch is merged (a slice per turn)
     established --our output blocked (the peer does
-                not read what we send)------------->   its requests (`ASKS`) are held, not
+                not read what we send)------------->   its requests (`backpressure.ASKS`) are held, not
                                                          answered, until the output drains;
                                                          its other commands and its answers
                                                          are still read; our pushes to it stop
@@ -33,34 +33,19 @@ State machine (inputs on the left, what happens on the right):
 Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
 this connection only: the replicator and the other peers are not disturbed.
 
-Write-side back-pressure. The connection watches its own output as a push producer
-registered with its transport (`_OutputWatch`), as Twisted intends: the TCP transport
-pauses it when more than its buffer size (64 KiB) waits in the node's own buffer, and
-resumes it once that has all gone to the kernel (whose socket buffer holds what the peer
-has not read yet, up to a few MB). Written within one reactor turn, 64 KiB pauses it until
-the next; it stays paused while the kernel's buffer is full, that is while the peer does
-not read. While paused, the requests whose answers
-are large are held in arrival order, and the peer's other commands (a Publish, a
-Heartbeat: their answers are a few bytes) and its answers to our questions are still read:
-the socket is never paused for this. Our own pushes to it are not sent while it is blocked
-when they are due (it is marked behind and reconciles once the output drains), and a
-SendAll stream waits: both count on the peer's answers to stay bounded otherwise, and AMP's
-question tags are a counter a peer can answer without reading. Pausing it would deadlock two honest members that
-both push more than the other reads at that moment (each would wait for the other to read
-first). A peer that asks and never reads therefore costs at most `MAX_HELD` held requests
-(`MAX_HELD_BYTES` of them), the transport's buffer and the answer that filled it, until it
-is dropped `idle_timeout` after its output blocked.
+Write-side back-pressure (`sync.backpressure`): the connection registers an `Outlet` with
+its transport as a push producer; while the peer leaves our output unread its requests are
+held, not answered, and its other commands and answers are still read.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IDelayedCall, IHandshakeListener, IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IHandshakeListener
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.protocols import amp
@@ -68,6 +53,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gtmcluster.sync import commands
+from gtmcluster.sync.backpressure import Outlet
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
 from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
@@ -86,14 +72,6 @@ MAX_BOX = 256 * 1024
 #: commands a peer may send per second (averaged over a few seconds) before it is dropped
 MAX_COMMAND_RATE = 2000.0
 RATE_BURST = 4000.0
-#: the peer's requests whose answers can be large (up to `codec.MAX_BATCH`, or a stream of
-#: batches): held, not answered, while our output to the peer is blocked
-ASKS = frozenset({b"Summary", b"Buckets", b"Listing", b"Pull", b"SendAll", b"ConfigFetch"})
-#: held requests, and bytes of them, beyond which the peer is dropped (an honest member has
-#: one or two outstanding, a few more while it loads its snapshot). Holding one costs about
-#: 2.4 KB of memory whatever its size (the box, the Deferred its answer goes to)
-MAX_HELD = 1000
-MAX_HELD_BYTES = 1024 * 1024
 
 
 @implementer(IHandshakeListener)
@@ -134,15 +112,9 @@ class PeerProtocol(amp.AMP):
         self._rate = TokenBucket(MAX_COMMAND_RATE, RATE_BURST, 0.0)
         self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
         self._closed: list[Deferred[None]] = []  # see `when_closed`
-        #: our output waits unsent (the transport paused `_OutputWatch`): see the module's docstring
-        self.blocked = False
-        self._blocked_timer: IDelayedCall | None = None
-        self._watch: _OutputWatch | None = None
-        #: the peer's requests held while blocked, with what their answers go to, and their size
-        self._held: deque[tuple[amp.AmpBox, Deferred[Any]]] = deque()
-        self._held_bytes = 0
-        self._releasing: IDelayedCall | None = None
-        self._writable: list[Deferred[None]] = []  # see `when_writable`
+        #: our output, as the transport lets it go (registered with it as its producer)
+        self.outlet = Outlet(self, replicator.clock, lambda: self.replicator.idle_timeout)
+        self._watched = False  # the outlet is registered with the transport
         self._sending_all = False  # a SendAll stream of ours to the peer is under way
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -151,8 +123,8 @@ class PeerProtocol(amp.AMP):
         super().connectionMade()
         self.replicator.connections.add(self)
         self._rate = TokenBucket(MAX_COMMAND_RATE, RATE_BURST, self.replicator.clock.seconds())
-        self._watch = _OutputWatch(self)
-        cast(Any, self.transport).registerProducer(self._watch, True)
+        cast(Any, self.transport).registerProducer(self.outlet, True)
+        self._watched = True
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
     @property
@@ -327,12 +299,11 @@ class PeerProtocol(amp.AMP):
             lasted = self._was_established and self.replicator.clock.seconds() - self._established_at >= STABLE
             self.factory.refused = 0 if lasted else self.factory.refused + 1
         self.phases.ended()
-        for timer in (self._timer, self._heartbeat, self._silence, self._blocked_timer, self._releasing):
+        for timer in (self._timer, self._heartbeat, self._silence):
             if timer is not None and timer.active():
                 timer.cancel()
-        self._timer = self._heartbeat = self._silence = self._blocked_timer = self._releasing = None
-        self._held.clear()  # (never answered: the connection is gone)
-        self._held_bytes = 0
+        self._timer = self._heartbeat = self._silence = None
+        self.outlet.close()
         if self.factory is not None:
             self.factory.gone(self)
         self.replicator.connections.discard(self)
@@ -342,7 +313,6 @@ class PeerProtocol(amp.AMP):
         closed, self._closed = self._closed, []
         for d in closed:
             d.callback(None)
-        self._wake_writers()
 
     def when_closed(self) -> Deferred[None]:
         """Fires when this connection is gone (at once if it is)."""
@@ -432,8 +402,8 @@ class PeerProtocol(amp.AMP):
         except Exception as e:
             self.violation(f"malformed {known.__name__} command: {type(e).__name__}: {e}")
             return Deferred()
-        if command in ASKS and (self.blocked or self._held):
-            return self._hold(box)
+        if self.outlet.holds(command or b""):
+            return self.outlet.hold(box, _encoded_size(box))
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
     def violation(self, reason: str, graceful: bool = False, logged: bool = True) -> None:
@@ -455,8 +425,7 @@ class PeerProtocol(amp.AMP):
             )
         self.phases.ended()
         self._why = reason
-        self._held.clear()  # (never answered)
-        self._held_bytes = 0
+        self.outlet.drop_held()
         if self.transport is None:
             return
         transport = cast(Any, self.transport)
@@ -486,80 +455,29 @@ class PeerProtocol(amp.AMP):
             address = None
         return f"{address.host}:{address.port}" if hasattr(address, "host") else "unknown"
 
-    # -- write-side back-pressure -------------------------------------------------------
+    # -- write-side back-pressure (`sync.backpressure`) ----------------------------------
 
-    def _output_blocked(self) -> None:
-        """The transport holds more of our output than it wants (see the module's docstring)."""
-        if self.phase == CLOSED or self.blocked:
-            return
-        self.blocked = True
-        idle = self.replicator.idle_timeout
-        self._blocked_timer = self.replicator.clock.callLater(idle, self._blocked_too_long, idle)
-
-    def _blocked_too_long(self, idle: float) -> None:
-        self._blocked_timer = None
-        self.violation(f"not reading: what this node sends it has waited unsent for {idle:g}s")
-
-    def _output_drained(self) -> None:
-        """Our output went out: from the next turn (this runs inside the transport's write),
-        answer the requests held meanwhile, wake what waited and resume pushes."""
-        if not self.blocked:
-            return
-        self.blocked = False
-        if self._blocked_timer is not None and self._blocked_timer.active():
-            self._blocked_timer.cancel()
-        self._blocked_timer = None
-        if self.phase != CLOSED and self._releasing is None:
-            self._releasing = self.replicator.clock.callLater(0, self._after_drain)
-
-    def _after_drain(self) -> None:
-        self._releasing = None
-        self._release_held()
-        if self.blocked or self.phase != ESTABLISHED:
-            return  # (blocked again: the rest when it drains next time)
-        self._wake_writers()
-        if self._announced:
-            self.replicator.output_drained(self)
-
-    def _hold(self, box: amp.AmpBox) -> Deferred[Any]:
-        """Keep request *box* until our output drains; its answer goes to the Deferred returned."""
-        size = _encoded_size(box)
-        if len(self._held) >= MAX_HELD or self._held_bytes + size > MAX_HELD_BYTES:
-            self.violation(
-                f"not reading: more than {MAX_HELD} requests or {MAX_HELD_BYTES} bytes of them wait "
-                "while what this node sends it waits unsent"
-            )
-            return Deferred()
-        answer: Deferred[Any] = Deferred()
-        self._held.append((box, answer))
-        self._held_bytes += size
-        return answer
-
-    def _release_held(self) -> None:
-        """Answer held requests, in order, while the output is not blocked again."""
-        while self._held and not self.blocked and self.phase == ESTABLISHED:
-            box, answer = self._held.popleft()
-            self._held_bytes -= _encoded_size(box)
-            amp.AMP.dispatchCommand(self, box).chainDeferred(answer)
+    @property
+    def blocked(self) -> bool:
+        """Our output waits unsent: the peer does not read it."""
+        return self.outlet.blocked
 
     def when_writable(self) -> Deferred[None]:
         """Fires once our output is not blocked (at once when it is not), or the connection ended."""
-        if not self.blocked or self.phase == CLOSED:
-            return succeed(None)
-        d: Deferred[None] = Deferred()
-        self._writable.append(d)
-        return d
+        return self.outlet.when_writable()
 
-    def _wake_writers(self) -> None:
-        waiting, self._writable = self._writable, []
-        for d in waiting:
-            d.callback(None)
+    def answer_held(self, box: amp.AmpBox) -> Deferred[Any]:
+        return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
+
+    def output_drained(self) -> None:
+        if self._announced:
+            self.replicator.output_drained(self)
 
     def _unwatch(self) -> None:
-        """Unregister `_OutputWatch` (before a clean close: see `sync.tls.PeerTLSTransport`)."""
-        if self._watch is None or self.transport is None:
+        """Unregister the outlet (before a clean close: see `sync.tls.PeerTLSTransport`)."""
+        if not self._watched or self.transport is None:
             return
-        self._watch = None
+        self._watched = False
         with suppress(RuntimeError):  # (a test's transport, with none registered any more)
             cast(Any, self.transport).unregisterProducer()
 
@@ -673,25 +591,6 @@ class PeerProtocol(amp.AMP):
         if digest is not None:
             self.replicator.heard_digest(self, digest)
         return {}
-
-
-@implementer(IPushProducer)
-class _OutputWatch:
-    """What a connection registers with its transport as a push producer: the transport
-    pauses it while our output waits unsent beyond its buffer size, and resumes it once
-    that went out (see the module's docstring). It produces nothing itself."""
-
-    def __init__(self, proto: PeerProtocol) -> None:
-        self.proto = proto
-
-    def pauseProducing(self) -> None:
-        self.proto._output_blocked()
-
-    def resumeProducing(self) -> None:
-        self.proto._output_drained()
-
-    def stopProducing(self) -> None:
-        """The connection is going: `PeerProtocol.connectionLost` does what is needed."""
 
 
 def _box_problem(box: amp.AmpBox) -> str | None:

@@ -1,5 +1,5 @@
 """What a member costs this node when it sends commands and reads nothing back, and the caps
-on what a peer may send: write-side back-pressure (`sync.peer`: requests held while our
+on what a peer may send: write-side back-pressure (`sync.backpressure`: requests held while our
 output waits unsent, a peer dropped when it stays so for `idle_timeout`), one SendAll at a
 time, pushes paused at `MAX_OUTSTANDING` unanswered and while the output is blocked, and the
 command rate.
@@ -21,7 +21,7 @@ from twisted.protocols import amp
 
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.store import Store
-from gtmcluster.sync import codec, peer, phases
+from gtmcluster.sync import backpressure, codec, peer, phases
 from gtmcluster.sync.replicator import MAX_OUTSTANDING, Replicator
 from tests.support.peerattack import parse_boxes
 
@@ -168,12 +168,12 @@ def test_more_than_max_held_bytes_of_requests_drops_the_peer() -> None:
     c = Connection()
     big = json.dumps([f"k/{i % Connection.RECORDS}/{'p' * 4}" for i in range(2000)]).encode()
     events = c.send(pull(100) + pull(101))
-    count = peer.MAX_HELD_BYTES // len(big) + 2
+    count = backpressure.MAX_HELD_BYTES // len(big) + 2
     events += c.send(b"".join(box(_command=b"Pull", _ask=str(200 + i).encode(), keys=big) for i in range(count)))
     reasons = dropped_for(events)
     assert len(reasons) == 1 and "requests or 1048576 bytes of them wait" in reasons[0], reasons
     assert c.proto.phase == phases.CLOSED
-    assert c.proto._held_bytes == 0
+    assert c.proto.outlet.held == 0 and c.proto.outlet.held_bytes == 0
 
 
 def test_more_than_max_held_requests_drops_the_peer() -> None:
@@ -181,12 +181,13 @@ def test_more_than_max_held_requests_drops_the_peer() -> None:
     the `MAX_HELD` + 1st held drops the peer (holding one costs ~2.4 KB whatever its size)."""
     c = Connection()
     events = c.send(pull(100) + pull(101))
-    asks = b"".join(box(_command=b"Buckets", _ask=str(200 + i).encode(), origin=b"gtm-a") for i in range(peer.MAX_HELD))
+    count = backpressure.MAX_HELD
+    asks = b"".join(box(_command=b"Buckets", _ask=str(200 + i).encode(), origin=b"gtm-a") for i in range(count))
     events += c.send(asks)
     assert dropped_for(events) == []
     events += c.send(box(_command=b"Buckets", _ask=b"9999", origin=b"gtm-a"))
     reasons = dropped_for(events)
-    assert len(reasons) == 1 and f"more than {peer.MAX_HELD} requests" in reasons[0], reasons
+    assert len(reasons) == 1 and f"more than {backpressure.MAX_HELD} requests" in reasons[0], reasons
 
 
 def test_publishes_heartbeats_and_answers_are_read_while_the_output_is_blocked() -> None:
