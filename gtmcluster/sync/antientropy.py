@@ -178,11 +178,14 @@ class AntiEntropy:
 
     async def _send_all(self, proto: PeerProtocol, origin: str) -> int:
         """Up to `SEND_ALL_WINDOW` batches are unanswered at a time: the peer merges one
-        while this node encodes the next."""
+        while this node encodes the next; none is sent while the connection's output is
+        blocked (the peer does not read it)."""
         sent = 0
         unanswered: deque[tuple[defer.Deferred[Any], int]] = deque()
         try:
             for batch, keys in self._batches_of(origin, proto):
+                if proto.blocked:
+                    await proto.when_writable()
                 if proto.phase != ESTABLISHED:
                     break
                 if len(unanswered) >= SEND_ALL_WINDOW:

@@ -18,16 +18,29 @@ State machine (inputs on the left, what happens on the right):
                                                          does not keep the connection)
     established --a Publish batch------------------->   reading from the peer pauses until the
                                                          batch is merged (a slice per turn)
+    established --our output blocked (the peer does
+                not read what we send)------------->   its requests (`backpressure.ASKS`) are held, not
+                                                         answered, until the output drains;
+                                                         its other commands and its answers
+                                                         are still read; our pushes to it stop
+    established --output blocked for idle_timeout,
+                more than MAX_HELD requests held,
+                a second SendAll ------------------->   closed (logged)
     any       --a command before established, a box
                 too large, too many commands/second,
                 a malformed box or argument -------->   closed (logged)
 
 Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
 this connection only: the replicator and the other peers are not disturbed.
+
+Write-side back-pressure (`sync.backpressure`): the connection registers an `Outlet` with
+its transport as a push producer; while the peer leaves our output unread its requests are
+held, not answered, and its other commands and answers are still read.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet.defer import Deferred, succeed
@@ -40,9 +53,11 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gtmcluster.sync import commands
+from gtmcluster.sync.backpressure import Outlet
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
 from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
+from gtmcluster.tokenbucket import TokenBucket
 
 if TYPE_CHECKING:
     from gtmcluster.sync.replicator import Replicator
@@ -94,17 +109,22 @@ class PeerProtocol(amp.AMP):
         self._was_established = False
         self._established_at = 0.0
         self._why = ""  # why we closed it, when we did
-        self._tokens = RATE_BURST
-        self._tokens_at = 0.0
+        self._rate = TokenBucket(MAX_COMMAND_RATE, RATE_BURST, 0.0)
         self._merging = 0  # Publish batches of this peer being merged (reading pauses meanwhile)
         self._closed: list[Deferred[None]] = []  # see `when_closed`
+        #: our output, as the transport lets it go (registered with it as its producer)
+        self.outlet = Outlet(self, replicator.clock, lambda: self.replicator.idle_timeout)
+        self._watched = False  # the outlet is registered with the transport
+        self._sending_all = False  # a SendAll stream of ours to the peer is under way
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self.replicator.connections.add(self)
-        self._tokens_at = self.replicator.clock.seconds()
+        self._rate = TokenBucket(MAX_COMMAND_RATE, RATE_BURST, self.replicator.clock.seconds())
+        cast(Any, self.transport).registerProducer(self.outlet, True)
+        self._watched = True
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
     @property
@@ -189,6 +209,8 @@ class PeerProtocol(amp.AMP):
 
     def _establish(self, datacenter: str, version: int, config_digest: str) -> None:
         self.phases.agreed()
+        if self.factory is not None:
+            self.factory.proven(self)  # (no longer counts as a connection still to prove itself)
         self._was_established = True
         self._established_at = self.replicator.clock.seconds()
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
@@ -281,6 +303,9 @@ class PeerProtocol(amp.AMP):
             if timer is not None and timer.active():
                 timer.cancel()
         self._timer = self._heartbeat = self._silence = None
+        self.outlet.close()
+        if self.factory is not None:
+            self.factory.gone(self)
         self.replicator.connections.discard(self)
         if self._announced:
             self.replicator.lost(self, self._why or reason.getErrorMessage())
@@ -362,11 +387,7 @@ class PeerProtocol(amp.AMP):
         if self.phase != ESTABLISHED and command != b"Hello":
             self.violation(f"command {command!r} before Hello")
             return Deferred()
-        now = self.replicator.clock.seconds()
-        self._tokens = min(RATE_BURST, self._tokens + (now - self._tokens_at) * MAX_COMMAND_RATE)
-        self._tokens_at = now
-        self._tokens -= 1
-        if self._tokens < 0:
+        if not self._rate.take(1, self.replicator.clock.seconds()):
             self.violation(f"more than {MAX_COMMAND_RATE:g} commands per second")
             return Deferred()
         known = commands.BY_NAME.get(command or b"")
@@ -381,35 +402,47 @@ class PeerProtocol(amp.AMP):
         except Exception as e:
             self.violation(f"malformed {known.__name__} command: {type(e).__name__}: {e}")
             return Deferred()
+        if self.outlet.holds(command or b""):
+            return self.outlet.hold(box, _encoded_size(box))
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
-    def violation(self, reason: str, graceful: bool = False) -> None:
-        """Drop this peer for *reason* (logged); nothing else is disturbed.
+    def violation(self, reason: str, graceful: bool = False, logged: bool = True) -> None:
+        """Drop this peer for *reason* (logged, unless not *logged*: the caller tells of
+        it); nothing else is disturbed.
 
         *graceful*: let what we have queued (an error answer saying why) go out first,
         with a forced close if the peer does not let go within 2 seconds.
         """
         if self.phase == CLOSED:
             return
-        log.warn(
-            "dropping peer connection {peer} ({direction}): {reason}",
-            peer=self.peer or self.expected or self._address(),
-            direction="outgoing" if self.initiator else "incoming",
-            reason=reason,
-            event="peer_refused",
-        )
+        if logged:
+            log.warn(
+                "dropping peer connection {peer} ({direction}): {reason}",
+                peer=self.peer or self.expected or self._address(),
+                direction="outgoing" if self.initiator else "incoming",
+                reason=reason,
+                event="peer_refused",
+            )
         self.phases.ended()
         self._why = reason
+        self.outlet.drop_held()
         if self.transport is None:
             return
         transport = cast(Any, self.transport)
         if graceful:
             if self._timer is not None and self._timer.active():
                 self._timer.cancel()
+            self._unwatch()  # (a transport with a producer waits for it to go before it closes)
             transport.loseConnection()  # flushes the answer, then close_notify
             self._timer = self.replicator.clock.callLater(2.0, transport.abortConnection)
         else:
             transport.abortConnection()
+
+    def close(self) -> None:
+        """Close this connection cleanly (TLS close_notify after what is queued)."""
+        if self.transport is not None:
+            self._unwatch()
+            self.transport.loseConnection()
 
     def _close_soon(self, reason: str) -> None:
         """Close after the current answer goes out (so the peer learns why)."""
@@ -421,6 +454,32 @@ class PeerProtocol(amp.AMP):
         except Exception:
             address = None
         return f"{address.host}:{address.port}" if hasattr(address, "host") else "unknown"
+
+    # -- write-side back-pressure (`sync.backpressure`) ----------------------------------
+
+    @property
+    def blocked(self) -> bool:
+        """Our output waits unsent: the peer does not read it."""
+        return self.outlet.blocked
+
+    def when_writable(self) -> Deferred[None]:
+        """Fires once our output is not blocked (at once when it is not), or the connection ended."""
+        return self.outlet.when_writable()
+
+    def answer_held(self, box: amp.AmpBox) -> Deferred[Any]:
+        return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
+
+    def output_drained(self) -> None:
+        if self._announced:
+            self.replicator.output_drained(self)
+
+    def _unwatch(self) -> None:
+        """Unregister the outlet (before a clean close: see `sync.tls.PeerTLSTransport`)."""
+        if not self._watched or self.transport is None:
+            return
+        self._watched = False
+        with suppress(RuntimeError):  # (a test's transport, with none registered any more)
+            cast(Any, self.transport).unregisterProducer()
 
     # -- commands -----------------------------------------------------------------------
 
@@ -480,7 +539,19 @@ class PeerProtocol(amp.AMP):
 
     @commands.SendAll.responder
     def send_all(self, origin: str) -> Deferred[dict[str, Any]]:
-        return self.replicator.send_all(self, origin).addCallbacks(lambda n: {"sent": n}, self._unless_closed)
+        """One stream at a time: an honest member asks for the next once the last is done
+        (its reconciliations take turns), so a second one at once drops the peer."""
+        if self._sending_all:
+            self.violation("asked for a second SendAll while one is under way")
+            raise _Dropped()
+        self._sending_all = True
+
+        def done(result: Any) -> Any:
+            self._sending_all = False
+            return result
+
+        sending = self.replicator.send_all(self, origin).addBoth(done)
+        return sending.addCallbacks(lambda n: {"sent": n}, self._unless_closed)
 
     def _unless_closed(self, failure: Failure) -> Failure:
         """A command's failure, or (the connection went while it ran) no answer at all."""

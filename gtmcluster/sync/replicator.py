@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-#: unanswered Publish commands per connection before pushes to it pause (it reconciles later)
+#: unanswered Publish commands per connection before pushes to it pause (it reconciles later);
+#: pushes due while the connection's output is blocked (`PeerProtocol.blocked`) pause too
 MAX_OUTSTANDING = 64
 RECONCILE_INTERVAL = 60.0
 #: records of one incoming batch merged per reactor turn: a batch holds up to ~1000 small
@@ -449,6 +450,12 @@ class Replicator(AntiEntropy):
             proto = self.channel(name)
             if proto is None:
                 continue
+            if proto.blocked:
+                # it has not read what went before: it catches up by reconciling once it
+                # has (`output_drained`); a flush that blocks it midway sends the rest
+                # (MAX_OUTSTANDING bounds that)
+                self.peers[name].behind = True
+                continue
             latest = {r.key: r for r in records}.values()  # only the newest per key
             for batch, keys in codec.batches(self._takes(proto, latest), now):
                 self._publish(proto, batch, len(keys))
@@ -472,6 +479,14 @@ class Replicator(AntiEntropy):
         d.addBoth(answered)
         d.addErrback(lambda _: None)
         return d
+
+    def output_drained(self, proto: PeerProtocol) -> None:
+        """*proto*'s output, blocked, went out: a peer whose pushes were skipped meanwhile
+        and that has none unanswered reconciles now (otherwise when the last is answered)."""
+        peer = self.peers.get(proto.peer or "")
+        if peer is not None and peer.behind and proto.outstanding == 0 and proto in peer.channels:
+            peer.behind = False
+            self.reconcile(proto)
 
     def receive(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> int:
         """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""

@@ -12,42 +12,183 @@ the certificate without a restart; open connections keep theirs until they recon
 unless the CA changed: then every open connection is closed, so that each peer is checked
 against the new CA when it reconnects (a member whose key leaked, left out of the new CA,
 is cut off at once: see README, "Trust model and limits").
+
+The listener takes a connection only while `Gate` lets it: connections still in their TLS
+handshake or Hello are capped per source and in all, and each member's proven incoming
+connections are capped (`sync.admission`). Connections turned away are logged once, then
+counted in one line every `TURNED_AWAY_LOG_INTERVAL` seconds while it goes on.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import socket
+from collections.abc import Iterable
 from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.application.service import MultiService
 from twisted.internet import defer, task
-from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
-from twisted.internet.interfaces import IAddress, IListeningPort
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IListeningPort,
+    IOpenSSLServerConnectionCreator,
+    IReactorTime,
+)
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
-from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.protocols.tls import TLSMemoryBIOProtocol
 
 from gtmcluster.config.model import Member
+from gtmcluster.sync.admission import (
+    MAX_CHANNELS_PER_MEMBER,
+    MAX_UNPROVEN,
+    MAX_UNPROVEN_PER_SOURCE,
+    Admission,
+    Channels,
+    source_of,
+)
 from gtmcluster.sync.certs import describe
 from gtmcluster.sync.peer import PeerProtocol
 from gtmcluster.sync.replicator import Replicator
-from gtmcluster.sync.tls import Credentials, TLSContexts
+from gtmcluster.sync.tls import Credentials, PeerTLSEndpoint, PeerTLSFactory, TLSContexts
 
 log = Logger()
 
 CONNECT_TIMEOUT = 10.0
 #: seconds peer connections get to close when the node stops, before they are aborted
 CLOSE_GRACE = 1.0
+#: while connections are being turned away, one line says how many every this many seconds
+TURNED_AWAY_LOG_INTERVAL = 10.0
+
+
+class Gate:
+    """The caps of `sync.admission` on the peer port, with the log lines about them.
+
+    *reserved*: the members' peer addresses (`PeerService.reconfigure` keeps them current).
+    """
+
+    def __init__(self, clock: IReactorTime, reserved: Iterable[str] = ()) -> None:
+        self.clock = clock
+        self.reserved = frozenset(_plain(host) for host in reserved)
+        self.unproven: Admission[PeerProtocol] = Admission()
+        self.channels: Channels[PeerProtocol] = Channels()
+        #: connections turned away, and made way for newer sources, since the node started
+        self.turned_away = 0
+        self.made_way = 0
+        self._told: IDelayedCall | None = None  # a summary line is due
+        self._untold: dict[str, int] = {}  # (turned away since the last line, by source)
+        self._untold_why = ""
+
+    def _source(self, host: str) -> tuple[str, bool]:
+        plain = _plain(host)
+        if plain in self.reserved:
+            return plain, True
+        return source_of(host), False
+
+    def consider(self, host: str) -> bool:
+        """Whether a new connection from *host* is taken (closing one that makes way for it)."""
+        source, reserved = self._source(host)
+        verdict = self.unproven.consider(source, reserved)
+        if not verdict.admit:
+            self.turned_away += 1
+            self._tell(host, verdict.why)
+            return False
+        if verdict.evict is not None:
+            self.made_way += 1
+            self._tell(host, "")
+            verdict.evict.violation("made way for a connection from another address", logged=False)
+        return True
+
+    def add(self, proto: PeerProtocol, host: str) -> None:
+        source, reserved = self._source(host)
+        self.unproven.add(proto, source, reserved)
+
+    def proven(self, proto: PeerProtocol) -> None:
+        """*proto* is a member's: it counts no more among the unproven, and its member's
+        oldest incoming connections beyond `MAX_CHANNELS_PER_MEMBER` are closed."""
+        if not self.unproven.release(proto) or proto.peer is None:
+            return
+        for old in self.channels.add(proto, proto.peer):
+            old.violation(
+                f"replaced by a newer connection from {proto.peer} (at most {MAX_CHANNELS_PER_MEMBER} at once)"
+            )
+
+    def gone(self, proto: PeerProtocol) -> None:
+        self.unproven.release(proto)
+        self.channels.release(proto, proto.peer or "")
+
+    def _tell(self, host: str, why: str) -> None:
+        """Log the first connection turned away at once; then one line per interval while
+        more are (a flood of connections is not a flood of log lines)."""
+        if self._told is None:
+            self._told = self.clock.callLater(TURNED_AWAY_LOG_INTERVAL, self._tell_since)
+            if why:
+                log.warn(
+                    "peer port: turned away a connection from {host}: {why} (at most {per_source} from one "
+                    "address, {total} in all)",
+                    host=host,
+                    why=why,
+                    per_source=MAX_UNPROVEN_PER_SOURCE,
+                    total=MAX_UNPROVEN,
+                    event="peer_turned_away",
+                )
+                return
+        self._untold[host] = self._untold.get(host, 0) + 1
+        if why:
+            self._untold_why = why
+
+    def _tell_since(self) -> None:
+        self._told = None
+        untold, self._untold = self._untold, {}
+        if not untold:
+            return
+        log.warn(
+            "peer port: turned away or closed {count} connections from {sources} addresses in the last "
+            "{seconds:g}s, connections that had not finished their TLS handshake and Hello (the last reason: "
+            "{why}); the most from {top}",
+            count=sum(untold.values()),
+            sources=len(untold),
+            seconds=TURNED_AWAY_LOG_INTERVAL,
+            why=self._untold_why or "made way for connections from other addresses",
+            top=max(untold, key=lambda host: untold[host]),
+            event="peer_turned_away",
+        )
+        self._untold_why = ""
+        self._told = self.clock.callLater(TURNED_AWAY_LOG_INTERVAL, self._tell_since)
+
+    def reconfigure(self, reserved: Iterable[str]) -> None:
+        self.reserved = frozenset(_plain(host) for host in reserved)
+
+    def stop(self) -> None:
+        """No more summary lines (the node stops)."""
+        if self._told is not None and self._told.active():
+            self._told.cancel()
+        self._told = None
+
+
+def _plain(host: str) -> str:
+    """*host* as one spelling: an IPv4-mapped IPv6 address as IPv4, an IPv6 address compressed."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
 
 class PeerFactory(Factory[Protocol]):
     noisy = False
 
-    def __init__(self, replicator: Replicator, expected: str | None = None):
+    def __init__(self, replicator: Replicator, expected: str | None = None, gate: Gate | None = None):
         self.replicator = replicator
         self.expected = expected
+        #: the listener's caps (accepted connections only)
+        self.gate = gate
         #: (dialling) connections in a row that ended before their Hello was done: the
         #: peer refused us, or we it. ClientService counts only failed TCP connects, so
         #: without this a refused peer would be dialled again after the first delay each time.
@@ -58,11 +199,40 @@ class PeerFactory(Factory[Protocol]):
         proto.factory = self
         return proto
 
+    def proven(self, proto: PeerProtocol) -> None:
+        """*proto* got through TLS and Hello."""
+        if self.gate is not None:
+            self.gate.proven(proto)
 
-def server_factory(replicator: Replicator, tls: TLSContexts) -> TLSMemoryBIOFactory:
-    factory = TLSMemoryBIOFactory(tls.server_creator(), False, PeerFactory(replicator), replicator.clock)
-    factory.noisy = False
-    return factory
+    def gone(self, proto: PeerProtocol) -> None:
+        """*proto* ended."""
+        if self.gate is not None:
+            self.gate.gone(proto)
+
+
+class ListenerFactory(PeerTLSFactory):
+    """The peer port: TLS around a `PeerFactory`, for the connections `Gate` takes."""
+
+    noisy = False
+
+    def __init__(
+        self, creator: IOpenSSLServerConnectionCreator, replicator: Replicator, gate: Gate, clock: IReactorTime
+    ) -> None:
+        super().__init__(creator, False, PeerFactory(replicator, gate=gate), clock)
+        self.gate = gate
+
+    def buildProtocol(self, addr: IAddress | None) -> TLSMemoryBIOProtocol | None:  # type: ignore[override]
+        """None (Twisted closes the socket at once) for a connection the gate turns away."""
+        host = str(getattr(addr, "host", "unknown"))
+        if not self.gate.consider(host):
+            return None
+        tls = super().buildProtocol(addr)
+        self.gate.add(cast(PeerProtocol, tls.wrappedProtocol), host)
+        return tls
+
+
+def server_factory(replicator: Replicator, tls: TLSContexts, gate: Gate | None = None) -> ListenerFactory:
+    return ListenerFactory(tls.server_creator(), replicator, gate or Gate(replicator.clock), replicator.clock)
 
 
 class PeerService(MultiService):
@@ -84,6 +254,7 @@ class PeerService(MultiService):
         self.port: IListeningPort | None = None
         self._loop: task.LoopingCall | None = None
         self.dialled: dict[str, tuple[Member, ClientService]] = {}
+        self.gate = Gate(reactor, [str(m.peer.host) for m in others])
         for member in others:
             self._dial(member)
 
@@ -93,7 +264,7 @@ class PeerService(MultiService):
             tcp: Any = TCP6ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
         else:
             tcp = TCP4ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
-        endpoint = wrapClientTLS(self.tls.client_creator(member.name), tcp)
+        endpoint = PeerTLSEndpoint(self.tls.client_creator(member.name), tcp, self.reactor)
         factory = PeerFactory(self.replicator, member.name)
         backoff = backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random)
         client = ClientService(
@@ -108,6 +279,7 @@ class PeerService(MultiService):
 
     def reconfigure(self, others: list[Member]) -> None:
         """Dial added members (and members whose address changed); stop dialling removed ones."""
+        self.gate.reconfigure(str(m.peer.host) for m in others)
         wanted = {m.name: m for m in others}
         for name, (member, client) in list(self.dialled.items()):
             if wanted.get(name) != member:
@@ -140,13 +312,12 @@ class PeerService(MultiService):
                 event="tls_ca_changed",
             )
             for proto in open_channels:
-                if proto.transport is not None:
-                    proto.transport.loseConnection()
+                proto.close()
 
     def startService(self) -> None:
         family = self.listener.family
         self.port = self.reactor.adoptStreamPort(
-            self.listener.fileno(), family, server_factory(self.replicator, self.tls)
+            self.listener.fileno(), family, server_factory(self.replicator, self.tls, self.gate)
         )
         address = self.listener.getsockname()
         self.listener.close()  # the reactor holds its own duplicate
@@ -163,11 +334,11 @@ class PeerService(MultiService):
         all are gone, so within about `CLOSE_GRACE` whatever the peers do."""
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        self.gate.stop()
         stopped = super().stopService()  # the dialling ClientServices close their connections
         connections = list(self.replicator.connections)
         for proto in connections:
-            if proto.transport is not None:
-                proto.transport.loseConnection()
+            proto.close()
         port, self.port = self.port, None
         waits: list[defer.Deferred[Any]] = [defer.maybeDeferred(lambda: stopped)]
         waits += [proto.when_closed() for proto in connections]

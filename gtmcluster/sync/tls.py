@@ -7,6 +7,13 @@ Hello's node name must match it.
 This node's own credentials can change while it runs (`TLSContexts.use`, on a reload that
 finds renewed files): new connections, accepted or dialled, take the credentials in use at
 the moment they start; connections already open keep the certificate they began with.
+
+Renegotiation is refused (`OP_NO_RENEGOTIATION`): OpenSSL 3.0 and later refuse a
+client's request by default, older versions did not, and a peer still proving itself could
+make the node repeat the handshake's public-key work for as long as it liked.
+
+Peer connections run over `PeerTLSTransport`, whose clean close first unregisters the
+producer its protocol registers to watch its output (`sync.peer`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from OpenSSL import SSL
-from twisted.internet import ssl
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLServerConnectionCreator
+from twisted.internet import defer, ssl
+from twisted.internet.interfaces import (
+    IOpenSSLClientConnectionCreator,
+    IOpenSSLServerConnectionCreator,
+    IProtocol,
+    IProtocolFactory,
+    IReactorTime,
+    IStreamClientEndpoint,
+)
+from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
 from zope.interface import implementer
 
 from gtmcluster.config.model import TLSFiles
@@ -152,8 +167,9 @@ def load_credentials(files: TLSFiles, node: str, now: datetime.datetime | None =
 
 
 def server_options(creds: Credentials) -> ssl.CertificateOptions:
-    """Accept only clients with a certificate from the group CA, over TLS 1.2 or newer."""
-    return ssl.CertificateOptions(
+    """Accept only clients with a certificate from the group CA, over TLS 1.2 or newer,
+    never renegotiating."""
+    options = ssl.CertificateOptions(
         privateKey=creds.own.privateKey.original,
         certificate=creds.own.original,
         verify=True,
@@ -162,6 +178,9 @@ def server_options(creds: Credentials) -> ssl.CertificateOptions:
         raiseMinimumTo=MIN_TLS,
         enableSessions=False,
     )
+    # (the context is made once and kept: set before any connection is made from it)
+    options.getContext().set_options(SSL.OP_NO_RENEGOTIATION)
+    return options
 
 
 def client_options(creds: Credentials, peer: str) -> IOpenSSLClientConnectionCreator:
@@ -297,3 +316,36 @@ def peer_identity(transport: Any, members: frozenset[str], me: str, expected: st
     if missing:
         raise IdentityError(f"{name}'s certificate may not be used for {missing[0]} (its extended key usage)")
     return name
+
+
+class PeerTLSTransport(BufferingTLSTransport):
+    """TLS for a peer connection. Its protocol registers a producer to watch its own
+    output (`sync.peer`), and a TLS connection with a producer registered waits for it to
+    unregister before it closes: so a clean close (`loseConnection`, from this node's code
+    or from Twisted's `ClientService` stopping a dialler) unregisters it first."""
+
+    def loseConnection(self) -> None:
+        self.unregisterProducer()
+        super().loseConnection()
+
+
+class PeerTLSFactory(TLSMemoryBIOFactory):
+    """`TLSMemoryBIOFactory` with `PeerTLSTransport` connections."""
+
+    protocol = PeerTLSTransport
+
+
+@implementer(IStreamClientEndpoint)
+class PeerTLSEndpoint:
+    """Dials *tcp* and runs `PeerTLSTransport` over it (`wrapClientTLS` with the peer
+    connections' own TLS transport); fires with the application's protocol."""
+
+    def __init__(self, creator: IOpenSSLClientConnectionCreator, tcp: IStreamClientEndpoint, clock: IReactorTime):
+        self.creator = creator
+        self.tcp = tcp
+        self.clock = clock
+
+    def connect(self, protocolFactory: IProtocolFactory) -> defer.Deferred[IProtocol]:
+        factory = PeerTLSFactory(self.creator, True, protocolFactory, self.clock)
+        connecting: defer.Deferred[Any] = self.tcp.connect(factory)
+        return connecting.addCallback(lambda tls: tls.wrappedProtocol)

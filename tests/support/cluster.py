@@ -3,7 +3,10 @@ transports (twisted.test.iosim), one fake clock for everyone. Milliseconds per t
 
 A member named in `versions` runs an older protocol version: its Hello announces that
 version and its schema refuses the records of newer versions (the real code, with
-`Replicator.protocol_version` lowered), as a member not yet upgraded does."""
+`Replicator.protocol_version` lowered), as a member not yet upgraded does.
+
+Each node's listener is the real one (`sync.service.ListenerFactory`, with its `Gate`), and
+every connection runs over the peer connections' own TLS transport (`sync.tls`)."""
 
 from __future__ import annotations
 
@@ -13,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import task
-from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.internet.address import IPv4Address
 from twisted.test import iosim
 
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs, commands
 from gtmcluster.sync.replicator import Replicator
-from gtmcluster.sync.service import PeerFactory
-from gtmcluster.sync.tls import Credentials, client_options, load_credentials, server_options
+from gtmcluster.sync.service import Gate, ListenerFactory, PeerFactory
+from gtmcluster.sync.tls import Credentials, PeerTLSFactory, client_options, load_credentials, server_options
 
 
 @dataclass
@@ -47,6 +50,8 @@ class MemoryCluster:
     stores: dict[str, Store] = field(default_factory=dict)
     replicators: dict[str, Replicator] = field(default_factory=dict)
     credentials: dict[str, Credentials] = field(default_factory=dict)
+    #: each node's listener caps
+    gates: dict[str, Gate] = field(default_factory=dict)
     links: list[Link] = field(default_factory=list)
     group: str = "test"
     #: members running an older protocol version than `commands.PROTOCOL_VERSION`
@@ -78,18 +83,21 @@ class MemoryCluster:
             protocol_version=self.versions.get(name, commands.PROTOCOL_VERSION),
         )
         self.replicators[name] = replicator
+        self.gates[name] = Gate(self.clock)
         return replicator
 
-    def connect(self, a: str, b: str, server_creds: Credentials | None = None) -> Link:
-        """*a* dials *b*; the TLS handshake and Hello run as the pump moves bytes."""
-        server_factory = TLSMemoryBIOFactory(
-            server_options(server_creds or self.credentials[b]), False, PeerFactory(self.replicators[b]), self.clock
+    def connect(self, a: str, b: str, server_creds: Credentials | None = None, source: str = "192.0.2.1") -> Link:
+        """*a* dials *b* (from address *source*, as *b* sees it); the TLS handshake and Hello
+        run as the pump moves bytes."""
+        server_factory = ListenerFactory(
+            server_options(server_creds or self.credentials[b]), self.replicators[b], self.gates[b], self.clock
         )
-        client_factory = TLSMemoryBIOFactory(
+        client_factory = PeerTLSFactory(
             client_options(self.credentials[a], b), True, PeerFactory(self.replicators[a], expected=b), self.clock
         )
+        address = IPv4Address("TCP", source, 40000 + len(self.links))
         client, server, pump = iosim.connectedServerAndClient(
-            lambda: server_factory.buildProtocol(None),
+            lambda: server_factory.buildProtocol(address),
             lambda: client_factory.buildProtocol(None),
             greet=False,
             clock=self.clock,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from OpenSSL import SSL
 from twisted.internet import ssl
 
 from gtmcluster.config.model import TLSFiles
@@ -133,3 +134,66 @@ def test_openssl_refuses_a_certificate_lacking_the_usage_of_its_side(group: Path
     assert server.lost is not None and client.lost is not None
     errors = str(server.lost.value) + str(client.lost.value)
     assert "certificate verify failed" in errors and "unsupported certificate" in errors
+
+
+def _pump(a: SSL.Connection, b: SSL.Connection) -> None:
+    """Move what each side wrote to the other until nothing moves (memory BIOs)."""
+    moved = True
+    while moved:
+        moved = False
+        for source, sink in ((a, b), (b, a)):
+            try:
+                data = source.bio_read(65536)
+            except SSL.WantReadError:
+                continue
+            if data:
+                sink.bio_write(data)
+                moved = True
+
+
+def _step(connection: SSL.Connection, call: str) -> str:
+    """Run *call* (do_handshake, recv) once; what came of it."""
+    try:
+        if call == "recv":
+            return f"ok {connection.recv(100)!r}"
+        connection.do_handshake()
+    except SSL.WantReadError:
+        return "want read"
+    except SSL.Error as e:
+        return f"error {e}"
+    return "ok"
+
+
+@TWISTED_PYOPENSSL_DEPRECATION
+def test_the_peer_port_never_renegotiates(group: Path) -> None:
+    """The listener's TLS context refuses renegotiation (`OP_NO_RENEGOTIATION`), and a TLS
+    1.2 client that asks for it once connected gets a no_renegotiation alert, not a second
+    handshake. (OpenSSL 3.0 and later refuse a client's request by default, so on main only
+    the option was missing; older OpenSSL versions renegotiated.)"""
+    creds = load_credentials(files(group, "gtm-a"), "gtm-a")
+    assert server_options(creds).getContext().set_options(0) & SSL.OP_NO_RENEGOTIATION
+
+    server = TLSContexts(creds).server_connection()
+    server.set_accept_state()
+    peer = load_credentials(files(group, "gtm-b"), "gtm-b")
+    context = SSL.Context(SSL.TLS_METHOD)
+    context.set_max_proto_version(SSL.TLS1_2_VERSION)  # (TLS 1.3 has no renegotiation at all)
+    context.use_certificate(peer.own.original)
+    context.use_privatekey(peer.own.privateKey.original)
+    client = SSL.Connection(context, None)
+    client.set_connect_state()
+    for _ in range(5):
+        _step(client, "handshake")
+        _step(server, "handshake")
+        _pump(client, server)
+    assert server.get_protocol_version_name() == "TLSv1.2"
+
+    assert client.renegotiate()
+    _step(client, "handshake")
+    _pump(client, server)
+    outcomes = []
+    for _ in range(3):
+        outcomes += [_step(server, "recv"), _step(client, "recv")]
+        _pump(client, server)
+    assert server.total_renegotiations() == 0
+    assert any("no renegotiation" in outcome for outcome in outcomes), outcomes
