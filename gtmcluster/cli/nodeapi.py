@@ -274,14 +274,21 @@ def post(m: Member, path: str, body: Any, tokens: Tokens | None = None, fields: 
     return _json_answer(m, request(m, "POST", path, tokens, headers, data), tokens, fields)
 
 
-def post_raw(m: Member, path: str, data: bytes, tokens: Tokens | None = None, timeout: float = 300.0) -> Any:
-    """POST *data* (JSON already: a config bundle) to the node's *path*; its JSON answer.
-    *timeout*: each read (a publication answers once the node has checked and run it); the
-    whole request within `BUNDLE_DEADLINE`."""
+def post_raw(
+    m: Member,
+    path: str,
+    data: bytes,
+    tokens: Tokens | None = None,
+    timeout: float = 300.0,
+    fields: shape.Spec | None = None,
+) -> Any:
+    """POST *data* (JSON already: a config bundle) to the node's *path*; its JSON answer
+    (checked against *fields* when given). *timeout*: each read (a publication answers once
+    the node has checked and run it); the whole request within `BUNDLE_DEADLINE`."""
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     deadline = Deadline(BUNDLE_DEADLINE)
     answer = request(m, "POST", path, tokens, headers, data, read_timeout=timeout, deadline=deadline)
-    return _json_answer(m, answer, tokens)
+    return _json_answer(m, answer, tokens, fields)
 
 
 def raw(m: Member, path: str, tokens: Tokens | None = None) -> bytes:
