@@ -25,10 +25,37 @@ import urllib.parse
 from typing import Any
 
 from gtmcluster.cli.nodeapi import CliError, Tokens, Unreachable, add_token_argument, load_config, member, post
+from gtmcluster.cli.shape import MapOf, Maybe, Obj
+from gtmcluster.cli.terminal import printable
 from gtmcluster.health.admin import LEVEL_NAMES, LEVEL_WORDS
 
 #: the command and the action it names
 COMMANDS = {"enable": "enable", "disable": "disable", "drain": "drain"}
+
+#: an admin state as the API lists it (`health.admin.AdminState.to_json`), as read here
+ADMIN_STATE = Obj(
+    {
+        "level": str,
+        "name": str,
+        "state": str,
+        "by": Maybe(str),
+        "reason": Maybe(str),
+        "at": Maybe(float),
+        "node": Maybe(str),
+    }
+)
+#: what `render` reads of the answer to a change (`gtmcluster.cli.shape`)
+CHANGED = Obj(
+    {"target": str, "name": str, "admin": str, "by": object, "why": object, "at": Maybe(float), "node": object},
+    optional={
+        "virtual_servers": Maybe(MapOf(Obj({"available": bool, "serving": Maybe(bool)}))),
+        "virtual_servers_total": int,
+        "virtual_server": object,
+        "available": Maybe(bool),
+        "reason": object,
+        "released_hold": object,
+    },
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -52,9 +79,13 @@ def add_parser(sub: Any) -> None:
 
 
 def when(at: float | None) -> str:
+    """*at* (seconds since the epoch) as a UTC time; "?" when unknown or beyond the calendar."""
     if at is None:
         return "?"
-    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def render(answer: dict[str, Any]) -> str:
@@ -73,7 +104,7 @@ def render(answer: dict[str, Any]) -> str:
         if more > 0:
             lines.append(f"  ... and {more} more")
     if "virtual_server" in answer:
-        lines.append(f"  now {'available' if answer['available'] else 'out'}: {answer['reason']}")
+        lines.append(f"  now {'available' if answer.get('available') else 'out'}: {answer.get('reason', '')}")
         if answer.get("released_hold"):
             lines.append("  (released from its manual-resume hold)")
     return "\n".join(lines)
@@ -92,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         unreachable = []
         for m in members:
             try:
-                answer = post(m, path, body, tokens)
+                answer = post(m, path, body, tokens, fields=CHANGED)
                 break
             except Unreachable as e:
                 unreachable.append(str(e))
@@ -101,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     except CliError as e:
         print(f"{command}: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(answer, indent=1, sort_keys=True) if args.json else render(answer))
+    print(json.dumps(answer, indent=1, sort_keys=True) if args.json else render(printable(answer)))
     return 0
 
 

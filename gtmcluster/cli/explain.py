@@ -11,6 +11,31 @@ import sys
 from typing import Any
 
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
+from gtmcluster.cli.shape import ListOf, Obj
+from gtmcluster.cli.terminal import printable
+
+#: what `render` reads of /api/v1/explain (`gtmcluster.cli.shape`)
+EXPLAINED = Obj(
+    {
+        "wideip": object,
+        "type": object,
+        "client": Obj({"ldns": object, "subnet": object, "keys": object}),
+        "trace": ListOf(Obj({"text": object})),
+        "action": object,
+        "answer": ListOf(str),
+        "pool": object,
+        "members": ListOf(str),
+        "method": object,
+        "ttl": object,
+        "scope": object,
+        "probe_requested": object,
+    },
+    optional={
+        "name": object,
+        "admin": ListOf(Obj({"virtual_server": object, "admin": object, "reason": object})),
+        "unhealthy": ListOf(Obj({"virtual_server": object, "health": object, "reason": object})),
+    },
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -61,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         m = member(config, args.node)
-        answer = get(m, "/api/v1/explain", params, Tokens.from_args(config, args))
+        answer = get(m, "/api/v1/explain", params, Tokens.from_args(config, args), fields=EXPLAINED)
     except CliError as e:
         print(f"gtmcluster explain: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(answer, indent=1, sort_keys=True) if args.json else render(answer))
+    print(json.dumps(answer, indent=1, sort_keys=True) if args.json else render(printable(answer)))
     return 0

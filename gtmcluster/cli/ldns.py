@@ -12,6 +12,15 @@ import sys
 from typing import Any
 
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
+from gtmcluster.cli.shape import ListOf, Obj
+from gtmcluster.cli.terminal import printable
+
+#: what `render` reads of /api/v1/ldns (`gtmcluster.cli.shape`)
+PATH = Obj({"datacenter": object, "rtt_us": int, "hops": object, "completion_rate": object})
+TABLE = Obj(
+    {"ldns": ListOf(Obj({"address": object, "ttl": object, "probe_protocol": object, "paths": ListOf(PATH)}))},
+    optional={"truncated": object},
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +40,7 @@ def render(table: dict[str, Any]) -> str:
         lines.append(
             f"ldns {{ address {entry['address']}  ttl {entry['ttl']}  probe_protocol {entry['probe_protocol']}"
         )
-        width = max(len(str(p["rtt_us"])) for p in entry["paths"])
+        width = max((len(str(p["rtt_us"])) for p in entry["paths"]), default=0)
         for p in entry["paths"]:
             lines.append(
                 f'  path {{ datacenter "{p["datacenter"]}" cur_rtt {p["rtt_us"]:<{width}} '
@@ -48,14 +57,14 @@ def run(args: argparse.Namespace) -> int:
         query = {"address": args.address} if args.address else {}
         if args.limit is not None:
             query["limit"] = str(args.limit)
-        table = get(m, "/api/v1/ldns", query or None, Tokens.from_args(config, args))
+        table = get(m, "/api/v1/ldns", query or None, Tokens.from_args(config, args), fields=TABLE)
     except CliError as e:
         print(f"gtmcluster ldns: {e}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(table, indent=1, sort_keys=True))
     elif table["ldns"]:
-        print(render(table))
+        print(render(printable(table)))
         if table.get("truncated"):
             print(
                 f"(the first {sum(len(e['paths']) for e in table['ldns'])} paths of a larger table: --limit N for more)"

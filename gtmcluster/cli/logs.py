@@ -14,6 +14,12 @@ is asked again every few seconds; once it answers, its log resumes where it stop
 the last line shown), without repeating lines. Followed lines are held half a second, so
 that lines of several nodes come out in time order.
 
+What answers at a node's address is read within limits: a line up to `MAX_LINE` bytes
+(a longer one is left out, with a note), at most `reader.MAX_LINES` lines and `MAX_READ`
+bytes from each node without -f, all within `READ_DEADLINE` seconds; with -f, each whole
+line (or heartbeat) within `READ_TIMEOUT` seconds of the one before. Control characters in
+what the nodes send are shown escaped (`gtmcluster.cli.terminal`).
+
 Exit status: 0 when every node's log was read (and after Ctrl-C with -f); 1 for a config
 problem, a NODE that is not a member, a --since not understood, a node that could not be
 read (the others are still shown), or with -f when every node refused (a wrong token).
@@ -32,15 +38,18 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from gtmcluster.cli import nodeapi
+from gtmcluster.cli.bounded import AnswerError, LongLine, Readable, lines
 from gtmcluster.cli.nodeapi import CliError, Tokens, Unreachable, load_config
+from gtmcluster.cli.terminal import escape, escape_json_line
 from gtmcluster.config.model import Member
+from gtmcluster.nodelog.reader import MAX_LINES
 from gtmcluster.nodelog.record import line_time, parse_line
 
 DEFAULT_LINES = 20
@@ -48,11 +57,25 @@ DEFAULT_LINES = 20
 HOLD = 0.5
 #: seconds between attempts to reach a node that went away (doubling up to the last)
 RETRY = (1.0, 2.0, 4.0)
-#: a followed node sends an empty line after 15 s of silence; without even that for this
-#: long the connection is taken as dead and made again (connecting has nodeapi.TIMEOUT, so
-#: a node that is down or cut off is reported within seconds)
+#: a followed node sends an empty line after 15 s of silence; without a whole line (or that
+#: empty one) for this long the connection is taken as dead and made again (connecting has
+#: nodeapi.TIMEOUT, so a node that is down or cut off is reported within seconds)
 READ_TIMEOUT = 45.0
 PATH = "/api/v1/logs"
+#: the longest log line read, bytes (a node's lines are far shorter; longer ones are left out)
+MAX_LINE = 64 * 1024
+#: the most bytes of lines read from one node without -f (a node sends at most
+#: `reader.MAX_LINES` lines)
+MAX_READ = 32 * 1024 * 1024
+#: seconds to read one node's lines without -f, from connecting to the last line
+READ_DEADLINE = 60.0
+#: lines (and notes) the followers may have waiting to be printed: beyond, they stop reading
+#: (and the nodes' own follow buffers take the wait)
+MAX_WAITING = 1000
+#: bytes of followed lines held for time order (`Holder`): beyond, the oldest go out at once
+MAX_HELD_BYTES = 16 * 1024 * 1024
+#: lines of one time remembered to resume without repeats (`Resume`)
+MAX_AT_LAST = 10000
 
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -147,20 +170,24 @@ def make_line(node: str, raw: str) -> Line | None:
 
 
 class Resume:
-    """Where a node's log was left: the time of the last line taken and the lines taken at
-    that time, so that asking again with ``since=`` that time repeats nothing."""
+    """Where a node's log was left: the time of the last line taken and (hashes of) the lines
+    taken at that time, so that asking again with ``since=`` that time repeats nothing. (At
+    most `MAX_AT_LAST` lines of one time are remembered: a node logs far fewer in one
+    microsecond.)"""
 
     def __init__(self) -> None:
         self.last: str | None = None
-        self.at_last: set[str] = set()
+        self.at_last: set[int] = set()
 
     def take(self, line: Line) -> bool:
         """Whether *line* is new (and so to be shown)."""
-        if self.last is not None and (line.time < self.last or (line.time == self.last and line.raw in self.at_last)):
+        seen = hash(line.raw)
+        if self.last is not None and (line.time < self.last or (line.time == self.last and seen in self.at_last)):
             return False
         if line.time != self.last:
             self.last, self.at_last = line.time, set()
-        self.at_last.add(line.raw)
+        if len(self.at_last) < MAX_AT_LAST:
+            self.at_last.add(seen)
         return True
 
 
@@ -171,18 +198,22 @@ def merge(batches: Iterable[Iterable[Line]]) -> list[Line]:
 
 class Holder:
     """Followed lines, each held until `HOLD` seconds after it came, then let out in time
-    order with every other held line up to its time. Each line costs O(log n)."""
+    order with every other held line up to its time; while they hold more than *max_bytes*,
+    the earliest are let out at once. Each line costs O(log n)."""
 
-    def __init__(self, hold: float = HOLD):
+    def __init__(self, hold: float = HOLD, max_bytes: int = MAX_HELD_BYTES):
         self.hold = hold
+        self.max_bytes = max_bytes
         self._heap: list[Line] = []
         #: (arrival, line) in arrival order; lines already let out are skipped here lazily
         self._arrivals: deque[tuple[float, Line]] = deque()
         self._out: set[int] = set()
+        self._bytes = 0
 
     def add(self, line: Line, now: float) -> None:
         heapq.heappush(self._heap, line)
         self._arrivals.append((now, line))
+        self._bytes += len(line.raw)
 
     def due(self, now: float, everything: bool = False) -> list[Line]:
         """The lines to show now: every held line at or before the newest held line that
@@ -195,10 +226,11 @@ class Holder:
             elif upto is None or line > upto:
                 upto = line
         out: list[Line] = []
-        while upto is not None and self._heap and self._heap[0] <= upto:
+        while self._heap and ((upto is not None and self._heap[0] <= upto) or self._bytes > self.max_bytes):
             line = heapq.heappop(self._heap)
             out.append(line)
             self._out.add(line.seq)
+            self._bytes -= len(line.raw)
         return out
 
     def next_due(self) -> float | None:
@@ -235,21 +267,31 @@ class Printer:
             self.prefixes[node] = text
 
     def format(self, line: Line) -> str:
+        """*line* for the terminal: what the node sent, its control characters escaped (a
+        message's newlines kept, each further line under the prefix)."""
         if self.raw:
-            return line.raw + "\n"
+            return escape_json_line(line.raw) + "\n"
         prefix = self.prefixes[line.node]
-        fields = parse_line(line.raw)
+        fields = _fields(line.raw)
         if fields is None:
-            return f"{prefix} {line.raw}\n"
-        shown = fields["time"][:23] + "Z"
-        first, *more = fields["message"].split("\n") or [""]
-        head = f"{prefix} {shown} {fields['level']:<5} [{fields['system']}] {first}\n"
+            return f"{prefix} {escape(line.raw)}\n"
+        shown = escape(fields["time"][:23]) + "Z"
+        first, *more = escape(fields["message"], keep="\n\t").split("\n")
+        head = f"{prefix} {shown} {escape(fields['level']):<5} [{escape(fields['system'])}] {first}\n"
         return head + "".join(f"{prefix}     {text}\n" for text in more)
 
     def write(self, lines: Iterable[Line]) -> None:
         for line in lines:
             self.out.write(self.format(line))
         self.out.flush()
+
+
+def _fields(raw: str) -> dict[str, str] | None:
+    """`parse_line`, with a line nested too deeply to parse taken as not ours."""
+    try:
+        return parse_line(raw)
+    except RecursionError:
+        return None
 
 
 def use_color(no_color: bool, out: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
@@ -278,11 +320,50 @@ def params_for(since: str | None, count: int | None, follow: bool) -> dict[str, 
     return out
 
 
-def read_all(m: Member, params: dict[str, str], tokens: Tokens) -> list[Line]:
-    """The lines *m* gives for *params* (not following)."""
-    with nodeapi.open_stream(m, PATH, params, tokens) as response:
-        lines = (make_line(m.name, raw.decode("utf-8", errors="replace").rstrip("\r\n")) for raw in response)
-        return [line for line in lines if line is not None]
+@dataclass
+class Read:
+    """What one node gave (not following): its lines, and how many were left out as longer
+    than `MAX_LINE`."""
+
+    lines: list[Line]
+    left_out: int = 0
+
+
+def read_all(m: Member, params: dict[str, str], tokens: Tokens) -> Read:
+    """The lines *m* gives for *params* (not following), within `READ_DEADLINE`, at most
+    `MAX_LINES` lines of at most `MAX_LINE` bytes and `MAX_READ` bytes in all (Unreachable
+    beyond)."""
+    out = Read([])
+    size = 0
+    with nodeapi.open_stream(m, PATH, params, tokens, deadline=READ_DEADLINE) as response:
+        for raw in _lines(m, response):
+            if isinstance(raw, LongLine):
+                out.left_out += 1
+                continue
+            size += len(raw)
+            if size > MAX_READ:
+                raise Unreachable(f"{m.name} sent more than {MAX_READ:,} bytes of log lines (ask for fewer: --lines)")
+            line = make_line(m.name, raw.decode("utf-8", errors="replace"))
+            if line is None:
+                continue
+            if len(out.lines) == MAX_LINES:
+                raise Unreachable(f"{m.name} sent more than the {MAX_LINES:,} lines a node sends at most")
+            out.lines.append(line)
+    return out
+
+
+def _lines(m: Member, response: Readable) -> Iterator[bytes | LongLine]:
+    """`bounded.lines` of *response*, a broken answer `Unreachable` (naming *m*)."""
+    try:
+        yield from lines(response, MAX_LINE)
+    except AnswerError as e:
+        raise Unreachable(f"{m.name}'s log: {e}") from None
+
+
+def long_line(m: Member, count: int) -> str:
+    """A note for *count* lines left out as too long."""
+    many = "a log line" if count == 1 else f"{count} log lines"
+    return f"{m.name}: left out {many} longer than {MAX_LINE:,} bytes"
 
 
 class NodeFollower(threading.Thread):
@@ -316,13 +397,22 @@ class NodeFollower(threading.Thread):
         while not self.stop.is_set():
             try:
                 with nodeapi.open_stream(
-                    self.m, PATH, self.params(), self.tokens, read_timeout=READ_TIMEOUT
+                    self.m,
+                    PATH,
+                    self.params(),
+                    self.tokens,
+                    read_timeout=READ_TIMEOUT,
+                    deadline=READ_TIMEOUT,
+                    idle=READ_TIMEOUT,
                 ) as response:
                     if lost:
                         self.out.put(("note", f"{self.m.name}: reading its log again"))
                     lost, failures = False, 0
-                    for raw in response:
-                        line = make_line(self.m.name, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                    for raw in lines(response, MAX_LINE):
+                        if isinstance(raw, LongLine):
+                            self.out.put(("note", long_line(self.m, 1)))
+                            continue
+                        line = make_line(self.m.name, raw.decode("utf-8", errors="replace"))
                         if line is not None and self.resume.take(line):
                             self.out.put(line)
                         if self.stop.is_set():
@@ -333,7 +423,7 @@ class NodeFollower(threading.Thread):
             except CliError as e:
                 self.out.put(("fatal", f"{e}"))
                 return
-            except OSError as e:  # a read timed out or the connection broke mid-answer
+            except (OSError, AnswerError) as e:  # silent too long, or the connection broke mid-answer
                 why = f"the connection broke: {e}"
             if not lost:
                 self.out.put(("note", f"{self.m.name}: {why}; asking again until it answers"))
@@ -380,7 +470,7 @@ def show(args: argparse.Namespace) -> int:
     if args.follow:
         return follow(targets, params_for(since, count, True), tokens, printer)
 
-    def ask(m: Member) -> list[Line] | str:
+    def ask(m: Member) -> Read | str:
         try:
             return read_all(m, params_for(since, count, False), tokens)
         except CliError as e:
@@ -389,7 +479,10 @@ def show(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
         answers = list(pool.map(ask, targets))
     failed = [a for a in answers if isinstance(a, str)]
-    printer.write(merge(a for a in answers if not isinstance(a, str)))
+    printer.write(merge(a.lines for a in answers if not isinstance(a, str)))
+    for m, answer in zip(targets, answers, strict=True):
+        if not isinstance(answer, str) and answer.left_out:
+            note(long_line(m, answer.left_out))
     for problem in failed:
         note(problem)
     return 1 if failed else 0
@@ -399,7 +492,7 @@ def follow(targets: list[Member], first: dict[str, str], tokens: Tokens, printer
     """Follow every target until Ctrl-C (0), or until every one of them refused (1)."""
     # Ctrl-C stops following, even when started with SIGINT ignored (a background job)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    inbox: queue.Queue[Line | tuple[str, str | None]] = queue.Queue()
+    inbox: queue.Queue[Line | tuple[str, str | None]] = queue.Queue(MAX_WAITING)
     stop = threading.Event()
     followers = [NodeFollower(m, first, tokens, inbox, stop) for m in targets]
     for f in followers:

@@ -9,6 +9,14 @@ refuses it, gets an error saying where the token was taken from and where to giv
 With ``api: {tls: true}`` the node is asked over HTTPS, its certificate checked against the
 group CA and the member's name, with a client certificate when one is given
 (`gtmcluster.cli.nodetls`).
+
+What answers is read within limits (`gtmcluster.cli.bounded`), since it may not be the node:
+each request within `DEADLINE` seconds in all (a config bundle's within `BUNDLE_DEADLINE`),
+a JSON answer up to `MAX_JSON` bytes and no deeper than `bounded.MAX_DEPTH`, a bundle up to
+`MAX_BUNDLE`, and a command's answer checked against the fields it reads
+(`gtmcluster.cli.shape`). An answer that breaks a limit is `Unreachable`, named by node: one
+line, as for a node that is down. Texts of the node's shown in errors are escaped
+(`gtmcluster.cli.terminal`).
 """
 
 from __future__ import annotations
@@ -24,13 +32,29 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.api import token as api_token
-from gtmcluster.cli import nodetls
+from gtmcluster.cli import nodetls, shape
+from gtmcluster.cli.bounded import Answer, AnswerError, Deadline, decode_json
+from gtmcluster.cli.terminal import escape
+from gtmcluster.config import bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError
 
+#: seconds to connect, and for each read unless a request says otherwise
 TIMEOUT = 5.0
 ENV_TOKEN = "GTM_API_TOKEN"
+#: seconds a whole request may take, from connecting to the last byte of the answer
+DEADLINE = 30.0
+#: ... one that sends or fetches a config bundle (a publication answers once the node ran it)
+BUNDLE_DEADLINE = 300.0
+#: the most bytes of a JSON answer (the largest a node gives: /api/v1/ldns at its 100,000
+#: paths, some 10 MB)
+MAX_JSON = 16 * 1024 * 1024
+#: the most bytes of a config bundle as sent: a bundle at its limit, encoded (the API's
+#: `api.groupconfig.MAX_PUSH`, not imported here: that would load twisted.web for every command)
+MAX_BUNDLE = bundle.MAX_BYTES * 4 // 3 + 65536
+#: the most bytes read of an error answer (beyond, its HTTP reason is shown)
+MAX_ERROR = 64 * 1024
 
 
 class CliError(Exception):
@@ -38,8 +62,10 @@ class CliError(Exception):
 
 
 class Unreachable(CliError):
-    """The node's API could not be reached now (not running, no route): worth trying again,
-    or another member. (A TLS problem is a plain CliError: trying again does not fix it.)"""
+    """The node's API could not be reached now (not running, no route), or what answers at
+    its address gave no usable answer (too slow, too large, not JSON, not the fields a
+    command reads): worth trying again, or another member. (A TLS problem is a plain
+    CliError: trying again does not fix it.)"""
 
 
 def load_config(path: str) -> Config:
@@ -158,14 +184,18 @@ def request(
     body: bytes | None = None,
     timeout: float = TIMEOUT,
     read_timeout: float | None = None,
-) -> http.client.HTTPResponse:
+    deadline: Deadline | None = None,
+) -> Answer:
     """Send one request to *m*'s API (over HTTPS, checked, when the config says api.tls),
-    with its token when *tokens* finds one; the response, whatever its status, to read and
+    with its token when *tokens* finds one; the answer, whatever its status, to read and
     close. *target*: path and query. *timeout* bounds connecting (and the TLS handshake) and,
-    unless *read_timeout* is given, each read of the answer. Raises `Unreachable` when the
-    node cannot be reached, `CliError` for a TLS problem (each says what to do)."""
+    unless *read_timeout* is given, each read of the answer; *deadline* (default `DEADLINE`
+    seconds) the whole request, reading the answer included. Raises `Unreachable` when the
+    node cannot be reached or sends no HTTP answer in time, `CliError` for a TLS problem
+    (each says what to do)."""
     tls = tokens is not None and tokens.config.api.tls
     url = url_of(m, target, tls)
+    limit = deadline if deadline is not None else Deadline(DEADLINE)
     # one request per connection: the socket goes when the response is closed
     sent = {"Connection": "close", **(headers or {})}
     token = tokens.for_member(m) if tokens is not None else None
@@ -177,29 +207,40 @@ def request(
             connection = tokens.trust.connection(m, timeout)
         else:
             connection = http.client.HTTPConnection(str(m.api.host), m.api.port, timeout=timeout)
+        limit.watch(connection)
         connection.request(method, target, body=body, headers=sent)
         if read_timeout is not None and connection.sock is not None:
             connection.sock.settimeout(read_timeout)
-        return connection.getresponse()
-    except nodetls.TLSProblem as e:
-        raise CliError(str(e)) from None
-    except ssl.SSLError as e:
+        return Answer(connection.getresponse(), limit, url)
+    except BaseException as e:
+        limit.close()
         if connection is not None:
             connection.close()
+        if limit.expired and isinstance(e, Exception):
+            raise Unreachable(f"{m.name}'s API at {url} {limit.exceeded()}") from None
+        raise _request_problem(m, url, tls, tokens, e) from None
+
+
+def _request_problem(m: Member, url: str, tls: bool, tokens: Tokens | None, e: BaseException) -> BaseException:
+    """What failing to send a request or to read its answer's head means, as an error."""
+    if isinstance(e, nodetls.TLSProblem):
+        return CliError(str(e))
+    if isinstance(e, ssl.SSLError):
         assert tokens is not None  # TLS only with tokens
-        raise CliError(tokens.trust.problem(m, url, e)) from None
-    except (http.client.RemoteDisconnected, http.client.BadStatusLine) as e:
-        if connection is not None:
-            connection.close()
+        return CliError(escape(tokens.trust.problem(m, url, e)))
+    if isinstance(e, (http.client.RemoteDisconnected, http.client.BadStatusLine)):
         hint = _no_client_cert(m, tokens) if tls else ""
         hint = hint or ("" if tls else ": does it serve HTTPS (api.tls: true) while this config says plain HTTP?")
-        raise Unreachable(f"{m.name}'s API at {url} closed the connection without an HTTP answer{hint} ({e})") from None
-    except (OSError, http.client.HTTPException) as e:
-        if connection is not None:
-            connection.close()
+        return Unreachable(
+            f"{m.name}'s API at {url} closed the connection without an HTTP answer{hint} ({escape(str(e))})"
+        )
+    if isinstance(e, OSError):
         reason = getattr(e, "strerror", None) or e
         hint = _no_client_cert(m, tokens) if tls else ""
-        raise Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?){hint}") from None
+        return Unreachable(f"cannot reach {m.name}'s API at {url}: {reason} (is the node running?){hint}")
+    if isinstance(e, (http.client.HTTPException, ValueError)):
+        return Unreachable(f"{m.name}'s API at {url} did not answer in HTTP: {escape(str(e)) or type(e).__name__}")
+    return e
 
 
 def _no_client_cert(m: Member, tokens: Tokens | None) -> str:
@@ -210,60 +251,93 @@ def _no_client_cert(m: Member, tokens: Tokens | None) -> str:
     return f"; the config requires a client certificate from the group CA: {nodetls.CLIENT_HELP}"
 
 
-def get(m: Member, path: str, params: dict[str, str] | None = None, tokens: Tokens | None = None) -> Any:
-    """GET the node's JSON resource at *path* (with its token, when *tokens* finds one);
-    clear errors when it cannot be reached or refuses."""
+def get(
+    m: Member,
+    path: str,
+    params: dict[str, str] | None = None,
+    tokens: Tokens | None = None,
+    fields: shape.Spec | None = None,
+) -> Any:
+    """GET the node's JSON resource at *path* (with its token, when *tokens* finds one),
+    checked against *fields* (`gtmcluster.cli.shape`) when given; clear errors when it
+    cannot be reached, refuses, or answers something unusable."""
     target = path + ("?" + urllib.parse.urlencode(params) if params else "")
-    return _json_answer(m, target, request(m, "GET", target, tokens, {"Accept": "application/json"}), tokens)
+    answer = request(m, "GET", target, tokens, {"Accept": "application/json"})
+    return _json_answer(m, answer, tokens, fields)
 
 
-def post(m: Member, path: str, body: Any, tokens: Tokens | None = None) -> Any:
-    """POST *body* as JSON to the node's *path* (with its token); its JSON answer, or a
-    clear error (a refused token says where to give one)."""
+def post(m: Member, path: str, body: Any, tokens: Tokens | None = None, fields: shape.Spec | None = None) -> Any:
+    """POST *body* as JSON to the node's *path* (with its token); its JSON answer (checked
+    against *fields* when given), or a clear error (a refused token says where to give one)."""
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     data = json.dumps(body).encode()
-    return _json_answer(m, path, request(m, "POST", path, tokens, headers, data), tokens)
+    return _json_answer(m, request(m, "POST", path, tokens, headers, data), tokens, fields)
 
 
-def post_raw(m: Member, path: str, data: bytes, tokens: Tokens | None = None, timeout: float = 300.0) -> Any:
-    """POST *data* (JSON already: a config bundle) to the node's *path*; its JSON answer.
-    *timeout*: a publication answers once the node has checked and run it."""
+def post_raw(
+    m: Member,
+    path: str,
+    data: bytes,
+    tokens: Tokens | None = None,
+    timeout: float = 300.0,
+    fields: shape.Spec | None = None,
+) -> Any:
+    """POST *data* (JSON already: a config bundle) to the node's *path*; its JSON answer
+    (checked against *fields* when given). *timeout*: each read (a publication answers once
+    the node has checked and run it); the whole request within `BUNDLE_DEADLINE`."""
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
-    return _json_answer(m, path, request(m, "POST", path, tokens, headers, data, read_timeout=timeout), tokens)
+    deadline = Deadline(BUNDLE_DEADLINE)
+    answer = request(m, "POST", path, tokens, headers, data, read_timeout=timeout, deadline=deadline)
+    return _json_answer(m, answer, tokens, fields)
 
 
 def raw(m: Member, path: str, tokens: Tokens | None = None) -> bytes:
-    """GET the node's *path* and its body as it is (a config bundle)."""
-    response = request(m, "GET", path, tokens, {"Accept": "application/json"})
-    if response.status != 200:
-        _json_answer(m, path, response, tokens)  # raises, saying why
-    try:
-        return response.read()
-    except (OSError, http.client.HTTPException) as e:
-        raise CliError(f"{m.name}'s API broke off its answer: {e}") from None
-    finally:
-        response.close()
+    """GET the node's *path* and its body as it is (a config bundle, up to `MAX_BUNDLE`)."""
+    answer = request(m, "GET", path, tokens, {"Accept": "application/json"}, deadline=Deadline(BUNDLE_DEADLINE))
+    if answer.status != 200:
+        _json_answer(m, answer, tokens)  # raises, saying why
+    with answer:
+        return _body(m, answer, MAX_BUNDLE)
 
 
-def _json_answer(m: Member, target: str, response: http.client.HTTPResponse, tokens: Tokens | None) -> Any:
+def _body(m: Member, answer: Answer, cap: int) -> bytes:
     try:
-        data = response.read()
-    except (OSError, http.client.HTTPException) as e:
-        raise CliError(f"{m.name}'s API broke off its answer: {e}") from None
-    finally:
-        response.close()
-    try:
-        answer = json.loads(data)
-    except ValueError:
-        answer = None
-    if response.status == 200:
-        if answer is None:
-            raise CliError(f"{m.name}'s API answered {target} with something that is not JSON")
-        return answer
-    message = answer.get("error", response.reason) if isinstance(answer, dict) else response.reason
-    if response.status in (401, 403) and tokens is not None and "token" in str(message):
-        raise CliError(_token_problem(m, response.status, tokens.for_member(m), tokens)) from None
+        return answer.body(cap)
+    except AnswerError as e:
+        raise Unreachable(f"{m.name}'s API at {answer.where} {e}") from None
+
+
+def _json_answer(m: Member, answer: Answer, tokens: Tokens | None, fields: shape.Spec | None = None) -> Any:
+    if answer.status == 200:
+        with answer:
+            data = _body(m, answer, MAX_JSON)
+        try:
+            value = decode_json(data)
+        except AnswerError as e:
+            raise Unreachable(f"{m.name}'s API at {answer.where} {e}") from None
+        if fields is not None:
+            try:
+                shape.check(value, fields)
+            except shape.Malformed as e:
+                raise Unreachable(f"{m.name}'s API at {answer.where} gave an unexpected answer: {e}") from None
+        return value
+    message = _refusal(answer)
+    if answer.status in (401, 403) and tokens is not None and "token" in message:
+        raise CliError(_token_problem(m, answer.status, tokens.for_member(m), tokens)) from None
     raise CliError(f"{m.name}: {message}")
+
+
+def _refusal(answer: Answer) -> str:
+    """What a node answering other than 200 says (its JSON ``error``, else its HTTP reason),
+    escaped; the answer closed."""
+    with answer:
+        try:
+            value = decode_json(answer.body(MAX_ERROR))
+        except AnswerError:
+            value = None
+    said = value.get("error") if isinstance(value, dict) else None
+    # (a refusal may list problems, a line each)
+    return escape(said, keep="\n") if isinstance(said, str) else f"{answer.status} {answer.reason}".strip()
 
 
 def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) -> str:
@@ -281,25 +355,24 @@ def open_stream(
     tokens: Tokens | None,
     timeout: float = TIMEOUT,
     read_timeout: float | None = None,
-) -> Any:
-    """GET *path* of the node and return the open response, to be read line by line (the
+    deadline: float | None = None,
+    idle: float | None = None,
+) -> Answer:
+    """GET *path* of the node and return the open answer, to be read line by line (the
     log, followed): connected within *timeout*, each read within *read_timeout* (default:
-    *timeout*). Unreachable when it cannot be reached or answers 5xx; CliError for a
-    refusal (a token problem says where to give the token)."""
+    *timeout*), and the whole within *deadline* seconds (default `DEADLINE`), or with *idle*, each whole line
+    within *idle* seconds of the one before (`bounded.Deadline`). Unreachable when it cannot
+    be reached or answers 5xx; CliError for a refusal (a token problem says where to give
+    the token)."""
     target = path + ("?" + urllib.parse.urlencode(params) if params else "")
     headers = {"Accept": "application/x-ndjson"}
-    response = request(m, "GET", target, tokens, headers, timeout=timeout, read_timeout=read_timeout)
-    if response.status == 200:
-        return response
-    try:
-        answer = json.loads(response.read())
-    except (ValueError, OSError, http.client.HTTPException):
-        answer = None
-    finally:
-        response.close()
-    message = answer.get("error", response.reason) if isinstance(answer, dict) else response.reason
-    if response.status in (401, 403) and tokens is not None and "token" in str(message):
-        raise CliError(_token_problem(m, response.status, tokens.for_member(m), tokens))
-    if response.status >= 500:
+    limit = Deadline(DEADLINE if deadline is None else deadline, idle)
+    answer = request(m, "GET", target, tokens, headers, timeout=timeout, read_timeout=read_timeout, deadline=limit)
+    if answer.status == 200:
+        return answer
+    message = _refusal(answer)
+    if answer.status in (401, 403) and tokens is not None and "token" in message:
+        raise CliError(_token_problem(m, answer.status, tokens.for_member(m), tokens))
+    if answer.status >= 500:
         raise Unreachable(f"{m.name}: {message}")
     raise CliError(f"{m.name}: {message}")

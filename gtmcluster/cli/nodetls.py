@@ -169,7 +169,8 @@ class _Connection(http.client.HTTPSConnection):
         self._tls = context
 
     def connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), self.timeout)
+        # (made as http.client makes its sockets, so that a `bounded.Deadline` holds it too)
+        sock: socket.socket = self._create_connection((self.host, self.port), self.timeout)  # type: ignore[attr-defined]
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self.sock = self._tls.wrap_socket(sock, server_hostname=self._name)

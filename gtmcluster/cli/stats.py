@@ -12,7 +12,42 @@ import sys
 from typing import Any
 
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
+from gtmcluster.cli.shape import MapOf, Obj
+from gtmcluster.cli.terminal import printable
 from gtmcluster.objectstats import SLOTS
+
+COUNTS = MapOf(object)
+#: what `render` reads of /api/v1/stats (`gtmcluster.cli.shape`)
+STATS = Obj(
+    {
+        "wideips": MapOf(
+            Obj(
+                {
+                    "requests": object,
+                    "types": COUNTS,
+                    "answered": object,
+                    "persistence_hits": object,
+                    "fallbacks": object,
+                    "returned_to_dns": object,
+                    "dropped": object,
+                    "rcodes": COUNTS,
+                    "slots": COUNTS,
+                    "methods": COUNTS,
+                }
+            )
+        ),
+        "pools": MapOf(
+            Obj(
+                {
+                    "answered": object,
+                    "slots": COUNTS,
+                    "methods": COUNTS,
+                    "members": MapOf(Obj({"answered": object, "slots": COUNTS})),
+                }
+            )
+        ),
+    }
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -61,14 +96,14 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         m = member(config, args.node)
         query = {"wideip": args.wideip} if args.wideip else None
-        stats = get(m, "/api/v1/stats", query, Tokens.from_args(config, args))
+        stats = get(m, "/api/v1/stats", query, Tokens.from_args(config, args), fields=STATS)
     except CliError as e:
         print(f"gtmcluster stats: {e}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(stats, indent=1, sort_keys=True))
     elif stats["wideips"]:
-        print(render(stats))
+        print(render(printable(stats)))
     else:
         print(f"{m.name} has answered no wide IP query{' for ' + args.wideip if args.wideip else ''} yet")
     return 0

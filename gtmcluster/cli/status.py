@@ -8,7 +8,9 @@ answered has the same state digest and the same config digest, and which nodes c
 reached and why.
 
 Exit status: 0 when every node asked answered and their digests agree, 1 otherwise (a node
-unreachable, digests that differ, or a config problem).
+unreachable, digests that differ, or a config problem). An answer that is too slow, too
+large, not JSON or without the fields read here (`STATUS`) counts as the node unreachable,
+with why; what the nodes say is shown with its control characters escaped.
 """
 
 from __future__ import annotations
@@ -21,10 +23,56 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gtmcluster.cli.admin import when
+from gtmcluster.cli.admin import ADMIN_STATE, when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
+from gtmcluster.cli.shape import ListOf, MapOf, Maybe, Obj
+from gtmcluster.cli.terminal import printable
 from gtmcluster.config.model import Member
 from gtmcluster.health.admin import LEVEL_WORDS
+
+#: what this command reads of a node's /api/v1/status (`gtmcluster.cli.shape`)
+PEER = Obj(
+    {
+        "name": str,
+        "connected": bool,
+        "synced": Maybe(bool),
+        "config_matches": Maybe(bool),
+        "config_digest": Maybe(str),
+        "last_contact_ago": Maybe(float),
+    },
+    optional={
+        "counted": Maybe(bool),
+        "silent_for": Maybe(float),
+        "dnssec_keys_match": Maybe(bool),
+        "dnssec_keys_differ": Maybe(ListOf(str)),
+    },
+)
+BUNDLE = Obj(
+    {"generation": Maybe(int), "digest": Maybe(str), "held_generation": Maybe(int), "held_digest": Maybe(str)},
+    optional={"refused": Maybe(Obj({"generation": int, "reasons": ListOf(str)}))},
+)
+STATUS = Obj(
+    {
+        "datacenter": str,
+        "config_digest": str,
+        "state": Obj({"digest": str, "records": int}, optional={"digest_by_protocol": Maybe(MapOf(str))}),
+        "peers": ListOf(PEER),
+        "health": Obj(
+            {
+                "virtual_servers": MapOf(
+                    Obj({"available": bool, "held": bool, "health": object, "admin": object, "reason": Maybe(str)})
+                ),
+                "links": MapOf(Obj({"state": str, "reason": Maybe(str)}, optional={"full": Maybe(str)})),
+            }
+        ),
+    },
+    optional={
+        "ready": object,
+        "bundle": Maybe(BUNDLE),
+        "dnssec_keys": Maybe(MapOf(str)),
+        "admin": Maybe(ListOf(ADMIN_STATE)),
+    },
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -96,15 +144,15 @@ class Summary:
 
 def ask_all(members: Sequence[Member], tokens: Tokens | None = None) -> dict[str, dict[str, Any]]:
     """Every member's status, or ``{"error": reason}``, asked concurrently (each request has
-    the API client's timeout, so the whole round takes at most about that long)."""
+    the API client's deadline, `nodeapi.DEADLINE`, so the whole round takes at most that
+    long; a node that is down is told within `nodeapi.TIMEOUT`); each answer has the fields
+    of `STATUS`."""
 
     def ask(m: Member) -> dict[str, Any]:
         try:
-            answer: dict[str, Any] = get(m, "/api/v1/status", tokens=tokens)
+            answer: dict[str, Any] = get(m, "/api/v1/status", tokens=tokens, fields=STATUS)
         except CliError as e:
             return {"error": str(e)}
-        if not isinstance(answer, dict) or "state" not in answer:
-            return {"error": f"{m.name}: unexpected answer from /api/v1/status"}
         return answer
 
     with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
@@ -132,7 +180,7 @@ def state_digests(answered: dict[str, dict[str, Any]]) -> dict[str, str]:
     hold (`digest_by_protocol`; a node without it speaks version 1): in a group being
     upgraded, an older member never holds the records of newer versions."""
     by_protocol = {
-        n: {v: d for v, d in held.items() if v.isdigit()}
+        n: {v: d for v, d in held.items() if v.isascii() and v.isdigit() and len(v) < 10}
         if isinstance(held := s["state"].get("digest_by_protocol"), dict)
         else {}
         for n, s in answered.items()
@@ -328,5 +376,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"nodes": statuses, "summary": summary.to_json()}, indent=1, sort_keys=True))
     else:
         datacenters = {m.name: m.datacenter for m in config.sync_group.members}
-        print(render(statuses, datacenters, summary))
+        shown = printable(statuses)  # (what the nodes say, escaped for the terminal)
+        print(render(shown, datacenters, summarize(shown)))
     return 0 if summary.ok else 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import itertools
 import re
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -83,7 +84,11 @@ class Namespace:
         if key in self.by_f5:
             return self.by_f5[key]
         base = sanitise(f5_name)
-        suffixes = ["", *([f"-{sanitise(qualifier)}"] if qualifier else []), *(f"-{n}" for n in range(2, 100000))]
+        # (lazily: most names take the first; making all 100,000 each time made an import
+        # quadratic in its names)
+        suffixes = itertools.chain(
+            ["", *([f"-{sanitise(qualifier)}"] if qualifier else [])], (f"-{n}" for n in range(2, 100000))
+        )
         for suffix in suffixes:
             candidate = base[: MAX_NAME - len(suffix)] + suffix
             if candidate.lower() not in self.taken and NAME_RE.match(candidate):

@@ -226,6 +226,8 @@ class FakeNodes:
         tokens: Any,
         timeout: float = 5.0,
         read_timeout: float | None = None,
+        deadline: float | None = None,
+        idle: float | None = None,
     ) -> Any:
         assert path == "/api/v1/logs"
         with self.lock:
