@@ -1,6 +1,6 @@
 """The TCP client table (`dns.tcpclients`): caps per DNS address and per source, who makes
-way, sources as IPv4 addresses and IPv6 /64s; and ``dns_server.tcp_max_per_source`` in
-the config."""
+way, sources as IPv4 addresses and IPv6 /64s; ``dns_server.tcp_max_per_source`` in the
+config; and what /metrics says of closed connections and refused zone transfers."""
 
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
 
+from gtmcluster import slices
+from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.tcpclients import EVICTED, SOURCE_CAP, Clients, source_of
+from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 
 
@@ -214,3 +219,38 @@ def test_tcp_max_per_source_defaults_to_64_within_tcp_max_clients(tmp_path: Path
 def test_tcp_max_per_source_is_validated(tmp_path: Path, dns_server: dict[str, Any], problem: str) -> None:
     problems = _problems(tmp_path, dns_server)
     assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+def test_metrics_count_connections_closed_for_the_source_cap_and_refused_transfers(tmp_path: Path) -> None:
+    """/metrics: ``gtm_dns_tcp_closed_total{reason="source_cap"}`` counts connections closed
+    for their source's cap (its help names every reason, ``stalled`` too), and
+    ``gtm_dns_transfers_refused_total{cap=...}`` the zone transfers refused by each
+    ``dns_server.transfer`` cap."""
+    raw = configs.base()
+    raw["state_dir"] = str(tmp_path / "state")
+    raw["dns_server"] = {"tcp_max_per_source": 2, "transfer": {"max_in_flight": 2, "max_per_source": 1}}
+    top = make_service(load(configs.write(tmp_path, raw)), "n1", MemoryReactorClock(), Sockets(dns=[]))
+    assert top.dns is not None
+    tcp = top.dns.tcp
+    for _ in range(5):  # one source, five connections: three closed for its cap
+        peer = IPv4Address("TCP", "192.0.2.66", 40000)
+        proto = tcp.buildProtocol(peer)
+        transport = StringTransportWithDisconnection(peerAddress=peer)
+        transport.protocol = proto
+        proto.makeConnection(transport)
+    slots = tcp.slots
+    assert slots.take("192.0.2.1") is not None
+    assert slots.take("192.0.2.1") is None  # refused: max_per_source 1
+    assert slots.take("192.0.2.2") is not None
+    assert slots.take("192.0.2.3") is None  # refused: max_in_flight 2
+    text = slices.whole(metrics_steps(top)).body.decode()
+    assert 'gtm_dns_tcp_closed_total{reason="source_cap"} 3.0' in text
+    assert "gtm_dns_tcp_connections 2.0" in text
+    help_line = next(line for line in text.splitlines() if line.startswith("# HELP gtm_dns_tcp_closed_total"))
+    for reason in ("idle", "partial", "evicted", "source_cap", "stalled"):
+        assert reason in help_line, help_line
+    assert 'gtm_dns_transfers_refused_total{cap="max_in_flight"} 1.0' in text
+    assert 'gtm_dns_transfers_refused_total{cap="max_per_source"} 1.0' in text
