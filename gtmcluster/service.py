@@ -210,6 +210,7 @@ def make_service(
         dns_settings.query_log,
         node_name,
         dns_settings.transfer,
+        dns_settings.tcp_max_per_source,
     )
     dns.setName("dns")
     dns.setServiceParent(top)

@@ -88,6 +88,9 @@ def _object_families(figures: dict[str, Any]) -> Iterator[Metric]:
 #: samples added to a family between two steps (`NodeCollector.collect` yields None)
 ADD_STEP = 500
 
+#: `xfrslots.TransferSlots.refused` keys as the config names the caps (the metric's label)
+_TRANSFER_CAPS = {"total": "max_in_flight", "source": "max_per_source"}
+
 
 class NodeCollector(Collector):
     def __init__(
@@ -143,12 +146,22 @@ class NodeCollector(Collector):
             )
             closed = CounterMetricFamily(
                 "gtm_dns_tcp_closed",
-                "TCP DNS connections the node closed: idle, a message left unfinished, evicted by the cap",
+                "TCP DNS connections the node closed: idle (silent), partial (a message left unfinished), "
+                "evicted (its address at tcp_max_clients), source_cap (its source past tcp_max_per_source), "
+                "stalled (a zone transfer's client taking nothing)",
                 labels=["reason"],
             )
             for reason, n in sorted(dns.tcp.closed_by.items()):
                 closed.add_metric([reason], n)
             yield closed
+            refused = CounterMetricFamily(
+                "gtm_dns_transfers_refused",
+                "zone transfers refused (REFUSED) for want of a slot, by the dns_server.transfer cap that was full",
+                labels=["cap"],
+            )
+            for cap, n in sorted(dns.tcp.slots.refused.items()):
+                refused.add_metric([_TRANSFER_CAPS.get(cap, cap)], n)
+            yield refused
 
         snapshot = node.health.snapshot
         available = GaugeMetricFamily(

@@ -472,6 +472,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
     idle = m.number("tcp_idle_timeout", default.tcp_idle_timeout, 0.1, 3600)
     message = m.number("tcp_message_timeout", default.tcp_message_timeout, 0.1, 3600)
     clients = m.integer("tcp_max_clients", default.tcp_max_clients, 1, 1_000_000)
+    per_source = m.integer("tcp_max_per_source", None, 1, 1_000_000)
     processes = m.integer("processes", default.processes, 1, 64)
     rate_limit = _rate_limit(r, m) if m.has("rate_limit") else default.rate_limit
     version = m.string("version", None)
@@ -488,6 +489,11 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
     query_log = querylog.read_query_log(r, m, resolve, processes or default.processes)
     transfer_limits = transfer.read_transfer_limits(r, m)
     m.done()
+    if per_source is None:  # (absent or broken: the default, within tcp_max_clients)
+        per_source = min(default.tcp_max_per_source, clients or default.tcp_max_clients)
+    elif clients is not None and per_source > clients:
+        r.error(m.at("tcp_max_per_source"), f"{per_source} is more than tcp_max_clients ({clients})")
+        per_source = clients
     return DNSServer(
         size or default.udp_payload_size,
         idle or default.tcp_idle_timeout,
@@ -499,6 +505,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
         tuple(ecs_trusted),
         query_log,
         transfer_limits,
+        per_source,
     )
 
 

@@ -370,12 +370,18 @@ class TransferLimits:
     tsig_max_fudge: int = 300
 
 
+#: ``dns_server.tcp_max_per_source`` by default: TCP connections one source (an IPv4 address,
+#: an IPv6 /64) may hold at once, over all the DNS addresses (`dns.tcpclients`)
+TCP_MAX_PER_SOURCE = 64
+
+
 @dataclass(frozen=True, slots=True)
 class DNSServer:
     """Settings of the authoritative DNS listeners."""
 
     udp_payload_size: int  # the most a UDP response may carry with EDNS (RFC 6891 6.2.5)
     tcp_idle_timeout: float
+    #: TCP connections on each DNS address at most; past it the one idle the longest there goes
     tcp_max_clients: int
     #: processes answering UDP queries (the node itself and processes - 1 workers sharing
     #: its DNS addresses with SO_REUSEPORT)
@@ -393,6 +399,9 @@ class DNSServer:
     query_log: QueryLog | None = None
     #: zone transfers out: caps, the stall deadline, the TSIG time window
     transfer: TransferLimits = TransferLimits()
+    #: TCP connections one source may hold on all the DNS addresses together; past it the
+    #: source's own connection idle the longest goes (never another source's)
+    tcp_max_per_source: int = TCP_MAX_PER_SOURCE
 
 
 @dataclass(frozen=True, slots=True)

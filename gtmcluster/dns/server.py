@@ -1,9 +1,11 @@
 """Twisted transports for the responder: UDP and TCP listeners on every DNS address.
 
 TCP follows RFC 7766 (`stream`): two-byte length framing, several queries per connection
-answered in order, an idle timeout, a timeout for finishing a message once begun, a cap
-on concurrent connections per listener (the connection idle the longest makes way for a
-new one), and zone transfers sent with back-pressure within caps (``dns_server.transfer``).
+answered in order, an idle timeout, a timeout for finishing a message once begun, caps on
+concurrent connections per DNS address and per source (`tcpclients`: a connection idle the
+longest makes way for a new one, the source's own past its cap, the heaviest source's on a
+full address), and zone transfers sent with back-pressure within caps
+(``dns_server.transfer``).
 UDP answers go through the fast path, which also applies response rate limiting; the port
 answers the replies it keeps in its read loop (`udpport`). TCP answers go through the same
 fast path's templates and kept decisions (`FastPath.handle_stream`).
@@ -23,7 +25,7 @@ from twisted.internet.interfaces import IListeningPort, IReactorSocket
 from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
 
-from gtmcluster.config.model import DNSServer, QueryLog, RateLimit, TransferLimits
+from gtmcluster.config.model import TCP_MAX_PER_SOURCE, DNSServer, QueryLog, RateLimit, TransferLimits
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
@@ -98,6 +100,7 @@ class DNSService(Service):
         query_log: QueryLog | None = None,
         identity: str = "",
         transfer: TransferLimits = DEFAULT_TRANSFER_LIMITS,
+        max_per_source: int = TCP_MAX_PER_SOURCE,
     ):
         self.reactor = reactor
         self.listeners = listeners
@@ -110,7 +113,9 @@ class DNSService(Service):
         responder.query_log = self.query_log.queue if self.query_log is not None else None
         fast = FastPath(responder, self.limiter)
         self.udp = [DNSDatagramProtocol(fast, (str(lst.address.host), lst.address.port)) for lst in listeners]
-        self.tcp = DNSStreamFactory(responder, reactor, idle_timeout, max_clients, message_timeout, transfer)
+        self.tcp = DNSStreamFactory(
+            responder, reactor, idle_timeout, max_clients, message_timeout, transfer, max_per_source
+        )
         self.tcp.fast = fast
         self._logging(self.query_log)
         self.ports: list[IListeningPort] = []
@@ -158,7 +163,7 @@ class DNSService(Service):
         def switch() -> None:
             self.tcp.idle_timeout = settings.tcp_idle_timeout
             self.tcp.message_timeout = settings.tcp_message_timeout
-            self.tcp.max_clients = settings.tcp_max_clients
+            self.tcp.configure_clients(settings.tcp_max_clients, settings.tcp_max_per_source)
             self.tcp.configure_transfers(settings.transfer)
             self.limiter = limiter
             self.responder = responder
@@ -187,7 +192,8 @@ class DNSService(Service):
         for listener, proto in zip(self.listeners, self.udp, strict=True):
             self.ports.append(adopt_udp(self.reactor, listener.udp.fileno(), listener.family, proto, MAX_UDP_QUERY))
             # (the stub's factory type variable wants `factory: Factory | None` on the protocol)
-            tcp_port = socket_reactor.adoptStreamPort(listener.tcp.fileno(), listener.family, self.tcp)  # type: ignore[arg-type]
+            tcp = self.tcp.on(str(listener.address))  # (its own tcp_max_clients)
+            tcp_port = socket_reactor.adoptStreamPort(listener.tcp.fileno(), listener.family, tcp)  # type: ignore[arg-type]
             self.ports.append(tcp_port)
             listener.udp.close()  # the reactor holds its own duplicates now (the workers'
             listener.tcp.close()  # sockets stay open for them)

@@ -1,6 +1,6 @@
 """The TCP side of the DNS listeners (RFC 7766): a connection's length-prefixed queries
-answered in order, its timeouts, the listener's cap on connections, and zone transfers
-(AXFR, IXFR) sent with back-pressure.
+answered in order, its timeouts, the caps on connections (per listening address and per
+source, `tcpclients`), and zone transfers (AXFR, IXFR) sent with back-pressure.
 
 A connection is read only while its answers are taken: while Twisted's send buffer for
 the client is full nothing is answered, not even requests already read, and a burst of
@@ -8,13 +8,13 @@ requests is answered `PER_TURN` per reactor turn. A zone transfer (`transfer.Out
 takes a slot (`xfrslots`: capped per source address and in all, ``dns_server.transfer``;
 REFUSED past the caps, as BIND refuses past ``transfers-out``), is sent a message at a
 time as the client takes them, one per connection, and is cut when the client takes
-nothing for ``stall_timeout``. `server.DNSService` puts the factory on the sockets.
+nothing for ``stall_timeout``. `server.DNSService` puts the factory on the sockets, one
+`ListenerFactory` per DNS address (each address has its own ``tcp_max_clients``).
 """
 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -27,9 +27,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config.model import TransferLimits
+from gtmcluster.config.model import TCP_MAX_PER_SOURCE, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
+from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients, source_of
 from gtmcluster.dns.transfer import Outgoing
 from gtmcluster.dns.xfrslots import Slot, TransferSlots
 from gtmcluster.querylog import dnstap
@@ -47,8 +48,8 @@ PER_TURN = 16
 #: ``dns_server.transfer`` when a config does not say
 DEFAULT_TRANSFER_LIMITS = TransferLimits()
 
-#: a refusal for want of a transfer slot is logged at most this often (seconds): the rest
-#: are counted in the next line
+#: a refusal for want of a transfer slot, or a connection closed for its source's cap, is
+#: logged at most this often (seconds): the rest are counted in the next line
 REFUSAL_LOG_INTERVAL = 60.0
 
 
@@ -78,7 +79,9 @@ class DNSStreamProtocol(Protocol):
     Three clocks keep a connection from holding a slot for free: the idle timeout (reset by
     every byte, and by the client taking its answers), the message timeout (started by the
     first byte of a message and stopped only by its last, so trickling bytes does not
-    extend it), and the factory's cap, which evicts the connection idle the longest.
+    extend it), and the factory's caps (`tcpclients`), which close a connection idle the
+    longest: past ``tcp_max_per_source`` its source's own, past ``tcp_max_clients`` on its
+    address that of the source holding the most there.
 
     Fairness: `PER_TURN` requests per reactor turn at most, the rest (not read further)
     in the next turn, so one client's pipelined burst cannot hold the reactor.
@@ -101,6 +104,8 @@ class DNSStreamProtocol(Protocol):
         self._timer: IDelayedCall | None = None
         self._message_timer: IDelayedCall | None = None
         self.peer = ""
+        #: the DNS address it came to (`ListenerFactory`: its ``tcp_max_clients``)
+        self.listener = ""
         #: the zone transfer being sent, if any: no request is read until it is
         self._sending: _Sending | None = None
         #: whether Twisted has paused us (the client is not reading its answers)
@@ -327,6 +332,7 @@ class DNSStreamProtocol(Protocol):
             self._send()
         else:
             self._reset_timer()  # (the client takes its answers: not idle)
+        self.factory.touched(self)
         self._process()
 
     def stopProducing(self) -> None:
@@ -345,8 +351,10 @@ class DNSStreamProtocol(Protocol):
 
 
 class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
-    """The TCP listener's connections: their cap and timeouts, and the zone transfers they
-    send (`slots`, `stall_timeout`: ``dns_server.transfer``)."""
+    """The TCP connections of all the DNS addresses: their caps (`connections`: per address
+    and per source) and timeouts, and the zone transfers they send (`slots`,
+    `stall_timeout`: ``dns_server.transfer``). Each listening socket gets its own
+    `ListenerFactory` (`on`); connections built here directly count as on address ""."""
 
     noisy = False
 
@@ -358,6 +366,7 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         max_clients: int,
         message_timeout: float = 5.0,
         transfer: TransferLimits = DEFAULT_TRANSFER_LIMITS,
+        max_per_source: int = TCP_MAX_PER_SOURCE,
     ):
         self.responder = responder
         #: answers as over UDP, from the same templates and kept decisions (the service
@@ -365,22 +374,45 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         self.fast = FastPath(responder)
         self.clock = clock
         self.idle_timeout = idle_timeout
-        self.max_clients = max_clients
         self.message_timeout = message_timeout
+        #: open connections, least recently active first, capped per DNS address
+        #: (*max_clients*) and per source (*max_per_source*)
+        self.connections: Clients[DNSStreamProtocol] = Clients(max_clients, max_per_source)
         #: the zone transfers in flight, capped per source and in all
         self.slots = TransferSlots(transfer.max_in_flight, transfer.max_per_source)
         #: seconds a transfer's client may take nothing before it is cut
         self.stall_timeout = transfer.stall_timeout
         #: the query log's queue, None when it is off
         self.log: QueryQueue | None = None
-        #: open connections, least recently active first
-        self.connections: OrderedDict[DNSStreamProtocol, None] = OrderedDict()
-        #: connections closed by the node, by why: silent, a message unfinished, evicted,
-        #: a zone transfer's client taking nothing
-        self.closed_by = {"idle": 0, "partial": 0, "evicted": 0, "stalled": 0}
+        #: connections closed by the node, by why: silent, a message unfinished, evicted
+        #: by its address's cap, closed by its own source's cap, a zone transfer's client
+        #: taking nothing
+        self.closed_by = {"idle": 0, "partial": 0, "evicted": 0, SOURCE_CAP: 0, "stalled": 0}
         #: refusals for want of a transfer slot not yet logged, and when one was last logged
         self._refusals = 0
         self._refusal_logged: float | None = None
+        #: the same for connections closed for their source's cap
+        self._over_source = 0
+        self._over_source_logged: float | None = None
+
+    @property
+    def max_clients(self) -> int:
+        """``tcp_max_clients``: connections on one DNS address at most."""
+        return self.connections.max_per_listener
+
+    @property
+    def max_per_source(self) -> int:
+        """``tcp_max_per_source``: connections from one source (`tcpclients.source_of`) at most."""
+        return self.connections.max_per_source
+
+    def configure_clients(self, max_clients: int, max_per_source: int) -> None:
+        """Take a new config's caps (open connections stay; the next to come meets them)."""
+        self.connections.max_per_listener = max_clients
+        self.connections.max_per_source = max_per_source
+
+    def on(self, address: str) -> ListenerFactory:
+        """The factory for the listening socket on *address*."""
+        return ListenerFactory(self, address)
 
     def configure_transfers(self, limits: TransferLimits) -> None:
         """Take a new config's transfer limits (the transfers in flight keep their slots)."""
@@ -415,16 +447,50 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         return proto
 
     def opened(self, proto: DNSStreamProtocol) -> None:
-        self.connections[proto] = None
-        while len(self.connections) > self.max_clients:
-            oldest = next(iter(self.connections))
-            del self.connections[oldest]
-            self.closed_by["evicted"] += 1
-            oldest._close(abort=True)
+        """Hold *proto*, closing what the caps say must make way (`Clients.add`)."""
+        source = source_of(proto.peer)
+        for victim, why in self.connections.add(proto, proto.listener, source):
+            self.closed_by[why] += 1
+            if why == SOURCE_CAP:
+                self._over_source_cap(source)
+            victim._close(abort=True)
+
+    def _over_source_cap(self, source: str) -> None:
+        """Log a connection closed for its source's cap: the first, then at most one line per
+        `REFUSAL_LOG_INTERVAL` with the count (a source may open thousands)."""
+        self._over_source += 1
+        now = self.clock.seconds()
+        if self._over_source_logged is not None and now - self._over_source_logged < REFUSAL_LOG_INTERVAL:
+            return
+        log.warn(
+            "TCP DNS source {source} opened more than tcp_max_per_source ({cap}) connections: "
+            "its own idle the longest closed; {count} closed so since the last such line",
+            source=source,
+            cap=self.connections.max_per_source,
+            count=self._over_source,
+            event="dns_tcp_source_cap",
+        )
+        self._over_source = 0
+        self._over_source_logged = now
 
     def touched(self, proto: DNSStreamProtocol) -> None:
-        if proto in self.connections:
-            self.connections.move_to_end(proto)
+        self.connections.touch(proto)
 
     def closed(self, proto: DNSStreamProtocol) -> None:
-        self.connections.pop(proto, None)
+        self.connections.remove(proto)
+
+
+class ListenerFactory(ServerFactory[DNSStreamProtocol]):
+    """One listening socket's factory: its connections are the shared `DNSStreamFactory`'s,
+    counted against *address*'s ``tcp_max_clients``."""
+
+    noisy = False
+
+    def __init__(self, shared: DNSStreamFactory, address: str):
+        self.shared = shared
+        self.address = address
+
+    def buildProtocol(self, addr: IAddress | None) -> DNSStreamProtocol:
+        proto = self.shared.buildProtocol(addr)
+        proto.listener = self.address
+        return proto

@@ -9,6 +9,9 @@
   node started with the systemd-like soft limit of 1024 open files raised it to hold them.
 - Past `tcp_max_clients`, the connections idle the longest are closed, oldest first, and
   a fresh query is answered.
+- One source opening 50 connections past `tcp_max_per_source` loses its own oldest ones,
+  never another source's idle connection; sources filling one DNS address evict only there,
+  never a client of the node's other address (each has its own `tcp_max_clients`).
 """
 
 from __future__ import annotations
@@ -227,6 +230,7 @@ def test_1500_stalled_tcp_connections_are_held_then_closed_and_others_still_answ
         "tcp_idle_timeout": IDLE_TIMEOUT,
         "tcp_message_timeout": MESSAGE_TIMEOUT,
         "tcp_max_clients": 2000,
+        "tcp_max_per_source": 2000,  # (all from one loopback source: the per-source cap is tested below)
     }
     path = configs.write(tmp_path, raw)
     socks: dict[int, tuple[socket.socket, str, float]] = {}  # fd -> (socket, kind, last sent)
@@ -324,20 +328,22 @@ def _watch_closed(socks: dict[int, Any], closed: dict[int, float], deadline: flo
 
 
 def test_past_the_cap_the_longest_idle_connections_make_way(tmp_path: Path) -> None:
-    """With tcp_max_clients 100, 150 silent connections opened one after the other: the
-    first 50 are closed as the later ones arrive, and a fresh query is still answered
-    (its connection evicting the longest idle one)."""
+    """With tcp_max_clients 100, 150 silent connections opened one after the other from
+    three sources (50 each: within their own cap): the first 50 are closed as the later
+    ones arrive, and a fresh query is still answered (its connection evicting the longest
+    idle one)."""
     address = "127.0.83.11"
+    sources = ["127.0.83.12", "127.0.83.13", "127.0.83.14"]
     raw = configs.base(address, PORT)
     raw["dns_server"] = {"tcp_max_clients": 100, "tcp_idle_timeout": 60}
     path = configs.write(tmp_path, raw)
     socks: list[socket.socket] = []
     try:
         with running_node(path, "n1", address, PORT, tmp_path) as node:
-            for _ in range(150):
+            for i in range(150):
                 # each connect completes before the next: the kernel's accept queue is
                 # first in, first out, so the node sees them in this order
-                socks.append(socket.create_connection(node.server, timeout=10))
+                socks.append(_connect_from(sources[i % 3], node.server))
             poll.until(lambda: metrics(node)['gtm_dns_tcp_closed_total{reason="evicted"}'] >= 50, what="evictions")
             reply = dnsclient.parse(dnsclient.tcp(dnsclient.query("www.example.test"), node.server))
             assert dnsclient.addresses(reply) == ["192.0.2.80"]
@@ -359,3 +365,131 @@ def _closed_by_peer(s: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def _connect_from(source: str, server: tuple[str, int]) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.bind((source, 0))
+    s.connect(server)
+    return s
+
+
+def _seen(node: RunningNode) -> float:
+    """The TCP connections the node has held: open now, or closed by it for any reason."""
+    samples = metrics(node)
+    closed = sum(v for k, v in samples.items() if k.startswith("gtm_dns_tcp_closed_total{"))
+    return samples["gtm_dns_tcp_connections"] + closed
+
+
+def _asks(s: socket.socket, qid: int) -> list[str]:
+    """Ask www.example.test on the open connection *s*; the addresses answered."""
+    wire = dnsclient.query("www.example.test", qid=qid)
+    s.sendall(struct.pack("!H", len(wire)) + wire)
+    reply = dnsclient.parse(dnsclient.read_framed(s))
+    assert reply.id == qid
+    return dnsclient.addresses(reply)
+
+
+def test_one_source_past_its_cap_closes_its_own_connections_never_anothers(tmp_path: Path) -> None:
+    """``tcp_max_per_source`` (64 by default) with room on the address (tcp_max_clients
+    100): a neighbour's idle connection, then 64 + 50 from one flooding address. The
+    flooder's 50 oldest are closed (reason source_cap); the neighbour's connection, the
+    longest idle of all, stays and is answered. Before, one cap per process: the flood
+    evicted the neighbour at its 100th connection."""
+    address, neighbour_address, flooder = "127.0.83.20", "127.0.83.21", "127.0.83.22"
+    raw = configs.base(address, PORT)
+    raw["dns_server"] = {"tcp_max_clients": 100, "tcp_idle_timeout": 60}
+    path = configs.write(tmp_path, raw)
+    flood: list[socket.socket] = []
+    with (
+        running_node(path, "n1", address, PORT, tmp_path) as node,
+        _connect_from(neighbour_address, node.server) as neighbour,
+    ):
+        try:
+            poll.until(lambda: _seen(node) >= 1, what="the neighbour's connection")
+            for _ in range(64 + 50):
+                flood.append(_connect_from(flooder, node.server))
+            poll.until(lambda: _seen(node) >= 1 + 64 + 50, what="every connection accepted")
+            answer = _asks(neighbour, 7)
+            samples = metrics(node)
+            closed = [i for i, s in enumerate(flood) if _closed_by_peer(s)]
+        finally:
+            for s in flood:
+                s.close()
+    assert answer == ["192.0.2.80"], "the neighbour's idle connection was closed"
+    assert closed == list(range(50)), closed  # the flooder's own oldest
+    assert samples.get('gtm_dns_tcp_closed_total{reason="source_cap"}') == 50
+    assert samples['gtm_dns_tcp_closed_total{reason="evicted"}'] == 0
+    assert samples["gtm_dns_tcp_connections"] == 1 + 64
+    assert "TCP DNS source 127.0.83.22 opened more than tcp_max_per_source (64) connections" in node.log_text()
+
+
+def test_each_dns_address_keeps_its_own_tcp_clients(tmp_path: Path) -> None:
+    """A node on two DNS addresses with tcp_max_clients 50: a neighbour's idle connection
+    on the second, then four sources opening 30 each (within their own cap) on the first.
+    The first address's longest idle make way (70 evicted, 50 held there); the client of
+    the second stays and is answered. Before, all addresses shared one cap: the flood on
+    one address evicted the other's clients."""
+    first, second = "127.0.83.30", "127.0.83.31"
+    sources = ["127.0.83.32", "127.0.83.33", "127.0.83.34", "127.0.83.35"]
+    raw = configs.base(first, PORT)
+    raw["sync_group"]["members"][0]["dns"] = [f"{first}:{PORT}", f"{second}:{PORT}"]
+    raw["dns_server"] = {"tcp_max_clients": 50, "tcp_idle_timeout": 60}
+    path = configs.write(tmp_path, raw)
+    flood: list[socket.socket] = []
+    with (
+        running_node(path, "n1", first, PORT, tmp_path) as node,
+        _connect_from("127.0.83.36", (second, PORT)) as neighbour,
+    ):
+        try:
+            poll.until(lambda: _seen(node) >= 1, what="the neighbour's connection")
+            for _ in range(30):
+                for source in sources:
+                    flood.append(_connect_from(source, node.server))
+            poll.until(lambda: _seen(node) >= 1 + 120, what="every connection accepted")
+            answer = _asks(neighbour, 8)
+            samples = metrics(node)
+            closed = [i for i, s in enumerate(flood) if _closed_by_peer(s)]
+        finally:
+            for s in flood:
+                s.close()
+    assert answer == ["192.0.2.80"], "the second address's client was evicted by the first's flood"
+    assert closed == list(range(70)), closed  # the first address's longest idle, in order
+    assert samples['gtm_dns_tcp_closed_total{reason="evicted"}'] == 70
+    assert samples["gtm_dns_tcp_connections"] == 50 + 1
+
+
+def test_many_sources_filling_an_address_do_not_close_a_client_holding_one(tmp_path: Path) -> None:
+    """tcp_max_clients 50: a neighbour's idle connection, then ten sources opening 15 each
+    (within their own cap). Past the cap, the source holding the most there loses its own
+    oldest: 101 closed, none of them the neighbour's, which is answered. Before, the longest
+    idle of all made way: the neighbour's, at the 50th connection."""
+    address, neighbour_address = "127.0.83.40", "127.0.83.41"
+    sources = [f"127.0.83.{50 + i}" for i in range(10)]
+    raw = configs.base(address, PORT)
+    raw["dns_server"] = {"tcp_max_clients": 50, "tcp_idle_timeout": 60}
+    path = configs.write(tmp_path, raw)
+    flood: list[socket.socket] = []
+    with (
+        running_node(path, "n1", address, PORT, tmp_path) as node,
+        _connect_from(neighbour_address, node.server) as neighbour,
+    ):
+        try:
+            poll.until(lambda: _seen(node) >= 1, what="the neighbour's connection")
+            for _ in range(15):
+                for source in sources:
+                    flood.append(_connect_from(source, node.server))
+            poll.until(lambda: _seen(node) >= 1 + 150, what="every connection accepted")
+            answer = _asks(neighbour, 9)
+            samples = metrics(node)
+            open_per_source = [
+                sum(not _closed_by_peer(s) for s in flood[i :: len(sources)]) for i in range(len(sources))
+            ]
+        finally:
+            for s in flood:
+                s.close()
+    assert answer == ["192.0.2.80"], "the neighbour's idle connection was closed"
+    assert samples['gtm_dns_tcp_closed_total{reason="evicted"}'] == 1 + 150 - 50
+    assert samples["gtm_dns_tcp_connections"] == 50
+    assert sorted(open_per_source) == [4] * 1 + [5] * 9, open_per_source  # 49 left to the flood, evenly

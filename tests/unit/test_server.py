@@ -11,14 +11,16 @@ from pathlib import Path
 
 import dns.message
 import pytest
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
+from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster import sockets
 from gtmcluster.config.load import load
 from gtmcluster.config.model import DNSServer, HostPort, RateLimit, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSDatagramProtocol, DNSService, DNSStreamFactory, DNSStreamProtocol
+from gtmcluster.dns.stream import ListenerFactory
 from gtmcluster.node import Node
 from tests.support import configs
 from tests.support.dnsclient import addresses, query
@@ -43,10 +45,11 @@ def replies(data: bytes) -> list[dns.message.Message]:
 
 
 def connect(
-    factory: DNSStreamFactory, host: str = "127.0.1.5"
+    factory: DNSStreamFactory | ListenerFactory, host: str = "127.0.1.5"
 ) -> tuple[DNSStreamProtocol, StringTransportWithDisconnection]:
-    proto = factory.buildProtocol(IPv4Address("TCP", host, 40000))
-    transport = StringTransportWithDisconnection(peerAddress=IPv4Address("TCP", host, 40000))
+    peer = IPv6Address("TCP", host, 40000) if ":" in host else IPv4Address("TCP", host, 40000)
+    proto = factory.buildProtocol(peer)
+    transport = StringTransportWithDisconnection(peerAddress=peer)
     transport.protocol = proto
     proto.makeConnection(transport)
     return proto, transport
@@ -129,7 +132,7 @@ def test_tcp_idle_connection_closes_after_the_timeout(node: Node) -> None:
     clock.advance(1.5)
     assert not transport.connected
     assert proto not in factory.connections
-    assert factory.closed_by == {"idle": 1, "partial": 0, "evicted": 0, "stalled": 0}
+    assert factory.closed_by == {"idle": 1, "partial": 0, "evicted": 0, "source_cap": 0, "stalled": 0}
 
 
 def test_tcp_half_sent_message_closes_after_the_message_timeout(node: Node) -> None:
@@ -202,16 +205,118 @@ def test_tcp_client_cap_evicts_the_longest_idle(node: Node) -> None:
     assert factory.closed_by["evicted"] == 1
 
 
+def test_tcp_a_source_past_its_cap_closes_its_own_longest_idle_never_anothers(node: Node) -> None:
+    """One source opening 50 connections past tcp_max_per_source (64 by default) on an
+    address with room (tcp_max_clients 100): each time its own connection idle the longest
+    is closed; the other source's connection, idle the longest of all, stays and is
+    answered. (Before, one cap for everyone: the flood evicted it at its 100th.)"""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 100)
+    other, other_transport = connect(factory, "127.0.1.9")
+    flood = [connect(factory, "127.0.1.66") for _ in range(64 + 50)]
+    assert other_transport.connected
+    other.dataReceived(framed(query("www.example.test")))
+    assert addresses(replies(other_transport.value())[0]) == ["192.0.2.80"]
+    assert [t.connected for _, t in flood] == [False] * 50 + [True] * 64  # its oldest went
+    assert factory.closed_by["source_cap"] == 50 and factory.closed_by["evicted"] == 0
+    assert len(factory.connections) == 65
+
+
+def test_tcp_a_source_at_its_cap_on_a_full_address_makes_room_from_its_own(node: Node) -> None:
+    """On a full address (tcp_max_clients 4), a source at its cap (3) opening 50 more
+    closes its own longest idle each time, never the other source's connection."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 4, max_per_source=3)
+    other, other_transport = connect(factory, "127.0.1.9")
+    flood = [connect(factory, "127.0.1.66") for _ in range(3 + 50)]
+    assert other_transport.connected
+    assert [t.connected for _, t in flood] == [False] * 50 + [True] * 3
+    assert factory.closed_by["source_cap"] == 50 and factory.closed_by["evicted"] == 0
+    other.dataReceived(framed(query("www.example.test")))
+    assert addresses(replies(other_transport.value())[0]) == ["192.0.2.80"]
+
+
+def test_tcp_source_cap_closes_the_sources_least_recently_active(node: Node) -> None:
+    """Within its source, the connection that makes way is the one idle the longest: a
+    connection that sent a query, or took its answers (Twisted resumed it), is kept."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 100, max_per_source=2)
+    asking, t1 = connect(factory, "192.0.2.7")
+    reading, t2 = connect(factory, "192.0.2.7")
+    asking.dataReceived(framed(query("www.example.test")))  # active now: `reading` is the oldest
+    reading.pauseProducing()
+    reading.resumeProducing()  # it took its answers: `asking` is the oldest
+    _, t3 = connect(factory, "192.0.2.7")
+    assert not t1.connected and t2.connected and t3.connected
+
+
+def test_tcp_an_ipv6_source_is_its_64(node: Node) -> None:
+    """IPv6 clients count per /64 (a host has a whole /64 to take addresses from): two
+    addresses in one /64 share its cap, an address in the next /64 has its own."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 100, max_per_source=2)
+    _, first = connect(factory, "2001:db8:1:2::1")
+    _, second = connect(factory, "2001:db8:1:2::ffff")
+    _, neighbour = connect(factory, "2001:db8:1:3::1")
+    _, third = connect(factory, "2001:db8:1:2:aaaa::9")
+    assert not first.connected and second.connected and third.connected and neighbour.connected
+    assert factory.closed_by["source_cap"] == 1
+
+
+def test_tcp_each_dns_address_has_its_own_cap(node: Node) -> None:
+    """tcp_max_clients holds on each DNS address: many sources filling one address evict
+    the longest idle there, never a client of another address."""
+    factory = DNSStreamFactory(node.responder, MemoryReactorClock(), 10, 5, max_per_source=2)
+    first, second = factory.on("192.0.2.1:53"), factory.on("192.0.2.2:53")
+    other, other_transport = connect(second, "127.0.1.9")
+    flood = [connect(first, f"127.0.2.{i}") for i in range(20)]  # 20 sources, one each
+    assert other_transport.connected
+    assert [t.connected for _, t in flood] == [False] * 15 + [True] * 5
+    assert (factory.connections.on("192.0.2.1:53"), factory.connections.on("192.0.2.2:53")) == (5, 1)
+    assert factory.closed_by["evicted"] == 15 and factory.closed_by["source_cap"] == 0
+    other.dataReceived(framed(query("www.example.test")))
+    assert addresses(replies(other_transport.value())[0]) == ["192.0.2.80"]
+
+
+def test_tcp_closing_for_the_source_cap_is_logged_once_a_minute(node: Node) -> None:
+    """A connection closed for its source's cap is logged, then at most once a minute with
+    the count since the last line (a flood of connections is not a flood of log lines)."""
+    clock = MemoryReactorClock()
+    factory = DNSStreamFactory(node.responder, clock, 100, 100, max_per_source=1)  # (idle 100 s)
+    with capturedLogs() as events:
+        for _ in range(30):
+            connect(factory, "192.0.2.66")
+        clock.advance(61)
+        connect(factory, "192.0.2.66")
+    lines = [e for e in events if e.get("event") == "dns_tcp_source_cap"]
+    assert [(e["source"], e["cap"], e["count"]) for e in lines] == [("192.0.2.66", 1, 1), ("192.0.2.66", 1, 29)]
+    assert "opened more than tcp_max_per_source (1) connections" in formatEvent(lines[0])
+
+
 def test_service_adopts_bound_sockets_and_stops_them(node: Node) -> None:
     """The service hands the pre-bound sockets to the reactor and releases them on stop."""
     listeners = sockets.bind([HostPort(ip_address("127.0.0.1"), free_port())])
     reactor = MemoryReactorClock()
     service = DNSService(reactor, listeners, node.responder, 10, 100)
     service.startService()
-    assert [type(entry[2]) for entry in reactor.adoptedPorts] == [DNSDatagramProtocol, DNSStreamFactory]
+    assert [type(entry[2]) for entry in reactor.adoptedPorts] == [DNSDatagramProtocol, ListenerFactory]
     assert listeners[0].udp.fileno() == -1  # our copies are closed; the reactor owns duplicates
     service.stopService()
     assert not service.running
+
+
+def test_a_reload_retunes_the_tcp_caps_for_the_next_connection(node: Node) -> None:
+    """After a reload lowers tcp_max_per_source, connections already open stay; the next one
+    from a source over the new cap closes its own oldest until the source is within it."""
+    listeners = sockets.bind([HostPort(ip_address("127.0.0.1"), free_port())])
+    service = DNSService(MemoryReactorClock(), listeners, node.responder, 10, 100)
+    try:
+        assert service.tcp.max_per_source == 64  # the default
+        held = [connect(service.tcp, "192.0.2.8")[1] for _ in range(5)]
+        service.configure(DNSServer(1232, 10.0, 100, tcp_max_per_source=2))
+        assert all(t.connected for t in held)
+        _, newest = connect(service.tcp, "192.0.2.8")
+        assert [t.connected for t in held] == [False] * 4 + [True] and newest.connected
+        assert service.tcp.closed_by["source_cap"] == 4
+    finally:
+        for listener in listeners:
+            listener.close()
 
 
 def test_bind_reports_the_address_in_use() -> None:
@@ -241,9 +346,11 @@ def test_a_reload_retunes_tcp_limits_and_rate_limiting(node: Node) -> None:
             tcp_message_timeout=1.5,
             rate_limit=RateLimit(responses_per_second=1),
             transfer=TransferLimits(max_in_flight=3, max_per_source=1, stall_timeout=7.0),
+            tcp_max_per_source=5,
         )
         service.configure(limited)
         assert (service.tcp.idle_timeout, service.tcp.message_timeout, service.tcp.max_clients) == (3.0, 1.5, 50)
+        assert service.tcp.max_per_source == 5
         slots = service.tcp.slots
         assert (slots.max_in_flight, slots.max_per_source, service.tcp.stall_timeout) == (3, 1, 7.0)
         limiter = service.udp[0].fast.limiter
