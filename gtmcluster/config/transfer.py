@@ -156,7 +156,9 @@ def read_transfer_limits(r: Reader, parent: Mapping) -> TransferLimits:
     fudge = m.integer("tsig_max_fudge", default.tsig_max_fudge, 1, 65_535)
     m.done()
     if total is not None and per_source is not None and per_source > total:
-        r.error(m.at("max_per_source"), f"{per_source} is more than max_in_flight ({total})")
+        if m.has("max_per_source"):
+            r.error(m.at("max_per_source"), f"{per_source} is more than max_in_flight ({total})")
+        # (left out, it follows a max_in_flight set below its default)
         per_source = total
     return TransferLimits(
         total or default.max_in_flight,

@@ -184,6 +184,10 @@ def test_transfer_limits_are_read_with_their_defaults(tmp_path: Path) -> None:
     config["dns_server"]["transfer"] = {"max_in_flight": 4, "stall_timeout": 2.5, "tsig_max_fudge": 60}
     limits = load(configs.write(tmp_path / "set", config)).dns_server.transfer
     assert limits == TransferLimits(max_in_flight=4, max_per_source=2, stall_timeout=2.5, tsig_max_fudge=60)
+    # max_per_source left out follows a max_in_flight below it, with no problem about a key
+    # that was never written
+    config["dns_server"]["transfer"] = {"max_in_flight": 1}
+    assert load(configs.write(tmp_path / "one", config)).dns_server.transfer.max_per_source == 1
 
 
 @pytest.mark.parametrize(
