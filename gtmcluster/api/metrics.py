@@ -24,6 +24,7 @@ from gtmcluster.stats import CheckStats, Histogram
 if TYPE_CHECKING:
     from gtmcluster.node import Node
     from gtmcluster.nodeservice import NodeService
+    from gtmcluster.sync.service import Gate
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -257,6 +258,8 @@ class NodeCollector(Collector):
                 )
         yield from (connected, counted, sent, received, lag, agree, keys_differ)
         yield records_refused(service)
+        if service.peers is not None:
+            yield from peer_port(service.peers.gate)
 
         kinds = node.store.kinds()
         records = GaugeMetricFamily("gtm_store_records", "records held, by kind", labels=["kind"])
@@ -350,6 +353,22 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("gtm_config_generation", "configs loaded since start", value=node.generation)
         yield from bundle_metrics(service)
         yield GaugeMetricFamily("gtm_ready", "1 once reconciled with peers after a start", value=float(node.ready))
+
+
+def peer_port(gate: Gate) -> Iterator[Metric]:
+    """The peer port's caps on connections still in TLS or Hello (`sync.admission`)."""
+    turned_away = CounterMetricFamily(
+        "gtm_peer_connections_turned_away",
+        "connections to the peer port closed at once: their address, or the port, held the most "
+        "connections still in TLS handshake or Hello",
+    )
+    turned_away.add_metric([], gate.turned_away)
+    made_way = CounterMetricFamily(
+        "gtm_peer_connections_made_way",
+        "connections still in TLS handshake or Hello closed to make way for one from another address",
+    )
+    made_way.add_metric([], gate.made_way)
+    yield from (turned_away, made_way)
 
 
 def records_refused(service: NodeService) -> Metric:

@@ -19,6 +19,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs
 
+from gtmcluster.api import metrics
 from gtmcluster.sync import admission, phases
 from gtmcluster.sync.admission import Admission, Channels, source_of
 from gtmcluster.sync.peer import PeerProtocol
@@ -197,6 +198,12 @@ def test_silent_connections_are_capped_and_a_member_still_gets_in(pair: MemoryCl
     assert gate.turned_away + gate.made_way >= 400 - TOTAL
     told = [e for e in events if e.get("event") == "peer_turned_away"]
     assert 1 <= len(told) <= 2, [e["log_format"] for e in told]
+    exposed = {m.name: m.samples[0].value for m in metrics.peer_port(gate)}
+    assert exposed == {
+        "gtm_peer_connections_turned_away": gate.turned_away,
+        "gtm_peer_connections_made_way": gate.made_way,
+    }
+    assert gate.turned_away > 0
 
     pair.connect("gtm-a", "gtm-b", source="203.0.113.5")
     assert "gtm-a" in pair.replicators["gtm-b"].connected_names()
