@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -442,6 +444,10 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
             raise BadBundle(f"{name}: contents are not base64") from None
     if main not in files:
         raise BadBundle(f"the config {main!r} is not among its files")
+    folders = {str(parent) for name in files for parent in PurePosixPath(name).parents}
+    clash = sorted(folders & set(files))
+    if clash:
+        raise BadBundle(f"{clash[0]}: a file of the bundle that is also the folder of another")
     bundle = Bundle(main, files, generation, based_on, publisher, float(published_at))
     if bundle.digest != claimed:
         raise BadBundle(f"digest {claimed[:16]} does not match its files ({bundle.digest[:16]})")
@@ -452,7 +458,9 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
 
 def write(bundle: Bundle, directory: str | os.PathLike[str]) -> Path:
     """Write the bundle's files under *directory* (made if missing); returns the config's
-    path there. Each file is written whole then renamed into place."""
+    path there. Each file is written whole under a name of its own (made, never opened if
+    there: no link followed, no file of the bundle overwritten), then renamed into place;
+    a name that would leave *directory* (a link in the way) raises `BadBundle`."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     resolved_root = root.resolve()
@@ -464,9 +472,14 @@ def write(bundle: Bundle, directory: str | os.PathLike[str]) -> Path:
         if not target.resolve().is_relative_to(resolved_root):  # (a link in the way)
             raise BadBundle(f"{name}: leaves {root}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(partial, target)
+        fd, partial = tempfile.mkstemp(prefix=".partial-", dir=target.parent)  # (O_EXCL: made here)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(partial, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
     return root / bundle.main

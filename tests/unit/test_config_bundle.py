@@ -131,6 +131,10 @@ def _good(tmp_path: Path) -> bytes:
         (lambda doc: doc["files"].update({"x": "not base64!"}), "not base64"),
         (lambda doc: doc["files"].update({"extra": "AAAA"}), "does not match its files"),
         (lambda doc: doc.update(main="other.yaml"), "not among its files"),
+        (
+            lambda doc: doc["files"].update({"ca/web.pem/x": ""}),
+            "ca/web.pem: a file of the bundle that is also the folder",
+        ),
     ],
 )
 def test_a_bundle_received_is_checked_before_anything_uses_it(tmp_path: Path, change: object, problem: str) -> None:
@@ -148,7 +152,9 @@ def test_a_bundle_received_too_big_is_refused_before_it_is_parsed() -> None:
 
 
 names = st.from_regex(r"[a-z]{1,6}(/[a-z]{1,6}){0,2}", fullmatch=True)
-file_maps = st.dictionaries(names, st.binary(max_size=64), min_size=1, max_size=5)
+file_maps = st.dictionaries(names, st.binary(max_size=64), min_size=1, max_size=5).filter(
+    lambda files: not any(other.startswith(name + "/") for name in files for other in files)  # (no file a folder)
+)
 
 
 @settings(max_examples=100, deadline=None)
