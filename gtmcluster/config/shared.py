@@ -23,6 +23,7 @@ when it would run (`changes.own_ground`), at start too.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from gtmcluster.config.problems import ConfigError, Problem
 from gtmcluster.config.shelf import Shelf
 from gtmcluster.config.yamlchild import MEMORY, Child
 from gtmcluster.config.yamlsrc import Resplit
+from gtmcluster.gcpause import collection_paused
 from gtmcluster.sync.configsync import ConfigSync, Running
 
 if TYPE_CHECKING:
@@ -346,14 +348,16 @@ async def parsed_beside(reactor: Any, file: str, text: bytes) -> Any:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError([Problem(file, (), f"cannot read the config: {e}")]) from None
-    for split in (True, False):
-        child = Child(reactor, file, decoded, SECTION_ORDER, split, MEMORY if split else None)
-        parsed = await child.start()
-        try:
-            await slices.run(parsed.complete(), reactor)
-        except Resplit:
-            continue  # read whole
-        if parsed.pieces:
-            MEMORY.keep(parsed)
-        return parsed.value
+    with collection_paused():  # (as a reload: a million young objects, see `config.reload`)
+        for split in (True, False):
+            child = Child(reactor, file, decoded, SECTION_ORDER, split, MEMORY if split else None)
+            parsed = await child.start()
+            try:
+                await slices.run(parsed.complete(), reactor)
+            except Resplit:
+                continue  # read whole
+            if parsed.pieces:
+                MEMORY.keep(parsed)
+            gc.freeze()
+            return parsed.value
     raise AssertionError("unreachable: a file read whole is not cut again")
