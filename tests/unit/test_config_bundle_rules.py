@@ -25,6 +25,7 @@ from gtmcluster.cli import check
 from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle
 from gtmcluster.config.load import load
+from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shared import at_start
 from gtmcluster.config.shelf import Shelf
 from gtmcluster.dns import names
@@ -213,3 +214,45 @@ def test_a_held_bundle_that_changes_the_members_own_ground_does_not_run_at_start
     assert start.header is None and SHOP not in start.config.wideips
     said = [e for e in events if e.get("event") == "config_bundle_unusable"]
     assert len(said) == 1 and "log_dir changed" in said[0]["problems"]
+
+
+def test_include_dirs_open_folders_only_outside_config_sync(tmp_path: Path) -> None:
+    """``zones[].include_dirs``: validated, refused in a shared config, and the only way a
+    zone outside config sync includes a file outside its folder."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "ns.inc").write_text("far IN A 192.0.2.9\n")
+    raw = configs.base()
+    raw["zones"][0]["include_dirs"] = [str(shared)]
+    path = configs.write(tmp_path / "c", raw, zone=configs.ZONE + f"$INCLUDE {shared / 'ns.inc'}\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert f"{path}: zones[0].include_dirs: opens folders to $INCLUDE only outside config sync" in str(caught.value)
+    raw["sync_group"]["config_sync"] = False
+    config = load(configs.write(tmp_path / "c", raw))
+    assert next(iter(config.zones)).exists(names.key(names.from_text("far.example.test")))
+    raw["zones"][0]["include_dirs"] = ["missing", 7]
+    with pytest.raises(ConfigError) as caught:
+        load(configs.write(tmp_path / "c", raw))
+    text = str(caught.value)
+    assert f"zones[0].include_dirs[0]: {tmp_path / 'c' / 'missing'} is not a folder" in text
+    assert "zones[0].include_dirs[1]: " in text
+    del raw["zones"][0]["include_dirs"]
+    with pytest.raises(ConfigError, match="names a file outside the zone file's folder"):
+        load(configs.write(tmp_path / "c", raw))
+
+
+def test_with_config_sync_off_a_reload_takes_a_change_of_the_nodes_own_ground(
+    tmp_path: Path, raw: dict[str, Any]
+) -> None:
+    """Rule 3 is about what a group publishes: a node's own file, not shared, still moves
+    its query log by a reload."""
+    raw["sync_group"]["config_sync"] = False
+    top = sharing(tmp_path, raw)
+    changed = with_shop(raw)
+    changed["dns_server"] = {"query_log": {"path": "queries.dnstap", "keep": 0}}
+    Path(top.config_path).write_text(yaml.safe_dump(changed, sort_keys=False))
+    problems: list[list[str]] = []
+    top.reload().addCallback(problems.append)
+    assert problems == [[]] and SHOP in top.node.config.wideips
+    assert top.node.config.dns_server.query_log is not None
