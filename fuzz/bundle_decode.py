@@ -54,7 +54,7 @@ def _files(data: bytes) -> bytes:
     return bundle.encode(Bundle(main, files, 1, 0, "n1", 0.0))
 
 
-def _no_disk(path: str) -> bytes:
+def _no_disk(path: str, limit: int | None = None) -> bytes:
     raise Finding(f"bundle.check read {path} from disk")
 
 

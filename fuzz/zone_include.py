@@ -80,9 +80,9 @@ def test_one_input(data: bytes) -> None:
     read: list[str] = []
     disk = zonefile._disk
 
-    def recording(path: str) -> bytes:
+    def recording(path: str, limit: int | None = None) -> bytes:
         read.append(path)
-        return disk(path)
+        return disk(path, limit)
 
     zonefile._disk = recording
     try:

@@ -64,6 +64,7 @@ _OTHER_DIRECTIVES = ("$GENERATE", "$DATE")
 _CLASSES = ("IN", "CH", "HS", "CS", "NONE", "ANY")
 _CLASS_NUMBER = re.compile(r"CLASS\d{1,5}")
 _WORD = re.compile(r"\w{3,}")
+_INCLUDE = re.compile(rb"\$include", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +107,10 @@ class _Refused(Exception):
 Read = Callable[[str], bytes]
 
 
-def _disk(path: str) -> bytes:
+def _disk(path: str, limit: int | None = None) -> bytes:
+    """The file at *path*, *limit* bytes of it at most when given."""
     with open(path, "rb") as f:
-        return f.read(MAX_INCLUDED_BYTES + 1)
+        return f.read() if limit is None else f.read(limit)
 
 
 class _Files:
@@ -121,13 +123,17 @@ class _Files:
         self.includes = includes
         self.base = base
         self.on_disk = read is None
-        self.read: Read = read or (lambda path: _disk(self.disk(path)))
+        self._read = read
         top = os.path.dirname(self.disk(zone_path))
         self.roots = [os.path.realpath(top or ".")] + [os.path.realpath(d) for d in includes.dirs]
         self.folders = "the zone file's folder" + (" or include_dirs" if includes.dirs else "")
 
     def disk(self, path: str) -> str:
         return os.path.join(self.base, path) if self.base else path
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        """The file at *path* (from disk: *limit* bytes at most when given)."""
+        return _disk(self.disk(path), limit) if self._read is None else self._read(path)
 
     def include(self, including: str, arg: str) -> str:
         """The path $INCLUDE *arg* names in the file at *including*; raises `_Refused`."""
@@ -302,7 +308,7 @@ class _Reader:
         """Read one file; returns the default TTL in force at its end (for $INCLUDE).
         *chain*: the files that include it (none for the zone file)."""
         try:
-            data = self.files.read(path)
+            data = self.files.read(path, None if at is None else MAX_INCLUDED_BYTES - self.include_bytes + 1)
             if at is not None:
                 self.include_count += 1
                 self.include_bytes += len(data)
@@ -310,7 +316,7 @@ class _Reader:
                     self.problem(at, f"the files included by the zone are over {MAX_INCLUDED_BYTES:,} bytes")
                     return ttl
                 self.included[path] = None
-            if not self.records and b"$include" not in data.lower():
+            if not self.records and _INCLUDE.search(data) is None:
                 return ttl  # (directives alone are wanted, and it includes nothing)
             text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:

@@ -253,3 +253,18 @@ def test_included_lists_what_load_reads(tmp_path: Path) -> None:
     found, problems = zonefile.included("z.zone", read=read)
     assert found == ["sub/a.inc"]
     assert any(str(p) == "sub/a.inc:1: cannot read the included file sub/b.inc: not in the bundle" for p in problems)
+
+
+def test_included_bytes_are_capped_and_the_zone_file_itself_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_INCLUDED_BYTES through includes, a problem (the rest not even read); the
+    zone file itself is read whole, whatever its size."""
+    monkeypatch.setattr(zonefile, "MAX_INCLUDED_BYTES", 300)
+    (tmp_path / "small.inc").write_text("a IN A 192.0.2.1\n")  # 17 bytes
+    (tmp_path / "big.inc").write_text("".join(f"h{i} IN A 192.0.2.{i}\n" for i in range(40)))  # over 300
+    hosts = "".join(f"host{i} IN A 192.0.2.{i}\n" for i in range(40))  # the zone: over 300 bytes
+    rrsets = load(tmp_path, HEAD + hosts + "$INCLUDE small.inc\n")
+    assert ("host39.example.test.", TYPE_A) in rrsets and ("a.example.test.", TYPE_A) in rrsets
+    found = problems(tmp_path, HEAD + hosts + "$INCLUDE small.inc\n$INCLUDE big.inc\n")
+    assert found == ["46: the files included by the zone are over 300 bytes"]
