@@ -3,10 +3,13 @@
 Config sync (issue 15) passes the group's configuration around as a bundle: what one
 member publishes, every member validates, keeps and runs. A bundle holds
 
-- ``files``: each file by the name the config gives it (the config itself under its own
-  base name, `Bundle.main`): the zone files (``zones[].file``), the region address lists
-  (``regions.NAME[].file``), the CA files of https monitors (``monitors.NAME.ca_file``)
-  and the GeoIP databases (``geoip.country``, ``geoip.asn``);
+- ``files``: exactly the files the config names (the config itself under its own base
+  name, `Bundle.main`), each by the name the config gives it: the zone files
+  (``zones[].file``) and the files they ``$INCLUDE`` (`zonefile.included`), the region
+  address lists (``regions.NAME[].file``), the CA files of https monitors
+  (``monitors.NAME.ca_file``) and the GeoIP databases (``geoip.country``, ``geoip.asn``),
+  found by parsing the YAML as the config reader does (`names`; issue 30: a text search
+  missed a quoted ``"zones":``);
 - ``generation``: a count that grows by one with each publication, and ``based_on``, the
   generation the publisher had when it made it;
 - ``publisher`` and ``published_at`` (the member, and its clock's time);
@@ -14,11 +17,12 @@ member publishes, every member validates, keeps and runs. A bundle holds
   same digest whoever publishes them.
 
 What a member keeps for itself is not in a bundle: its certificates and key, its API token
-file, its folders. Files are named relative to the config's ``base_dir`` (its folder by
-default); a name that is absolute or leaves that folder (``..``) is refused, as is a bundle
-over `MAX_BYTES`, both when a bundle is made and when one is received (its size is checked
-before it is parsed). Problems are reported as config problems are:
-``FILE: key.path: problem``.
+file, its folders; nor is a secret (`secrets`). Files are named relative to the config's
+``base_dir`` (its folder by default); a name that is absolute or leaves that folder
+(``..``) is refused, as is a bundle over `MAX_BYTES`, both when a bundle is made and when
+one is received (its size is checked before it is parsed), and `check` refuses a bundle
+that carries a file its config does not name, or an inline secret. Problems are reported
+as config problems are: ``FILE: key.path: problem``.
 
 Which of two bundles is newer is a total order (`newer`): generation first, then the
 publisher's name, then the digest. So when two members publish at once on the same
