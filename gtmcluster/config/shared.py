@@ -299,6 +299,9 @@ class GroupConfig:
             problems = [f"{path}: cannot read it: {e.strerror or e}"]
         except ConfigError as e:
             problems = [str(p) for p in e.problems]
+        except Exception:
+            log.failure("reading {path} failed", path=path)
+            problems = [f"{path}: could not be read (an internal error, see the node's log)"]
         else:
             return await self._reloaded(made)
         log.error("reload refused, the running config stays: {problems}", problems="; ".join(problems))
