@@ -28,7 +28,7 @@ from fuzz.harness import Finding, no_tracebacks
 from gtmcluster.config import bundle
 from gtmcluster.config.bundle import BadBundle, Bundle
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.dns import zonefile
+from gtmcluster.dns import zoneinclude
 
 _top: Path | None = None
 
@@ -73,12 +73,12 @@ def test_one_input(data: bytes) -> None:
         if bundle.decode(again) != got or bundle.encode(bundle.decode(again)) != again:
             raise Finding("an accepted bundle does not travel as itself")
         _written(got)
-        disk, zonefile._disk = zonefile._disk, _no_disk  # (check reads the bundle's files only)
+        disk, zoneinclude._disk = zoneinclude._disk, _no_disk  # (check reads the bundle's files only)
         try:
             with contextlib.suppress(ConfigError):
                 bundle.check(got, bundle.parse(got.main, got.config_text))
         finally:
-            zonefile._disk = disk
+            zoneinclude._disk = disk
 
 
 def _written(got: Bundle) -> None:

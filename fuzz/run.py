@@ -29,8 +29,13 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "peer_decode": ("gtmcluster.sync", "gtmcluster.state", "gtmcluster.proximity"),
     "peer_stream": ("gtmcluster.sync", "gtmcluster.state", "twisted.protocols.amp"),
     "load_body": ("gtmcluster.probe", "prometheus_client"),
-    "bundle_decode": ("gtmcluster.config.bundle", "gtmcluster.config.yamlsrc", "gtmcluster.dns.zonefile"),
-    "zone_include": ("gtmcluster.dns.zonefile",),
+    "bundle_decode": (
+        "gtmcluster.config.bundle",
+        "gtmcluster.config.yamlsrc",
+        "gtmcluster.dns.zonefile",
+        "gtmcluster.dns.zoneinclude",
+    ),
+    "zone_include": ("gtmcluster.dns.zonefile", "gtmcluster.dns.zoneinclude"),
 }
 #: an input that takes longer than this (seconds) is a finding (a hang, an alias bomb)
 TIMEOUT = 10

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from fuzz.harness import Finding, no_tracebacks
-from gtmcluster.dns import zonefile
+from gtmcluster.dns import zonefile, zoneinclude
 
 MARKER = "QZXs3cr3tW0rd"
 SECRET = f"API_TOKEN={MARKER} {MARKER}\nPASSWORD {MARKER}\n{MARKER} IN A 192.0.2.1\nx IN TXT {MARKER}\n"
@@ -75,16 +75,16 @@ def test_one_input(data: bytes) -> None:
         return
     shared = data[0] % 2 == 0
     folder, files = _layout(data[1:])
-    includes = zonefile.Includes(shared, () if shared else (str(folder / "opened"),))
+    includes = zoneinclude.Includes(shared, () if shared else (str(folder / "opened"),))
     allowed = [os.path.realpath(folder)]
     read: list[str] = []
-    disk = zonefile._disk
+    disk = zoneinclude._disk
 
     def recording(path: str, limit: int | None = None) -> bytes:
         read.append(path)
         return disk(path, limit)
 
-    zonefile._disk = recording
+    zoneinclude._disk = recording
     try:
         with no_tracebacks():
             try:
@@ -95,7 +95,7 @@ def test_one_input(data: bytes) -> None:
             on_disk, _ = zonefile.included("z.zone", includes, base=str(folder))
             in_memory, _ = zonefile.included("z.zone", includes, read=_reader(files))
     finally:
-        zonefile._disk = disk
+        zoneinclude._disk = disk
     for path in read:
         real = os.path.realpath(path)
         if not any(real == a or real.startswith(a + os.sep) for a in allowed):
@@ -108,7 +108,7 @@ def test_one_input(data: bytes) -> None:
         raise Finding(f"included from disk {on_disk[:5]}, from memory {in_memory[:5]}")
 
 
-def _reader(files: dict[str, bytes]) -> zonefile.Read:
+def _reader(files: dict[str, bytes]) -> zoneinclude.Read:
     def read(name: str) -> bytes:
         if name not in files:
             raise FileNotFoundError(2, "not in the bundle")

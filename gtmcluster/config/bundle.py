@@ -46,7 +46,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
-from gtmcluster.dns import zonefile
+from gtmcluster.dns import zonefile, zoneinclude
 
 #: the largest bundle (all files together, as sent), bytes: room for GeoIP databases
 #: (GeoLite2-Country and -ASN are some 7 and 8 MB); decoded and written in the thread pool
@@ -300,9 +300,9 @@ def names(
     for at, zone in zones:
         if files is not None:
             read = _reader(files)
-            included, zone_problems = zonefile.included(zone, zonefile.Includes(), read=read)
+            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), read=read)
         else:
-            included, zone_problems = zonefile.included(zone, zonefile.Includes(), base=os.fspath(base or "."))
+            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), base=os.fspath(base or "."))
         for p in zone_problems:
             problems.append((at, str(p) if p.line else f"{p.file}: {p.message}"))
         for name in included:
@@ -313,7 +313,7 @@ def names(
     return found, problems
 
 
-def _reader(files: Mapping[str, bytes]) -> zonefile.Read:
+def _reader(files: Mapping[str, bytes]) -> zoneinclude.Read:
     def read(name: str) -> bytes:
         data = files.get(name)
         if data is None:

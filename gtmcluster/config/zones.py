@@ -1,7 +1,7 @@
 """The ``zones`` section: each zone's origin and file (loaded with `dns.zonefile`), its
 online signing keys (``dnssec``) and its ``transfer`` settings.
 
-A zone file's ``$INCLUDE``s read inside its own folder (`zonefile.Includes`); a config not
+A zone file's ``$INCLUDE``s read inside its own folder (`zoneinclude.Includes`); a config not
 shared by config sync (``sync_group.config_sync: false``) may open further folders for a
 zone with ``include_dirs: [DIR, ...]`` (relative to ``base_dir``, or absolute). A shared
 config cannot: its bundle carries the included files, named inside the zone's folder."""
@@ -15,7 +15,7 @@ from typing import Any
 from gtmcluster.config import transfer
 from gtmcluster.config.model import TSIGKey, ZoneTransfer
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dns import names, zonefile
+from gtmcluster.dns import names, zonefile, zoneinclude
 from gtmcluster.dns.names import Name
 from gtmcluster.dnssec.config import read_zone_dnssec
 from gtmcluster.dnssec.keys import ZoneKey
@@ -83,7 +83,7 @@ def read_zones(
             transfers[labels] = settings
         zone_path = resolve(file_name)
         try:
-            out.append(zonefile.load(str(zone_path), origin, zonefile.Includes(shared, dirs or ())))
+            out.append(zonefile.load(str(zone_path), origin, zoneinclude.Includes(shared, dirs or ())))
         except zonefile.ZoneFileError as e:
             if broken is not None:
                 broken.add(labels)

@@ -9,7 +9,7 @@ A problem never quotes the file's text (issue 30): it says the file, the line an
 wrong, so a file read by mistake (or by a hostile ``$INCLUDE``) is never echoed to whoever
 sees the problems (a config push's 422 answer, the log).
 
-``$INCLUDE`` reads only inside the zone file's folder (`Includes`): by default a name
+``$INCLUDE`` reads only inside the zone file's folder (`zoneinclude`): by default a name
 relative to the including file, neither absolute nor with ``..``, whose real path (links
 followed) stays in that folder, which is what a config bundle carries and every member
 reads alike (`included` finds them for `config.bundle`); outside config sync a config may
@@ -20,12 +20,10 @@ and `MAX_INCLUDED_BYTES` bytes through them.
 
 from __future__ import annotations
 
-import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 import dns.exception
 import dns.name
@@ -47,6 +45,7 @@ from gtmcluster.dns.zone import (
     RRset,
     Zone,
 )
+from gtmcluster.dns.zoneinclude import Files, Includes, Read, Refused
 
 MAX_TTL = 2**31 - 1  # RFC 2181 section 8
 MAX_INCLUDE_DEPTH = 8
@@ -83,83 +82,6 @@ class ZoneFileError(Exception):
     def __init__(self, problems: list[Problem]):
         super().__init__("\n".join(str(p) for p in problems))
         self.problems = problems
-
-
-@dataclass(frozen=True, slots=True)
-class Includes:
-    """Where a zone's ``$INCLUDE`` may read.
-
-    *shared* (the default, and always under config sync): a name relative to the including
-    file, neither absolute nor with ``..`` (a config bundle carries the file under that
-    name). Otherwise (``sync_group.config_sync: false``) an absolute or relative path. Either
-    way the file's real path (links followed) must be in the zone file's folder or one of
-    *dirs* (absolute; ``zones[].include_dirs``, outside config sync only)."""
-
-    shared: bool = True
-    dirs: tuple[str, ...] = ()
-
-
-class _Refused(Exception):
-    """An $INCLUDE that may not be read (the message says why)."""
-
-
-#: reads a file by its path: raises OSError (and FileNotFoundError for one not there)
-Read = Callable[[str], bytes]
-
-
-def _disk(path: str, limit: int | None = None) -> bytes:
-    """The file at *path*, *limit* bytes of it at most when given."""
-    with open(path, "rb") as f:
-        return f.read() if limit is None else f.read(limit)
-
-
-class _Files:
-    """The zone file and what it may include: paths are the zone file's and those made
-    from it, each checked against `Includes`. On disk (no *read*) a path is under *base*
-    (when given: a config bundle's names are relative to it), and the real path of each
-    included file must be in the zone file's folder (or an opened one)."""
-
-    def __init__(self, zone_path: str, includes: Includes, read: Read | None = None, base: str = ""):
-        self.includes = includes
-        self.base = base
-        self.on_disk = read is None
-        self._read = read
-        top = os.path.dirname(self.disk(zone_path))
-        self.roots = [os.path.realpath(top or ".")] + [os.path.realpath(d) for d in includes.dirs]
-        self.folders = "the zone file's folder" + (" or include_dirs" if includes.dirs else "")
-
-    def disk(self, path: str) -> str:
-        return os.path.join(self.base, path) if self.base else path
-
-    def read(self, path: str, limit: int | None = None) -> bytes:
-        """The file at *path* (from disk: *limit* bytes at most when given)."""
-        return _disk(self.disk(path), limit) if self._read is None else self._read(path)
-
-    def include(self, including: str, arg: str) -> str:
-        """The path $INCLUDE *arg* names in the file at *including*; raises `_Refused`."""
-        if not arg or "\0" in arg:
-            raise _Refused("$INCLUDE names no file")
-        if self.includes.shared:
-            if "\\" in arg:
-                raise _Refused("$INCLUDE names a file with a backslash: a shared zone names its files as a bundle does")
-            if os.path.isabs(arg):
-                raise _Refused(
-                    "$INCLUDE names an absolute path: a zone shared by config sync includes a file by its name "
-                    "relative to the zone file's folder (the bundle carries it)"
-                )
-            if ".." in PurePosixPath(arg).parts:
-                raise _Refused(
-                    "$INCLUDE names a path with '..': a zone shared by config sync includes files inside "
-                    "the zone file's folder (the bundle carries them)"
-                )
-            path = str(PurePosixPath(os.path.dirname(including)) / arg)
-        else:
-            path = arg if os.path.isabs(arg) else os.path.join(os.path.dirname(including), arg)
-        if self.on_disk:
-            real = os.path.realpath(self.disk(path))
-            if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.roots):
-                raise _Refused(f"$INCLUDE names a file outside {self.folders}")
-        return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +198,7 @@ def _wire(rdata: dns.rdata.Rdata) -> bytes:
 
 
 class _Reader:
-    def __init__(self, origin: dns.name.Name, problems: list[Problem], files: _Files, records: bool = True):
+    def __init__(self, origin: dns.name.Name, problems: list[Problem], files: Files, records: bool = True):
         self.zone_origin = origin
         self.problems = problems
         self.files = files
@@ -446,7 +368,7 @@ class _Reader:
             return None
         try:
             inc = self.files.include(path, arg)
-        except _Refused as e:
+        except Refused as e:
             self.problem(entry, str(e))
             return None
         if inc in chain:
@@ -508,22 +430,23 @@ class ZoneData:
 
 
 def included(
-    path: str, includes: Includes = Includes(), read: Read | None = None, base: str = ""
+    path: str, includes: Includes | None = None, read: Read | None = None, base: str = ""
 ) -> tuple[list[str], list[Problem]]:
     """The files the zone file at *path* includes (each once, as `load` names them: made
     from *path*), and the problems that keep some from being read, found as `load` finds
     them without reading the records (a file that has no ``$INCLUDE`` is not even split).
     *read*: the files' contents by path (a config bundle's); else they are read from disk,
-    *path* and the names made from it relative to *base* when given."""
+    *path* and the names made from it relative to *base* when given. *includes*: the
+    shared rule by default (`zoneinclude.Includes`)."""
     problems: list[Problem] = []
-    reader = _Reader(dns.name.root, problems, _Files(path, includes, read, base), records=False)
+    reader = _Reader(dns.name.root, problems, Files(path, includes or Includes(), read, base), records=False)
     reader.read(path, dns.name.root, 0, None)
     if reader.unreadable:
         return [], []  # (the zone file itself: its reader says so)
     return list(reader.included), problems
 
 
-def load(path: str, origin: str, includes: Includes = Includes()) -> ZoneData:
+def load(path: str, origin: str, includes: Includes | None = None) -> ZoneData:
     """Read the zone file at *path* for *origin*, its ``$INCLUDE``s as *includes* allows.
     Raises `ZoneFileError` with every problem."""
     problems: list[Problem] = []
@@ -531,7 +454,7 @@ def load(path: str, origin: str, includes: Includes = Includes()) -> ZoneData:
         zone_origin = dns.name.from_text(origin, origin=dns.name.root)
     except dns.exception.DNSException as e:
         raise ZoneFileError([Problem(path, 0, f"bad origin {origin!r}: {e}")]) from None
-    reader = _Reader(zone_origin, problems, _Files(path, includes))
+    reader = _Reader(zone_origin, problems, Files(path, includes or Includes()))
     reader.read(path, zone_origin, 0, None)
     if reader.unreadable:
         raise ZoneFileError(problems)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gtmcluster.dns import names, zonefile
+from gtmcluster.dns import names, zonefile, zoneinclude
 from gtmcluster.dns.zone import TYPE_A, TYPE_MX, TYPE_NS, TYPE_SOA, TYPE_TXT, RRset
 
 HEAD = "$TTL 300\n@ IN SOA ns1 hostmaster 1 3600 600 86400 60\n  IN NS ns1\nns1 IN A 192.0.2.1\n"
@@ -148,11 +148,11 @@ def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
 SECRET_LINES = "API_TOKEN=s3cr3t-t0ken-value hunter2xyz\nPASSWORD topsecretword\n"
 
 
-def include_problems(folder: Path, text: str, includes: zonefile.Includes | None = None) -> list[str]:
+def include_problems(folder: Path, text: str, includes: zoneinclude.Includes | None = None) -> list[str]:
     path = folder / "z.zone"
     path.write_text(text)
     with pytest.raises(zonefile.ZoneFileError) as caught:
-        zonefile.load(str(path), "example.test", includes or zonefile.Includes())
+        zonefile.load(str(path), "example.test", includes or zoneinclude.Includes())
     return [str(p) for p in caught.value.problems]
 
 
@@ -196,13 +196,13 @@ def test_outside_config_sync_an_include_may_be_absolute_inside_an_opened_folder(
     zones = tmp_path / "zones"
     zones.mkdir()
     text = HEAD + f"$INCLUDE {shared / 'hosts.inc'}\n"
-    local = zonefile.Includes(shared=False, dirs=(str(shared),))
+    local = zoneinclude.Includes(shared=False, dirs=(str(shared),))
     path = zones / "z.zone"
     path.write_text(text)
     data = zonefile.load(str(path), "example.test", local)
     assert any(names.to_text(r.owner) == "www.example.test." for r in data.rrsets)
     # not opened: outside the zone's folder; shared: not even looked at
-    found = include_problems(zones, text, zonefile.Includes(shared=False))
+    found = include_problems(zones, text, zoneinclude.Includes(shared=False))
     assert "$INCLUDE names a file outside the zone file's folder" in found[0]
     assert "absolute path" in include_problems(zones, text)[0]
 
