@@ -31,6 +31,13 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "load_body": ("gtmcluster.probe", "prometheus_client"),
     "http_stream": ("gtmcluster.probe",),
     "xfr_stream": ("gtmcluster.dns",),
+    "bundle_decode": (
+        "gtmcluster.config.bundle",
+        "gtmcluster.config.yamlsrc",
+        "gtmcluster.dns.zonefile",
+        "gtmcluster.dns.zoneinclude",
+    ),
+    "zone_include": ("gtmcluster.dns.zonefile", "gtmcluster.dns.zoneinclude"),
 }
 #: an input that takes longer than this (seconds) is a finding (a hang, an alias bomb)
 TIMEOUT = 10

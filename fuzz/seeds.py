@@ -305,6 +305,52 @@ def xfr_stream() -> list[bytes]:
     ]
 
 
+def bundle_decode() -> list[bytes]:
+    """Bundles as members send them (the test config and its zone, a zone with an
+    ``$INCLUDE``, a quoted ``"zones":`` key), one with a file its config does not name,
+    and files given by name (odd first byte: `fuzz.bundle_decode`) with names that leave
+    the folder or clash."""
+    from gtmcluster.config.bundle import Bundle, encode
+
+    config = yaml.safe_dump(configs.base(), sort_keys=False).encode()
+    zone = configs.ZONE.encode()
+    included = zone + b"$INCLUDE hosts/lab.inc lab.example.test.\n"
+    quoted = config.replace(b"\nzones:", b'\n"zones":')
+    made = [
+        {"cluster.yaml": config, "example.test.zone": zone},
+        {"cluster.yaml": config, "example.test.zone": included, "hosts/lab.inc": b"www IN A 192.0.2.80\n"},
+        {"cluster.yaml": quoted, "example.test.zone": zone},
+        {"cluster.yaml": config, "example.test.zone": zone, "keys/ca.pem": b"-----BEGIN CERTIFICATE-----\n"},
+        {"cluster.yaml": b"api: {token: inline-secret-0123456789}\nx: 1\n"},
+    ]
+    out = [b"\0" + encode(Bundle("cluster.yaml", files, 3, 2, "n1", 1000.0)) for files in made]
+    out += [
+        b"\1cluster.yaml\0zones: [{origin: a.test, file: a.zone}]\n\0a.zone\0$INCLUDE b.inc\n\0b.inc\0\0",
+        b"\1cluster.yaml\0x: 1\n\0../escape\0x\0",
+        b"\1cluster.yaml\0x: 1\n\0/etc/escape\0x\0",
+        b"\1cluster.yaml\0x: 1\n\0a\0file\0a/b\0under a file\0",
+        b"\1cluster.yaml\0x: 1\n\0a//b/./c\0x\0.partial-x\0y\0",
+        b'\0{"format": 1, "files": {}}',
+        b"\0[[[[[[[[[[[[[[[[[[[[",
+    ]
+    return out
+
+
+def zone_include() -> list[bytes]:
+    """Zone files with every kind of ``$INCLUDE`` (first byte even: shared; odd: a node's
+    own, ``zone/opened`` opened), and the files they include (`fuzz.zone_include`)."""
+    zone = configs.ZONE.encode()
+    return [
+        b"\0" + zone + b"$INCLUDE hosts.inc\n\0hosts.inc\0lab IN A 192.0.2.71\n",
+        b"\0" + zone + b"$INCLUDE sub/a.inc sub.example.test.\n\0sub/a.inc\0$INCLUDE b.inc\n\0sub/b.inc\0x A 1.2.3.4\n",
+        b"\0" + zone + b"$INCLUDE notes.inc\n$INCLUDE link.inc\n$INCLUDE ../secret.env\n",
+        b"\1" + zone + b"$INCLUDE ../secret.env\n$INCLUDE opened/x.inc\n\0opened/x.inc\0y IN A 192.0.2.9\n",
+        b"\0" + zone + b"$INCLUDE a.inc\n\0a.inc\0$INCLUDE b.inc\n\0b.inc\0$INCLUDE a.inc\n",
+        b"\0" + zone + b"$INCLUDE f.inc\n\0f.inc\0" + b"$INCLUDE f.inc\n" * 4,
+        b"\0" + zone + b"$include z.zone\n$INCLUDE\n$INCLUDE a b c\n$GENERATE 1-2 x A 1.2.3.$\n",
+    ]
+
+
 def write(target: str, seeds: list[bytes]) -> None:
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -339,6 +385,8 @@ def main() -> None:
     write("load_body", load_body())
     write("http_stream", http_stream())
     write("xfr_stream", xfr_stream())
+    write("bundle_decode", bundle_decode())
+    write("zone_include", zone_include())
 
 
 if __name__ == "__main__":

@@ -220,7 +220,7 @@ class NodeService(MultiService):
             log.failure("reading {path} failed", path=path)
             problems = [f"{path}: could not be read (an internal error, see the node's log)"]
         else:
-            problems = restart_needed(node.config, new, node.member.name)
+            problems = restart_needed(node.config, new, node.member.name, bundle=own_dir is not None)
         creds = None
         changes = None
         if not problems:

@@ -1,13 +1,22 @@
-"""`gtmcluster check --config FILE`: validate a config; every problem, one per line."""
+"""`gtmcluster check --config FILE`: validate a config; every problem, one per line.
+
+With config sync on (``sync_group.config_sync``, the default) the config is also checked
+as the bundle a SIGHUP or `gtmcluster config push` publishes (`config.bundle.check`): the
+files it names and its zones include must be in its folder, and it holds no inline
+secret. So what `check` accepts, a push is not refused for.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from gtmcluster.config.load import load
-from gtmcluster.config.problems import ConfigError
+from gtmcluster.config import bundle
+from gtmcluster.config.load import config_value, load
+from gtmcluster.config.model import Config
+from gtmcluster.config.problems import ConfigError, Problem
 
 
 def add_parser(sub: Any) -> None:
@@ -19,10 +28,13 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         config = load(args.config)
+        problems = as_shared(args.config, config)
     except ConfigError as e:
-        for problem in e.problems:
+        problems = e.problems
+    if problems:
+        for problem in problems:
             print(problem, file=sys.stderr)
-        count = len(e.problems)
+        count = len(problems)
         print(f"{args.config}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
         return 1
     print(
@@ -32,3 +44,15 @@ def run(args: argparse.Namespace) -> int:
         f"{len(config.wideips)} wide IPs, {len(list(config.zones))} zones"
     )
     return 0
+
+
+def as_shared(path: str, config: Config) -> list[Problem]:
+    """Why the config at *path* (read as *config*) cannot be published to its group, when
+    config sync is on."""
+    if not config.sync_group.settings.config_sync:
+        return []
+    try:
+        raw = config_value(path, Path(path).read_bytes())  # (what `load` read: not parsed again)
+        return bundle.check(bundle.make(path, 1, 0, config.sync_group.members[0].name, 0.0, raw=raw), raw)
+    except OSError as e:
+        return [Problem(path, (), f"cannot read it: {e.strerror or e}")]

@@ -1,10 +1,12 @@
 """`gtmcluster config push|pull|history|diff|rollback`: the sync group's shared config.
 
   push --config FILE --node NAME [--force]
-        publish FILE and the files it names (zones, region lists, CA files) to the group
-        through member NAME; exits 0 once every member that is connected runs it, 1 with
-        the reasons when it is refused (by NAME, or by a member that cannot run it), or
-        when another push of the same generation won
+        publish FILE and the files it names (zones and the files they $INCLUDE, region
+        lists, CA files, GeoIP databases) to the group through member NAME; exits 0 once
+        every member that is connected runs it, 1 with the reasons when it is refused (here:
+        a name outside FILE's folder, an inline secret; by NAME, or by a member that cannot
+        run it: a change of its own ground, see docs/config-sync.md), or when another push
+        of the same generation won
   pull --config FILE --node NAME --dir DIR [--generation N]
         write the group's current bundle (or generation N) out as files under DIR
   history --config FILE --node NAME
@@ -33,6 +35,7 @@ from typing import Any
 from gtmcluster.cli.admin import when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member, post_raw, raw
 from gtmcluster.config import bundle
+from gtmcluster.config.load import config_value
 from gtmcluster.config.model import Member
 from gtmcluster.config.problems import ConfigError
 
@@ -117,9 +120,15 @@ def _push(args: argparse.Namespace) -> int:
     held = state.get("held") or {}
     based_on = args.based_on if args.based_on is not None else int(held.get("generation", 0))
     try:
-        made = bundle.make(args.config, 1, based_on, m.name, time.time())
+        raw = config_value(args.config, Path(args.config).read_bytes())  # (read by _target: not parsed again)
+        made = bundle.make(args.config, 1, based_on, m.name, time.time(), raw=raw)
     except ConfigError as e:
         raise CliError(f"the bundle cannot be made:\n{e}") from None
+    except OSError as e:
+        raise CliError(f"cannot read {args.config}: {e.strerror or e}") from None
+    problems = bundle.check(made, raw)
+    if problems:
+        raise CliError("the bundle cannot be published:\n" + "\n".join(str(p) for p in problems))
     target = "/api/v1/config" + ("?force=true" if args.force else "")
     started = time.monotonic()
     answer = post_raw(m, target, bundle.encode(made), tokens)

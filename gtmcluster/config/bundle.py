@@ -3,10 +3,13 @@
 Config sync (issue 15) passes the group's configuration around as a bundle: what one
 member publishes, every member validates, keeps and runs. A bundle holds
 
-- ``files``: each file by the name the config gives it (the config itself under its own
-  base name, `Bundle.main`): the zone files (``zones[].file``), the region address lists
-  (``regions.NAME[].file``), the CA files of https monitors (``monitors.NAME.ca_file``)
-  and the GeoIP databases (``geoip.country``, ``geoip.asn``);
+- ``files``: exactly the files the config names (the config itself under its own base
+  name, `Bundle.main`), each by the name the config gives it: the zone files
+  (``zones[].file``) and the files they ``$INCLUDE`` (`zonefile.included`), the region
+  address lists (``regions.NAME[].file``), the CA files of https monitors
+  (``monitors.NAME.ca_file``) and the GeoIP databases (``geoip.country``, ``geoip.asn``),
+  found by parsing the YAML as the config reader does (`names`; issue 30: a text search
+  missed a quoted ``"zones":``);
 - ``generation``: a count that grows by one with each publication, and ``based_on``, the
   generation the publisher had when it made it;
 - ``publisher`` and ``published_at`` (the member, and its clock's time);
@@ -14,11 +17,12 @@ member publishes, every member validates, keeps and runs. A bundle holds
   same digest whoever publishes them.
 
 What a member keeps for itself is not in a bundle: its certificates and key, its API token
-file, its folders. Files are named relative to the config's ``base_dir`` (its folder by
-default); a name that is absolute or leaves that folder (``..``) is refused, as is a bundle
-over `MAX_BYTES`, both when a bundle is made and when one is received (its size is checked
-before it is parsed). Problems are reported as config problems are:
-``FILE: key.path: problem``.
+file, its folders; nor is a secret (`secrets`). Files are named relative to the config's
+``base_dir`` (its folder by default); a name that is absolute or leaves that folder
+(``..``) is refused, as is a bundle over `MAX_BYTES`, both when a bundle is made and when
+one is received (its size is checked before it is parsed), and `check` refuses a bundle
+that carries a file its config does not name, or an inline secret. Problems are reported
+as config problems are: ``FILE: key.path: problem``.
 
 Which of two bundles is newer is a total order (`newer`): generation first, then the
 publisher's name, then the digest. So when two members publish at once on the same
@@ -29,18 +33,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
 
-import yaml
-
+from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
+from gtmcluster.dns import zonefile, zoneinclude
 
 #: the largest bundle (all files together, as sent), bytes: room for GeoIP databases
 #: (GeoLite2-Country and -ASN are some 7 and 8 MB); decoded and written in the thread pool
@@ -232,55 +238,112 @@ def name_problem(name: Any) -> str | None:
     return None
 
 
-#: the top-level keys whose values name the files of a bundle (`referenced`), and base_dir
-_NAMING = ("base_dir", "zones", "regions", "monitors", "geoip")
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def secrets(raw: Any) -> Iterator[tuple[KeyPath, str]]:
+    """The inline secrets a parsed config holds, with why a bundle cannot carry them: the
+    group shares its bundles with every member, keeps them in each one's history and serves
+    them to ``config pull``; a member's secrets stay in its own files."""
+    if not isinstance(raw, dict):
+        return
+    api = raw.get("api")
+    if isinstance(api, dict) and "token" in api:
+        yield (
+            ("api", "token"),
+            "an inline token is not published to the group (a bundle never carries a secret): name the "
+            "member's own file with api.token_file, or set sync_group.config_sync: false",
+        )
+    keys = raw.get("tsig_keys")
+    if isinstance(keys, dict):
+        for name, key in keys.items():
+            if isinstance(key, dict) and "secret" in key:
+                yield (
+                    ("tsig_keys", name, "secret"),
+                    "an inline secret is not published to the group (a bundle never carries a secret): name "
+                    "the member's own file with secret_file, or set sync_group.config_sync: false",
+                )
 
 
-def _naming(text: bytes) -> Any:
-    """The parts of a config's YAML that name its files (`_NAMING`). A member makes a
-    bundle of its file on a SIGHUP, in the reactor's thread, and the whole YAML of a big
-    config takes seconds to parse (cutting it at every top-level key, `yamlsplit.cut`, 30
-    ms): so these sections are found by their keys at the start of a line and parsed
-    alone (5 ms at 5,000 servers), the regions only when their text names a file at all
-    (an ISP's 20,000 networks listed inline name none). A section that does not parse alone
-    (an alias to an anchor elsewhere) has the whole file parsed. (Should a section be found
-    where there is none, inside a multi-line string, the files it names are only added:
-    the config read from the bundle still names and checks the files it needs.)"""
-    decoded = text.decode("utf-8")
-    raw: dict[str, Any] = {}
+def parse(file: str, text: bytes) -> Any:
+    """The config *text* as the config reader reads it (`yamlsrc.load`: its keys parsed,
+    quoted or not); raises `ConfigError`. A big config takes a second or more: a member
+    parses its own in a child process (`config.shared`), or takes what it last read."""
     try:
-        for key in _NAMING:
-            section = _section(decoded, key)
-            if section is None or (key == "regions" and "file" not in section):
-                continue
-            value = yaml.load(section, Loader=_LOADER)  # a safe loader
-            if isinstance(value, dict):
-                raw.update(value)
-    except yaml.YAMLError:
-        return yaml.load(decoded, Loader=_LOADER)
-    return raw
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([Problem(file, (), f"cannot read the config: {e}")]) from None
+    return yamlsrc.load(file, decoded)[0]
 
 
-#: after a top-level key: the colon, then a space or the end of the line
-_AFTER_KEY = re.compile(r"[ \t]*:(?:[ \t]|\r?\n|$)")
-#: the start of the next top-level key: a line that starts with something else than a
-#: space, a comment or a sequence entry (of the section, written at column 0)
-_NEXT_KEY = re.compile(r"\n[^\s#-]")
+def names(
+    raw: Any, main: str, base: str | os.PathLike[str] | None = None, files: Mapping[str, bytes] | None = None
+) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
+    """The name of every file the bundle of config *raw* (named *main*) holds besides the
+    config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
+    and the problems that keep a name out. The zone files are read for their includes
+    (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
+    included files' real paths must be in their zone file's folder); a zone file that
+    cannot be read is the caller's to report."""
+    found: dict[str, KeyPath] = {}
+    problems: list[tuple[KeyPath, str]] = []
+    zones: list[tuple[KeyPath, str]] = []
+    for at, name in referenced(raw):
+        problem = name_problem(name)
+        if problem is not None:
+            problems.append((at, problem))
+            continue
+        key = str(PurePosixPath(name))
+        if key == main:
+            problems.append((at, f"{name}: the config's own name"))
+            continue
+        found.setdefault(key, at)
+        if at[0] == "zones":
+            zones.append((at, key))
+    for at, zone in zones:
+        if files is not None:
+            read = _reader(files)
+            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), read=read)
+        else:
+            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), base=os.fspath(base or "."))
+        for p in zone_problems:
+            problems.append((at, str(p) if p.line else f"{p.file}: {p.message}"))
+        for name in included:
+            if name == main:
+                problems.append((at, f"{name}: $INCLUDE of the config itself"))
+            else:
+                found.setdefault(name, at)
+    return found, problems
 
 
-def _section(text: str, key: str) -> str | None:
-    """The text of top-level *key* in *text* (from the key to the next), or None."""
-    at = 0 if text.startswith(key) else text.find("\n" + key) + 1
-    while (at == 0 and text.startswith(key)) or at > 0:
-        if _AFTER_KEY.match(text, at + len(key)):
-            after = _NEXT_KEY.search(text, at + len(key))
-            return text[at : after.start() + 1 if after else len(text)]
-        found = text.find("\n" + key, at + len(key))
-        if found < 0:
-            break
-        at = found + 1
-    return None
+def _reader(files: Mapping[str, bytes]) -> zoneinclude.Read:
+    def read(name: str) -> bytes:
+        data = files.get(name)
+        if data is None:
+            raise FileNotFoundError(2, "not in the bundle")
+        return data
+
+    return read
+
+
+def check(candidate: Bundle, raw: Any) -> list[Problem]:
+    """Why *candidate*, whose config parses to *raw*, cannot be published or run (none: it
+    can): a name that cannot be shared, a file it names or includes that it does not carry,
+    a file it carries that its config does not name (a bundle holds exactly those), an
+    inline secret. The config's own problems are the config reader's."""
+    problems = Problems(candidate.main)
+    wanted, found = names(raw, candidate.main, files=candidate.files)
+    for at, problem in found:
+        problems.add(at, problem)
+    for name, at in wanted.items():
+        if name not in candidate.files:
+            problems.add(at, f"{name}: named, but not in the bundle")
+    for name in sorted(set(candidate.files) - set(wanted) - {candidate.main}):
+        problems.add(
+            (),
+            f"{name}: the bundle carries a file its config does not name (refused: a bundle holds "
+            "exactly the files its config names and their zones include)",
+        )
+    for at, problem in secrets(raw):
+        problems.add(at, problem)
+    return problems.found
 
 
 def make(
@@ -290,11 +353,14 @@ def make(
     publisher: str,
     published_at: float,
     max_bytes: int = MAX_BYTES,
+    raw: Any = None,
 ) -> Bundle:
-    """The bundle of the config at *path* and the files it names; raises `ConfigError`
-    with every problem (a name that cannot be shared, a file that cannot be read, the
-    whole over *max_bytes*). The config itself is not validated here: the reload's code
-    does that, as for any config."""
+    """The bundle of the config at *path* and the files it names (and the files its zone
+    files ``$INCLUDE``); raises `ConfigError` with every problem (a name that cannot be
+    shared, a file that cannot be read, the whole over *max_bytes*). *raw*: the config as
+    parsed already (`parse`, or the reader's memory of it: see `load.config_value`), else
+    it is parsed here. The config itself is not validated here: the reload's code does
+    that, as for any config; nor are its secrets (`check`)."""
     config_path = Path(path)
     file = str(config_path)
     problems = Problems(file)
@@ -302,25 +368,16 @@ def make(
         text = config_path.read_bytes()
     except OSError as e:
         raise ConfigError([Problem(file, (), f"cannot read it: {e.strerror or e}")]) from None
-    try:
-        raw = _naming(text)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError([Problem(file, (), f"not YAML: {e}")]) from None
+    if raw is None:
+        raw = parse(file, text)
     base = config_path.parent
     if isinstance(raw, dict) and isinstance(raw.get("base_dir"), str):
         base = base / raw["base_dir"]
     files: dict[str, bytes] = {config_path.name: text}
-    for at, name in referenced(raw):
-        problem = name_problem(name)
-        if problem is not None:
-            problems.add(at, problem)
-            continue
-        key = str(PurePosixPath(name))
-        if key == config_path.name:
-            problems.add(at, f"{name}: the config's own name")
-            continue
-        if key in files:
-            continue  # named twice
+    wanted, found = names(raw, config_path.name, base=base)
+    for at, problem in found:
+        problems.add(at, problem)
+    for key, at in wanted.items():
         try:
             files[key] = (base / key).read_bytes()
         except OSError as e:
@@ -391,6 +448,10 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
             raise BadBundle(f"{name}: contents are not base64") from None
     if main not in files:
         raise BadBundle(f"the config {main!r} is not among its files")
+    folders = {str(parent) for name in files for parent in PurePosixPath(name).parents}
+    clash = sorted(folders & set(files))
+    if clash:
+        raise BadBundle(f"{clash[0]}: a file of the bundle that is also the folder of another")
     bundle = Bundle(main, files, generation, based_on, publisher, float(published_at))
     if bundle.digest != claimed:
         raise BadBundle(f"digest {claimed[:16]} does not match its files ({bundle.digest[:16]})")
@@ -401,7 +462,9 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
 
 def write(bundle: Bundle, directory: str | os.PathLike[str]) -> Path:
     """Write the bundle's files under *directory* (made if missing); returns the config's
-    path there. Each file is written whole then renamed into place."""
+    path there. Each file is written whole under a name of its own (made, never opened if
+    there: no link followed, no file of the bundle overwritten), then renamed into place;
+    a name that would leave *directory* (a link in the way) raises `BadBundle`."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     resolved_root = root.resolve()
@@ -413,9 +476,14 @@ def write(bundle: Bundle, directory: str | os.PathLike[str]) -> Path:
         if not target.resolve().is_relative_to(resolved_root):  # (a link in the way)
             raise BadBundle(f"{name}: leaves {root}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(partial, target)
+        fd, partial = tempfile.mkstemp(prefix=".partial-", dir=target.parent)  # (O_EXCL: made here)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(partial, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
     return root / bundle.main

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import geoip, health, querylog, traffic, transfer, yamlchild
+from gtmcluster.config import bundle, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
 from gtmcluster.config import links as link_settings
 from gtmcluster.config.apisettings import api_beyond_loopback, read_api
 from gtmcluster.config.model import (
@@ -96,6 +96,21 @@ def load(path: str | os.PathLike[str], own_dir: Path | None = None) -> Config:
     return config
 
 
+def config_value(file: str, text: bytes) -> Any:
+    """*text* (read from *file*) as the config reader reads it: what it last read, when that
+    was this text (the config just loaded: a big file is not parsed a second time), else
+    parsed (`bundle.parse`, a second or more at 5,000 servers). Raises `ConfigError`."""
+    try:
+        pieces = yamlsplit.cut(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        pieces = None
+    if pieces is not None and len({p.key for p in pieces}) == len(pieces):
+        held = [yamlchild.MEMORY.get(p.key, p.sha()) for p in pieces]
+        if all(h is not None for h in held):
+            return {p.key: h[0] for p, h in zip(pieces, held, strict=True) if h is not None}
+    return bundle.parse(file, text)
+
+
 def parse_file(file: str) -> yamlchild.Parsed:
     """Read *file* and parse its YAML (cut at its top-level keys, for `yamlchild.Memory`).
     Raises `ConfigError` if it cannot be read or parsed."""
@@ -122,7 +137,10 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     and this is the member's own base folder, from its own config file. The member's
     own things (certificates and key, API token file, state and log folders) are named
     relative to it, and the bundle's files (zones, regions, CA files of monitors)
-    relative to the folder of *file*: the bundle's ``base_dir`` was the publisher's."""
+    relative to the folder of *file*: the bundle's ``base_dir`` was the publisher's.
+    A bundle's names must stay in its folder (checked before any file is read), it holds
+    no inline secret, and no file its config does not name (`bundle.check`); what the
+    member runs decides its own things (`changes.own_ground`)."""
     yield from parsed.wanted(*SECTION_ORDER[: -len(BIG_SECTIONS)])
     data = parsed.value
     problems = Problems(file, parsed.lines)
@@ -143,10 +161,16 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     content_dir = base_dir
     if own_dir is not None:
         base_dir, content_dir = own_dir, config_dir
+        _bundle_names(r, problems, data, ("zones", "monitors", "geoip"))
+        for at, problem in bundle.secrets(data):
+            r.error(at, problem)
+    own_paths: dict[Path, str] = {}
 
     def resolve(p: str) -> Path:
         """A path of the member's own."""
-        return Path(p) if os.path.isabs(p) else base_dir / p
+        path = Path(p) if os.path.isabs(p) else base_dir / p
+        own_paths.setdefault(path, p)
+        return path
 
     def content(p: str) -> Path:
         """A path of the group's content (a bundle carries these files)."""
@@ -173,7 +197,8 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
     tsig_keys = transfer.read_tsig_keys(r, top, resolve)
     transfers: dict[Name, ZoneTransfer] = {}
-    zone_data, broken_zones = read_zones(r, top, content, resolve, zone_keys, tsig_keys, transfers)
+    shared = own_dir is not None or sync_group.settings.config_sync
+    zone_data, broken_zones = read_zones(r, top, content, resolve, zone_keys, tsig_keys, transfers, shared)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
@@ -183,6 +208,8 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     health.check_budget(r, health_settings, vss, links)
     yield
     yield from parsed.wanted("regions")
+    if own_dir is not None:
+        _bundle_names(r, problems, data, ("regions",))
     databases = yield from geoip.read_geoip(r, top, content)
     regions = yield from traffic.read_regions(r, top.get("regions", {}), content, databases)
     yield from parsed.wanted("pools")
@@ -202,6 +229,8 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     top.done()
     yield from parsed.complete()
     problems.found.extend(parsed.problems)  # the duplicate keys
+    if own_dir is not None:
+        _extra_files(r, data, Path(file).name, content_dir)
     problems.raise_if_any()
     r.keep_networks()
     yield
@@ -240,7 +269,32 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         wideip_names=wideip_names,
         dnssec=MappingProxyType(zone_keys),
         transfers=MappingProxyType(transfers),
+        own_paths=MappingProxyType(own_paths),
     )
+
+
+def _bundle_names(r: Reader, problems: Problems, data: Any, keys: tuple[str, ...]) -> None:
+    """In a bundle: a file named by sections *keys* must be in the bundle's folder; one
+    that is not (an absolute path, ``..``) is refused before any file is read."""
+    if not isinstance(data, dict):
+        return
+    for at, name in bundle.referenced({k: data[k] for k in keys if k in data}):
+        problem = bundle.name_problem(name)
+        if problem is not None:
+            r.error(at, problem)
+    problems.raise_if_any()
+
+
+def _extra_files(r: Reader, data: Any, main: str, folder: Path) -> None:
+    """In a bundle written out in *folder*: a file its config does not name is refused."""
+    wanted, _ = bundle.names(data, main, base=folder)  # (their problems: the readers')
+    present = {Path(root, name).relative_to(folder).as_posix() for root, _, names in os.walk(folder) for name in names}
+    for name in sorted(present - set(wanted) - {main}):
+        r.error(
+            (),
+            f"{name}: the bundle carries a file its config does not name (refused: a bundle holds exactly the "
+            "files its config names and their zones include)",
+        )
 
 
 def _digest(

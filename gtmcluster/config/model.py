@@ -518,6 +518,9 @@ class Config:
     dnssec: Mapping[Name, tuple[ZoneKey, ...]] = field(repr=False, compare=False, default_factory=dict)
     #: zone origin (lowercased labels) -> its ``transfer`` settings, for zones that have them
     transfers: Mapping[Name, ZoneTransfer] = field(default_factory=dict)
+    #: every file and folder of the member's own the config names (certificates, token and
+    #: secret files, signing keys, log folder...), as resolved -> as written
+    own_paths: Mapping[Path, str] = field(repr=False, compare=False, default_factory=dict)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

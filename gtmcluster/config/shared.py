@@ -11,26 +11,41 @@ of its own missing) is logged, and it runs its own file.
 Its file is published when it changed since the member last read it (``local.json`` on
 the shelf): by a SIGHUP or a reload through the API. A SIGHUP to a file that did not
 change reads the running config again (renewed certificates), and publishes nothing.
+
+A bundle holds exactly the files its config names (`bundle.names`, from the YAML as the
+config reader parses it: in the reload's child process, a big config being a second of
+parsing), and never a secret. A bundle received from a peer is checked so before it is
+kept or relayed (`vet`); one published here is checked when it is read to run it
+(`load.build`); and what a bundle may not change of the member's own ground is refused
+when it would run (`changes.own_ground`), at start too.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorProcess
 from twisted.logger import Logger
 
+from gtmcluster import slices
 from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle, Header
-from gtmcluster.config.load import load
+from gtmcluster.config.changes import own_ground
+from gtmcluster.config.load import SECTION_ORDER, config_value, load
 from gtmcluster.config.model import Config
-from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.problems import ConfigError, Problem
 from gtmcluster.config.shelf import Shelf
+from gtmcluster.config.yamlchild import MEMORY, Child
+from gtmcluster.config.yamlsrc import Resplit
+from gtmcluster.gcpause import collection_paused
 from gtmcluster.sync.configsync import ConfigSync, Running
 
 if TYPE_CHECKING:
@@ -57,11 +72,23 @@ def at_start(local: Config, path: str, node: str, owner: tuple[int, int] | None 
     shelf = Shelf(local.state_dir_for(node) / "bundles", owner=owner)
     own_dir = local.base_dir
     start = Start(local, None, shelf, own_dir)
+    if not local.sync_group.settings.config_sync:
+        return start
     try:
-        mine = bundle.make(path, 1, 0, node, 0.0).digest
-    except ConfigError as e:
-        mine = ""
+        raw = config_value(path, Path(path).read_bytes())  # (what `load` just read: not parsed again)
+        mine = bundle.make(path, 1, 0, node, 0.0, raw=raw).digest
+        secrets = [f"{'.'.join(str(k) for k in at)}: {why}" for at, why in bundle.secrets(raw)]
+    except (ConfigError, OSError) as e:
+        mine, secrets = "", []
         log.warn("{path} cannot be shared with the group: {why}", path=path, why=e, event="config_not_shareable")
+    if secrets:
+        log.warn(
+            "{path} holds inline secrets, which config sync does not publish: a change to it is refused until "
+            "they are in files of the member's own ({secrets})",
+            path=path,
+            secrets="; ".join(secrets),
+            event="config_not_shareable",
+        )
     changed = shelf.local_digest() not in (None, mine)
     if shelf.local_digest() is None and mine:
         try:
@@ -69,7 +96,7 @@ def at_start(local: Config, path: str, node: str, owner: tuple[int, int] | None 
         except OSError as e:
             log.warn("cannot note {path}'s digest in {dir}: {why}", path=path, dir=shelf.directory, why=e)
     newest = shelf.newest()
-    if not local.sync_group.settings.config_sync or newest is None:
+    if newest is None:
         return start
     try:
         config = load(shelf.config_path(newest), own_dir)
@@ -88,6 +115,16 @@ def at_start(local: Config, path: str, node: str, owner: tuple[int, int] | None 
             generation=newest.generation,
             node=node,
             path=path,
+            event="config_bundle_unusable",
+        )
+        return start
+    differ = own_ground(local, config, node)
+    if differ:
+        log.error(
+            "the group's config generation {generation} cannot be run here, {path} is: {problems}",
+            generation=newest.generation,
+            path=path,
+            problems="; ".join(differ),
             event="config_bundle_unusable",
         )
         return start
@@ -169,6 +206,14 @@ class GroupConfig:
         config = service.node.config
         self.sync = ConfigSync(service.replicator, start.shelf, config.sync_group.settings.config_sync)
         self.sync.apply = self.apply
+        self.sync.vet = self.vet
+        #: parses a config's text as the config reader does (fires with its value, fails
+        #: with `ConfigError`): in the reload's YAML child where the reactor runs processes
+        self.parse: Callable[[str, bytes], defer.Deferred[Any]] = (
+            (lambda file, text: defer.ensureDeferred(parsed_beside(service.reactor, file, text)))
+            if IReactorProcess.providedBy(service.reactor)
+            else lambda file, text: defer.maybeDeferred(bundle.parse, file, text)
+        )
         self.sync.running = Running(
             start.header.generation if start.header else 0, start.header.digest if start.header else "", config.digest
         )
@@ -180,6 +225,19 @@ class GroupConfig:
     def running_header(self) -> Header | None:
         r = self.sync.running
         return self.shelf.find(r.generation, r.digest) if r.generation else None
+
+    def vet(self, got: Bundle) -> defer.Deferred[list[str]]:
+        """Why bundle *got*, received, is not to be kept nor relayed (`bundle.check`): its
+        config parsed beside the reactor."""
+
+        def checked(raw: Any) -> list[str]:
+            return [str(p) for p in bundle.check(got, raw)]
+
+        def unparsed(failure: Any) -> list[str]:
+            failure.trap(ConfigError)
+            return [str(p) for p in failure.value.problems]
+
+        return self.parse(got.main, got.config_text).addCallbacks(checked, unparsed)
 
     def apply(self, header: Header) -> defer.Deferred[list[str]]:
         """Run bundle *header* (held): a reload from its files."""
@@ -226,14 +284,31 @@ class GroupConfig:
 
     def reload(self) -> defer.Deferred[list[str]]:
         """A SIGHUP (or the API's reload): the member's file published if it changed since
-        it was last read, else the running config read again."""
+        it was last read, else the running config read again. Its YAML is parsed beside
+        the reactor (the files it names are found in it), its files read in the thread pool."""
+        return defer.ensureDeferred(self._reload())
+
+    async def _reload(self) -> list[str]:
         service = self.service
+        path = service.config_path
         try:
-            made = bundle.make(service.config_path, 1, 0, self.node, 0.0)
+            text = await self.sync.in_thread(lambda: Path(path).read_bytes())
+            raw = await self.parse(path, text)
+            made = await self.sync.in_thread(lambda: bundle.make(path, 1, 0, self.node, 0.0, raw=raw))
+        except OSError as e:
+            problems = [f"{path}: cannot read it: {e.strerror or e}"]
         except ConfigError as e:
             problems = [str(p) for p in e.problems]
-            log.error("reload refused, the running config stays: {problems}", problems="; ".join(problems))
-            return defer.succeed(problems)
+        except Exception:
+            log.failure("reading {path} failed", path=path)
+            problems = [f"{path}: could not be read (an internal error, see the node's log)"]
+        else:
+            return await self._reloaded(made)
+        log.error("reload refused, the running config stays: {problems}", problems="; ".join(problems))
+        return problems
+
+    def _reloaded(self, made: Bundle) -> defer.Deferred[list[str]]:
+        service = self.service
         held = self.shelf.newest()
         if made.digest == self.shelf.local_digest() or (held is not None and made.digest == held.digest):
             self.shelf.set_local_digest(made.digest)
@@ -264,3 +339,28 @@ class GroupConfig:
             return result.problems
 
         return self.publish(made, None, False).addCallback(published)  # (no based_on: never stale)
+
+
+async def parsed_beside(reactor: Any, file: str, text: bytes) -> Any:
+    """*text*'s value as the config reader reads it, parsed in the reload's YAML child
+    process (`yamlchild`: a big config is a second of parsing, not to be done in the
+    reactor's thread), the sections whose text it read last taken from memory; those it
+    parsed are remembered, so that reading this config again to run it parses nothing
+    twice. Raises `ConfigError`."""
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([Problem(file, (), f"cannot read the config: {e}")]) from None
+    with collection_paused():  # (as a reload: a million young objects, see `config.reload`)
+        for split in (True, False):
+            child = Child(reactor, file, decoded, SECTION_ORDER, split, MEMORY if split else None)
+            parsed = await child.start()
+            try:
+                await slices.run(parsed.complete(), reactor)
+            except Resplit:
+                continue  # read whole
+            if parsed.pieces:
+                MEMORY.keep(parsed)
+            gc.freeze()
+            return parsed.value
+    raise AssertionError("unreachable: a file read whole is not cut again")

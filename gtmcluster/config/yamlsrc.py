@@ -190,6 +190,9 @@ def _pieces(
         raise ConfigError([e.problem]) from None
     except RecursionError:
         raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
+    except yaml.YAMLError:  # a value that composes but cannot be built (an unknown tag): as read whole
+        load(path, text)  # raises ConfigError with its line
+        raise
     finally:
         if builder.loader is not None:
             builder.loader.dispose()

@@ -1,14 +1,21 @@
 """The ``zones`` section: each zone's origin and file (loaded with `dns.zonefile`), its
-online signing keys (``dnssec``) and its ``transfer`` settings."""
+online signing keys (``dnssec``) and its ``transfer`` settings.
+
+A zone file's ``$INCLUDE``s read inside its own folder (`zoneinclude.Includes`); a config not
+shared by config sync (``sync_group.config_sync: false``) may open further folders for a
+zone with ``include_dirs: [DIR, ...]`` (relative to ``base_dir``, or absolute). A shared
+config cannot: its bundle carries the included files, named inside the zone's folder."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from gtmcluster.config import transfer
 from gtmcluster.config.model import TSIGKey, ZoneTransfer
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dns import names, zonefile
+from gtmcluster.dns import names, zonefile, zoneinclude
 from gtmcluster.dns.names import Name
 from gtmcluster.dnssec.config import read_zone_dnssec
 from gtmcluster.dnssec.keys import ZoneKey
@@ -22,9 +29,11 @@ def read_zones(
     zone_keys: dict[Name, tuple[ZoneKey, ...]],
     keys: dict[str, TSIGKey],
     transfers: dict[Name, ZoneTransfer],
+    shared: bool = True,
 ) -> tuple[list[zonefile.ZoneData], set[Name] | None]:
     """The zones that load, and the origins of those that do not (None: unknown ones too);
-    the zones' ``transfer`` settings go into *transfers*, their signing keys into *zone_keys*."""
+    the zones' ``transfer`` settings go into *transfers*, their signing keys into *zone_keys*.
+    *shared*: the config is (or may be) a config sync bundle: no ``include_dirs``."""
     out: list[zonefile.ZoneData] = []
     broken: set[Name] | None = set()
     raw = top.require("zones", "the zones this sync group serves: [{origin, file}]")
@@ -48,6 +57,7 @@ def read_zones(
                 m.at("transfer"), "a zone signed online (dnssec) is not transferred yet: its copy would be unsigned"
             )
             settings = None
+        dirs = _include_dirs(r, m, resolve, shared) if m is not None and m.has("include_dirs") else ()
         if m is not None:
             m.done()
         labels: Name | None = None
@@ -73,7 +83,7 @@ def read_zones(
             transfers[labels] = settings
         zone_path = resolve(file_name)
         try:
-            out.append(zonefile.load(str(zone_path), origin))
+            out.append(zonefile.load(str(zone_path), origin, zoneinclude.Includes(shared, dirs or ())))
         except zonefile.ZoneFileError as e:
             if broken is not None:
                 broken.add(labels)
@@ -81,3 +91,28 @@ def read_zones(
                 where = f"{p.file}:{p.line}" if p.line else p.file
                 r.error(m.at("file"), f"{where}: {p.message}")
     return out, broken
+
+
+def _include_dirs(r: Reader, m: Mapping, resolve: Any, shared: bool) -> tuple[str, ...] | None:
+    """``zones[i].include_dirs``: folders the zone's ``$INCLUDE`` may read from besides its
+    own (outside config sync); None after a problem (nothing more is opened)."""
+    at = m.at("include_dirs")
+    if shared:
+        r.error(
+            at,
+            "opens folders to $INCLUDE only outside config sync (sync_group.config_sync: false): a config the "
+            "group shares carries its included files in the bundle, inside the zone file's folder",
+        )
+        return None
+    items = r.list(at, m.get("include_dirs"), "a list of folders")
+    dirs: list[str] = []
+    for i, item in enumerate(items or []):
+        name = r.string((*at, i), item)
+        if name is None:
+            continue
+        folder: Path = resolve(name)
+        if not folder.is_dir():
+            r.error((*at, i), f"{folder} is not a folder")
+            continue
+        dirs.append(os.path.realpath(folder))
+    return tuple(dirs) if items is not None else None

@@ -7,8 +7,9 @@ changed: see `service.NodeService`); every member keeps the newest bundle it kno
 `ConfigState`, when a connection is established and whenever it changes. A member told
 of a newer bundle than its own fetches it from that peer (`ConfigFetch`, in parts of at
 most `codec.MAX_BATCH` bytes), checks it (size before anything is parsed, then shape,
-digest, and that it is what the peer announced), keeps it, and tells its peers, who fetch
-it in turn: a member that reaches one peer only still gets it, and one that was down
+digest, and that it is what the peer announced; then, its config parsed, that it carries
+exactly the files its config names and no secret: `vet`), keeps it, and tells its peers,
+who fetch it in turn: a member that reaches one peer only still gets it, and one that was down
 gets it when it connects. Then it runs it, as a reload (`apply`): a bundle it cannot
 run (its own sockets changed, a file of its own is missing) is refused, kept, relayed,
 and said in its state, so status shows it on every member.
@@ -29,6 +30,7 @@ from twisted.python.failure import Failure
 
 from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shelf import Shelf
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage, ConfigView
@@ -74,6 +76,9 @@ class ConfigSync:
         #: runs a bundle held (on the shelf) as the member's config; fires with the
         #: problems that kept it from running (none: it runs it)
         self.apply: Callable[[Header], defer.Deferred[list[str]]] | None = None
+        #: why a bundle received is not to be kept nor relayed (`bundle.check`), its config
+        #: parsed (the service parses it beside the reactor; here at once, as in tests)
+        self.vet: Callable[[Bundle], defer.Deferred[list[str]]] = _vet_here
         #: told whenever what this member holds or runs changes
         self.listeners: list[Callable[[], None]] = []
         #: runs file work (writing a bundle: 40 ms at 5,000 servers) off the reactor's
@@ -203,6 +208,10 @@ class ConfigSync:
         got = await self.in_thread(lambda: bundle.decode(data))
         if got.header != offered:
             raise BadMessage(f"sent config generation {got.generation} ({got.digest[:12]}), not what it offered")
+        problems = await self.vet(got)
+        if problems:
+            self._turned_away(proto, got.header, problems)
+            raise _Abandoned()
         log.info(
             "took config generation {generation} ({digest}) published by {publisher} from {peer}",
             generation=got.generation,
@@ -215,6 +224,23 @@ class ConfigSync:
         if self._fetching is offered:
             self._fetching = None
         self._next()
+
+    def _turned_away(self, proto: PeerProtocol, header: Header, problems: list[str]) -> None:
+        """Bundle *header*, fetched from *proto*, is not kept nor relayed: said in this
+        member's refusal (status shows it on every member) and logged."""
+        log.error(
+            "config generation {generation} ({digest}) published by {publisher}, from {peer}, is refused and not "
+            "kept: {problems}",
+            generation=header.generation,
+            digest=header.digest[:12],
+            publisher=header.publisher,
+            peer=proto.peer,
+            problems="; ".join(problems),
+            event="config_turned_away",
+        )
+        if self.refused is None or bundle.newer(self.refused[0], header) is header:
+            self.refused = (header, tuple(r[: codec.MAX_REASON] for r in problems[: codec.MAX_REASONS]))
+            self.tell()
 
     def _fetch_failed(self, failure: Failure, proto: PeerProtocol, offered: Header) -> None:
         if self._fetching is offered:
@@ -337,6 +363,14 @@ class ConfigSync:
             self.refused = None
         self.shelf.running = self.shelf.folder(header) if header else None
         self.tell()
+
+
+def _vet_here(got: Bundle) -> defer.Deferred[list[str]]:
+    try:
+        raw = bundle.parse(got.main, got.config_text)
+    except ConfigError as e:
+        return defer.succeed([str(p) for p in e.problems])
+    return defer.succeed([str(p) for p in bundle.check(got, raw)])
 
 
 class _Abandoned(Exception):

@@ -63,10 +63,14 @@ def gtmcluster(
     )
 
 
-def https_config(address: str) -> dict[str, Any]:
+def https_config(address: str, directory: Path) -> dict[str, Any]:
+    """The config of an HTTPS node written in *directory* (its token in a file there: config
+    sync, on, never publishes an inline secret)."""
     raw = configs.base(address, 5353)
     raw["pools"]["p"]["load_balancing"] = {"preferred": "global_availability"}
-    raw["api"] = {"token": TOKEN, "token_for_reads": True, "tls": True, "client_certificates": "required"}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "api-token").write_text(TOKEN + "\n")
+    raw["api"] = {"token_file": "api-token", "token_for_reads": True, "tls": True, "client_certificates": "required"}
     return raw
 
 
@@ -115,7 +119,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     for args in (("init",), ("issue", "n1"), ("issue", "--client", "mallory")):
         assert gtmcluster("certs", *args, "--dir", "foreign", cwd=directory).returncode == 0
     address = loopback_address()
-    path = configs.write(directory, https_config(address))
+    path = configs.write(directory, https_config(address, directory))
     with running_node(path, "n1", address, 5353, directory) as running:
         yield Site(running, directory, path)
 
@@ -266,7 +270,7 @@ def test_twistd_wants_the_certificate_for_https(tmp_path: Path) -> None:
     """A group of one needs no certificate, unless its API serves HTTPS: then a missing one
     stops the start with the reason and the command that makes it."""
     address = loopback_address()
-    path = configs.write(tmp_path, https_config(address))
+    path = configs.write(tmp_path, https_config(address, tmp_path))
     ran = subprocess.run(
         [*twistd(), "--nodaemon", f"--pidfile={tmp_path / 'n1.pid'}", "gtm", f"--config={path}", "--node=n1"],
         capture_output=True,
@@ -283,7 +287,8 @@ def test_twistd_wants_the_certificate_for_https(tmp_path: Path) -> None:
 def test_check_refuses_a_token_over_plain_http_beyond_loopback(tmp_path: Path) -> None:
     raw = configs.base("127.0.0.1", 5353)
     raw["sync_group"]["members"][0]["api"] = "192.0.2.10:8053"
-    raw["api"] = {"token": TOKEN}
+    (tmp_path / "api-token").write_text(TOKEN + "\n")
+    raw["api"] = {"token_file": "api-token"}
     path = configs.write(tmp_path, raw)
     ran = gtmcluster("check", "--config", str(path))
     assert ran.returncode == 1

@@ -102,9 +102,11 @@ def test_real_queries_are_logged_and_read_by_dnstap_read(tmp_path: Path) -> None
 
 def test_a_reload_to_another_path_closes_one_file_and_opens_the_other(tmp_path: Path) -> None:
     """SIGHUP with a changed query_log.path: the old file ends with its STOP frame and holds
-    the queries before; the queries after go to the new file."""
+    the queries before; the queries after go to the new file. (A file of the node's own, not
+    shared by config sync: a published config never moves the query log, issue 30.)"""
     address = loopback_address()
     config = configs.base(address, DNS_PORT)
+    config["sync_group"]["config_sync"] = False
     config["dns_server"]["query_log"] = {"path": "first.dnstap"}
     path = configs.write(tmp_path, config)
     first, second = tmp_path / "first.dnstap", tmp_path / "second.dnstap"

@@ -39,7 +39,7 @@ def big_config(address: str) -> dict[str, Any]:
     """The test config with a region of 20 000 networks (an ISP list's size), so a reload
     has real work to do while queries arrive."""
     raw = configs.base(address, 5353)
-    raw["api"] = {"token": TOKEN}
+    raw["api"] = {"token_file": "api-token"}  # (a config shared by config sync never carries a secret)
     base = int(ipaddress.ip_address("100.64.0.0"))
     raw["regions"]["big"] = [f"{ipaddress.ip_address(base + i * 256)}/24" for i in range(20_000)]
     raw["topology"].insert(0, {"ldns": "region big", "server": "datacenter DC2", "score": 50})
@@ -106,6 +106,7 @@ def dnsperf_figures(output: str) -> dict[str, Any]:
 def test_no_query_lost_or_failed_while_reloading(tmp_path: Path) -> None:
     address = loopback_address()
     raw = big_config(address)
+    (tmp_path / "api-token").write_text(TOKEN + "\n")
     path = configs.write(tmp_path, raw)
     queries = tmp_path / "queries"
     queries.write_text("gslb.example.test A\ngslb.example.test AAAA\nwww.example.test A\nexample.test SOA\n")

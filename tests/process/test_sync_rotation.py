@@ -2,7 +2,8 @@
 certificate and key are renewed in place (the same paths), n1 reloads, and from then on new
 connections see the new certificate while the connection it had keeps working; a bad new
 certificate (another CA, a key that does not match, an expired one) is refused by the
-reload with the reason, and the certificate in use stays; changed paths are taken too.
+reload with the reason, and the certificate in use stays; so are changed paths, under
+config sync (a member's own ground never comes from a published config).
 """
 
 from __future__ import annotations
@@ -142,22 +143,27 @@ def test_a_bad_new_certificate_is_refused_and_the_old_one_stays(lab: Lab, case: 
     lab.assert_intact()
 
 
-def test_changed_certificate_paths_are_taken_by_a_reload(lab: Lab) -> None:
+def test_changed_certificate_paths_are_refused_under_config_sync(lab: Lab) -> None:
     """The config now points n1 at certificates in another directory (a new CA file there
-    with the same CA): the reload is accepted and new connections see that certificate."""
+    with the same CA): under config sync the reload publishes the file, and a published
+    config never moves a member's own certificates (issue 30, rule 3). Refused with the
+    reason; the certificate in use stays. (With ``config_sync: false`` a reload takes new
+    paths: `tests/unit/test_config_bundle_rules.py`.)"""
     group = lab.group
     elsewhere = group.workdir / "renewed"
     elsewhere.mkdir()
     shutil.copy2(group.certs / "ca.pem", elsewhere / "ca.pem")
     shutil.copy2(group.certs / "ca.key", elsewhere / "ca.key")
-    files = certs.issue(elsewhere, NODE)
+    certs.issue(elsewhere, NODE)
+    before = served_serial(lab)
     config = yaml.safe_load(group.config_path.read_text())
     config["sync_group"]["tls"] = {"ca": "certs/ca.pem", "cert": "renewed/{node}.pem", "key": "renewed/{node}.key"}
     group.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     try:
         code, body = reload(lab)
-        assert code == 200, body
-        assert served_serial(lab) == f"{files.certificate.serial_number:x}"
+        assert code == 422, body
+        assert "sync_group.tls changed" in json.dumps(body) and "restart the member" in json.dumps(body), body
+        assert served_serial(lab) == before
     finally:
         group.config_path.write_text(yaml.safe_dump(group.config, sort_keys=False))
     lab.assert_intact()

@@ -235,12 +235,15 @@ def write(
     name: str = "big.yaml",
     make_certs: bool = True,
 ) -> Path:
-    """Write the config (as *name*, and its `shell` as ``shell-``*name*), its zone file and
-    (unless told not to) the group CA and every member's certificate (``certs/``) into
-    *directory*; the config's path."""
+    """Write the config (as *name*, and its `shell` as ``shell-``*name*), its zone file, the
+    API token file and (unless told not to) the group CA and every member's certificate
+    (``certs/``) into *directory*; the config's path."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{ZONE}.zone").write_text(ZONE_TEXT)
     data = config(shape, addresses, sync)
+    # the token in a file of the members' own: config sync never publishes an inline secret
+    (directory / "api-token").write_text(TOKEN + "\n")
+    data["api"] = {"token_file": "api-token"}
     path = directory / name
     dump(path, data)
     dump(path.with_name(f"shell-{name}"), shell(data))

@@ -49,19 +49,39 @@ def test_a_bundle_holds_the_config_and_every_file_it_names(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("text", "names"),
     [
-        # the sections found at the start of a line, in any order, a sequence at column 0
+        # the sections in any order, a sequence at column 0
         ("zones:\n- {origin: a.test, file: a.zone}\nregions:\n  r: [{file: r.txt}]\n", ["a.zone", "r.txt"]),
-        # inline regions (no "file" in their text) are not parsed; a nested key is no section
+        # a nested key is no section
         ("regions:\n  r: [10.0.0.0/8]\nother:\n  zones: [{file: no.zone}]\nzones: [{file: b.zone}]\n", ["b.zone"]),
-        # an alias to an anchor in another section: the whole file is read
+        # an alias to an anchor in another section
         ("shared: &z {origin: c.test, file: c.zone}\nzones: [*z]\n", ["c.zone"]),
         # "zones" as the start of a longer key is not the key
         ("zonesx: [{file: x.zone}]\nmonitors: {m: {type: https, ca_file: m.pem}}\n", ["m.pem"]),
+        # quoted keys are the same keys (issue 30: a text search missed them)
+        ("\"zones\": [{origin: q.test, file: q.zone}]\n'geoip': {country: c.mmdb}\n", ["q.zone", "c.mmdb"]),
+        # what looks like a key at the start of a line inside a quoted string is not one
+        ('x: "a\nzones: [{file: in-a-string.zone}]\ny: b"\nzones: [{file: real.zone}]\n', ["real.zone"]),
+        # a merge key brings a mapping's keys in
+        ("base: &m {type: https, ca_file: merged.pem}\nmonitors: {m: {<<: *m}}\n", ["merged.pem"]),
     ],
 )
-def test_the_files_named_are_found_without_reading_the_whole_yaml(text: str, names: list[str]) -> None:
-    found = [name for _, name in bundle.referenced(bundle._naming(text.encode()))]
+def test_the_files_named_are_found_by_parsing_the_yaml(text: str, names: list[str]) -> None:
+    found = [name for _, name in bundle.referenced(bundle.parse("c.yaml", text.encode()))]
     assert found == names
+
+
+def test_a_quoted_zones_key_is_carried_and_its_names_checked(tmp_path: Path) -> None:
+    """Issue 30, defect 8: ``"zones":`` is the zones section; its file travels, and an
+    absolute name in it is refused."""
+    data = configs.base()
+    path = configs.write(tmp_path, data)
+    text = path.read_text().replace("\nzones:", '\n"zones":')
+    assert '\n"zones":' in text
+    path.write_text(text)
+    assert sorted(bundle.make(path, 1, 0, "n1", 0.0).files) == ["cluster.yaml", "example.test.zone"]
+    path.write_text(text.replace("file: example.test.zone", f"file: {tmp_path / 'example.test.zone'}"))
+    with pytest.raises(ConfigError, match=r"zones\[0\]\.file: .*an absolute path cannot be shared"):
+        bundle.make(path, 1, 0, "n1", 0.0)
 
 
 def test_a_name_that_leaves_the_folder_or_a_missing_file_is_refused_with_its_key_path(tmp_path: Path) -> None:
@@ -111,6 +131,10 @@ def _good(tmp_path: Path) -> bytes:
         (lambda doc: doc["files"].update({"x": "not base64!"}), "not base64"),
         (lambda doc: doc["files"].update({"extra": "AAAA"}), "does not match its files"),
         (lambda doc: doc.update(main="other.yaml"), "not among its files"),
+        (
+            lambda doc: doc["files"].update({"ca/web.pem/x": ""}),
+            "ca/web.pem: a file of the bundle that is also the folder",
+        ),
     ],
 )
 def test_a_bundle_received_is_checked_before_anything_uses_it(tmp_path: Path, change: object, problem: str) -> None:
@@ -128,7 +152,9 @@ def test_a_bundle_received_too_big_is_refused_before_it_is_parsed() -> None:
 
 
 names = st.from_regex(r"[a-z]{1,6}(/[a-z]{1,6}){0,2}", fullmatch=True)
-file_maps = st.dictionaries(names, st.binary(max_size=64), min_size=1, max_size=5)
+file_maps = st.dictionaries(names, st.binary(max_size=64), min_size=1, max_size=5).filter(
+    lambda files: not any(other.startswith(name + "/") for name in files for other in files)  # (no file a folder)
+)
 
 
 @settings(max_examples=100, deadline=None)

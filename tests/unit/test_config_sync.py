@@ -122,6 +122,47 @@ def test_a_member_that_cannot_run_a_bundle_keeps_relays_and_says_it(trio: Member
     assert trio.syncs["gtm-b"].settled  # refused is settled: it answers with what it runs
 
 
+@pytest.mark.parametrize(
+    ("text", "extra", "reason"),
+    [
+        # a key and a CA the config never names (issue 30, defect 5)
+        (
+            "x: 1\n",
+            {"keys/evil-ca.pem": b"-----BEGIN CERTIFICATE-----\n"},
+            "gtm.yaml: (top level): keys/evil-ca.pem: the bundle carries a file its config does not name",
+        ),
+        ("api: {token: 0123456789abcdef01}\n", {}, "gtm.yaml: api.token: an inline token is not published"),
+        (
+            '"zones": [{origin: a.test, file: /etc/hostname}]\n',
+            {},
+            "gtm.yaml: zones[0].file: /etc/hostname: an absolute path cannot be shared",
+        ),
+        (
+            "zones: [{origin: a.test, file: a.zone}]\n",
+            {"a.zone": b"$INCLUDE hosts.inc\n"},
+            "gtm.yaml: zones[0].file: a.zone:1: cannot read the included file hosts.inc",
+        ),
+        ("x: [\n", {}, "gtm.yaml: (top level): YAML syntax"),
+    ],
+)
+def test_a_bundle_received_that_breaks_the_rules_is_neither_kept_nor_relayed(
+    trio: Members, text: str, extra: dict[str, bytes], reason: str
+) -> None:
+    """gtm-a holds such a bundle (an older or hostile member's): gtm-b fetches it, checks
+    it before keeping it, refuses it and says why; gtm-c, behind gtm-b, never sees it."""
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.cluster.connect("gtm-b", "gtm-c")
+    made = trio.publish("gtm-a", 1, text, extra)
+    b = trio.syncs["gtm-b"]
+    assert trio.held() == {"gtm-a": (1, "gtm-a"), "gtm-b": None, "gtm-c": None}
+    assert trio.runs["gtm-b"] == [] and not (b.shelf.directory.exists() and any(b.shelf.directory.iterdir()))
+    assert b.refused is not None and b.refused[0] == made.header
+    assert b.refused[1][0].startswith(reason), b.refused
+    view = trio.syncs["gtm-a"].views["gtm-b"]
+    assert view.refused == made.header and view.reasons[0].startswith(reason)
+    assert b.settled and trio.cluster.replicators["gtm-b"].connected_names() == ["gtm-a", "gtm-c"]
+
+
 def test_a_refused_bundle_is_tried_again_on_demand_and_runs_once_mended(trio: Members) -> None:
     trio.refuse["gtm-b"] = ["sync group TLS: cannot read certs/gtm-b.pem"]
     trio.cluster.connect("gtm-a", "gtm-b")

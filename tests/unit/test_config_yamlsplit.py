@@ -112,3 +112,16 @@ def test_a_section_whose_text_the_reader_holds_is_only_named() -> None:
     again = list(yamlsrc.sections("f.yaml", edited, ORDER, True, known=shas))
     assert [e[:2] for e in again if e[0] in ("section", "same")] == [("section", "c"), ("same", "a"), ("same", "b")]
     assert ("same", "a", shas["a"]) in again
+
+
+def test_a_value_that_composes_but_cannot_be_built_is_a_problem_cut_or_whole() -> None:
+    """An unknown tag in a section: the problem `yamlsrc.load` gives with its line, not
+    PyYAML's exception (a fuzz finding: it escaped the cut file's reading)."""
+    text = "a: 1\nb:\n  c: !unknown x\n"
+    assert yamlsplit.cut(text) is not None
+    for split in (True, False):
+        with pytest.raises(ConfigError) as caught:
+            list(yamlsrc.sections("c.yaml", text, (), split=split))
+        (problem,) = caught.value.problems
+        assert "could not determine a constructor for the tag '!unknown'" in problem.message
+        assert problem.line == 3

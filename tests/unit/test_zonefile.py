@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gtmcluster.dns import names, zonefile
+from gtmcluster.dns import names, zonefile, zoneinclude
 from gtmcluster.dns.zone import TYPE_A, TYPE_MX, TYPE_NS, TYPE_SOA, TYPE_TXT, RRset
 
 HEAD = "$TTL 300\n@ IN SOA ns1 hostmaster 1 3600 600 86400 60\n  IN NS ns1\nns1 IN A 192.0.2.1\n"
@@ -85,16 +85,16 @@ def test_duplicates_merge_and_rrset_takes_lowest_ttl(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("tail", "expected"),
     [
-        ("bad IN A 1.2.3\n", "5: bad A data '1.2.3'"),
-        ("x IN BOGUS 1\n", "5: unknown record type 'BOGUS'"),
-        ("www IN CNAME ns1\nwww IN A 192.0.2.1\n", "5: CNAME at www.example.test. beside other data (A)"),
+        ("bad IN A 1.2.3\n", "5: bad A data: Text input is malformed"),
+        ("x IN BOGUS 1\n", "5: unknown record type"),
+        ("www IN CNAME ns1\nwww IN A 192.0.2.1\n", "5: a CNAME beside other data at this name (A)"),
         ('t IN TXT "open\n', "5: unterminated quoted string"),
         ("y IN A ( 192.0.2.1\n", "5: '(' is never closed"),
         ("z IN A 192.0.2.1 )\n", "5: ')' without a matching '('"),
-        ("other.test. IN A 192.0.2.1\n", "5: other.test. is outside the zone example.test."),
+        ("other.test. IN A 192.0.2.1\n", "5: the owner name is outside the zone example.test."),
         ("c CH TXT x\n", "5: class CH is not served"),
         ("d IN DNAME example.net.\n", "5: DNAME records are not supported"),
-        ("$GENERATE 1-2 h$ A 192.0.2.$\n", "5: unsupported directive $GENERATE"),
+        ("$GENERATE 1-2 h$ A 192.0.2.$\n", "5: unsupported directive: $GENERATE"),
         ("$INCLUDE missing.inc\n", "5: cannot read"),
         ("t 99999999999 IN A 192.0.2.1\n", "5: bad TTL"),
         ("q IN AXFR\n", "5: AXFR is not a record type that can be stored"),
@@ -141,3 +141,130 @@ def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
     with pytest.raises(zonefile.ZoneFileError) as caught:
         zonefile.load(str(tmp_path / "nope.zone"), "example.test")
     assert "cannot read" in str(caught.value)
+
+
+# -- $INCLUDE: confined to the zone file's folder, bounded, never echoed (issue 30) ----------
+
+SECRET_LINES = "API_TOKEN=s3cr3t-t0ken-value hunter2xyz\nPASSWORD topsecretword\n"
+
+
+def include_problems(folder: Path, text: str, includes: zoneinclude.Includes | None = None) -> list[str]:
+    path = folder / "z.zone"
+    path.write_text(text)
+    with pytest.raises(zonefile.ZoneFileError) as caught:
+        zonefile.load(str(path), "example.test", includes or zoneinclude.Includes())
+    return [str(p) for p in caught.value.problems]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("$INCLUDE {outside}", "$INCLUDE names an absolute path"),
+        ("$INCLUDE ../secret.txt", "$INCLUDE names a path with '..'"),
+        ("$INCLUDE sub/../../secret.txt", "$INCLUDE names a path with '..'"),
+        ("$INCLUDE link.inc", "$INCLUDE names a file outside the zone file's folder"),
+    ],
+)
+def test_an_include_leaving_the_zone_folder_is_refused_unread(tmp_path: Path, line: str, expected: str) -> None:
+    """An absolute path, '..' or a link out of the folder: refused, the file never read and
+    nothing of it in the problems."""
+    (tmp_path / "secret.txt").write_text(SECRET_LINES)
+    zones = tmp_path / "zones"
+    zones.mkdir()
+    (zones / "link.inc").symlink_to(tmp_path / "secret.txt")
+    found = include_problems(zones, HEAD + line.format(outside=tmp_path / "secret.txt") + "\n")
+    assert [p.split(": ", 1)[1] for p in found] == [found[0].split(": ", 1)[1]]
+    assert found[0].startswith(f"{zones / 'z.zone'}:5: {expected}"), found
+    assert not any(word in "\n".join(found) for word in ("s3cr3t", "hunter2", "topsecret", "API_TOKEN"))
+
+
+def test_problems_in_an_included_file_never_quote_it(tmp_path: Path) -> None:
+    """Every line of an included file that is not a zone is a problem naming its line, not
+    its words."""
+    (tmp_path / "notes.inc").write_text(SECRET_LINES + "www IN A 192.0.2.1.5\nx IN MX 10 mail extra-word-q\n")
+    found = include_problems(tmp_path, HEAD + "$INCLUDE notes.inc\n")
+    text = "\n".join(found)
+    assert f"{tmp_path / 'notes.inc'}:1: " in text and f"{tmp_path / 'notes.inc'}:2: " in text
+    assert f"{tmp_path / 'notes.inc'}:3: bad A data" in text
+    assert not any(w in text for w in ("s3cr3t", "hunter2", "topsecret", "API_TOKEN", "PASSWORD", "extra-word-q")), text
+
+
+def test_outside_config_sync_an_include_may_be_absolute_inside_an_opened_folder(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "hosts.inc").write_text("www IN A 192.0.2.80\n")
+    zones = tmp_path / "zones"
+    zones.mkdir()
+    text = HEAD + f"$INCLUDE {shared / 'hosts.inc'}\n"
+    local = zoneinclude.Includes(shared=False, dirs=(str(shared),))
+    path = zones / "z.zone"
+    path.write_text(text)
+    data = zonefile.load(str(path), "example.test", local)
+    assert any(names.to_text(r.owner) == "www.example.test." for r in data.rrsets)
+    # not opened: outside the zone's folder; shared: not even looked at
+    found = include_problems(zones, text, zoneinclude.Includes(shared=False))
+    assert "$INCLUDE names a file outside the zone file's folder" in found[0]
+    assert "absolute path" in include_problems(zones, text)[0]
+
+
+def test_include_loops_and_fans_are_bounded(tmp_path: Path) -> None:
+    """A file that includes itself is said once per line; one included by many lines is
+    read at most MAX_INCLUDES times; nesting stops at MAX_INCLUDE_DEPTH."""
+    (tmp_path / "a.inc").write_text("$INCLUDE b.inc\n")
+    (tmp_path / "b.inc").write_text("$INCLUDE a.inc\n")
+    found = include_problems(tmp_path, HEAD + "$INCLUDE a.inc\n")
+    assert found == [
+        f"{tmp_path / 'b.inc'}:1: $INCLUDE of a file that is being read (it includes itself, directly or not)"
+    ]
+    # a fan: each level includes the next 4 times, 6 levels: 4**6 reads unbounded
+    for level in range(6):
+        (tmp_path / f"f{level}.inc").write_text(f"$INCLUDE f{level + 1}.inc\n" * 4)
+    (tmp_path / "f6.inc").write_text("x IN A 192.0.2.1\n")
+    found = include_problems(tmp_path, HEAD + "$INCLUDE f0.inc\n")
+    assert any(f"more than {zonefile.MAX_INCLUDES} files included by the zone" in p for p in found)
+    # nesting
+    for level in range(12):
+        (tmp_path / f"n{level}.inc").write_text(f"$INCLUDE n{level + 1}.inc\n")
+    (tmp_path / "n12.inc").write_text("")
+    found = include_problems(tmp_path, HEAD + "$INCLUDE n0.inc\n")
+    assert found == [f"{tmp_path / 'n7.inc'}:1: $INCLUDE nested more than {zonefile.MAX_INCLUDE_DEPTH} deep"]
+
+
+def test_included_lists_what_load_reads(tmp_path: Path) -> None:
+    """`included` follows the directives as `load` does (without reading the records)."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.inc").write_text("$include b.inc other.example.test.\nw IN A 192.0.2.7\n")
+    (tmp_path / "sub" / "b.inc").write_text("v IN A 192.0.2.8\n")
+    (tmp_path / "z.zone").write_text(HEAD + "$INCLUDE sub/a.inc\n$INCLUDE sub/a.inc\n$INCLUDE /etc/hostname\n")
+    found, problems = zonefile.included("z.zone", base=str(tmp_path))
+    assert found == ["sub/a.inc", "sub/b.inc"]
+    assert [str(p) for p in problems] == [
+        "z.zone:7: $INCLUDE names an absolute path: a zone shared by config sync "
+        "includes a file by its name relative to the zone file's folder (the "
+        "bundle carries it)"
+    ]
+    files = {"z.zone": (tmp_path / "z.zone").read_bytes(), "sub/a.inc": b"$INCLUDE b.inc\n"}
+
+    def read(name: str) -> bytes:
+        if name not in files:
+            raise FileNotFoundError(2, "not in the bundle")
+        return files[name]
+
+    found, problems = zonefile.included("z.zone", read=read)
+    assert found == ["sub/a.inc"]
+    assert any(str(p) == "sub/a.inc:1: cannot read the included file sub/b.inc: not in the bundle" for p in problems)
+
+
+def test_included_bytes_are_capped_and_the_zone_file_itself_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_INCLUDED_BYTES through includes, a problem (the rest not even read); the
+    zone file itself is read whole, whatever its size."""
+    monkeypatch.setattr(zonefile, "MAX_INCLUDED_BYTES", 300)
+    (tmp_path / "small.inc").write_text("a IN A 192.0.2.1\n")  # 17 bytes
+    (tmp_path / "big.inc").write_text("".join(f"h{i} IN A 192.0.2.{i}\n" for i in range(40)))  # over 300
+    hosts = "".join(f"host{i} IN A 192.0.2.{i}\n" for i in range(40))  # the zone: over 300 bytes
+    rrsets = load(tmp_path, HEAD + hosts + "$INCLUDE small.inc\n")
+    assert ("host39.example.test.", TYPE_A) in rrsets and ("a.example.test.", TYPE_A) in rrsets
+    found = problems(tmp_path, HEAD + hosts + "$INCLUDE small.inc\n$INCLUDE big.inc\n")
+    assert found == ["46: the files included by the zone are over 300 bytes"]
