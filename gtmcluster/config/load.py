@@ -168,14 +168,14 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
                 f"{monitor.rule.quorum} is more than the sync group's {len(sync_group.members)} members",
             )
     prober = _prober(r, top)
-    dns_server = _dns_server(r, top, resolve)
+    log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
+    dns_server = _dns_server(r, top, resolve, log_dir)
     persistence = _persistence(r, top)
     zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
     tsig_keys = transfer.read_tsig_keys(r, top, resolve)
     transfers: dict[Name, ZoneTransfer] = {}
     zone_data, broken_zones = read_zones(r, top, content, resolve, zone_keys, tsig_keys, transfers)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
-    log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
     yield
     yield from parsed.wanted("virtual_servers")
@@ -460,7 +460,7 @@ def _persistence(r: Reader, top: Mapping) -> PersistenceTable:
     return PersistenceTable(max_records or default.max_records)
 
 
-def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
+def _dns_server(r: Reader, top: Mapping, resolve: Any, log_dir: Path) -> DNSServer:
     default = DNSServer(1232, 10.0, 1000, 1)
     if not top.has("dns_server"):
         return default
@@ -485,7 +485,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
             network = r.network((*m.at("ecs_trusted"), i), item)
             if network is not None:
                 ecs_trusted.append(network)
-    query_log = querylog.read_query_log(r, m, resolve, processes or default.processes)
+    query_log = querylog.read_query_log(r, m, resolve, processes or default.processes, log_dir)
     m.done()
     return DNSServer(
         size or default.udp_payload_size,
