@@ -56,11 +56,10 @@ def read_query_log(
     file = _plain(resolve(path))
     where = f"query_log.dir ({folder})" if folder_text is not None else f"log_dir ({folder})"
     if file == folder or not file.is_relative_to(folder):
-        r.error(
-            m.at("path"),
-            f"{path!r} is not a file inside {where}: the query log writes only there "
-            "(name a file inside it, or give the log its own folder with query_log.dir)",
-        )
+        hint = "name a file inside it"
+        if folder_text is None:
+            hint += ", or give the log a folder: query_log.dir"
+        r.error(m.at("path"), f"{path!r} is not a file inside {where}: the query log writes only there ({hint})")
         return None
     return QueryLog(file, fmt, max_bytes, keep, queue, folder)
 

@@ -324,7 +324,7 @@ class LogFile:
             if why is not None:
                 raise NotOurs(
                     f"{self.path.with_name(each)} {why}: the query log never replaces, renames or removes a file "
-                    "it did not write; it writes nothing until that file is moved away"
+                    "it did not write (move it away)"
                 )
         if self.keep == 0:
             _unlink(name, folder)

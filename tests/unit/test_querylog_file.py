@@ -67,7 +67,7 @@ def test_a_foreign_file_at_the_path_is_never_removed_or_renamed(folder: Path, tm
             log.write(frames(0, 3))
         assert caught.value.written == 0
         assert f"{victim} is not a query log file" in caught.value.reason
-        assert "never replaces, renames or removes a file it did not write" in caught.value.reason
+        assert "never replaces, renames or removes a file it did not write (move it away)" in caught.value.reason
     assert victim.read_bytes() == VICTIM
     assert sorted(folder.iterdir()) == [victim]
     victim.rename(tmp_path / "moved")
