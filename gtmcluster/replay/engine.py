@@ -19,7 +19,7 @@ what `gtmcluster disable` would write. Without a snapshot every server is taken 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,13 +245,20 @@ class Pair:
     after: Outcome
 
 
+def decided(queries: Iterable[LoggedQuery], before: Replayer, after: Replayer) -> Iterator[Pair]:
+    """Each query decided by *before* and by *after*, in order, one at a time (queries for
+    names no wide IP of either config has included: both outcomes' `wideip` is None)."""
+    for query in queries:
+        yield Pair(query, before.decide(query), after.decide(query))
+
+
 def replay(queries: Iterable[LoggedQuery], before: Replayer, after: Replayer) -> tuple[list[Pair], int]:
-    """Each query decided by *before* and by *after*, in order; with how many were left out
-    because no wide IP of either config has their name."""
+    """Each query decided by *before* and by *after*, in order, as a list; with how many
+    were left out because no wide IP of either config has their name. (The command does
+    not keep the pairs: `report.Findings` counts them as they come from `decided`.)"""
     pairs = []
     left_out = 0
-    for query in queries:
-        pair = Pair(query, before.decide(query), after.decide(query))
+    for pair in decided(queries, before, after):
         if pair.before.wideip is None and pair.after.wideip is None:
             left_out += 1
         else:
