@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import resource
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,7 @@ class Logs:
     def scan(self) -> None:
         """Open and read every file: `last_time`, `skipped`, `notes`. Raises `BadLog` for a
         file that cannot be read at all."""
+        _room_for(len(self.paths))
         for path in self.paths:
             try:
                 log = read.LogFile(path)
@@ -151,6 +153,18 @@ class Logs:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _room_for(files: int) -> None:
+    """Raise the soft limit on open files, up to the hard one, when *files* (held open
+    together, with some to spare) would not fit under it: a node keeps up to 1,001 files
+    of its log (`keep` 1000), more than the usual soft limit of 1,024 leaves room for."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = files + 64
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        room = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (room, hard))
 
 
 @contextlib.contextmanager

@@ -309,3 +309,25 @@ def test_clients_beyond_max_clients_count_in_the_shares_not_in_the_lists(
             main([*argv, "--max-clients", bad])
         assert exit_.value.code == 2
         assert "--max-clients" in capsys.readouterr().err
+
+
+def test_as_many_files_as_a_node_keeps_are_replayed_under_a_low_open_file_limit(tmp_path: Path) -> None:
+    """Every file stays open between the two readings: with a soft limit of 128 open files,
+    300 files (a node keeps up to 1,001) are replayed, the limit raised toward the hard one."""
+    config = configs.write(tmp_path, configs.base())
+    logs = [write_log(tmp_path / f"q.dnstap.{n}", frame(f"127.0.2.{n % 250 + 1}", WHEN + n)) for n in range(300)]
+    argv = [a for log in logs for a in ("--log", str(log))]
+    code = (
+        "import resource, sys; from gtmcluster.cli.main import main;"
+        " resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]));"
+        " sys.exit(main(sys.argv[1:]))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, "replay", "--config", str(config), "--json", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout)["queries"] == 300
