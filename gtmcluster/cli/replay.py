@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,13 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"{COMMAND}: {args.html}: cannot write the HTML report: {e.strerror or e}", file=sys.stderr)
             return 2
-    if args.json:  # (written in pieces: a report listing many clients is never one string)
-        sys.stdout.writelines(render.json_parts(found))
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(render.to_text(found))
+    try:
+        if args.json:  # (written in pieces: a report listing many clients is never one string)
+            sys.stdout.writelines(render.json_parts(found))
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(render.to_text(found))
+        sys.stdout.flush()
+    except BrokenPipeError:  # (whoever read the report has gone: `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -331,3 +331,25 @@ def test_as_many_files_as_a_node_keeps_are_replayed_under_a_low_open_file_limit(
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout)["queries"] == 300
+
+
+def test_a_report_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`gtmcluster replay --json | head -c 10`: exit 0, no traceback (the report, 2,000 clients
+    that move, is larger than a pipe holds)."""
+    raw = configs.base()
+    raw["regions"]["r2"].append("10.0.0.0/8")
+    config = configs.write(tmp_path, raw)
+    raw["topology"][1]["server"] = "datacenter DC1"
+    moved = configs.write(tmp_path, raw, name="new.yaml")
+    subnets = [f"10.{n >> 8}.{n & 255}.0/24" for n in range(2000)]
+    log = write_log(tmp_path / "q.dnstap", *(frame("127.0.0.1", ecs=subnet) for subnet in subnets))
+    argv = ["replay", "--log", str(log), "--config", str(moved), "--base", str(config), "--json"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "gtmcluster.cli.main", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as run:
+        assert run.stdout is not None and run.stderr is not None
+        assert run.stdout.read(10) == b'{\n "agreem'[:10]
+        run.stdout.close()
+        err = run.stderr.read().decode()
+        assert run.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "Broken pipe" not in err
