@@ -67,7 +67,7 @@ def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], di
         config["base_dir"] = str(work / variant)
         config["zones"][0]["file"] = str(work / f"{lib.ORIGIN}.zone")
         if variant != "off":
-            config["dns_server"]["query_log"] = {"path": "queries.dnstap", "max_bytes": 50_000_000, "keep": 1}
+            config["dns_server"]["query_log"] = {"path": "log/queries.dnstap", "max_bytes": 50_000_000, "keep": 1}
         (work / variant).mkdir()
         path = work / variant / "cluster.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -1,13 +1,17 @@
 """`gtmcluster replay --log FILE [--log FILE ...] --config NEW.yaml [--base OLD.yaml]
-[--state SNAPSHOT] [--disable TARGET NAME ...] [--json] [--html FILE]`: what a config
-change (or taking objects out) would do to logged traffic, before it is made.
+[--state SNAPSHOT] [--disable TARGET NAME ...] [--seed N] [--max-clients N] [--json]
+[--html FILE]`: what a config change (or taking objects out) would do to logged traffic,
+before it is made.
 
 The queries of the query logs (`dns_server.query_log`) are decided again with the base
 config (default: --config itself, for --disable alone) and with the candidate config plus
 the --disable objects, by the node's own decision code, with the health verdicts, paths
 and persistence records of a member's state snapshot (--state, its state.sqlite), or every
 server taken as up without one. The clock stands at the last logged query and the random
-source is seeded: the same input gives the same report. See docs/what-if.md.
+source is seeded: the same input gives the same report. The logs are read a frame at a
+time, twice (`queries.Logs`), and the report counted as the queries are decided
+(`report.Findings`): memory grows with the clients followed (--max-clients), never with
+the queries. See docs/what-if.md.
 
 Exit 0 with the report; 2 for input it cannot use (a log, a config, a snapshot, a name).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.replay import queries, render, report
-from gtmcluster.replay.engine import TARGETS, BadInput, Disable, Replayer, check_disables, replay
+from gtmcluster.replay.engine import TARGETS, BadInput, Disable, Replayer, check_disables, decided
 
 COMMAND = "gtmcluster replay"
 
@@ -49,9 +54,26 @@ def add_parser(sub: Any) -> None:
         help=f"take an object out in the candidate replay; TARGET: {', '.join(TARGETS)} (repeatable)",
     )
     p.add_argument("--seed", type=int, default=0, help="the random source's seed (default 0)")
+    p.add_argument(
+        "--max-clients",
+        type=_positive,
+        default=report.MAX_CLIENTS,
+        metavar="N",
+        help=f"clients followed for the lists of clients (default {report.MAX_CLIENTS:,}; later ones are counted)",
+    )
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write the report as an HTML page")
     p.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
 
 
 def _config(path: Path) -> Config:
@@ -76,17 +98,27 @@ def _disables(pairs: list[list[str]]) -> list[Disable]:
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """The report of the command's arguments; raises `BadInput` or `queries.BadLog`."""
     disables = _disables(args.disable)
-    log = queries.read(args.log)
-    config = _config(args.config)
-    base = config if args.base is None else _config(args.base)
-    check_disables(config, disables, str(args.config))
-    now = log.last_time if log.last_time is not None else 0.0
-    before = Replayer(base, now, args.state, (), args.seed)
-    after = Replayer(config, now, args.state, disables, args.seed)
-    pairs, left_out = replay(log.queries, before, after)
+    with queries.Logs(args.log) as log:
+        log.scan()
+        config = _config(args.config)
+        base = config if args.base is None else _config(args.base)
+        check_disables(config, disables, str(args.config))
+        now = log.last_time if log.last_time is not None else 0.0
+        before = Replayer(base, now, args.state, (), args.seed)
+        after = Replayer(config, now, args.state, disables, args.seed)
+        findings = report.Findings(args.max_clients)
+        for pair in decided(log.queries(), before, after):
+            findings.add(pair)
     skipped = dict(log.skipped)
-    if left_out:
-        skipped["not for a wide IP"] = left_out
+    if findings.left_out:
+        skipped["not for a wide IP"] = findings.left_out
+    notes = list(log.notes)
+    if findings.not_followed:
+        notes.append(
+            f"only the first {findings.max_clients} clients are followed (--max-clients): the"
+            f" {findings.not_followed} queries of later clients count in the shares and the agreement,"
+            " not in the lists of clients"
+        )
     if args.state is None:
         note = "none given: every server taken as up (admin states aside), no paths, no persistence records"
     else:
@@ -102,8 +134,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         else datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "seed": args.seed,
         "skipped": skipped,
+        "notes": notes,
     }
-    return report.build(pairs, about)
+    return findings.build(about)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,9 +147,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.html is not None:
         try:
-            args.html.write_text(render.to_html(found))
+            with args.html.open("w") as page:
+                page.writelines(render.html_parts(found))
         except OSError as e:
             print(f"{COMMAND}: {args.html}: cannot write the HTML report: {e.strerror or e}", file=sys.stderr)
             return 2
-    sys.stdout.write(render.to_json(found) + "\n" if args.json else render.to_text(found))
+    try:
+        if args.json:  # (written in pieces: a report listing many clients is never one string)
+            sys.stdout.writelines(render.json_parts(found))
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(render.to_text(found))
+        sys.stdout.flush()
+    except BrokenPipeError:  # (whoever read the report has gone: `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

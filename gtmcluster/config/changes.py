@@ -136,9 +136,9 @@ def _token_source(api: ApiSettings) -> str:
     return "an inline api.token" if api.token else "none (the member's own state_dir/api-token)"
 
 
-def _query_log(q: QueryLog | None) -> tuple[Path, int] | None:
-    return None if q is None else (q.path, q.keep)
+def _query_log(q: QueryLog | None) -> tuple[Path, int, Path | None] | None:
+    return None if q is None else (q.path, q.keep, q.dir)
 
 
 def _query_log_text(q: QueryLog | None) -> str:
-    return "off" if q is None else f"path {q.path}, keep {q.keep}"
+    return "off" if q is None else f"path {q.path}, keep {q.keep}" + (f", dir {q.dir}" if q.dir else "")

@@ -192,7 +192,8 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
                 f"{monitor.rule.quorum} is more than the sync group's {len(sync_group.members)} members",
             )
     prober = _prober(r, top)
-    dns_server = _dns_server(r, top, resolve)
+    log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
+    dns_server = _dns_server(r, top, resolve, log_dir)
     persistence = _persistence(r, top)
     zone_keys: dict[Name, tuple[ZoneKey, ...]] = {}
     tsig_keys = transfer.read_tsig_keys(r, top, resolve)
@@ -200,7 +201,6 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     shared = own_dir is not None or sync_group.settings.config_sync
     zone_data, broken_zones = read_zones(r, top, content, resolve, zone_keys, tsig_keys, transfers, shared)
     state_dir = top.string("state_dir", "var/state/{node}") or "var/state/{node}"
-    log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
 
     yield
     yield from parsed.wanted("virtual_servers")
@@ -514,7 +514,7 @@ def _persistence(r: Reader, top: Mapping) -> PersistenceTable:
     return PersistenceTable(max_records or default.max_records)
 
 
-def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
+def _dns_server(r: Reader, top: Mapping, resolve: Any, log_dir: Path) -> DNSServer:
     default = DNSServer(1232, 10.0, 1000, 1)
     if not top.has("dns_server"):
         return default
@@ -540,7 +540,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any) -> DNSServer:
             network = r.network((*m.at("ecs_trusted"), i), item)
             if network is not None:
                 ecs_trusted.append(network)
-    query_log = querylog.read_query_log(r, m, resolve, processes or default.processes)
+    query_log = querylog.read_query_log(r, m, resolve, processes or default.processes, log_dir)
     transfer_limits = transfer.read_transfer_limits(r, m)
     m.done()
     if per_source is None:  # (absent or broken: the default, within tcp_max_clients)

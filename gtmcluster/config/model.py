@@ -351,6 +351,9 @@ class QueryLog:
     max_bytes: int = 100_000_000  # a file is rotated before it grows past this
     keep: int = 5  # rotated files kept: path.1 (the newest) to path.<keep>
     queue: int = 50_000  # queries waiting to be written at most; past it they are dropped (counted)
+    #: the folder the log may write in (``log_dir``, or ``query_log.dir``): *path* is inside
+    #: it; None: *path*'s own folder
+    dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,15 +12,19 @@ needed; `decode` reads them back (and skips any other field), for tests and read
 The file is a Frame Streams unidirectional stream (fstrm): a START control frame naming the
 content type ``protobuf:dnstap.Dnstap``, data frames (a 32-bit big-endian length, then a
 record), and a STOP control frame when the file is closed (`start_frame`, `data_frame`,
-`STOP_FRAME`, `read_frames`).
+`STOP_FRAME`). `FrameReader` reads such a file a frame at a time, whatever its size (a
+frame of at most `MAX_FRAME`, 1 MiB, as fstrm's own reader); `read_frames` the bytes of a
+small one, strictly.
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 CONTENT_TYPE = b"protobuf:dnstap.Dnstap"
 
@@ -67,59 +71,137 @@ class Frames:
 
 
 def read_frames(data: bytes) -> Frames:
-    """The content type and data frames of a Frame Streams file. Raises FrameError."""
-    at = 0
-    content_type: bytes | None = None
-    records: list[bytes] = []
-    stopped = False
-    while at < len(data):
-        if stopped:
-            raise FrameError(f"bytes after the STOP frame at {at}")
-        if at + 4 > len(data):
-            raise FrameError(f"a frame length cut short at {at}")
-        (length,) = _U32.unpack_from(data, at)
-        at += 4
-        if length:
-            if content_type is None:
-                raise FrameError("a data frame before the START frame")
-            if at + length > len(data):
-                raise FrameError(f"a data frame cut short at {at}")
-            records.append(data[at : at + length])
-            at += length
-            continue
-        if at + 8 > len(data):
-            raise FrameError(f"a control frame cut short at {at}")
-        (size,) = _U32.unpack_from(data, at)
-        (kind,) = _U32.unpack_from(data, at + 4)
-        end = at + 4 + size
-        if size < 4 or end > len(data):
-            raise FrameError(f"a control frame of bad length at {at}")
-        if kind == CONTROL_START:
-            if content_type is not None:
+    """The content type and data frames of a Frame Streams file held whole in *data*, strictly:
+    a frame cut short is an error too. Raises FrameError. (For tests and small files; a
+    file of any size is read a frame at a time with `FrameReader`.)"""
+    reader = FrameReader(io.BytesIO(data))
+    records = list(reader)
+    if reader.cut:
+        raise FrameError(f"a frame cut short at {reader.end}")
+    return Frames(reader.content_type, records, reader.stopped)
+
+
+#: the longest data frame read: fstrm's own reader's default (FSTRM_READER_MAX_FRAME_SIZE_DEFAULT,
+#: 1 MiB); a record of the query log is at most a query and a response of 64 KiB each and a
+#: few hundred bytes more
+MAX_FRAME = 1 << 20
+#: the longest control frame (fstrm: FSTRM_CONTROL_FRAME_LENGTH_MAX)
+MAX_CONTROL = 512
+
+
+class FrameReader:
+    """The data frames of a Frame Streams file, read from *file* (a binary file object) one
+    frame at a time: at most one frame (`MAX_FRAME`) is held, whatever the file's size.
+
+    The START frame is read when the reader is made (`content_type`). Iterating yields each
+    data frame's payload in order, and ends at the end of the file, at *limit* bytes from
+    where *file* stood (a file being written is read no further than its size when
+    opened), or at a frame cut short there (a record still being written, a cut file):
+    `cut` then says how many bytes were left unread and `end` where the last whole frame
+    ends. Anything else out of place raises FrameError: a frame longer than `MAX_FRAME`
+    (or a control frame longer than `MAX_CONTROL`), a data frame before the START frame, a
+    second START, an unknown control frame, any byte after the STOP frame (`stopped`).
+    """
+
+    def __init__(self, file: BinaryIO, limit: int | None = None):
+        self._file = file
+        self._left = limit
+        #: where the last whole frame read ends, from where *file* stood
+        self.end = 0
+        #: bytes after the last whole frame left unread: a frame cut short (0: none)
+        self.cut = 0
+        #: the file ends with a STOP frame (closed properly)
+        self.stopped = False
+        self._stop = 0
+        start = self._frame()
+        if start is None:
+            raise FrameError("no START frame")
+        kind, body = start
+        if kind != CONTROL_START:
+            raise FrameError(
+                "a data frame before the START frame"
+                if kind is None
+                else "a STOP frame before the START frame"
+                if kind == CONTROL_STOP
+                else f"control frame type {kind} in a file"
+            )
+        #: the content type the START frame names (b"" for none)
+        self.content_type = _content_type(body)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while (frame := self._frame()) is not None:
+            if self.stopped:
+                raise FrameError(f"bytes after the STOP frame at {self._stop}")
+            kind, body = frame
+            if kind is None:
+                yield body
+            elif kind == CONTROL_STOP:
+                self.stopped = True
+                self._stop = self.end
+            elif kind == CONTROL_START:
                 raise FrameError("a second START frame")
-            content_type = b""
-            i = at + 8
-            while i < end:
-                if i + 8 > end:
-                    raise FrameError("a control field cut short")
-                (field_type,) = _U32.unpack_from(data, i)
-                (field_len,) = _U32.unpack_from(data, i + 4)
-                i += 8
-                if i + field_len > end:
-                    raise FrameError("a control field cut short")
-                if field_type == CONTROL_FIELD_CONTENT_TYPE:
-                    content_type = data[i : i + field_len]
-                i += field_len
-        elif kind == CONTROL_STOP:
-            if content_type is None:
-                raise FrameError("a STOP frame before the START frame")
-            stopped = True
-        else:
-            raise FrameError(f"control frame type {kind} in a file")
-        at = end
-    if content_type is None:
-        raise FrameError("no START frame")
-    return Frames(content_type, records, stopped)
+            else:
+                raise FrameError(f"control frame type {kind} in a file")
+        if self.stopped and self.cut:
+            raise FrameError(f"bytes after the STOP frame at {self._stop}")
+
+    def _read(self, size: int) -> bytes:
+        if self._left is not None:
+            size = min(size, self._left)
+        data = self._file.read(size)
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+    def _frame(self) -> tuple[int | None, bytes] | None:
+        """The next frame: (None, payload) for a data frame, (control type, fields) for a
+        control frame; None at the end or at a frame cut short (counted in `cut`)."""
+        head = self._read(4)
+        if len(head) < 4:
+            self.cut += len(head)
+            return None
+        (length,) = _U32.unpack(head)
+        if length:
+            if length > MAX_FRAME:
+                raise FrameError(f"a frame of {length} bytes at {self.end}: a record is {MAX_FRAME} bytes at most")
+            payload = self._read(length)
+            if len(payload) < length:
+                self.cut += 4 + len(payload)
+                return None
+            self.end += 4 + length
+            return None, payload
+        escape = self._read(4)
+        if len(escape) < 4:
+            self.cut += 4 + len(escape)
+            return None
+        (size,) = _U32.unpack(escape)
+        if size < 4 or size > MAX_CONTROL:
+            raise FrameError(f"a control frame of bad length at {self.end}")
+        body = self._read(size)
+        if len(body) < size:
+            self.cut += 8 + len(body)
+            return None
+        self.end += 8 + size
+        (kind,) = _U32.unpack_from(body)
+        return kind, body[4:]
+
+
+def _content_type(fields: bytes) -> bytes:
+    """The content type in a START frame's fields (b"" when it names none)."""
+    content_type = b""
+    i = 0
+    while i < len(fields):
+        if i + 8 > len(fields):
+            raise FrameError("a control field cut short")
+        (field_type,) = _U32.unpack_from(fields, i)
+        (field_len,) = _U32.unpack_from(fields, i + 4)
+        i += 8
+        if i + field_len > len(fields):
+            raise FrameError("a control field cut short")
+        if field_type == CONTROL_FIELD_CONTENT_TYPE:
+            content_type = fields[i : i + field_len]
+        i += field_len
+    return content_type
 
 
 # -- protobuf -------------------------------------------------------------------------------

@@ -5,17 +5,28 @@
 prints, per record: the query's time (UTC), the client's address and port, the transport,
 the question, the response's rcode and answer records, and the extra field (which wide IP
 decided, and how) as written: what BIND's ``dnstap-read`` does not show. A file that is
-being written (no STOP frame yet) is read up to its last whole record.
+being written (no STOP frame yet) is read up to its last whole record, and no further than
+its size when opened; a note on stderr says so when a record was cut there or the file
+grew meanwhile. The file is read a frame at a time (`LogFile`, `dnstap.FrameReader`):
+memory does not grow with its size. Exit 1, with the file and the fault on stderr, for a
+file that is not a regular file, cannot be read, or is not a dnstap query log (after the
+records before the fault); a frame longer than `dnstap.MAX_FRAME` (1 MiB) is such a fault.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import errno
+import io
 import ipaddress
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
 
 import dns.exception
 import dns.message
@@ -24,35 +35,87 @@ import dns.rdatatype
 
 from gtmcluster.querylog import dnstap
 
+#: the buffer a file is read through (a frame longer than this is read in one piece)
+BUFFER = 1 << 16
 
-def records(data: bytes) -> Iterator[dnstap.Record]:
-    """The records of a query log file's bytes, in order (a file still being written is read
-    up to its last whole frame). Raises dnstap.FrameError or DecodeError when malformed."""
-    try:
-        frames = dnstap.read_frames(data)
-    except dnstap.FrameError:
-        frames = dnstap.read_frames(_whole(data))
-    if frames.content_type != dnstap.CONTENT_TYPE:
-        raise dnstap.FrameError(f"content type {frames.content_type!r}, not {dnstap.CONTENT_TYPE.decode()}")
-    for payload in frames.records:
+
+class NotAFile(OSError):
+    """The path names something other than a regular file (a FIFO, a device, a folder)."""
+
+
+class LogFile:
+    """A query log file opened for reading (`open`): a regular file only (a FIFO would
+    block the reader, a device such as /dev/zero would never end), read no further than its
+    size when opened (`size`: a file being written keeps growing), a frame at a time
+    (`frames`), as often as wanted from the same open file (a rotation that renames or
+    removes the path meanwhile changes nothing read)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAFile(errno.EINVAL, "not a regular file (a FIFO, a device or a folder)")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.file: BinaryIO = os.fdopen(fd, "rb", buffering=BUFFER)
+        #: the file's size when it was opened: what is read of it
+        self.size = st.st_size
+
+    def frames(self, limit: int | None = None) -> dnstap.FrameReader:
+        """A reader of the file's frames from its start, to *limit* bytes (default: `size`).
+        Raises FrameError for a file that is not a dnstap query log."""
+        self.file.seek(0)
+        return frames(self.file, self.size if limit is None else limit)
+
+    def notes(self, reader: dnstap.FrameReader) -> list[str]:
+        """What an operator should know of a read that *reader* ended: a record cut at the
+        end (still being written, or the file cut), records written after it was opened."""
+        out = []
+        if reader.cut:
+            out.append(
+                f"{self.path}: read to its last whole record (byte {reader.end}); the {reader.cut} bytes"
+                " after it are not a whole record (one being written, or the file was cut)"
+            )
+        try:
+            now = os.fstat(self.file.fileno()).st_size
+        except OSError:
+            now = self.size
+        if now > self.size:
+            out.append(
+                f"{self.path}: {now - self.size} bytes were written to it after it was opened; only its first"
+                f" {self.size} are read"
+            )
+        return out
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> LogFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def frames(file: BinaryIO, limit: int | None = None) -> dnstap.FrameReader:
+    """A reader of the frames of a query log read from *file* (see `dnstap.FrameReader`):
+    raises FrameError when it does not begin with a START frame of dnstap's content type."""
+    reader = dnstap.FrameReader(file, limit)
+    if reader.content_type != dnstap.CONTENT_TYPE:
+        raise dnstap.FrameError(f"content type {reader.content_type!r}, not {dnstap.CONTENT_TYPE.decode()}")
+    return reader
+
+
+def records(source: bytes | BinaryIO) -> Iterator[dnstap.Record]:
+    """The records of a query log (its bytes, or a binary file object read a frame at a
+    time), in order; a file still being written is read up to its last whole frame. Raises
+    dnstap.FrameError or DecodeError when malformed (after the records before the fault)."""
+    for payload in frames(io.BytesIO(source) if isinstance(source, bytes) else source):
         yield dnstap.decode(payload)
-
-
-def _whole(data: bytes) -> bytes:
-    """*data* up to the end of its last whole frame."""
-    at = 0
-    end = 0
-    while at + 4 <= len(data):
-        length = int.from_bytes(data[at : at + 4], "big")
-        if length == 0:  # a control frame
-            if at + 8 > len(data):
-                break
-            length = 4 + int.from_bytes(data[at + 4 : at + 8], "big")
-        if at + 4 + length > len(data):
-            break
-        at += 4 + length
-        end = at
-    return data[:end]
 
 
 def describe(record: dnstap.Record) -> str:
@@ -71,8 +134,14 @@ def describe(record: dnstap.Record) -> str:
             outcome = dns.rcode.to_text(response.rcode()) + (" " + ",".join(answers) if answers else "")
         except dns.exception.DNSException:
             outcome = "a malformed response"
-    extra = f" [{record.extra.decode('ascii', 'replace')}]" if record.extra else ""
+    extra = f" [{_printable(record.extra)}]" if record.extra else ""
     return f"{stamp} {client}:{record.query_port} {transport} {question} {outcome}{extra}"
+
+
+def _printable(data: bytes) -> str:
+    """*data* as ASCII text, anything else than printable ASCII as \\xNN (the node writes
+    the extra field so; a file from elsewhere could hold terminal controls)."""
+    return "".join(chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data)
 
 
 def _question(wire: bytes) -> str:
@@ -92,9 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for path in args.files:
         try:
-            for record in records(path.read_bytes()):
-                print(describe(record))
-        except (OSError, ValueError) as e:
+            with LogFile(path) as log:
+                reader = log.frames()
+                for payload in reader:
+                    print(describe(dnstap.decode(payload)))
+                for note in log.notes(reader):
+                    print(note, file=sys.stderr)
+        except BrokenPipeError:  # (whoever read the output has gone: `| head`)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        except OSError as e:
+            print(f"{path}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        except ValueError as e:  # (FrameError, DecodeError)
             print(f"{path}: {e}", file=sys.stderr)
             return 1
     return 0

@@ -16,22 +16,20 @@ the reactor wait. Encoding in the thread as well was
 measured to cost more CPU a static answer (bench/querylog.py, docs/query-log.md): the
 thread and the reactor then trade the GIL back and forth.
 
-The `LogFile` is a Frame Streams file: a START frame, data frames, a STOP frame when closed.
-Before a write would take it past ``max_bytes`` it is closed, renamed ``PATH.1`` (older
-ones shifted up to ``PATH.<keep>``, the oldest removed) and a new one begun. A file found
-at ``PATH`` when the log opens (a previous run's) is rotated the same way first, so a file
-is never appended to after its STOP frame.
+The file itself, its rotation, whose files it may touch and how a full disk is met, are
+`logfile.LogFile`'s. A write the file takes only in part (`logfile.Unwritten`: a full
+disk, a file in the way the log did not write) counts what was written and what was lost
+(``QueryStats.query_log_failed``), logs the reason once while it lasts (no traceback: it is
+the disk or the folder, not a bug), and the next batch tries again.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer, task, threads
@@ -41,6 +39,7 @@ from twisted.python.failure import Failure
 
 from gtmcluster.config.model import QueryLog
 from gtmcluster.querylog import dnstap
+from gtmcluster.querylog.logfile import LogFile, Unwritten
 from gtmcluster.stats import QueryStats, Tally
 
 log = Logger()
@@ -219,88 +218,6 @@ def frames_of(entries: Iterable[Entry], identity: bytes = b"", version: bytes = 
     return Encoder(identity, version).frames(entries)
 
 
-class LogFile:
-    """A Frame Streams file of dnstap records at *path*, rotated by size. Its methods block
-    (file I/O): the writer calls them in a thread, one call at a time."""
-
-    def __init__(self, path: Path, max_bytes: int, keep: int):
-        self.path = path
-        self.max_bytes = max_bytes
-        self.keep = keep
-        self._fd: int | None = None
-        self.size = 0
-        self.rotations = 0
-
-    def write(self, frames: list[bytes]) -> None:
-        """Append *frames* (data frames), rotating first whenever one would take the file past
-        `max_bytes` (a single frame larger than that gets a file of its own)."""
-        if self._fd is None:
-            self._open()
-        total = sum(map(len, frames))
-        if self.size + total + len(dnstap.STOP_FRAME) <= self.max_bytes:  # (mostly: all of it fits)
-            self._write(frames)
-            self.size += total
-            return
-        pending: list[bytes] = []
-        header = len(dnstap.start_frame())
-        for frame in frames:
-            if self._fd is None:
-                self._open()
-            elif self.size + len(frame) + len(dnstap.STOP_FRAME) > self.max_bytes and self.size > header:
-                self._write(pending)
-                pending = []
-                self._close()
-                self._rotate()
-                self._open()
-            pending.append(frame)
-            self.size += len(frame)
-        self._write(pending)
-
-    def close(self) -> None:
-        """End the file with a STOP frame and close it."""
-        if self._fd is not None:
-            self._close()
-
-    def _open(self) -> None:
-        if self.path.exists():
-            self._rotate()  # a previous run's file: never appended to after its STOP frame
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # (client addresses: readable by the node's user and group only)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o640)
-        start = dnstap.start_frame()
-        os.write(self._fd, start)
-        self.size = len(start)
-
-    def _write(self, chunks: list[bytes]) -> None:
-        if not chunks:
-            return
-        assert self._fd is not None
-        data = memoryview(b"".join(chunks))
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
-
-    def _close(self) -> None:
-        assert self._fd is not None
-        self._write([dnstap.STOP_FRAME])
-        os.close(self._fd)
-        self._fd = None
-
-    def _rotate(self) -> None:
-        """PATH -> PATH.1 -> ... -> PATH.<keep>; the oldest goes (with keep 0, PATH itself)."""
-        name = self.path.name
-        if self.keep == 0:
-            self.path.unlink(missing_ok=True)
-        else:
-            self.path.with_name(f"{name}.{self.keep}").unlink(missing_ok=True)
-            for n in range(self.keep - 1, 0, -1):
-                older = self.path.with_name(f"{name}.{n}")
-                if older.exists():
-                    older.rename(self.path.with_name(f"{name}.{n + 1}"))
-            self.path.rename(self.path.with_name(f"{name}.1"))
-        self.rotations += 1
-
-
 def in_pool(reactor: Any) -> Callable[[Callable[[], None]], defer.Deferred[None]]:
     """Runs a call in the reactor's thread pool."""
     return lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f)
@@ -335,7 +252,7 @@ class QueryLogWriter:
         #: (used on the reactor, or with encode_in_thread by one write at a time)
         self.encoder = Encoder(identity.encode(), b"gtmcluster")
         self.queue = QueryQueue(settings.queue, stats, wall)
-        self.file = LogFile(settings.path, settings.max_bytes, settings.keep)
+        self.file = LogFile(settings.path, settings.max_bytes, settings.keep, settings.dir)
         #: batches taken from the queue, waiting for the next write (encoded unless
         #: encode_in_thread), and how many entries they hold
         self._pending: list[Any] = []
@@ -343,7 +260,8 @@ class QueryLogWriter:
         self._busy: defer.Deferred[None] | None = None
         self._loop: task.LoopingCall | None = None
         self._next: Any = None  # the next turn's flush, while there is a backlog
-        self._failing = False  # the last write failed
+        #: why the last write failed (logged once while it lasts), None when it did not
+        self._failing: str | None = None
 
     def reconfigure(self, settings: QueryLog) -> None:
         """Take *settings* of the same path: the sizes apply from the next query (the file's
@@ -380,29 +298,52 @@ class QueryLogWriter:
         batches, self._pending = self._pending, []
         count, self._pending_count = self._pending_count, 0
         encoder, file, in_thread = self.encoder, self.file, self.encode_in_thread
+        written = [0]  # (frames in the file so far, counted by the thread)
 
         def write() -> None:
             for batch in batches:
-                file.write(encoder.frames(batch) if in_thread else batch)
+                frames = encoder.frames(batch) if in_thread else batch
+                try:
+                    written[0] += file.write(frames)
+                except Unwritten as e:
+                    written[0] += e.written
+                    raise
 
         def done(result: object) -> None:
             self._busy = None
+            self.stats.query_log_written += written[0]
             if isinstance(result, Failure):
-                self.stats.query_log_failed += count
-                if not self._failing:  # (once, not every batch while it lasts)
-                    log.failure(
-                        "writing the query log {path} (queries are lost until it works)", result, path=str(file.path)
-                    )
-                self._failing = True
-            else:
-                self.stats.query_log_written += count
-                if self._failing:
-                    log.info("writing the query log {path} again", path=str(file.path))
-                self._failing = False
+                self.stats.query_log_failed += count - written[0]
+                self._failed(result, count - written[0])
+            elif self._failing is not None:
+                log.info("writing the query log {path} again", path=str(file.path), event="query_log_resumed")
+                self._failing = None
             self._write()  # what was encoded meanwhile
 
         busy = self._busy = self.run(write)
         busy.addBoth(done)
+
+    def _failed(self, failure: Failure, lost: int) -> None:
+        """Log why a write failed: once while the same reason lasts (a full disk, a file in
+        the way), with a traceback only for what is not the disk's or the folder's doing."""
+        if not isinstance(failure.value, Unwritten):
+            if self._failing != "?":
+                log.failure(
+                    "writing the query log {path} (queries are lost until it works)", failure, path=str(self.file.path)
+                )
+            self._failing = "?"
+            return
+        reason = failure.value.reason
+        if reason != self._failing:
+            log.error(
+                "writing the query log {path}: {reason}; queries are not logged until it works "
+                "(counted in gtm_query_log_failed_total)",
+                path=str(self.file.path),
+                reason=reason,
+                lost=lost,
+                event="query_log_failed",
+            )
+        self._failing = reason
 
     @defer.inlineCallbacks
     def stop(self) -> Any:

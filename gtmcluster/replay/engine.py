@@ -1,7 +1,8 @@
 """Deciding logged queries again, with one config and one state: the real decision code.
 
 A `Replayer` holds what a node holds to decide (see `node.make_balancer`): a record store
-(loaded from a member's state snapshot, or empty), the health tracker over it (health
+(loaded from a copy in memory of a member's state snapshot, `statecopy`: the file itself
+is only read, never locked for longer than the copy, never rolled back; or empty), the health tracker over it (health
 verdicts and operators' admin states), persistence over it, the measurements (paths), and
 a balancer with rotations from zero and a seeded random source. Each query finds its wide
 IP as the responder does (its name, an alias or a wildcard, in the config's zones) and is
@@ -18,7 +19,7 @@ what `gtmcluster disable` would write. Without a snapshot every server is taken 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.context import Availability, Rotations
 from gtmcluster.lb.trace import Action
 from gtmcluster.node import make_balancer
+from gtmcluster.replay import statecopy
 from gtmcluster.replay.queries import LoggedQuery
 from gtmcluster.state import snapshot
 from gtmcluster.state.persistence import StorePersistence
@@ -179,7 +181,7 @@ class Replayer:
             if not state.is_file():
                 raise BadInput(f"{state}: no such state snapshot")
             try:
-                snapshot.read(state, self.store, now)
+                snapshot.read(state, self.store, now, connect=statecopy.connect)
             except (snapshot.Unreadable, OSError) as e:
                 raise BadInput(f"{state}: cannot read the state snapshot: {e}") from None
         for d in disables:
@@ -243,13 +245,20 @@ class Pair:
     after: Outcome
 
 
+def decided(queries: Iterable[LoggedQuery], before: Replayer, after: Replayer) -> Iterator[Pair]:
+    """Each query decided by *before* and by *after*, in order, one at a time (queries for
+    names no wide IP of either config has included: both outcomes' `wideip` is None)."""
+    for query in queries:
+        yield Pair(query, before.decide(query), after.decide(query))
+
+
 def replay(queries: Iterable[LoggedQuery], before: Replayer, after: Replayer) -> tuple[list[Pair], int]:
-    """Each query decided by *before* and by *after*, in order; with how many were left out
-    because no wide IP of either config has their name."""
+    """Each query decided by *before* and by *after*, in order, as a list; with how many
+    were left out because no wide IP of either config has their name. (The command does
+    not keep the pairs: `report.Findings` counts them as they come from `decided`.)"""
     pairs = []
     left_out = 0
-    for query in queries:
-        pair = Pair(query, before.decide(query), after.decide(query))
+    for pair in decided(queries, before, after):
         if pair.before.wideip is None and pair.after.wideip is None:
             left_out += 1
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 #: the chart's bars: width of 100 %, height of a bar, colours before / after
@@ -18,7 +19,13 @@ TEXT_CLIENTS = 100
 
 
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=1, sort_keys=True)
+    return "".join(json_parts(report))
+
+
+def json_parts(report: dict[str, Any]) -> Iterator[str]:
+    """The report as JSON (keys sorted), in pieces: written as they come, a report listing
+    many clients is never held as one string (nor as the list of its pieces)."""
+    return json.JSONEncoder(indent=1, sort_keys=True).iterencode(report)
 
 
 def _pct(share: float) -> str:
@@ -44,6 +51,7 @@ def _header(report: dict[str, Any]) -> list[str]:
     skipped = report["skipped"]
     if skipped:
         lines.append("  left out: " + ", ".join(f"{count} {why}" for why, count in sorted(skipped.items())))
+    lines.extend(f"  note: {note}" for note in report.get("notes", ()))
     return lines
 
 
@@ -119,31 +127,48 @@ def _chart(name: str, rows: dict[str, dict[str, float]]) -> str:
     return "".join(parts)
 
 
-def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+def _html_table(headers: list[str], rows: Iterable[list[str]]) -> Iterator[str]:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    yield f"<table><thead><tr>{head}</tr></thead><tbody>"
+    for row in rows:
+        yield "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+    yield "</tbody></table>"
 
 
 def _share_rows(rows: dict[str, dict[str, float]]) -> list[list[str]]:
     return [[key, _pct(r["before_share"]), _pct(r["after_share"])] for key, r in rows.items()]
 
 
-def _client_rows(entries: list[dict[str, Any]], before: str, after: str) -> list[list[str]]:
+def _client_rows(entries: list[dict[str, Any]], before: str, after: str) -> Iterator[list[str]]:
     def text(value: Any) -> str:
         return value if isinstance(value, str) else "; ".join(value)
 
-    return [[e["wideip"], e["client"], text(e[before]), text(e[after]), str(e["queries"])] for e in entries]
+    for e in entries:
+        yield [e["wideip"], e["client"], text(e[before]), text(e[after]), str(e["queries"])]
 
 
 def to_html(report: dict[str, Any]) -> str:
-    sections = [f"<pre class='summary'>{html.escape(chr(10).join(_header(report)))}</pre>"]
+    return "".join(html_parts(report))
+
+
+def html_parts(report: dict[str, Any]) -> Iterator[str]:
+    """The report as one self-contained HTML page, in pieces (as `json_parts`)."""
+    style = (
+        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0 1em}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}svg text{font-size:12px}"
+    )
+    yield (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>gtmcluster replay: {html.escape(report['config'])}</title><style>{style}</style></head>"
+        f"<body><h1>What if: {html.escape(report['config'])}</h1>"
+    )
+    yield f"<pre class='summary'>{html.escape(chr(10).join(_header(report)))}</pre>"
     for name, w in report["wideips"].items():
-        sections.append(f"<section class='wideip'><h2>{html.escape(name)}: {w['queries']} queries</h2>")
-        sections.append(_chart(name, w["datacenters"]))
-        sections.append(_html_table(["data center", "before", "after"], _share_rows(w["datacenters"])))
-        sections.append(_html_table(["member", "before", "after"], _share_rows(w["members"])))
-        sections.append("</section>")
+        yield f"<section class='wideip'><h2>{html.escape(name)}: {w['queries']} queries</h2>"
+        yield _chart(name, w["datacenters"])
+        yield from _html_table(["data center", "before", "after"], _share_rows(w["datacenters"]))
+        yield from _html_table(["member", "before", "after"], _share_rows(w["members"]))
+        yield "</section>"
     columns = ["wide IP", "client", "before", "after", "queries"]
     for title, key, before, after in (
         ("Clients that move", "moved", "from", "to"),
@@ -151,15 +176,10 @@ def to_html(report: dict[str, Any]) -> str:
         ("Queries that would now fall back", "now_falling_back", "before", "after"),
     ):
         entries = report[key]
-        sections.append(f"<section id='{key}'><h2>{title} ({len(entries)})</h2>")
-        sections.append(_html_table(columns, _client_rows(entries, before, after)) if entries else "<p>none</p>")
-        sections.append("</section>")
-    style = (
-        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0 1em}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}svg text{font-size:12px}"
-    )
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>gtmcluster replay: {html.escape(report['config'])}</title><style>{style}</style></head>"
-        f"<body><h1>What if: {html.escape(report['config'])}</h1>{''.join(sections)}</body></html>\n"
-    )
+        yield f"<section id='{key}'><h2>{title} ({len(entries)})</h2>"
+        if entries:
+            yield from _html_table(columns, _client_rows(entries, before, after))
+        else:
+            yield "<p>none</p>"
+        yield "</section>"
+    yield "</body></html>\n"

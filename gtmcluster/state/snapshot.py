@@ -319,15 +319,21 @@ class Reader:
 
     @classmethod
     def open(
-        cls, path: Path, later: str | None, wall: Callable[[], float], refused: Counter[tuple[str, str]] | None = None
+        cls,
+        path: Path,
+        later: str | None,
+        wall: Callable[[], float],
+        refused: Counter[tuple[str, str]] | None = None,
+        connect: Callable[[Path], sqlite3.Connection] | None = None,
     ) -> Reader | None:
         """The snapshot at *path* opened and checked whole (opening rolls back a write that
         was cut short, see the module's docstring); None when there is no snapshot (no
-        file, or no write committed yet). Raises `Unreadable`."""
+        file, or no write committed yet). Raises `Unreadable`. *connect* opens it another
+        way (the replay's read-only copy, `replay.statecopy`)."""
         if not os.path.lexists(path):
             return None
         try:
-            db = _connect(path)
+            db = (connect or _connect)(path)
         except sqlite3.Error as e:
             raise Unreadable(str(e)) from e
         try:
@@ -479,12 +485,12 @@ class Reader:
             )
 
 
-def read(path: Path, store: Store, wall_now: float) -> int:
+def read(path: Path, store: Store, wall_now: float, connect: Callable[[Path], sqlite3.Connection] | None = None) -> int:
     """Merge the snapshot at *path* into *store* (silently: see `Store.load`); returns how
-    many live records it held.
+    many live records it held; *connect*: see `Reader.open`.
 
     Raises `Unreadable` (having merged nothing) when the file cannot be trusted."""
-    reader = Reader.open(path, None, lambda: wall_now)
+    reader = Reader.open(path, None, lambda: wall_now, connect=connect)
     if reader is None:
         return 0
     try:

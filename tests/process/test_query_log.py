@@ -34,9 +34,9 @@ def test_real_queries_are_logged_and_read_by_dnstap_read(tmp_path: Path) -> None
     require_tool("dnstap-read", "bind9-dnsutils")
     address = loopback_address()
     config = configs.base(address, DNS_PORT)
-    config["dns_server"]["query_log"] = {"path": "log/queries.dnstap", "max_bytes": 1_000_000, "keep": 2}
+    config["dns_server"]["query_log"] = {"path": "var/log/queries.dnstap", "max_bytes": 1_000_000, "keep": 2}
     path = configs.write(tmp_path, config)
-    log = tmp_path / "log" / "queries.dnstap"
+    log = tmp_path / "var" / "log" / "queries.dnstap"
     api = (address, 8053)
     with running_node(path, "n1", address, DNS_PORT, tmp_path):
         # a wide IP with a client subnet (from a trusted resolver: the subnet decides), twice:
@@ -107,15 +107,15 @@ def test_a_reload_to_another_path_closes_one_file_and_opens_the_other(tmp_path: 
     address = loopback_address()
     config = configs.base(address, DNS_PORT)
     config["sync_group"]["config_sync"] = False
-    config["dns_server"]["query_log"] = {"path": "first.dnstap"}
+    config["dns_server"]["query_log"] = {"path": "var/log/first.dnstap"}
     path = configs.write(tmp_path, config)
-    first, second = tmp_path / "first.dnstap", tmp_path / "second.dnstap"
+    first, second = tmp_path / "var/log/first.dnstap", tmp_path / "var/log/second.dnstap"
     api = (address, 8053)
     with running_node(path, "n1", address, DNS_PORT, tmp_path) as node:
         assert dig(address, DNS_PORT, "www.example.test", "A", source="127.0.0.1").answer
         poll.until(lambda: any(b"\x03www" in r.query_message for r in records(first)), what="the first query logged")
         generation = call(api, "/api/v1/status")[1]["config_generation"]
-        config["dns_server"]["query_log"] = {"path": "second.dnstap"}
+        config["dns_server"]["query_log"] = {"path": "var/log/second.dnstap"}
         configs.write(tmp_path, config)
         node.proc.send_signal(signal.SIGHUP)
         poll.until(lambda: call(api, "/api/v1/status")[1]["config_generation"] > generation, what="the reload")

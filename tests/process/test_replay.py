@@ -39,7 +39,7 @@ ASKERS = [
 def node_config(address: str, down: str) -> dict[str, Any]:
     """configs.base() with the query log on and vs3 (DC3) monitored on a closed port."""
     config = configs.base(address, DNS_PORT)
-    config["dns_server"]["query_log"] = {"path": "log/queries.dnstap"}
+    config["dns_server"]["query_log"] = {"path": "var/log/queries.dnstap"}
     config["monitors"] = {"tcp": {"type": "tcp", "interval": 0.5, "timeout": 0.25, "up_after": 1, "down_after": 1}}
     config["virtual_servers"]["vs3"] = {"address": down, "port": 9, "datacenter": "DC3", "monitor": "tcp"}
     config["topology"][2]["score"] = 2
@@ -67,7 +67,7 @@ def test_replay_names_exactly_the_clients_a_topology_change_moves(tmp_path: Path
             extra = [f"+subnet={subnet}"] if subnet else []
             assert dig(address, DNS_PORT, GSLB, "A", *extra, source=source).answer_data() == [expected]
     state = tmp_path / "var" / "state" / "n1" / "state.sqlite"
-    log = tmp_path / "log" / "queries.dnstap"
+    log = tmp_path / "var" / "log" / "queries.dnstap"
     assert state.exists() and log.exists()
 
     moved = configs.base(address, DNS_PORT)

@@ -117,7 +117,11 @@ def _with_token_file(raw: dict[str, Any], tmp_path: Path) -> None:
         (lambda raw, tmp: raw.update(state_dir=str(tmp / "elsewhere")), "state_dir changed"),
         (lambda raw, tmp: raw.update(log_dir="other-logs"), "log_dir changed"),
         (
-            lambda raw, tmp: raw.update(dns_server={"query_log": {"path": "gtm.yaml", "keep": 0}}),
+            lambda raw, tmp: raw.update(dns_server={"query_log": {"path": "var/log/gtm.yaml", "keep": 0}}),
+            "dns_server.query_log changed (now path ",
+        ),
+        (
+            lambda raw, tmp: raw.update(dns_server={"query_log": {"path": "q/x.dnstap", "dir": "q"}}),
             "dns_server.query_log changed (now path ",
         ),
     ],
@@ -250,7 +254,7 @@ def test_with_config_sync_off_a_reload_takes_a_change_of_the_nodes_own_ground(
     raw["sync_group"]["config_sync"] = False
     top = sharing(tmp_path, raw)
     changed = with_shop(raw)
-    changed["dns_server"] = {"query_log": {"path": "queries.dnstap", "keep": 0}}
+    changed["dns_server"] = {"query_log": {"path": "var/log/queries.dnstap", "keep": 0}}
     Path(top.config_path).write_text(yaml.safe_dump(changed, sort_keys=False))
     problems: list[list[str]] = []
     top.reload().addCallback(problems.append)

@@ -17,21 +17,39 @@ def with_log(value: Any, **dns_server: Any) -> Mutation:
     return put("dns_server", value={**dns_server, "query_log": value})
 
 
+def test_the_path_is_taken_plainly_inside_log_dir_or_the_named_folder(tmp_path: Path) -> None:
+    """``..`` in a path is taken away by its text (the file is then opened below the folder,
+    never through a link); a path inside a log_dir the config moves, or inside query_log.dir,
+    is taken; a subfolder is fine."""
+    raw = configs.base()
+    raw["log_dir"] = "logs"
+    raw["dns_server"]["query_log"] = {"path": "logs/x/../dnstap/q.dnstap"}
+    config = load(configs.write(tmp_path, raw)).dns_server.query_log
+    assert config is not None and (config.path, config.dir) == (tmp_path / "logs/dnstap/q.dnstap", tmp_path / "logs")
+    raw["dns_server"]["query_log"] = {"path": "big/q.dnstap", "dir": "big"}
+    config = load(configs.write(tmp_path, raw)).dns_server.query_log
+    assert config is not None and (config.path, config.dir) == (tmp_path / "big/q.dnstap", tmp_path / "big")
+
+
 def test_settings_and_defaults(tmp_path: Path) -> None:
     raw = configs.base()
     raw["dns_server"]["query_log"] = {"path": "var/log/queries.dnstap"}
     config = load(configs.write(tmp_path, raw))
-    assert config.dns_server.query_log == QueryLog(tmp_path / "var/log/queries.dnstap")
+    log_dir = tmp_path / "var/log"
+    assert config.dns_server.query_log == QueryLog(log_dir / "queries.dnstap", dir=log_dir)
     assert (config.dns_server.query_log.max_bytes, config.dns_server.query_log.keep) == (100_000_000, 5)
     raw["dns_server"]["query_log"] = {
-        "path": "/tmp/q.dnstap",
+        "path": "/srv/dnstap/q.dnstap",
+        "dir": "/srv/dnstap",
         "format": "dnstap",
         "max_bytes": 65536,
         "keep": 0,
         "queue": 100,
     }
     config = load(configs.write(tmp_path, raw))
-    assert config.dns_server.query_log == QueryLog(Path("/tmp/q.dnstap"), "dnstap", 65536, 0, 100)
+    assert config.dns_server.query_log == QueryLog(
+        Path("/srv/dnstap/q.dnstap"), "dnstap", 65536, 0, 100, Path("/srv/dnstap")
+    )
     del raw["dns_server"]["query_log"]
     assert load(configs.write(tmp_path, raw)).dns_server.query_log is None
 
@@ -41,31 +59,73 @@ MISTAKES = [
     pytest.param(with_log({}), "dns_server.query_log", "missing key 'path'", id="no-path"),
     pytest.param(with_log({"path": 3}), "dns_server.query_log.path", "must be a non-empty string", id="path"),
     pytest.param(
-        with_log({"path": "q", "format": "text"}),
+        with_log({"path": "var/log/q", "format": "text"}),
         "dns_server.query_log.format",
         "'text' is not one of: dnstap",
         id="fmt",
     ),
     pytest.param(
-        with_log({"path": "q", "max_bytes": 1000}),
+        with_log({"path": "var/log/q", "max_bytes": 1000}),
         "dns_server.query_log.max_bytes",
         "1000 is out of range (65536 to",
         id="max_bytes",
     ),
     pytest.param(
-        with_log({"path": "q", "keep": -1}), "dns_server.query_log.keep", "-1 is out of range (0 to 1000)", id="keep"
+        with_log({"path": "var/log/q", "keep": -1}),
+        "dns_server.query_log.keep",
+        "-1 is out of range (0 to 1000)",
+        id="keep",
     ),
     pytest.param(
-        with_log({"path": "q", "queue": 1.5}), "dns_server.query_log.queue", "1.5 is not a whole number", id="queue"
+        with_log({"path": "var/log/q", "queue": 1.5}),
+        "dns_server.query_log.queue",
+        "1.5 is not a whole number",
+        id="queue",
     ),
     pytest.param(
-        with_log({"path": "q", "rotate": 1}),
+        with_log({"path": "var/log/q", "rotate": 1}),
         "dns_server.query_log.rotate",
-        "unknown key; known keys here: path, format, max_bytes, keep, queue",
+        "unknown key; known keys here: path, dir, format, max_bytes, keep, queue",
         id="unknown",
     ),
     pytest.param(
-        with_log({"path": "q"}, processes=2),
+        with_log({"path": "victim.txt", "keep": 0}),
+        "dns_server.query_log.path",
+        "'victim.txt' is not a file inside log_dir (",
+        id="outside-log-dir",
+    ),
+    pytest.param(
+        with_log({"path": "/etc/passwd"}),
+        "dns_server.query_log.path",
+        "'/etc/passwd' is not a file inside log_dir (",
+        id="absolute-outside",
+    ),
+    pytest.param(
+        with_log({"path": "var/log/../../victim"}),
+        "dns_server.query_log.path",
+        "'var/log/../../victim' is not a file inside log_dir (",
+        id="dotdot",
+    ),
+    pytest.param(
+        with_log({"path": "var/log/"}),
+        "dns_server.query_log.path",
+        "'var/log/' is not a file inside log_dir (",
+        id="the-folder-itself",
+    ),
+    pytest.param(
+        with_log({"path": "var/log/q", "dir": "/srv/dnstap"}),
+        "dns_server.query_log.path",
+        "'var/log/q' is not a file inside query_log.dir (/srv/dnstap)",
+        id="outside-dir",
+    ),
+    pytest.param(
+        with_log({"path": "var/log/q", "dir": 7}),
+        "dns_server.query_log.dir",
+        "must be a non-empty string",
+        id="dir-type",
+    ),
+    pytest.param(
+        with_log({"path": "var/log/q"}, processes=2),
         "dns_server.query_log",
         "is not written with dns_server.processes above 1",
         id="processes",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 
 import pytest
 from hypothesis import given
@@ -201,3 +202,76 @@ def test_a_malformed_extra_field_is_refused(data: bytes) -> None:
 def test_any_extra_bytes_parse_or_are_refused(data: bytes) -> None:
     with contextlib.suppress(dnstap.DecodeError):
         dnstap.parse_extra(data)
+
+
+# -- reading a frame at a time ----------------------------------------------------------------
+
+
+class CountedReads(io.BytesIO):
+    """A file whose reads are counted: the most asked at once, and the bytes read so far."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self.largest = 0
+        self.total = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        assert size is not None and size >= 0, "the whole file asked for"
+        data = super().read(size)
+        self.largest = max(self.largest, size)
+        self.total += len(data)
+        return data
+
+
+@given(st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_size=30), st.booleans())
+def test_a_file_is_read_a_frame_at_a_time(payloads: list[bytes], stopped: bool) -> None:
+    """No read asks for more than one frame, and a frame is read only when it is wanted."""
+    data = dnstap.start_frame() + b"".join(dnstap.data_frame(p) for p in payloads)
+    file = CountedReads(data + (dnstap.STOP_FRAME if stopped else b""))
+    reader = dnstap.FrameReader(file)
+    at = len(dnstap.start_frame())
+    for payload, got in zip(payloads, reader, strict=False):
+        at += 4 + len(payload)
+        assert got == payload and file.total == at
+    assert list(reader) == [] and reader.stopped is stopped and reader.cut == 0
+    assert file.largest == max(len(dnstap.start_frame()) - 8, *map(len, payloads))
+
+
+@given(st.binary(max_size=400))
+def test_any_bytes_read_a_frame_at_a_time_or_are_refused(tail: bytes) -> None:
+    """Whatever follows a START frame: FrameError, or the whole frames before a cut (the
+    strict reader's frames of the part before it) and the cut's length."""
+    data = dnstap.start_frame() + tail
+    try:
+        reader = dnstap.FrameReader(io.BytesIO(data))
+        records = list(reader)
+    except dnstap.FrameError:
+        return
+    assert reader.end + reader.cut == len(data)
+    assert dnstap.read_frames(data[: reader.end]) == dnstap.Frames(dnstap.CONTENT_TYPE, records, reader.stopped)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=50), min_size=1, max_size=10), st.data())
+def test_a_limit_is_read_no_further(payloads: list[bytes], data: st.DataObject) -> None:
+    """With *limit* (a file's size when opened) nothing past it is read: the frames before
+    it, and a frame across it counted as cut."""
+    whole = dnstap.start_frame() + b"".join(dnstap.data_frame(p) for p in payloads)
+    limit = data.draw(st.integers(len(dnstap.start_frame()), len(whole)))
+    file = CountedReads(whole + dnstap.data_frame(b"written later"))
+    reader = dnstap.FrameReader(file, limit)
+    records = list(reader)
+    assert file.total == limit and reader.end + reader.cut == limit
+    assert records == dnstap.read_frames(whole[: reader.end]).records
+
+
+def test_frames_too_long_are_refused_before_they_are_read() -> None:
+    at = len(dnstap.start_frame())
+    for head, why in [
+        ((dnstap.MAX_FRAME + 1).to_bytes(4, "big"), f"a frame of {dnstap.MAX_FRAME + 1} bytes at {at}: a record is"),
+        (b"\xff\xff\xff\xff", f"a frame of 4294967295 bytes at {at}: a record is {dnstap.MAX_FRAME} bytes at most"),
+        (b"\0\0\0\0" + (dnstap.MAX_CONTROL + 1).to_bytes(4, "big"), f"a control frame of bad length at {at}"),
+    ]:
+        file = CountedReads(dnstap.start_frame() + head + b"\0" * 100)
+        with pytest.raises(dnstap.FrameError, match=why):
+            list(dnstap.FrameReader(file))
+        assert file.total == at + len(head)

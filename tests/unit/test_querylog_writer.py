@@ -23,7 +23,8 @@ from gtmcluster.config.model import DNSServer, HostPort, QueryLog
 from gtmcluster.dns.server import DNSService
 from gtmcluster.node import Node
 from gtmcluster.querylog import dnstap, read, writer
-from gtmcluster.querylog.writer import Entry, LogFile, QueryLogWriter, QueryQueue
+from gtmcluster.querylog.logfile import LogFile
+from gtmcluster.querylog.writer import Entry, QueryLogWriter, QueryQueue
 from gtmcluster.stats import QueryStats
 from tests.conftest import require_tool
 from tests.support import configs
@@ -231,10 +232,10 @@ def test_a_slow_write_makes_the_queue_fill_and_drop_never_wait(tmp_path: Path) -
 
 
 def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path: Path) -> None:
-    """Records lost to a failed write are counted; the failure is logged once while it lasts,
-    and its end too."""
+    """Records lost to a failed write are counted; the failure is logged once while it lasts
+    (with its reason, no traceback), and its end too."""
     w, clock = make_writer(tmp_path)
-    w.file.path.mkdir()  # the path is a directory: it cannot be opened as the file
+    w.file.path.mkdir()  # the path is a directory: it is not the log's to rotate away
     (w.file.path / "x").touch()
     w.file.keep = 0
     w.start()
@@ -243,14 +244,16 @@ def test_a_failed_write_is_counted_and_the_writer_goes_on(tmp_path: Path) -> Non
             w.queue.add(("192.0.2.1", n), ("127.0.0.1", 53), dnstap.UDP, b"q", b"r")
             clock.advance(writer.FLUSH_INTERVAL)
         assert (w.stats.query_log_failed, w.stats.query_log_written) == (2, 0)
+        assert (w.file.path / "x").exists()
         (w.file.path / "x").unlink()
         w.file.path.rmdir()
         w.queue.add(("192.0.2.1", 2), ("127.0.0.1", 53), dnstap.UDP, b"q2", b"r2")
         clock.advance(writer.FLUSH_INTERVAL)
     assert [r.query_message for r in records_in(w.file.path)] == [b"q2"]
     texts = [formatEvent(e) for e in events]
-    assert sum("queries are lost until it works" in t for t in texts) == 1
+    assert sum(f"{w.file.path} is not a regular file" in t and "not logged until it works" in t for t in texts) == 1
     assert sum("writing the query log" in t and "again" in t for t in texts) == 1
+    assert not any(e.get("log_failure") for e in events)
 
 
 # -- the transports and the answer paths --------------------------------------------------
@@ -268,7 +271,7 @@ class Recorder:
 @pytest.fixture
 def logged(tmp_path: Path) -> Iterator[tuple[DNSService, Node, list[sockets.Listener]]]:
     raw = configs.base()
-    raw["dns_server"]["query_log"] = {"path": "queries.dnstap", "max_bytes": 1_000_000, "keep": 2, "queue": 1000}
+    raw["dns_server"]["query_log"] = {"path": "var/log/q.dnstap", "max_bytes": 1_000_000, "keep": 2, "queue": 1000}
     config = load(configs.write(tmp_path, raw))
     node = Node(config, "n1", clock=lambda: 0.0, rng=random.Random(1))
     node.ready = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from gtmcluster.config.model import WideIP
 from gtmcluster.lb.context import Client, PersistRecord
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.querylog import dnstap
-from gtmcluster.replay.queries import BadLog, read
+from gtmcluster.replay.queries import BadLog, LoggedQuery, Logs
 from gtmcluster.state import snapshot
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
@@ -32,6 +33,23 @@ def record(source: str, name: str = WIDEIP, ecs: str | None = None, extra: bytes
     message = dnsclient.query(name, "A", ecs=ecs)
     r = dnstap.Record(dnstap.AUTH_RESPONSE, family, dnstap.UDP, address, 40000, address, 53, (at, 5), message)
     return dnstap.data_frame(dnstap.encode(r if not extra else dnstap.Record(**{**r.__dict__, "extra": extra})))
+
+
+@dataclass
+class Read:
+    """What `Logs` read of some files: their queries (kept here, for a test's few), what was
+    skipped, the last query's time, the notes."""
+
+    queries: list[LoggedQuery]
+    skipped: dict[str, int]
+    last_time: float | None
+    notes: list[str]
+
+
+def read(paths: list[Path]) -> Read:
+    with Logs(paths) as logs:
+        logs.scan()
+        return Read(list(logs.queries()), logs.skipped, logs.last_time, logs.notes)
 
 
 def write_log(path: Path, *frames: bytes, stopped: bool = True) -> Path:
