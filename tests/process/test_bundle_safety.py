@@ -114,20 +114,30 @@ def test_a_push_cannot_move_a_members_certificates(group: Group, tls: dict[str, 
     assert all(p["connected"] for p in group.status("n2")["peers"])
 
 
-def test_a_push_cannot_point_the_query_log_at_a_file(group: Group) -> None:
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        # outside log_dir: no config may name it (the query log's own rule)
+        ("victim.txt", "is not a file inside log_dir"),
+        # inside log_dir: a config may, but a pushed one never moves the member's query log
+        ("var/log/victim.txt", "dns_server.query_log changed"),
+    ],
+)
+def test_a_push_cannot_point_the_query_log_at_a_file(group: Group, name: str, why: str) -> None:
     """Defect 6: the file the bundle names is neither removed, renamed nor written."""
-    victim = group.workdir / "victim.txt"
+    victim = group.workdir / name
+    victim.parent.mkdir(parents=True, exist_ok=True)
     victim.write_text("an operator's file\n")
     inode = victim.stat().st_ino
     before = generations(group)
-    change = {"query_log": {"path": "victim.txt", "keep": 0}}
+    change = {"query_log": {"path": name, "keep": 0}}
     path = edited(group, "query-log", lambda raw: raw.setdefault("dns_server", {}).update(change))
     done = cli(group, "n1", "config", "push", "--config", str(path), "--node", "n1")
     assert done.returncode == 1
-    assert "dns_server.query_log changed" in done.stderr and "own ground" in done.stderr, done.stderr
+    assert why in done.stderr, done.stderr
     assert generations(group) == before
     assert victim.read_text() == "an operator's file\n" and victim.stat().st_ino == inode
-    assert not (group.workdir / "victim.txt.1").exists()
+    assert not victim.with_name(victim.name + ".1").exists()
 
 
 def test_included_zone_files_travel_with_the_zone(group: Group, tmp_path: Path) -> None:
