@@ -20,6 +20,12 @@ A push states the generation it was based on (the group's when the push starts, 
 --based-on N): if the group has moved on meanwhile, the push is refused with who published
 what, unless --force. --config names the member (its API address and token) in every
 command; for push it is also what is published.
+
+What answers at the member's address is read as a stranger's (`gtmcluster.cli.nodeapi`):
+each answer is checked against the fields read here (`HELD`, `PUBLISHED`, `GROUP`,
+`HISTORY`), one that does not fit is the node unreachable (one line, exit 1), and what it
+says (publishers, member names, refusal reasons, the bundles' file names and text) is
+printed with its control characters escaped (`gtmcluster.cli.terminal`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from typing import Any
 
 from gtmcluster.cli.admin import when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member, post_raw, raw
+from gtmcluster.cli.shape import ListOf, MapOf, Maybe, Obj
+from gtmcluster.cli.terminal import escape
 from gtmcluster.config import bundle
 from gtmcluster.config.load import config_value
 from gtmcluster.config.model import Member
@@ -42,6 +50,25 @@ from gtmcluster.config.problems import ConfigError
 #: seconds a push waits for the members to run it
 WAIT = 120.0
 POLL = 0.1
+
+#: a bundle's header as read here (`config.bundle.Header.to_json`; `gtmcluster.cli.shape`)
+HEADER = Obj({"generation": int, "based_on": int, "publisher": str, "published_at": float, "digest": str})
+#: what push and pull read of GET /api/v1/config: the newest bundle the member holds
+HELD = Obj({"held": Maybe(HEADER)})
+#: the answer to a publication (a push, a rollback)
+PUBLISHED = Obj({"published": HEADER, "unchanged": bool})
+#: what a push watches of GET /api/v1/config: what each peer runs, or refused and why
+MEMBER = Obj(
+    {
+        "connected": bool,
+        "speaks_config_sync": bool,
+        "running": Maybe(Obj({"generation": int, "digest": str})),
+        "refused": Maybe(Obj({"bundle": Obj({"digest": str}), "reasons": ListOf(str)})),
+    }
+)
+GROUP = Obj({"held": Maybe(HEADER), "members": MapOf(MEMBER)})
+#: GET /api/v1/config/history
+HISTORY = Obj({"bundles": ListOf(Obj({**HEADER.fields, "size": int, "running": bool}))})
 
 
 def add_parser(sub: Any) -> None:
@@ -116,8 +143,8 @@ def push(args: argparse.Namespace) -> int:
 
 def _push(args: argparse.Namespace) -> int:
     m, tokens = _target(args)
-    state = get(m, "/api/v1/config", tokens=tokens)
-    held = state.get("held") or {}
+    state = get(m, "/api/v1/config", tokens=tokens, fields=HELD)
+    held = state["held"] or {}
     based_on = args.based_on if args.based_on is not None else int(held.get("generation", 0))
     try:
         raw = config_value(args.config, Path(args.config).read_bytes())  # (read by _target: not parsed again)
@@ -131,7 +158,7 @@ def _push(args: argparse.Namespace) -> int:
         raise CliError("the bundle cannot be published:\n" + "\n".join(str(p) for p in problems))
     target = "/api/v1/config" + ("?force=true" if args.force else "")
     started = time.monotonic()
-    answer = post_raw(m, target, bundle.encode(made), tokens)
+    answer = post_raw(m, target, bundle.encode(made), tokens, fields=PUBLISHED)
     return _follow(args, m, tokens, answer, started, f"{len(made.files)} files, {made.size:,} bytes")
 
 
@@ -145,7 +172,9 @@ def _rollback(args: argparse.Namespace) -> int:
     if args.based_on is not None:
         body["based_on"] = str(args.based_on)
     started = time.monotonic()
-    answer = post_raw(m, f"/api/v1/config/rollback/{args.generation}", json.dumps(body).encode(), tokens)
+    answer = post_raw(
+        m, f"/api/v1/config/rollback/{args.generation}", json.dumps(body).encode(), tokens, fields=PUBLISHED
+    )
     return _follow(args, m, tokens, answer, started, f"the files of generation {args.generation}")
 
 
@@ -167,29 +196,29 @@ def _follow(args: argparse.Namespace, m: Member, tokens: Tokens, answer: Any, st
     taken: dict[str, float] = {m.name: time.monotonic() - started}
     deadline = time.monotonic() + args.wait
     while True:
-        state = get(m, "/api/v1/config", tokens=tokens)
-        held = state.get("held") or {}
+        state = get(m, "/api/v1/config", tokens=tokens, fields=GROUP)
+        held = state["held"] or {}
         if (held.get("generation"), held.get("digest"), held.get("publisher")) != (
             generation,
             digest,
             published["publisher"],
         ):
             raise CliError(
-                f"generation {held.get('generation')} published by {held.get('publisher')} at "
+                f"generation {held.get('generation')} published by {escape(str(held.get('publisher')))} at "
                 f"{when(held.get('published_at'))} won over this one (published at the same time, or after): "
                 "pull it (`gtmcluster config pull`) and push again"
             )
         refused, pending, away = {}, [], []
         for name, view in sorted(state["members"].items()):
-            running = view.get("running") or {}
-            refusal = view.get("refused") or {}
+            running = view["running"] or {}
+            refusal = view["refused"] or {}
             if running.get("digest") == digest and running.get("generation") == generation:
                 taken.setdefault(name, time.monotonic() - started)
-            elif (refusal.get("bundle") or {}).get("digest") == digest:
-                refused[name] = refusal.get("reasons", [])
-            elif not view.get("connected"):
+            elif refusal and refusal["bundle"]["digest"] == digest:
+                refused[name] = refusal["reasons"]
+            elif not view["connected"]:
                 away.append(name)
-            elif not view.get("speaks_config_sync"):
+            elif not view["speaks_config_sync"]:
                 away.append(f"{name} (an older version without config sync)")
             else:
                 pending.append(name)
@@ -200,13 +229,13 @@ def _follow(args: argparse.Namespace, m: Member, tokens: Tokens, answer: Any, st
         print(json.dumps({**answer, "taken": taken, "refused": refused, "pending": pending, "away": away}, indent=1))
     else:
         for name, seconds in sorted(taken.items()):
-            print(f"  {name}: runs it ({seconds:.2f} s)")
+            print(f"  {escape(name)}: runs it ({seconds:.2f} s)")
         for name, reasons in refused.items():
-            print(f"  {name}: REFUSED, it runs its previous config: " + "; ".join(reasons))
+            print(f"  {escape(name)}: REFUSED, it runs its previous config: " + "; ".join(map(escape, reasons)))
         for name in pending:
-            print(f"  {name}: has not taken it after {args.wait:g} s")
+            print(f"  {escape(name)}: has not taken it after {args.wait:g} s")
         for name in away:
-            print(f"  {name}: not connected now; it takes it when it connects")
+            print(f"  {escape(name)}: not connected now; it takes it when it connects")
     return 1 if refused or pending else 0
 
 
@@ -218,7 +247,7 @@ def _pull(args: argparse.Namespace) -> int:
     m, tokens = _target(args)
     generation = args.generation
     if generation is None:
-        held = get(m, "/api/v1/config", tokens=tokens).get("held")
+        held = get(m, "/api/v1/config", tokens=tokens, fields=HELD)["held"]
         if not held:
             raise CliError(f"{m.name} holds no bundle: nothing was published in this group yet")
         generation = held["generation"]
@@ -226,10 +255,10 @@ def _pull(args: argparse.Namespace) -> int:
     try:
         path = bundle.write(got, Path(args.dir))
     except (OSError, bundle.BadBundle) as e:
-        raise CliError(f"cannot write under {args.dir}: {e}") from None
+        raise CliError(f"cannot write under {args.dir}: {escape(str(e))}") from None
     print(
-        f"generation {got.generation} ({got.digest[:12]}), published by {got.publisher} at "
-        f"{when(got.published_at)}: {len(got.files)} files written under {args.dir}; the config is {path}"
+        f"generation {got.generation} ({got.digest[:12]}), published by {escape(got.publisher)} at "
+        f"{when(got.published_at)}: {len(got.files)} files written under {args.dir}; the config is {escape(str(path))}"
     )
     return 0
 
@@ -239,7 +268,7 @@ def _bundle(m: Member, tokens: Tokens, generation: int) -> bundle.Bundle:
     try:
         return bundle.decode(data)
     except bundle.BadBundle as e:
-        raise CliError(f"{m.name} sent a bad bundle for generation {generation}: {e}") from None
+        raise CliError(f"{m.name} sent a bad bundle for generation {generation}: {escape(str(e))}") from None
 
 
 def history(args: argparse.Namespace) -> int:
@@ -248,14 +277,14 @@ def history(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace) -> int:
     m, tokens = _target(args)
-    answer = get(m, "/api/v1/config/history", tokens=tokens)
+    answer = get(m, "/api/v1/config/history", tokens=tokens, fields=HISTORY)
     if args.json:
         print(json.dumps(answer, indent=1, sort_keys=True))
         return 0
     print(f"{'GEN':>5}  {'PUBLISHED':20}  {'BY':16}  {'BASED ON':>8}  {'DIGEST':12}  {'SIZE':>10}")
     for b in answer["bundles"]:
         print(
-            f"{b['generation']:>5}  {when(b['published_at']):20}  {b['publisher']:16}  {b['based_on']:>8}  "
+            f"{b['generation']:>5}  {when(b['published_at']):20}  {escape(b['publisher']):16}  {b['based_on']:>8}  "
             f"{b['digest'][:12]:12}  {b['size']:>10,}{'  (running)' if b['running'] else ''}"
         )
     if not answer["bundles"]:
@@ -277,8 +306,8 @@ def _diff(args: argparse.Namespace) -> int:
             difflib.unified_diff(
                 before,
                 after,
-                f"generation {a.generation}/{name}" if name in a.files else "/dev/null",
-                f"generation {b.generation}/{name}" if name in b.files else "/dev/null",
+                f"generation {a.generation}/{escape(name)}" if name in a.files else "/dev/null",
+                f"generation {b.generation}/{escape(name)}" if name in b.files else "/dev/null",
             )
         )
     return 0
@@ -287,7 +316,8 @@ def _diff(args: argparse.Namespace) -> int:
 def _lines(data: bytes | None) -> list[str]:
     if data is None:
         return []
-    text = data.decode("utf-8", errors="replace")
+    # (a tab is text; a newline ends a line: both kept, every other control escaped)
+    text = escape(data.decode("utf-8", errors="replace"), keep="\t\n")
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n\\ No newline at end of file\n"
