@@ -13,7 +13,7 @@ and a management host that is neither site.
 - every member's API is on its site address, port 8443, over HTTPS (``api.tls``) with the
   member's certificate from the group CA; it requires a client certificate from the group
   CA (``api.client_certificates: required``; the operator's is `OPERATOR`'s, made with
-  `certs.issue_client`) and the token `TOKEN` (``api.token``) for every request (beyond
+  `certs.issue_client`) and the token `TOKEN` (``api.token_file``) for every request (beyond
   loopback the API asks for it on reads too);
 - a fifth host ``mgmt`` (10.77.200.1, fd77::c801) runs the operator's `gtmcluster` commands
   (`Deployed.cli`): they use the config (its token), the CA certificate and the operator's
@@ -64,6 +64,8 @@ SUBNET6 = "fd77::/64"
 API_PORT = 8443
 #: the API's bearer token (api.token), for every request
 TOKEN = "deployed-test-token-0123456789"
+#: the file that holds it, beside the config (every member's and the management host's)
+TOKEN_FILE = "api-token"
 #: the site reached over IPv6 only
 IPV6_SITE = "tel"
 MGMT = "mgmt"
@@ -131,7 +133,9 @@ class Deployed(MultiSite):
             }
             for site, (_, member, dc, _) in SITES.items()
         ]
-        config["api"] = {"tls": True, "client_certificates": "required", "token": TOKEN}
+        # (the token in a file of the members' own: a config shared by config sync never
+        # carries a secret, issue 30)
+        config["api"] = {"tls": True, "client_certificates": "required", "token_file": TOKEN_FILE}
         config["prober"] = {**PROBER, "allow": [SUBNET, SUBNET6]}
         return config
 
@@ -140,6 +144,9 @@ class Deployed(MultiSite):
         in workdir."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / f"{ZONE}.zone").write_text(self.zone_text())
+        token = os.open(self.workdir / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(token, "w") as f:
+            f.write(TOKEN + "\n")
         self.config_path.write_text(yaml.safe_dump(self.group_config(), sort_keys=False))
         certs.init_ca(self.workdir / "certs")
         for _, member, _, _ in SITES.values():
