@@ -14,8 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import maxminddb
 import pytest
 
+from gtmcluster import slices
 from gtmcluster.config import files
 from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
@@ -25,7 +27,8 @@ from gtmcluster.probe.http import load_trust
 from gtmcluster.sync import certs
 from gtmcluster.sync.tls import CredentialError, load_credentials
 from gtmcluster.topology import addrlist
-from tests.support import configs
+from gtmcluster.topology.geoip import GeoIPError, open_database
+from tests.support import configs, geodb
 from tests.support.hostilefiles import DEV_ZERO, make_fifo, memory_capped, released_after, sparse
 
 TOKEN = "a-token-of-enough-characters"
@@ -305,6 +308,61 @@ def test_a_private_api_token_file_is_read(tmp_path: Path, mode: int) -> None:
     loaded = load(configs.write(tmp_path, config))
     assert loaded.api.token == TOKEN
     assert loaded.api.token_file == tmp_path / "token-link"
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_geoip_database(tmp_path: Path, fifo: Path, name: str) -> None:
+    """A GeoIP database: one problem at its key, no copy made of an oversized file."""
+    path = hostile(tmp_path, fifo, name, files.GEOIP)
+    problems = config_problems(tmp_path, lambda c: c.update(geoip={"country": str(path)}))
+    assert [(p.path, p.message) for p in problems] == [
+        (("geoip", "country"), f"cannot read {path}: {why(name, files.GEOIP)}")
+    ]
+
+
+def test_a_truncated_geoip_database_is_not_a_maxmind_db(tmp_path: Path) -> None:
+    data = geodb.write_country(tmp_path / "c.mmdb").read_bytes()
+    (tmp_path / "c.mmdb").write_bytes(data[: len(data) // 2])
+    with pytest.raises(GeoIPError) as refused:
+        slices.whole(open_database("country", tmp_path / "c.mmdb"))
+    assert str(refused.value).startswith(f"{tmp_path / 'c.mmdb'}: not a MaxMind DB (.mmdb) file: ")
+    assert "/proc/self/fd" not in str(refused.value)  # the private copy is not what is named
+
+
+def test_any_error_opening_a_geoip_database_is_not_a_maxmind_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the C extension, the pure-Python reader raises TypeError on metadata with a
+    field it does not know: that too is one problem naming the file, not a traceback."""
+    path = geodb.write_country(tmp_path / "c.mmdb")
+    path.write_bytes(path.read_bytes().replace(b"node_count", b"node_xount"))
+    monkeypatch.setattr(maxminddb, "_extension", None)  # a host without the C extension
+    problems = config_problems(tmp_path, lambda c: c.update(geoip={"country": str(path)}))
+    assert [(p.path, p.message) for p in problems] == [
+        (
+            ("geoip", "country"),
+            f"{path}: not a MaxMind DB (.mmdb) file: "
+            "Metadata.__init__() got an unexpected keyword argument 'node_xount'",
+        )
+    ]
+
+
+def test_the_geoip_copy_is_in_memory_not_in_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The private copy the reader maps is a sealed memory file: nothing is written to
+    $TMPDIR (or any folder), and the copy cannot be changed."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    path = geodb.write_country(tmp_path / "c.mmdb")
+    database = slices.whole(open_database("country", path))
+    try:
+        maps = [line for line in Path("/proc/self/maps").read_text().splitlines() if "geoip" in line]
+        assert maps and all("/memfd:gtm-geoip-country" in line for line in maps), maps
+        assert not any(str(scratch) in line or str(tmp_path) in line for line in maps)
+    finally:
+        database.reader.close()
 
 
 @pytest.mark.parametrize("which", ["ca", "cert", "key"])
