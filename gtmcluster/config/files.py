@@ -2,7 +2,7 @@
 
 Every file a config names, other than zone files and config bundles (the config itself,
 region address lists, the API's token file, certificates and keys, DNSSEC keys, GeoIP
-databases, monitors' CA files), is read here, the same way:
+databases, monitors' CA files, TSIG secret files), is read here, the same way:
 
 - it must be a regular file. A name pointing at anything else (a FIFO, a device such as
   ``/dev/zero``, a socket, a directory) is refused without being opened: it is looked at
@@ -13,8 +13,9 @@ databases, monitors' CA files), is read here, the same way:
 - its size is capped by its `Kind`: a bigger file is refused before a byte is read, and one
   that grows past the cap while it is read (or says it is empty but is not, as the files
   of ``/proc`` do) is refused when it passes it. At most the cap and one byte are read;
-- a secret (`SECRET`: the API's token file) may not be readable or writable by others nor
-  writable by its group: any local process could then read the token, or set its own;
+- a secret (`SECRET`: the API's token file, a TSIG key's secret file) may not be readable
+  or writable by others nor writable by its group: any local process could then read it,
+  or set its own;
 - a refusal is a `Refused`, an `OSError` (so callers' ``except OSError`` handle it) whose
   ``strerror`` says why and whose text names the file; the config's reader puts it at the
   key path that named the file.
@@ -53,9 +54,10 @@ CONFIG = Kind("a config file", 64 * MiB)
 ZONE_FILE = Kind("a zone file", 256 * MiB)
 #: a region's address list: a full BGP table (about 1.2 million prefixes) is some 20 MB
 ADDRESS_LIST = Kind("an address list", 64 * MiB)
-#: the API's token file (a token is at most 4096 characters, as `api.token` reads the
-#: node's own, which it reads up to 8 KiB of too)
-SECRET = Kind("a token file", 8 * KiB, secret=True)
+#: a secret: the API's token file (a token is at most 4096 characters, as `api.token`
+#: reads the node's own, which it reads up to 8 KiB of too) or a TSIG key's secret_file
+#: (a few dozen characters of base64)
+SECRET = Kind("a secret file", 8 * KiB, secret=True)
 #: PEM certificates, keys and CA bundles (the whole Mozilla CA bundle is about 220 KB)
 PEM = Kind("a PEM file", 1 * MiB)
 #: a DNSSEC private key (PKCS#8 PEM of P-256 or Ed25519: under 300 bytes)

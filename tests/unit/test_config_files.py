@@ -269,7 +269,7 @@ def test_the_api_token_file_that_is_no_regular_file(tmp_path: Path, fifo: Path, 
 @pytest.mark.parametrize(
     ("content", "mode", "problem"),
     [
-        ("x" * 1024 * 1024, 0o600, "cannot read {path}: 1,048,576 bytes, more than a token file may hold (8 KiB)"),
+        ("x" * 1024 * 1024, 0o600, "cannot read {path}: 1,048,576 bytes, more than a secret file may hold (8 KiB)"),
         (
             TOKEN,
             0o644,
@@ -292,6 +292,28 @@ def test_the_api_token_file_is_read_as_a_secret(tmp_path: Path, content: str, mo
     path.chmod(mode)
     problems = config_problems(tmp_path, token_file_config(path))
     assert [(p.path, p.message) for p in problems] == [(("api", "token_file"), problem.format(path=path))]
+
+
+@pytest.mark.parametrize("name", [*HOSTILE, "readable"])
+def test_a_tsig_secret_file(tmp_path: Path, fifo: Path, name: str) -> None:
+    """A TSIG key's secret_file is a secret as the token file is."""
+    if name == "readable":
+        path = tmp_path / "xfr.key"
+        path.write_text("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n")
+        path.chmod(0o644)
+        reason = f"it may be read by others (mode 0644): {CHMOD}"
+    else:
+        path = hostile(tmp_path, fifo, name, files.SECRET)
+        reason = why(name, files.SECRET)
+
+    def with_key(config: dict[str, Any]) -> None:
+        config["tsig_keys"] = {"xfr-key": {"secret_file": str(path)}}
+        config["zones"][0]["transfer"] = {"allow": ["127.0.0.1/32"], "tsig": "xfr-key"}
+
+    problems = config_problems(tmp_path, with_key)
+    assert [(p.path, p.message) for p in problems if p.path[0] == "tsig_keys"] == [
+        (("tsig_keys", "xfr-key", "secret_file"), f"cannot read {path}: {reason}")
+    ]
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o400, 0o640])
