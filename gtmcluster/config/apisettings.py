@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gtmcluster.config import files
 from gtmcluster.config.model import ApiLimits, ApiSettings, HostPort
 from gtmcluster.config.reader import Mapping, Reader
 
@@ -29,7 +30,9 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     the host names operators reach the API by (``{node}``: the member's name); ``tls: true``
     (HTTPS with the member's certificate), ``client_certificates: required`` (clients must
     show a certificate from the group CA), ``insecure_http: true`` (plain HTTP beyond
-    loopback, knowingly), ``limits: {...}`` (`read_limits`)."""
+    loopback, knowingly), ``limits: {...}`` (`read_limits`). The token file is read as
+    `files.SECRET`: a regular file of at most 8 KiB, which others may not read and only its
+    owner may write."""
     if not top.has("api"):
         return ApiSettings()
     m = r.mapping(
@@ -50,7 +53,7 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
         if name is not None:
             path = token_file = resolve(name)
             try:
-                token = path.read_text(encoding="utf-8").strip()
+                token = files.read_text(path, files.SECRET).strip()
             except OSError as e:
                 r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
     for_reads = bool(m.boolean("token_for_reads", False))

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import bundle, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
+from gtmcluster.config import bundle, files, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
 from gtmcluster.config import links as link_settings
 from gtmcluster.config.apisettings import api_beyond_loopback, read_api
 from gtmcluster.config.model import (
@@ -118,13 +118,12 @@ def parse_file(file: str) -> yamlchild.Parsed:
 
 
 def read_text(file: str) -> str:
-    """The text of *file*; raises `ConfigError` if it cannot be read."""
+    """The text of *file* (a regular file of at most `files.CONFIG`, never a FIFO or a device:
+    a reload reads it on the reactor thread); raises `ConfigError` if it cannot be read."""
     try:
-        with open(file, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ConfigError([Problem(file, (), f"cannot read the config: {reason}")]) from None
+        return files.read_text(file, files.CONFIG)
+    except OSError as e:
+        raise ConfigError([Problem(file, (), f"cannot read the config: {e.strerror or e}")]) from None
 
 
 def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> slices.Steps[Config]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.config import files
 from gtmcluster.config.model import IPNetwork, TransferLimits, TSIGKey, ZoneTransfer
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
@@ -75,10 +76,9 @@ def _key(r: Reader, path: KeyPath, name: str, raw: Any, resolve: Callable[[str],
         if file_name is not None:
             file = resolve(file_name)
             try:
-                text = file.read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as e:
-                reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-                r.error(where, f"cannot read {file}: {reason}")
+                text = files.read_text(file, files.SECRET).strip()  # (a FIFO here would hold a reload)
+            except OSError as e:
+                r.error(where, f"cannot read {file}: {e.strerror or e}")
     else:
         m.require("secret", "the key's secret in base64 (or secret_file: PATH)")
     m.done()

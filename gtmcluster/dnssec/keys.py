@@ -31,6 +31,7 @@ import dns.rdtypes.ANY.DS
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from gtmcluster.config import files
 from gtmcluster.sync import certs
 
 ECDSAP256SHA256 = 13
@@ -171,7 +172,7 @@ def load(directory: Path, zone: str) -> list[ZoneKey]:
 
 def _load_one(role: str, path: Path, state: str = ACTIVE) -> ZoneKey:
     try:
-        data = path.read_bytes()
+        data = files.read_bytes(path, files.DNSSEC_KEY)  # (a FIFO here would hold a reload)
     except OSError as e:
         raise DnssecKeyError(f"cannot read {path}: {e.strerror or e}") from e
     try:

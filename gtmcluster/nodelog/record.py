@@ -9,7 +9,13 @@ A line is a compact JSON object with these fields, in this order::
 debug, info, warn, error or critical; ``system`` is the logger's namespace (or the legacy
 ``system``); ``event`` is the event's format template, the same for every event of a kind;
 ``message`` is the formatted text, with the traceback when the event carries a failure. A
-message never breaks the line: JSON escapes its newlines.
+message never breaks the line: JSON escapes its newlines. Nor does it make the line long: a
+message may carry text from outside (a peer's name in a refused Hello, a config problem
+quoting a value), so one of more than `MAX_MESSAGE` characters keeps its first and last
+characters and says how many were left out between (``... N more characters ...``; a
+traceback's last lines say what failed), and its JSON form is at most `MAX_MESSAGE_BYTES`
+(a line well within 64 KiB). Text that is not valid Unicode (a file name of undecodable
+bytes) is written with backslash escapes rather than lost.
 
 Pure: nothing here touches files or clocks.
 """
@@ -29,6 +35,11 @@ PRIORITY = {"critical": 2, "error": 3, "warn": 4, "info": 6, "debug": 7}
 
 #: ``time`` of this many characters: ``2026-12-01T15:11:51.123456Z``
 TIME_WIDTH = 27
+#: a longer message keeps its first MAX_MESSAGE - TAIL and last TAIL characters ...
+MAX_MESSAGE = 16 * 1024
+TAIL = 4 * 1024
+#: ... and fewer if its JSON form would be more bytes than this (a control character takes 6)
+MAX_MESSAGE_BYTES = 48 * 1024
 
 
 def iso_time(seconds: float) -> str:
@@ -59,6 +70,7 @@ def system_of(event: dict[str, Any]) -> str:
 
 
 def message_of(event: dict[str, Any]) -> str:
+    """The formatted text of *event* (with its traceback), shortened (`shorten`)."""
     text = formatEvent(event)
     failure = event.get("log_failure")
     if failure is not None:
@@ -67,7 +79,28 @@ def message_of(event: dict[str, Any]) -> str:
         except Exception:  # a broken failure must not lose the event
             trace = repr(failure)
         text = f"{text}\n{trace}".rstrip("\n") if text else trace.rstrip("\n")
-    return text
+    if not text.isascii():
+        # a lone surrogate (undecodable bytes) cannot be written as UTF-8: escaped, not lost
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return shorten(text)
+
+
+def shorten(text: str) -> str:
+    """*text*, or when it is longer than `MAX_MESSAGE` characters (or its JSON form more
+    than `MAX_MESSAGE_BYTES`), its first and last characters with how many were left out."""
+    if len(text) <= MAX_MESSAGE and (len(text) * 6 <= MAX_MESSAGE_BYTES or _json_bytes(text) <= MAX_MESSAGE_BYTES):
+        return text
+    head, tail = MAX_MESSAGE - TAIL, TAIL
+    while True:
+        if head + tail < len(text):
+            cut = f"{text[:head]} ... {len(text) - head - tail} more characters ... {text[len(text) - tail :]}"
+            if _json_bytes(cut) <= MAX_MESSAGE_BYTES:
+                return cut
+        head, tail = head // 2, tail // 2
+
+
+def _json_bytes(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
 
 
 def event_line(event: dict[str, Any], node: str, fallback_time: float) -> str:

@@ -40,6 +40,7 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gtmcluster.config import files
 from gtmcluster.config.monitoring import HttpCheck, LoadSource
 from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe import httpframe, loadread
@@ -113,7 +114,7 @@ class Unverified:
 
 def load_trust(ca_file: Path) -> IOpenSSLTrustRoot:
     """Every certificate in a PEM file, as the trust root of a verified check."""
-    pem = ca_file.read_bytes()
+    pem = files.read_bytes(ca_file, files.PEM)  # (read on the reactor thread: never a FIFO)
     certificates = [ssl.Certificate.loadPEM(c.public_bytes(Encoding.PEM)) for c in x509.load_pem_x509_certificates(pem)]
     root: IOpenSSLTrustRoot = ssl.trustRootFromCertificates(certificates)
     return root

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gtmcluster.config import files
 from gtmcluster.config.reader import NAME_RE
 
 CA_CERT = "ca.pem"
@@ -452,8 +453,9 @@ def _when(moment: datetime.datetime) -> str:
 
 
 def _read(path: Path) -> bytes:
+    """The PEM file *path*: a regular file of at most `files.PEM`."""
     try:
-        return path.read_bytes()
+        return files.read_bytes(path, files.PEM)
     except FileNotFoundError as e:
         raise CertError(f"{path} does not exist") from e
     except OSError as e:

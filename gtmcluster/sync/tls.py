@@ -40,6 +40,7 @@ from twisted.internet.interfaces import (
 from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
 from zope.interface import implementer
 
+from gtmcluster.config import files
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.sync.certs import describe, dns_names
 
@@ -89,8 +90,10 @@ class Credentials:
 
 
 def _read(path: Path, what: str, hint: str) -> bytes:
+    """The PEM file *path* (a regular file of at most `files.PEM`: a FIFO named here would
+    hold the reload that reads it)."""
     try:
-        return path.read_bytes()
+        return files.read_bytes(path, files.PEM)
     except FileNotFoundError:
         raise CredentialError(f"{path}: no such file ({what}); {hint}") from None
     except OSError as e:

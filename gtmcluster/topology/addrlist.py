@@ -1,7 +1,8 @@
 """Address list files: one network per line (an ISP's address space), ``#`` comments.
 
 A bare address counts as a host network (/32 or /128). Every bad line is reported with its
-line number.
+line number. A file is read as `config.files` reads what a config names: a regular file
+of at most `config.files.ADDRESS_LIST` (64 MiB).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from gtmcluster.config import files
 from gtmcluster.topology.prefixes import IPNetwork
 
 
@@ -37,6 +39,6 @@ def parse(text: str) -> tuple[list[IPNetwork], list[BadLine]]:
 
 
 def read(path: str) -> tuple[list[IPNetwork], list[BadLine]]:
-    """Read an address list file. Raises OSError when it cannot be read."""
-    with open(path, encoding="utf-8") as f:
-        return parse(f.read())
+    """Read an address list file. Raises OSError when it cannot be read (`files.Refused`
+    when it is not a regular file of UTF-8 text within the cap)."""
+    return parse(files.read_text(path, files.ADDRESS_LIST))

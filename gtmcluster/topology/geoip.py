@@ -2,12 +2,18 @@
 from MaxMind DB (``.mmdb``) files, for the ``country``, ``continent`` and ``asn`` topology
 and region selectors.
 
-A database is read once, when the config is (load or reload): its bytes are hashed (the
-config digest changes with them) and copied to a private file that is unlinked at once, so
-the reader maps exactly the bytes hashed, and a file replaced or rewritten in place later
-(``geoipupdate``, ``cp``) cannot change or break the running node's view of it; the next
-reload reads the new file. Lookups use the C extension of ``maxminddb`` when it is
-installed (a few microseconds each) and are cached per address (`GeoIP.facts`, bounded).
+A database is read once, when the config is (load or reload), as `config.files` reads what a
+config names (a regular file, at most `config.files.GEOIP`, 512 MiB), its bytes hashed (the
+config digest changes with them) and copied to a private, sealed file in memory
+(``memfd_create``: no folder to fill, nothing left behind, not writable even by the node's
+user), which the reader maps. So the reader maps exactly the bytes hashed, and a file
+replaced or rewritten in place later (``geoipupdate``, ``cp``) cannot change the running
+node's view of it, nor break it (a mapped file cut short kills the process with SIGBUS at
+the next lookup); the next reload reads the new file. The copy costs its size in memory for
+as long as the config runs (each answering process holds its own). Where there is no
+``memfd_create`` or ``/proc``, the copy is a temporary file, unlinked once mapped. Lookups
+use the C extension of ``maxminddb`` when it is installed (a few microseconds each) and are
+cached per address (`GeoIP.facts`, bounded).
 
 A country database is any whose records carry ``country.iso_code`` and ``continent.code``
 (GeoLite2-Country, GeoIP2-City, DB-IP's country lite); an ASN database one whose records
@@ -16,17 +22,20 @@ carry ``autonomous_system_number`` (GeoLite2-ASN).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import maxminddb
 
+from gtmcluster.config import files
 from gtmcluster.slices import Steps
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -85,23 +94,59 @@ class Database:
 def open_database(key: str, path: Path) -> Steps[Database]:
     """Read the database at *path* (see the module's note on the private copy), in steps
     of `CHUNK` bytes (`gtmcluster.slices`). Raises `GeoIPError` saying what is wrong,
-    OSError when it cannot be read."""
+    OSError when it cannot be read (`config.files.Refused`: not a regular file, too big)."""
     digest = hashlib.sha256()
-    fd, private = tempfile.mkstemp(prefix="gtm-geoip-", suffix=".mmdb")
-    try:
-        with open(path, "rb") as source, os.fdopen(fd, "wb") as copy:
-            while chunk := source.read(CHUNK):
-                digest.update(chunk)
-                copy.write(chunk)
-                yield
+    with _private_copy(key) as (copy, name), contextlib.closing(files.chunks(path, files.GEOIP, CHUNK)) as source:
+        for chunk in source:
+            digest.update(chunk)
+            _write_all(copy, chunk)
+            yield
+        _seal(copy)
         try:
-            reader = maxminddb.open_database(private)  # the C extension's map when installed
-        except (maxminddb.InvalidDatabaseError, ValueError) as e:
-            raise GeoIPError(f"{path}: not a MaxMind DB (.mmdb) file: {e}") from None
-    finally:
-        os.unlink(private)
-    database_type = str(reader.metadata().database_type)
+            reader = maxminddb.open_database(name)  # the C extension's map when installed
+        except Exception as e:  # whatever the reader makes of bytes that are not a database
+            raise GeoIPError(f"{path}: not a MaxMind DB (.mmdb) file: {str(e).replace(name, str(path))}") from None
+    try:
+        database_type = str(reader.metadata().database_type)
+    except Exception as e:
+        reader.close()
+        raise GeoIPError(f"{path}: not a MaxMind DB (.mmdb) file: {e}") from None
     return Database(key, path, digest.hexdigest(), database_type, reader)
+
+
+@contextlib.contextmanager
+def _private_copy(key: str) -> Iterator[tuple[int, str]]:
+    """A new private file to copy a database into: its descriptor and a name that opens it.
+    Gone when left (the reader's map, once made, keeps what it maps)."""
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None:
+        fd = memfd(f"gtm-geoip-{key}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            name = f"/proc/self/fd/{fd}"
+            if os.path.exists(name):
+                yield fd, name
+                return
+        finally:
+            os.close(fd)
+    fd, name = tempfile.mkstemp(prefix="gtm-geoip-", suffix=".mmdb")
+    try:
+        yield fd, name
+    finally:
+        os.close(fd)
+        os.unlink(name)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _seal(fd: int) -> None:
+    """No more changes to the copy, by anyone (a memfd; a temporary file cannot be sealed)."""
+    with contextlib.suppress(OSError, AttributeError):
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
 
 
 class GeoIP:

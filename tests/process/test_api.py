@@ -29,7 +29,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNode
     directory = tmp_path_factory.mktemp("api")
     address = loopback_address()
     raw = configs.base(address, 5353)
-    (directory / "api-token").write_text(TOKEN + "\n")
+    configs.write_secret(directory / "api-token", TOKEN + "\n")
     raw["api"] = {"token_file": "api-token"}  # (config sync publishes a reload: never an inline secret)
     raw["pools"]["p"]["load_balancing"] = {"preferred": "global_availability"}
     path = configs.write(directory, raw)

@@ -69,7 +69,7 @@ def https_config(address: str, directory: Path) -> dict[str, Any]:
     raw = configs.base(address, 5353)
     raw["pools"]["p"]["load_balancing"] = {"preferred": "global_availability"}
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "api-token").write_text(TOKEN + "\n")
+    configs.write_secret(directory / "api-token", TOKEN + "\n")
     raw["api"] = {"token_file": "api-token", "token_for_reads": True, "tls": True, "client_certificates": "required"}
     return raw
 
@@ -287,7 +287,7 @@ def test_twistd_wants_the_certificate_for_https(tmp_path: Path) -> None:
 def test_check_refuses_a_token_over_plain_http_beyond_loopback(tmp_path: Path) -> None:
     raw = configs.base("127.0.0.1", 5353)
     raw["sync_group"]["members"][0]["api"] = "192.0.2.10:8053"
-    (tmp_path / "api-token").write_text(TOKEN + "\n")
+    configs.write_secret(tmp_path / "api-token", TOKEN + "\n")
     raw["api"] = {"token_file": "api-token"}
     path = configs.write(tmp_path, raw)
     ran = gtmcluster("check", "--config", str(path))

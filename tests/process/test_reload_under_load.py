@@ -106,7 +106,7 @@ def dnsperf_figures(output: str) -> dict[str, Any]:
 def test_no_query_lost_or_failed_while_reloading(tmp_path: Path) -> None:
     address = loopback_address()
     raw = big_config(address)
-    (tmp_path / "api-token").write_text(TOKEN + "\n")
+    configs.write_secret(tmp_path / "api-token", TOKEN + "\n")
     path = configs.write(tmp_path, raw)
     queries = tmp_path / "queries"
     queries.write_text("gslb.example.test A\ngslb.example.test AAAA\nwww.example.test A\nexample.test SOA\n")

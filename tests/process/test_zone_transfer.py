@@ -82,7 +82,7 @@ def test_knotd_pulls_the_zone_with_tsig_and_follows_a_new_serial(tmp_path: Path)
     ours, theirs = nodeproc.loopback_address(), nodeproc.loopback_address()
     config = configs.base(ours)
     # (in a file of the member's own: a config shared by config sync never carries a secret)
-    (tmp_path / "xfr.key").write_text(SECRET + "\n")
+    configs.write_secret(tmp_path / "xfr.key", SECRET + "\n")
     config["tsig_keys"] = {KEY: {"algorithm": "hmac-sha256", "secret_file": "xfr.key"}}
     config["zones"][0]["transfer"] = {"allow": [f"{theirs}/32"], "notify": [f"{theirs}:5353"], "tsig": KEY}
     path = configs.write(tmp_path, config, zone=configs.ZONE + HOSTS)

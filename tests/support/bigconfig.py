@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from gtmcluster.sync import certs
+from tests.support import configs
 
 ZONE = "big.test"
 #: the benchmark's clients ask from this network (part of region isp000, which prefers DC1)
@@ -242,7 +243,7 @@ def write(
     (directory / f"{ZONE}.zone").write_text(ZONE_TEXT)
     data = config(shape, addresses, sync)
     # the token in a file of the members' own: config sync never publishes an inline secret
-    (directory / "api-token").write_text(TOKEN + "\n")
+    configs.write_secret(directory / "api-token", TOKEN + "\n")
     data["api"] = {"token_file": "api-token"}
     path = directory / name
     dump(path, data)

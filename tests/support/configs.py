@@ -118,3 +118,11 @@ def write(directory: Path, config: dict[str, Any], zone: str = ZONE, name: str =
     path = directory / name
     path.write_text(yaml.safe_dump(copy.deepcopy(config), sort_keys=False))
     return path
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """A secret file (api.token_file, a TSIG secret_file) as the config reader takes one:
+    readable by its owner only (`config.files.SECRET`)."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return path

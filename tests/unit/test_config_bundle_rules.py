@@ -105,7 +105,7 @@ def test_a_sighup_does_not_publish_an_inline_secret(service: NodeService, tmp_pa
 
 
 def _with_token_file(raw: dict[str, Any], tmp_path: Path) -> None:
-    (tmp_path / "token").write_text("a-token-of-the-members-own\n")
+    configs.write_secret(tmp_path / "token", "a-token-of-the-members-own\n")
     raw["api"] = {"token_file": "token"}
 
 
@@ -156,7 +156,7 @@ def test_a_new_tsig_key_names_its_secret_file_inside_the_members_folder(
     inside the member's folder, and not where it keeps the bundles it receives."""
     for folder in (tmp_path / "secrets", tmp_path / "state"):
         folder.mkdir(exist_ok=True)
-        (folder / "xfr.key").write_text(KEY + "\n")
+        configs.write_secret(folder / "xfr.key", KEY + "\n")
     changed = with_shop(raw)
     changed["tsig_keys"] = {"xfr": {"secret_file": secret_file.format(tmp=tmp_path)}}
     code, answer = ask(service, "POST", "/api/v1/config", made(tmp_path, changed))

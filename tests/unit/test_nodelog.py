@@ -190,3 +190,73 @@ def test_an_event_logged_in_another_thread_is_written_from_the_reactor_thread(tm
     assert [json.loads(x)["message"] for x in followed] == ["from a thread"]
     assert json.loads(log_path(tmp_path, "n1").read_text())["time"] == record.iso_time(T0 + 1)
     node_log.stopService()
+
+
+def test_a_long_message_is_cut_to_its_first_and_last_characters(tmp_path: Path) -> None:
+    """A message of 1 MiB (a peer's 64 KiB name, a config problem quoting a value) becomes
+    a line of under 64 KiB that parses, keeping the message's first and last characters and
+    saying how many were left out; its followers get the same line."""
+    node_log, log, _ = started(tmp_path)
+    followed: list[str] = []
+    node_log.follow(followed.append)
+    name = "a" * (512 * 1024) + "-" + "z" * (512 * 1024)
+    log.warn("Hello claims to be {node}", node=name)
+    node_log.stopService()
+    raw = log_path(tmp_path / "log", "gtm-cnc").read_bytes()
+    assert raw.count(b"\n") == 1 and len(raw) < 64 * 1024
+    line = json.loads(raw)
+    kept_head = record.MAX_MESSAGE - record.TAIL
+    left_out = len("Hello claims to be ") + len(name) - record.MAX_MESSAGE
+    assert line["message"] == (
+        f"Hello claims to be {name[: kept_head - 19]} ... {left_out} more characters ... {'z' * record.TAIL}"
+    )
+    assert followed == [raw.decode().rstrip("\n")]
+
+
+def test_a_long_traceback_keeps_what_failed(tmp_path: Path) -> None:
+    """A traceback past the cap keeps its last lines: the exception and its message."""
+    node_log, log, _ = started(tmp_path)
+    try:
+        raise ValueError("x" * 100_000 + " the end")
+    except ValueError:
+        log.failure("reading failed", Failure())
+    node_log.stopService()
+    (line,) = lines_of(log_path(tmp_path / "log", "gtm-cnc"))
+    assert line["message"].startswith("reading failed\nTraceback (most recent call last):")
+    assert line["message"].endswith(" the end") and " more characters ... " in line["message"]
+    assert len(line["message"]) <= record.MAX_MESSAGE + 40
+
+
+def test_a_message_of_control_characters_stays_within_its_bytes(tmp_path: Path) -> None:
+    """Control characters take six bytes each in JSON: such a message is cut further, so
+    that its JSON form is at most MAX_MESSAGE_BYTES."""
+    node_log, log, _ = started(tmp_path)
+    log.info("{text}", text="\x01" * 16_000)
+    log.info("{text}", text="\U0001f600" * 200_000)  # four bytes each in UTF-8
+    node_log.stopService()
+    raw = log_path(tmp_path / "log", "gtm-cnc").read_bytes().splitlines()
+    assert len(raw) == 2
+    for line in raw:
+        message = json.loads(line)["message"]
+        assert " more characters ... " in message
+        assert len(json.dumps(message, ensure_ascii=False).encode()) <= record.MAX_MESSAGE_BYTES
+        assert len(line) < 64 * 1024
+
+
+def test_text_that_is_not_valid_unicode_is_written_escaped_not_lost(tmp_path: Path) -> None:
+    """A file name of bytes that are not UTF-8 (a lone surrogate in Python's text) cannot be
+    written as UTF-8: the event is written with a backslash escape rather than dropped."""
+    node_log, log, _ = started(tmp_path)
+    log.error("cannot read {path}", path="/etc/gtm/\udcffile")
+    node_log.stopService()
+    assert [line["message"] for line in lines_of(log_path(tmp_path / "log", "gtm-cnc"))] == [
+        "cannot read /etc/gtm/\\udcffile"
+    ]
+
+
+def test_journal_lines_of_a_long_message_are_cut_too() -> None:
+    out = io.StringIO()
+    publisher = LogPublisher()
+    publisher.addObserver(journal.JournalObserver(out))
+    Logger(namespace="gtmcluster.sync", observer=publisher).warn("{name}", name="n" * 1_000_000)
+    assert len(out.getvalue()) < record.MAX_MESSAGE + 100

@@ -122,7 +122,7 @@ def test_config_holds_keys_and_transfer_settings(tmp_path: Path) -> None:
 
 
 def test_secret_file_is_read_relative_to_the_config(tmp_path: Path) -> None:
-    (tmp_path / "xfr.key").write_text(SECRET + "\n")
+    configs.write_secret(tmp_path / "xfr.key", SECRET + "\n")
     config = configs.base()
     config["tsig_keys"] = {KEY: {"secret_file": "xfr.key"}}
     config["zones"][0]["transfer"] = {"allow": ["127.0.0.1/32"], "tsig": KEY}
