@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
 
+from gtmcluster.config import files as configfiles
 from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
 from gtmcluster.dns import zonefile, zoneinclude
@@ -346,6 +347,14 @@ def check(candidate: Bundle, raw: Any) -> list[Problem]:
     return problems.found
 
 
+def _kind(at: KeyPath) -> configfiles.Kind:
+    """How a file named at key path *at* is read (`config.files`): as the config's reader
+    reads it (zone files and the files they include: as zone files)."""
+    return {"regions": configfiles.ADDRESS_LIST, "monitors": configfiles.PEM, "geoip": configfiles.GEOIP}.get(
+        str(at[0]) if at else "", configfiles.ZONE_FILE
+    )
+
+
 def make(
     path: str | os.PathLike[str],
     generation: int,
@@ -365,7 +374,7 @@ def make(
     file = str(config_path)
     problems = Problems(file)
     try:
-        text = config_path.read_bytes()
+        text = configfiles.read_bytes(config_path, configfiles.CONFIG)
     except OSError as e:
         raise ConfigError([Problem(file, (), f"cannot read it: {e.strerror or e}")]) from None
     if raw is None:
@@ -373,16 +382,22 @@ def make(
     base = config_path.parent
     if isinstance(raw, dict) and isinstance(raw.get("base_dir"), str):
         base = base / raw["base_dir"]
-    files: dict[str, bytes] = {config_path.name: text}
+    carried: dict[str, bytes] = {config_path.name: text}
     wanted, found = names(raw, config_path.name, base=base)
     for at, problem in found:
         problems.add(at, problem)
+    size = len(text)
     for key, at in wanted.items():
+        if size > max_bytes:
+            break  # (said below: no further file is read)
         try:
-            files[key] = (base / key).read_bytes()
+            # (as the config's reader reads each: a regular file, never blocking, capped)
+            carried[key] = configfiles.read_bytes(base / key, _kind(at))
         except OSError as e:
             problems.add(at, f"cannot read {base / key}: {e.strerror or e}")
-    bundle = Bundle(config_path.name, files, generation, based_on, publisher, published_at)
+            continue
+        size += len(key.encode()) + len(carried[key])
+    bundle = Bundle(config_path.name, carried, generation, based_on, publisher, published_at)
     if bundle.size > max_bytes:
         problems.add((), f"the bundle is {bundle.size:,} bytes, over the limit of {max_bytes:,}")
     problems.raise_if_any()

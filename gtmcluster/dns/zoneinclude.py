@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from gtmcluster.config import files
+
 
 @dataclass(frozen=True, slots=True)
 class Includes:
@@ -40,9 +42,22 @@ Read = Callable[[str], bytes]
 
 
 def _disk(path: str, limit: int | None = None) -> bytes:
-    """The file at *path*, *limit* bytes of it at most when given."""
-    with open(path, "rb") as f:
-        return f.read() if limit is None else f.read(limit)
+    """The file at *path*, *limit* bytes of it at most when given; read as every file a
+    config names is (`config.files`: a regular file, never blocking, within a zone file's
+    cap), so a FIFO or a device named by an ``$INCLUDE`` is refused, not waited on."""
+    if limit is None:
+        return files.read_bytes(path, files.ZONE_FILE)
+    pieces, got = [], 0
+    reading = files.chunks(path, files.ZONE_FILE)
+    try:
+        for piece in reading:
+            pieces.append(piece[: limit - got])
+            got += len(pieces[-1])
+            if got >= limit:
+                break
+    finally:
+        reading.close()
+    return b"".join(pieces)
 
 
 class Files:

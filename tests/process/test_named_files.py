@@ -112,15 +112,21 @@ def line_of(config: Path, place: str) -> int:
 # --- a running node -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNode, Path, dict[str, Any]]]:
+@pytest.fixture(scope="module", params=["own", "shared"])
+def node(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[RunningNode, Path, dict[str, Any]]]:
+    """A node reading its own file (`config_sync: false`), or one that shares it: a reload
+    then makes a bundle of the file and what it names first (`config.bundle.make`), which
+    reads them the same way."""
     directory = tmp_path_factory.mktemp("node")
     address = loopback_address()
     raw = configs.base(address, 5353)
-    raw["api"] = {"token": TOKEN}
-    # (a reload reads the file and switches: with config sync, it would publish a bundle
-    # of it to the group first, and bundles are checked by config.bundle)
-    raw["sync_group"]["config_sync"] = False
+    if request.param == "own":
+        raw["api"] = {"token": TOKEN}
+        raw["sync_group"]["config_sync"] = False
+    else:  # (a shared config holds no inline secret)
+        raw["api"] = {"token_file": str(configs.write_secret(directory / "api-token", TOKEN + "\n"))}
     path = configs.write(directory, raw)
     with running_node(path, "n1", address, 5353, directory, preexec_fn=limited) as running:
         yield running, path, raw
@@ -204,8 +210,22 @@ def test_a_reload_is_refused_at_once_and_dns_keeps_answering(
     refusal; every DNS question asked meanwhile is answered; the node's memory stays put."""
     n, path, raw = node
     named = hostile(what)
+    shared = raw["sync_group"].get("config_sync", True)
+    shown, prefix = named, path
+    if shared:
+        # a shared config names its files inside its folder (an address list carried in the
+        # bundle), where the FIFO or a link to /dev/zero is put; its problems about the
+        # member's own files name the bundle's config by its name
+        if place == "address_list":
+            shown = path.parent / f"hostile-{what}"
+            shown.unlink(missing_ok=True)
+            shown.symlink_to(named)
+            named = Path(shown.name)
+        else:
+            prefix = Path(path.name)
     path.write_text(yaml.safe_dump(naming(yaml.safe_load(yaml.safe_dump(raw)), place, named), sort_keys=False))
-    line = line_of(path, place)
+    # (the bundle's own problems, found before the config is read, say no line)
+    at_line = "" if shared and place == "address_list" else f" (line {line_of(path, place)})"
     before = rss(n)
     try:
         with Asking(n.server) as asking:
@@ -221,7 +241,7 @@ def test_a_reload_is_refused_at_once_and_dns_keeps_answering(
     assert code == 422, body
     assert body["error"].splitlines() == [
         "the new config is refused; the old one keeps serving:",
-        f"{path}: {PLACES[place]}: cannot read {named}: {WHY[what]} (line {line})",
+        f"{prefix}: {PLACES[place]}: cannot read {shown}: {WHY[what]}{at_line}",
     ]
     assert elapsed < reload_time + 1.0, f"{elapsed:.2f}s, an ordinary refusal {reload_time:.2f}s"
     assert asking.unanswered == [] and asking.answered >= 5, (asking.answered, asking.unanswered[:3])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,15 @@ def test_an_include_leaving_the_zone_folder_is_refused_unread(tmp_path: Path, li
     assert [p.split(": ", 1)[1] for p in found] == [found[0].split(": ", 1)[1]]
     assert found[0].startswith(f"{zones / 'z.zone'}:5: {expected}"), found
     assert not any(word in "\n".join(found) for word in ("s3cr3t", "hunter2", "topsecret", "API_TOKEN"))
+
+
+def test_an_include_of_a_fifo_is_refused_unopened(tmp_path: Path) -> None:
+    """A FIFO named by an $INCLUDE inside the zone's folder: one problem saying what it is,
+    at once (a reload reads zone files on the reactor: the open would have blocked it). A
+    device is reached only through a link, and a link out of the folder is refused anyway."""
+    os.mkfifo(tmp_path / "hosts.inc")
+    found = include_problems(tmp_path, HEAD + "$INCLUDE hosts.inc\n")
+    assert len(found) == 1 and "a FIFO, not a regular file" in found[0], found
 
 
 def test_problems_in_an_included_file_never_quote_it(tmp_path: Path) -> None:
