@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -54,6 +55,18 @@ def rss(node: RunningNode) -> int:
     raise AssertionError("no VmRSS")
 
 
+#: the big files: monitors' CA files of just under a PEM file's cap (1 MiB), BIG_FILE in all
+BIG_NAMES = [f"big{i}.pem" for i in range(20)]
+
+
+def big_files(raw: dict[str, Any], directory: Path) -> None:
+    """*raw* names BIG_FILE bytes of files (monitors' CA files, never read at run time),
+    written in *directory*."""
+    raw["monitors"] = {name.removesuffix(".pem"): {"type": "https", "ca_file": name} for name in BIG_NAMES}
+    for name in BIG_NAMES:
+        (directory / name).write_bytes(base64.b64encode(os.urandom(BIG_FILE // len(BIG_NAMES) * 3 // 4)))
+
+
 def mb(size: int) -> str:
     return f"{size / 1e6:.0f} MB"
 
@@ -64,13 +77,12 @@ def api(node: RunningNode) -> tuple[str, int]:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNode, Path, str]]:
-    """A node whose config names a 20 MB file (a monitor's CA file, never read at run
+    """A node whose config names 20 MB of files (monitors' CA files, never read at run
     time), with 9 MB of its own log already on disk, and a bundle published."""
     directory = tmp_path_factory.mktemp("api-hold")
     address = loopback_address()
     raw = configs.base(address, 5353)
-    raw["monitors"] = {"big": {"type": "https", "ca_file": "big.pem"}}
-    (directory / "big.pem").write_bytes(base64.b64encode(os.urandom(BIG_FILE * 3 // 4)))
+    big_files(raw, directory)
     path = configs.write(directory, raw)
     log = directory / "var" / "log"
     log.mkdir(parents=True)
@@ -144,7 +156,8 @@ def test_the_config_needs_the_token_on_loopback(node: tuple[RunningNode, Path, s
     other = tmp_path / "remote.yaml"
     other.write_text(yaml.safe_dump(elsewhere))
     (tmp_path / "example.test.zone").write_text(configs.ZONE)
-    (tmp_path / "big.pem").write_text("x")
+    for name in BIG_NAMES:
+        (tmp_path / name).write_text("x")
     run = cli("config", "history", "--config", str(other))
     assert run.returncode == 1 and "needs the bearer token and none was found" in run.stderr, run
 
@@ -247,8 +260,7 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNod
     raw["api"] = {
         "limits": {"connections_per_source": 5, "idle_timeout": 2, "stall_timeout": 3, "follow_without_token": 3}
     }
-    raw["monitors"] = {"big": {"type": "https", "ca_file": "big.pem"}}
-    (directory / "big.pem").write_bytes(base64.b64encode(os.urandom(BIG_FILE * 3 // 4)))
+    big_files(raw, directory)
     path = configs.write(directory, raw)
     with running_node(path, "n1", address, 5353, directory) as running:
         token = apiclient.token_of(path, "n1")
