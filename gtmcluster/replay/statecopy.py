@@ -24,13 +24,12 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import stat
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
 
-from gtmcluster.state.snapshot import COMPANIONS, Unreadable
+from gtmcluster.state.snapshot import COMPANIONS, Unreadable, refuse_link
 
 #: seconds to wait for a writer that holds the snapshot locked
 LOCK_WAIT = 10.0
@@ -45,7 +44,7 @@ class _Locked(Exception):
 def connect(path: Path, lock_wait: float = LOCK_WAIT) -> sqlite3.Connection:
     """A connection to an in-memory copy of the snapshot at *path*; raises `Unreadable`."""
     for name in (path, *(Path(f"{path}{suffix}") for suffix in COMPANIONS)):
-        _refuse_link(name)
+        refuse_link(name)
     memory = sqlite3.connect(":memory:", isolation_level=None)
     try:
         try:
@@ -109,14 +108,3 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _refuse_link(path: Path) -> None:
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(mode):
-        raise Unreadable(f"{path} is a symbolic link (never followed)")
-    if not stat.S_ISREG(mode):
-        raise Unreadable(f"{path} is not a regular file")

@@ -113,7 +113,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     is a symbolic link or not a regular file: SQLite would follow the link, reading another
     file as the state or creating one where the link points."""
     for name in (path, *(Path(f"{path}{suffix}") for suffix in COMPANIONS)):
-        _refuse_link(name)
+        refuse_link(name)
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=DELETE")
@@ -124,7 +124,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _refuse_link(path: Path) -> None:
+def refuse_link(path: Path) -> None:
     """Raise `Unreadable` when *path* is a symbolic link (dangling or not) or anything but a
     regular file; nothing there is fine."""
     try:
@@ -172,7 +172,7 @@ def _create_private(path: Path) -> None:
         # O_EXCL: fails on anything already at *path*, a symbolic link included (not followed)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        _refuse_link(path)  # made meanwhile: a link is refused, a file is another writer's
+        refuse_link(path)  # made meanwhile: a link is refused, a file is another writer's
         return
     os.close(fd)
     _fsync_directory(path.parent)
