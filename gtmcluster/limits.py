@@ -1,5 +1,5 @@
-"""Process limits the node needs: enough open files for the TCP clients it accepts and the
-health checks it runs.
+"""Process limits the node needs: enough open files for the TCP clients it accepts, the
+health checks it runs and the API and peer connections it holds.
 
 Every TCP DNS client holds a file descriptor, and so does every health check in flight
 (at most `health.max_in_flight`). systemd starts services with a soft limit of
@@ -16,6 +16,7 @@ import resource
 from twisted.logger import Logger
 
 from gtmcluster.config.model import Config
+from gtmcluster.sync.admission import MAX_CHANNELS_PER_MEMBER, MAX_UNPROVEN
 
 log = Logger()
 
@@ -27,8 +28,17 @@ UNLIMITED_TARGET = 1 << 20
 
 def needed_open_files(config: Config, node: str) -> int:
     """The open files *node* may need: its TCP client caps on every DNS address, its health
-    checks in flight, and spare."""
-    return config.dns_server.tcp_max_clients * len(config.member(node).dns) + config.health.max_in_flight + SPARE
+    checks in flight, the API's connections (`api.limits.connections`), the peer port's
+    (those still in TLS or Hello, and each other member's), and spare."""
+    peers = len(config.sync_group.members) - 1
+    peer_port = (MAX_UNPROVEN + MAX_CHANNELS_PER_MEMBER * peers + peers) if peers else 0
+    return (
+        config.dns_server.tcp_max_clients * len(config.member(node).dns)
+        + config.health.max_in_flight
+        + config.api.limits.connections
+        + peer_port
+        + SPARE
+    )
 
 
 def raise_open_files(needed: int) -> tuple[int, int]:
@@ -56,8 +66,9 @@ def raise_open_files(needed: int) -> tuple[int, int]:
             )
     if after != resource.RLIM_INFINITY and after < needed:
         log.warn(
-            "the open-file limit {limit} is below the {needed} the TCP client caps may need "
-            "(dns_server.tcp_max_clients per DNS address, health.max_in_flight, plus {spare}): "
+            "the open-file limit {limit} is below the {needed} the connection caps may need "
+            "(dns_server.tcp_max_clients per DNS address, health.max_in_flight, api.limits.connections, "
+            "the peer port's, plus {spare}): "
             "raise LimitNOFILE or ulimit -n",
             limit=after,
             needed=needed,

@@ -72,10 +72,21 @@ def test_nothing_is_logged_when_the_limit_is_already_high(fake: FakeLimits) -> N
 
 def test_the_need_counts_every_dns_address_and_the_health_checks_in_flight(tmp_path: Path) -> None:
     """tcp_max_clients applies per listener: two addresses need twice the descriptors; each
-    health check in flight may hold one too."""
+    health check in flight may hold one too, and each API connection."""
     raw = configs.base()
     raw["sync_group"]["members"][0]["dns"] = ["127.0.0.1:5353", "[::1]:5353"]
     raw["dns_server"] = {"tcp_max_clients": 3000}
     raw["health"] = {"max_in_flight": 500}
+    raw["api"] = {"limits": {"connections": 300}}
     config = load(configs.write(tmp_path, raw))
-    assert limits.needed_open_files(config, "n1") == 2 * 3000 + 500 + limits.SPARE
+    assert len(config.sync_group.members) == 1  # (no peer port)
+    assert limits.needed_open_files(config, "n1") == 2 * 3000 + 500 + 300 + limits.SPARE
+
+
+def test_the_need_counts_the_peer_ports_connections(tmp_path: Path) -> None:
+    """With peers: the connections still in TLS or Hello (64), and per other member the
+    incoming ones it may hold (4) and the one this node dials."""
+    raw = configs.add_member(configs.add_member(configs.base(), "n2", "DC2", "127.0.0.2"), "n3", "DC3", "127.0.0.3")
+    config = load(configs.write(tmp_path, raw))
+    alone = limits.needed_open_files(config, "n1") - (64 + 2 * 4 + 2)
+    assert alone == config.dns_server.tcp_max_clients + config.health.max_in_flight + 256 + limits.SPARE
