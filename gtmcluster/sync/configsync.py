@@ -47,6 +47,9 @@ CHUNK = codec.MAX_BATCH
 MAX_ENCODED = bundle.MAX_BYTES * 4 // 3 + 65536
 #: the first protocol version that has config sync
 VERSION = 3
+#: seconds a peer has to answer one ConfigFetch (a part of at most `CHUNK` bytes): past it
+#: the fetch is given up (logged), and the bundle is fetched from whoever offers it next
+FETCH_PART_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,16 @@ class ConfigSync:
         while total is None or offset < total:
             if self._fetching is not offered:
                 return  # a newer one is being fetched
-            answer = await proto.callRemote(
+            asked = proto.callRemote(
                 commands.ConfigFetch,
                 generation=offered.generation,
                 publisher=offered.publisher,
                 digest=offered.digest,
                 offset=offset,
             )
+            # (a member that holds the answer back, heartbeats going, would stall this
+            # generation here until the connection dropped)
+            answer = await asked.addTimeout(FETCH_PART_TIMEOUT, self.replicator.clock)
             data, size = answer["data"], answer["total"]
             if size > MAX_ENCODED:
                 proto.violation(f"offers a config bundle of {size:,} bytes, over the limit of {MAX_ENCODED:,}")

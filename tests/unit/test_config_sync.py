@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet import defer
+from twisted.logger import capturedLogs
 
 from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle, Header
@@ -220,6 +221,29 @@ def test_an_offer_that_cannot_be_fetched_is_not_asked_for_again_and_again(trio: 
     a.tell()  # gtm-a says something new: asked again
     trio.cluster.settle()
     assert len(asked) == 2
+
+
+def test_a_fetch_the_peer_never_answers_is_given_up_at_the_deadline(trio: Members) -> None:
+    """A member that offers a bundle and holds back its ConfigFetch answer (heartbeats going)
+    stalls the fetch no longer than FETCH_PART_TIMEOUT: then it is logged as failed, and
+    what the member says next is fetched anew."""
+    made = trio.publish("gtm-a", 1, "x: 1\n")
+    a = trio.syncs["gtm-a"]
+    serve = a.fetch_answer
+    a.fetch_answer = lambda *args: defer.Deferred()  # type: ignore[method-assign,assignment]
+    b = trio.syncs["gtm-b"]
+    with capturedLogs() as events:
+        trio.cluster.connect("gtm-b", "gtm-a")
+        trio.cluster.advance(configsync.FETCH_PART_TIMEOUT - 1)
+        assert b._fetching == made.header and trio.held()["gtm-b"] is None
+        trio.cluster.advance(2)
+    assert b._fetching is None and trio.held()["gtm-b"] is None
+    assert [e["generation"] for e in events if e.get("event") == "config_fetch_failed"] == [1]
+    assert trio.cluster.replicators["gtm-b"].connected_names() == ["gtm-a"]
+    a.fetch_answer = serve
+    a.tell()
+    trio.cluster.settle()
+    assert trio.held()["gtm-b"] == (1, "gtm-a")
 
 
 def test_an_offer_from_a_publisher_outside_the_group_is_not_fetched(trio: Members) -> None:
