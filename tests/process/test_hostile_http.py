@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import configs
+from tests.support import configs, poll
 from tests.support.hostilehttp import RECEIVED, SENT, HostileServer, serving
 from tests.support.nodeproc import RunningNode, loopback_address, running_node
 
@@ -106,12 +106,18 @@ def test_hostile_http_servers_cost_the_node_a_capped_read_per_reading(
 ) -> None:
     node, servers = hostile_node
     pid = node.proc.pid
-    time.sleep(2.0)  # (the first readings made: their connections count in the base)
+    # the first readings made (each server is read by a link and by a monitor): their
+    # connections count in the base
+    poll.until(
+        lambda: all(server.counts.snapshot()["accepted"] >= 2 for server in servers.values()),
+        timeout=10,
+        what="a first reading by both readers of every server",
+    )
     fds_before, cpu_before, started = descriptors(pid), cpu_seconds(pid), time.monotonic()
     most_open = dict.fromkeys(servers, 0)
     most_fds = fds_before
     while time.monotonic() - started < WATCH:
-        time.sleep(0.25)
+        time.sleep(0.25)  # (a sample of the watch: the figures are measured, nothing awaited)
         most_fds = max(most_fds, descriptors(pid))
         for mode, server in servers.items():
             most_open[mode] = max(most_open[mode], server.counts.snapshot()["open"])
