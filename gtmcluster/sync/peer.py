@@ -54,9 +54,11 @@ from zope.interface import implementer
 
 from gtmcluster.sync import commands
 from gtmcluster.sync.backpressure import Outlet
+from gtmcluster.sync.boxes import MAX_BOX, MAX_COMMAND_RATE, RATE_BURST, box_problem, encoded_size
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
-from gtmcluster.sync.tls import IdentityError, peer_identity, refusal
+from gtmcluster.sync.silence import Silence
+from gtmcluster.sync.tls import IdentityError, certificate_summary, handshake_failure, peer_identity
 from gtmcluster.tokenbucket import TokenBucket
 
 if TYPE_CHECKING:
@@ -66,12 +68,6 @@ log = Logger()
 
 #: seconds an established connection must last for its end not to count as a refusal
 STABLE = 10.0
-
-#: a box (one command or answer) larger than this ends the connection
-MAX_BOX = 256 * 1024
-#: commands a peer may send per second (averaged over a few seconds) before it is dropped
-MAX_COMMAND_RATE = 2000.0
-RATE_BURST = 4000.0
 
 
 @implementer(IHandshakeListener)
@@ -99,11 +95,13 @@ class PeerProtocol(amp.AMP):
         self.outstanding = 0  # our Publish commands not yet answered
         self._timer: IDelayedCall | None = None
         self._heartbeat: IDelayedCall | None = None
-        self._silence: IDelayedCall | None = None
-        #: when the last whole box came in (established connections)
-        self.last_heard = 0.0
-        #: nothing heard for `heartbeat_timeout` (see `_check_silence`)
-        self.silent = False
+        #: heard within `heartbeat_timeout`, or silent (established connections)
+        self.silence = Silence(
+            replicator.clock,
+            lambda: self.replicator.heartbeat_timeout,
+            lambda: self.phase == ESTABLISHED,
+            self._silence_changed,
+        )
         self._box_bytes = 0
         self._announced = False  # the replicator knows this connection (and must hear of its end)
         self._was_established = False
@@ -216,8 +214,7 @@ class PeerProtocol(amp.AMP):
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
         self._arm(self.replicator.idle_timeout, self._idle_reason())
         self._schedule_heartbeat()
-        self.last_heard = self._established_at
-        self._watch_silence(self.replicator.heartbeat_timeout)
+        self.silence.start(self._established_at)
         if self.initiator:
             self._announced = True
             self.replicator.established(self)
@@ -235,35 +232,14 @@ class PeerProtocol(amp.AMP):
         r = self.replicator
         self._heartbeat = r.clock.callLater(min(r.heartbeat_interval, r.idle_timeout / 3), self._beat)
 
-    def _watch_silence(self, delay: float) -> None:
-        self._silence = self.replicator.clock.callLater(delay, self._check_silence, False)
+    @property
+    def silent(self) -> bool:
+        """Nothing heard for `heartbeat_timeout` (`sync.silence`)."""
+        return self.silence.silent
 
-    def _check_silence(self, confirming: bool) -> None:
-        """Due `heartbeat_timeout` after the last box heard (as of when it was armed): the
-        timer is not moved on every box; it looks at `last_heard` when it fires and waits
-        again for what is left. A deadline that passed is confirmed one reactor turn later,
-        after the reactor has read its sockets: a node whose own reactor was busy past the
-        deadline (a long turn) reads the heartbeats waiting for it before judging."""
-        self._silence = None
-        if self.phase != ESTABLISHED or self.silent:
-            return
-        left = self.last_heard + self.replicator.heartbeat_timeout - self.replicator.clock.seconds()
-        if left > 0:
-            self._watch_silence(left)
-        elif not confirming:
-            self._silence = self.replicator.clock.callLater(0, self._check_silence, True)
-        else:
-            self.silent = True
-            if self._announced:
-                self.replicator.silence_changed(self)
-
-    def _heard(self) -> None:
-        self.last_heard = self.replicator.clock.seconds()
-        if self.silent:
-            self.silent = False
-            self._watch_silence(self.replicator.heartbeat_timeout)
-            if self._announced:
-                self.replicator.silence_changed(self)
+    def _silence_changed(self) -> None:
+        if self._announced:
+            self.replicator.silence_changed(self)
 
     def _beat(self) -> None:
         self._heartbeat = None
@@ -289,7 +265,7 @@ class PeerProtocol(amp.AMP):
                 "dropping peer connection {peer} ({direction}): TLS handshake failed: {reason}",
                 peer=self.expected or self._address(),
                 direction="outgoing" if self.initiator else "incoming",
-                reason=_handshake_failure(self.transport, reason),
+                reason=handshake_failure(self.transport, reason),
                 event="peer_refused",
             )
         if self.initiator and self.factory is not None:
@@ -299,10 +275,11 @@ class PeerProtocol(amp.AMP):
             lasted = self._was_established and self.replicator.clock.seconds() - self._established_at >= STABLE
             self.factory.refused = 0 if lasted else self.factory.refused + 1
         self.phases.ended()
-        for timer in (self._timer, self._heartbeat, self._silence):
+        for timer in (self._timer, self._heartbeat):
             if timer is not None and timer.active():
                 timer.cancel()
-        self._timer = self._heartbeat = self._silence = None
+        self._timer = self._heartbeat = None
+        self.silence.stop()
         self.outlet.close()
         if self.factory is not None:
             self.factory.gone(self)
@@ -350,10 +327,10 @@ class PeerProtocol(amp.AMP):
         """Check a box's shape before AMP reads it: a box that is neither a command nor an
         answer, an answer to no question or an error without its code is malformed (AMP
         itself would raise out of `dataReceived`, a traceback), and drops the peer."""
-        self._box_bytes -= _encoded_size(box)
+        self._box_bytes -= encoded_size(box)
         if self.phase == CLOSED:
             return
-        problem = _box_problem(box)
+        problem = box_problem(box)
         if problem is not None:
             self.violation(f"malformed message: {problem}")
             return
@@ -361,7 +338,7 @@ class PeerProtocol(amp.AMP):
         # by byte is silent as far as the idle timeout goes.
         if self.phase == ESTABLISHED:
             self._arm(self.replicator.idle_timeout, self._idle_reason())
-            self._heard()
+            self.silence.heard()
         answer = amp.ANSWER in box or amp.ERROR in box
         try:
             super().ampBoxReceived(box)
@@ -403,7 +380,7 @@ class PeerProtocol(amp.AMP):
             self.violation(f"malformed {known.__name__} command: {type(e).__name__}: {e}")
             return Deferred()
         if self.outlet.holds(command or b""):
-            return self.outlet.hold(box, _encoded_size(box))
+            return self.outlet.hold(box, encoded_size(box))
         return amp.AMP.dispatchCommand(self, box)  # type: ignore[no-any-return]
 
     def violation(self, reason: str, graceful: bool = False, logged: bool = True) -> None:
@@ -593,43 +570,8 @@ class PeerProtocol(amp.AMP):
         return {}
 
 
-def _box_problem(box: amp.AmpBox) -> str | None:
-    """Why *box* cannot be handled, as far as its shape tells, or None."""
-    if amp.ANSWER in box or amp.ERROR in box:
-        if amp.ANSWER not in box and (amp.ERROR_CODE not in box or amp.ERROR_DESCRIPTION not in box):
-            return "an error answer without its code and description"
-        return None
-    if amp.COMMAND not in box:
-        return "a box that is neither a command nor an answer"
-    return None
-
-
-def _encoded_size(box: amp.AmpBox) -> int:
-    """The bytes *box* took on the wire: each key and value with its 2-byte length, and
-    the empty key that ends it."""
-    return sum(4 + len(key) + len(value) for key, value in box.items()) + 2
-
-
 class _Dropped(Exception):
     """A command whose peer was just dropped: no answer is sent."""
-
-
-def _handshake_failure(transport: Any, reason: Failure) -> str:
-    why = refusal(transport)
-    message = reason.getErrorMessage()
-    return f"{message} ({why})" if why else message
-
-
-def certificate_summary(transport: Any) -> dict[str, str]:
-    """Serial (hex) and expiry of the peer's certificate, for logs and the status page."""
-    peer_cert = transport.getPeerCertificate() if hasattr(transport, "getPeerCertificate") else None
-    if peer_cert is None:
-        return {}
-    cert = peer_cert.to_cryptography()
-    return {
-        "serial": f"{cert.serial_number:x}",
-        "not_after": cert.not_valid_after_utc.strftime("%Y-%m-%d %H:%M:%SZ"),
-    }
 
 
 def super_dispatch(proto: PeerProtocol, box: amp.AmpBox) -> Deferred[Any]:

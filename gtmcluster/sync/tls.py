@@ -38,6 +38,7 @@ from twisted.internet.interfaces import (
     IStreamClientEndpoint,
 )
 from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gtmcluster.config import files
@@ -352,3 +353,22 @@ class PeerTLSEndpoint:
         factory = PeerTLSFactory(self.creator, True, protocolFactory, self.clock)
         connecting: defer.Deferred[Any] = self.tcp.connect(factory)
         return connecting.addCallback(lambda tls: tls.wrappedProtocol)
+
+
+def handshake_failure(transport: Any, reason: Failure) -> str:
+    """Why a TLS handshake with a peer failed: the error, and OpenSSL's reason if any."""
+    why = refusal(transport)
+    message = reason.getErrorMessage()
+    return f"{message} ({why})" if why else message
+
+
+def certificate_summary(transport: Any) -> dict[str, str]:
+    """Serial (hex) and expiry of the peer's certificate, for logs and the status page."""
+    peer_cert = transport.getPeerCertificate() if hasattr(transport, "getPeerCertificate") else None
+    if peer_cert is None:
+        return {}
+    cert = peer_cert.to_cryptography()
+    return {
+        "serial": f"{cert.serial_number:x}",
+        "not_after": cert.not_valid_after_utc.strftime("%Y-%m-%d %H:%M:%SZ"),
+    }
