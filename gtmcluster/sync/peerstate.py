@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from gtmcluster.dnssec import keyset
 
 if TYPE_CHECKING:
     from gtmcluster.sync.peer import PeerProtocol
@@ -44,3 +47,16 @@ class PeerState:
         """Connected and heard from within the heartbeat timeout on some connection: its
         verdicts count (see `Replicator.live_names`)."""
         return any(not proto.silent for proto in self.channels)
+
+    def heard_keys(self, ours: Mapping[str, str], text: str) -> None:
+        """It told its key-set digests (*text*, in its Hello or a heartbeat): compared with
+        *ours* when they read (malformed ones are logged and left as they were)."""
+        told = keyset.heard(self.name, text)
+        if told is not None:
+            self.dnssec_keys = told
+            self.compare_keys(ours)
+
+    def compare_keys(self, ours: Mapping[str, str]) -> None:
+        """The zones whose key sets differ between it and *ours* (nothing when it never told)."""
+        if self.dnssec_keys is not None:
+            self.dnssec_mismatch = keyset.compare(self.name, ours, self.dnssec_keys, self.dnssec_mismatch)

@@ -394,22 +394,13 @@ class Replicator(AntiEntropy):
         self.dnssec_keys = dict(keysets)
         self.dnssec_keys_text = keyset.encode(keysets) if keysets else ""
         for peer in self.peers.values():
-            if peer.dnssec_keys is not None:
-                self._compare_keys(peer)
+            peer.compare_keys(self.dnssec_keys)
 
     def heard_keys(self, proto: PeerProtocol) -> None:
         """*proto*'s peer told its key-set digests (in its Hello or a heartbeat)."""
         peer = self.peers.get(proto.peer or "")
-        if peer is None or proto.dnssec_keys is None:
-            return
-        told = keyset.heard(peer.name, proto.dnssec_keys)
-        if told is not None:
-            peer.dnssec_keys = told
-            self._compare_keys(peer)
-
-    def _compare_keys(self, peer: PeerState) -> None:
-        assert peer.dnssec_keys is not None
-        peer.dnssec_mismatch = keyset.compare(peer.name, self.dnssec_keys, peer.dnssec_keys, peer.dnssec_mismatch)
+        if peer is not None and proto.dnssec_keys is not None:
+            peer.heard_keys(self.dnssec_keys, proto.dnssec_keys)
 
     def heard_digest(self, proto: PeerProtocol, digest: str) -> None:
         peer = self.peers.get(proto.peer or "")
