@@ -190,7 +190,7 @@ def _integer(value: Mapping[str, Any], field: str, low: int, high: int) -> str |
     return None
 
 
-def _finite(number: Any) -> bool:
+def finite(number: Any) -> bool:
     """A number finite as a float: an integer past a float's range (JSON reads integers of
     hundreds of digits exactly) is not, and must not raise where the record is checked."""
     if type(number) not in (int, float):
@@ -243,13 +243,13 @@ def _admin(value: Mapping[str, Any]) -> str | None:
     state = value.get("state")
     if state not in ADMIN_STATES or type(state) is not str:
         return f"'state' is not one of {', '.join(ADMIN_STATES)}" if "state" in value else "has no 'state'"
-    if "at" in value and not _finite(value["at"]):
+    if "at" in value and not finite(value["at"]):
         return "'at' is not a number"
     return _text(value, "by") or _text(value, "reason") or _text(value, "node")
 
 
 def _held(value: Mapping[str, Any]) -> str | None:
-    if "since" in value and not _finite(value["since"]):
+    if "since" in value and not finite(value["since"]):
         return "'since' is not a number"
     return _text(value, "reason") or _text(value, "by")
 
@@ -260,7 +260,7 @@ LOAD_FIGURES = ("connections", "packets_per_second", "kbps", "capacity")
 
 def _metrics(value: Mapping[str, Any]) -> str | None:
     for field in LOAD_FIGURES:
-        if field in value and not (_finite(value[field]) and value[field] >= 0):
+        if field in value and not (finite(value[field]) and value[field] >= 0):
             return f"{field!r} is not a non-negative number"
     return _text(value, "by")
 
@@ -275,7 +275,7 @@ def _traffic(value: Mapping[str, Any]) -> str | None:
     for field in ("bps_in", "bps_out"):
         if field not in value:
             return f"has no {field!r}"
-        if not (_finite(value[field]) and value[field] >= 0):
+        if not (finite(value[field]) and value[field] >= 0):
             return f"{field!r} is not a non-negative number"
     return _text(value, "by")
 

@@ -17,7 +17,6 @@ replicator hands values in and gets checked values back, and never sees their by
 from __future__ import annotations
 
 import json
-import math
 import re
 import struct
 from collections.abc import Iterable, Iterator
@@ -158,9 +157,9 @@ def _record(
         raise BadMessage(f"version of {key!r} is more than a day ahead of this node's clock")
     if not isinstance(origin, str) or not origin or (origins is not None and origin not in origins):
         raise BadMessage(f"record {key!r} from {origin!r}, which is not a member")
-    if ttl is not None and (not _number(ttl) or not 0 < ttl <= MAX_TTL):
+    if ttl is not None and (not schema.finite(ttl) or not 0 < ttl <= MAX_TTL):
         raise BadMessage(f"bad TTL for {key!r}")
-    if not _number(age) or age < 0:
+    if not schema.finite(age) or age < 0:
         raise BadMessage(f"bad age for {key!r}")
     if check_text:
         try:
@@ -182,16 +181,6 @@ def _record(
 
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _number(value: Any) -> bool:
-    """A JSON number that is finite as a float (an integer of hundreds of digits is not)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 # -- anti-entropy messages: what each is, made and read here (read: checked whole, or
