@@ -225,7 +225,8 @@ class Reader:
                 self.error(path, f"{value!r} has no port")
                 return None
             return address, default_port
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        # (ASCII digits only: str.isdigit() takes '²', which int() refuses)
+        if not (port_text.isascii() and port_text.isdigit() and 1 <= int(port_text) <= 65535):
             self.error(path, f"port {port_text!r} is not a number from 1 to 65535")
             return None
         return address, int(port_text)

@@ -18,7 +18,7 @@ from typing import Any
 from gtmcluster.importers import f5methods, f5names
 from gtmcluster.importers.f5parse import Node
 from gtmcluster.importers.f5topology import Selector, TopologyMapper, selector
-from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported
+from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported, digits
 
 SERVER_STATEMENTS = ("server", "bigip", "host", "3dns", "edgefx", "gtm")
 TOP_LEVEL = (*SERVER_STATEMENTS, "datacenter", "wideip", "topology", "globals", "region_db", "region", "sync_group")
@@ -270,7 +270,7 @@ class ThreeDnsImport:
     @staticmethod
     def topology_record(words: list[str]) -> tuple[Selector, Selector, int] | None:
         """``SERVER LDNS SCORE`` (each selector one or two words, maybe after ``not``/``!``)."""
-        if len(words) < 3 or not words[-1].isdigit():
+        if len(words) < 3 or not digits(words[-1]):
             return None
         rest = words[:-1]
         for k in range(1, len(rest)):

@@ -15,7 +15,7 @@ from typing import Any
 from gtmcluster.importers import f5methods, f5monitors, f5names
 from gtmcluster.importers.f5parse import Node
 from gtmcluster.importers.f5topology import Selector, TopologyMapper, selector
-from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported
+from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported, digits
 
 POOL_TYPES = ("a", "aaaa", "cname", "mx", "srv", "naptr")
 #: settings kept only in the comment above the object
@@ -179,7 +179,7 @@ class TmshImport:
         extra: dict[str, Any] = {}
         names = [w for w in words if w not in ("and", "{", "}")]
         if words[:1] == ["min"] and len(words) >= 3:
-            count = int(words[1]) if words[1].isdigit() else 1
+            count = int(words[1]) if digits(words[1]) else 1
             names = [w for c in node.children() for w in c.words] + [w for w in words[3:] if w != "of"]
             extra["monitor_rule"] = {"at_least": count}
         out: list[str] = []
@@ -357,7 +357,7 @@ class TmshImport:
             settings = {c.key: c for c in child.children() if c.words}
             key = "member-order" if "member-order" in settings else "order"  # (older listings: order)
             order_text = value(settings[key]) if key in settings else ""
-            order = int(order_text) if order_text.isdigit() else position
+            order = int(order_text) if digits(order_text) else position
             ratio_text = value(settings["ratio"]) if "ratio" in settings else None
             ratio = self.imp.number(ratio_text, 1, 0, MAX_RATIO, child.where, f"{what} member {child.key} ratio")
             ours: str | None
@@ -429,10 +429,10 @@ class TmshImport:
             ldns, server = selector(words[i + 1 : j]), selector(words[j + 1 :])
             found = {c.key: value(c) for c in node.children() if c.words}
             score, order = found.get("score", "1"), found.get("order", "")
-            if ldns is None or server is None or not score.isdigit():
+            if ldns is None or server is None or not digits(score):
                 self.imp.lost(node.where, node.text(), "not a topology record we can read")
                 continue
-            parsed.append((int(order) if order.isdigit() else 1 << 62, position, ldns, server, int(score), node))
+            parsed.append((int(order) if digits(order) else 1 << 62, position, ldns, server, int(score), node))
         for _, _, ldns_sel, server_sel, points, node in sorted(parsed, key=lambda t: (t[0], t[1])):
             self.topology.record(ldns_sel, server_sel, points, node.where, " ".join(node.words))
 
@@ -453,7 +453,7 @@ class TmshImport:
                 self.imp.lost(child.where, f"{what} pool {child.key}", "no such pool was imported")
                 continue
             ratio = self.imp.number(sub.get("ratio"), 1, 0, MAX_RATIO, child.where, f"{what} pool {child.key} ratio")
-            order = int(sub["order"]) if sub.get("order", "").isdigit() else position
+            order = int(sub["order"]) if digits(sub.get("order", "")) else position
             refs.append((order, position, ours if ratio == 1 else {"pool": ours, "ratio": ratio}))
         if "pools-cname" in settings:
             self.imp.lost(

@@ -19,6 +19,12 @@ MAX_TTL = 2**31 - 1
 MAX_PERSIST_TTL = 2592000
 
 
+def digits(text: str) -> bool:
+    """Whether *text* is a whole number F5 wrote: ASCII digits only (str.isdigit() also
+    takes "²", which int() refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 @dataclass(frozen=True)
 class Finding:
     """Something not mapped (or mapped approximately) at *where* (``file:line``)."""
@@ -76,7 +82,7 @@ class Imported:
         value that is not a number, or is cut to the range, is a finding."""
         if text is None or text == "":
             return default
-        if not text.isdigit():
+        if not digits(text):
             self.unmapped(where, f"{what} {text}", f"not a whole number: {default} is used")
             return default
         value = int(text)

@@ -263,6 +263,12 @@ OUT_OF_RANGE = [
         id="peer-port-0",
     ),
     pytest.param(
+        put(*MEMBER, "peer", value="127.0.0.1:\u00b2"),
+        "sync_group.members[0].peer",
+        "port '\u00b2' is not a number from 1 to 65535",
+        id="peer-port-superscript",
+    ),
+    pytest.param(
         put(*MEMBER, "dns", value=["127.0.0.1:70000"]),
         "sync_group.members[0].dns[0]",
         "port '70000' is not a number from 1 to 65535",

@@ -485,6 +485,21 @@ def test_pool_members_named_by_address(tmp_path: Path) -> None:
     assert imp.pools["web"].value["members"] == ["s.v"]
 
 
+def test_numbers_in_digits_other_than_ascii_are_findings_not_tracebacks(tmp_path: Path) -> None:
+    """"²" passes str.isdigit() and fails int(): an order, a ratio or a TTL written with it
+    is a number F5 did not write, a finding like any other word."""
+    text = (
+        "gtm datacenter A { }\n"
+        "gtm server s {\n    datacenter A\n    virtual-servers {\n        v {\n"
+        "            destination 192.0.2.10:80\n        }\n    }\n}\n"
+        "gtm pool web {\n    ttl \u00b2\n    members {\n        s:v {\n            order \u00b2\n"
+        "            ratio \u00b9\n        }\n    }\n}\n"
+    )
+    imp = imported(tmp_path, text).imported
+    assert imp.pools["web"].value["members"] == ["s.v"]
+    assert any("\u00b2" in f.what for f in imp.findings), imp.findings
+
+
 def test_two_f5_virtual_servers_on_one_address_become_one(tmp_path: Path) -> None:
     """Ours are told apart by address and port: a second F5 virtual server there stands
     for the first (a pool naming both has it once)."""
