@@ -16,7 +16,7 @@ import resource
 from twisted.logger import Logger
 
 from gtmcluster.config.model import Config
-from gtmcluster.sync.admission import MAX_CHANNELS_PER_MEMBER, MAX_UNPROVEN
+from gtmcluster.sync.admission import MAX_CHANNELS_PER_MEMBER, MAX_UNPROVEN, MAX_UNPROVEN_PER_SOURCE
 
 log = Logger()
 
@@ -29,9 +29,12 @@ UNLIMITED_TARGET = 1 << 20
 def needed_open_files(config: Config, node: str) -> int:
     """The open files *node* may need: its TCP client caps on every DNS address, its health
     checks in flight, the API's connections (`api.limits.connections`), the peer port's
-    (those still in TLS or Hello, and each other member's), and spare."""
+    (those still in TLS or Hello, in all and from each member's own address, and each
+    member's connections in and out), and spare."""
     peers = len(config.sync_group.members) - 1
-    peer_port = (MAX_UNPROVEN + MAX_CHANNELS_PER_MEMBER * peers + peers) if peers else 0
+    # (a member's own address is not counted in MAX_UNPROVEN: it may hold its own share)
+    each = MAX_UNPROVEN_PER_SOURCE + MAX_CHANNELS_PER_MEMBER + 1
+    peer_port = (MAX_UNPROVEN + each * peers) if peers else 0
     return (
         config.dns_server.tcp_max_clients * len(config.member(node).dns)
         + config.health.max_in_flight

@@ -84,9 +84,10 @@ def test_the_need_counts_every_dns_address_and_the_health_checks_in_flight(tmp_p
 
 
 def test_the_need_counts_the_peer_ports_connections(tmp_path: Path) -> None:
-    """With peers: the connections still in TLS or Hello (64), and per other member the
-    incoming ones it may hold (4) and the one this node dials."""
+    """With peers: the connections still in TLS or Hello (64, and 8 from each member's own
+    address, which the 64 do not count), and per other member the incoming ones it may hold
+    (4) and the one this node dials."""
     raw = configs.add_member(configs.add_member(configs.base(), "n2", "DC2", "127.0.0.2"), "n3", "DC3", "127.0.0.3")
     config = load(configs.write(tmp_path, raw))
-    alone = limits.needed_open_files(config, "n1") - (64 + 2 * 4 + 2)
+    alone = limits.needed_open_files(config, "n1") - (64 + 2 * (8 + 4 + 1))
     assert alone == config.dns_server.tcp_max_clients + config.health.max_in_flight + 256 + limits.SPARE
