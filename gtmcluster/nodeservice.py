@@ -96,6 +96,13 @@ class NodeService(MultiService):
             if IReactorThreads.providedBy(reactor)
             else defer.succeed(between(old, new))
         )
+        #: runs file work in the reactor's thread pool (at once on a reactor without
+        #: threads, as in tests)
+        self.in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]] = (
+            (lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f))
+            if IReactorThreads.providedBy(reactor)
+            else defer.maybeDeferred
+        )
         #: runs steps a few milliseconds per reactor turn (at once on a reactor without
         #: threads, as in tests: the steps are the same)
         self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = lambda steps: (

@@ -12,8 +12,6 @@ from typing import Any, TypeVar
 
 from twisted.application.internet import TimerService
 from twisted.application.service import Service
-from twisted.internet import threads
-from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import Logger
 
 from gtmcluster import heap
@@ -109,8 +107,7 @@ def make_service(
     top = NodeService(node, replicator, reactor, config_path)
     if start is not None:
         top.group_config = GroupConfig(top, start)
-        if IReactorThreads.providedBy(reactor):
-            top.group_config.sync.in_thread = lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f)
+        top.group_config.sync.in_thread = top.in_thread
     top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers heard from within the
     # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.

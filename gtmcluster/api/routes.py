@@ -6,8 +6,6 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet import defer, threads
-from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import Logger
 
 from gtmcluster import slices
@@ -110,10 +108,7 @@ def routes(
     logs = Logs(
         service.node_log,
         reactor,
-        # (a reactor without threads, in tests: the files are read at once)
-        (lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f))
-        if IReactorThreads.providedBy(reactor)
-        else defer.maybeDeferred,
+        service.in_thread,
         lambda: node.config.api.limits,
         closed,
     )
