@@ -29,17 +29,13 @@ from gtmcluster.config.model import TCP_MAX_PER_SOURCE, DNSServer, QueryLog, Rat
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.stream import DEFAULT_TRANSFER_LIMITS, DNSStreamFactory, DNSStreamProtocol
+from gtmcluster.dns.stream import DEFAULT_TRANSFER_LIMITS, DNSStreamFactory
 from gtmcluster.dns.udpport import adopt_udp
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryLogWriter, QueryQueue, in_pool
 from gtmcluster.sockets import Listener
 
 log = Logger()
-
-#: (the TCP side lives in `stream`; importers of these names from here go on working)
-__all__ = ["MAX_UDP_QUERY", "DNSDatagramProtocol", "DNSService", "DNSStreamFactory", "DNSStreamProtocol"]
-
 
 #: the largest query read over UDP: a query is a question and an OPT record, far below it
 #: (a bigger datagram is cut and then refused as malformed); each read allocates this much

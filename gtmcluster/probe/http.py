@@ -320,13 +320,6 @@ class HttpProbe(Protocol):
         self._attempt.finish(ok, reason)
 
 
-def dechunk(body: bytes) -> bytes:
-    """The data of a chunked body, as far as it is well formed (the rest is dropped)."""
-    chunks = httpframe.Chunks()
-    chunks.scan(body)
-    return chunks.data(body)
-
-
 class HttpChecker:
     """``check(target)`` for an http or https monitor."""
 

@@ -26,7 +26,7 @@ from gtmcluster.config.model import Config
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, difference, newer, records_of
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.server import DNSStreamFactory
+from gtmcluster.dns.stream import DNSStreamFactory
 from gtmcluster.dns.transfer import Outgoing, Transfers
 from gtmcluster.dns.zone import TYPE_A, TYPE_SOA, TYPE_TXT, RRset, Zone
 from gtmcluster.node import Node

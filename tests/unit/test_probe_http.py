@@ -15,9 +15,10 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
 from gtmcluster.config.monitoring import HttpCheck, LoadSource, Sample
+from gtmcluster.probe import httpframe
 from gtmcluster.probe.base import Check, Result, Target
 from gtmcluster.probe.checks import make_check
-from gtmcluster.probe.http import dechunk, host_header, server_name
+from gtmcluster.probe.http import host_header, server_name
 from gtmcluster.probe.stream import lost_reason
 from tests.support.probeservers import accept_tcp, monitor, result_of, still_running
 
@@ -348,6 +349,13 @@ def test_load_of_a_body_over_the_cap_is_not_read(reactor: MemoryReactorClock) ->
     result = result_of(d)
     assert not result.ok and result.data is None
     assert result.reason == "HTTP 200, load not read: the body is over max_response_bytes (100)"
+
+
+def dechunk(body: bytes) -> bytes:
+    """The data of a chunked body, as far as it is well formed (the rest is dropped)."""
+    chunks = httpframe.Chunks()
+    chunks.scan(body)
+    return chunks.data(body)
 
 
 def test_dechunk_keeps_what_is_well_formed() -> None:

@@ -20,7 +20,7 @@ from gtmcluster.config.model import RateLimit
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.ratelimit import ANSWER, DROP, SLIP, RateLimiter, truncated
-from gtmcluster.dns.server import DNSStreamFactory
+from gtmcluster.dns.stream import DNSStreamFactory
 from gtmcluster.node import Node
 from gtmcluster.stats import QueryStats
 from tests.support import configs
