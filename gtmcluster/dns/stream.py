@@ -30,11 +30,12 @@ from zope.interface import implementer
 from gtmcluster.config.model import TCP_MAX_PER_SOURCE, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients, source_of
+from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients
 from gtmcluster.dns.transfer import Outgoing
 from gtmcluster.dns.xfrslots import Slot, TransferSlots
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryQueue
+from gtmcluster.sources import source_of
 
 log = Logger()
 
@@ -104,6 +105,8 @@ class DNSStreamProtocol(Protocol):
         self._timer: IDelayedCall | None = None
         self._message_timer: IDelayedCall | None = None
         self.peer = ""
+        #: the source it counts as for every cap (`sources.source_of` of *peer*)
+        self.source = ""
         #: the DNS address it came to (`ListenerFactory`: its ``tcp_max_clients``)
         self.listener = ""
         #: the zone transfer being sent, if any: no request is read until it is
@@ -122,6 +125,7 @@ class DNSStreamProtocol(Protocol):
     def connectionMade(self) -> None:
         peer: Any = self.transport.getPeer()  # type: ignore[union-attr]
         self.peer = peer.host
+        self.source = source_of(peer.host)
         host: Any = self.transport.getHost()  # type: ignore[union-attr]
         self.addresses = ((peer.host, peer.port), (host.host, host.port))  # for the query log
         self.factory.opened(self)
@@ -402,7 +406,7 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
 
     @property
     def max_per_source(self) -> int:
-        """``tcp_max_per_source``: connections from one source (`tcpclients.source_of`) at most."""
+        """``tcp_max_per_source``: connections from one source (`sources.source_of`) at most."""
         return self.connections.max_per_source
 
     def configure_clients(self, max_clients: int, max_per_source: int) -> None:
@@ -448,11 +452,10 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
 
     def opened(self, proto: DNSStreamProtocol) -> None:
         """Hold *proto*, closing what the caps say must make way (`Clients.add`)."""
-        source = source_of(proto.peer)
-        for victim, why in self.connections.add(proto, proto.listener, source):
+        for victim, why in self.connections.add(proto, proto.listener, proto.source):
             self.closed_by[why] += 1
             if why == SOURCE_CAP:
-                self._over_source_cap(source)
+                self._over_source_cap(proto.source)
             victim._close(abort=True)
 
     def _over_source_cap(self, source: str) -> None:

@@ -14,14 +14,14 @@ against the new CA when it reconnects (a member whose key leaked, left out of th
 is cut off at once: see README, "Trust model and limits").
 
 The listener takes a connection only while `Gate` lets it: connections still in their TLS
-handshake or Hello are capped per source and in all, and each member's proven incoming
-connections are capped (`sync.admission`). Connections turned away are logged once, then
-counted in one line every `TURNED_AWAY_LOG_INTERVAL` seconds while it goes on.
+handshake or Hello are capped per source (`gtmcluster.sources`) and in all, and each
+member's proven incoming connections are capped (`sync.admission`). Connections turned
+away are logged once, then counted in one line every `TURNED_AWAY_LOG_INTERVAL` seconds
+while it goes on.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import random
 import socket
 from collections.abc import Iterable
@@ -43,13 +43,13 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 
 from gtmcluster.config.model import Member
+from gtmcluster.sources import plain, source_of
 from gtmcluster.sync.admission import (
     MAX_CHANNELS_PER_MEMBER,
     MAX_UNPROVEN,
     MAX_UNPROVEN_PER_SOURCE,
     Admission,
     Channels,
-    source_of,
 )
 from gtmcluster.sync.certs import describe
 from gtmcluster.sync.peer import PeerProtocol
@@ -73,7 +73,7 @@ class Gate:
 
     def __init__(self, clock: IReactorTime, reserved: Iterable[str] = ()) -> None:
         self.clock = clock
-        self.reserved = frozenset(_plain(host) for host in reserved)
+        self.reserved = frozenset(plain(host) for host in reserved)
         self.unproven: Admission[PeerProtocol] = Admission()
         self.channels: Channels[PeerProtocol] = Channels()
         #: connections turned away, and made way for newer sources, since the node started
@@ -84,9 +84,10 @@ class Gate:
         self._untold_why = ""
 
     def _source(self, host: str) -> tuple[str, bool]:
-        plain = _plain(host)
-        if plain in self.reserved:
-            return plain, True
+        """The source *host* counts as (a member's own peer address: itself, reserved)."""
+        address = plain(host)
+        if address in self.reserved:
+            return address, True
         return source_of(host), False
 
     def consider(self, host: str) -> bool:
@@ -161,24 +162,13 @@ class Gate:
         self._told = self.clock.callLater(TURNED_AWAY_LOG_INTERVAL, self._tell_since)
 
     def reconfigure(self, reserved: Iterable[str]) -> None:
-        self.reserved = frozenset(_plain(host) for host in reserved)
+        self.reserved = frozenset(plain(host) for host in reserved)
 
     def stop(self) -> None:
         """No more summary lines (the node stops)."""
         if self._told is not None and self._told.active():
             self._told.cancel()
         self._told = None
-
-
-def _plain(host: str) -> str:
-    """*host* as one spelling: an IPv4-mapped IPv6 address as IPv4, an IPv6 address compressed."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
 
 
 class PeerFactory(Factory[Protocol]):

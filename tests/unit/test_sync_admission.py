@@ -21,7 +21,7 @@ from twisted.logger import capturedLogs
 
 from gtmcluster.api import metrics
 from gtmcluster.sync import admission, phases
-from gtmcluster.sync.admission import Admission, Channels, source_of
+from gtmcluster.sync.admission import Admission, Channels
 from gtmcluster.sync.peer import PeerProtocol
 from gtmcluster.sync.service import TURNED_AWAY_LOG_INTERVAL, Gate, ListenerFactory
 from gtmcluster.sync.tls import server_options
@@ -130,22 +130,6 @@ def test_caps_always_hold_and_a_new_source_always_gets_in(ops: list[tuple[str, i
         assert policy.counted <= 6
         assert all(policy.of(f"10.0.0.{i}") <= 2 for i in range(12))
         assert len(policy) == len(live)
-
-
-@pytest.mark.parametrize(
-    ("host", "source"),
-    [
-        ("192.0.2.7", "192.0.2.7"),
-        ("::ffff:192.0.2.7", "192.0.2.7"),
-        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
-        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
-        ("fe80::1%eth0", "fe80::/64"),
-        ("unix", "unix"),
-    ],
-)
-def test_sources(host: str, source: str) -> None:
-    """An IPv4 address is its own source (also IPv4-mapped); an IPv6 address counts as its /64."""
-    assert source_of(host) == source
 
 
 def test_a_member_holds_at_most_four_proven_incoming_connections() -> None:
