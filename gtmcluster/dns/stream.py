@@ -5,7 +5,7 @@ source, `tcpclients`), and zone transfers (AXFR, IXFR) sent with back-pressure.
 A connection is read only while its answers are taken: while Twisted's send buffer for
 the client is full nothing is answered, not even requests already read, and a burst of
 requests is answered `PER_TURN` per reactor turn. A zone transfer (`transfer.Outgoing`)
-takes a slot (`xfrslots`: capped per source address and in all, ``dns_server.transfer``;
+takes a slot (`xfrslots`: capped per source and in all, ``dns_server.transfer``;
 REFUSED past the caps, as BIND refuses past ``transfers-out``), is sent a message at a
 time as the client takes them, one per connection, and is cut when the client takes
 nothing for ``stall_timeout``. `server.DNSService` puts the factory on the sockets, one
@@ -91,7 +91,7 @@ class DNSStreamProtocol(Protocol):
     for the client is full (it is not reading its answers), nothing is answered, not even
     the requests already read, and the connection is not read; the idle timeout then
     closes it. A zone transfer (`transfer.Outgoing`) takes a slot (`xfrslots`: capped per
-    source address and in all, REFUSED past the caps), and its messages are made and
+    source and in all, REFUSED past the caps), and its messages are made and
     written only while Twisted takes more: its memory is a message and the send buffer,
     whatever the zone's size. The connection reads no request while it sends a transfer
     (at most one in flight), and the transfer is cut when the client takes nothing for the
@@ -253,9 +253,9 @@ class DNSStreamProtocol(Protocol):
 
     def _begin(self, request: bytes, outgoing: Outgoing) -> None:
         """Begin the transfer *outgoing* answering *request* if a slot is free, else refuse it."""
-        slot = self.factory.slots.take(self.peer)
+        slot = self.factory.slots.take(self.source)
         if slot is None:
-            self.factory.refused(self.peer)
+            self.factory.refused(self.peer, self.source)
             reply = outgoing.refuse()
             queue = self.factory.log
             if queue is not None:
@@ -424,9 +424,10 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         self.slots.max_per_source = limits.max_per_source
         self.stall_timeout = limits.stall_timeout
 
-    def refused(self, peer: str) -> None:
-        """Log a transfer refused for want of a slot: the first, then at most one line per
-        `REFUSAL_LOG_INTERVAL` (a client may ask thousands of times), with the count."""
+    def refused(self, peer: str, source: str) -> None:
+        """Log a transfer to *peer* (of *source*) refused for want of a slot: the first, then
+        at most one line per `REFUSAL_LOG_INTERVAL` (a client may ask thousands of times),
+        with the count."""
         self._refusals += 1
         now = self.clock.seconds()
         if self._refusal_logged is not None and now - self._refusal_logged < REFUSAL_LOG_INTERVAL:
@@ -434,11 +435,12 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         slots = self.slots
         log.warn(
             "zone transfer to {peer} refused: {in_flight} transfers in flight (max_in_flight {total}), "
-            "{theirs} to {peer} (max_per_source {per_source}); {count} refused since the last such line",
+            "{theirs} to {source} (max_per_source {per_source}); {count} refused since the last such line",
             peer=peer,
+            source=source,
             in_flight=slots.in_flight,
             total=slots.max_in_flight,
-            theirs=slots.by_source.get(peer, 0),
+            theirs=slots.by_source.get(source, 0),
             per_source=slots.max_per_source,
             count=self._refusals,
         )

@@ -1,4 +1,5 @@
-"""How many zone transfers may be sent at once: in all, and to one source address.
+"""How many zone transfers may be sent at once: in all, and to one source
+(`gtmcluster.sources`: an IPv4 address, an IPv6 /64, as for TCP connections).
 
 A transfer takes a slot when a connection begins it and gives it back when its last message
 is handed to the transport or the connection goes. Past either cap a request is refused
@@ -29,14 +30,14 @@ class Slot:
 
 @dataclass
 class TransferSlots:
-    """The transfers in flight, counted in all and per source address, against the caps
+    """The transfers in flight, counted in all and per source, against the caps
     *max_in_flight* and *max_per_source* (changed in place by a reload: transfers in flight
     keep their slots, new ones meet the new caps)."""
 
     max_in_flight: int
     max_per_source: int
     in_flight: int = 0
-    #: source address -> its transfers in flight (sources with none are absent)
+    #: source -> its transfers in flight (sources with none are absent)
     by_source: dict[str, int] = field(default_factory=dict)
     #: requests refused, by which cap was full: "total", "source"
     refused: dict[str, int] = field(default_factory=lambda: {"total": 0, "source": 0})
