@@ -1,5 +1,5 @@
 """What the API's clients hold, counted: connections, answers in progress and log
-followers, in all and per source address. Pure (nothing from Twisted):
+followers, in all and per source (`gtmcluster.sources`: an IPv4 address, an IPv6 /64). Pure (nothing from Twisted):
 `gtmcluster.api.connection`, `.server` and `.logs` ask before one is taken and say when it
 is given back; the caps come with each request (`Caps`), so a reload that changes
 ``api.limits`` applies to what comes next.
