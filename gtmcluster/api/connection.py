@@ -30,8 +30,9 @@ from twisted.web import http, server
 from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
 from gtmcluster.api.server import Api, Route, default_limits, dumps
-from gtmcluster.api.slots import Caps, Connections
+from gtmcluster.api.slots import Connections
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.slots import Caps
 from gtmcluster.sources import source_of
 
 #: seconds a refused request's client may go on sending (dropped) before the connection is

@@ -40,10 +40,10 @@ from zope.interface import implementer
 
 from gtmcluster.api import sending
 from gtmcluster.api.server import ApiError, Stream, source_key, token_shown
-from gtmcluster.api.slots import Caps, Held, Slots
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.nodelog import reader, record
 from gtmcluster.nodelog.writer import NodeLog
+from gtmcluster.slots import Caps, Held, Slots
 
 log = Logger()
 

@@ -35,8 +35,8 @@ from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
-from gtmcluster.api.slots import Caps, Held, Slots
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.slots import Caps, Held, Slots
 from gtmcluster.sources import source_of
 
 log = Logger()

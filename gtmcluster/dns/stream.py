@@ -32,9 +32,10 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients
 from gtmcluster.dns.transfer import Outgoing
-from gtmcluster.dns.xfrslots import Slot, TransferSlots
+from gtmcluster.dns.xfrslots import TransferSlots
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryQueue
+from gtmcluster.slots import Held
 from gtmcluster.sources import source_of
 
 log = Logger()
@@ -60,7 +61,7 @@ class _Sending:
     while it is being encoded), the request (until logged with the first message), and the
     deadline for the client to take what was sent."""
 
-    slot: Slot
+    slot: Held
     request: bytes | None
     messages: Iterator[bytes] | None = None
     deadline: IDelayedCall | None = None

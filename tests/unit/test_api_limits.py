@@ -10,7 +10,8 @@ twisted.web connections (bytes in, bytes out, no socket) and a fake clock:
   per source (503 beyond), so readers without the token never lock out an operator;
 - a large answer and a file are written a slice at a time as the connection takes them,
   never whole into its buffer; a client that stops reading is cut after ``stall_timeout``;
-- the config keys, checked (the pure counting in `gtmcluster.api.slots` too).
+- the config keys, checked (the pure counting in `gtmcluster.api.slots` and
+  `gtmcluster.slots` too).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from gtmcluster.api import sending
 from gtmcluster.api.connection import ApiChannel, site
 from gtmcluster.api.guard import Policy
 from gtmcluster.api.server import FileAnswer, Raw, Route
-from gtmcluster.api.slots import FROM_SOURCE, IN_ALL, Caps, Connections, Held, Slots
+from gtmcluster.api.slots import Connections
 from gtmcluster.config.load import load
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.slots import FROM_SOURCE, IN_ALL, Caps, Held, Slots
 from tests.support import configs
 from tests.unit.test_api_server import Transport, parse
 
