@@ -164,7 +164,7 @@ class Gate:
             return
         log.warn(
             "peer port: turned away or closed {count} connections in the last {seconds:g}s, connections that "
-            "had not finished their TLS handshake and Hello (the last reason: {why}): {counted} from {sources} "
+            "had not finished their TLS handshake and Hello (the last reason: {why}); {counted} from {sources} "
             "sources, the most from {top}, and {others} from further sources",
             count=sum(untold.values()) + others,
             counted=sum(untold.values()),
