@@ -30,8 +30,10 @@ from twisted.web import http, server
 from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
 from gtmcluster.api.server import Api, Route, default_limits, dumps
-from gtmcluster.api.slots import Caps, Connections
+from gtmcluster.api.slots import Connections
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.slots import Caps
+from gtmcluster.sources import source_of
 
 #: seconds a refused request's client may go on sending (dropped) before the connection is
 #: closed: time to finish sending a small body and read the answer, never to hold on
@@ -77,7 +79,8 @@ class ApiChannel(http.HTTPChannel):
     site: Site
     #: a request was refused: nothing more is read from this connection
     refused = False
-    #: the address it came from
+    #: the source it came from (`sources.source_of`: an IPv4 address, an IPv6 /64), which
+    #: every per-source cap counts
     source = ""
     _drain: IDelayedCall | None = None
     _deadline: IDelayedCall | None = None
@@ -85,7 +88,7 @@ class ApiChannel(http.HTTPChannel):
     def connectionMade(self) -> None:
         super().connectionMade()
         transport: Any = self.transport
-        self.source = str(getattr(transport.getPeer(), "host", ""))
+        self.source = source_of(str(getattr(transport.getPeer(), "host", "")))
         api = self.site.api
         limits = api.limits()
         # (twisted.web's own, in whole seconds: between reads of a request body)

@@ -39,11 +39,11 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from gtmcluster.api import sending
-from gtmcluster.api.server import ApiError, Stream, source_of, token_shown
-from gtmcluster.api.slots import Caps, Held, Slots
+from gtmcluster.api.server import ApiError, Stream, source_key, token_shown
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.nodelog import reader, record
 from gtmcluster.nodelog.writer import NodeLog
+from gtmcluster.slots import Caps, Held, Slots
 
 log = Logger()
 
@@ -126,7 +126,7 @@ class Logs:
     def take(self, request: Request) -> Held:
         """A follower's slot for *request*; ApiError 503 when its kind holds every one."""
         shown = token_shown(request)
-        source = source_of(request)
+        source = source_key(request)
         limits = self.limits()
         total = limits.followers if shown else limits.followers_without_token
         why = self.slots[shown].take(source, Caps(total, limits.followers_per_source))

@@ -35,8 +35,9 @@ from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
-from gtmcluster.api.slots import Caps, Held, Slots
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.slots import Caps, Held, Slots
+from gtmcluster.sources import source_of
 
 log = Logger()
 
@@ -154,12 +155,13 @@ def token_shown(request: IRequest) -> bool:
     return bool(getattr(request, "token_shown", False))
 
 
-def source_of(request: IRequest) -> str:
-    """The address the request's connection came from."""
+def source_key(request: IRequest) -> str:
+    """The source (`sources.source_of`: an IPv4 address, an IPv6 /64) the request's
+    connection came from, which the per-source caps count."""
     source = getattr(getattr(request, "channel", None), "source", None)
     if isinstance(source, str):
         return source
-    return str(getattr(request.getClientAddress(), "host", ""))
+    return source_of(str(getattr(request.getClientAddress(), "host", "")))
 
 
 def caller(request: IRequest) -> str:
@@ -304,7 +306,7 @@ class Api(resource.Resource):
         shown = token_shown(request)
         limits = self.limits()
         total = limits.answers if shown else limits.answers_without_token
-        source = source_of(request)
+        source = source_key(request)
         slots = self.answers[shown]
         why = slots.take(source, Caps(total, limits.answers_per_source))
         if why is not None:

@@ -1,8 +1,8 @@
 """What the API's clients hold, counted: connections, answers in progress and log
-followers, in all and per source address. Pure (nothing from Twisted):
-`gtmcluster.api.connection`, `.server` and `.logs` ask before one is taken and say when it
-is given back; the caps come with each request (`Caps`), so a reload that changes
-``api.limits`` applies to what comes next.
+followers, in all and per source (`gtmcluster.sources`: an IPv4 address, an IPv6 /64).
+Pure (nothing from Twisted): `gtmcluster.api.connection`, `.server` and `.logs` ask before
+one is taken and say when it is given back; the caps come with each request (`Caps`), so a
+reload that changes ``api.limits`` applies to what comes next.
 
 A connection cannot be judged when it opens: the token comes with its first request. So
 `Connections` keeps them least recently active first, and one past a cap displaces the
@@ -11,71 +11,20 @@ source is at its cap, else of all); only when every connection there showed the 
 the new one refused. A flood of connections without the token displaces its own, while an
 operator's connection, which shows the token in its first request, stays.
 
-Answers and followers are counted in `Slots`, one for clients that showed the token and
-one for those that did not: those without it never take the slots of those with it.
+Answers and followers are counted in `gtmcluster.slots.Slots`, one for clients that showed
+the token and one for those that did not: those without it never take the slots of those
+with it.
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gtmcluster.slots import Caps
+
 K = TypeVar("K", bound=Hashable)
-
-#: why a slot was not given (`Slots.take`)
-IN_ALL = "in all"
-FROM_SOURCE = "from this address"
-
-
-@dataclass(frozen=True)
-class Caps:
-    """At most *total* held in all, and *per_source* by one source address."""
-
-    total: int
-    per_source: int
-
-
-class Slots:
-    """One resource, held by source addresses."""
-
-    def __init__(self) -> None:
-        self.held = 0
-        self.by_source: Counter[str] = Counter()
-
-    def take(self, source: str, caps: Caps) -> str | None:
-        """Take one for *source*: None when taken, else why not (`IN_ALL`, `FROM_SOURCE`)."""
-        if self.held >= caps.total:
-            return IN_ALL
-        if self.by_source[source] >= caps.per_source:
-            return FROM_SOURCE
-        self.held += 1
-        self.by_source[source] += 1
-        return None
-
-    def give_back(self, source: str) -> None:
-        if self.by_source[source] <= 0:
-            raise ValueError(f"{source} holds no slot to give back")
-        self.held -= 1
-        self.by_source[source] -= 1
-        if not self.by_source[source]:
-            del self.by_source[source]
-
-
-class Held:
-    """One slot taken from *slots* for *source*, given back once (`release`), however many
-    ways its holder ends."""
-
-    def __init__(self, slots: Slots, source: str):
-        self.slots = slots
-        self.source = source
-        self.released = False
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.slots.give_back(self.source)
 
 
 class Connections(Generic[K]):

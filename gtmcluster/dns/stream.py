@@ -5,7 +5,7 @@ source, `tcpclients`), and zone transfers (AXFR, IXFR) sent with back-pressure.
 A connection is read only while its answers are taken: while Twisted's send buffer for
 the client is full nothing is answered, not even requests already read, and a burst of
 requests is answered `PER_TURN` per reactor turn. A zone transfer (`transfer.Outgoing`)
-takes a slot (`xfrslots`: capped per source address and in all, ``dns_server.transfer``;
+takes a slot (`xfrslots`: capped per source and in all, ``dns_server.transfer``;
 REFUSED past the caps, as BIND refuses past ``transfers-out``), is sent a message at a
 time as the client takes them, one per connection, and is cut when the client takes
 nothing for ``stall_timeout``. `server.DNSService` puts the factory on the sockets, one
@@ -30,11 +30,13 @@ from zope.interface import implementer
 from gtmcluster.config.model import TCP_MAX_PER_SOURCE, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
-from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients, source_of
+from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients
 from gtmcluster.dns.transfer import Outgoing
-from gtmcluster.dns.xfrslots import Slot, TransferSlots
+from gtmcluster.dns.xfrslots import TransferSlots
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryQueue
+from gtmcluster.slots import Held
+from gtmcluster.sources import source_of
 
 log = Logger()
 
@@ -59,7 +61,7 @@ class _Sending:
     while it is being encoded), the request (until logged with the first message), and the
     deadline for the client to take what was sent."""
 
-    slot: Slot
+    slot: Held
     request: bytes | None
     messages: Iterator[bytes] | None = None
     deadline: IDelayedCall | None = None
@@ -90,7 +92,7 @@ class DNSStreamProtocol(Protocol):
     for the client is full (it is not reading its answers), nothing is answered, not even
     the requests already read, and the connection is not read; the idle timeout then
     closes it. A zone transfer (`transfer.Outgoing`) takes a slot (`xfrslots`: capped per
-    source address and in all, REFUSED past the caps), and its messages are made and
+    source and in all, REFUSED past the caps), and its messages are made and
     written only while Twisted takes more: its memory is a message and the send buffer,
     whatever the zone's size. The connection reads no request while it sends a transfer
     (at most one in flight), and the transfer is cut when the client takes nothing for the
@@ -104,6 +106,8 @@ class DNSStreamProtocol(Protocol):
         self._timer: IDelayedCall | None = None
         self._message_timer: IDelayedCall | None = None
         self.peer = ""
+        #: the source it counts as for every cap (`sources.source_of` of *peer*)
+        self.source = ""
         #: the DNS address it came to (`ListenerFactory`: its ``tcp_max_clients``)
         self.listener = ""
         #: the zone transfer being sent, if any: no request is read until it is
@@ -122,6 +126,7 @@ class DNSStreamProtocol(Protocol):
     def connectionMade(self) -> None:
         peer: Any = self.transport.getPeer()  # type: ignore[union-attr]
         self.peer = peer.host
+        self.source = source_of(peer.host)
         host: Any = self.transport.getHost()  # type: ignore[union-attr]
         self.addresses = ((peer.host, peer.port), (host.host, host.port))  # for the query log
         self.factory.opened(self)
@@ -249,9 +254,9 @@ class DNSStreamProtocol(Protocol):
 
     def _begin(self, request: bytes, outgoing: Outgoing) -> None:
         """Begin the transfer *outgoing* answering *request* if a slot is free, else refuse it."""
-        slot = self.factory.slots.take(self.peer)
+        slot = self.factory.slots.take(self.source)
         if slot is None:
-            self.factory.refused(self.peer)
+            self.factory.refused(self.peer, self.source)
             reply = outgoing.refuse()
             queue = self.factory.log
             if queue is not None:
@@ -402,7 +407,7 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
 
     @property
     def max_per_source(self) -> int:
-        """``tcp_max_per_source``: connections from one source (`tcpclients.source_of`) at most."""
+        """``tcp_max_per_source``: connections from one source (`sources.source_of`) at most."""
         return self.connections.max_per_source
 
     def configure_clients(self, max_clients: int, max_per_source: int) -> None:
@@ -420,9 +425,10 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         self.slots.max_per_source = limits.max_per_source
         self.stall_timeout = limits.stall_timeout
 
-    def refused(self, peer: str) -> None:
-        """Log a transfer refused for want of a slot: the first, then at most one line per
-        `REFUSAL_LOG_INTERVAL` (a client may ask thousands of times), with the count."""
+    def refused(self, peer: str, source: str) -> None:
+        """Log a transfer to *peer* (of *source*) refused for want of a slot: the first, then
+        at most one line per `REFUSAL_LOG_INTERVAL` (a client may ask thousands of times),
+        with the count."""
         self._refusals += 1
         now = self.clock.seconds()
         if self._refusal_logged is not None and now - self._refusal_logged < REFUSAL_LOG_INTERVAL:
@@ -430,11 +436,12 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
         slots = self.slots
         log.warn(
             "zone transfer to {peer} refused: {in_flight} transfers in flight (max_in_flight {total}), "
-            "{theirs} to {peer} (max_per_source {per_source}); {count} refused since the last such line",
+            "{theirs} to {source} (max_per_source {per_source}); {count} refused since the last such line",
             peer=peer,
+            source=source,
             in_flight=slots.in_flight,
             total=slots.max_in_flight,
-            theirs=slots.by_source.get(peer, 0),
+            theirs=slots.by_source.get(source, 0),
             per_source=slots.max_per_source,
             count=self._refusals,
         )
@@ -448,11 +455,10 @@ class DNSStreamFactory(ServerFactory[DNSStreamProtocol]):
 
     def opened(self, proto: DNSStreamProtocol) -> None:
         """Hold *proto*, closing what the caps say must make way (`Clients.add`)."""
-        source = source_of(proto.peer)
-        for victim, why in self.connections.add(proto, proto.listener, source):
+        for victim, why in self.connections.add(proto, proto.listener, proto.source):
             self.closed_by[why] += 1
             if why == SOURCE_CAP:
-                self._over_source_cap(source)
+                self._over_source_cap(proto.source)
             victim._close(abort=True)
 
     def _over_source_cap(self, source: str) -> None:

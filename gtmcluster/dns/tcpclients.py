@@ -3,8 +3,8 @@
 Two caps, both kept by closing a connection idle the longest (least recently active: a byte
 read, or the client taking its answers), never by refusing the new one:
 
-- per source (``dns_server.tcp_max_per_source``, 64): an IPv4 address, or an IPv6 /64 (the
-  least a host is given: it cannot multiply itself within it). A source past its cap loses
+- per source (``dns_server.tcp_max_per_source``, 64; `gtmcluster.sources`: an IPv4
+  address, or an IPv6 /64, the least a host is given). A source past its cap loses
   its **own** connection idle the longest, on whichever address it is, never another
   source's.
 - per listening address (``dns_server.tcp_max_clients``, 1,000 on each of the member's DNS
@@ -22,15 +22,9 @@ the caps. Pure bookkeeping, no Twisted: `dns.stream` closes what `Clients.add` r
 
 from __future__ import annotations
 
-import socket
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
-
-#: the IPv6 prefix counted as one source: a /64 is one link (SLAAC hosts pick any address in
-#: it), so one host has a whole /64 to open connections from
-SOURCE_IPV6_PREFIX = 64
-_IPV4_MAPPED = bytes(10) + b"\xff\xff"
 
 #: why a connection was closed to make way (`Clients.add`): its address's cap (the name
 #: the counter had before per-source caps), or its own source's cap
@@ -38,22 +32,6 @@ EVICTED = "evicted"
 SOURCE_CAP = "source_cap"
 
 C = TypeVar("C", bound=Hashable)
-
-
-def source_of(host: str) -> str:
-    """The source *host* (as Twisted gives a peer's address) counts as: an IPv4 address
-    itself (also when IPv4-mapped), an IPv6 address its /64 (``2001:db8:1:2::/64``);
-    anything else as it is. (socket's parsers: a tenth of `ipaddress`'s cost.)"""
-    if ":" not in host:
-        return host  # (IPv4: Twisted's dotted quad)
-    try:
-        packed = socket.inet_pton(socket.AF_INET6, host.partition("%")[0])
-    except (OSError, ValueError):
-        return host
-    if packed.startswith(_IPV4_MAPPED):
-        return socket.inet_ntop(socket.AF_INET, packed[12:])
-    kept = SOURCE_IPV6_PREFIX // 8
-    return f"{socket.inet_ntop(socket.AF_INET6, packed[:kept] + bytes(16 - kept))}/{SOURCE_IPV6_PREFIX}"
 
 
 class _Address(Generic[C]):
@@ -136,7 +114,7 @@ class Clients(Generic[C]):
         return address.size if address is not None else 0
 
     def held_by(self, source: str) -> int:
-        """The connections *source* (`source_of`) holds, on all addresses."""
+        """The connections *source* (`sources.source_of`) holds, on all addresses."""
         return len(self._sources.get(source, ()))
 
     def add(self, connection: C, listener: str, source: str) -> list[tuple[C, str]]:

@@ -5,9 +5,9 @@ Anyone who reaches the peer port can open TCP connections to it; each lives unti
 handshake and Hello are done, at most `handshake_timeout` (10 s). Until then it is
 *unproven*, and the unproven are capped:
 
-- per source, `MAX_UNPROVEN_PER_SOURCE` (8): an IPv4 address, or an IPv6 /64 (a single
-  host is given a whole /64 more often than not). A member dials each peer once, and again
-  with backoff: it never needs more than one or two at a time;
+- per source, `MAX_UNPROVEN_PER_SOURCE` (8): an IPv4 address, or an IPv6 /64
+  (`gtmcluster.sources`). A member dials each peer once, and again with backoff: it never
+  needs more than one or two at a time;
 - in all, `MAX_UNPROVEN` (64), counting every source but the members' own peer addresses
   (*reserved*: a connection from one is not counted in all and never made way for; its own
   address still holds at most `MAX_UNPROVEN_PER_SOURCE`).
@@ -29,7 +29,6 @@ Pure: the caller builds the connections and closes those it is told to. No Twist
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -40,24 +39,8 @@ MAX_UNPROVEN = 64
 MAX_UNPROVEN_PER_SOURCE = 8
 #: proven connections one member holds to this node's peer port at once
 MAX_CHANNELS_PER_MEMBER = 4
-#: an IPv6 source is its /64
-IPV6_SOURCE_PREFIX = 64
 
 C = TypeVar("C", bound=Hashable)
-
-
-def source_of(host: str) -> str:
-    """The source *host* counts as: an IPv4 address (also when written as IPv4-mapped IPv6),
-    an IPv6 address's /64, or *host* as it is when it is no address at all."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, IPV6_SOURCE_PREFIX), strict=False))
-    return str(address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +75,7 @@ class Admission(Generic[C]):
         return len(self._held)
 
     def of(self, source: str) -> int:
-        """Unproven connections from *source* (a key `source_of` made, or a reserved address)."""
+        """Unproven connections from *source* (a key `sources.source_of` made, or a reserved address)."""
         return len(self._by_source.get(source, ()))
 
     @property

@@ -14,14 +14,15 @@ against the new CA when it reconnects (a member whose key leaked, left out of th
 is cut off at once: see README, "Trust model and limits").
 
 The listener takes a connection only while `Gate` lets it: connections still in their TLS
-handshake or Hello are capped per source and in all, and each member's proven incoming
-connections are capped (`sync.admission`). Connections turned away are logged once, then
-counted in one line every `TURNED_AWAY_LOG_INTERVAL` seconds while it goes on.
+handshake or Hello are capped per source (`gtmcluster.sources`) and in all, and each
+member's proven incoming connections are capped (`sync.admission`). Connections turned
+away are logged once, then counted in one line every `TURNED_AWAY_LOG_INTERVAL` seconds
+while it goes on: by source for the first `TURNED_AWAY_SOURCES` sources of the interval,
+and together for the rest (a flood from many addresses costs that count no more).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import random
 import socket
 from collections.abc import Iterable
@@ -43,13 +44,13 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 
 from gtmcluster.config.model import Member
+from gtmcluster.sources import plain, source_of
 from gtmcluster.sync.admission import (
     MAX_CHANNELS_PER_MEMBER,
     MAX_UNPROVEN,
     MAX_UNPROVEN_PER_SOURCE,
     Admission,
     Channels,
-    source_of,
 )
 from gtmcluster.sync.certs import describe
 from gtmcluster.sync.peer import PeerProtocol
@@ -63,6 +64,9 @@ CONNECT_TIMEOUT = 10.0
 CLOSE_GRACE = 1.0
 #: while connections are being turned away, one line says how many every this many seconds
 TURNED_AWAY_LOG_INTERVAL = 10.0
+#: sources that line counts apart within an interval; connections from further sources are
+#: counted together (one number), so the count's memory is bounded whatever the flood
+TURNED_AWAY_SOURCES = 16
 
 
 class Gate:
@@ -73,20 +77,24 @@ class Gate:
 
     def __init__(self, clock: IReactorTime, reserved: Iterable[str] = ()) -> None:
         self.clock = clock
-        self.reserved = frozenset(_plain(host) for host in reserved)
+        self.reserved = frozenset(plain(host) for host in reserved)
         self.unproven: Admission[PeerProtocol] = Admission()
         self.channels: Channels[PeerProtocol] = Channels()
         #: connections turned away, and made way for newer sources, since the node started
         self.turned_away = 0
         self.made_way = 0
         self._told: IDelayedCall | None = None  # a summary line is due
-        self._untold: dict[str, int] = {}  # (turned away since the last line, by source)
+        #: turned away since the last line: by source (at most `TURNED_AWAY_SOURCES`), and
+        #: from further sources together
+        self._untold: dict[str, int] = {}
+        self._untold_others = 0
         self._untold_why = ""
 
     def _source(self, host: str) -> tuple[str, bool]:
-        plain = _plain(host)
-        if plain in self.reserved:
-            return plain, True
+        """The source *host* counts as (a member's own peer address: itself, reserved)."""
+        address = plain(host)
+        if address in self.reserved:
+            return address, True
         return source_of(host), False
 
     def consider(self, host: str) -> bool:
@@ -95,11 +103,11 @@ class Gate:
         verdict = self.unproven.consider(source, reserved)
         if not verdict.admit:
             self.turned_away += 1
-            self._tell(host, verdict.why)
+            self._tell(host, source, verdict.why)
             return False
         if verdict.evict is not None:
             self.made_way += 1
-            self._tell(host, "")
+            self._tell(host, source, "")
             verdict.evict.violation("made way for a connection from another address", logged=False)
         return True
 
@@ -121,7 +129,7 @@ class Gate:
         self.unproven.release(proto)
         self.channels.release(proto, proto.peer or "")
 
-    def _tell(self, host: str, why: str) -> None:
+    def _tell(self, host: str, source: str, why: str) -> None:
         """Log the first connection turned away at once; then one line per interval while
         more are (a flood of connections is not a flood of log lines)."""
         if self._told is None:
@@ -129,56 +137,55 @@ class Gate:
             if why:
                 log.warn(
                     "peer port: turned away a connection from {host}: {why} (at most {per_source} from one "
-                    "address, {total} in all)",
+                    "source, an IPv4 address or IPv6 /64; {total} in all)",
                     host=host,
+                    source=source,
                     why=why,
                     per_source=MAX_UNPROVEN_PER_SOURCE,
                     total=MAX_UNPROVEN,
                     event="peer_turned_away",
                 )
                 return
-        self._untold[host] = self._untold.get(host, 0) + 1
+        held = self._untold.get(source)
+        if held is not None:
+            self._untold[source] = held + 1
+        elif len(self._untold) < TURNED_AWAY_SOURCES:
+            self._untold[source] = 1
+        else:
+            self._untold_others += 1
         if why:
             self._untold_why = why
 
     def _tell_since(self) -> None:
         self._told = None
         untold, self._untold = self._untold, {}
+        others, self._untold_others = self._untold_others, 0
         if not untold:
             return
         log.warn(
-            "peer port: turned away or closed {count} connections from {sources} addresses in the last "
-            "{seconds:g}s, connections that had not finished their TLS handshake and Hello (the last reason: "
-            "{why}); the most from {top}",
-            count=sum(untold.values()),
+            "peer port: turned away or closed {count} connections in the last {seconds:g}s, connections that "
+            "had not finished their TLS handshake and Hello (the last reason: {why}); {counted} from {sources} "
+            "sources, the most from {top}, and {others} from further sources",
+            count=sum(untold.values()) + others,
+            counted=sum(untold.values()),
             sources=len(untold),
+            others=others,
             seconds=TURNED_AWAY_LOG_INTERVAL,
             why=self._untold_why or "made way for connections from other addresses",
-            top=max(untold, key=lambda host: untold[host]),
+            top=max(untold, key=lambda source: untold[source]),
             event="peer_turned_away",
         )
         self._untold_why = ""
         self._told = self.clock.callLater(TURNED_AWAY_LOG_INTERVAL, self._tell_since)
 
     def reconfigure(self, reserved: Iterable[str]) -> None:
-        self.reserved = frozenset(_plain(host) for host in reserved)
+        self.reserved = frozenset(plain(host) for host in reserved)
 
     def stop(self) -> None:
         """No more summary lines (the node stops)."""
         if self._told is not None and self._told.active():
             self._told.cancel()
         self._told = None
-
-
-def _plain(host: str) -> str:
-    """*host* as one spelling: an IPv4-mapped IPv6 address as IPv4, an IPv6 address compressed."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
 
 
 class PeerFactory(Factory[Protocol]):

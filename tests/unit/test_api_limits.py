@@ -10,7 +10,8 @@ twisted.web connections (bytes in, bytes out, no socket) and a fake clock:
   per source (503 beyond), so readers without the token never lock out an operator;
 - a large answer and a file are written a slice at a time as the connection takes them,
   never whole into its buffer; a client that stops reading is cut after ``stall_timeout``;
-- the config keys, checked (the pure counting in `gtmcluster.api.slots` too).
+- the config keys, checked (the pure counting in `gtmcluster.api.slots` and
+  `gtmcluster.slots` too).
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ from typing import Any
 
 import pytest
 from twisted.internet import defer
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.task import Clock
 
 from gtmcluster.api import sending
 from gtmcluster.api.connection import ApiChannel, site
 from gtmcluster.api.guard import Policy
 from gtmcluster.api.server import FileAnswer, Raw, Route
-from gtmcluster.api.slots import FROM_SOURCE, IN_ALL, Caps, Connections, Held, Slots
+from gtmcluster.api.slots import Connections
 from gtmcluster.config.load import load
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.slots import FROM_SOURCE, IN_ALL, Caps, Held, Slots
 from tests.support import configs
 from tests.unit.test_api_server import Transport, parse
 
@@ -100,10 +102,11 @@ class Node:
         self.site = site(routes, lambda: policy, limits=lambda: self.limits)
 
     def connect(self, source: str = "127.0.0.9", window: int | None = None) -> tuple[ApiChannel, Window]:
-        channel = self.site.buildProtocol(IPv4Address("TCP", source, 40000))
+        peer = (IPv6Address if ":" in source else IPv4Address)("TCP", source, 40000)
+        channel = self.site.buildProtocol(peer)
         assert isinstance(channel, ApiChannel)
         channel.callLater = self.clock.callLater  # type: ignore[method-assign,assignment]
-        transport = Window(IPv4Address("TCP", NODE, 8053), IPv4Address("TCP", source, 40000), window=window or 1 << 40)
+        transport = Window(IPv4Address("TCP", NODE, 8053), peer, window=window or 1 << 40)
         channel.makeConnection(transport)
         return channel, transport
 
@@ -186,6 +189,23 @@ def test_a_flood_of_connections_displaces_its_own_not_the_operator() -> None:
     assert not other.aborted and other.value() == b""
 
 
+def test_an_ipv6_host_rotating_addresses_in_its_64_meets_the_cap_per_source() -> None:
+    """connections_per_source counts an IPv6 /64 as one source: a client opening each
+    connection from another address of its /64 displaces its own oldest past the cap, and
+    is refused 503 once all it holds showed the token; an address of another /64 has room.
+    (On main each address was a source of its own: none was displaced.)"""
+    node = Node(ApiLimits(connections=100, connections_per_source=3))
+    flood = [node.connect(source=f"2001:db8:1:2::{i + 1:x}") for i in range(5)]
+    assert [t.aborted for _, t in flood] == [True, True, False, False, False]
+    assert node.site.connections.by_source == {"2001:db8:1:2::/64": 3}
+    for channel, _ in flood[2:]:
+        channel.dataReceived(request("/api/v1/status", AUTH))
+    code, _, body = parse(node.connect(source="2001:db8:1:2:ffff::1")[1].value())
+    assert code == 503 and "from this address" in body["error"]
+    _, other = node.connect(source="2001:db8:1:3::1")
+    assert not other.aborted and other.value() == b""
+
+
 def test_connections_are_capped_in_all() -> None:
     node = Node(ApiLimits(connections=2, connections_per_source=2))
     first = node.connect(source="127.0.0.21")[1]
@@ -239,6 +259,21 @@ def test_answers_without_the_token_are_counted_apart() -> None:
     node.waiting[0].callback({"done": True})
     assert parse(waiting[0].value())[::2] == (200, {"done": True})
     assert status(node.get("/api/v1/status", source="127.0.1.9")) == 200
+
+
+def test_answers_per_source_count_an_ipv6_64_as_one_source() -> None:
+    """answers_per_source holds per IPv6 /64: a client asking from a new address of its
+    /64 each time gets 503 past the cap; another /64 is answered. (On main every address
+    had answers_per_source of its own.)"""
+    node = Node(ApiLimits(answers=10, answers_without_token=10, answers_per_source=2))
+    waiting = [node.get("/api/v1/wait", source=f"2001:db8:1:2::{i + 1:x}") for i in range(2)]
+    assert [t.value() for t in waiting] == [b""] * 2
+    code, _, body = parse(node.get("/api/v1/wait", source="2001:db8:1:2:abcd::1").value())
+    assert code == 503 and "from this address" in body["error"]
+    assert node.site.api.refused["busy"] == 1
+    assert status(node.get("/api/v1/status", source="2001:db8:1:3::1")) == 200
+    node.waiting[0].callback({"done": True})
+    assert status(node.get("/api/v1/status", source="2001:db8:1:2::99")) == 200
 
 
 def test_a_client_that_goes_gives_its_answer_slot_back() -> None:

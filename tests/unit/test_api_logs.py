@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from twisted.internet import defer
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, LogPublisher
 
@@ -65,10 +65,11 @@ class Node:
     def get(
         self, query: str, *headers: str, method: str = "GET", source: str = "127.0.0.9", window: int = 1 << 40
     ) -> tuple[ApiChannel, Window]:
-        channel = self.site.buildProtocol(IPv4Address("TCP", source, 40000))
+        peer = (IPv6Address if ":" in source else IPv4Address)("TCP", source, 40000)
+        channel = self.site.buildProtocol(peer)
         assert isinstance(channel, ApiChannel)
         channel.callLater = self.clock.callLater  # type: ignore[method-assign,assignment]
-        transport = Window(IPv4Address("TCP", NODE, 8053), IPv4Address("TCP", source, 40000), window=window)
+        transport = Window(IPv4Address("TCP", NODE, 8053), peer, window=window)
         channel.makeConnection(transport)
         lines = [f"{method} /api/v1/logs{query} HTTP/1.1", f"Host: {NODE}:8053", *headers]
         channel.dataReceived(("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -203,6 +204,18 @@ def test_followers_without_the_token_never_lock_out_the_operator(tmp_path: Path)
     assert len(node.logs.followers) == 6
     held[0][0].connectionLost(Exception("gone"))  # type: ignore[arg-type]
     assert response(node.get("?follow=1", source="127.0.2.9")[1].value())[0] == 200
+
+
+def test_followers_per_source_count_an_ipv6_64_as_one_source(tmp_path: Path) -> None:
+    """followers_per_source holds per IPv6 /64: a reader following from a new address of
+    its /64 each time gets 503 past the cap; another /64 follows. (On main every address had
+    followers_per_source of its own.)"""
+    node = Node(tmp_path, limits=ApiLimits(followers_without_token=8, followers_per_source=2))
+    held = [node.get("?follow=1", source=f"2001:db8:1:2::{i + 1:x}") for i in range(2)]
+    assert all(response(t.value())[0] == 200 for _, t in held)
+    code, _, body, _ = response(node.get("?follow=1", source="2001:db8:1:2:beef::1")[1].value())
+    assert code == 503 and "from this address" in json.loads(body)["error"]
+    assert response(node.get("?follow=1", source="2001:db8:1:3::1")[1].value())[0] == 200
 
 
 def test_a_follower_that_reads_nothing_is_cut(tmp_path: Path) -> None:

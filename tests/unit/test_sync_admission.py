@@ -16,14 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
-from twisted.logger import capturedLogs
+from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.api import metrics
 from gtmcluster.sync import admission, phases
-from gtmcluster.sync.admission import Admission, Channels, source_of
+from gtmcluster.sync.admission import Admission, Channels
 from gtmcluster.sync.peer import PeerProtocol
-from gtmcluster.sync.service import TURNED_AWAY_LOG_INTERVAL, Gate, ListenerFactory
+from gtmcluster.sync.service import TURNED_AWAY_LOG_INTERVAL, TURNED_AWAY_SOURCES, Gate, ListenerFactory
 from gtmcluster.sync.tls import server_options
 from tests.support.cluster import MemoryCluster
 
@@ -132,27 +133,70 @@ def test_caps_always_hold_and_a_new_source_always_gets_in(ops: list[tuple[str, i
         assert len(policy) == len(live)
 
 
-@pytest.mark.parametrize(
-    ("host", "source"),
-    [
-        ("192.0.2.7", "192.0.2.7"),
-        ("::ffff:192.0.2.7", "192.0.2.7"),
-        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
-        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
-        ("fe80::1%eth0", "fe80::/64"),
-        ("unix", "unix"),
-    ],
-)
-def test_sources(host: str, source: str) -> None:
-    """An IPv4 address is its own source (also IPv4-mapped); an IPv6 address counts as its /64."""
-    assert source_of(host) == source
-
-
 def test_a_member_holds_at_most_four_proven_incoming_connections() -> None:
     channels: Channels[Conn] = Channels()
     conns = [Conn(f"c{i}") for i in range(6)]
     closed = [old for conn in conns for old in channels.add(conn, "gtm-b")]
     assert closed == conns[:2] and channels.of("gtm-b") == admission.MAX_CHANNELS_PER_MEMBER
+
+
+# -- the turned-away line ---------------------------------------------------------------------
+
+
+class Silent(Conn):
+    """A connection that never finishes its handshake; `violation` closes it (noted)."""
+
+    closed = 0
+
+    def violation(self, why: str, logged: bool = True) -> None:
+        Silent.closed += 1
+
+
+def flood(gate: Gate, hosts: list[str]) -> int:
+    """Offer one connection from each of *hosts*, holding those taken; the most entries the
+    turned-away count held meanwhile."""
+    most = 0
+    for host in hosts:
+        if gate.consider(host):
+            gate.add(cast(PeerProtocol, Silent(host)), host)
+        most = max(most, len(gate._untold))
+    return most
+
+
+def test_a_flood_from_many_sources_is_counted_in_a_bounded_table() -> None:
+    """3,000 connections from as many IPv6 /64s, each making way for the next once the 64
+    slots are held: the summary line counts the first TURNED_AWAY_SOURCES sources apart
+    and the others together, so its table never holds more than that, and the line says
+    how many came from further sources. (On main it held one entry per address: 2,936.)"""
+    clock = Clock()
+    gate = Gate(clock)
+    with capturedLogs() as events:
+        most = flood(gate, [f"2001:db8:{i:x}::{i % 7 + 1}" for i in range(3000)])
+        clock.advance(TURNED_AWAY_LOG_INTERVAL)
+    assert gate.made_way == 3000 - TOTAL and gate.turned_away == 0
+    assert most == TURNED_AWAY_SOURCES
+    (summary,) = [e for e in events if e.get("event") == "peer_turned_away"]
+    assert summary["count"] == 3000 - TOTAL
+    assert summary["sources"] == TURNED_AWAY_SOURCES and summary["counted"] == TURNED_AWAY_SOURCES
+    assert summary["top"] == "2001:db8:40::/64"  # (the first that made way)
+    assert summary["others"] == 3000 - TOTAL - TURNED_AWAY_SOURCES
+    assert f"and {summary['others']} from further sources" in str(formatEvent(summary))
+    assert gate._untold == {} and gate._untold_others == 0  # (a new interval begins empty)
+
+
+def test_addresses_within_one_64_are_one_source_in_the_turned_away_line() -> None:
+    """A host rotating through 100 addresses of its /64 gets 8 connections in, and the line
+    about the rest names one source, its /64, not 91 addresses."""
+    clock = Clock()
+    gate = Gate(clock)
+    with capturedLogs() as events:
+        flood(gate, [f"2001:db8:1:2::{i + 1:x}" for i in range(100)])
+        clock.advance(TURNED_AWAY_LOG_INTERVAL)
+    assert gate.unproven.of("2001:db8:1:2::/64") == PER_SOURCE and gate.turned_away == 100 - PER_SOURCE
+    first, summary = [e for e in events if e.get("event") == "peer_turned_away"]
+    assert first["host"] == "2001:db8:1:2::9" and first["source"] == "2001:db8:1:2::/64"
+    assert summary["sources"] == 1 and summary["top"] == "2001:db8:1:2::/64"
+    assert summary["count"] == 100 - PER_SOURCE - 1 and summary["others"] == 0
 
 
 # -- the listener, in memory --------------------------------------------------------------------

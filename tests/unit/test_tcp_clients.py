@@ -1,6 +1,7 @@
 """The TCP client table (`dns.tcpclients`): caps per DNS address and per source, who makes
-way, sources as IPv4 addresses and IPv6 /64s; ``dns_server.tcp_max_per_source`` in the
-config; and what /metrics says of closed connections and refused zone transfers."""
+way (sources as `gtmcluster.sources` makes them: test_sources.py);
+``dns_server.tcp_max_per_source`` in the config; and what /metrics says of closed
+connections and refused zone transfers."""
 
 from __future__ import annotations
 
@@ -18,27 +19,9 @@ from gtmcluster import slices
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.dns.tcpclients import EVICTED, SOURCE_CAP, Clients, source_of
+from gtmcluster.dns.tcpclients import EVICTED, SOURCE_CAP, Clients
 from gtmcluster.service import Sockets, make_service
 from tests.support import configs
-
-
-@pytest.mark.parametrize(
-    ("host", "source"),
-    [
-        ("192.0.2.1", "192.0.2.1"),
-        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
-        ("2001:db8:1:2::", "2001:db8:1:2::/64"),
-        ("::1", "::/64"),
-        ("::ffff:192.0.2.9", "192.0.2.9"),  # IPv4-mapped: the IPv4 address
-        ("fe80::1%eth0", "fe80::/64"),
-        ("not an address", "not an address"),  # (a UNIX socket's path: as it is)
-        ("zz::zz:", "zz::zz:"),
-        ("1:\x00::", "1:\x00::"),
-    ],
-)
-def test_a_source_is_an_ipv4_address_or_an_ipv6_64(host: str, source: str) -> None:
-    assert source_of(host) == source
 
 
 def test_a_source_at_its_cap_closes_its_own_longest_idle() -> None:

@@ -41,10 +41,16 @@ def _no_wideips(*args: Any) -> Any:
 
 
 def factory_of(
-    tmp_path: Path, tsig: bool = False, limits: TransferLimits | None = None, cooperate: Any = None
+    tmp_path: Path,
+    tsig: bool = False,
+    limits: TransferLimits | None = None,
+    cooperate: Any = None,
+    allow: list[str] | None = None,
 ) -> DNSStreamFactory:
-    """A TCP listener for a node serving the 6,000-record zone with ``transfer``."""
-    config = transfer_config(tmp_path, tsig=tsig, zone=BIG)
+    """A TCP listener for a node serving the 6,000-record zone with ``transfer`` (to
+    127.0.0.0/8, or *allow*)."""
+    extra = {} if allow is None else {"allow": allow}
+    config = transfer_config(tmp_path, tsig=tsig, zone=BIG, **extra)
     transfers = Transfers(config.zones, config.transfers, cooperate=cooperate)
     responder = Responder(config.zones, {}, _no_wideips, stats=QueryStats(), transfers=transfers)
     if limits is None:
@@ -228,6 +234,28 @@ def test_caps_refuse_past_max_per_source_and_max_in_flight(tmp_path: Path) -> No
     _, again, query = ask("127.0.0.1")
     assert factory.slots.by_source == {"127.0.0.1": 1, "127.0.0.2": 1}
     assert dns.message.from_wire(frames(again.value())[0], keyring=RING, request_mac=query.mac).answer
+
+
+def test_max_per_source_counts_an_ipv6_64_as_one_source(tmp_path: Path) -> None:
+    """A secondary asking from a new address of its IPv6 /64 on each connection meets
+    max_per_source as one source: the third is REFUSED and counted as the source's cap;
+    another /64 begins its transfer. (On main each address had max_per_source of its own.)"""
+    limits = TransferLimits(max_in_flight=10, max_per_source=2)
+    factory = factory_of(tmp_path, limits=limits, allow=["2001:db8::/32"])
+    transports = []
+    with capturedLogs() as events:
+        for host in ("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3", "2001:db8:1:3::1"):
+            proto, transport = connect(factory, host)
+            proto.dataReceived(framed(request(ring=None).to_wire()))
+            transports.append(transport)
+    assert factory.slots.in_flight == 3
+    assert factory.slots.by_source == {"2001:db8:1:2::/64": 2, "2001:db8:1:3::/64": 1}
+    assert factory.slots.refused == {"source": 1, "total": 0}
+    assert dns.message.from_wire(frames(transports[2].value())[0]).rcode() == dns.rcode.REFUSED
+    assert all(dns.message.from_wire(frames(transports[i].value())[0]).answer for i in (0, 1, 3))
+    (warning,) = [e for e in events if e["log_level"] == LogLevel.warn]
+    assert warning["peer"] == "2001:db8:1:2:ffff::3" and warning["source"] == "2001:db8:1:2::/64"
+    assert warning["theirs"] == 2
 
 
 def test_a_connection_lost_gives_its_slot_back_even_while_its_transfer_is_made(tmp_path: Path) -> None:
