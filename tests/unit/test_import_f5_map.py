@@ -486,7 +486,7 @@ def test_pool_members_named_by_address(tmp_path: Path) -> None:
 
 
 def test_numbers_in_digits_other_than_ascii_are_findings_not_tracebacks(tmp_path: Path) -> None:
-    """"²" passes str.isdigit() and fails int(): an order, a ratio or a TTL written with it
+    """A "²" passes str.isdigit() and fails int(): an order, a ratio or a TTL written with it
     is a number F5 did not write, a finding like any other word."""
     text = (
         "gtm datacenter A { }\n"
