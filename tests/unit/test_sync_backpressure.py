@@ -21,7 +21,7 @@ from twisted.protocols import amp
 
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.store import Store
-from gtmcluster.sync import codec, peer, phases
+from gtmcluster.sync import boxes, codec, peer, phases
 from gtmcluster.sync.replicator import MAX_OUTSTANDING, Replicator
 from tests.support.peerattack import parse_boxes
 
@@ -318,16 +318,16 @@ def test_a_burst_of_rate_burst_commands_passes_and_one_more_drops_the_peer() -> 
     """`RATE_BURST` (4000) commands at once are taken; the next one, in the same instant,
     drops the peer for going over `MAX_COMMAND_RATE`."""
     c = Connection()
-    burst = int(peer.RATE_BURST)
+    burst = int(boxes.RATE_BURST)
     assert dropped_for(c.send(heartbeats(burst))) == []
     assert c.proto.phase == phases.ESTABLISHED
-    assert dropped_for(c.send(heartbeats(1))) == [f"more than {peer.MAX_COMMAND_RATE:g} commands per second"]
+    assert dropped_for(c.send(heartbeats(1))) == [f"more than {boxes.MAX_COMMAND_RATE:g} commands per second"]
 
 
 def test_a_steady_rate_just_under_the_cap_is_never_dropped() -> None:
     """95 % of `MAX_COMMAND_RATE` for a minute (a tenth of a second's worth at a time)."""
     c = Connection()
-    per_step = int(peer.MAX_COMMAND_RATE * 0.95 / 10)
+    per_step = int(boxes.MAX_COMMAND_RATE * 0.95 / 10)
     events: list[LogEvent] = []
     for _ in range(600):
         c.clock.advance(0.1)
@@ -340,8 +340,8 @@ def test_a_steady_rate_just_over_the_cap_is_dropped_once_the_burst_is_spent() ->
     """At 105 % of `MAX_COMMAND_RATE` the burst allowance drains by 100 commands a second:
     the peer is dropped after about `RATE_BURST` / 100 = 40 s, not before 35 s."""
     c = Connection()
-    per_step = int(peer.MAX_COMMAND_RATE * 1.05 / 10)
-    excess = per_step * 10 - peer.MAX_COMMAND_RATE
+    per_step = int(boxes.MAX_COMMAND_RATE * 1.05 / 10)
+    excess = per_step * 10 - boxes.MAX_COMMAND_RATE
     events: list[LogEvent] = []
     steps = 0
     while c.proto.phase != phases.CLOSED and steps < 1000:
@@ -349,8 +349,8 @@ def test_a_steady_rate_just_over_the_cap_is_dropped_once_the_burst_is_spent() ->
         events += c.send(heartbeats(per_step))
         steps += 1
     seconds = steps / 10
-    assert peer.RATE_BURST / excess - 5 <= seconds <= peer.RATE_BURST / excess + 1, seconds
-    assert dropped_for(events) == [f"more than {peer.MAX_COMMAND_RATE:g} commands per second"]
+    assert boxes.RATE_BURST / excess - 5 <= seconds <= boxes.RATE_BURST / excess + 1, seconds
+    assert dropped_for(events) == [f"more than {boxes.MAX_COMMAND_RATE:g} commands per second"]
 
 
 # -- two honest members over pipes of finite size -----------------------------------------------
