@@ -24,6 +24,10 @@ one is received (its size is checked before it is parsed), and `check` refuses a
 that carries a file its config does not name, or an inline secret. Problems are reported
 as config problems are: ``FILE: key.path: problem``.
 
+The config is read once to make a bundle (`read_and_make`), as the config's reader reads
+it (`config.files`: a regular file, capped, never blocking): the text parsed is the text
+carried.
+
 Which of two bundles is newer is a total order (`newer`): generation first, then the
 publisher's name, then the digest. So when two members publish at once on the same
 generation, every member keeps the same one, in whatever order the two reach it.
@@ -39,7 +43,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
@@ -355,6 +359,38 @@ def _kind(at: KeyPath) -> configfiles.Kind:
     )
 
 
+def read_config(path: str | os.PathLike[str]) -> bytes:
+    """The text of the config at *path*, read once to make its bundle, as the config's
+    reader reads it (`config.files`: a regular file of at most `files.CONFIG`, never
+    blocking: a FIFO or a device put at the config's path is refused, neither waited on
+    nor read without end). Raises `ConfigError`."""
+    try:
+        return configfiles.read_bytes(path, configfiles.CONFIG)
+    except OSError as e:
+        raise ConfigError([Problem(str(Path(path)), (), f"cannot read the config: {e.strerror or e}")]) from None
+
+
+def read_and_make(
+    path: str | os.PathLike[str],
+    generation: int,
+    based_on: int,
+    publisher: str,
+    published_at: float,
+    parse: Callable[[str, bytes], Any] = parse,
+    max_bytes: int = MAX_BYTES,
+) -> tuple[Bundle, Any]:
+    """The bundle of the config at *path* (see `from_text`) and its parsed value: the
+    config read once (`read_config`), that text parsed with *parse* (`parse`, or
+    `load.config_value`: what the reader last read) and that same text carried, so what
+    decides the files a bundle holds is the config it carries. Raises `ConfigError`.
+
+    A member's reload does the same in three steps, the parse in its YAML child between
+    two turns of the thread pool (`config.shared`): `read_config`, then `from_text`."""
+    text = read_config(path)
+    raw = parse(str(Path(path)), text)
+    return from_text(path, text, raw, generation, based_on, publisher, published_at, max_bytes), raw
+
+
 def make(
     path: str | os.PathLike[str],
     generation: int,
@@ -362,23 +398,29 @@ def make(
     publisher: str,
     published_at: float,
     max_bytes: int = MAX_BYTES,
-    raw: Any = None,
 ) -> Bundle:
-    """The bundle of the config at *path* and the files it names (and the files its zone
-    files ``$INCLUDE``); raises `ConfigError` with every problem (a name that cannot be
-    shared, a file that cannot be read, the whole over *max_bytes*). *raw*: the config as
-    parsed already (`parse`, or the reader's memory of it: see `load.config_value`), else
-    it is parsed here. The config itself is not validated here: the reload's code does
-    that, as for any config; nor are its secrets (`check`)."""
+    """The bundle of the config at *path* (`read_and_make`, its config parsed here)."""
+    return read_and_make(path, generation, based_on, publisher, published_at, max_bytes=max_bytes)[0]
+
+
+def from_text(
+    path: str | os.PathLike[str],
+    text: bytes,
+    raw: Any,
+    generation: int,
+    based_on: int,
+    publisher: str,
+    published_at: float,
+    max_bytes: int = MAX_BYTES,
+) -> Bundle:
+    """The bundle of the config at *path*, whose text is *text* (read by `read_config`:
+    the config is not read again here) parsed to *raw*, and of the files it names (and
+    the files its zone files ``$INCLUDE``); raises `ConfigError` with every problem (a
+    name that cannot be shared, a file that cannot be read, the whole over *max_bytes*).
+    The config itself is not validated here: the reload's code does that, as for any
+    config; nor are its secrets (`check`)."""
     config_path = Path(path)
-    file = str(config_path)
-    problems = Problems(file)
-    try:
-        text = configfiles.read_bytes(config_path, configfiles.CONFIG)
-    except OSError as e:
-        raise ConfigError([Problem(file, (), f"cannot read it: {e.strerror or e}")]) from None
-    if raw is None:
-        raw = parse(file, text)
+    problems = Problems(str(config_path))
     base = config_path.parent
     if isinstance(raw, dict) and isinstance(raw.get("base_dir"), str):
         base = base / raw["base_dir"]
@@ -392,11 +434,12 @@ def make(
             break  # (said below: no further file is read)
         try:
             # (as the config's reader reads each: a regular file, never blocking, capped)
-            carried[key] = configfiles.read_bytes(base / key, _kind(at))
+            data = configfiles.read_bytes(base / key, _kind(at))
         except OSError as e:
             problems.add(at, f"cannot read {base / key}: {e.strerror or e}")
             continue
-        size += len(key.encode()) + len(carried[key])
+        carried[key] = data
+        size += len(key.encode()) + len(data)
     bundle = Bundle(config_path.name, carried, generation, based_on, publisher, published_at)
     if bundle.size > max_bytes:
         problems.add((), f"the bundle is {bundle.size:,} bytes, over the limit of {max_bytes:,}")
