@@ -24,9 +24,9 @@ one is received (its size is checked before it is parsed), and `check` refuses a
 that carries a file its config does not name, or an inline secret. Problems are reported
 as config problems are: ``FILE: key.path: problem``.
 
-The config is read once to make a bundle (`read_and_make`), as the config's reader reads
-it (`config.files`: a regular file, capped, never blocking): the text parsed is the text
-carried.
+Each file is read once to make a bundle (`read_and_make`), as the config's reader reads
+it (`config.files`: a regular file, capped, never blocking): the config's text parsed is
+the text carried, and a zone file read for its includes is carried as read.
 
 Which of two bundles is newer is a total order (`newer`): generation first, then the
 publisher's name, then the digest. So when two members publish at once on the same
@@ -279,14 +279,19 @@ def parse(file: str, text: bytes) -> Any:
 
 
 def names(
-    raw: Any, main: str, base: str | os.PathLike[str] | None = None, files: Mapping[str, bytes] | None = None
+    raw: Any,
+    main: str,
+    base: str | os.PathLike[str] | None = None,
+    files: Mapping[str, bytes] | None = None,
+    kept: dict[str, bytes] | None = None,
 ) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
     """The name of every file the bundle of config *raw* (named *main*) holds besides the
     config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
     and the problems that keep a name out. The zone files are read for their includes
     (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
     included files' real paths must be in their zone file's folder); a zone file that
-    cannot be read is the caller's to report."""
+    cannot be read is the caller's to report. *kept*: filled with the zone files and
+    included files read from disk, whole, by name (`make` carries them as read)."""
     found: dict[str, KeyPath] = {}
     problems: list[tuple[KeyPath, str]] = []
     zones: list[tuple[KeyPath, str]] = []
@@ -307,7 +312,9 @@ def names(
             read = _reader(files)
             included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), read=read)
         else:
-            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), base=os.fspath(base or "."))
+            included, zone_problems = zonefile.included(
+                zone, zoneinclude.Includes(), base=os.fspath(base or "."), kept=kept
+            )
         for p in zone_problems:
             problems.append((at, str(p) if p.line else f"{p.file}: {p.message}"))
         for name in included:
@@ -415,29 +422,34 @@ def from_text(
 ) -> Bundle:
     """The bundle of the config at *path*, whose text is *text* (read by `read_config`:
     the config is not read again here) parsed to *raw*, and of the files it names (and
-    the files its zone files ``$INCLUDE``); raises `ConfigError` with every problem (a
-    name that cannot be shared, a file that cannot be read, the whole over *max_bytes*).
-    The config itself is not validated here: the reload's code does that, as for any
-    config; nor are its secrets (`check`)."""
+    the files its zone files ``$INCLUDE``, each read once: a zone file read for its
+    includes is carried as read); raises `ConfigError` with every problem (a name that
+    cannot be shared, a file that cannot be read, the whole over *max_bytes*). The config
+    itself is not validated here: the reload's code does that, as for any config; nor are
+    its secrets (`check`)."""
     config_path = Path(path)
     problems = Problems(str(config_path))
     base = config_path.parent
     if isinstance(raw, dict) and isinstance(raw.get("base_dir"), str):
         base = base / raw["base_dir"]
     carried: dict[str, bytes] = {config_path.name: text}
-    wanted, found = names(raw, config_path.name, base=base)
+    read: dict[str, bytes] = {}
+    wanted, found = names(raw, config_path.name, base=base, kept=read)
     for at, problem in found:
         problems.add(at, problem)
     size = len(text)
     for key, at in wanted.items():
         if size > max_bytes:
             break  # (said below: no further file is read)
-        try:
-            # (as the config's reader reads each: a regular file, never blocking, capped)
-            data = configfiles.read_bytes(base / key, _kind(at))
-        except OSError as e:
-            problems.add(at, f"cannot read {base / key}: {e.strerror or e}")
-            continue
+        kind = _kind(at)
+        data = read.get(key) if kind is configfiles.ZONE_FILE else None
+        if data is None:
+            try:
+                # (as the config's reader reads each: a regular file, never blocking, capped)
+                data = configfiles.read_bytes(base / key, kind)
+            except OSError as e:
+                problems.add(at, f"cannot read {base / key}: {e.strerror or e}")
+                continue
         carried[key] = data
         size += len(key.encode()) + len(data)
     bundle = Bundle(config_path.name, carried, generation, based_on, publisher, published_at)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.config import bundle
+from gtmcluster.config import files as configfiles
 from gtmcluster.config.bundle import BadBundle, Bundle
 from gtmcluster.config.problems import ConfigError
 from tests.support import configs
@@ -140,6 +142,26 @@ def test_a_config_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path
     assert [str(p) for p in caught.value.problems] == [
         f"{path}: (top level): cannot read the config: {kind}, not a regular file"
     ]
+
+
+def test_every_file_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config, its zone file, the file the zone includes and the other files it names
+    are each opened once to make the bundle (a zone file read for its includes is carried
+    as read), and carried whole."""
+    path = sample(tmp_path)
+    (tmp_path / "example.test.zone").write_text(configs.ZONE + "$INCLUDE hosts.inc\n")
+    (tmp_path / "hosts.inc").write_text("near IN A 192.0.2.8\n")
+    opened: list[str] = []
+    real_open = configfiles._open
+
+    def counted(name: str, kind: configfiles.Kind) -> int:
+        opened.append(os.path.relpath(name, tmp_path))
+        return real_open(name, kind)
+
+    monkeypatch.setattr(configfiles, "_open", counted)
+    made = bundle.make(path, 1, 0, "n1", 0.0)
+    assert sorted(opened) == ["ca/web.pem", "cluster.yaml", "example.test.zone", "hosts.inc", "lists/r.txt"]
+    assert all(made.files[name] == (tmp_path / name).read_bytes() for name in opened)
 
 
 def test_a_bundle_travels_and_is_written_out_as_the_same_files(tmp_path: Path) -> None:
