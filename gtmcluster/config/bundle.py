@@ -278,20 +278,16 @@ def parse(file: str, text: bytes) -> Any:
     return yamlsrc.load(file, decoded)[0]
 
 
-def names(
-    raw: Any,
-    main: str,
-    base: str | os.PathLike[str] | None = None,
-    files: Mapping[str, bytes] | None = None,
-    kept: dict[str, bytes] | None = None,
-) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
-    """The name of every file the bundle of config *raw* (named *main*) holds besides the
-    config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
-    and the problems that keep a name out. The zone files are read for their includes
-    (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
-    included files' real paths must be in their zone file's folder); a zone file that
-    cannot be read is the caller's to report. *kept*: filled with the zone files and
-    included files read from disk, whole, by name (`make` carries them as read)."""
+def named(raw: Any, main: str) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
+    """The name of every file config *raw* (named *main*) itself names, with its key path,
+    and the problems that keep a name out; no file is read (`names` adds what the zone
+    files include)."""
+    found, problems, _ = _named(raw, main)
+    return found, problems
+
+
+def _named(raw: Any, main: str) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]], list[tuple[KeyPath, str]]]:
+    """`named`, and the (key path, name) of each zone file, as often as it is named."""
     found: dict[str, KeyPath] = {}
     problems: list[tuple[KeyPath, str]] = []
     zones: list[tuple[KeyPath, str]] = []
@@ -307,6 +303,24 @@ def names(
         found.setdefault(key, at)
         if at[0] == "zones":
             zones.append((at, key))
+    return found, problems, zones
+
+
+def names(
+    raw: Any,
+    main: str,
+    base: str | os.PathLike[str] | None = None,
+    files: Mapping[str, bytes] | None = None,
+    kept: dict[str, bytes] | None = None,
+) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
+    """The name of every file the bundle of config *raw* (named *main*) holds besides the
+    config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
+    and the problems that keep a name out. The zone files are read for their includes
+    (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
+    included files' real paths must be in their zone file's folder); a zone file that
+    cannot be read is the caller's to report. *kept*: filled with the zone files and
+    included files read from disk, whole, by name (`make` carries them as read)."""
+    found, problems, zones = _named(raw, main)
     for at, zone in zones:
         if files is not None:
             read = _reader(files)
