@@ -93,8 +93,8 @@ def main() -> None:
     out["after_load_s"] = best(args.repeat, lambda: config_value(str(path), text))
     raw = config_value(str(path), text)
     out["names_s"] = best(args.repeat, lambda: bundle.names(raw, path.name, base=folder))
-    out["make_s"] = best(args.repeat, lambda: bundle.make(path, 1, 0, "n1", 0.0, raw=raw))
-    made = bundle.make(path, 1, 0, "n1", 0.0, raw=raw)
+    out["make_s"] = best(args.repeat, lambda: bundle.from_text(path, text, raw, 1, 0, "n1", 0.0))
+    made = bundle.from_text(path, text, raw, 1, 0, "n1", 0.0)
     out["check_s"] = best(args.repeat, lambda: bundle.check(made, raw))
 
     async def child() -> None:

@@ -3,6 +3,7 @@
     .venv/bin/python bench/namedfiles.py            # both parts
     .venv/bin/python bench/namedfiles.py --reload   # only the node's reload
     .venv/bin/python bench/namedfiles.py --geoip    # only the GeoIP database's copy
+    .venv/bin/python bench/namedfiles.py --config-path  # only the config's own path (config sync on)
 
 1. A node (one member, on a loopback address, config sync off so that a reload reads the
    file itself) is reloaded with ``/dev/zero`` and then a FIFO named as ``api.token_file``
@@ -11,6 +12,9 @@
    answered and not. The node runs under RLIMIT_AS 4 GiB (code that reads ``/dev/zero``
    whole fails there rather than taking the machine's memory); a reload that has not
    answered after 5 s is counted as such and the FIFO released.
+   With ``--config-path``: a node with config sync on (a reload first reads its file to
+   make the bundle it would publish) is reloaded with its config's own path made a link
+   to ``/dev/zero`` and then a FIFO, measured the same way.
 2. A generated country database (150,000 networks, about 6 MB) is opened and looked up
    200,000 times at random addresses in a fresh process: the time to open it, the time per
    uncached lookup, and the process's RSS by kind before and after (the private copy shows
@@ -125,6 +129,42 @@ def reloads(directory: Path) -> None:
                 path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
+def config_path_reloads(directory: Path) -> None:
+    directory.mkdir()
+    address = loopback_address()
+    raw = configs.base(address, 5353)
+    raw["api"] = {"token_file": str(configs.write_secret(directory / "api-token", TOKEN + "\n"))}
+    path = configs.write(directory, raw)
+    saved = path.read_bytes()
+    with running_node(path, "n1", address, 5353, directory, preexec_fn=_limited) as node:
+        for what in ("/dev/zero", "a FIFO"):
+            path.unlink()
+            if what == "a FIFO":
+                make_fifo(path)
+            else:
+                path.symlink_to(DEV_ZERO)
+            seen = {"answered": 0, "unanswered": 0, "peak": 0}
+            done = threading.Event()
+            before = _rss_mb(node.proc.pid)
+            asking = threading.Thread(target=_ask, args=(node, seen, done), daemon=True)
+            asking.start()
+            started = time.monotonic()
+            outcome = _reload(node)
+            elapsed = time.monotonic() - started
+            if what == "a FIFO":
+                release(path)
+            time.sleep(0.3)
+            done.set()
+            asking.join()
+            print(
+                f"config path = {what}: reload {elapsed:.2f} s, {outcome}; RSS before {before} MB, "
+                f"peak {seen['peak']} MB, after {_rss_mb(node.proc.pid)} MB; DNS questions "
+                f"answered {seen['answered']}, unanswered {seen['unanswered']}"
+            )
+            path.unlink()
+            path.write_bytes(saved)
+
+
 GEOIP_PROBE = """
 import ipaddress, random, sys, time
 from pathlib import Path
@@ -173,9 +213,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reload", action="store_true", help="only the node's reload")
     parser.add_argument("--geoip", action="store_true", help="only the GeoIP copy")
+    parser.add_argument("--config-path", action="store_true", help="only the config's own path, config sync on")
     args = parser.parse_args()
-    both = not args.reload and not args.geoip
+    both = not args.reload and not args.geoip and not args.config_path
     with tempfile.TemporaryDirectory(prefix="gtm-namedfiles-") as directory:
+        if args.config_path:
+            config_path_reloads(Path(directory) / "shared")
         if args.reload or both:
             reloads(Path(directory) / "node")
         if args.geoip or both:

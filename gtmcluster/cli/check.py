@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from gtmcluster.config import bundle
@@ -51,8 +50,6 @@ def as_shared(path: str, config: Config) -> list[Problem]:
     config sync is on."""
     if not config.sync_group.settings.config_sync:
         return []
-    try:
-        raw = config_value(path, Path(path).read_bytes())  # (what `load` read: not parsed again)
-        return bundle.check(bundle.make(path, 1, 0, config.sync_group.members[0].name, 0.0, raw=raw), raw)
-    except OSError as e:
-        return [Problem(path, (), f"cannot read it: {e.strerror or e}")]
+    # (what `load` read: not parsed again)
+    made, raw = bundle.read_and_make(path, 1, 0, config.sync_group.members[0].name, 0.0, parse=config_value)
+    return bundle.check(made, raw)

@@ -147,12 +147,10 @@ def _push(args: argparse.Namespace) -> int:
     held = state["held"] or {}
     based_on = args.based_on if args.based_on is not None else int(held.get("generation", 0))
     try:
-        raw = config_value(args.config, Path(args.config).read_bytes())  # (read by _target: not parsed again)
-        made = bundle.make(args.config, 1, based_on, m.name, time.time(), raw=raw)
+        # (read by _target: not parsed again)
+        made, raw = bundle.read_and_make(args.config, 1, based_on, m.name, time.time(), parse=config_value)
     except ConfigError as e:
         raise CliError(f"the bundle cannot be made:\n{e}") from None
-    except OSError as e:
-        raise CliError(f"cannot read {args.config}: {e.strerror or e}") from None
     problems = bundle.check(made, raw)
     if problems:
         raise CliError("the bundle cannot be published:\n" + "\n".join(str(p) for p in problems))

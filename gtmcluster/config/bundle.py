@@ -24,6 +24,10 @@ one is received (its size is checked before it is parsed), and `check` refuses a
 that carries a file its config does not name, or an inline secret. Problems are reported
 as config problems are: ``FILE: key.path: problem``.
 
+Each file is read once to make a bundle (`read_and_make`), as the config's reader reads
+it (`config.files`: a regular file, capped, never blocking): the config's text parsed is
+the text carried, and a zone file read for its includes is carried as read.
+
 Which of two bundles is newer is a total order (`newer`): generation first, then the
 publisher's name, then the digest. So when two members publish at once on the same
 generation, every member keeps the same one, in whatever order the two reach it.
@@ -39,7 +43,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
@@ -274,15 +278,16 @@ def parse(file: str, text: bytes) -> Any:
     return yamlsrc.load(file, decoded)[0]
 
 
-def names(
-    raw: Any, main: str, base: str | os.PathLike[str] | None = None, files: Mapping[str, bytes] | None = None
-) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
-    """The name of every file the bundle of config *raw* (named *main*) holds besides the
-    config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
-    and the problems that keep a name out. The zone files are read for their includes
-    (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
-    included files' real paths must be in their zone file's folder); a zone file that
-    cannot be read is the caller's to report."""
+def named(raw: Any, main: str) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
+    """The name of every file config *raw* (named *main*) itself names, with its key path,
+    and the problems that keep a name out; no file is read (`names` adds what the zone
+    files include)."""
+    found, problems, _ = _named(raw, main)
+    return found, problems
+
+
+def _named(raw: Any, main: str) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]], list[tuple[KeyPath, str]]]:
+    """`named`, and the (key path, name) of each zone file, as often as it is named."""
     found: dict[str, KeyPath] = {}
     problems: list[tuple[KeyPath, str]] = []
     zones: list[tuple[KeyPath, str]] = []
@@ -298,12 +303,32 @@ def names(
         found.setdefault(key, at)
         if at[0] == "zones":
             zones.append((at, key))
+    return found, problems, zones
+
+
+def names(
+    raw: Any,
+    main: str,
+    base: str | os.PathLike[str] | None = None,
+    files: Mapping[str, bytes] | None = None,
+    kept: dict[str, bytes] | None = None,
+) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
+    """The name of every file the bundle of config *raw* (named *main*) holds besides the
+    config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
+    and the problems that keep a name out. The zone files are read for their includes
+    (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
+    included files' real paths must be in their zone file's folder); a zone file that
+    cannot be read is the caller's to report. *kept*: filled with the zone files and
+    included files read from disk, whole, by name (`make` carries them as read)."""
+    found, problems, zones = _named(raw, main)
     for at, zone in zones:
         if files is not None:
             read = _reader(files)
             included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), read=read)
         else:
-            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), base=os.fspath(base or "."))
+            included, zone_problems = zonefile.included(
+                zone, zoneinclude.Includes(), base=os.fspath(base or "."), kept=kept
+            )
         for p in zone_problems:
             problems.append((at, str(p) if p.line else f"{p.file}: {p.message}"))
         for name in included:
@@ -355,6 +380,38 @@ def _kind(at: KeyPath) -> configfiles.Kind:
     )
 
 
+def read_config(path: str | os.PathLike[str]) -> bytes:
+    """The text of the config at *path*, read once to make its bundle, as the config's
+    reader reads it (`config.files`: a regular file of at most `files.CONFIG`, never
+    blocking: a FIFO or a device put at the config's path is refused, neither waited on
+    nor read without end). Raises `ConfigError`."""
+    try:
+        return configfiles.read_bytes(path, configfiles.CONFIG)
+    except OSError as e:
+        raise ConfigError([Problem(str(Path(path)), (), f"cannot read the config: {e.strerror or e}")]) from None
+
+
+def read_and_make(
+    path: str | os.PathLike[str],
+    generation: int,
+    based_on: int,
+    publisher: str,
+    published_at: float,
+    parse: Callable[[str, bytes], Any] = parse,
+    max_bytes: int = MAX_BYTES,
+) -> tuple[Bundle, Any]:
+    """The bundle of the config at *path* (see `from_text`) and its parsed value: the
+    config read once (`read_config`), that text parsed with *parse* (`parse`, or
+    `load.config_value`: what the reader last read) and that same text carried, so what
+    decides the files a bundle holds is the config it carries. Raises `ConfigError`.
+
+    A member's reload does the same in three steps, the parse in its YAML child between
+    two turns of the thread pool (`config.shared`): `read_config`, then `from_text`."""
+    text = read_config(path)
+    raw = parse(str(Path(path)), text)
+    return from_text(path, text, raw, generation, based_on, publisher, published_at, max_bytes), raw
+
+
 def make(
     path: str | os.PathLike[str],
     generation: int,
@@ -362,41 +419,53 @@ def make(
     publisher: str,
     published_at: float,
     max_bytes: int = MAX_BYTES,
-    raw: Any = None,
 ) -> Bundle:
-    """The bundle of the config at *path* and the files it names (and the files its zone
-    files ``$INCLUDE``); raises `ConfigError` with every problem (a name that cannot be
-    shared, a file that cannot be read, the whole over *max_bytes*). *raw*: the config as
-    parsed already (`parse`, or the reader's memory of it: see `load.config_value`), else
-    it is parsed here. The config itself is not validated here: the reload's code does
-    that, as for any config; nor are its secrets (`check`)."""
+    """The bundle of the config at *path* (`read_and_make`, its config parsed here)."""
+    return read_and_make(path, generation, based_on, publisher, published_at, max_bytes=max_bytes)[0]
+
+
+def from_text(
+    path: str | os.PathLike[str],
+    text: bytes,
+    raw: Any,
+    generation: int,
+    based_on: int,
+    publisher: str,
+    published_at: float,
+    max_bytes: int = MAX_BYTES,
+) -> Bundle:
+    """The bundle of the config at *path*, whose text is *text* (read by `read_config`:
+    the config is not read again here) parsed to *raw*, and of the files it names (and
+    the files its zone files ``$INCLUDE``, each read once: a zone file read for its
+    includes is carried as read); raises `ConfigError` with every problem (a name that
+    cannot be shared, a file that cannot be read, the whole over *max_bytes*). The config
+    itself is not validated here: the reload's code does that, as for any config; nor are
+    its secrets (`check`)."""
     config_path = Path(path)
-    file = str(config_path)
-    problems = Problems(file)
-    try:
-        text = configfiles.read_bytes(config_path, configfiles.CONFIG)
-    except OSError as e:
-        raise ConfigError([Problem(file, (), f"cannot read it: {e.strerror or e}")]) from None
-    if raw is None:
-        raw = parse(file, text)
+    problems = Problems(str(config_path))
     base = config_path.parent
     if isinstance(raw, dict) and isinstance(raw.get("base_dir"), str):
         base = base / raw["base_dir"]
     carried: dict[str, bytes] = {config_path.name: text}
-    wanted, found = names(raw, config_path.name, base=base)
+    read: dict[str, bytes] = {}
+    wanted, found = names(raw, config_path.name, base=base, kept=read)
     for at, problem in found:
         problems.add(at, problem)
     size = len(text)
     for key, at in wanted.items():
         if size > max_bytes:
             break  # (said below: no further file is read)
-        try:
-            # (as the config's reader reads each: a regular file, never blocking, capped)
-            carried[key] = configfiles.read_bytes(base / key, _kind(at))
-        except OSError as e:
-            problems.add(at, f"cannot read {base / key}: {e.strerror or e}")
-            continue
-        size += len(key.encode()) + len(carried[key])
+        kind = _kind(at)
+        data = read.get(key) if kind is configfiles.ZONE_FILE else None
+        if data is None:
+            try:
+                # (as the config's reader reads each: a regular file, never blocking, capped)
+                data = configfiles.read_bytes(base / key, kind)
+            except OSError as e:
+                problems.add(at, f"cannot read {base / key}: {e.strerror or e}")
+                continue
+        carried[key] = data
+        size += len(key.encode()) + len(data)
     bundle = Bundle(config_path.name, carried, generation, based_on, publisher, published_at)
     if bundle.size > max_bytes:
         problems.add((), f"the bundle is {bundle.size:,} bytes, over the limit of {max_bytes:,}")

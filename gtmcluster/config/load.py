@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
@@ -229,7 +229,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     yield from parsed.complete()
     problems.found.extend(parsed.problems)  # the duplicate keys
     if own_dir is not None:
-        _extra_files(r, data, Path(file).name, content_dir)
+        _extra_files(r, data, Path(file).name, content_dir, None if problems.found else zone_data)
     problems.raise_if_any()
     r.keep_networks()
     yield
@@ -284,9 +284,21 @@ def _bundle_names(r: Reader, problems: Problems, data: Any, keys: tuple[str, ...
     problems.raise_if_any()
 
 
-def _extra_files(r: Reader, data: Any, main: str, folder: Path) -> None:
-    """In a bundle written out in *folder*: a file its config does not name is refused."""
-    wanted, _ = bundle.names(data, main, base=folder)  # (their problems: the readers')
+def _extra_files(r: Reader, data: Any, main: str, folder: Path, zones: list[zonefile.ZoneData] | None) -> None:
+    """In a bundle written out in *folder*: a file its config does not name is refused.
+    The files its zones include are those the zones' reading included (*zones*, when
+    every zone loaded), else its zone files are read again for them (`bundle.names`)."""
+    if zones is None:
+        wanted = set(bundle.names(data, main, base=folder)[0])  # (their problems: the readers')
+    else:
+        top = PurePosixPath(folder)
+        wanted = set(bundle.named(data, main)[0])
+        wanted.update(
+            PurePosixPath(name).relative_to(top).as_posix()
+            for zone in zones
+            for name in zone.included
+            if PurePosixPath(name).is_relative_to(top)
+        )
     present = {Path(root, name).relative_to(folder).as_posix() for root, _, names in os.walk(folder) for name in names}
     for name in sorted(present - set(wanted) - {main}):
         r.error(

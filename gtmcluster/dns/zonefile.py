@@ -198,7 +198,14 @@ def _wire(rdata: dns.rdata.Rdata) -> bytes:
 
 
 class _Reader:
-    def __init__(self, origin: dns.name.Name, problems: list[Problem], files: Files, records: bool = True):
+    def __init__(
+        self,
+        origin: dns.name.Name,
+        problems: list[Problem],
+        files: Files,
+        records: bool = True,
+        kept: dict[str, bytes] | None = None,
+    ):
         self.zone_origin = origin
         self.problems = problems
         self.files = files
@@ -210,6 +217,8 @@ class _Reader:
         self.unreadable = False
         #: the included files read, in order, each once
         self.included: dict[str, None] = {}
+        #: when given: the files read whole (the zone file and those included), by path
+        self.kept = kept
         self.include_count = 0
         self.include_bytes = 0
 
@@ -238,6 +247,8 @@ class _Reader:
                     self.problem(at, f"the files included by the zone are over {MAX_INCLUDED_BYTES:,} bytes")
                     return ttl
                 self.included[path] = None
+            if self.kept is not None:
+                self.kept[path] = data
             if not self.records and _INCLUDE.search(data) is None:
                 return ttl  # (directives alone are wanted, and it includes nothing)
             text = data.decode("utf-8")
@@ -424,22 +435,29 @@ class ZoneData:
 
     origin: Name
     rrsets: tuple[RRset, ...]
+    #: the files its zone file included, each once, in order, as `included` names them
+    included: tuple[str, ...] = ()
 
     def build(self, extra_names: Iterable[Name] = ()) -> Zone:
         return Zone(self.origin, self.rrsets, extra_names)
 
 
 def included(
-    path: str, includes: Includes | None = None, read: Read | None = None, base: str = ""
+    path: str,
+    includes: Includes | None = None,
+    read: Read | None = None,
+    base: str = "",
+    kept: dict[str, bytes] | None = None,
 ) -> tuple[list[str], list[Problem]]:
     """The files the zone file at *path* includes (each once, as `load` names them: made
     from *path*), and the problems that keep some from being read, found as `load` finds
     them without reading the records (a file that has no ``$INCLUDE`` is not even split).
     *read*: the files' contents by path (a config bundle's); else they are read from disk,
     *path* and the names made from it relative to *base* when given. *includes*: the
-    shared rule by default (`zoneinclude.Includes`)."""
+    shared rule by default (`zoneinclude.Includes`). *kept*: filled with what was read
+    (the zone file and each file included, whole), by path."""
     problems: list[Problem] = []
-    reader = _Reader(dns.name.root, problems, Files(path, includes or Includes(), read, base), records=False)
+    reader = _Reader(dns.name.root, problems, Files(path, includes or Includes(), read, base), False, kept)
     reader.read(path, dns.name.root, 0, None)
     if reader.unreadable:
         return [], []  # (the zone file itself: its reader says so)
@@ -484,4 +502,4 @@ def load(path: str, origin: str, includes: Includes | None = None) -> ZoneData:
     if problems:
         problems.sort(key=lambda p: (p.file != path, p.file, p.line))
         raise ZoneFileError(problems)
-    return ZoneData(names.from_dnspython(zone_origin), tuple(rrsets))
+    return ZoneData(names.from_dnspython(zone_origin), tuple(rrsets), tuple(reader.included))

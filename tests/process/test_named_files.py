@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import configs, dnsclient
+from tests.support import configs, dnsclient, poll
 from tests.support.hostilefiles import DEV_ZERO, make_fifo, release
 from tests.support.nodeproc import RunningNode, loopback_address, running_node
 
@@ -245,5 +245,46 @@ def test_a_reload_is_refused_at_once_and_dns_keeps_answering(
     ]
     assert elapsed < reload_time + 1.0, f"{elapsed:.2f}s, an ordinary refusal {reload_time:.2f}s"
     assert asking.unanswered == [] and asking.answered >= 5, (asking.answered, asking.unanswered[:3])
+    assert rss(n) - before < 32 << 20
+    assert "Traceback" not in n.log_text()
+
+
+@pytest.mark.parametrize("what", list(WHY))
+def test_a_reload_of_a_config_path_that_is_no_regular_file_is_refused_at_once(
+    node: tuple[RunningNode, Path, dict[str, Any]], reload_time: float, what: str
+) -> None:
+    """The config's own path made a FIFO or a link to /dev/zero: the reload's answer is 422
+    with one problem, within a second of an ordinary refusal; DNS keeps answering; memory
+    stays put. (Under config sync a reload first reads the file to make the bundle it would
+    publish: before, that read had no check, so a FIFO held a pool thread per reload and
+    the reload never answered, and /dev/zero was read until memory ran out.)"""
+    n, path, _ = node
+    saved = path.read_bytes()
+    path.unlink()
+    if what == "fifo":
+        make_fifo(path)
+    else:
+        path.symlink_to(DEV_ZERO)
+    before = rss(n)
+    try:
+        with Asking(n.server) as asking:
+            try:
+                code, body, elapsed = refused_reload(n)
+            except OSError as e:
+                pytest.fail(f"the reload did not answer: {e!r}")
+            answered = asking.answered
+            poll.until(lambda: asking.answered >= answered + 5, timeout=5, what="5 more DNS answers after the reload's")
+    finally:
+        if what == "fifo":
+            release(path)
+        path.unlink()
+        path.write_bytes(saved)
+    assert code == 422, body
+    assert body["error"].splitlines() == [
+        "the new config is refused; the old one keeps serving:",
+        f"{path}: (top level): cannot read the config: {WHY[what]}",
+    ]
+    assert elapsed < reload_time + 1.0, f"{elapsed:.2f}s, an ordinary refusal {reload_time:.2f}s"
+    assert asking.unanswered == [], (asking.answered, asking.unanswered[:3])
     assert rss(n) - before < 32 << 20
     assert "Traceback" not in n.log_text()

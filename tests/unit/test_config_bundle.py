@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.config import bundle
+from gtmcluster.config import files as configfiles
 from gtmcluster.config.bundle import BadBundle, Bundle
 from gtmcluster.config.problems import ConfigError
 from tests.support import configs
+from tests.support.hostilefiles import DEV_ZERO, make_fifo, memory_capped, released_after
 
 
 def sample(tmp_path: Path) -> Path:
@@ -103,6 +106,62 @@ def test_a_bundle_over_the_limit_is_refused(tmp_path: Path) -> None:
     path = sample(tmp_path)
     with pytest.raises(ConfigError, match="over the limit of 100"):
         bundle.make(path, 1, 0, "n1", 0.0, max_bytes=100)
+
+
+def test_the_config_text_parsed_is_the_text_carried(tmp_path: Path) -> None:
+    """The config is read once: a save while its text is parsed (or, in a member's reload,
+    while the YAML child parses it) changes neither the files the bundle holds nor its
+    config: both come from the text parsed."""
+    path = sample(tmp_path)
+    first = path.read_bytes()
+    saved = yaml.safe_load(first)
+    saved["regions"]["listed"] = ["192.0.2.0/24"]  # (lists/r.txt no longer named)
+
+    def saved_meanwhile(file: str, text: bytes) -> object:
+        path.write_text(yaml.safe_dump(saved, sort_keys=False))
+        return bundle.parse(file, text)
+
+    made, raw = bundle.read_and_make(path, 1, 0, "n1", 0.0, parse=saved_meanwhile)
+    assert made.config_text == first and raw == yaml.safe_load(first)
+    assert "lists/r.txt" in made.files
+    assert bundle.check(made, raw) == []
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev_zero"])
+def test_a_config_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path, what: str) -> None:
+    """A FIFO or a link to /dev/zero at the config's own path: one problem, neither waited
+    on nor read without end."""
+    path = tmp_path / "cluster.yaml"
+    if what == "fifo":
+        make_fifo(path)
+    else:
+        path.symlink_to(DEV_ZERO)
+    kind = "a FIFO" if what == "fifo" else "a character device"
+    with released_after(path, 2.0) if what == "fifo" else memory_capped(), pytest.raises(ConfigError) as caught:
+        bundle.make(path, 1, 0, "n1", 0.0)
+    assert [str(p) for p in caught.value.problems] == [
+        f"{path}: (top level): cannot read the config: {kind}, not a regular file"
+    ]
+
+
+def test_every_file_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config, its zone file, the file the zone includes and the other files it names
+    are each opened once to make the bundle (a zone file read for its includes is carried
+    as read), and carried whole."""
+    path = sample(tmp_path)
+    (tmp_path / "example.test.zone").write_text(configs.ZONE + "$INCLUDE hosts.inc\n")
+    (tmp_path / "hosts.inc").write_text("near IN A 192.0.2.8\n")
+    opened: list[str] = []
+    real_open = configfiles._open
+
+    def counted(name: str, kind: configfiles.Kind) -> int:
+        opened.append(os.path.relpath(name, tmp_path))
+        return real_open(name, kind)
+
+    monkeypatch.setattr(configfiles, "_open", counted)
+    made = bundle.make(path, 1, 0, "n1", 0.0)
+    assert sorted(opened) == ["ca/web.pem", "cluster.yaml", "example.test.zone", "hosts.inc", "lists/r.txt"]
+    assert all(made.files[name] == (tmp_path / name).read_bytes() for name in opened)
 
 
 def test_a_bundle_travels_and_is_written_out_as_the_same_files(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from twisted.logger import capturedLogs
 
 from gtmcluster.cli import check
 from gtmcluster.config import bundle
+from gtmcluster.config import files as configfiles
 from gtmcluster.config.bundle import Bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
@@ -189,6 +190,52 @@ def test_included_zone_files_travel_with_their_zone(service: NodeService, tmp_pa
     assert code == 200, answer
     zone = next(iter(service.node.config.zones))
     assert zone.exists(names.key(names.from_text("included.example.test")))
+
+
+@pytest.mark.parametrize("otherwise_good", [True, False])
+def test_a_bundle_written_out_holds_what_its_zones_include_and_nothing_more(
+    tmp_path: Path, raw: dict[str, Any], otherwise_good: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read to run, a bundle's files are those its config names and its zones include
+    (nested, in a subfolder: known from reading the zones, each read once), and a file
+    besides them is refused by name; the same beside another problem (the includes then
+    found by reading the zone files again)."""
+    folder = tmp_path / "edit"
+    (folder / "zones" / "inc").mkdir(parents=True)
+    (folder / "zones" / "example.test.zone").write_text(configs.ZONE + "$INCLUDE inc/a.inc\n")
+    (folder / "zones" / "inc" / "a.inc").write_text("$INCLUDE b.inc\na IN A 192.0.2.77\n")
+    (folder / "zones" / "inc" / "b.inc").write_text("b IN A 192.0.2.78\n")
+    changed = copy.deepcopy(raw)
+    changed["zones"][0]["file"] = "zones/example.test.zone"
+    if not otherwise_good:
+        changed["bogus"] = 1
+    (folder / "gtm.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+    honest = bundle.make(folder / "gtm.yaml", 1, 0, "n1", 1.0)
+    assert sorted(honest.files) == ["gtm.yaml", "zones/example.test.zone", "zones/inc/a.inc", "zones/inc/b.inc"]
+    own = tmp_path / "own"
+    if otherwise_good:
+        load(bundle.write(honest, tmp_path / "honest"), own)
+    stray = Bundle("gtm.yaml", {**honest.files, "zones/inc/c.inc": b"c IN A 192.0.2.79\n"}, 1, 0, "n1", 1.0)
+    path = bundle.write(stray, tmp_path / "stray")
+    opened: list[str] = []
+    real_open = configfiles._open
+
+    def counted(name: str, kind: configfiles.Kind) -> int:
+        opened.append(name)
+        return real_open(name, kind)
+
+    monkeypatch.setattr(configfiles, "_open", counted)
+    with pytest.raises(ConfigError) as caught:
+        load(path, own)
+    found = [str(p) for p in caught.value.problems]
+    read_again = 0 if otherwise_good else 1
+    for name in ("example.test.zone", "inc/a.inc", "inc/b.inc"):
+        assert opened.count(str(path.parent / "zones" / name)) == 1 + read_again, opened
+    assert (
+        f"{path}: (top level): zones/inc/c.inc: the bundle carries a file its config does not name (refused: a "
+        "bundle holds exactly the files its config names and their zones include) (line 1)"
+    ) in found
+    assert len(found) == (1 if otherwise_good else 2), found
 
 
 def test_check_and_the_bundle_agree_on_includes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

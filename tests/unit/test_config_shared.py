@@ -5,11 +5,13 @@ file when it holds none, when config sync is off, or when the bundle cannot run 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from twisted.internet import defer
 from twisted.logger import capturedLogs
 
 from gtmcluster.config import bundle
@@ -18,6 +20,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.shared import at_start
 from gtmcluster.config.shelf import Shelf
 from tests.support import configs
+from tests.unit.test_api_config import sharing
 
 SHOP = (b"shop", b"example", b"test")
 
@@ -111,3 +114,40 @@ def test_a_bundle_without_this_member_leaves_the_file_running(tmp_path: Path, ra
         start = at_start(load(path), str(path), "n1")
     assert start.header is None
     assert any(e.get("event") == "config_bundle_unusable" and e.get("node") == "n1" for e in events)
+
+
+def test_a_received_bundle_is_checked_in_the_thread_pool(tmp_path: Path, raw: dict[str, Any]) -> None:
+    """`GroupConfig.vet`: the bundle's check (`bundle.check`, which splits each bundled zone
+    that has an $INCLUDE into entries: some 0.17 s a megabyte) runs in the thread pool the
+    service gives it, not in the reactor's thread; its answer is the check's."""
+    raw["state_dir"] = str(tmp_path / "state")
+    group = sharing(tmp_path / "member", raw).group_config
+    assert group is not None
+    pool: list[Callable[[], None]] = []
+
+    def in_thread(work: Callable[[], Any]) -> defer.Deferred[Any]:
+        done: defer.Deferred[Any] = defer.Deferred()
+        pool.append(lambda: done.callback(work()))
+        return done
+
+    group.sync.in_thread = in_thread
+    edit = tmp_path / "edit"
+    configs.write(edit, raw, zone=configs.ZONE + "$INCLUDE hosts.inc\n")
+    (edit / "hosts.inc").write_text("near IN A 192.0.2.8\n")
+    honest = bundle.make(edit / "cluster.yaml", 1, 0, "n2", 1.0)
+    assert sorted(honest.files) == ["cluster.yaml", "example.test.zone", "hosts.inc"]
+    for files, expected in [
+        (honest.files, []),
+        (
+            {**honest.files, "certs/n1.key": b"key"},
+            [
+                "cluster.yaml: (top level): certs/n1.key: the bundle carries a file its config does not name "
+                "(refused: a bundle holds exactly the files its config names and their zones include)"
+            ],
+        ),
+    ]:
+        answers: list[list[str]] = []
+        group.vet(Bundle("cluster.yaml", files, 1, 0, "n2", 1.0)).addCallback(answers.append)
+        assert answers == [] and len(pool) == 1  # parsed; checked when the pool gets to it
+        pool.pop()()
+        assert answers == [expected]

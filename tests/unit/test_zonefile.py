@@ -265,6 +265,22 @@ def test_included_lists_what_load_reads(tmp_path: Path) -> None:
     assert any(str(p) == "sub/a.inc:1: cannot read the included file sub/b.inc: not in the bundle" for p in problems)
 
 
+def test_load_names_what_it_included_and_included_keeps_what_it_read(tmp_path: Path) -> None:
+    """`ZoneData.included`: the files `load` included, as `included` finds them from the
+    same path (a config bundle's files need not be found again); `included(kept=)`: the
+    bytes of each file it read, whole, by name (a bundle carries them as read)."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.inc").write_text("$include b.inc\nw IN A 192.0.2.7\n")
+    (tmp_path / "sub" / "b.inc").write_text("v IN A 192.0.2.8\n")
+    (tmp_path / "z.zone").write_text(HEAD + "$INCLUDE sub/a.inc\n$INCLUDE sub/a.inc\n")
+    zone = str(tmp_path / "z.zone")
+    assert zonefile.load(zone, "example.test").included == tuple(zonefile.included(zone)[0])
+    assert zonefile.load(zone, "example.test").included == (f"{tmp_path}/sub/a.inc", f"{tmp_path}/sub/b.inc")
+    kept: dict[str, bytes] = {}
+    assert zonefile.included("z.zone", base=str(tmp_path), kept=kept) == (["sub/a.inc", "sub/b.inc"], [])
+    assert kept == {name: (tmp_path / name).read_bytes() for name in ("z.zone", "sub/a.inc", "sub/b.inc")}
+
+
 def test_included_bytes_are_capped_and_the_zone_file_itself_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
