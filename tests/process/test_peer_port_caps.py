@@ -139,7 +139,9 @@ def test_silent_connections_are_capped_and_a_member_still_gets_in(lab: Lab) -> N
     assert opened < HANDSHAKE_TIMEOUT, "too slow to hold the slots: the test proves nothing"
     assert sum(held.values()) <= MAX_UNPROVEN, held
     assert max(held.values()) <= MAX_UNPROVEN_PER_SOURCE, held
-    assert most_fds <= fds_before + MAX_UNPROVEN + 8, (fds_before, most_fds)
+    # (a connection that made way for a newer source is closed over TLS, so its descriptor
+    # may outlive it by a reactor turn or two: a few more than the cap, never hundreds)
+    assert most_fds <= fds_before + MAX_UNPROVEN + 32, (fds_before, most_fds)
     assert member.answered(), f"a member's Hello was not answered while the port was flooded: {member}"
     lab.assert_intact()
     turned_away = [line for line in lab.group.log_text(TARGET, offset).splitlines() if "turned away" in line]
