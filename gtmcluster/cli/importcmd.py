@@ -2,9 +2,10 @@
 ``bigip_gtm.conf`` or 3-DNS ``wideip.conf``) as this project's YAML config.
 
 The config goes to stdout (or -o FILE); everything that could not be mapped is listed on
-stderr with its file:line and why. Exit 0 when only cosmetic things were left out, 1 when
-something essential was lost (a wide IP, pool or topology record not imported, a preferred
-method with no equivalent) or an input is malformed. The zone files the config names are
+stderr with its file:line and why. Exit 0 only when the config behaves as F5 did: nothing
+was lost (LOST: a wide IP, pool or topology record not imported, a preferred method with no
+equivalent) and nothing changed in meaning (CHANGED: a monitor that checks otherwise, a
+setting not read); exit 1 otherwise, or when an input cannot be read. The zone files the config names are
 written beside it (or in the current folder with stdout), never over existing ones.
 See docs/coming-from-f5.md.
 """
@@ -44,12 +45,12 @@ def add_parser(sub: Any) -> None:
 
 def render_findings(findings: list[Finding]) -> list[str]:
     """One line per distinct finding; the places of repeats are listed together."""
-    grouped: dict[tuple[bool, str, str], list[str]] = defaultdict(list)
+    grouped: dict[tuple[bool, bool, str, str], list[str]] = defaultdict(list)
     for f in findings:
-        grouped[(f.essential, f.what, f.why)].append(f.where)
+        grouped[(f.essential, f.changed, f.what, f.why)].append(f.where)
     lines = []
-    for (essential, what, why), places in grouped.items():
-        line = Finding(places[0], what, why, essential).render()
+    for (essential, changed, what, why), places in grouped.items():
+        line = Finding(places[0], what, why, essential, changed).render()
         if places[1:]:
             file = places[0].rpartition(":")[0]
             same = all(p.rpartition(":")[0] == file for p in places)
@@ -94,11 +95,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"gtmcluster import f5: cannot write {e.filename}: {e.strerror or e}", file=sys.stderr)
         return 1
     imp = result.imported
-    essential = sum(f.essential for f in imp.findings)
+    lost = sum(f.essential and not f.changed for f in imp.findings)
+    changed = sum(f.changed for f in imp.findings)
     print(
         f"gtmcluster import f5: {len(imp.wideips)} wide IPs, {len(imp.pools)} pools, "
         f"{len(imp.virtual_servers)} virtual servers, {len(imp.topology)} topology records; "
-        f"{len(imp.findings)} findings, {essential} essential" + (" (exit 1)" if essential else ""),
+        f"{len(imp.findings)} findings, {lost} LOST, {changed} CHANGED"
+        + (" (exit 1: the result does not behave as on F5)" if lost or changed else ""),
         file=sys.stderr,
     )
     sys.stdout.flush()

@@ -2,9 +2,16 @@
 
 `Imported` holds the mapped objects by section, each an `Entry` (the YAML value, the F5
 ``file:line`` it came from and the F5 statement), in the order F5 listed them. A `Finding` is
-something that could not be mapped (or only approximately), with its ``file:line`` and why;
-an *essential* one (a wide IP or pool not imported, a preferred method with no equivalent, a
-topology record lost) makes the import fail (exit 1), the others are listed only.
+something that could not be mapped (or only approximately), with its ``file:line`` and why,
+at one of three levels:
+
+- LOST: an object or setting not imported (a wide IP, pool or topology record, a preferred
+  method with no equivalent): the import fails (exit 1);
+- CHANGED: imported, but it would not behave as on F5 (a monitor that checks less, a setting
+  not read, a disabled object imported enabled): the import fails too, for the operator must
+  decide; the finding says what to decide;
+- not mapped: only what does not change an answer or a verdict (a description, a renamed
+  object, a server's own addresses): listed, exit 0.
 """
 
 from __future__ import annotations
@@ -33,10 +40,15 @@ class Finding:
     what: str
     why: str
     essential: bool = False
+    #: imported, but not as F5 behaves (essential too)
+    changed: bool = False
+
+    @property
+    def level(self) -> str:
+        return "CHANGED" if self.changed else "LOST" if self.essential else "not mapped"
 
     def render(self) -> str:
-        level = "LOST" if self.essential else "not mapped"
-        return f"{self.where}: {level}: {self.what}: {self.why}"
+        return f"{self.where}: {self.level}: {self.what}: {self.why}"
 
 
 @dataclass
@@ -72,6 +84,10 @@ class Imported:
     def lost(self, where: str, what: str, why: str) -> None:
         """Record an essential loss (the import fails)."""
         self.findings.append(Finding(where, what, why, True))
+
+    def changed(self, where: str, what: str, why: str) -> None:
+        """Record something imported that would not behave as on F5 (the import fails)."""
+        self.findings.append(Finding(where, what, why, True, True))
 
     def unmapped(self, where: str, what: str, why: str) -> None:
         """Record something not mapped that does not change the answers much (listed only)."""

@@ -1,0 +1,126 @@
+"""The state one tmsh import shares across its mappers, and the helpers they all use.
+
+`TmshState` holds what an import has learnt so far (our names of F5 objects live in the
+`Imported`'s namespaces): the F5 statements by kind, disabled data centers, monitors given by
+pools, virtual servers by address, the topology mapper. Its helpers report leftover settings,
+make an object's source comment, resolve references to data centers, pools and monitors.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from gtmcluster.importers import f5monitors, f5names
+from gtmcluster.importers.f5parse import Node
+from gtmcluster.importers.f5topology import TopologyMapper
+from gtmcluster.importers.model import Entry, Imported, digits
+
+POOL_TYPES = ("a", "aaaa", "cname", "mx", "srv", "naptr")
+#: settings kept only in the comment above the object
+DESCRIPTIVE = {"description", "location", "contact"}
+
+
+def value(node: Node) -> str:
+    return " ".join(node.words[1:])
+
+
+class TmshState:
+    """What one import of tmsh files into *imp* has learnt so far."""
+
+    def __init__(self, imp: Imported) -> None:
+        self.imp = imp
+        self.objects: dict[str, list[Node]] = defaultdict(list)
+        self.dc_disabled: set[str] = set()
+        #: our virtual server name -> monitors given by pools (applied when it has none)
+        self.pool_monitors: dict[str, list[str]] = defaultdict(list)
+        self.vs_has_monitor: set[str] = set()
+        self.topology = TopologyMapper(imp, self.datacenter_name, self.pool_ref)
+        self.first_dc: str | None = None
+        #: F5 monitors by name (for defaults-from), and unknown monitors reported already
+        self.monitor_defs: dict[str, Node] = {}
+        self.warned_monitors: set[str] = set()
+        #: (address, port) -> our virtual server (older listings name pool members so)
+        self.by_address: dict[tuple[str, int], str] = {}
+
+    def leftovers(self, node: Node, handled: set[str], what: str) -> None:
+        for child in node.children():
+            if child.words and child.key not in handled and child.key not in DESCRIPTIVE:
+                self.imp.unmapped(child.where, f"{what}: {child.text()}", "no equivalent (not imported)")
+
+    def comment(self, node: Node) -> str:
+        extra = [" ".join(c.words[1:]) for c in node.children() if c.key in DESCRIPTIVE and len(c.words) > 1]
+        return " ".join(node.words) + (f" ({'; '.join(extra)})" if extra else "")
+
+    def datacenter_name(self, f5: str) -> str | None:
+        return self.imp.namespace("datacenter").get(f5)
+
+    def pool_ref(self, f5: str, kind: str = "") -> str | None:
+        """Our name of an imported F5 pool (of type *kind*, or the first type that has one)."""
+        ns = self.imp.namespace("pool")
+        for t in [kind] if kind else POOL_TYPES:
+            ours = ns.get(f5, t)
+            if ours is not None and ours in self.imp.pools:
+                return ours
+        return None
+
+    def renamed(self, ns: str, f5: str, ours: str, where: str) -> None:
+        """A finding when our name is not F5's (beyond the documented ``/Common/`` and ``:``)."""
+        expected = f5names.strip_partition(f5).replace(":", ".")
+        if ours == expected:
+            return
+        why = "our names allow letters, digits, _ - . (at most 63)"
+        if f5names.sanitise(f5) == expected:
+            why = "another imported object has that name"
+        self.imp.unmapped(where, f"{ns} {f5}", f"renamed {ours!r}: {why}")
+
+    def number(self, settings: dict[str, Node], key: str, default: int, lo: int, hi: int, what: str) -> int:
+        if key not in settings:
+            return default
+        return self.imp.number(value(settings[key]), default, lo, hi, settings[key].where, f"{what}: {key}")
+
+    def monitor_names(self, node: Node, what: str) -> tuple[list[str], dict[str, Any]]:
+        """A ``monitor`` setting (``a``, ``a and b``, ``min N of { a b }``): our monitor names
+        (made from built-ins as needed) and extra virtual server keys (monitor_rule)."""
+        words = node.words[1:]
+        extra: dict[str, Any] = {}
+        names = [w for w in words if w not in ("and", "{", "}")]
+        if words[:1] == ["min"] and len(words) >= 3:
+            count = int(words[1]) if digits(words[1]) else 1
+            names = [w for c in node.children() for w in c.words] + [w for w in words[3:] if w != "of"]
+            extra["monitor_rule"] = {"at_least": count}
+        out: list[str] = []
+        for name in names:
+            ours = self.monitor_for(name, node.where, what)
+            if ours is not None and ours not in out:
+                out.append(ours)
+        if "monitor_rule" in extra and len(out) < extra["monitor_rule"]["at_least"]:
+            why = f"fewer monitors imported than {node.text()} asks: all of them must pass"
+            self.imp.unmapped(node.where, f"{what}: {node.text()}", why)
+            extra = {}
+        elif "monitor_rule" in extra and len(out) < 2:
+            extra = {}
+        return out, extra
+
+    def monitor_for(self, f5: str, where: str, what: str) -> str | None:
+        ns = self.imp.namespace("monitor")
+        ours = ns.get(f5)
+        if ours is not None and ours in self.imp.monitors:
+            return ours
+        name = f5names.strip_partition(f5)
+        if name in f5monitors.BUILTIN:
+            ours = ns.name(f5)
+            mapped, problems = f5monitors.to_ours(f5monitors.BUILTIN[name], {})
+            for problem in problems:
+                self.imp.unmapped(where, f"built-in monitor {name}", problem)
+            self.imp.monitors[ours] = Entry(mapped, where, f"F5 built-in monitor {name}")
+            return ours
+        if name not in self.warned_monitors:
+            self.warned_monitors.add(name)
+            why = (
+                "the bigip monitor reads the LTM's own status over iQuery; no equivalent"
+                if name == "bigip"
+                else "not an imported monitor"
+            )
+            self.imp.unmapped(where, f"{what}: monitor {f5}", why + " (the virtual servers count as up)")
+        return None

@@ -1,0 +1,93 @@
+"""tmsh wide IPs (``gtm wideip a|aaaa|cname``) mapped onto ours: pools in F5's order,
+pool-lb-mode, aliases, persistence, last-resort pool; an A and an AAAA wide IP of one name
+become one wide IP of both types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gtmcluster.importers import f5methods, f5names
+from gtmcluster.importers.f5parse import Node
+from gtmcluster.importers.f5state import POOL_TYPES, TmshState, value
+from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, Entry, digits
+
+
+def wideip(s: TmshState, node: Node) -> None:
+    words = node.words
+    kind, f5 = (words[2], words[3]) if len(words) >= 4 and words[2] in POOL_TYPES else ("a", words[-1])
+    what = f"wideip {kind} {f5}"
+    name = f5names.strip_partition(f5)
+    if kind not in ("a", "aaaa", "cname"):
+        s.imp.lost(node.where, what, f"{kind} wide IPs are not imported (only a, aaaa, cname)")
+        return
+    settings = {c.key: c for c in node.children() if c.words}
+    refs: list[tuple[int, int, Any]] = []
+    for position, child in enumerate(settings["pools"].children() if "pools" in settings else []):
+        sub = {c.key: value(c) for c in child.children() if c.words}
+        ours = s.pool_ref(child.key, kind)
+        if ours is None or ours not in s.imp.pools:
+            s.imp.lost(child.where, f"{what} pool {child.key}", "no such pool was imported")
+            continue
+        ratio = s.imp.number(sub.get("ratio"), 1, 0, MAX_RATIO, child.where, f"{what} pool {child.key} ratio")
+        order = int(sub["order"]) if digits(sub.get("order", "")) else position
+        refs.append((order, position, ours if ratio == 1 else {"pool": ours, "ratio": ratio}))
+    if "pools-cname" in settings:
+        s.imp.lost(settings["pools-cname"].where, f"{what} pools-cname", "CNAME pools in an A wide IP are not imported")
+    if not refs:
+        s.imp.lost(node.where, what, "no pool could be imported: the wide IP is not imported")
+        return
+    wideip: dict[str, Any] = {"type": kind.upper(), "pools": [r for _, _, r in sorted(refs, key=lambda t: t[:2])]}
+    mode = value(settings["pool-lb-mode"]) if "pool-lb-mode" in settings else "round-robin"
+    pool_lb, why = f5methods.pool_method(mode)
+    if pool_lb is None:
+        s.imp.lost(settings["pool-lb-mode"].where, f"{what}: pool-lb-mode {mode}", f"{why}; round_robin is used")
+        pool_lb = "round_robin"
+    wideip["pool_lb"] = pool_lb
+    if "aliases" in settings:
+        aliases = [w for c in settings["aliases"].children() for w in c.words] + settings["aliases"].words[1:]
+        wideip["aliases"] = [f5names.strip_partition(a) for a in aliases]
+    if "persistence" in settings and value(settings["persistence"]) == "enabled":
+        wideip["persistence"] = {
+            "ttl": s.number(settings, "ttl-persistence", 3600, 1, MAX_PERSIST_TTL, what),
+            "ipv4_prefix": s.number(settings, "persist-cidr-ipv4", 32, 0, 32, what),
+            "ipv6_prefix": s.number(settings, "persist-cidr-ipv6", 128, 0, 128, what),
+        }
+    if "last-resort-pool" in settings:
+        words = settings["last-resort-pool"].words[1:]
+        ours = s.pool_ref(words[-1], words[0] if len(words) > 1 else kind) if words else None
+        if ours is None or ours not in s.imp.pools:
+            s.imp.lost(settings["last-resort-pool"].where, f"{what} last-resort-pool", "no such pool was imported")
+        else:
+            wideip["last_resort_pool"] = ours
+    if "rules" in settings:
+        s.imp.lost(settings["rules"].where, f"{what} rules", "iRules have no equivalent")
+    if "disabled" in settings:
+        s.imp.unmapped(
+            settings["disabled"].where,
+            what,
+            "disabled on F5: imported enabled (disable it with gtmcluster disable)",
+        )
+    handled = {"pools", "pool-lb-mode", "aliases", "persistence", "ttl-persistence", "persist-cidr-ipv4",
+               "persist-cidr-ipv6", "last-resort-pool", "rules", "enabled", "disabled", "pools-cname"}  # fmt: skip
+    s.leftovers(node, handled, what)
+    add_wideip(s, name, wideip, node.where, s.comment(node))
+
+
+def add_wideip(s: TmshState, name: str, wideip: dict[str, Any], where: str, source: str) -> None:
+    """Add a wide IP; an A and an AAAA wide IP of one name become one of both types."""
+    old = s.imp.wideips.get(name)
+    if old is None:
+        s.imp.wideips[name] = Entry(wideip, where, source)
+        return
+    types = old.value["type"] if isinstance(old.value["type"], list) else [old.value["type"]]
+    if "CNAME" in (*types, wideip["type"]) or wideip["type"] in types:
+        s.imp.lost(where, f"wideip {name}", f"a second wide IP of this name (also {old.where})")
+        return
+    old.value["type"] = [*types, wideip["type"]]
+    old.value["pools"] = old.value["pools"] + [p for p in wideip["pools"] if p not in old.value["pools"]]
+    if wideip.get("pool_lb") != old.value.get("pool_lb"):
+        s.imp.unmapped(
+            where, f"wideip {name}", f"pool-lb-mode differs from the other type's; {old.value['pool_lb']} is used"
+        )
+    old.source += f"; {source} ({where})"
