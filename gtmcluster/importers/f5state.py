@@ -19,6 +19,14 @@ from gtmcluster.importers.model import Entry, Imported, digits
 POOL_TYPES = ("a", "aaaa", "cname", "mx", "srv", "naptr")
 #: settings kept only in the comment above the object
 DESCRIPTIVE = {"description", "location", "contact"}
+#: settings that change no answer and no verdict here (how F5 finds its own devices, logs,
+#: or stamps objects): a plain finding; any other setting not read is CHANGED
+COSMETIC = {
+    "metadata", "app-service", "partition", "load-balancing-decision-log-verbosity",
+    "devices", "addresses", "product", "virtual-server-discovery", "link-discovery",
+    "iq-allow-path", "iq-allow-service-check", "iq-allow-snmp", "expose-route-domains",
+    "prober-preference", "prober-fallback", "prober-pool",
+}  # fmt: skip
 
 
 def value(node: Node) -> str:
@@ -44,9 +52,16 @@ class TmshState:
         self.by_address: dict[tuple[str, int], str] = {}
 
     def leftovers(self, node: Node, handled: set[str], what: str) -> None:
+        """A finding for each setting of *node* not in *handled*: CHANGED unless it is one
+        that changes no answer (`COSMETIC`)."""
         for child in node.children():
-            if child.words and child.key not in handled and child.key not in DESCRIPTIVE:
-                self.imp.unmapped(child.where, f"{what}: {child.text()}", "no equivalent (not imported)")
+            if not child.words or child.key in handled or child.key in DESCRIPTIVE:
+                continue
+            if child.key in COSMETIC:
+                self.imp.unmapped(child.where, f"{what}: {child.text()}", "changes no answer here (not imported)")
+            else:
+                why = "not read: F5 applied it, this import does not (decide whether it matters)"
+                self.imp.changed(child.where, f"{what}: {child.text()}", why)
 
     def comment(self, node: Node) -> str:
         extra = [" ".join(c.words[1:]) for c in node.children() if c.key in DESCRIPTIVE and len(c.words) > 1]
