@@ -18,7 +18,7 @@ from typing import Any
 from gtmcluster.importers import f5methods, f5names
 from gtmcluster.importers.f5parse import Node
 from gtmcluster.importers.f5topology import Selector, TopologyMapper, selector
-from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, Entry, Imported, digits
+from gtmcluster.importers.model import MAX_PERSIST_TTL, MAX_RATIO, MAX_TTL, NOT_READ, Entry, Imported, digits
 
 SERVER_STATEMENTS = ("server", "bigip", "host", "3dns", "edgefx", "gtm")
 TOP_LEVEL = (*SERVER_STATEMENTS, "datacenter", "wideip", "topology", "globals", "region_db", "region", "sync_group")
@@ -81,8 +81,10 @@ class ThreeDnsImport:
             self.topology_block(node)
         for kind, nodes in by_kind.items():
             for node in nodes:
-                why = "settings of the 3-DNS itself" if kind in ("globals", "sync_group") else "no equivalent"
-                self.imp.unmapped(node.where, f"{kind} statement", why)
+                if kind in ("globals", "sync_group"):
+                    self.imp.unmapped(node.where, f"{kind} statement", "settings of the 3-DNS itself")
+                else:
+                    self.imp.changed(node.where, f"{kind} statement", NOT_READ)
 
     def datacenter(self, node: Node) -> None:
         f5 = word(node, "name")
@@ -96,7 +98,7 @@ class ThreeDnsImport:
                 for address in child.words[1:]:
                     self.server_dc[address] = ours
             elif child.key not in ("name", "location", "contact"):
-                self.imp.unmapped(child.where, f"datacenter {f5}: {child.text()}", "no equivalent")
+                self.imp.changed(child.where, f"datacenter {f5}: {child.text()}", NOT_READ)
 
     def server(self, node: Node) -> None:
         address = word(node, "address")
@@ -108,7 +110,7 @@ class ThreeDnsImport:
             if child.key == "vs":
                 self.virtual_server(name, child, dc)
             elif child.key not in ("address", "name", "type", "probe_protocol", "port"):
-                self.imp.unmapped(child.where, f"server {name}: {child.text()}", "no equivalent")
+                self.imp.changed(child.where, f"server {name}: {child.text()}", NOT_READ)
 
     def generic_dc(self, address: str, where: str) -> str:
         ours = self.imp.namespace("datacenter").name(f"generic-{address}")
@@ -128,7 +130,7 @@ class ThreeDnsImport:
         name = word(node, "name") or f"{parsed[0]}-{port}"
         for child in node.children():
             if child.key not in ("address", "name", "port", "probe", "service"):
-                self.imp.unmapped(child.where, f"vs {name}: {child.text()}", "no equivalent")
+                self.imp.changed(child.where, f"vs {name}: {child.text()}", NOT_READ)
         return self.add_vs(server, name, str(parsed[0]), port, dc, node.where, f"server {server} vs {text}")
 
     def add_vs(self, server: str, name: str, address: str, port: int, dc: str, where: str, source: str) -> str:
@@ -175,7 +177,7 @@ class ThreeDnsImport:
                     pools.append(ours if ratio == 1 else {"pool": ours, "ratio": ratio})
                     families |= {4 if ":" not in m["address"] else 6 for m in self.pool_members(ours)}
             elif child.key not in ("name", "alias", "ttl", "port", "pool_lbmode", "persist", "persist_ttl", "address"):
-                self.imp.unmapped(child.where, f"{what}: {child.text()}", "no equivalent")
+                self.imp.changed(child.where, f"{what}: {child.text()}", NOT_READ)
         if not pools:
             self.imp.lost(node.where, what, "no pool could be imported: the wide IP is not imported")
             return
@@ -222,12 +224,12 @@ class ThreeDnsImport:
                 mapped, why = f5methods.member_method(child.words[1])
                 if mapped is None or mapped == "fallback_ip":
                     why = why or "3-DNS pools have no fallback address here"
-                    report = self.imp.lost if child.key == "preferred" else self.imp.unmapped
+                    report = self.imp.lost if child.key == "preferred" else self.imp.changed
                     report(child.where, f"{what}: {child.text()}", f"{why}; 'none' is used (the next method runs)")
                     mapped = "none"
                 methods[child.key] = mapped
             elif child.key not in ("name", "ratio", "ttl"):
-                self.imp.unmapped(child.where, f"{what}: {child.text()}", "no equivalent")
+                self.imp.changed(child.where, f"{what}: {child.text()}", NOT_READ)
         if not members:
             self.imp.lost(node.where, what, "no member could be imported")
             return None
@@ -258,7 +260,7 @@ class ThreeDnsImport:
             words = child.words
             if child.key == "longest_match":
                 if words[1:2] == ["no"]:
-                    self.imp.unmapped(child.where, child.text(), "ours always consult records longest match first")
+                    self.imp.changed(child.where, child.text(), "ours always consult records longest match first")
                 continue
             parsed = self.topology_record(words)
             if parsed is None:

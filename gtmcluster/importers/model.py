@@ -24,6 +24,8 @@ from gtmcluster.importers.f5names import Namespace
 MAX_RATIO = 65535
 MAX_TTL = 2**31 - 1
 MAX_PERSIST_TTL = 2592000
+#: why a setting not read is CHANGED
+NOT_READ = "not read: F5 applied it, this import does not (decide whether it matters)"
 
 
 def digits(text: str) -> bool:

@@ -603,3 +603,26 @@ def test_a_server_side_region_with_nothing_imported_is_lost(tmp_path: Path) -> N
     assert not result.imported.topology
     assert [(line, essential) for line, essential, _ in findings(result)] == [(4, True), (7, True)]
     assert result.imported.findings[1].why == "region /Common/isps has nothing that could be imported"
+
+
+def test_a_setting_not_read_is_changed_and_fails_the_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A setting the importer does not read is one F5 applied: CHANGED, exit 1 (in either
+    form); one that changes no answer (a server's device list) is listed only."""
+    tmsh = tmp_path / "gtm.conf"
+    tmsh.write_text(
+        "gtm datacenter /Common/DC1 { }\n"
+        "gtm server /Common/lb1 {\n    datacenter /Common/DC1\n    devices {\n        lb1 { }\n    }\n"
+        "    virtual-servers {\n        /Common/vs1 {\n            destination 192.0.2.1:80\n"
+        "            limit-max-connections 10\n            limit-max-connections-status enabled\n        }\n    }\n}\n"
+        "gtm pool a /Common/p {\n    members {\n        /Common/lb1:/Common/vs1 { }\n    }\n}\n"
+        "gtm wideip a /Common/www.example.com {\n    pools {\n        /Common/p { }\n    }\n}\n"
+    )
+    assert cli.main(["import", "f5", str(tmsh), "-o", str(tmp_path / "a.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmsh}:10: CHANGED: virtual server lb1:vs1: limit-max-connections 10: not read" in err
+    assert f"{tmsh}:4: not mapped: server /Common/lb1: devices" in err
+    threedns = tmp_path / "wideip.conf"
+    threedns.write_text('wideip {\n  name "a.example.com"\n  qos_coeff { rtt 50 }\n  pool {\n    name "p"\n'
+                        "    address 192.0.2.7:80\n  }\n}\n")  # fmt: skip
+    assert cli.main(["import", "f5", str(threedns), "-o", str(tmp_path / "b.yaml")]) == 1
+    assert f'{threedns}:3: CHANGED: wideip "a.example.com": qos_coeff' in capsys.readouterr().err
