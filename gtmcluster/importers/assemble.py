@@ -5,8 +5,12 @@ Members: one per data center, from ``--site DATACENTER=ADDRESS`` (peer ADDRESS:4
 ADDRESS:53, API on loopback), else a placeholder on a loopback address (127.0.0.11, .12,
 ...) so that the config loads, and nothing listens beyond the host, until it is edited.
 Zones: ``--zone ORIGIN`` as given, else each wide IP's name less its first label, the
-shortest of nested ones kept. Each zone gets a small zone file (SOA, NS to the members)
-written beside the config unless one is there already.
+shortest of nested ones kept, but never a public suffix (`inferred_zone`): a top-level domain
+(``com``) or a country's registration category (``co.uk``, ``com.au``); a wide IP right below
+one (``example.com``, ``example.co.uk``: an apex) gets a zone of its own name. Claiming a
+zone too wide answers NXDOMAIN, with our SOA, for names that belong to others; one too
+narrow only needs its own delegation. Each zone gets a small zone file (SOA, NS to the
+members) written beside the config unless one is there already.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from dataclasses import dataclass
 from gtmcluster.importers.model import Imported
 
 SERIAL = 1
+#: second-level labels that countries register names under (``co.uk``, ``com.au``,
+#: ``ne.jp``): below a two-letter top-level domain they make a public suffix
+REGISTRY_CATEGORIES = frozenset(
+    {"ac", "co", "com", "edu", "gen", "go", "gob", "gov", "govt", "int", "lg", "ltd", "me", "mil"}
+    | {"ne", "net", "nhs", "nic", "nom", "or", "org", "plc", "sch"}
+)
 
 
 @dataclass(frozen=True)
@@ -119,15 +129,35 @@ def bad_name(name: str) -> str:
     return ""
 
 
+def public_suffix(domain: str) -> bool:
+    """Whether *domain* (lower case, no final dot) is one under which others register names:
+    a single label (``com``, ``io``, ``test``) or a country's category (``co.uk``)."""
+    labels = domain.split(".")
+    if len(labels) == 1:
+        return True
+    top = labels[-1]
+    return len(labels) == 2 and len(top) == 2 and top.isalpha() and labels[0] in REGISTRY_CATEGORIES
+
+
+def inferred_zone(name: str) -> str | None:
+    """The zone inferred for a wide IP *name*: its parent, or the name itself when the
+    parent is a public suffix (an apex wide IP); None for a wildcard right below one."""
+    key = name.rstrip(".").lower()
+    parent = key.split(".", 1)[1] if "." in key else ""
+    if parent and not public_suffix(parent):
+        return parent
+    return None if key.startswith("*") or not parent else key
+
+
 def zones(imp: Imported, explicit: list[str]) -> dict[str, list[str]]:
     """Zone origins and the wide IP names (with aliases) in each."""
-    names = [n.rstrip(".").lower() for e in imp.wideips for n in (e, *imp.wideips[e].value.get("aliases", []))]
+    names = [n for e in imp.wideips for n in (e, *imp.wideips[e].value.get("aliases", []))]
     origins = [o.rstrip(".").lower() for o in explicit]
     if not origins:
-        parents = sorted({n.split(".", 1)[1] for n in names}, key=lambda o: o.count("."))
-        for parent in parents:
-            if not any(parent == o or parent.endswith("." + o) for o in origins):
-                origins.append(parent)
+        inferred = {zone for zone in map(inferred_zone, names) if zone is not None}
+        for zone in sorted(inferred, key=lambda o: o.count(".")):
+            if not any(zone == o or zone.endswith("." + o) for o in origins):
+                origins.append(zone)
     out: dict[str, list[str]] = {o: [] for o in origins}
     for name in list(imp.wideips):
         entry = imp.wideips[name]
@@ -136,10 +166,19 @@ def zones(imp: Imported, explicit: list[str]) -> dict[str, list[str]]:
             inside = [o for o in origins if key == o or key.endswith("." + o)]
             if inside:
                 out[max(inside, key=len)].append(n)
-            elif n == name:
-                imp.lost(entry.where, f"wideip {name}", f"not inside any --zone ({', '.join(origins)}): not imported")
+                continue
+            why = f"not inside any --zone ({', '.join(origins)})"
+            if not explicit:
+                parent = n.rstrip(".").lower().split(".", 1)[-1]
+                why = f"no zone is inferred at {parent}, a public suffix: give --zone ORIGIN for the zone you serve"
+            if n == name:
+                imp.lost(entry.where, f"wideip {name}", why + ": not imported")
                 del imp.wideips[name]
                 break
+            imp.lost(entry.where, f"wideip {name} alias {n}", why)
+            entry.value["aliases"].remove(n)
+            if not entry.value["aliases"]:
+                del entry.value["aliases"]
     return out
 
 

@@ -7,6 +7,10 @@ name keeps its text where it can: the ``/Common/`` partition is dropped, another
 letter nor a digit gets an ``x`` in front, and a name longer than 63 characters is cut to 54
 plus ``-`` and 8 hex digits of its hash. Two F5 objects that end up with one name (a and aaaa
 pools called alike, say) are told apart by a suffix (``-aaaa``, else ``-2``, ``-3``, ...).
+
+A wide IP's name is not an object name but a DNS name: F5 answers the last component of its
+path, in every partition and folder (`dns_name`: ``/Tenant/App/www.example.com`` answers
+``www.example.com``, as AS3 writes it); its aliases likewise.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 def strip_partition(name: str) -> str:
     """``/Common/web`` -> ``web``; ``/Prod/web`` -> ``Prod/web`` (each part of a ``a:b`` pair)."""
     return ":".join(_strip(part) for part in name.split(":")) if ":" in name and "/" in name else _strip(name)
+
+
+def dns_name(f5_name: str) -> str:
+    """The DNS name F5 answers for a wide IP or alias: the last component of its path
+    (``/Common/www.example.com``, ``/T/A/www.example.com`` -> ``www.example.com``)."""
+    return f5_name.rsplit("/", 1)[-1]
 
 
 def _strip(name: str) -> str:

@@ -30,6 +30,19 @@ def datacenter(s: TmshState, node: Node) -> None:
     s.leftovers(node, {"enabled", "disabled"}, f"datacenter {f5}")
 
 
+def implied_datacenter(s: TmshState, f5: str, where: str) -> str:
+    """A data center a server names that the input does not define (a partition file, a
+    fragment): made from the name, with one finding for all the servers in it."""
+    ours = s.imp.namespace("datacenter").name(f5)
+    s.renamed("datacenter", f5, ours, where)
+    s.first_dc = s.first_dc or ours
+    source = f"gtm datacenter {f5} (not in the input: named by the servers in it)"
+    s.imp.datacenters[ours] = Entry(ours, where, source)
+    why = "no 'gtm datacenter' statement in the input: created, enabled, from the servers that name it"
+    s.imp.unmapped(where, f"datacenter {f5}", why + " (if it is disabled on F5, disable it here)")
+    return ours
+
+
 def monitor(s: TmshState, node: Node) -> None:
     if len(node.words) < 4:
         s.imp.unmapped(node.where, node.text(), "a monitor needs a type and a name")
@@ -62,8 +75,10 @@ def server(s: TmshState, node: Node) -> None:
     settings = {c.key: c for c in node.children() if c.words}
     dc_node = settings.get("datacenter")
     dc = s.datacenter_name(value(dc_node)) if dc_node else None
+    if dc is None and dc_node is not None and len(dc_node.words) == 2:
+        dc = implied_datacenter(s, dc_node.words[1], dc_node.where)
     if dc is None:
-        s.imp.lost(node.where, f"server {f5}", "no data center that was imported; its virtual servers are lost")
+        s.imp.lost(node.where, f"server {f5}", "no data center named; its virtual servers are lost")
         return
     disabled = "disabled" in settings or dc in s.dc_disabled
     monitors: list[str] = []

@@ -75,6 +75,7 @@ class ThreeDnsImport:
                 self.region(region)
         for node in by_kind.pop("region", []):
             self.region(node)
+        self.topology.resolve()
         for node in by_kind.pop("wideip", []):
             self.wideip(node)
         for node in by_kind.pop("topology", []):

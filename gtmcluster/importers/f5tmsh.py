@@ -51,6 +51,7 @@ class TmshImport:
             f5pools.pool(self.s, node)
         for node in self.s.objects.pop("region", []):
             self.region(node)
+        self.s.topology.resolve()  # (each region after those it names: tmsh lists them alphabetically)
         records = []
         for node in self.s.objects.pop("topology", []):
             records.extend([node] if len(node.words) > 2 else node.children())

@@ -17,7 +17,7 @@ def wideip(s: TmshState, node: Node) -> None:
     words = node.words
     kind, f5 = (words[2], words[3]) if len(words) >= 4 and words[2] in POOL_TYPES else ("a", words[-1])
     what = f"wideip {kind} {f5}"
-    name = f5names.strip_partition(f5)
+    name = f5names.dns_name(f5)  # (F5 answers the path's last component, in any partition)
     if kind not in ("a", "aaaa", "cname"):
         s.imp.lost(node.where, what, f"{kind} wide IPs are not imported (only a, aaaa, cname)")
         return
@@ -46,7 +46,7 @@ def wideip(s: TmshState, node: Node) -> None:
     wideip["pool_lb"] = pool_lb
     if "aliases" in settings:
         aliases = [w for c in settings["aliases"].children() for w in c.words] + settings["aliases"].words[1:]
-        wideip["aliases"] = [f5names.strip_partition(a) for a in aliases]
+        wideip["aliases"] = [f5names.dns_name(a) for a in aliases]
     if "persistence" in settings and value(settings["persistence"]) == "enabled":
         wideip["persistence"] = {
             "ttl": s.number(settings, "ttl-persistence", 3600, 1, MAX_PERSIST_TTL, what),
@@ -82,7 +82,12 @@ def add_wideip(s: TmshState, name: str, wideip: dict[str, Any], where: str, sour
         return
     types = old.value["type"] if isinstance(old.value["type"], list) else [old.value["type"]]
     if "CNAME" in (*types, wideip["type"]) or wideip["type"] in types:
-        s.imp.lost(where, f"wideip {name}", f"a second wide IP of this name (also {old.where})")
+        why = f"a second wide IP answering {name} (the first: {old.where}: {old.source})"
+        if wideip["type"] in types:  # (in another partition or folder: its path's last part is the name)
+            why += f"; F5 refuses two {wideip['type']} wide IPs of one name"
+        else:
+            why += "; a CNAME cannot share its name with another type here"
+        s.imp.lost(where, source, why + ": not imported")
         return
     old.value["type"] = [*types, wideip["type"]]
     old.value["pools"] = old.value["pools"] + [p for p in wideip["pools"] if p not in old.value["pools"]]
