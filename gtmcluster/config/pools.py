@@ -23,11 +23,13 @@ from gtmcluster.config.model import (
     Tolerance,
     VirtualServer,
     WideIP,
+    configured_admin,
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.config.targets import TARGET_KEYS
 from gtmcluster.config.traffic import (
+    ADMIN_STATES,
     MAX_ANSWERS,
     MAX_RATIO,
     MAX_TTL,
@@ -90,34 +92,7 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
             r.broken.add(("pool", name))
             continue
         before = len(r.problems.found)
-        members: list[PoolMember] = []
-        raw_members = r.list(m.at("members"), m.require("members", "the virtual servers of the pool"))
-        if raw_members is not None and not raw_members:
-            r.error(m.at("members"), "a pool needs at least one member")
-        for i, entry in enumerate(raw_members or []):
-            at = (*m.at("members"), i)
-            ratio: int | None = 1
-            if isinstance(entry, dict):
-                e = Mapping(r, at, entry)
-                vs_name = e.require("virtual_server", "a virtual server name")
-                ratio = e.integer("ratio", 1, 0, MAX_RATIO)
-                e.done()
-                at = (*at, "virtual_server")
-            else:
-                vs_name = entry
-            vs_name = r.name(at, vs_name, "virtual server name")
-            if vs_name is None or ratio is None:
-                continue
-            if r.known(at, vs_name, "virtual_server", vss, "virtual server") is None:
-                r.broken.add(("pool-incomplete", name))
-                continue
-            vs = vss[vs_name]
-            if any(p.vs is vs for p in members):
-                r.error(at, f"virtual server {vs_name!r} is listed twice in this pool")
-                continue
-            addresses = () if vs.address is None else (vs.address,)
-            facts = ServerFacts(vs.name, False, frozenset([name]), frozenset([vs.datacenter]), addresses)
-            members.append(PoolMember(vs, ratio, topology.server_mask(facts)))
+        members = _members(r, m, name, vss, topology)
         fallback_ips = []
         if m.has("fallback_ip"):
             items = r.list(m.at("fallback_ip"), m.get("fallback_ip"), allow_scalar=True) or []
@@ -127,6 +102,14 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
                 if address is not None:
                     fallback_ips.append(address)
         methods = _methods(r, m, bool(fallback_ips))
+        listed = m.get("members", [])
+        answers = bool(fallback_ips) and "fallback_ip" in methods.names()
+        if listed == [] and (m.has("members") or m.has("fallback_ip")) and not answers:
+            r.error(
+                m.at("members") if m.has("members") else path,
+                "a pool needs at least one member, or else 'fallback_ip' addresses and the method fallback_ip"
+                " in its load_balancing (a pool without members answers only by fallback_ip)",
+            )
         ttl = m.integer("ttl", 30, 0, MAX_TTL)
         max_answers = m.integer("max_answers", 1, 1, MAX_ANSWERS)
         tolerance = Tolerance()
@@ -155,16 +138,56 @@ def read_pools(r: Reader, raw: Any, vss: MappingT[str, VirtualServer], topology:
             if sp is not None:
                 static_persist = _prefixes(sp, 32, 128)
                 sp.done()
+        admin = m.string("admin_state", "enabled", ADMIN_STATES)
         m.done()
         if len(r.problems.found) > before:
             r.broken.add(("pool-incomplete", name))  # wide IPs cannot judge its address families
-        if ttl is None or max_answers is None:
+        if ttl is None or max_answers is None or admin is None:
             r.broken.add(("pool", name))
             continue
         out[name] = Pool(
-            name, tuple(members), methods, ttl, max_answers, tuple(fallback_ips), static_persist, tolerance, qos
+            name, tuple(members), methods, ttl, max_answers, tuple(fallback_ips), static_persist, tolerance, qos, admin
         )
     return out
+
+
+def _members(
+    r: Reader, m: Mapping, pool: str, vss: MappingT[str, VirtualServer], topology: Topology
+) -> list[PoolMember]:
+    """A pool's members: virtual server names, or {virtual_server, ratio, admin_state}. The
+    key may be absent (or the list empty) only where the pool answers by fallback_ip."""
+    members: list[PoolMember] = []
+    if not m.has("members") and not m.has("fallback_ip"):
+        m.require("members", "the virtual servers of the pool, or else its fallback_ip addresses")
+        return members
+    raw_members = r.list(m.at("members"), m.get("members", []))
+    for i, entry in enumerate(raw_members or []):
+        at = (*m.at("members"), i)
+        ratio: int | None = 1
+        admin: str | None = "enabled"
+        if isinstance(entry, dict):
+            e = Mapping(r, at, entry)
+            vs_name = e.require("virtual_server", "a virtual server name")
+            ratio = e.integer("ratio", 1, 0, MAX_RATIO)
+            admin = e.string("admin_state", "enabled", ADMIN_STATES)
+            e.done()
+            at = (*at, "virtual_server")
+        else:
+            vs_name = entry
+        vs_name = r.name(at, vs_name, "virtual server name")
+        if vs_name is None or ratio is None or admin is None:
+            continue
+        if r.known(at, vs_name, "virtual_server", vss, "virtual server") is None:
+            r.broken.add(("pool-incomplete", pool))
+            continue
+        vs = vss[vs_name]
+        if any(p.vs is vs for p in members):
+            r.error(at, f"virtual server {vs_name!r} is listed twice in this pool")
+            continue
+        addresses = () if vs.address is None else (vs.address,)
+        facts = ServerFacts(vs.name, False, frozenset([pool]), frozenset([vs.datacenter]), addresses)
+        members.append(PoolMember(vs, ratio, topology.server_mask(facts), admin))
+    return members
 
 
 def _pool_ref(r: Reader, at: KeyPath, entry: Any, pools: MappingT[str, Pool], topology: Topology) -> PoolRef | None:
@@ -262,11 +285,12 @@ def read_wideips(
                 fallback_ips.append(address)
         if failure == "fallback_ip" and not m.has("fallback_ip"):
             r.error(m.at("failure_response"), "fallback_ip needs the wide IP's 'fallback_ip' address(es)")
+        admin = m.string("admin_state", "enabled", ADMIN_STATES)
         m.done()
         if TYPE_CNAME in types and len(types) > 1:
             r.error(m.at("type"), "a CNAME wide IP has no other type (RFC 1034 3.6.2: a CNAME stands alone)")
             continue
-        if labels is None or pool_lb is None or not types:
+        if labels is None or pool_lb is None or not types or admin is None:
             continue
         if TYPE_CNAME in types and not _alone(r, path, labels, zones):
             continue
@@ -291,6 +315,8 @@ def read_wideips(
             failure,
             tuple(fallback_ips),
             aliases=taken,
+            admin_state=admin,
+            configured_admin=configured_admin(text, admin, [*refs, *([last_resort] if last_resort else [])]),
         )
     yield from wideipnames.check_cnames(r, claims.wildcards(), zones)
     return out
