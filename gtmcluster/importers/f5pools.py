@@ -26,6 +26,7 @@ QOS = {
     "qos-packet-rate": "packet_rate",
     "qos-kilobytes-second": "kbps",
 }
+SLOTS = (("preferred", "load-balancing-mode"), ("alternate", "alternate-mode"), ("fallback", "fallback-mode"))
 
 
 #: pool and member settings read only to see that they are at F5's default (then they change
@@ -138,8 +139,11 @@ def inert(s: TmshState, node: Node, what: str) -> set[str]:
         key = child.key
         if key in INERT:
             defaults, why = INERT[key]
+        elif key.startswith("limit-") and key.endswith("-status"):
+            defaults, why = ("disabled",), LIMIT_WHY
         elif key.startswith("limit-"):
-            defaults, why = (("disabled",) if key.endswith("-status") else (value(child),)), LIMIT_WHY
+            read.add(key)  # (a limit acts only while its status is enabled)
+            continue
         else:
             continue
         read.add(key)
@@ -160,9 +164,6 @@ def number(s: TmshState, text: str | None, default: int, lo: int, hi: int, where
     if kept != int(text):
         s.imp.changed(where, f"{what} {text}", f"out of our range ({lo} to {hi}): {kept} is used")
     return kept
-
-
-SLOTS = (("preferred", "load-balancing-mode"), ("alternate", "alternate-mode"), ("fallback", "fallback-mode"))
 
 
 def methods(s: TmshState, settings: dict[str, Node], what: str, has_fallback: bool, pool_where: str) -> dict[str, str]:
