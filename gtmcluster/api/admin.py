@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from gtmcluster.api.server import ApiError
@@ -83,6 +84,7 @@ def wideips(node: Node) -> dict[str, Any]:
 
 def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
     snapshot = node.health.snapshot
+    states = snapshot.admin  # (operators' records of pools, pool members and wide IPs)
     out = {}
     for n, wideip in enumerate(node.config.wideips.values()):
         if n % PER_STEP == PER_STEP - 1:
@@ -104,9 +106,12 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
                             "datacenter": m.vs.datacenter,
                             "ratio": m.ratio,
                             "available": snapshot.vs_up(m.vs),
+                            "admin": _admin(states, "member", f"{pool.name}/{m.name}", m.admin_state),
                         }
                         for m in pool.members
                     ],
+                    "fallback_ip": [str(a) for a in pool.fallback_ips],
+                    "admin": _admin(states, "pool", pool.name, pool.admin_state),
                 }
             )
         out[wideip.name] = {
@@ -117,8 +122,15 @@ def wideips_steps(node: Node) -> Steps[dict[str, Any]]:
             "persistence": {"ttl": wideip.persistence.ttl} if wideip.persistence else None,
             "failure_response": wideip.failure_response,
             "aliases": [names.to_text(a).rstrip(".") for a in wideip.aliases],
+            "admin": _admin(states, "wideip", wideip.name, wideip.admin_state),
         }
     return {"node": node.member.name, "wideips": out}
+
+
+def _admin(states: Mapping[str, admin.AdminState], level: str, name: str, configured: str) -> str:
+    """The admin state that applies to an object: an operator's record, else the config's."""
+    held = states.get(f"{level}/{name}")
+    return configured if held is None else held.state
 
 
 def set_admin(node: Node, name: str, action: str) -> dict[str, Any]:
@@ -234,13 +246,18 @@ def _wideip_name(config: Config, name: str) -> str:
 
 
 def admin_states(node: Node) -> list[dict[str, Any]]:
-    """Every admin state set by an operator (enabled ones too: who enabled what, when)."""
+    """Every admin state set by an operator (enabled ones too: who enabled what, when), and
+    the config's own states of pools, pool members and wide IPs other than enabled where no
+    operator's record overrides them (``"configured": true``)."""
     out = []
+    held = set()
     for record in node.store.scan("admin/"):
         parsed = admin.parse_key(record.key)
         state = admin.from_value(parsed[0], parsed[1], record.value) if parsed is not None else None
         if state is not None:
             out.append(state.to_json())
+            held.add(f"{state.level}/{state.name}")
+    out.extend(s.to_json() for key, s in node.config.admin_defaults.items() if key not in held)
     out.sort(key=lambda s: (admin.LEVELS.index(s["level"]), s["name"]))
     return out
 

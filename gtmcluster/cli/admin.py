@@ -42,7 +42,8 @@ ADMIN_STATE = Obj(
         "reason": Maybe(str),
         "at": Maybe(float),
         "node": Maybe(str),
-    }
+    },
+    optional={"configured": bool},
 )
 #: what `render` reads of the answer to a change (`gtmcluster.cli.shape`)
 CHANGED = Obj(

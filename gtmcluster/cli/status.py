@@ -316,7 +316,8 @@ def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], sum
 
 def admin_lines(statuses: dict[str, dict[str, Any]]) -> list[str]:
     """The admin states operators set (replicated: as the first node that answered holds
-    them), those not `enabled`: what, by whom, when, where, why."""
+    them), those not `enabled`: what, by whom, when, where, why; and those the config sets
+    that no operator's record overrides."""
     held = next((s.get("admin") for s in statuses.values() if "error" not in s), None)
     if not held:
         return []
@@ -326,6 +327,9 @@ def admin_lines(statuses: dict[str, dict[str, Any]]) -> list[str]:
             continue
         level = LEVEL_WORDS.get(a["level"], a["level"])
         state = "draining" if a["state"] == "drain" else a["state"]
+        if a.get("configured") is True:  # (the config's admin_state: no operator's record)
+            out.append(f"{level} {a['name']} {state} in the config")
+            continue
         where = f" on {a['node']}" if a["node"] else ""
         why = f": {a['reason']}" if a["reason"] else ""
         out.append(f"{level} {a['name']} {state} by {a['by'] or '?'} at {when(a['at'])}{where}{why}")

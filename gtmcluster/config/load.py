@@ -19,6 +19,7 @@ from typing import Any
 from gtmcluster import slices
 from gtmcluster.config import bundle, files, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
 from gtmcluster.config import links as link_settings
+from gtmcluster.config import pools as pool_settings
 from gtmcluster.config.apisettings import api_beyond_loopback, read_api
 from gtmcluster.config.model import (
     ApiSettings,
@@ -220,10 +221,12 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     topology = yield from traffic.read_topology(
         r, top.get("topology"), regions, datacenters, pool_names, vs_names, databases
     )
-    pools = yield from traffic.read_pools(r, raw_pools, vss, topology)
+    pools = yield from pool_settings.read_pools(r, raw_pools, vss, topology)
     lookup_zones = ZoneSet(z.build() for z in zone_data)
     yield from parsed.wanted("wideips")
-    wideips = yield from traffic.read_wideips(r, top.get("wideips", {}), pools, topology, lookup_zones, broken_zones)
+    wideips = yield from pool_settings.read_wideips(
+        r, top.get("wideips", {}), pools, topology, lookup_zones, broken_zones
+    )
     link_settings.check_methods(r, pools, wideips.values())
     top.done()
     yield from parsed.complete()

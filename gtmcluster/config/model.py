@@ -11,7 +11,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gtmcluster import slices
@@ -19,6 +21,7 @@ from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, Traff
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import RData, ZoneSet
+from gtmcluster.health.admin import AdminState
 from gtmcluster.topology.records import Topology
 
 if TYPE_CHECKING:
@@ -201,6 +204,9 @@ class PoolMember:
     ratio: int
     #: indexes of topology records whose server selector matches this member in this pool
     topology_mask: frozenset[int]
+    #: enabled | disabled | drain in this pool: the configured default, which an operator's
+    #: record ``admin/member/POOL/SERVER`` overrides (`health.admin`)
+    admin_state: str = "enabled"
 
     @property
     def name(self) -> str:
@@ -250,6 +256,9 @@ class Pool:
     static_persist: Prefixes
     rtt_tolerance: Tolerance = Tolerance()
     qos: QosWeights = QosWeights()
+    #: enabled | disabled | drain: the configured default (an operator's ``admin/pool/NAME``
+    #: record overrides it); a pool without members answers only by `fallback_ip`
+    admin_state: str = "enabled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +307,12 @@ class WideIP:
     fallback_ips: tuple[IPAddress, ...] = ()  # for failure_response: fallback_ip
     #: more names answered exactly as this one (lowercased labels; ``*.`` wildcards too)
     aliases: tuple[Name, ...] = ()
+    #: enabled | disabled | drain: the configured default (an operator's record overrides it)
+    admin_state: str = "enabled"
+    #: the configured admin states other than `enabled` of this wide IP, its pools (the last
+    #: resort's too) and their members, by the keys the balancer reads ("wideip/NAME",
+    #: "pool/NAME", "member/POOL/SERVER"): made once, when the config is read; usually empty
+    configured_admin: Mapping[str, AdminState] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,6 +540,18 @@ class Config:
     #: secret files, signing keys, log folder...), as resolved -> as written
     own_paths: Mapping[Path, str] = field(repr=False, compare=False, default_factory=dict)
 
+    @cached_property
+    def admin_defaults(self) -> Mapping[str, AdminState]:
+        """The configured admin states other than `enabled` of every pool, pool member and
+        wide IP, by "<level>/<name>" (what applies where no operator's record is held)."""
+        found: dict[str, AdminState] = {}
+        for pool in self.pools.values():
+            found.update(_pool_admin(pool))
+        for wideip in self.wideips.values():
+            if wideip.admin_state != "enabled":
+                found[f"wideip/{wideip.name}"] = AdminState("wideip", wideip.name, wideip.admin_state, configured=True)
+        return MappingProxyType(found)
+
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:
             if m.name == name:
@@ -538,6 +565,31 @@ class Config:
 
     def state_dir_for(self, node: str) -> Path:
         return self.base_dir / self.state_dir.replace("{node}", node)
+
+
+def configured_admin(wideip: str, state: str, refs: Iterable[PoolRef]) -> Mapping[str, AdminState]:
+    """`WideIP.configured_admin` of wide IP *wideip* (configured *state*) using *refs*."""
+    found: dict[str, AdminState] = {}
+    if state != "enabled":
+        found[f"wideip/{wideip}"] = AdminState("wideip", wideip, state, configured=True)
+    for ref in refs:
+        found.update(_pool_admin(ref.pool))
+    return MappingProxyType(found) if found else _NO_ADMIN
+
+
+def _pool_admin(pool: Pool) -> dict[str, AdminState]:
+    """The configured admin states other than `enabled` of *pool* and its members."""
+    found = {}
+    if pool.admin_state != "enabled":
+        found[f"pool/{pool.name}"] = AdminState("pool", pool.name, pool.admin_state, configured=True)
+    for m in pool.members:
+        if m.admin_state != "enabled":
+            name = f"{pool.name}/{m.name}"
+            found[f"member/{name}"] = AdminState("member", name, m.admin_state, configured=True)
+    return found
+
+
+_NO_ADMIN: Mapping[str, AdminState] = MappingProxyType({})
 
 
 def servers_of(wideip: WideIP) -> dict[str, None]:

@@ -22,6 +22,10 @@ objects above it. An object is as restricted as the most restricted of its own s
 the states of what it is in: a server in a disabled data center is disabled whatever its
 own state; one in a draining data center drains.
 
+A record overrides the config's `admin_state` of its object (virtual servers, pools, pool
+members and wide IPs have one): `enable` gives back an object the config disables; with no
+record, the config's state applies (`AdminState.configured`).
+
 Pure: no Twisted, no I/O.
 """
 
@@ -69,15 +73,19 @@ class AdminState:
     reason: str = ""
     at: float | None = None
     node: str = ""
+    #: the config's `admin_state` (no record: the default a record overrides)
+    configured: bool = False
 
     def describe(self) -> str:
-        """For reasons and traces: "data center DC1 disabled by alice (maintenance)"."""
-        who = f" by {self.by}" if self.by else ""
+        """For reasons and traces: "data center DC1 disabled by alice (maintenance)",
+        "pool maint disabled in the config"."""
+        who = " in the config" if self.configured else f" by {self.by}" if self.by else ""
         why = f" ({self.reason})" if self.reason else ""
         return f"{LEVEL_WORDS.get(self.level, self.level)} {self.name} {_word(self.state)}{who}{why}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """As the API lists it; the config's own (no record) with ``"configured": true``."""
+        out = {
             "level": self.level,
             "name": self.name,
             "state": self.state,
@@ -86,6 +94,9 @@ class AdminState:
             "at": self.at,
             "node": self.node,
         }
+        if self.configured:
+            out["configured"] = True
+        return out
 
 
 def _word(state: str) -> str:

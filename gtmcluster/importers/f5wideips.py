@@ -62,12 +62,8 @@ def wideip(s: TmshState, node: Node) -> None:
             wideip["last_resort_pool"] = ours
     if "rules" in settings:
         s.imp.lost(settings["rules"].where, f"{what} rules", "iRules have no equivalent")
-    if "disabled" in settings:
-        s.imp.unmapped(
-            settings["disabled"].where,
-            what,
-            "disabled on F5: imported enabled (disable it with gtmcluster disable)",
-        )
+    if "disabled" in settings:  # (answers its failure_response, as F5's falls to the zone)
+        wideip["admin_state"] = "disabled"
     handled = {"pools", "pool-lb-mode", "aliases", "persistence", "ttl-persistence", "persist-cidr-ipv4",
                "persist-cidr-ipv6", "last-resort-pool", "rules", "enabled", "disabled", "pools-cname"}  # fmt: skip
     s.leftovers(node, handled, what)
@@ -89,6 +85,11 @@ def add_wideip(s: TmshState, name: str, wideip: dict[str, Any], where: str, sour
             why += "; a CNAME cannot share its name with another type here"
         s.imp.lost(where, source, why + ": not imported")
         return
+    if wideip.get("admin_state") != old.value.get("admin_state"):  # (one admin state for both types)
+        disabled = wideip["type"] if wideip.get("admin_state") else "/".join(types)
+        why = f"disabled on F5 for {disabled} only; one wide IP here answers both types: imported enabled"
+        s.imp.changed(where, f"wideip {name}", why)
+        old.value.pop("admin_state", None)
     old.value["type"] = [*types, wideip["type"]]
     old.value["pools"] = old.value["pools"] + [p for p in wideip["pools"] if p not in old.value["pools"]]
     if wideip.get("pool_lb") != old.value.get("pool_lb"):

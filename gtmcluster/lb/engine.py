@@ -11,7 +11,11 @@ Operators' admin states (`health.admin`) of pools, pool members and wide IPs app
 pool or pool member is no candidate, for anyone; a draining one is no candidate for new
 clients, while clients held by persistence keep it. A disabled wide IP answers with its
 `failure_response` (as when no pool has an available member), persistence aside; a
-draining one does so for new clients only.
+draining one does so for new clients only. Where no operator's record is held, the
+config's `admin_state` of the object applies (`WideIP.configured_admin`, made when the
+config is read: with nothing configured other than enabled, it costs nothing here).
+
+A pool may have no members: it answers by `fallback_ip` alone (F5's fallback-only pool).
 
 Only servers answering the queried type are candidates: by their address's family for A
 and AAAA, by their record for CNAME, MX, SRV and NAPTR (`config.targets`).
@@ -22,7 +26,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -151,7 +155,11 @@ class Balancer:
 
     def _decide(self, wideip: WideIP, qtype: int, client: Client, ctx: Context) -> Decision:
         version = 4 if qtype == TYPE_A else 6 if qtype == TYPE_AAAA else 0
-        run = _Run(ctx, version, qtype, admin=self.availability.admin_states())
+        held = self.availability.admin_states()
+        configured = wideip.configured_admin
+        if configured:  # (operators' records over the config's states: a record wins)
+            held = _Layered(held, configured) if held else configured
+        run = _Run(ctx, version, qtype, admin=held)
         admin = run.admin_state(f"wideip/{wideip.name}") if run.admin else None
         if admin is not None and admin.state == DISABLED:
             run.steps.append(_admin_step(f"wideip {wideip.name}", admin))
@@ -401,6 +409,31 @@ class Balancer:
                 addresses, targets = _records(tuple(m.vs for m in picked))
                 return _PoolOutcome(Action.ANSWER, picked, addresses, method, counted, targets)
         return _PoolOutcome(Action.NOTHING)
+
+
+class _Layered(Mapping[str, AdminState]):
+    """Operators' admin records over the config's admin states: a record, whatever its
+    state (an `enable` too), wins over the config's."""
+
+    __slots__ = ("configured", "records")
+
+    def __init__(self, records: Mapping[str, AdminState], configured: Mapping[str, AdminState]) -> None:
+        self.records = records
+        self.configured = configured
+
+    def __getitem__(self, key: str) -> AdminState:
+        found = self.records.get(key)
+        return self.configured[key] if found is None else found
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.records
+        yield from (k for k in self.configured if k not in self.records)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:  # (not by its length: that walks the records)
+        return bool(self.records or self.configured)
 
 
 def _records(chosen: tuple[VirtualServer, ...]) -> tuple[tuple[IPAddress, ...], tuple[RecordTarget, ...]]:

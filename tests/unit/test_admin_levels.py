@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.api import admin as api_admin
+from gtmcluster.cli import status as status_cli
 from gtmcluster.config.model import WideIP
 from gtmcluster.health import admin
 from gtmcluster.health.status import evaluate
@@ -265,3 +266,144 @@ def test_an_admin_record_of_another_shape_counts_for_nothing(tmp_path: Path) -> 
     assert node.health.snapshot.vs["vs1"].available
     assert ask(node, "gslb.example.test").members == ("vs1",)
     assert admin.from_value("pool", "p", {"state": "drain", "at": True}) == admin.AdminState("pool", "p", "drain")
+
+
+# -- admin states in the config: the default an operator's record overrides ------------------
+
+
+def configured_node(tmp_path: Path, change: dict[tuple[str, str], dict[str, Any]]) -> Node:
+    """A node of `config()` with *change* applied: {("pools", "p"): {"admin_state": ...}}."""
+    raw = config()
+    for path, settings in change.items():
+        target = raw
+        for key in path:
+            target = target[key]
+        target.update(settings)
+    node = Node(load_config(tmp_path, raw), "n1", clock=FakeClock(), rng=random.Random(1))
+    node.ready = True
+    return node
+
+
+def test_a_pool_disabled_in_the_config_is_skipped_until_an_operator_enables_it(tmp_path: Path) -> None:
+    """Pool p `admin_state: disabled`: gslb answers from backup, the trace saying the config
+    took p out; its servers stay available elsewhere. `gtmcluster enable pool p` (a record)
+    overrides the config at the next query; a later disable record takes it out again."""
+    node = configured_node(tmp_path, {("pools", "p"): {"admin_state": "disabled"}})
+    decision = ask(node, "plain.example.test")
+    assert decision.action is Action.RETURN_TO_DNS  # (plain's only pool)
+    decision = ask(node, "gslb.example.test")
+    assert (decision.pool, decision.members) == ("backup", ("vs2",))
+    assert any(
+        s.slot == "admin" and s.note == "pool p disabled in the config: out for every client" for s in decision.trace
+    )
+    assert ask(node, "one.example.test").members == ("vs1",)
+    set_state(node, "pool", "p", "enable")
+    assert ask(node, "plain.example.test").members == ("vs1",)
+    assert ask(node, "gslb.example.test", "127.0.1.5").pool == "p"
+    set_state(node, "pool", "p", "disable")
+    assert ask(node, "plain.example.test").action is Action.RETURN_TO_DNS
+
+
+def test_a_pool_member_disabled_in_the_config_is_out_of_that_pool_only(tmp_path: Path) -> None:
+    """p's member vs1 `admin_state: disabled`: r1 clients get vs3 (topology's next) from p;
+    pool one still answers with vs1; an operator's enable gives vs1 back to p."""
+    member = {"virtual_server": "vs1", "admin_state": "disabled"}
+    node = configured_node(tmp_path, {("pools", "p"): {"members": [member, "vs2", "vs3"]}})
+    assert node.config.pools["p"].members[0].admin_state == "disabled"
+    decision = ask(node, "plain.example.test")
+    assert (decision.pool, decision.members) == ("p", ("vs3",))
+    assert any("pool member p/vs1 disabled in the config" in s.note for s in decision.trace)
+    assert ask(node, "one.example.test").members == ("vs1",)
+    set_state(node, "pool-member", "p/vs1", "enable")
+    assert ask(node, "plain.example.test").members == ("vs1",)
+
+
+def test_a_wideip_disabled_in_the_config_answers_its_failure_response(tmp_path: Path) -> None:
+    """A wide IP `admin_state: disabled` answers as one disabled by an operator: its
+    failure_response (here return_to_dns: the zone answers); enabled by an operator, it
+    answers from its pools."""
+    node = configured_node(tmp_path, {("wideips", "plain.example.test"): {"admin_state": "disabled"}})
+    decision = ask(node, "plain.example.test")
+    assert decision.action is Action.RETURN_TO_DNS
+    assert decision.trace[0].note == "wide IP plain.example.test disabled in the config: out for every client"
+    assert ask(node, "gslb.example.test").members == ("vs1",)
+    set_state(node, "wideip", "plain.example.test", "enable")
+    assert ask(node, "plain.example.test").members == ("vs1",)
+
+
+def test_a_last_resort_pool_disabled_in_the_config_is_not_used(tmp_path: Path) -> None:
+    """other.example.test's pool solo (vs2) down: its last resort pool one would answer,
+    but not while the config disables it."""
+    wideip = {"last_resort_pool": "one"}
+    node = configured_node(tmp_path, {("wideips", "other.example.test"): wideip})
+    set_state(node, "virtual-server", "vs2", "disable")
+    assert ask(node, "other.example.test").pool == "one"
+    node = configured_node(
+        tmp_path / "off", {("wideips", "other.example.test"): wideip, ("pools", "one"): {"admin_state": "disabled"}}
+    )
+    set_state(node, "virtual-server", "vs2", "disable")
+    assert ask(node, "other.example.test").action is Action.RETURN_TO_DNS
+
+
+def test_a_pool_draining_in_the_config_takes_no_new_clients(tmp_path: Path) -> None:
+    node = configured_node(tmp_path, {("pools", "p"): {"admin_state": "drain"}})
+    assert node.decide(wip(node, "gslb.example.test"), A, client(R1)).pool == "backup"
+
+
+def test_the_admin_list_shows_the_configs_states_until_a_record_overrides_them(tmp_path: Path) -> None:
+    """`GET /api/v1/admin` (and `status`) list the config's states other than enabled, marked
+    configured; an operator's record takes the place of the config's in the list. The wide
+    IP listing shows the state that applies to each wide IP, pool and member."""
+    member = {"virtual_server": "vs2", "admin_state": "drain"}
+    node = configured_node(
+        tmp_path,
+        {
+            ("pools", "p"): {"admin_state": "disabled"},
+            ("pools", "backup"): {"members": [member]},
+            ("wideips", "plain.example.test"): {"admin_state": "disabled"},
+        },
+    )
+    listed = {(s["level"], s["name"]): s for s in api_admin.admin_states(node)}
+    assert listed == {
+        ("pool", "p"): {
+            "level": "pool", "name": "p", "state": "disabled", "by": "", "reason": "", "at": None, "node": "",
+            "configured": True,
+        },
+        ("member", "backup/vs2"): {
+            "level": "member", "name": "backup/vs2", "state": "drain", "by": "", "reason": "", "at": None,
+            "node": "", "configured": True,
+        },
+        ("wideip", "plain.example.test"): {
+            "level": "wideip", "name": "plain.example.test", "state": "disabled", "by": "", "reason": "",
+            "at": None, "node": "", "configured": True,
+        },
+    }  # fmt: skip
+    lines = status_cli.admin_lines({"n1": {"admin": api_admin.admin_states(node)}})
+    assert "  pool p disabled in the config" in lines
+    assert "  pool member backup/vs2 draining in the config" in lines
+    set_state(node, "pool", "p", "enable")
+    listed = {(s["level"], s["name"]): s for s in api_admin.admin_states(node)}
+    assert listed[("pool", "p")]["state"] == "enabled" and "configured" not in listed[("pool", "p")]
+    wideips = api_admin.wideips(node)["wideips"]
+    assert wideips["plain.example.test"]["admin"] == "disabled"
+    pools = {p["name"]: p for p in wideips["gslb.example.test"]["pools"]}
+    assert (pools["p"]["admin"], pools["backup"]["admin"], pools["backup"]["members"][0]["admin"]) == (
+        "enabled",
+        "enabled",
+        "drain",
+    )
+
+
+def test_nothing_configured_other_than_enabled_adds_nothing_to_decide(tmp_path: Path) -> None:
+    """With no admin_state in the config, no wide IP carries configured states (the
+    balancer then looks up only operators' records, as before)."""
+    node = make_node(tmp_path)
+    assert all(not w.configured_admin for w in node.config.wideips.values())
+    assert node.config.admin_defaults == {}
+
+
+def test_a_reload_applies_the_new_configs_admin_states(tmp_path: Path) -> None:
+    node = configured_node(tmp_path, {("pools", "p"): {"admin_state": "disabled"}})
+    assert ask(node, "plain.example.test").action is Action.RETURN_TO_DNS
+    node.reload(load_config(tmp_path / "again", config()))
+    assert ask(node, "plain.example.test").members == ("vs1",)

@@ -819,6 +819,18 @@ MISSING = [
         "missing key 'virtual_server'",
         id="pool-member-virtual_server",
     ),
+    pytest.param(
+        put("pools", "p", value={"members": [], "fallback_ip": "192.0.2.9"}),
+        "pools.p.members",
+        "a pool needs at least one member, or else 'fallback_ip' addresses and the method fallback_ip",
+        id="pool-empty-fallback-not-a-method",
+    ),
+    pytest.param(
+        put("pools", "p", value={"fallback_ip": "192.0.2.9", "load_balancing": {"preferred": "round_robin"}}),
+        "pools.p",
+        "a pool without members answers only by fallback_ip",
+        id="pool-no-members-fallback-not-a-method",
+    ),
     pytest.param(drop(*WIP, "pools"), WIP_PATH, "missing key 'pools'", id="wideip-pools"),
     pytest.param(
         put(*WIP, "pools", value=[]), f"{WIP_PATH}.pools", "a wide IP needs at least one pool", id="wideip-empty"
@@ -841,6 +853,34 @@ MISSING = [
 ]
 
 
+ADMIN_STATES = [
+    pytest.param(
+        put("pools", "p", "admin_state", value="off"),
+        "pools.p.admin_state",
+        "'off' is not one of: enabled, disabled, drain",
+        id="pool",
+    ),
+    pytest.param(
+        put("pools", "p", "members", 0, value={"virtual_server": "vs1", "admin_state": "disable"}),
+        "pools.p.members[0].admin_state",
+        "'disable' is not one of: enabled, disabled, drain (did you mean 'disabled'?)",
+        id="pool-member",
+    ),
+    pytest.param(
+        put(*WIP, "admin_state", value=False),
+        f"{WIP_PATH}.admin_state",
+        "must be a non-empty string, not a boolean",
+        id="wideip",
+    ),
+    pytest.param(
+        put("pools", "p", "members", 0, value={"virtual_server": "vs1", "enabled": False}),
+        "pools.p.members[0].enabled",
+        "unknown key; known keys here: virtual_server, ratio, admin_state",
+        id="pool-member-enabled",
+    ),
+]
+
+
 def _prefixed(prefix: str, params: list[Any]) -> list[Any]:
     return [pytest.param(*p.values, id=f"{prefix}-{p.id}") for p in params]
 
@@ -855,6 +895,7 @@ SINGLE_MISTAKES = [
     *_prefixed("method", METHODS),
     *_prefixed("wideip", WIDEIP_PLACEMENT),
     *_prefixed("missing", MISSING),
+    *_prefixed("admin-state", ADMIN_STATES),
 ]
 
 

@@ -313,6 +313,35 @@ def test_fallback_ip_answers_when_members_are_down(tmp_path: Path) -> None:
     assert ask(balancer(config), config, R1).members == ("vs1",)
 
 
+def test_a_pool_without_members_answers_its_fallback_address(tmp_path: Path) -> None:
+    """A pool with no members and fallback_ip in its chain (F5's fallback-only pool: a
+    maintenance address) is a candidate and answers its fallback address, whichever slot
+    holds fallback_ip; for AAAA it has no address, and the next pool answers."""
+    maint = {"fallback_ip": "10.200.30.43", "load_balancing": {"preferred": "fallback_ip"}}
+    late = {"members": [], "fallback_ip": ["10.200.30.44"], "load_balancing": {"fallback": "fallback_ip"}}
+    pools = {"maint": maint, "late": late, "p6": {"members": ["vs2-6"]}}
+    wide = {"type": ["A", "AAAA"], "pools": ["maint", "p6"], "pool_lb": "global_availability"}
+    config = load_config(tmp_path, cfg(pools, wide))
+    assert config.pools["maint"].members == ()
+    d = ask(balancer(config), config, R1)
+    assert (d.action, addresses(d), d.pool, d.members, d.method) == (
+        Action.ANSWER,
+        ["10.200.30.43"],
+        "maint",
+        (),
+        "fallback_ip",
+    )
+    d6 = ask(balancer(config), config, R1, TYPE_AAAA)
+    assert (d6.pool, addresses(d6)) == ("p6", ["2001:db8:2::1"])
+    config = load_config(tmp_path / "late", cfg(pools, {"type": "A", "pools": ["late"]}))
+    d = ask(balancer(config), config, R1)
+    assert (addresses(d), d.slot) == (["10.200.30.44"], "fallback")
+    assert [(s.slot, s.note) for s in d.trace[1:]] == [
+        ("preferred", "no available member"),
+        ("fallback", "regardless of health"),
+    ]
+
+
 def test_fallback_ip_respects_max_answers_and_family(tmp_path: Path) -> None:
     """With max_answers 2 an A answer holds both IPv4 fallback addresses and never the IPv6 one."""
     pool = dict(FALLBACK_POOL, max_answers=2, load_balancing={"preferred": "fallback_ip"})
