@@ -431,11 +431,7 @@ def test_findings_do_not_depend_on_imported_state() -> None:
 def test_parse_tree_of_the_samples() -> None:
     """Every sample but the broken one parses."""
     for path in DATA.iterdir():
-<<<<<<< HEAD
         if path.is_file() and path.name != "broken_gtm.conf":  # (corpus/: its own tests)
-=======
-        if path.is_file() and path.name != "broken_gtm.conf":
->>>>>>> i31-pools
             assert parse(path.read_text(), str(path))
 
 
