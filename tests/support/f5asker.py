@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Config
+from gtmcluster.config.model import Config, WideIP
+from gtmcluster.dns import names
 from gtmcluster.dns.zone import TYPE_A
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
-from tests.support.lbfakes import FakeAvailability, FakeClock, client, wideip
+from tests.support.lbfakes import FakeAvailability, FakeClock, client
 
 #: the F5 samples (tests/data/f5) and the corpus written from F5's tmsh reference
 DATA = Path(__file__).parent.parent / "data" / "f5"
@@ -110,7 +111,8 @@ def imported(tmp_path: Path, sample: Path | str) -> Config:
 
 
 class Asker:
-    """The decision engine over an imported config, with virtual servers taken down by name."""
+    """The decision engine over an imported config, with virtual servers taken down by name
+    (in `availability.down`); queried names are found as the DNS server finds them."""
 
     def __init__(self, config: Config, seed: int = 1) -> None:
         self.config = config
@@ -120,8 +122,17 @@ class Asker:
             config.topology, self.availability, StorePersistence(Store("n1", clock)), clock, random.Random(seed)
         )
 
+    def wideip(self, name: str) -> WideIP:
+        """The wide IP that answers the queried *name*, as the DNS server finds it (its own
+        name or an alias, in a served zone)."""
+        found = self.config.wideip_names.find_in(self.config.zones, names.key(names.from_text(name)))
+        if found is None:
+            raise KeyError(f"no wide IP answers {name}")
+        return found
+
     def ask(self, name: str, ldns: str, qtype: int = TYPE_A) -> Decision:
-        return self.balancer.decide(wideip(self.config, name), qtype, client(ldns))
+        """The decision for a query of *name* (a wide IP's name or alias) from *ldns*."""
+        return self.balancer.decide(self.wideip(name), qtype, client(ldns))
 
     def answer(self, name: str, ldns: str, qtype: int = TYPE_A) -> list[str]:
         return [str(a) for a in self.ask(name, ldns, qtype).addresses]
