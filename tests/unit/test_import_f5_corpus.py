@@ -37,7 +37,9 @@ from gtmcluster.lb.trace import Action, Decision
 from tests.support.f5asker import CORPUS, Asker, ImportRun, StderrFinding, check_and_load, run_import
 
 QTYPES = {"A": TYPE_A, "AAAA": TYPE_AAAA, "CNAME": TYPE_CNAME}
-ACTIONS = {a.value: a for a in Action}
+#: what a row's ``action`` may be: the engine's actions, or no_wideip (no wide IP answers the
+#: name: the zone does)
+ACTIONS = {*(a.value for a in Action), "no_wideip"}
 #: the LDNS a row asks from when it names none: in no topology record of the corpus
 DEFAULT_LDNS = "10.9.0.53"
 
@@ -111,6 +113,9 @@ def read_case(path: Path) -> Case:
         row = _keys(where, row, ROW_KEYS | set(OUTCOMES))
         if "wideip" not in row or sum(k in row for k in OUTCOMES) != 1:
             raise BadExpectation(f"{where}: a wideip and one of {', '.join(OUTCOMES)} are needed")
+        for outcome in (row, row.get("ours") or {}):
+            if "action" in outcome and outcome["action"] not in ACTIONS:
+                raise BadExpectation(f"{where}: action {outcome['action']!r} is none of {sorted(ACTIONS)}")
         if "ours" in row:
             _keys(f"{where}: ours", row["ours"], set(OUTCOMES) | {"pool", "method"})
             if not any(e.what == row.get("finding") for e in findings):
@@ -257,12 +262,16 @@ def outcome_problem(config: Config, row: dict[str, Any], want: dict[str, Any]) -
     """What is wrong with the engine's answers to *row* against *want* ("" when right)."""
     asker = Asker(config)
     asker.availability.down = set(row.get("down", ()))
+    try:
+        asker.wideip(row["wideip"])
+    except KeyError:
+        return "" if want.get("action") == "no_wideip" else "no wide IP answers this name"
+    if want.get("action") == "no_wideip":
+        return f"{asker.wideip(row['wideip']).name} answers it"
     if "answer" in want or "action" in want:
         d = _ask(config, row, asker)
         got = _answers(d)
         expected = [str(a) for a in want["answer"]] if "answer" in want else [want["action"]]
-        if "action" in want and want["action"] not in ACTIONS:
-            return f"no action {want['action']!r}"
         for key, value in (("pool", d.pool), ("method", d.method)):
             if key in want and want[key] != value:
                 return f"{key} {value}, expected {want[key]} (answer {got})"
