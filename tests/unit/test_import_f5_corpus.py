@@ -178,6 +178,8 @@ def test_every_input_has_one_expectation() -> None:
 
 
 def test_a_bad_expectation_is_refused_with_file_and_key(tmp_path: Path) -> None:
+    """A misspelt key, or a row saying ours differs without the finding that says so, is
+    an error naming the file and the row, not a row silently not checked."""
     (tmp_path / "x.conf").write_text("gtm datacenter /Common/D { }\n")
     (tmp_path / "x.yaml").write_text("exit: 0\ndecisions:\n  - {wideip: a.example.com, answr: [192.0.2.1]}\n")
     with pytest.raises(BadExpectation, match=r"x.yaml: decisions\[0\]: unknown keys \['answr'\]"):
