@@ -5,65 +5,13 @@ fallback IP), with the decision engine on the imported config."""
 from __future__ import annotations
 
 import collections
-import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
-from gtmcluster.lb.engine import Balancer
-from gtmcluster.lb.trace import Action, Decision
-from gtmcluster.state.persistence import StorePersistence
-from gtmcluster.state.store import Store
-from tests.support.lbfakes import FakeAvailability, FakeClock, client, wideip
-
-DATA = Path(__file__).parent.parent / "data" / "f5"
-
-
-def gtmcluster(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gtmcluster.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def imported(tmp_path: Path, sample: str) -> Config:
-    """Import *sample* with the real CLI (stdout), check it with the real CLI, load it."""
-    done = gtmcluster("import", "f5", str(DATA / sample), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    (tmp_path / "cluster.yaml").write_text(done.stdout)
-    checked = gtmcluster("check", "--config", "cluster.yaml", cwd=tmp_path)
-    assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.startswith("cluster.yaml: OK")
-    return load(tmp_path / "cluster.yaml")
-
-
-class Asker:
-    """The decision engine over an imported config, with virtual servers taken down by name."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.availability = FakeAvailability()
-        clock = FakeClock()
-        self.balancer = Balancer(
-            config.topology, self.availability, StorePersistence(Store("n1", clock)), clock, random.Random(1)
-        )
-
-    def ask(self, name: str, ldns: str, qtype: int = TYPE_A) -> Decision:
-        return self.balancer.decide(wideip(self.config, name), qtype, client(ldns))
-
-    def answer(self, name: str, ldns: str, qtype: int = TYPE_A) -> list[str]:
-        return [str(a) for a in self.ask(name, ldns, qtype).addresses]
-
+from gtmcluster.dns.zone import TYPE_AAAA, TYPE_CNAME
+from gtmcluster.lb.trace import Action
+from tests.support.f5asker import Asker, imported
 
 # -- tmsh bigip_gtm.conf ---------------------------------------------------------------------
 
