@@ -21,7 +21,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.dns import names
 from gtmcluster.importers import assemble, f5import
-from tests.unit.test_import_f5_roundtrip import Asker, gtmcluster
+from tests.support.f5asker import Asker, gtmcluster
 
 CORPUS = Path(__file__).parent.parent / "data" / "f5" / "corpus"
 PRIVATE, PUBLIC = "10.10.0.80", "203.0.113.80"
