@@ -9,11 +9,22 @@ wide IP pool-lb-mode round-robin). Every setting not read is a finding.
 
 from __future__ import annotations
 
-from gtmcluster.importers import f5names, f5pools, f5servers, f5wideips
+from gtmcluster.importers import f5globals, f5names, f5pools, f5servers, f5wideips
 from gtmcluster.importers.f5parse import Node
 from gtmcluster.importers.f5state import DESCRIPTIVE, TmshState, value
 from gtmcluster.importers.f5topology import Selector, selector
-from gtmcluster.importers.model import Imported, digits
+from gtmcluster.importers.model import NOT_READ, Imported, digits
+
+#: gtm objects that change no answer here (one plain finding each)
+UNUSED = {
+    "prober-pool": "every member of the sync group probes; prober pools have no equivalent",
+    "rule": "an iRule no wide IP names does nothing (one a wide IP names is LOST there)",
+    "listener": "listeners are the members' dns addresses (sync_group.members)",
+}
+#: gtm objects F5 answers by that are not imported: CHANGED, with what to do
+OTHER = {
+    "link": "F5 links (limits, costs, link answers) are not imported: define links by hand (docs/links.md)",
+}
 
 
 def is_tmsh(nodes: list[Node]) -> bool:
@@ -58,17 +69,17 @@ class TmshImport:
         self.topology_records(records)
         for node in self.s.objects.pop("wideip", []):
             f5wideips.wideip(self.s, node)
+        prefixes: dict[str, int] = {}
         for node in self.s.objects.pop("global-settings", []):
-            self.global_settings(node)
+            f5globals.read(self.imp, node, prefixes)
+        f5globals.apply_static_persist(self.imp, prefixes)
         for kind, nodes in self.s.objects.items():
-            why = {
-                "prober-pool": "every member of the sync group probes; prober pools have no equivalent",
-                "rule": "iRules have no equivalent",
-                "link": "F5 links are not imported: define links by hand (docs/links.md)",
-                "listener": "listeners are the members' dns addresses (sync_group.members)",
-            }.get(kind, "no equivalent")
             for node in nodes:
-                self.imp.unmapped(node.where, " ".join(node.words), why)
+                if kind in UNUSED:
+                    self.imp.unmapped(node.where, " ".join(node.words), UNUSED[kind])
+                else:
+                    why = OTHER.get(kind, NOT_READ)
+                    self.imp.changed(node.where, " ".join(node.words), why)
         f5servers.apply_pool_monitors(self.s)
         f5servers.check_dependencies(self.s)
 
@@ -105,15 +116,3 @@ class TmshImport:
             parsed.append((int(order) if digits(order) else 1 << 62, position, ldns, server, int(score), node))
         for _, _, ldns_sel, server_sel, points, node in sorted(parsed, key=lambda t: (t[0], t[1])):
             self.s.topology.record(ldns_sel, server_sel, points, node.where, " ".join(node.words))
-
-    def global_settings(self, node: Node) -> None:
-        for child in node.children():
-            for setting in child.children() or [child]:
-                if setting.words[:2] == ["topology-longest-match", "no"]:
-                    self.imp.unmapped(
-                        setting.where, "topology-longest-match no", "ours always consult records longest match first"
-                    )
-                elif setting.words:
-                    self.imp.unmapped(
-                        setting.where, f"gtm global-settings {child.key}: {setting.text()}", "no equivalent"
-                    )
