@@ -118,7 +118,7 @@ def virtual_server(
     s.renamed("virtual server", f5, ours, node.where)
     vs: dict[str, Any] = {"address": str(dest[0]), "port": dest[1] or 80, "datacenter": dc}
     if dest[1] is None:
-        s.imp.unmapped(node.where, what, "any port: port 80 is used for its checks")
+        s.imp.changed(node.where, what, "any port: port 80 is used for its checks (give its monitor a port)")
     if "monitor" in settings:
         monitors, extra = s.monitor_names(settings["monitor"], what)
     if monitors:
@@ -143,7 +143,7 @@ def check_dependencies(s: TmshState) -> None:
             continue
         missing = [d for d in deps if d not in s.imp.virtual_servers]
         for d in missing:
-            s.imp.unmapped(entry.where, f"virtual server {name} depends-on {d}", "no such virtual server was imported")
+            s.imp.changed(entry.where, f"virtual server {name} depends-on {d}", "no such virtual server was imported")
         entry.value["depends_on"] = [d for d in deps if d not in missing]
         if not entry.value["depends_on"]:
             del entry.value["depends_on"]

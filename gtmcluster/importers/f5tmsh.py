@@ -89,7 +89,7 @@ class TmshImport:
         for child in node.children():
             if child.key != "region-members":
                 if child.words and child.key not in DESCRIPTIVE:
-                    self.imp.unmapped(child.where, f"region {f5}: {child.text()}", "no equivalent")
+                    self.imp.changed(child.where, f"region {f5}: {child.text()}", NOT_READ)
                 continue
             for member in child.children():
                 sel = selector(member.words)

@@ -90,10 +90,26 @@ def add_wideip(s: TmshState, name: str, wideip: dict[str, Any], where: str, sour
         why = f"disabled on F5 for {disabled} only; one wide IP here answers both types: imported enabled"
         s.imp.changed(where, f"wideip {name}", why)
         old.value.pop("admin_state", None)
+    first = list(old.value["pools"])
     old.value["type"] = [*types, wideip["type"]]
-    old.value["pools"] = old.value["pools"] + [p for p in wideip["pools"] if p not in old.value["pools"]]
-    if wideip.get("pool_lb") != old.value.get("pool_lb"):
-        s.imp.unmapped(
-            where, f"wideip {name}", f"pool-lb-mode differs from the other type's; {old.value['pool_lb']} is used"
-        )
+    old.value["pools"] = first + [p for p in wideip["pools"] if p not in first]
+    for kind, f5_pools in ((types[0], first), (wideip["type"], wideip["pools"])):
+        ours = [p for p in old.value["pools"] if _answers(s, p, kind)]
+        if ours != [p for p in f5_pools if _answers(s, p, kind)]:
+            why = f"one wide IP here answers both types from the pools of both: {kind} queries choose among {ours}"
+            s.imp.changed(where, f"wideip {name}", why)
+        elif kind == wideip["type"] and wideip.get("pool_lb") != old.value.get("pool_lb") and len(ours) > 1:
+            why = f"pool-lb-mode differs from the other type's; {old.value['pool_lb']} is used for {kind} queries too"
+            s.imp.changed(where, f"wideip {name}", why)
     old.source += f"; {source} ({where})"
+
+
+def _answers(s: TmshState, ref: Any, kind: str) -> bool:
+    """Whether a pool (a wide IP's reference to it) can answer *kind* (A or AAAA) queries:
+    a member or a fallback address of that family."""
+    pool = s.imp.pools[ref if isinstance(ref, str) else ref["pool"]].value
+    names = [m if isinstance(m, str) else m["virtual_server"] for m in pool["members"]]
+    addresses = [s.imp.virtual_servers[n].value.get("address", "") for n in names]
+    fallback = pool.get("fallback_ip", [])
+    addresses += fallback if isinstance(fallback, list) else [fallback]
+    return any((":" in a) == (kind == "AAAA") for a in addresses if a)
