@@ -7,25 +7,19 @@ wrote."""
 
 from __future__ import annotations
 
-import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.dns.zone import TYPE_A
 from gtmcluster.health.admin import AdminState
 from gtmcluster.importers import f5import
-from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision
-from gtmcluster.state.persistence import StorePersistence
-from gtmcluster.state.store import Store
-from tests.support.lbfakes import FakeAvailability, FakeClock, client, wideip
+from tests.support import f5asker
+from tests.support.f5asker import CORPUS, ImportRun, check_and_load, run_import
 
-SAMPLE = Path(__file__).parent.parent / "data" / "f5" / "corpus" / "fallback_disabled_gtm.conf"
+SAMPLE = CORPUS / "fallback_disabled_gtm.conf"
 LDNSES = ("198.51.100.53", "203.0.113.53", "8.8.8.8")
 
 SERVERS = """\
@@ -44,54 +38,36 @@ gtm server /Common/srv1 {
 """
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gtmcluster.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def import_and_load(tmp_path: Path, sample: Path) -> tuple[subprocess.CompletedProcess[str], Config]:
+def import_and_load(tmp_path: Path, sample: Path) -> tuple[ImportRun, Config]:
     """`gtmcluster import f5 SAMPLE` (the config on stdout), `gtmcluster check` on what it
     wrote (which must pass), and the loaded config."""
-    done = cli("import", "f5", str(sample), cwd=tmp_path)
-    assert "Traceback" not in done.stderr
-    (tmp_path / "cluster.yaml").write_text(done.stdout)
-    checked = cli("check", "--config", "cluster.yaml", cwd=tmp_path)
-    assert checked.returncode == 0 and checked.stdout.startswith("cluster.yaml: OK"), checked.stderr
-    return done, load(tmp_path / "cluster.yaml")
+    done = run_import(tmp_path, sample)
+    return done, check_and_load(tmp_path, done.stdout)
 
 
-class Asker:
-    """The decision engine over an imported config; *admin*: operators' admin records."""
+class Asker(f5asker.Asker):
+    """The decision engine over an imported config (tests/support/f5asker.py), asked from
+    the first of LDNSES unless told; *admin*: operators' admin records."""
 
     def __init__(self, config: Config, admin: dict[str, AdminState] | None = None) -> None:
-        self.config = config
-        clock = FakeClock()
-        availability = FakeAvailability(admin=admin or {})
-        self.balancer = Balancer(
-            config.topology, availability, StorePersistence(Store("n1", clock)), clock, random.Random(1)
-        )
+        super().__init__(config)
+        self.availability.admin = admin or {}
 
-    def ask(self, name: str, ldns: str = LDNSES[0]) -> Decision:
-        return self.balancer.decide(wideip(self.config, name), TYPE_A, client(ldns))
+    def ask(self, name: str, ldns: str = LDNSES[0], qtype: int = TYPE_A) -> Decision:
+        return super().ask(name, ldns, qtype)
 
     def answers(self, name: str, times: int = 4) -> set[tuple[str, ...]]:
         """Every answer *name* got, asked *times* by each LDNS."""
-        return {tuple(str(a) for a in self.ask(name, ldns).addresses) for ldns in LDNSES for _ in range(times)}
+        return {tuple(self.answer(name, ldns)) for ldns in LDNSES for _ in range(times)}
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Config]:
+def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[ImportRun, Config]:
     return import_and_load(tmp_path_factory.mktemp("pools"), SAMPLE)
 
 
 def test_the_sample_imports_with_nothing_lost_or_changed(
-    sample: tuple[subprocess.CompletedProcess[str], Config],
+    sample: tuple[ImportRun, Config],
 ) -> None:
     """Fallback-only pools and disabled objects are all mapped as F5 behaves: exit 0."""
     done, _ = sample
@@ -100,7 +76,7 @@ def test_the_sample_imports_with_nothing_lost_or_changed(
 
 
 def test_a_pool_without_members_answers_its_fallback_ip(
-    sample: tuple[subprocess.CompletedProcess[str], Config],
+    sample: tuple[ImportRun, Config],
 ) -> None:
     """maint (load-balancing-mode fallback-ip, no members) answers 10.200.30.43 to everyone;
     sorry (`members none`, alternate-mode fallback-ip) its own address by the alternate."""
@@ -117,7 +93,7 @@ def test_a_pool_without_members_answers_its_fallback_ip(
 
 
 def test_a_disabled_pool_is_skipped_and_a_disabled_member_is_not_chosen(
-    sample: tuple[subprocess.CompletedProcess[str], Config],
+    sample: tuple[ImportRun, Config],
 ) -> None:
     """www.example.com (global availability over web_dc2, then web): web_dc2 is disabled,
     so web answers; its member vs1 is disabled, so round robin only ever gives vs2."""
@@ -132,7 +108,7 @@ def test_a_disabled_pool_is_skipped_and_a_disabled_member_is_not_chosen(
     ]
 
 
-def test_a_disabled_wideip_gives_the_query_to_the_zone(sample: tuple[subprocess.CompletedProcess[str], Config]) -> None:
+def test_a_disabled_wideip_gives_the_query_to_the_zone(sample: tuple[ImportRun, Config]) -> None:
     """F5 hands a disabled wide IP's queries to the DNS zone; ours answers its
     failure_response, return_to_dns (the zone) by default."""
     _, config = sample
@@ -140,7 +116,7 @@ def test_a_disabled_wideip_gives_the_query_to_the_zone(sample: tuple[subprocess.
 
 
 def test_an_operators_enable_overrides_the_imported_disabled_states(
-    sample: tuple[subprocess.CompletedProcess[str], Config],
+    sample: tuple[ImportRun, Config],
 ) -> None:
     """As on F5, enabling what the configuration disabled brings it back: an `enable`
     record of the pool, the member and the wide IP."""
