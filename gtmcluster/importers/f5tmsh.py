@@ -69,6 +69,7 @@ class TmshImport:
             for node in nodes:
                 self.imp.unmapped(node.where, " ".join(node.words), why)
         f5servers.apply_pool_monitors(self.s)
+        self.s.report_monitors()
         f5servers.check_dependencies(self.s)
 
     def region(self, node: Node) -> None:
