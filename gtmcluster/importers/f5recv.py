@@ -22,6 +22,7 @@ Pure functions; `f5monitors` turns a meaning into our monitor.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -59,20 +60,27 @@ def phrase(code: int) -> str:
         return "Unknown"
 
 
+#: (code, where its reason phrase starts, the status line) for each code and version
+_LINES = [
+    (code, len(f"HTTP/{version} {code}"), f"HTTP/{version} {code} {phrase(code)}\r\n")
+    for code in sorted(ALL_STATUSES)
+    for version in VERSIONS
+]
+
+
 def status_matches(pattern: re.Pattern[str]) -> tuple[frozenset[int], frozenset[int]]:
     """The codes whose status line *pattern* matches at its version or code, and the
     `COMMON` ones whose line it matches only in the reason phrase."""
     at_code: set[int] = set()
     in_reason: set[int] = set()
-    for code in ALL_STATUSES:
-        for version in VERSIONS:
-            prefix = f"HTTP/{version} {code}"
-            found = pattern.search(f"{prefix} {phrase(code)}\r\n")
-            if found is not None and found.start() < len(prefix):
-                at_code.add(code)
-                break
-            if found is not None and code in COMMON:
-                in_reason.add(code)
+    for code, reason_at, line in _LINES:
+        found = pattern.search(line)
+        if found is None:
+            continue
+        if found.start() < reason_at:
+            at_code.add(code)
+        elif code in COMMON:
+            in_reason.add(code)
     return frozenset(at_code), frozenset(in_reason - at_code)
 
 
@@ -113,6 +121,7 @@ def is_header(pattern: str) -> bool:
     return any(compiled.fullmatch(name) for name in HEADERS)
 
 
+@functools.lru_cache(maxsize=4096)  # (monitors share their recv strings)
 def meaning(recv: str) -> Meaning:
     """What *recv* (as F5 holds it) means for a check of the status and the body."""
     shown = repr(recv)

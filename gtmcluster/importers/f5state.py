@@ -3,7 +3,8 @@
 `TmshState` holds what an import has learnt so far (our names of F5 objects live in the
 `Imported`'s namespaces): the F5 statements by kind, disabled data centers, monitors given by
 pools, virtual servers by address, the topology mapper. Its helpers report leftover settings,
-make an object's source comment, resolve references to data centers, pools and monitors.
+make an object's source comment, resolve references to data centers, pools and monitors; a
+monitor that is lost or changed is reported once its users are known (`report_monitors`).
 """
 
 from __future__ import annotations
