@@ -433,9 +433,9 @@ def test_findings_do_not_depend_on_imported_state() -> None:
 
 
 def test_parse_tree_of_the_samples() -> None:
-    """Every sample (the corpus too) but the broken one parses."""
-    for path in sorted(DATA.rglob("*")):
-        if path.is_file() and path.name != "broken_gtm.conf":
+    """Every sample but the broken one parses."""
+    for path in DATA.iterdir():
+        if path.is_file() and path.name != "broken_gtm.conf":  # (corpus/: its own tests)
             assert parse(path.read_text(), str(path))
 
 
