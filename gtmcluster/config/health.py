@@ -16,6 +16,7 @@ from gtmcluster.config.links import read_capacity
 from gtmcluster.config.loadsource import read_load
 from gtmcluster.config.model import Health, HostPort, Link, VirtualServer
 from gtmcluster.config.monitoring import (
+    STATUS_CLASSES,
     Check,
     DnsCheck,
     HealthRule,
@@ -179,13 +180,18 @@ def _check(r: Reader, m: Mapping, kind: str | None, resolve: Callable[[str], Pat
     if kind == "tcp":
         send = _payload(r, m, "send", required=False)
         expect = _payload(r, m, "expect", required=False)
-        return TcpCheck(send, expect)
+        reject = _payload(r, m, "reject", required=False)
+        if reject is not None and expect is not None:
+            r.error(m.at("reject_hex" if m.has("reject_hex") else "reject"), "give 'expect' or 'reject', not both")
+            return None
+        return TcpCheck(send, expect, reject)
     if kind == "icmp":
         return IcmpCheck()
     if kind == "udp":
         send = _payload(r, m, "send", required=True)
         expect = _payload(r, m, "expect", required=False)
-        return None if send is None else UdpCheck(send, expect)
+        no_reply = m.string("no_reply", "down", ("down", "up"))
+        return None if send is None or no_reply is None else UdpCheck(send, expect, no_reply == "up")
     if kind in ("http", "https"):
         return _http(r, m, kind == "https", resolve)
     if kind == "metrics":
@@ -225,16 +231,18 @@ def _http(r: Reader, m: Mapping, tls: bool, resolve: Callable[[str], Path]) -> H
     raw = m.get("expect_status", [200])
     for i, s in enumerate(r.list(m.at("expect_status"), raw, allow_scalar=True) or []):
         at: KeyPath = (*m.at("expect_status"), i) if isinstance(raw, list) else m.at("expect_status")
+        if isinstance(s, str):  # a class: 2xx
+            if s in STATUS_CLASSES:
+                statuses.extend(c for c in STATUS_CLASSES[s] if c not in statuses)
+            else:
+                r.error(at, f"{s!r} is neither a status (100 to 599) nor a class ({', '.join(STATUS_CLASSES)})")
+            continue
         code = r.integer(at, s, 100, 599)
-        if code is not None:
+        if code is not None and code not in statuses:
             statuses.append(code)
     body = m.string("expect_body", None) if m.has("expect_body") else None
-    regex = m.string("expect_body_regex", None) if m.has("expect_body_regex") else None
-    if regex is not None:
-        try:
-            re.compile(regex)
-        except re.error as e:
-            r.error(m.at("expect_body_regex"), f"bad regular expression: {e}")
+    regex = _regex(r, m, "expect_body_regex")
+    reject = _regex(r, m, "reject_body_regex")
     cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
     verify = True
     ca_file = None
@@ -249,7 +257,18 @@ def _http(r: Reader, m: Mapping, tls: bool, resolve: Callable[[str], Path]) -> H
     load = read_load(r, m) if m.has("load") else None
     if method is None or path is None or cap is None or (m.has("load") and load is None):
         return None
-    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file, load)
+    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file, load, reject)
+
+
+def _regex(r: Reader, m: Mapping, key: str) -> str | None:
+    """A regular expression at *key* (None without one); a bad one is a problem."""
+    regex = m.string(key, None) if m.has(key) else None
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error as e:
+            r.error(m.at(key), f"bad regular expression: {e}")
+    return regex
 
 
 def read_links(

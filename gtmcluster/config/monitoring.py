@@ -16,10 +16,13 @@ if TYPE_CHECKING:  # (`config.model` imports this module)
 
 @dataclass(frozen=True, slots=True)
 class TcpCheck:
-    """Connect; optionally send bytes and expect bytes in the reply (send/receive)."""
+    """Connect; optionally send bytes and expect bytes in the reply (send/receive), or
+    `reject` bytes: the check fails when the reply holds them, and passes when a reply
+    ends (the peer closes, or the timeout comes) without them."""
 
     send: bytes | None = None
     expect: bytes | None = None
+    reject: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,24 @@ class HttpCheck:
     ca_file: Path | None = None  # trust these CAs instead of the system's
     #: the body also gives the server's load figures, for the load-based methods
     load: LoadSource | None = None
+    #: the check fails when the body matches (F5's ``reverse``)
+    reject_body_regex: str | None = None
+
+
+#: the statuses of a class (``2xx``) in `HttpCheck.expect_status`
+STATUS_CLASSES = {f"{n}xx": range(n * 100, n * 100 + 100) for n in range(1, 6)}
+
+
+def status_classes(codes: tuple[int, ...] | list[int]) -> list[int | str]:
+    """*codes* with each whole class written as ``2xx``: ``[200, ..., 299, 304]`` ->
+    ``["2xx", 304]`` (the config's form, and the reasons')."""
+    present = set(codes)
+    out: list[int | str] = []
+    for name, whole in STATUS_CLASSES.items():
+        if present.issuperset(whole):
+            out.append(name)
+            present.difference_update(whole)
+    return out + sorted(present)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +91,13 @@ class LoadSource:
 
 @dataclass(frozen=True, slots=True)
 class UdpCheck:
-    """Send a datagram; any reply (or one containing `expect`) is a success."""
+    """Send a datagram; any reply (or one containing `expect`) is a success. With
+    `up_without_reply`, so is no reply within the timeout (only a reply without `expect`,
+    or an ICMP port unreachable, fails)."""
 
     send: bytes
     expect: bytes | None = None
+    up_without_reply: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,27 +44,16 @@ def implied_datacenter(s: TmshState, f5: str, where: str) -> str:
 
 
 def monitor(s: TmshState, node: Node) -> None:
+    """``gtm monitor TYPE NAME { ... }`` with its ``defaults-from`` chain (`f5monitors`)."""
     if len(node.words) < 4:
         s.imp.unmapped(node.where, node.text(), "a monitor needs a type and a name")
         return
     f5_type, f5 = node.words[2], node.words[3]
-    if f5_type not in f5monitors.TYPES:
-        s.imp.unmapped(node.where, f"monitor {f5}", f"monitor type {f5_type} has no equivalent")
-        return
-    values = f5monitors.settings(node)
-    parent = f5names.strip_partition(values.get("defaults-from", f5_type))
-    seen = {f5names.strip_partition(f5)}
-    while parent not in f5monitors.BUILTIN and parent in s.monitor_defs and parent not in seen:
-        seen.add(parent)
-        inherited = f5monitors.settings(s.monitor_defs[parent])
-        values = {**inherited, **values}
-        parent = f5names.strip_partition(inherited.get("defaults-from", f5_type))
-    ours = s.imp.namespace("monitor").name(f5)
-    mapped, problems = f5monitors.to_ours(f5_type, values)
-    for problem in problems:
-        s.imp.unmapped(node.where, f"monitor {f5}", problem)
-    s.leftovers(node, f5monitors.HANDLED, f"monitor {f5}")
-    s.imp.monitors[ours] = Entry(mapped, node.where, s.comment(node))
+    defs = {name: f5monitors.settings(n) for name, n in s.monitor_defs.items() if n.words[2] == f5_type}
+    defs.pop(f5names.strip_partition(f5), None)
+    values, problem = f5monitors.resolve(f5_type, f5monitors.settings(node), defs)
+    problems = (problem,) if problem and f5_type in f5monitors.TYPES else ()
+    s.add_monitor(f5, f5_type, values, node.where, s.comment(node), problems)
 
 
 def server(s: TmshState, node: Node) -> None:

@@ -3,12 +3,14 @@
 `TmshState` holds what an import has learnt so far (our names of F5 objects live in the
 `Imported`'s namespaces): the F5 statements by kind, disabled data centers, monitors given by
 pools, virtual servers by address, the topology mapper. Its helpers report leftover settings,
-make an object's source comment, resolve references to data centers, pools and monitors.
+make an object's source comment, resolve references to data centers, pools and monitors; a
+monitor that is lost or changed is reported once its users are known (`report_monitors`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from gtmcluster.importers import f5monitors, f5names
@@ -45,9 +47,12 @@ class TmshState:
         self.vs_has_monitor: set[str] = set()
         self.topology = TopologyMapper(imp, self.datacenter_name, self.pool_ref)
         self.first_dc: str | None = None
-        #: F5 monitors by name (for defaults-from), and unknown monitors reported already
+        #: F5 monitors by name without /Common/ (for defaults-from)
         self.monitor_defs: dict[str, Node] = {}
-        self.warned_monitors: set[str] = set()
+        #: by the same names: what is still to be said of a monitor (lost, or changed) once
+        #: its users are known, and who uses it (`report_monitors`)
+        self.monitor_pending: dict[str, PendingMonitor] = {}
+        self.monitor_users: dict[str, list[str]] = defaultdict(list)
         #: (address, port) -> our virtual server (older listings name pool members so)
         self.by_address: dict[tuple[str, int], str] = {}
 
@@ -64,7 +69,7 @@ class TmshState:
                 self.imp.changed(child.where, f"{what}: {child.text()}", why)
 
     def comment(self, node: Node) -> str:
-        extra = [" ".join(c.words[1:]) for c in node.children() if c.key in DESCRIPTIVE and len(c.words) > 1]
+        extra = [value(c) for c in node.children() if c.key in DESCRIPTIVE and c.words[1:] not in ([], ["none"])]
         return " ".join(node.words) + (f" ({'; '.join(extra)})" if extra else "")
 
     def datacenter_name(self, f5: str) -> str | None:
@@ -111,31 +116,73 @@ class TmshState:
                 out.append(ours)
         if "monitor_rule" in extra and len(out) < extra["monitor_rule"]["at_least"]:
             why = f"fewer monitors imported than {node.text()} asks: all of them must pass"
-            self.imp.unmapped(node.where, f"{what}: {node.text()}", why)
+            self.imp.changed(node.where, f"{what}: {node.text()}", why)
             extra = {}
         elif "monitor_rule" in extra and len(out) < 2:
             extra = {}
         return out, extra
 
     def monitor_for(self, f5: str, where: str, what: str) -> str | None:
+        """Our name of the monitor *f5* used by *what* (a built-in one made on first use),
+        or None when it is not imported (`report_monitors` then says so, naming its users)."""
+        name = f5names.strip_partition(f5)
+        if what not in self.monitor_users[name]:
+            self.monitor_users[name].append(what)
         ns = self.imp.namespace("monitor")
         ours = ns.get(f5)
         if ours is not None and ours in self.imp.monitors:
             return ours
-        name = f5names.strip_partition(f5)
-        if name in f5monitors.BUILTIN:
-            ours = ns.name(f5)
-            mapped, problems = f5monitors.to_ours(f5monitors.BUILTIN[name], {})
-            for problem in problems:
-                self.imp.unmapped(where, f"built-in monitor {name}", problem)
-            self.imp.monitors[ours] = Entry(mapped, where, f"F5 built-in monitor {name}")
-            return ours
-        if name not in self.warned_monitors:
-            self.warned_monitors.add(name)
-            why = (
-                "the bigip monitor reads the LTM's own status over iQuery; no equivalent"
-                if name == "bigip"
-                else "not an imported monitor"
-            )
-            self.imp.unmapped(where, f"{what}: monitor {f5}", why + " (the virtual servers count as up)")
+        if name in self.monitor_pending and self.monitor_pending[name].lost:
+            return None
+        if name in f5monitors.BUILTIN and name not in self.monitor_defs:
+            f5_type, values = f5monitors.BUILTIN[name]
+            return self.add_monitor(f5, f5_type, dict(values), where, f"F5 built-in monitor {name}")
+        if name not in self.monitor_pending:
+            why = "not defined in the input (another file or partition?) nor a built-in monitor this import knows"
+            self.monitor_pending[name] = PendingMonitor(f5, where, lost=why)
         return None
+
+    def add_monitor(
+        self, f5: str, f5_type: str, values: dict[str, str], where: str, source: str, problems: tuple[str, ...] = ()
+    ) -> str | None:
+        """Map F5's monitor *f5*; its notes are findings now, what else it lost or changed
+        (with *problems* found on the way) waits for `report_monitors`. Our name, or None
+        when it is lost."""
+        mapped = f5monitors.to_ours(f5_type, values)
+        name = f5names.strip_partition(f5)
+        for note in mapped.notes:
+            self.imp.unmapped(where, f"monitor {f5}", note)
+        self.monitor_pending[name] = PendingMonitor(f5, where, [*problems, *mapped.changes], mapped.lost)
+        if mapped.monitor is None:
+            return None
+        ours = self.imp.namespace("monitor").name(f5)
+        self.imp.monitors[ours] = Entry(mapped.monitor, where, source)
+        return ours
+
+    def report_monitors(self) -> None:
+        """What monitors lost or changed, now that their users are known: LOST or CHANGED
+        naming them where something uses the monitor, a plain finding where nothing does."""
+        for name, pending in self.monitor_pending.items():
+            users = self.monitor_users.get(name, [])
+            shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+            what = f"monitor {pending.f5}"
+            if pending.lost and users:
+                why = f"{pending.lost}; not imported, so these are not checked by it: {shown}"
+                self.imp.lost(pending.where, what, why)
+            elif pending.lost:
+                self.imp.unmapped(pending.where, what, f"{pending.lost}; not imported (nothing uses it)")
+            for change in pending.changes:
+                if users:
+                    self.imp.changed(pending.where, what, f"{change} (used by {shown})")
+                else:
+                    self.imp.unmapped(pending.where, what, f"{change} (nothing uses it)")
+
+
+@dataclass
+class PendingMonitor:
+    """What a monitor lost or changed, said once its users are known."""
+
+    f5: str
+    where: str
+    changes: list[str] = field(default_factory=list)
+    lost: str = ""

@@ -81,6 +81,7 @@ class TmshImport:
                     why = OTHER.get(kind, NOT_READ)
                     self.imp.changed(node.where, " ".join(node.words), why)
         f5servers.apply_pool_monitors(self.s)
+        self.s.report_monitors()
         f5servers.check_dependencies(self.s)
 
     def region(self, node: Node) -> None:

@@ -39,7 +39,9 @@ class Attempt:
     """The verdict of one check run, decided once.
 
     `waiting_for` names what the check still waits for; the timeout's reason is
-    ``no {waiting_for} within {timeout}s``.
+    ``no {waiting_for} within {timeout}s``, a failure, unless the check said with
+    `expire_as` what the timeout means (a udp check that counts silence as up, a tcp check
+    whose reply so far lacks the bytes it rejects).
     """
 
     def __init__(self, clock: IReactorTime, timeout: float, waiting_for: str = "reply") -> None:
@@ -49,6 +51,7 @@ class Attempt:
         self._cleanups: list[Callable[[], object]] = []
         self._done = False
         self.waiting_for = waiting_for
+        self._expiry: tuple[bool, str] | None = None
         self.deferred: Deferred[Result] = Deferred(self._cancel)
         self._timer: IDelayedCall | None = clock.callLater(timeout, self._expire)
 
@@ -71,8 +74,20 @@ class Attempt:
         self._stop()
         self.deferred.callback(Result(ok, reason, elapsed, data))
 
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    def expire_as(self, ok: bool, reason: str) -> None:
+        """The verdict the timeout gives from now on, instead of the failure
+        ``no {waiting_for} within ...``."""
+        self._expiry = (ok, reason)
+
     def _expire(self) -> None:
-        self.finish(False, f"no {self.waiting_for} within {seconds(self._timeout)}")
+        if self._expiry is not None:
+            self.finish(*self._expiry)
+        else:
+            self.finish(False, f"no {self.waiting_for} within {seconds(self._timeout)}")
 
     def _cancel(self, _: Deferred[Result]) -> None:
         # The caller gave up (the Deferred fails with CancelledError): release everything.

@@ -41,7 +41,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gtmcluster.config import files
-from gtmcluster.config.monitoring import HttpCheck, LoadSource
+from gtmcluster.config.monitoring import HttpCheck, LoadSource, status_classes
 from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe import httpframe, loadread
 from gtmcluster.probe.attempt import Attempt, show
@@ -214,10 +214,10 @@ class HttpProbe(Protocol):
                 return
             self._status = int(m.group(1))
             if self._status not in s.expect_status:
-                wanted = ", ".join(str(c) for c in s.expect_status)
+                wanted = ", ".join(str(c) for c in status_classes(s.expect_status))
                 self._verdict(False, f"HTTP {self._status} not in [{wanted}]")
                 return
-            if s.expect_body is None and s.expect_body_regex is None and self._load is None:
+            if self._load is None and (s.expect_body, s.expect_body_regex, s.reject_body_regex) == (None, None, None):
                 self._verdict(True, f"HTTP {self._status}")
                 return
             self._scanned = end
@@ -291,8 +291,9 @@ class HttpProbe(Protocol):
         elif s.expect_body_regex is not None and not re.search(
             s.expect_body_regex, body.decode("utf-8", errors="replace")
         ):
-            pattern = s.expect_body_regex if len(s.expect_body_regex) <= 40 else s.expect_body_regex[:40] + "…"
-            self._verdict(False, f"HTTP {self._status}, body does not match /{pattern}/{capped}")
+            self._verdict(False, f"HTTP {self._status}, body does not match /{_short(s.expect_body_regex)}/{capped}")
+        elif s.reject_body_regex is not None and re.search(s.reject_body_regex, body.decode("utf-8", errors="replace")):
+            self._verdict(False, f"HTTP {self._status}, body matches rejected /{_short(s.reject_body_regex)}/{capped}")
         elif self._load is not None:
             self._judge_load(body)
         else:
@@ -318,6 +319,10 @@ class HttpProbe(Protocol):
     def _verdict(self, ok: bool, reason: str) -> None:
         self._ok = ok
         self._attempt.finish(ok, reason)
+
+
+def _short(pattern: str) -> str:
+    return pattern if len(pattern) <= 40 else pattern[:40] + "…"
 
 
 class HttpChecker:

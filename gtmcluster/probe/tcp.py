@@ -1,8 +1,11 @@
 """The ``tcp`` check: connect, optionally send bytes and wait for expected bytes.
 
-Without `TcpCheck.expect` the connection itself is the success ("connected"; the `send`
-bytes, if any, are written and flushed before the close). With `expect`, the bytes read
-must contain it; reading stops when it is found, when the peer closes, or at the timeout.
+Without `TcpCheck.expect` or `reject` the connection itself is the success ("connected";
+the `send` bytes, if any, are written and flushed before the close). With `expect`, the
+bytes read must contain it; reading stops when it is found, when the peer closes, or at the
+timeout. With `reject` (F5's ``reverse``) it is the other way round: the check fails as soon
+as the bytes read contain it, and passes when a reply ends without it (the peer closes, or
+the timeout comes after some bytes came); no reply at all is a failure, as for `expect`.
 On a real reactor the connection is a bare socket (`gtmcluster.probe.bare`: the same
 verdicts at about half the cost).
 """
@@ -18,7 +21,7 @@ from twisted.python.failure import Failure
 
 from gtmcluster.config.monitoring import TcpCheck
 from gtmcluster.probe import bare as bare_stream
-from gtmcluster.probe.attempt import Attempt, show
+from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.stream import connect
 
@@ -51,31 +54,43 @@ class TcpProbe(Protocol):
         if s.send:
             assert self.transport is not None
             self.transport.write(s.send)
-        if s.expect is None:
+        if s.expect is None and s.reject is None:
             self._verdict(True, "connected")
         else:
             self._attempt.waiting_for = "reply"
 
     def dataReceived(self, data: bytes) -> None:
-        expect = self._settings.expect
-        if self._attempt.done or expect is None:
+        s = self._settings
+        pattern = s.expect if s.expect is not None else s.reject
+        if self._attempt.done or pattern is None:
             return
         self._received += len(data)
         window = self._tail + data
-        if expect in window:
-            self._verdict(True, f"received {show(expect)}")
+        if pattern in window:
+            if s.expect is not None:
+                self._verdict(True, f"received {show(pattern)}")
+            else:
+                self._verdict(False, f"reply contains {show(pattern)}")
             return
-        self._tail = window[-(len(expect) - 1) :] if len(expect) > 1 else b""
-        self._attempt.waiting_for = f"{show(expect)} in reply"
+        self._tail = window[-(len(pattern) - 1) :] if len(pattern) > 1 else b""
+        if s.expect is not None:
+            self._attempt.waiting_for = f"{show(pattern)} in reply"
+        else:
+            within = seconds(self._attempt.timeout)
+            self._ok = True  # (a timeout now is a success: close gracefully then)
+            self._attempt.expire_as(True, f"{self._received} bytes without {show(pattern)} within {within}")
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        expect = self._settings.expect
-        if self._attempt.done or expect is None:
+        s = self._settings
+        pattern = s.expect if s.expect is not None else s.reject
+        if self._attempt.done or pattern is None:
             return
-        if self._received:
-            self._verdict(False, f"closed after {self._received} bytes without {show(expect)}")
-        else:
+        if not self._received:
             self._verdict(False, "closed without a reply")
+        elif s.expect is not None:
+            self._verdict(False, f"closed after {self._received} bytes without {show(pattern)}")
+        else:
+            self._verdict(True, f"closed after {self._received} bytes without {show(pattern)}")
 
     def _verdict(self, ok: bool, reason: str) -> None:
         self._ok = ok

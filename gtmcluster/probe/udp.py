@@ -17,7 +17,7 @@ from twisted.internet.interfaces import IReactorTime, IReactorUDP
 from twisted.internet.protocol import DatagramProtocol
 
 from gtmcluster.config.monitoring import UdpCheck
-from gtmcluster.probe.attempt import Attempt, show
+from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import IPAddress, Result, Target
 
 #: (ok, reason), or None: not an answer to this check, keep waiting
@@ -89,7 +89,8 @@ def judge_udp(settings: UdpCheck) -> Judge:
 
 
 class UdpChecker:
-    """``check(target)`` for a udp monitor."""
+    """``check(target)`` for a udp monitor (with `UdpCheck.up_without_reply`, silence
+    until the timeout is a success: only a port unreachable or a wrong reply fail)."""
 
     def __init__(self, settings: UdpCheck, reactor: Any, timeout: float, port: int | None = None) -> None:
         self._settings = settings
@@ -101,5 +102,7 @@ class UdpChecker:
     def __call__(self, target: Target) -> Deferred[Result]:
         clock: IReactorTime = self._reactor
         attempt = Attempt(clock, self._timeout)
+        if self._settings.up_without_reply:
+            attempt.expire_as(True, f"no reply and no port unreachable within {seconds(self._timeout)}")
         exchange(self._reactor, target.address, self._port or target.port, self._settings.send, self._judge, attempt)
         return attempt.deferred

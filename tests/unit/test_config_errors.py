@@ -451,6 +451,30 @@ OUT_OF_RANGE = [
         "0 is out of range (0.1 to 86400)",
         id="monitor-interval",
     ),
+    pytest.param(
+        put("monitors", value={"web": {"type": "http", "expect_status": ["2xx", "6xx"]}}),
+        "monitors.web.expect_status[1]",
+        "'6xx' is neither a status (100 to 599) nor a class (1xx, 2xx, 3xx, 4xx, 5xx)",
+        id="monitor-status-class",
+    ),
+    pytest.param(
+        put("monitors", value={"web": {"type": "http", "reject_body_regex": "down("}}),
+        "monitors.web.reject_body_regex",
+        "bad regular expression: missing ), unterminated subpattern at position 4",
+        id="monitor-reject-regex",
+    ),
+    pytest.param(
+        put("monitors", value={"web": {"type": "tcp", "expect": "+OK", "reject": "-ERR"}}),
+        "monitors.web.reject",
+        "give 'expect' or 'reject', not both",
+        id="monitor-expect-and-reject",
+    ),
+    pytest.param(
+        put("monitors", value={"web": {"type": "udp", "send": "ping", "no_reply": "ok"}}),
+        "monitors.web.no_reply",
+        "'ok'",
+        id="monitor-no-reply",
+    ),
 ]
 
 ADDRESSES = [

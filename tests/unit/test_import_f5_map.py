@@ -163,8 +163,8 @@ def test_http_monitor_send_recv_interval_timeout() -> None:
         "send": "HEAD /status HTTP/1.1\\r\\nHost: a.example\\r\\n\\r\\n",
         "recv": "200 OK",
     }
-    ours, problems = f5monitors.to_ours("http", values)
-    assert ours == {
+    mapped = f5monitors.to_ours("http", values)
+    assert mapped.monitor == {
         "type": "http",
         "interval": 10,
         "timeout": 5,
@@ -175,14 +175,18 @@ def test_http_monitor_send_recv_interval_timeout() -> None:
         "host": "a.example",
         "expect_status": [200],
     }
-    assert problems == []
+    assert (mapped.notes, mapped.changes) == ([], [])
 
 
-def test_monitor_recv_pattern_is_a_body_regex_with_a_finding() -> None:
-    ours, problems = f5monitors.to_ours("https", {"recv": "up|ok"})
+def test_monitor_recv_pattern_is_a_body_regex_with_any_status() -> None:
+    """A body pattern is searched in the body, whatever the status (as F5 did)."""
+    mapped = f5monitors.to_ours("https", {"recv": "up|ok"})
+    ours = mapped.monitor
+    assert ours is not None
     assert ours["expect_body_regex"] == "up|ok" and ours["verify_tls"] is False
+    assert ours["expect_status"] == ["1xx", "2xx", "3xx", "4xx", "5xx"]
     assert ours["down_after"] == 4  # F5 defaults: 120 / 30
-    assert problems == ["recv 'up|ok' is matched against the body only (F5 also searched the headers)"]
+    assert (mapped.notes, mapped.changes) == ([], [])
 
 
 def test_tmsh_monitor_inherits_defaults_from_another(tmp_path: Path) -> None:

@@ -128,6 +128,28 @@ def test_body_regex(reactor: MemoryReactorClock, body: bytes, ok: bool, reason: 
     assert result_of(d) == Result(ok, reason, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("body", "ok", "reason"),
+    [
+        (b"all ok\n", True, "HTTP 200"),
+        (b"down for maintenance\n", False, "HTTP 200, body matches rejected /maintenance/"),
+    ],
+)
+def test_reject_body_regex(reactor: MemoryReactorClock, body: bytes, ok: bool, reason: str) -> None:
+    """reject_body_regex (F5's reverse) fails the check when the body matches it."""
+    d, protocol, _ = start(reactor, HttpCheck(tls=False, reject_body_regex="maintenance"))
+    protocol.dataReceived(OK + body)
+    close(protocol)
+    assert result_of(d) == Result(ok, reason, 0.0)
+
+
+def test_status_classes_in_the_reason(reactor: MemoryReactorClock) -> None:
+    """A status outside expect_status names the wanted ones, whole classes as 2xx."""
+    d, protocol, _ = start(reactor, HttpCheck(tls=False, expect_status=(*range(200, 400), 404)))
+    protocol.dataReceived(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
+    assert result_of(d) == Result(False, "HTTP 503 not in [2xx, 3xx, 404]", 0.0)
+
+
 def test_response_split_into_single_bytes(reactor: MemoryReactorClock) -> None:
     """Headers and body arriving a byte at a time are put together; with Content-Length the
     verdict comes when the body is complete, without waiting for the close."""

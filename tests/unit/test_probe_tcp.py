@@ -123,6 +123,48 @@ def test_send_without_expect_is_written_then_succeeds(reactor: MemoryReactorCloc
     assert transport.disconnecting and not transport.disconnected
 
 
+def test_reject_fails_as_soon_as_the_reply_holds_it(reactor: MemoryReactorClock) -> None:
+    """With reject (F5's reverse), rejected bytes in the reply fail the check at once, even
+    split over reads, and the connection is aborted."""
+    d = make_check(monitor(TcpCheck(send=b"PING\r\n", reject=b"ERROR")), reactor)(VS)
+    protocol, transport = accept_tcp(reactor)
+    protocol.dataReceived(b"busy: ERR")
+    assert still_running(d)
+    protocol.dataReceived(b"OR\r\n")
+    assert result_of(d) == Result(False, "reply contains 'ERROR'", 0.0)
+    assert transport.disconnected
+
+
+def test_reject_passes_when_a_reply_ends_without_it(reactor: MemoryReactorClock) -> None:
+    """A reply without the rejected bytes passes when the peer closes, or when the timeout
+    comes after some bytes came (a server that keeps the connection open)."""
+    d = make_check(monitor(TcpCheck(reject=b"ERROR")), reactor)(VS)
+    protocol, _ = accept_tcp(reactor)
+    protocol.dataReceived(b"+OK ready\r\n")
+    protocol.connectionLost(Failure(error.ConnectionDone()))
+    assert result_of(d) == Result(True, "closed after 11 bytes without 'ERROR'", 0.0)
+    d = make_check(monitor(TcpCheck(reject=b"ERROR"), timeout=1.5), reactor)(VS)
+    protocol, transport = accept_tcp(reactor)
+    protocol.dataReceived(b"+OK")
+    reactor.advance(1.5)
+    assert result_of(d) == Result(True, "3 bytes without 'ERROR' within 1.5s", 1.5)
+    assert transport.disconnecting and not transport.disconnected
+    assert reactor.getDelayedCalls() == []
+
+
+def test_reject_without_any_reply_fails(reactor: MemoryReactorClock) -> None:
+    """No reply at all fails a reject check, as it fails an expect check (F5's reverse
+    inverts a match, not silence)."""
+    d = make_check(monitor(TcpCheck(reject=b"ERROR"), timeout=1.5), reactor)(VS)
+    accept_tcp(reactor)
+    reactor.advance(1.5)
+    assert result_of(d) == Result(False, "no reply within 1.5s", 1.5)
+    d = make_check(monitor(TcpCheck(reject=b"ERROR")), reactor)(VS)
+    protocol, _ = accept_tcp(reactor)
+    protocol.connectionLost(Failure(error.ConnectionDone()))
+    assert result_of(d) == Result(False, "closed without a reply", 0.0)
+
+
 def test_ipv6_target_and_monitor_port(reactor: MemoryReactorClock) -> None:
     """An IPv6 address is connected to as such, and the monitor's port wins over the target's."""
     make_check(monitor(TcpCheck(), port=8443), reactor)(Target(ip_address("2001:db8::5"), 80, "vs6"))

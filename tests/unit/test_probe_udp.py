@@ -111,3 +111,19 @@ def test_no_socket_is_a_failure(reactor: UdpMemoryReactor) -> None:
     d = make_check(monitor(UdpCheck(b"ping")), reactor)(VS)
     assert result_of(d).reason.startswith("cannot open a UDP socket: ")
     assert reactor.getDelayedCalls() == []
+
+
+def test_up_without_reply_counts_silence_as_up(reactor: UdpMemoryReactor) -> None:
+    """With up_without_reply (F5's udp monitor without recv), no reply within the timeout
+    is a success; a port unreachable still fails at once, and a reply succeeds at once."""
+    d = make_check(monitor(UdpCheck(b"ping", up_without_reply=True), timeout=2.0), reactor)(VS)
+    reactor.advance(2.0)
+    assert result_of(d) == Result(True, "no reply and no port unreachable within 2s", 2.0)
+    assert reactor.udp[0].stopped
+    d = make_check(monitor(UdpCheck(b"ping", up_without_reply=True)), reactor)(VS)
+    reactor.udp[1].protocol.connectionRefused()
+    assert result_of(d) == Result(False, "port unreachable", 0.0)
+    d = make_check(monitor(UdpCheck(b"ping", up_without_reply=True)), reactor)(VS)
+    reactor.udp[2].reply(b"pong")
+    assert result_of(d) == Result(True, "reply", 0.0)
+    assert reactor.getDelayedCalls() == []
