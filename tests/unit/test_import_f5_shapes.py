@@ -90,11 +90,16 @@ def test_a_one_line_listing_answers_as_f5(oneline: Config) -> None:
 
 def windows(text: str, codec: str) -> bytes:
     """*text* as Notepad saves it: CRLF line ends, the byte-order mark of *codec*."""
-    bom = {"utf-8": codecs.BOM_UTF8, "utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}[codec]
+    bom = {
+        "utf-8": codecs.BOM_UTF8,
+        "utf-16-le": codecs.BOM_UTF16_LE,
+        "utf-16-be": codecs.BOM_UTF16_BE,
+        "utf-32-le": codecs.BOM_UTF32_LE,
+    }[codec]
     return bom + text.replace("\n", "\r\n").encode(codec)
 
 
-@pytest.mark.parametrize("codec", ["utf-8", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("codec", ["utf-8", "utf-16-le", "utf-16-be", "utf-32-le"])
 @pytest.mark.parametrize(
     "twin",
     [
@@ -104,7 +109,7 @@ def windows(text: str, codec: str) -> bytes:
     ],
 )
 def test_a_file_saved_on_windows_imports_as_its_lf_twin(tmp_path: Path, twin: str, codec: str) -> None:
-    """CRLF line ends and a byte-order mark (UTF-8 or UTF-16) change nothing: the same
+    """CRLF line ends and a byte-order mark (UTF-8, UTF-16 or UTF-32) change nothing: the same
     objects and findings at the same lines (on main the mark glued to the first word hid the
     first stanza, DC1, and with it the server in it; UTF-16 read as nothing)."""
     name, _, variant = twin.partition(":")
