@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -10,9 +11,9 @@ from pathlib import Path
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.importers import assemble, yamlout
-from gtmcluster.importers.f5parse import F5SyntaxError, Node, parse
+from gtmcluster.importers.f5parse import F5SyntaxError, parse, stanzas
 from gtmcluster.importers.f5threedns import ThreeDnsImport, is_threedns
-from gtmcluster.importers.f5tmsh import TmshImport, is_tmsh
+from gtmcluster.importers.f5tmsh import MODULES, TmshImport, is_tmsh
 from gtmcluster.importers.model import Imported
 
 #: the largest input file, bytes: a tmsh export of 10,000 wide IPs, each with its pool of two
@@ -21,21 +22,57 @@ from gtmcluster.importers.model import Imported
 MAX_INPUT = 32 * 1024 * 1024
 
 
+#: byte-order marks and their encodings (UTF-32's first: its LE mark starts with UTF-16's)
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
 class InputError(Exception):
     """An input that cannot be read or parsed (the message names file and line)."""
 
 
 def read_text(file: str) -> str:
-    """The text of *file* (undecodable bytes replaced); `InputError` when it holds more than
-    `MAX_INPUT` bytes, told by its size before reading when it has one (a FIFO or a device
-    is read no further than that)."""
+    """The text of *file*; `InputError` when it holds more than `MAX_INPUT` bytes, told by
+    its size before reading when it has one (a FIFO or a device is read no further than
+    that), or when it is not text."""
     with open(file, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(MAX_INPUT + 1) if size <= MAX_INPUT else b""
     if size > MAX_INPUT or len(data) > MAX_INPUT:
         shown = f"{size:,} bytes" if size > MAX_INPUT else f"more than {MAX_INPUT:,} bytes"
         raise InputError(f"{file}: {shown}, over the limit of {MAX_INPUT:,} for an input file")
-    return data.decode("utf-8", errors="replace")
+    return decode(data, file)
+
+
+def decode(data: bytes, file: str) -> str:
+    """*data* as text: UTF-8, or UTF-16 or UTF-32 when it starts with their byte-order mark
+    (as Windows editors save), undecodable bytes replaced; a UTF-8 byte-order mark is
+    dropped, and Windows line ends (CRLF) read as LF. `InputError` for what is no text: a gzip file
+    (a UCS archive, say) or NUL bytes (UTF-16 without its mark)."""
+    for bom, codec in BOMS:
+        if data.startswith(bom):
+            text = data[len(bom) :].decode(codec, errors="replace")
+            break
+    else:
+        if data.startswith(b"\x1f\x8b"):
+            raise InputError(
+                f"{file}: a gzip archive (a UCS?), not text: give the files in it (config/bigip_gtm.conf, "
+                "config/bigip.conf)"
+            )
+        if b"\x00" in data:
+            line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+            raise InputError(
+                f"{file}:{line}: a NUL byte: not text in UTF-8 (a UTF-16 file needs its byte-order mark: "
+                "save it as UTF-8)"
+            )
+        text = data.decode("utf-8", errors="replace")
+    # (a byte-order mark inside, from files joined with cat, would hide the word after it)
+    return text.replace("\r\n", "\n").replace("\ufeff", "")
 
 
 @dataclass
@@ -49,19 +86,15 @@ class Result:
     members: list[assemble.Member] = field(default_factory=list)
 
 
-def read(files: list[str]) -> list[tuple[str, list[Node]]]:
-    """Each file's statements; raises `InputError` for one that cannot be read or parsed,
-    or that is larger than `MAX_INPUT`."""
+def read(files: list[str]) -> list[tuple[str, str]]:
+    """Each file's text; raises `InputError` for one that cannot be read, is larger than
+    `MAX_INPUT` or is not text."""
     out = []
     for file in files:
         try:
-            text = read_text(file)
+            out.append((file, read_text(file)))
         except OSError as e:
             raise InputError(f"{file}: cannot read: {e.strerror or e}") from None
-        try:
-            out.append((file, parse(text, file)))
-        except F5SyntaxError as e:
-            raise InputError(str(e)) from None
     return out
 
 
@@ -72,17 +105,34 @@ def run(
     geoip_country: str | None = None,
     zone_dir: str = "zones",
 ) -> Result:
-    """Import *files* (each tmsh or 3-DNS, told apart by their statements)."""
+    """Import *files*: tmsh (read object by object: one that does not parse is a finding)
+    or 3-DNS (read whole: one that does not parse is an `InputError`), told apart by their
+    statements."""
     imp = Imported(geoip_country=geoip_country)
     tmsh, threedns = TmshImport(imp), ThreeDnsImport(imp)
-    for file, nodes in read(files):
-        if is_tmsh(nodes):
-            tmsh.add(nodes)
-        elif is_threedns(nodes):
+    first_tmsh: str | None = None
+    threedns_files = 0
+    for file, text in read(files):
+        pieces = stanzas(text, file, MODULES)
+        if is_tmsh(pieces):
+            tmsh.add(file, pieces)
+            first_tmsh = first_tmsh or f"{file}:1"
+            continue
+        try:
+            nodes = parse(text, file)
+        except F5SyntaxError as e:
+            raise InputError(str(e)) from None
+        if is_threedns(nodes):
             threedns.add(nodes)
+            threedns_files += 1
+        elif any(n.key in MODULES for n in nodes):  # tmsh, but indented
+            tmsh.add(file, pieces)
+            first_tmsh = first_tmsh or f"{file}:1"
         else:
             first = nodes[0].where if nodes else f"{file}:1"
             imp.lost(first, file, "neither tmsh (gtm ...) nor 3-DNS wideip.conf statements: nothing imported")
+    if first_tmsh is not None and not tmsh.gtm_seen and not threedns_files:
+        imp.lost(first_tmsh, "the input", "no GTM configuration (gtm ...) in any file: nothing imported")
     tmsh.run()
     threedns.run()
     assemble.check_names(imp)

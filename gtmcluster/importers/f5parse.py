@@ -12,11 +12,17 @@ to a bareword joins it, as in a shell: ``dc."CNC"`` is the word ``dc.CNC``. Comm
 ``#`` or ``//`` at the start of a word to the end of the line, or between ``/*`` and ``*/``.
 Malformed input (an unterminated string or comment, an unbalanced brace) raises
 `F5SyntaxError` naming the file and line.
+
+A whole tmsh file (a ``bigip.conf`` from a UCS holds iRules, scripts and APM policies that are
+not this syntax) is first cut into `Stanza` pieces by `stanzas`: tmsh writes each top-level
+object from column 0, so a line that starts at column 0 with a module word (``gtm``, ``ltm``,
+``sys`` ...) begins the next piece, and each piece is parsed, or skipped, on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 #: token kinds
@@ -77,16 +83,17 @@ class Node:
 _SPECIAL = set('{};"')
 
 
-def tokenize(text: str, file: str = "<input>") -> Iterator[Token]:
-    """The tokens of *text*; raises `F5SyntaxError` on an unterminated string or comment."""
-    i, n, line = 0, len(text), 1
+def tokenize(text: str, file: str = "<input>", line: int = 1) -> Iterator[Token]:
+    """The tokens of *text*, whose first line is *line* of *file*; raises `F5SyntaxError` on
+    an unterminated string or comment."""
+    i, n = 0, len(text)
     while i < n:
         c = text[i]
         if c == "\n":
             yield Token(END, "\n", line)
             line += 1
             i += 1
-        elif c in " \t\r\f\v":
+        elif c.isspace():  # (every blank a word ends at: a no-break space, \x1f ... too)
             i += 1
         elif c == "#" or text.startswith("//", i):
             while i < n and text[i] != "\n":
@@ -140,20 +147,33 @@ def _string(text: str, i: int, line: int, file: str) -> tuple[int, int, str]:
     raise F5SyntaxError(file, start_line, "a quoted string is never closed")
 
 
-def parse(text: str, file: str = "<input>") -> list[Node]:
-    """The top-level statements of *text*; raises `F5SyntaxError` on malformed input."""
+def parse(text: str, file: str = "<input>", line: int = 1) -> list[Node]:
+    """The top-level statements of *text* (its first line is *line* of *file*); raises
+    `F5SyntaxError` on malformed input."""
+    return list(statements(text, file, line))
+
+
+def statements(text: str, file: str = "<input>", line: int = 1) -> Iterator[Node]:
+    """The top-level statements of *text*, each given as soon as it is complete (so those
+    before a syntax error are had before `F5SyntaxError` is raised)."""
     stack: list[tuple[list[Node], int]] = [([], 0)]  # (statements of a block, line of its '{')
     current: Node | None = None
-    for tok in tokenize(text, file):
-        body = stack[-1][0]
+    top: Node | None = None  # the top-level statement being read
+    for tok in tokenize(text, file, line):
         if tok.kind == WORD:
             if current is None:
                 current = Node([], tok.line, file)
-                body.append(current)
+                if len(stack) == 1:
+                    top = current
+                else:
+                    stack[-1][0].append(current)
             current.words.append(tok.text)
             current.raw.append(tok.raw)
         elif tok.kind == END:
             current = None
+            if len(stack) == 1 and top is not None:
+                yield top
+                top = None
         elif tok.kind == OPEN:
             if current is None:
                 raise F5SyntaxError(file, tok.line, "a '{' with no name before it")
@@ -165,9 +185,52 @@ def parse(text: str, file: str = "<input>") -> list[Node]:
                 raise F5SyntaxError(file, tok.line, "a '}' that closes nothing")
             stack.pop()
             current = None
+            if len(stack) == 1 and top is not None:
+                yield top
+                top = None
     if len(stack) > 1:
         raise F5SyntaxError(file, stack[-1][1], "this '{' is never closed")
-    return stack[0][0]
+    if top is not None:
+        yield top
+
+
+@dataclass(frozen=True)
+class Stanza:
+    """A top-level piece of a file: its text from its first line (*line*) up to the next
+    piece's, and the words of its first line before any ``{`` (``ltm rule /Common/r``);
+    the text before a file's first stanza is a piece with no words."""
+
+    file: str
+    line: int
+    text: str
+    head: tuple[str, ...]
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def stanzas(text: str, file: str, starts: Collection[str]) -> list[Stanza]:
+    """*text* cut before each line that starts at column 0 with one of the words *starts*
+    followed by a blank (tmsh's top-level objects); whatever a piece holds (Tcl, junk) stays
+    in it, for its reader to parse or skip. Text before the first such line (comments, or a
+    whole file of another form) is a piece with no head."""
+    found: list[int] = []
+    if starts:
+        words = "|".join(map(re.escape, sorted(starts)))
+        found = [m.start() for m in re.finditer(rf"^(?:{words})[ \t]", text, re.MULTILINE)]
+    preamble = found[:1] != [0]  # text before the first stanza
+    begins = [0, *found] if preamble else found
+    out: list[Stanza] = []
+    line = 1
+    for start, end in zip(begins, [*begins[1:], len(text)], strict=True):
+        head: tuple[str, ...] = ()
+        if start or not preamble:
+            eol = text.find("\n", start, end)
+            head = tuple(text[start : eol if eol >= 0 else end].split("{", 1)[0].split())
+        out.append(Stanza(file, line, text[start:end], head))
+        line += text.count("\n", start, end)
+    return out
 
 
 def pairs(node: Node) -> Iterator[tuple[str, Node]]:

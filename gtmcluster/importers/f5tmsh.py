@@ -5,12 +5,19 @@ references need: data centers, monitors, servers and their virtual servers, pool
 topology records, wide IPs. A tmsh listing leaves out settings at their defaults, so absent
 ones take BIG-IP DNS's defaults (pool modes round-robin, round-robin, return-to-dns; TTL 30;
 wide IP pool-lb-mode round-robin). Every setting not read is a finding.
+
+A file is read object by object (`f5parse.stanzas`), so a whole ``bigip.conf`` or
+``bigip_script.conf`` from a UCS imports its gtm objects and skips the rest (iRules, scripts,
+APM policies) with one summary finding; one-line listings are cut into statements first
+(`f5oneline`).
 """
 
 from __future__ import annotations
 
-from gtmcluster.importers import f5globals, f5names, f5pools, f5servers, f5wideips
-from gtmcluster.importers.f5parse import Node
+from collections import Counter
+
+from gtmcluster.importers import f5globals, f5names, f5oneline, f5pools, f5servers, f5wideips
+from gtmcluster.importers.f5parse import F5SyntaxError, Node, Stanza, statements
 from gtmcluster.importers.f5state import DESCRIPTIVE, TmshState, value
 from gtmcluster.importers.f5topology import Selector, selector
 from gtmcluster.importers.model import NOT_READ, Imported, digits
@@ -26,10 +33,18 @@ OTHER = {
     "link": "F5 links (limits, costs, link answers) are not imported: define links by hand (docs/links.md)",
 }
 
+#: the words a tmsh top-level object starts with (its module), at column 0
+MODULES = frozenset(
+    ("analytics", "apm", "asm", "auth", "cli", "cm", "gtm", "ilx", "ltm", "net", "pem", "security", "sys", "vcmp",
+     "wam", "wom")
+)  # fmt: skip
+NOT_GTM = MODULES - {"gtm"}
 
-def is_tmsh(nodes: list[Node]) -> bool:
-    """Whether *nodes* look like tmsh (statements starting ``gtm``, ``ltm``, ``sys`` ...)."""
-    return any(n.key in ("gtm", "ltm", "sys", "net", "auth", "cm", "apm", "security") for n in nodes)
+
+def is_tmsh(pieces: list[Stanza]) -> bool:
+    """Whether a file cut into *pieces* (`f5parse.stanzas` at `MODULES`) is tmsh: it has a
+    line starting ``gtm ``, ``ltm ``, ``sys `` ... at column 0."""
+    return any(p.head for p in pieces)
 
 
 class TmshImport:
@@ -38,16 +53,54 @@ class TmshImport:
     def __init__(self, imp: Imported) -> None:
         self.imp = imp
         self.s = TmshState(imp)
+        #: the gtm objects seen in all files (read or not)
+        self.gtm_seen = 0
 
-    def add(self, nodes: list[Node]) -> None:
-        skipped: dict[str, Node] = {}
-        for node in nodes:
-            if node.key == "gtm" and len(node.words) >= 2:
-                self.s.objects[node.words[1]].append(node)
-            else:
-                skipped.setdefault(node.key or "?", node)
-        for key, node in skipped.items():
-            self.imp.unmapped(node.where, f"'{key}' statements", "not GTM configuration (skipped)")
+    def add(self, file: str, pieces: list[Stanza]) -> None:
+        """The gtm objects of *file*, cut into *pieces*, each parsed on its own: another
+        module's object (``ltm rule`` with its Tcl, ``apm policy``, ``sys`` ...) is counted,
+        never parsed; a gtm iRule is kept unparsed (its body is Tcl); a gtm object that does
+        not parse is LOST and the others are read. One finding sums up what was skipped."""
+        skipped: Counter[str] = Counter()
+        first: str | None = None  # where the first statement skipped is
+        seen = self.gtm_seen
+        for piece in pieces:
+            module = piece.head[0] if piece.head else ""
+            if module in NOT_GTM:
+                skipped[module] += 1
+                first = first or piece.where
+                continue
+            self.gtm_seen += module == "gtm"
+            if piece.head[1:2] == ("rule",):  # an iRule: Tcl, not F5 syntax
+                self.s.objects["rule"].append(Node(list(piece.head), piece.line, file))
+                continue
+            read = False
+            try:
+                for node in statements(piece.text, file, piece.line):
+                    read = True
+                    if node.key == "gtm" and len(node.words) >= 2:
+                        self.gtm_seen += module != "gtm"
+                        f5oneline.split(node, self.imp)
+                        self.s.objects[node.words[1]].append(node)
+                    else:
+                        skipped[node.key if node.key in NOT_GTM else "other"] += 1
+                        first = first or node.where
+            except F5SyntaxError as e:
+                head = " ".join(piece.head) or "text before the first tmsh object"
+                at = f" (line {piece.line})" if e.line != piece.line else ""
+                if module == "gtm" and not read:
+                    self.imp.lost(f"{file}:{e.line}", head + at, f"{e.message}: not imported")
+                else:
+                    what = f"text after {head}{at}" if piece.head else head
+                    self.imp.lost(f"{file}:{e.line}", what, f"{e.message}: not read")
+        if skipped:
+            counts = ", ".join(f"{k} {n}" for k, n in skipped.most_common())
+            none = "; the file holds no GTM configuration" if self.gtm_seen == seen else ""
+            total = sum(skipped.values())
+            what = f"{total} statement{'s' if total > 1 else ''} that are not GTM configuration"
+            self.imp.unmapped(first or f"{file}:1", what, f"skipped ({counts}){none}")
+        elif self.gtm_seen == seen:
+            self.imp.unmapped(f"{file}:1", file, "no GTM configuration in it")
 
     def run(self) -> None:
         for node in self.s.objects.pop("datacenter", []):

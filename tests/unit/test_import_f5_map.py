@@ -354,10 +354,27 @@ def test_exit_code_and_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "LOST:" not in err and "CHANGED:" not in err
 
 
-def test_malformed_input_is_one_line_with_file_and_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_malformed_tmsh_object_is_lost_with_file_and_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """tmsh is read object by object: one that does not parse is LOST (file:line, the
+    problem), the others are imported, exit 1."""
     assert cli.main(["import", "f5", str(DATA / "broken_gtm.conf")]) == 1
     captured = capsys.readouterr()
-    assert captured.err == f"gtmcluster import f5: {DATA / 'broken_gtm.conf'}:8: a quoted string is never closed\n"
+    assert captured.err.splitlines()[0] == (
+        f"{DATA / 'broken_gtm.conf'}:8: LOST: gtm pool a /Common/web (line 3): a quoted string is never closed: "
+        "not imported"
+    )
+    assert "  - DC1\n" in captured.out
+
+
+def test_malformed_threedns_input_is_one_line_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 3-DNS wideip.conf is read whole: malformed, it stops the import in one line."""
+    path = tmp_path / "wideip.conf"
+    path.write_text('wideip {\n  name "www.example.com\n}\n')
+    assert cli.main(["import", "f5", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"gtmcluster import f5: {path}:2: a quoted string is never closed\n"
     assert captured.out == ""
 
 
