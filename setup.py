@@ -48,6 +48,9 @@ setup(
             "atheris>=2.3",
             "types-atheris",  # its type stubs (fuzz/ is type-checked too)
             "mmdb-writer",  # the GeoIP tests write their own small .mmdb databases
+            # make lint checks the layers of docs/architecture.md and that no import closes a
+            # circle (the contracts in pyproject.toml; imports under TYPE_CHECKING count)
+            "import-linter>=2.1",
         ],
     },
     entry_points={"console_scripts": ["gtmcluster = gtmcluster.cli.main:main"]},
