@@ -87,7 +87,7 @@ def in_process(rounds: int, count: int, ecs: int) -> None:
     from gtmcluster.config.load import load
     from gtmcluster.config.model import QueryLog
     from gtmcluster.dns.fastpath import FastPath
-    from gtmcluster.dns.server import DNSDatagramProtocol
+    from gtmcluster.dns.udpport import DNSDatagramProtocol
     from gtmcluster.node import Node
     from gtmcluster.querylog.writer import QueryLogWriter
 

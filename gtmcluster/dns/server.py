@@ -1,4 +1,4 @@
-"""Twisted transports for the responder: UDP and TCP listeners on every DNS address.
+"""The DNS service: UDP and TCP listeners for the responder on every DNS address.
 
 TCP follows RFC 7766 (`stream`): two-byte length framing, several queries per connection
 answered in order, an idle timeout, a timeout for finishing a message once begun, caps on
@@ -6,8 +6,8 @@ concurrent connections per DNS address and per source (`tcpclients`: a connectio
 longest makes way for a new one, the source's own past its cap, the heaviest source's on a
 full address), and zone transfers sent with back-pressure within caps
 (``dns_server.transfer``).
-UDP answers go through the fast path, which also applies response rate limiting; the port
-answers the replies it keeps in its read loop (`udpport`). TCP answers go through the same
+UDP answers go through the fast path, which also applies response rate limiting: the
+protocol and its port, which answers the replies it keeps in its read loop, are `udpport`. TCP answers go through the same
 fast path's templates and kept decisions (`FastPath.handle_stream`).
 
 With ``dns_server.query_log`` on, each query read and its answer is queued for the query
@@ -22,7 +22,6 @@ from typing import Any
 from twisted.application.service import Service
 from twisted.internet import defer
 from twisted.internet.interfaces import IListeningPort, IReactorSocket
-from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
 
 from gtmcluster.config.model import TCP_MAX_PER_SOURCE, DNSServer, QueryLog, RateLimit, TransferLimits
@@ -30,55 +29,11 @@ from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import DEFAULT_TRANSFER_LIMITS, DNSStreamFactory
-from gtmcluster.dns.udpport import adopt_udp
-from gtmcluster.querylog import dnstap
-from gtmcluster.querylog.writer import QueryLogWriter, QueryQueue, in_pool
+from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
+from gtmcluster.querylog.writer import QueryLogWriter, in_pool
 from gtmcluster.sockets import Listener
 
 log = Logger()
-
-#: the largest query read over UDP: a query is a question and an OPT record, far below it
-#: (a bigger datagram is cut and then refused as malformed); each read allocates this much
-MAX_UDP_QUERY = 4096
-
-
-class DNSDatagramProtocol(DatagramProtocol):
-    """Answers UDP queries (through the fast path)."""
-
-    noisy = False
-
-    def __init__(self, fast: FastPath, local: tuple[str, int] = ("", 0)):
-        self.fast = fast
-        self._sendto: Any = None
-        #: the query log's queue, None when it is off; and our address, for its entries
-        self.log: QueryQueue | None = None
-        self.local = local
-
-    def startProtocol(self) -> None:
-        # The port's own write checks the address and the errors on every reply; the
-        # address is the one a datagram came from, so send straight on the socket.
-        self._sendto = self.transport.socket.sendto  # type: ignore[union-attr]
-
-    def datagramReceived(self, datagram: bytes, addr: Any) -> None:
-        reply = self.fast.handle(datagram, addr[0])
-        log = self.log
-        if log is not None:
-            log.add(addr, self.local, dnstap.UDP, datagram, reply)
-        if reply is not None:
-            try:  # noqa: SIM105 - cheaper than contextlib.suppress on the answer path
-                self._sendto(reply, addr)
-            except OSError:
-                pass  # a full send buffer or a client gone: UDP replies may be lost
-
-    def answer_new(self, datagram: bytes, addr: Any) -> None:
-        """Answer *datagram*, known not to be a kept reply, with rate limiting off
-        (`udpport.DNSPort` looked it up already)."""
-        reply = self.fast.answer(datagram, addr[0])
-        log = self.log
-        if log is not None:
-            log.add(addr, self.local, dnstap.UDP, datagram, reply)
-        if reply is not None:
-            self._sendto(reply, addr)  # (the port's loop takes an OSError)
 
 
 class DNSService(Service):

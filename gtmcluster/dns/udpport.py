@@ -1,4 +1,6 @@
-"""The DNS service's UDP port: Twisted's, with the kept replies answered in its read loop.
+"""The DNS service's UDP transport: the protocol that answers a datagram through the fast
+path (`DNSDatagramProtocol`), and its port: Twisted's, with the kept replies answered in its
+read loop.
 
 Twisted's `udp.Port.doRead` reads datagrams until a quarter megabyte is read or the socket
 is empty, and hands each to the protocol. Here the same loop first looks the datagram up
@@ -19,17 +21,61 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet import udp
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.posixbase import PosixReactorBase
+from twisted.internet.protocol import DatagramProtocol
 from twisted.python import log
 
+from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.querylog import dnstap
+from gtmcluster.querylog.writer import QueryQueue
 
-if TYPE_CHECKING:
-    from gtmcluster.dns.server import DNSDatagramProtocol
+#: the largest query read over UDP: a query is a question and an OPT record, far below it
+#: (a bigger datagram is cut and then refused as malformed); each read allocates this much
+MAX_UDP_QUERY = 4096
+
+
+class DNSDatagramProtocol(DatagramProtocol):
+    """Answers UDP queries (through the fast path)."""
+
+    noisy = False
+
+    def __init__(self, fast: FastPath, local: tuple[str, int] = ("", 0)):
+        self.fast = fast
+        self._sendto: Any = None
+        #: the query log's queue, None when it is off; and our address, for its entries
+        self.log: QueryQueue | None = None
+        self.local = local
+
+    def startProtocol(self) -> None:
+        # The port's own write checks the address and the errors on every reply; the
+        # address is the one a datagram came from, so send straight on the socket.
+        self._sendto = self.transport.socket.sendto  # type: ignore[union-attr]
+
+    def datagramReceived(self, datagram: bytes, addr: Any) -> None:
+        reply = self.fast.handle(datagram, addr[0])
+        log = self.log
+        if log is not None:
+            log.add(addr, self.local, dnstap.UDP, datagram, reply)
+        if reply is not None:
+            try:  # noqa: SIM105 - cheaper than contextlib.suppress on the answer path
+                self._sendto(reply, addr)
+            except OSError:
+                pass  # a full send buffer or a client gone: UDP replies may be lost
+
+    def answer_new(self, datagram: bytes, addr: Any) -> None:
+        """Answer *datagram*, known not to be a kept reply, with rate limiting off
+        (`udpport.DNSPort` looked it up already)."""
+        reply = self.fast.answer(datagram, addr[0])
+        log = self.log
+        if log is not None:
+            log.add(addr, self.local, dnstap.UDP, datagram, reply)
+        if reply is not None:
+            self._sendto(reply, addr)  # (the port's loop takes an OSError)
+
 
 #: errors of a read that only mean there is nothing (more) to read now
 _NOTHING = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR, errno.ECONNREFUSED))

@@ -35,8 +35,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
-from gtmcluster.dns.udpport import adopt_udp
+from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
 from gtmcluster.sockets import Listener

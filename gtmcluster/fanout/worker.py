@@ -37,8 +37,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dns.server import MAX_UDP_QUERY, DNSDatagramProtocol
-from gtmcluster.dns.udpport import adopt_udp
+from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.lb.context import PersistRecord
 from gtmcluster.node import Node

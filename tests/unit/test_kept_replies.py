@@ -21,8 +21,7 @@ from twisted.internet.testing import MemoryReactorClock
 from gtmcluster.config.model import RateLimit
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath, WideHit
-from gtmcluster.dns.server import DNSDatagramProtocol
-from gtmcluster.dns.udpport import DNSPort, adopt_udp
+from gtmcluster.dns.udpport import DNSDatagramProtocol, DNSPort, adopt_udp
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.querylog import dnstap

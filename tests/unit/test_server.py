@@ -19,8 +19,9 @@ from gtmcluster import sockets
 from gtmcluster.config.load import load
 from gtmcluster.config.model import DNSServer, HostPort, RateLimit, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dns.server import DNSDatagramProtocol, DNSService
+from gtmcluster.dns.server import DNSService
 from gtmcluster.dns.stream import DNSStreamFactory, DNSStreamProtocol, ListenerFactory
+from gtmcluster.dns.udpport import DNSDatagramProtocol
 from gtmcluster.node import Node
 from tests.support import configs
 from tests.support.dnsclient import addresses, query
