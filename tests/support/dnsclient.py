@@ -23,15 +23,22 @@ def query(
     rd: bool = False,
     qid: int = 4242,
     options: list[dns.edns.Option] | None = None,
+    dnssec: bool = False,
 ) -> bytes:
-    """Wire bytes of a query. *ecs* is a client subnet such as ``"198.51.100.0/24"``."""
+    """Wire bytes of a query. *ecs* is a client subnet such as ``"198.51.100.0/24"``;
+    *dnssec* sets the DO bit."""
     opts = list(options or [])
     if ecs is not None:
         address, prefix = ecs.split("/")
         opts.append(dns.edns.ECSOption(address, int(prefix)))
-    use_edns = edns if edns is not None else (0 if opts else -1)
+    use_edns = edns if edns is not None else (0 if opts or dnssec else -1)
     q = dns.message.make_query(
-        name, dns.rdatatype.RdataType.make(rdtype), use_edns=use_edns, payload=payload, options=opts
+        name,
+        dns.rdatatype.RdataType.make(rdtype),
+        use_edns=use_edns,
+        payload=payload,
+        options=opts,
+        want_dnssec=dnssec,
     )
     q.id = qid
     if not rd:
