@@ -24,7 +24,7 @@ class Client:
 
     #: the address topology and persistence key on: the EDNS client subnet's address when
     #: the query carried one from a trusted resolver (`dns_server.ecs_trusted`), else the
-    #: LDNS address
+    #: LDNS address; zeros past `prefix` (as RFC 7871 sends it)
     address: IPAddress
     #: how many leading bits of `address` are known (the ECS source prefix, or the full width)
     prefix: int
@@ -37,9 +37,10 @@ class Client:
         return cls(ldns, ldns.max_prefixlen, ldns, False)
 
     def network(self, prefix: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
-        """The client's network at *prefix* bits (never more bits than are known)."""
-        bits = min(prefix, self.prefix)
-        return ipaddress.ip_network((self.address, bits), strict=False)
+        """The client's network at *prefix* bits, also past the bits known: a client subnet
+        shorter than what decides is decided for its address zero-padded to that length,
+        and the answer's scope says that length (RFC 7871 7.2.1; docs/answers.md)."""
+        return ipaddress.ip_network((self.address, prefix), strict=False)
 
 
 class Rotations:
@@ -102,7 +103,9 @@ class PersistKey:
 
     wideip: str
     qtype: int
-    network: str  # the client's network at the persistence prefix, e.g. "202.106.1.0/24"
+    #: the client's network at the persistence prefix, e.g. "202.106.1.0/24" (for a client
+    #: subnet shorter than the prefix, its zero-padded address's: 10.1.0.0/16 -> 10.1.0.0/24)
+    network: str
     #: with a client subnet: the asking resolver's network at the persistence prefix
     resolver: str = ""
 

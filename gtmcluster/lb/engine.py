@@ -138,7 +138,9 @@ class Balancer:
 
     @staticmethod
     def persist_key(wideip: WideIP, qtype: int, client: Client) -> tuple[PersistKey, int] | None:
-        """The persistence record *client* would be held by, and the bits of its network.
+        """The persistence record *client* would be held by, and the bits of its network
+        (the answer's scope: a client subnet shorter than the prefix is held as its
+        address's network at the prefix, `Client.network`).
 
         A client known by its client subnet is held together with the resolver that sent
         it, each at the wide IP's persistence prefix (BIG-IP's "persist CIDR" of the LDNS):

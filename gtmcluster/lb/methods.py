@@ -80,7 +80,9 @@ def static_persist(cands: Sequence[C], ctx: Context, slot: Slot) -> Ranking:
     Every candidate gets a score from a hash of (client network, candidate name); the
     highest wins. The same client keeps its candidate while it is available, and when one
     goes away only the clients it had move (to their second choice). Any node computes the
-    same ranking: the hash is fixed (BLAKE2b), not Python's per-process `hash`.
+    same ranking: the hash is fixed (BLAKE2b), not Python's per-process `hash`. The
+    network is the client's at the slot's prefix, also when its client subnet is shorter
+    (its zero-padded address's): the scope, that prefix, names the network hashed.
     """
     prefix = slot.static_persist.for_version(ctx.client.address.version)
     network = ctx.client.network(prefix)

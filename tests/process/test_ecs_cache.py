@@ -37,7 +37,7 @@ from tests.support.nodeproc import RunningNode, loopback_address, running_node
 from tests.support.poll import until
 from tests.support.subnetcache import TCP_ZONE, SubnetCache
 
-pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.usefixtures("dig_tool")]
 
 DNS_PORT = 5353
 TTL = 2  # the pools' answer TTL: how long unbound keeps an answer

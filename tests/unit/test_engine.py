@@ -629,11 +629,14 @@ def test_persistence_ipv6_prefix_and_types_are_separate(tmp_path: Path) -> None:
     assert len(node.persistence) == 3
 
 
-def test_persistence_with_ecs_uses_the_known_bits_only(tmp_path: Path) -> None:
-    """An ECS client with a /16 source prefix is keyed by that /16, never by bits it did not send."""
+def test_persistence_with_a_short_client_subnet_holds_its_first_network_at_the_prefix(tmp_path: Path) -> None:
+    """An ECS client with a /16 source prefix is held as its zero-padded address's /24 (the
+    persistence prefix), and the answer says scope /24: it is that /24's answer, not the
+    /16's (issue 32; tests/unit/test_ecs_scope.py)."""
     node, config, _ = persist_node(tmp_path)
     d = ask(node, config, ecs_client("198.51.0.0/16", R2))
-    assert d.persist is not None and d.persist.key.network == "198.51.0.0/16"
+    assert d.persist is not None and d.persist.key.network == "198.51.0.0/24"
+    assert d.scope == 24
 
 
 def test_balancer_alone_does_not_store_records(tmp_path: Path) -> None:
