@@ -7,8 +7,9 @@ longest makes way for a new one, the source's own past its cap, the heaviest sou
 full address), and zone transfers sent with back-pressure within caps
 (``dns_server.transfer``).
 UDP answers go through the fast path, which also applies response rate limiting: the
-protocol and its port, which answers the replies it keeps in its read loop, are `udpport`. TCP answers go through the same
-fast path's templates and kept decisions (`FastPath.handle_stream`).
+protocol and its port, which answers the replies it keeps in its read loop, are `udpport`.
+TCP answers go through the same fast path's templates and kept decisions
+(`FastPath.handle_stream`).
 
 With ``dns_server.query_log`` on, each query read and its answer is queued for the query
 log (`querylog.writer`), here where the addresses are known; off, that costs a None check.
