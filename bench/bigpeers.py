@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))  # tests.support.bigconfig of this checkout
 from twisted.internet import defer, reactor, task  # noqa: E402
 
 from gtmcluster import heap  # noqa: E402
-from gtmcluster.config.model import HostPort, Member, TLSFiles  # noqa: E402
+from gtmcluster.config.addresses import HostPort  # noqa: E402
+from gtmcluster.config.model import Member, TLSFiles  # noqa: E402
 from gtmcluster.config.monitoring import HealthRule, Monitor, TcpCheck  # noqa: E402
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL, refresh_share  # noqa: E402
 from gtmcluster.health.flap import UP, Flap  # noqa: E402

@@ -27,7 +27,8 @@ from typing import Any
 
 from twisted.internet import defer, reactor, task
 
-from gtmcluster.config.model import HostPort, Member, TLSFiles
+from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.model import Member, TLSFiles
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gtmcluster.config.model import HostPort
+from gtmcluster.config.addresses import HostPort
 
 UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
 TCP_BACKLOG = 256

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from gtmcluster.config.model import ApiSettings, IPAddress, Member
+from gtmcluster.config.addresses import IPAddress
+from gtmcluster.config.model import ApiSettings, Member
 
 #: bytes a request body may hold (admin actions and reloads send next to nothing)
 MAX_BODY = 64 * 1024

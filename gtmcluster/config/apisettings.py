@@ -7,7 +7,8 @@ import re
 from typing import Any
 
 from gtmcluster.config import files
-from gtmcluster.config.model import ApiLimits, ApiSettings, HostPort
+from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.model import ApiLimits, ApiSettings
 from gtmcluster.config.reader import Mapping, Reader
 
 

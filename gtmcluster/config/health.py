@@ -12,9 +12,10 @@ from typing import Any
 import dns.rcode
 import dns.rdatatype
 
+from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.links import read_capacity
 from gtmcluster.config.loadsource import read_load
-from gtmcluster.config.model import Health, HostPort, Link, VirtualServer
+from gtmcluster.config.model import Health, Link, VirtualServer
 from gtmcluster.config.monitoring import (
     STATUS_CLASSES,
     Check,

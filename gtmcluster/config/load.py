@@ -20,12 +20,12 @@ from gtmcluster import slices
 from gtmcluster.config import bundle, files, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
 from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
+from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.apisettings import api_beyond_loopback, read_api
 from gtmcluster.config.model import (
     ApiSettings,
     Config,
     DNSServer,
-    HostPort,
     Member,
     PersistenceTable,
     Prober,

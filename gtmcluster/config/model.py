@@ -8,7 +8,6 @@ The health checks and load sources are in `config.monitoring`.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,6 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gtmcluster import slices
+from gtmcluster.config.addresses import HostPort, IPAddress, IPNetwork
 from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
@@ -26,18 +26,6 @@ from gtmcluster.topology.records import Topology
 
 if TYPE_CHECKING:
     from gtmcluster.dnssec.keys import ZoneKey
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-@dataclass(frozen=True, slots=True)
-class HostPort:
-    host: IPAddress
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if self.host.version == 6 else f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,7 +519,7 @@ class Config:
     #: pools, the last resort included): made when the config is read, off the reactor
     wideips_of: Mapping[str, tuple[str, ...]] = field(repr=False, compare=False, default_factory=dict)
     #: which wide IP answers a name (own names, aliases, wildcards): the responder's lookup
-    wideip_names: WideIPNames = field(repr=False, compare=False, default_factory=WideIPNames)
+    wideip_names: WideIPNames[WideIP] = field(repr=False, compare=False, default_factory=WideIPNames)
     #: the keys of the zones signed online (`zones[].dnssec`), by lowercased origin labels
     dnssec: Mapping[Name, tuple[ZoneKey, ...]] = field(repr=False, compare=False, default_factory=dict)
     #: zone origin (lowercased labels) -> its ``transfer`` settings, for zones that have them

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # (`config.model` imports this module)
-    from gtmcluster.config.model import IPAddress
+from gtmcluster.config.addresses import HostPort, IPAddress
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +155,6 @@ class SnmpSource:
     if_index: int
 
     def __str__(self) -> str:
-        from gtmcluster.config.model import HostPort  # (it imports this module)
-
         return f"snmp {HostPort(self.host, self.port)} ifIndex {self.if_index}"
 
 

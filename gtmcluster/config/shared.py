@@ -26,10 +26,10 @@ import datetime
 import gc
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorProcess
@@ -40,18 +40,55 @@ from gtmcluster.config import bundle
 from gtmcluster.config.bundle import Bundle, Header
 from gtmcluster.config.changes import own_ground
 from gtmcluster.config.load import SECTION_ORDER, config_value, load
-from gtmcluster.config.model import Config
+from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError, Problem
 from gtmcluster.config.shelf import Shelf
 from gtmcluster.config.yamlchild import MEMORY, Child
 from gtmcluster.config.yamlsrc import Resplit
 from gtmcluster.gcpause import collection_paused
 from gtmcluster.sync.configsync import ConfigSync, Running
-
-if TYPE_CHECKING:
-    from gtmcluster.nodeservice import NodeService
+from gtmcluster.sync.replicator import Replicator
 
 log = Logger()
+T = TypeVar("T")
+
+
+class RunningNode(Protocol):
+    """The node as the group's config sees it: who it is and what config it runs."""
+
+    @property
+    def member(self) -> Member: ...
+
+    @property
+    def config(self) -> Config: ...
+
+
+class NodeSide(Protocol):
+    """What the group's config needs of the running node (`nodeservice.NodeService` is
+    one): its replicator, reactor and config files, and its reload, run one at a time."""
+
+    @property
+    def node(self) -> RunningNode: ...
+
+    @property
+    def replicator(self) -> Replicator: ...
+
+    @property
+    def reactor(self) -> Any: ...
+
+    @property
+    def config_path(self) -> str: ...
+
+    @property
+    def running_path(self) -> str: ...
+
+    running_own_dir: Path | None
+
+    def exclusive(self, work: Callable[[], Coroutine[Any, Any, T]]) -> defer.Deferred[T]: ...
+
+    async def read_and_switch(
+        self, path: str, own_dir: Path | None, header: Header | None, before: Callable[[], object] | None = None
+    ) -> list[str]: ...
 
 
 @dataclass
@@ -199,7 +236,7 @@ class GroupConfig:
     """The member's side of config sync: it publishes (a push, a rollback, its file after a
     SIGHUP) and runs what the group publishes (`sync.configsync` fetches it)."""
 
-    def __init__(self, service: NodeService, start: Start):
+    def __init__(self, service: NodeSide, start: Start):
         self.service = service
         self.shelf = start.shelf
         self.own_dir = start.own_dir

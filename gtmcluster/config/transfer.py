@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.config import files
-from gtmcluster.config.model import IPNetwork, TransferLimits, TSIGKey, ZoneTransfer
+from gtmcluster.config.addresses import IPNetwork
+from gtmcluster.config.model import TransferLimits, TSIGKey, ZoneTransfer
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 

@@ -13,7 +13,7 @@ name. See docs/wideip-names.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Reader
@@ -22,12 +22,23 @@ from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import TYPE_CNAME, ZoneSet
 from gtmcluster.slices import Steps
 
-if TYPE_CHECKING:
-    from gtmcluster.config.model import WideIP
-
 WILDCARD = b"*"
 #: CNAME nodes checked against the wildcards per step of a config read (`gtmcluster.slices`)
 STEP = 256
+
+
+class Named(Protocol):
+    """What the index needs of a wide IP (`config.model.WideIP`): its name and its aliases,
+    as keys."""
+
+    @property
+    def labels(self) -> Name: ...
+
+    @property
+    def aliases(self) -> tuple[Name, ...]: ...
+
+
+WideIP = TypeVar("WideIP", bound=Named)
 
 
 def is_wildcard(name: Name) -> bool:
@@ -35,7 +46,7 @@ def is_wildcard(name: Name) -> bool:
     return name[:1] == (WILDCARD,)
 
 
-class WideIPNames:
+class WideIPNames(Generic[WideIP]):
     """Which wide IP answers a name: exact names (wide IP names and aliases) first, then the
     wildcard with the longest suffix. Names are keys (lowercased labels)."""
 
@@ -49,7 +60,7 @@ class WideIPNames:
         self.wildcards: Mapping[Name, WideIP] = wildcards or {}
 
     @classmethod
-    def of(cls, wideips: Iterable[WideIP]) -> WideIPNames:
+    def of(cls, wideips: Iterable[WideIP]) -> WideIPNames[WideIP]:
         """The index of *wideips* (their names must not collide: the config read checks)."""
         exact: dict[Name, WideIP] = {}
         wildcards: dict[Name, WideIP] = {}

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from gtmcluster.config.model import Config, HostPort, Member, VirtualServer
+from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.model import Config, Member, VirtualServer
 
 
 def twistd_command() -> list[str]:

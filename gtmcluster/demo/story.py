@@ -14,7 +14,8 @@ from typing import Any
 from gtmcluster.cli.dashboard import dashboard_url
 from gtmcluster.cli.ldns import render as render_ldns
 from gtmcluster.cli.nodeapi import CliError, Tokens, get
-from gtmcluster.config.model import Config, HostPort, Member
+from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.model import Config, Member
 from gtmcluster.demo.prepare import DemoFiles, resolver_delays
 from gtmcluster.demo.processes import Processes, address_of, busy_addresses, in_use
 from gtmcluster.dns.zone import TYPE_A

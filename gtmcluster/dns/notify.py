@@ -30,7 +30,8 @@ from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTi
 from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
 
-from gtmcluster.config.model import Config, IPAddress, TSIGKey
+from gtmcluster.config.addresses import IPAddress
+from gtmcluster.config.model import Config, TSIGKey
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.transfer import serial_of, to_dnspython
 from gtmcluster.dns.zone import Zone

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from gtmcluster.config.model import IPNetwork, RecordTarget, WideIP
+from gtmcluster.config.addresses import IPNetwork
+from gtmcluster.config.model import RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
 from gtmcluster.dns.names import Name
@@ -131,7 +132,7 @@ class Responder:
         cached: Cached | None = None,
         version: str | None = None,
         ecs_trusted: tuple[IPNetwork, ...] = (),
-        wideip_names: WideIPNames | None = None,
+        wideip_names: WideIPNames[WideIP] | None = None,
         signing: ZoneSigning | None = None,
         transfers: Transfers | None = None,
     ):

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gtmcluster.config.model import IPAddress, Pool, PoolMember, PoolRef, Prefixes, RecordTarget, VirtualServer, WideIP
+from gtmcluster.config.addresses import IPAddress
+from gtmcluster.config.model import Pool, PoolMember, PoolRef, Prefixes, RecordTarget, VirtualServer, WideIP
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
 from gtmcluster.health.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.lb.context import (

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.api.guard import MAX_BODY, Incoming, Policy, check, path_of, policy, shows_token
-from gtmcluster.config.model import ApiSettings, HostPort, Member
+from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.model import ApiSettings, Member
 
 TOKEN = "the-node-token-0123456789"
 LOOPBACK = Policy(TOKEN, False, frozenset({"gtm1.example.com"}), ipaddress.ip_address("127.0.0.11"))

@@ -9,11 +9,11 @@ from typing import Any, cast
 
 import pytest
 
+from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.load import load
 from gtmcluster.config.model import (
     Config,
     DNSServer,
-    HostPort,
     Methods,
     Persistence,
     PersistenceTable,

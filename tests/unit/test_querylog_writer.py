@@ -18,8 +18,9 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster import sockets
+from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.load import load
-from gtmcluster.config.model import DNSServer, HostPort, QueryLog
+from gtmcluster.config.model import DNSServer, QueryLog
 from gtmcluster.dns.server import DNSService
 from gtmcluster.node import Node
 from gtmcluster.querylog import dnstap, read, writer

@@ -16,8 +16,9 @@ from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisc
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster import sockets
+from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.load import load
-from gtmcluster.config.model import DNSServer, HostPort, RateLimit, TransferLimits
+from gtmcluster.config.model import DNSServer, RateLimit, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSService
 from gtmcluster.dns.stream import DNSStreamFactory, DNSStreamProtocol, ListenerFactory
