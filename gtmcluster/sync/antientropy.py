@@ -38,7 +38,7 @@ from gtmcluster.state.record import BUCKETS, OriginSummary, Record, bucket_of, f
 from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.link import Link
 from gtmcluster.sync.phases import ESTABLISHED
 
 if TYPE_CHECKING:
@@ -62,23 +62,23 @@ class AntiEntropy:
     store: Store
     clock: IReactorTime
     peers: dict[str, PeerState]
-    _reconciling: set[PeerProtocol]
+    _reconciling: set[Link]
     _lock: defer.DeferredLock
     _bulk_merged: int
 
     if TYPE_CHECKING:
 
-        def receive(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> int: ...
+        def receive(self, proto: Link, batch: bytes, bulk: bool = False) -> int: ...
 
         def _still_capped(self, origin: str) -> bool: ...
 
     # -- peers of older protocol versions ----------------------------------------------------
 
-    def _can_take(self, proto: PeerProtocol, key: str) -> bool:
+    def _can_take(self, proto: Link, key: str) -> bool:
         """Whether *proto*'s peer takes a record at *key* (its protocol version knows the key)."""
         return proto.version >= schema.NEWEST_VERSION or schema.version_needed(key) <= proto.version
 
-    def _takes(self, proto: PeerProtocol, records: Iterable[Record]) -> Iterable[Record]:
+    def _takes(self, proto: Link, records: Iterable[Record]) -> Iterable[Record]:
         """*records* but those *proto*'s peer would refuse."""
         if proto.version >= schema.NEWEST_VERSION:
             return records
@@ -96,7 +96,7 @@ class AntiEntropy:
             if schema.version_needed(r.key) > version
         ]
 
-    def summaries_for(self, proto: PeerProtocol | None) -> dict[str, OriginSummary]:
+    def summaries_for(self, proto: Link | None) -> dict[str, OriginSummary]:
         """Per-origin summaries of the records *proto*'s peer can hold (all, for None)."""
         summaries = self.store.summaries()
         if proto is None:
@@ -109,7 +109,7 @@ class AntiEntropy:
                 del summaries[record.origin]
         return summaries
 
-    def buckets_for(self, proto: PeerProtocol, origin: str) -> list[int]:
+    def buckets_for(self, proto: Link, origin: str) -> list[int]:
         """*origin*'s bucket hashes over the records *proto*'s peer can hold."""
         buckets = self.store.buckets(origin)
         for record in self.withheld(proto.version):
@@ -131,15 +131,15 @@ class AntiEntropy:
 
     # -- anti-entropy: the answering side -----------------------------------------------------
 
-    def summary_message(self, proto: PeerProtocol | None = None) -> bytes:
+    def summary_message(self, proto: Link | None = None) -> bytes:
         """Our per-origin summaries, as *proto*'s peer compares them (see `summaries_for`)."""
         summaries = self.summaries_for(proto)
         return codec.summary({o: (s.count, s.xor) for o, s in summaries.items()})
 
-    def buckets_message(self, proto: PeerProtocol, origin: str) -> bytes:
+    def buckets_message(self, proto: Link, origin: str) -> bytes:
         return codec.buckets(self.buckets_for(proto, origin))
 
-    def listing_message(self, proto: PeerProtocol, origin: str, request: bytes) -> tuple[bytes, bytes]:
+    def listing_message(self, proto: Link, origin: str, request: bytes) -> tuple[bytes, bytes]:
         wanted = codec.read_bucket_cursors(request)
         listing = self.store.listing(origin, {b for b, _ in wanted})
         entries: list[Any] = []
@@ -161,7 +161,7 @@ class AntiEntropy:
                 size += cost
         return codec.listing(entries), codec.bucket_list(rest)
 
-    def pull_message(self, proto: PeerProtocol, request: bytes) -> tuple[bytes, bytes]:
+    def pull_message(self, proto: Link, request: bytes) -> tuple[bytes, bytes]:
         keys = codec.read_keys(request, "keys")
         if len(keys) > 4 * PULL_KEYS:
             raise BadMessage(f"a Pull of {len(keys)} keys")
@@ -172,11 +172,11 @@ class AntiEntropy:
             return batch, codec.keys(rest)
         return b"[]", codec.keys([])
 
-    def send_all(self, proto: PeerProtocol, origin: str) -> defer.Deferred[int]:
+    def send_all(self, proto: Link, origin: str) -> defer.Deferred[int]:
         """Stream every record of *origin* to the peer as Publish batches, one at a time."""
         return defer.ensureDeferred(self._send_all(proto, origin))
 
-    async def _send_all(self, proto: PeerProtocol, origin: str) -> int:
+    async def _send_all(self, proto: Link, origin: str) -> int:
         """Up to `SEND_ALL_WINDOW` batches are unanswered at a time: the peer merges one
         while this node encodes the next; none is sent while the connection's output is
         blocked (the peer does not read it)."""
@@ -202,7 +202,7 @@ class AntiEntropy:
                 d.addErrback(lambda _: None)
         return sent
 
-    def _batches_of(self, origin: str, proto: PeerProtocol | None = None) -> Iterator[tuple[bytes, list[str]]]:
+    def _batches_of(self, origin: str, proto: Link | None = None) -> Iterator[tuple[bytes, list[str]]]:
         """Publish batches of *origin*'s live records, made as they are asked for: the store
         is read `SEND_ALL_CHUNK` records at a time, between which the reactor runs (a full
         table is millions of records), and each chunk is aged at the time it is encoded.
@@ -215,7 +215,7 @@ class AntiEntropy:
 
     # -- anti-entropy: the asking side --------------------------------------------------------
 
-    def reconcile(self, proto: PeerProtocol) -> defer.Deferred[None]:
+    def reconcile(self, proto: Link) -> defer.Deferred[None]:
         """Pull from *proto*'s peer whatever it has newer than we do."""
         if proto in self._reconciling:
             return defer.succeed(None)
@@ -239,7 +239,7 @@ class AntiEntropy:
         d.addBoth(done)
         return d
 
-    async def _reconcile_counted(self, proto: PeerProtocol) -> None:
+    async def _reconcile_counted(self, proto: Link) -> None:
         if proto.phase != ESTABLISHED:
             return
         before = self._bulk_merged
@@ -250,12 +250,12 @@ class AntiEntropy:
                 if peer.name != proto.peer and peer.channels:
                     self.clock.callLater(0, self._ask_to_reconcile, peer.channels[0])
 
-    def _ask_to_reconcile(self, proto: PeerProtocol) -> None:
+    def _ask_to_reconcile(self, proto: Link) -> None:
         """Have *proto*'s peer pull from us (it reconciles when told we changed)."""
         if proto.phase == ESTABLISHED:
             proto.callRemote(commands.Changed).addErrback(lambda _: None)
 
-    async def _reconcile(self, proto: PeerProtocol) -> None:
+    async def _reconcile(self, proto: Link) -> None:
         answer = await proto.callRemote(commands.Summary, summary=self.summary_message(proto))
         theirs = codec.read_summary(answer["summary"])
         mine = self.summaries_for(proto)
@@ -280,7 +280,7 @@ class AntiEntropy:
         if proto.phase == ESTABLISHED:
             proto.send_heartbeat()  # our digest, now that it may have changed
 
-    async def _pull_buckets(self, proto: PeerProtocol, origin: str, buckets: list[int]) -> None:
+    async def _pull_buckets(self, proto: Link, origin: str, buckets: list[int]) -> None:
         pending: list[list[Any]] = [[b, ""] for b in buckets]
         wanted: list[str] = []
         while pending:
@@ -293,7 +293,7 @@ class AntiEntropy:
             pending = codec.read_bucket_list(answer["rest"]) + pending
         await self._pull_keys(proto, wanted)
 
-    async def _pull_keys(self, proto: PeerProtocol, wanted: list[str]) -> None:
+    async def _pull_keys(self, proto: Link, wanted: list[str]) -> None:
         """Pull *wanted* from *proto*'s peer, `PULL_KEYS` per request."""
         while wanted:
             keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -34,10 +35,8 @@ from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shelf import Shelf
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage, ConfigView
-
-if TYPE_CHECKING:
-    from gtmcluster.sync.peer import PeerProtocol
-    from gtmcluster.sync.replicator import Replicator
+from gtmcluster.sync.link import Link
+from gtmcluster.sync.peerstate import PeerState
 
 log = Logger()
 
@@ -62,8 +61,17 @@ class Running:
     config_digest: str = ""
 
 
+class Group(Protocol):
+    """The node's replication, as config sync sees it (`sync.replicator.Replicator` is one):
+    the members, what is known of each (their channels), the clock."""
+
+    members: frozenset[str]
+    peers: dict[str, PeerState]
+    clock: IReactorTime
+
+
 class ConfigSync:
-    def __init__(self, replicator: Replicator, shelf: Shelf, enabled: bool = True):
+    def __init__(self, replicator: Group, shelf: Shelf, enabled: bool = True):
         self.replicator = replicator
         self.shelf = shelf
         #: off (`sync_group.config_sync: false`): nothing is fetched or run; peers are
@@ -104,7 +112,7 @@ class ConfigSync:
         r = self.running
         return ConfigView(self.held, r.generation, r.digest, r.config_digest, refused, reasons)
 
-    def _channels(self) -> list[PeerProtocol]:
+    def _channels(self) -> list[Link]:
         return [
             p.channels[0] for p in self.replicator.peers.values() if p.channels and p.channels[0].version >= VERSION
         ]
@@ -142,7 +150,7 @@ class ConfigSync:
 
     # -- peers ----------------------------------------------------------------------------
 
-    def connected(self, proto: PeerProtocol) -> None:
+    def connected(self, proto: Link) -> None:
         """A peer of version 3 or later connected: tell it."""
         if proto.version >= VERSION:
             _send_state(proto, codec.config_state(self.view()))
@@ -151,7 +159,7 @@ class ConfigSync:
         self.heard.discard(name)
         self._failed.pop(name, None)
 
-    def heard_state(self, proto: PeerProtocol, data: bytes) -> None:
+    def heard_state(self, proto: Link, data: bytes) -> None:
         """A peer's `ConfigState` (raises `BadMessage` if malformed: the peer is dropped)."""
         view = codec.read_config_state(data)
         name = proto.peer or ""
@@ -178,13 +186,13 @@ class ConfigSync:
         if bundle.newer(self.held, offered) is offered and offered != self.held:
             self._want(proto, offered)
 
-    def _want(self, proto: PeerProtocol, offered: Header) -> None:
+    def _want(self, proto: Link, offered: Header) -> None:
         if self._fetching is not None and bundle.newer(self._fetching, offered) is self._fetching:
             return  # fetching this one, or a newer one
         self._fetching = offered
         defer.ensureDeferred(self._fetch(proto, offered)).addErrback(self._fetch_failed, proto, offered)
 
-    async def _fetch(self, proto: PeerProtocol, offered: Header) -> None:
+    async def _fetch(self, proto: Link, offered: Header) -> None:
         parts: list[bytes] = []
         offset, total = 0, None
         while total is None or offset < total:
@@ -231,7 +239,7 @@ class ConfigSync:
             self._fetching = None
         self._next()
 
-    def _turned_away(self, proto: PeerProtocol, header: Header, problems: list[str]) -> None:
+    def _turned_away(self, proto: Link, header: Header, problems: list[str]) -> None:
         """Bundle *header*, fetched from *proto*, is not kept nor relayed: said in this
         member's refusal (status shows it on every member) and logged."""
         log.error(
@@ -248,7 +256,7 @@ class ConfigSync:
             self.refused = (header, tuple(r[: codec.MAX_REASON] for r in problems[: codec.MAX_REASONS]))
             self.tell()
 
-    def _fetch_failed(self, failure: Failure, proto: PeerProtocol, offered: Header) -> None:
+    def _fetch_failed(self, failure: Failure, proto: Link, offered: Header) -> None:
         if self._fetching is offered:
             self._fetching = None
         self._failed[proto.peer or ""] = offered
@@ -266,7 +274,7 @@ class ConfigSync:
 
     def _next(self) -> None:
         """Fetch the newest bundle a connected peer offers, if newer than the one held."""
-        best: tuple[Header, PeerProtocol] | None = None
+        best: tuple[Header, Link] | None = None
         for proto in self._channels():
             offered = self.views[proto.peer].held if proto.peer in self.heard else None
             if offered is None or offered.publisher not in self.replicator.members:
@@ -383,7 +391,7 @@ class _Abandoned(Exception):
     """A fetch given up (the peer was dropped, and why was logged)."""
 
 
-def _send_state(proto: PeerProtocol, state: bytes) -> None:
+def _send_state(proto: Link, state: bytes) -> None:
     proto.callRemote(commands.ConfigState, state=state).addErrback(_unanswered)
 
 

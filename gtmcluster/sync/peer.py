@@ -41,7 +41,7 @@ held, not answered, and its other commands and answers are still read.
 from __future__ import annotations
 
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone, ConnectionLost
@@ -56,13 +56,11 @@ from gtmcluster.sync import commands
 from gtmcluster.sync.backpressure import Outlet
 from gtmcluster.sync.boxes import MAX_BOX, MAX_COMMAND_RATE, RATE_BURST, box_problem, encoded_size
 from gtmcluster.sync.codec import BadMessage
+from gtmcluster.sync.link import Host
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
 from gtmcluster.sync.silence import Silence
 from gtmcluster.sync.tls import IdentityError, certificate_summary, handshake_failure, peer_identity
 from gtmcluster.tokenbucket import TokenBucket
-
-if TYPE_CHECKING:
-    from gtmcluster.sync.replicator import Replicator
 
 log = Logger()
 
@@ -72,7 +70,7 @@ STABLE = 10.0
 
 @implementer(IHandshakeListener)
 class PeerProtocol(amp.AMP):
-    def __init__(self, replicator: Replicator, expected: str | None = None):
+    def __init__(self, replicator: Host, expected: str | None = None):
         super().__init__()
         self.replicator = replicator
         self.expected = expected  # the member we dialled (None: they dialled us)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gtmcluster.dnssec import keyset
-
-if TYPE_CHECKING:
-    from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.link import Link
 
 
 @dataclass(slots=True)
@@ -18,7 +15,7 @@ class PeerState:
 
     name: str
     datacenter: str = ""
-    channels: list[PeerProtocol] = field(default_factory=list)
+    channels: list[Link] = field(default_factory=list)
     connected_since: float | None = None
     last_contact: float | None = None
     config_digest: str = ""

@@ -43,7 +43,7 @@ from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync.link import Link
 from gtmcluster.sync.peerstate import PeerState
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED
 
@@ -100,13 +100,13 @@ class Replicator(AntiEntropy):
         self.peers = {name: PeerState(name) for name in sorted(self.members) if name != node}
         #: every open peer connection, dialled or accepted, in any phase (`PeerService` closes
         #: them all when the node stops)
-        self.connections: set[PeerProtocol] = set()
+        self.connections: set[Link] = set()
         self._outbox: dict[str, list[Record]] = {}
         self._flush: IDelayedCall | None = None
         self._merging_from: str | None = None
         self._bulk = False  # merging a reconciliation transfer: no record-by-record relay
         self._bulk_merged = 0
-        self._reconciling: set[PeerProtocol] = set()
+        self._reconciling: set[Link] = set()
         #: one reconciliation at a time: a fresh node fills up from its first peer, and the
         #: rounds with the others then find little to pull
         self._lock = defer.DeferredLock()
@@ -196,7 +196,7 @@ class Replicator(AntiEntropy):
             )
         return None
 
-    def established(self, proto: PeerProtocol) -> None:
+    def established(self, proto: Link) -> None:
         assert proto.peer is not None
         peer = self.peers.get(proto.peer)
         if peer is None:  # removed by a reload between its Hello and this turn
@@ -260,7 +260,7 @@ class Replicator(AntiEntropy):
             self._catch_up(proto, self.catch_up())
         self.reconcile(proto)
 
-    def _catch_up(self, proto: PeerProtocol, keys: list[str]) -> defer.Deferred[None]:
+    def _catch_up(self, proto: Link, keys: list[str]) -> defer.Deferred[None]:
         """Pull *keys* from *proto*'s peer (the newer version of each wins, as always)."""
 
         async def pull() -> None:
@@ -276,7 +276,7 @@ class Replicator(AntiEntropy):
 
         return defer.ensureDeferred(pull()).addErrback(self._pull_failed, proto)
 
-    def _pull_failed(self, failure: Failure, proto: PeerProtocol) -> None:
+    def _pull_failed(self, failure: Failure, proto: Link) -> None:
         if failure.check(BadMessage):
             proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
         elif proto.phase == ESTABLISHED:
@@ -308,7 +308,7 @@ class Replicator(AntiEntropy):
         ]
         defer.DeferredList(pulls).addCallback(asked)
 
-    def lost(self, proto: PeerProtocol, why: str) -> None:
+    def lost(self, proto: Link, why: str) -> None:
         peer = self.peers.get(proto.peer or "")
         if peer is None or proto not in peer.channels:
             return
@@ -335,7 +335,7 @@ class Replicator(AntiEntropy):
         long before its connection is closed for silence (`idle_timeout`)."""
         return [name for name, peer in self.peers.items() if peer.live]
 
-    def silence_changed(self, proto: PeerProtocol) -> None:
+    def silence_changed(self, proto: Link) -> None:
         """*proto* went silent (nothing heard for `heartbeat_timeout`) or was heard again."""
         peer = self.peers.get(proto.peer or "")
         if peer is not None and proto in peer.channels:
@@ -381,7 +381,7 @@ class Replicator(AntiEntropy):
             if peer.channels:
                 peer.channels[0].send_heartbeat()
 
-    def heard_connections(self, proto: PeerProtocol, connected: str) -> None:
+    def heard_connections(self, proto: Link, connected: str) -> None:
         peer = self.peers.get(proto.peer or "")
         if peer is not None:
             peer.their_peers = frozenset(n for n in connected.split(",") if n in self.members)
@@ -396,19 +396,19 @@ class Replicator(AntiEntropy):
         for peer in self.peers.values():
             peer.compare_keys(self.dnssec_keys)
 
-    def heard_keys(self, proto: PeerProtocol) -> None:
+    def heard_keys(self, proto: Link) -> None:
         """*proto*'s peer told its key-set digests (in its Hello or a heartbeat)."""
         peer = self.peers.get(proto.peer or "")
         if peer is not None and proto.dnssec_keys is not None:
             peer.heard_keys(self.dnssec_keys, proto.dnssec_keys)
 
-    def heard_digest(self, proto: PeerProtocol, digest: str) -> None:
+    def heard_digest(self, proto: Link, digest: str) -> None:
         peer = self.peers.get(proto.peer or "")
         if peer is not None:
             peer.digest = digest
             peer.last_contact = self.clock.seconds()
 
-    def channel(self, name: str) -> PeerProtocol | None:
+    def channel(self, name: str) -> Link | None:
         peer = self.peers.get(name)
         return peer.channels[0] if peer and peer.channels else None
 
@@ -451,7 +451,7 @@ class Replicator(AntiEntropy):
             for batch, keys in codec.batches(self._takes(proto, latest), now):
                 self._publish(proto, batch, len(keys))
 
-    def _publish(self, proto: PeerProtocol, batch: bytes, count: int) -> defer.Deferred[Any] | None:
+    def _publish(self, proto: Link, batch: bytes, count: int) -> defer.Deferred[Any] | None:
         peer = self.peers[proto.peer or ""]
         if proto.outstanding >= MAX_OUTSTANDING:
             peer.behind = True  # anti-entropy will bring it what it missed
@@ -471,7 +471,7 @@ class Replicator(AntiEntropy):
         d.addErrback(lambda _: None)
         return d
 
-    def output_drained(self, proto: PeerProtocol) -> None:
+    def output_drained(self, proto: Link) -> None:
         """*proto*'s output, blocked, went out: a peer whose pushes were skipped meanwhile
         and that has none unanswered reconciles now (otherwise when the last is answered)."""
         peer = self.peers.get(proto.peer or "")
@@ -479,12 +479,12 @@ class Replicator(AntiEntropy):
             peer.behind = False
             self.reconcile(proto)
 
-    def receive(self, proto: PeerProtocol, batch: bytes, bulk: bool = False) -> int:
+    def receive(self, proto: Link, batch: bytes, bulk: bool = False) -> int:
         """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""
         return self._merge(proto, self._decode(proto, batch), bulk)
 
     def receive_in_slices(
-        self, proto: PeerProtocol, batch: bytes, bulk: bool = False, at_once: bool = True
+        self, proto: Link, batch: bytes, bulk: bool = False, at_once: bool = True
     ) -> defer.Deferred[int]:
         """Like `receive`, but `MERGE_SLICE` records per reactor turn, the first now (or,
         not *at_once*, in the next turn: a connection resumed after a pause delivers the
@@ -498,7 +498,7 @@ class Replicator(AntiEntropy):
             self.clock.callLater(0, merging.step, 0)
         return merging.done
 
-    def _decode(self, proto: PeerProtocol, batch: bytes) -> list[Record]:
+    def _decode(self, proto: Link, batch: bytes) -> list[Record]:
         try:
             records = codec.decode(batch, self.clock.seconds(), self.members, self.protocol_version)
         except codec.BadRecord as e:
@@ -509,7 +509,7 @@ class Replicator(AntiEntropy):
         peer.received += len(records)
         return records
 
-    def _merge(self, proto: PeerProtocol, records: list[Record], bulk: bool) -> int:
+    def _merge(self, proto: Link, records: list[Record], bulk: bool) -> int:
         merged = 0
         self._merging_from = proto.peer
         self._bulk = bulk
@@ -526,7 +526,7 @@ class Replicator(AntiEntropy):
             self._bulk = False
         return merged
 
-    def _room_for(self, proto: PeerProtocol, record: Record) -> bool:
+    def _room_for(self, proto: Link, record: Record) -> bool:
         """Whether *record* stays within its origin's cap for its kind (see the module's
         docstring); when not, it is counted and its sender dropped or its origin capped."""
         kind = kind_of(record.key)
@@ -576,7 +576,7 @@ class _SlicedMerge:
     reference cycle (the function, its cell), so the batch it holds waits for the garbage
     collector, and a `gc.freeze` while it is under way (`gtmcluster.heap`) kept it for good."""
 
-    def __init__(self, replicator: Replicator, proto: PeerProtocol, records: list[Record], bulk: bool) -> None:
+    def __init__(self, replicator: Replicator, proto: Link, records: list[Record], bulk: bool) -> None:
         self.replicator = replicator
         self.proto = proto
         self.records = records

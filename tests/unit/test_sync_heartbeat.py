@@ -15,8 +15,7 @@ from twisted.logger import capturedLogs
 from twisted.protocols import amp
 
 from gtmcluster.health.tracker import HealthTracker
-from gtmcluster.sync import commands
-from gtmcluster.sync.peer import PeerProtocol
+from gtmcluster.sync import commands, link
 from tests.support.cluster import Link, MemoryCluster
 from tests.support.healthcfg import health_config, load_config
 
@@ -37,7 +36,7 @@ def silence(cluster: MemoryCluster, link: Link) -> None:
     cluster.links.remove(link)
 
 
-def heartbeats_sent(proto: PeerProtocol, seconds: float, cluster: MemoryCluster) -> int:
+def heartbeats_sent(proto: link.Link, seconds: float, cluster: MemoryCluster) -> int:
     """Heartbeats *proto* sends in *seconds* of fake time (the link moving bytes)."""
     sent = 0
     original = proto.callRemote

@@ -33,7 +33,7 @@ class Connection:
         self.store = Store("gtm-a", self.clock.seconds)
         for i in range(300):
             self.store.put(f"k/{i}", "x" * 300)
-        replicator = Replicator(
+        self.replicator = replicator = Replicator(
             self.store,
             self.clock,
             node="gtm-a",
@@ -150,12 +150,10 @@ def test_a_member_removed_during_its_handshake_is_dropped_by_the_reload() -> Non
     its connection still in Hello (on main its Hello went on to find no peer state)."""
     c = Connection(established=False)
     with capturedLogs() as events:
-        c.proto.replicator.reconfigure(["gtm-a"], "d2")
+        c.replicator.reconfigure(["gtm-a"], "d2")
     assert c.proto.phase == phases.CLOSED
     assert dropped_for(list(events)) == ["no longer a member of the sync group"]
-    assert (
-        c.proto.replicator.check_hello("gtm-b", "gtm-b", "g", 2, 1) == "gtm-b is no longer a member of the sync group"
-    )
+    assert c.replicator.check_hello("gtm-b", "gtm-b", "g", 2, 1) == "gtm-b is no longer a member of the sync group"
 
 
 def test_a_member_removed_between_its_hello_and_its_announcement_is_dropped() -> None:
@@ -163,8 +161,8 @@ def test_a_member_removed_between_its_hello_and_its_announcement_is_dropped() ->
     the connection would join the peer's state: it is dropped there, no KeyError."""
     c = Connection(established=False)
     c.proto._establish("DC2", 2, "d")  # (announced in the next turn)
-    c.proto.replicator.peers.pop("gtm-b")  # as the reload's reconfigure leaves it ...
-    c.proto.replicator.members = frozenset({"gtm-a"})
+    c.replicator.peers.pop("gtm-b")  # as the reload's reconfigure leaves it ...
+    c.replicator.members = frozenset({"gtm-a"})
     with capturedLogs() as events:
         c.clock.advance(0)
     assert c.proto.phase == phases.CLOSED
