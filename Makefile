@@ -30,6 +30,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@# the layers of docs/architecture.md, and no import circle (pyproject.toml's contracts)
+	$(BIN)/lint-imports --no-cache
 
 test: $(STAMP) lint
 	@tools/ensure-system-tools $(TEST_TOOLS)
