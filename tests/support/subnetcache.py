@@ -91,12 +91,20 @@ class SubnetCache:
             self.proc = subprocess.Popen(
                 ["unbound", "-d", "-c", str(self.conf)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        until(self._answers, 20.0, f"answer from {self.name}", details=self.details)
+        try:
+            until(self._answers, 20.0, f"answer from {self.name}", details=self.details)
+        except BaseException:
+            self.stop()  # (no __exit__ for a context that did not enter)
+            raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
