@@ -351,6 +351,20 @@ def zone_include() -> list[bytes]:
     ]
 
 
+def f5_import() -> list[bytes]:
+    """F5 configurations as operators bring them (`fuzz.f5_import`): the samples and the
+    corpus of tests/data/f5 (tmsh, 3-DNS, one-line listings, a whole bigip.conf, junk), one
+    saved on Windows (a byte-order mark, CRLF), one in UTF-16, and a gzip archive's start."""
+    data = ROOT / "tests" / "data" / "f5"
+    files = sorted(data.glob("*.conf")) + sorted((data / "corpus").glob("*.conf"))
+    out = [f.read_bytes() for f in files]
+    tmsh = (data / "bigip_gtm.conf").read_bytes()
+    out.append(b"\xef\xbb\xbf" + tmsh.replace(b"\n", b"\r\n"))
+    out.append(tmsh.decode().encode("utf-16"))
+    out.append(b"\x1f\x8b\x08\x00" + b"\0" * 16)
+    return out
+
+
 def write(target: str, seeds: list[bytes]) -> None:
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -387,6 +401,7 @@ def main() -> None:
     write("xfr_stream", xfr_stream())
     write("bundle_decode", bundle_decode())
     write("zone_include", zone_include())
+    write("f5_import", f5_import())
 
 
 if __name__ == "__main__":

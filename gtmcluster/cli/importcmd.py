@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.cli import terminal
 from gtmcluster.importers import assemble, f5import
 from gtmcluster.importers.model import Finding
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gtmcluster import f5: {e}", file=sys.stderr)
         return 1
     for line in render_findings(result.imported.findings):
-        print(line, file=sys.stderr)
+        print(terminal.escape(line), file=sys.stderr)  # (F5 text may hold control characters)
     folder = Path(args.output).parent if args.output else Path(".")
     try:
         if args.output:

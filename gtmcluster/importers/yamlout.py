@@ -21,11 +21,14 @@ def _dump(value: Any) -> str:
 
 
 def _comment(text: str) -> str:
-    return " ".join(text.split())[:300]
+    """*text* for a comment: on one line, at most 300 characters, with every character YAML
+    does not allow in a stream (a control character of the F5 input) written as its escape."""
+    line = " ".join(text.split())[:300]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
 
 
 def _entry_lines(name: str | None, entry: Entry, indent: str) -> list[str]:
-    lines = [f"{indent}# F5 {entry.where}: {_comment(entry.source)}"]
+    lines = [f"{indent}# F5 {_comment(entry.where)}: {_comment(entry.source)}"]
     if entry.note:
         lines.append(f"{indent}# note: {_comment(entry.note)}")
     if name is None:  # a list item, on one line
@@ -53,7 +56,7 @@ def render(
     placeholder = any(m.placeholder for m in members)
     essential = sum(f.essential for f in imp.findings)
     lines = [
-        f"# Imported from F5 configuration by `gtmcluster import f5 {' '.join(files)}`.",
+        f"# Imported from F5 configuration by `gtmcluster import f5 {_comment(' '.join(files))}`.",
         f"# {len(imp.findings)} findings ({essential} essential) were reported on stderr: read them.",
         "# Each object below names the F5 statement it came from (file:line).",
         "# The sync group's members are not in F5 configuration: "

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gtmcluster.cli import main as cli
 from gtmcluster.config.load import load
@@ -262,3 +263,30 @@ def test_junk_and_a_cut_object_cost_only_themselves(tmp_path: Path, capsys: pyte
     assert sorted(result.imported.virtual_servers) == ["lb1.vs_old", "lb1.vs_www"]
     asker = Asker(loaded(tmp_path / "run", result))
     assert asker.answer("www.example.com", "192.0.2.200") == ["192.0.2.1"]
+
+
+def test_control_characters_in_the_input_never_break_the_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A control character in a description or a name (fuzz/f5_import found \\x01 and \\x03)
+    is written escaped in the comments: the config is YAML and loads (before, PyYAML refused
+    the whole file: "special characters are not allowed")."""
+    text = (
+        'gtm datacenter /Common/DC1 {\n    description "rack\x01 \x03 row\u2028b"\n}\n'
+        "gtm server /Common/lb1 {\n    datacenter /Common/DC1\n    virtual-servers {\n"
+        "        /Common/v\x02s {\n            destination 192.0.2.1:80\n        }\n    }\n}\n"
+        "gtm pool a /Common/p {\n    members {\n        /Common/lb1:/Common/v\x02s { }\n    }\n}\n"
+        "gtm wideip a /Common/www.example.com {\n    pools {\n        /Common/p { }\n    }\n}\n"
+    )
+    path = tmp_path / "ctl\x01.conf"
+    path.write_text(text)
+    result = f5import.run([str(path)])
+    assert yaml.safe_load(result.text)["wideips"]["www.example.com"]["pools"] == ["p"]
+    assert "rack\\x01 \\x03 row b" in result.text
+    assert not result.imported.failed, [f.render() for f in result.imported.findings]
+    assert f"# F5 {tmp_path}/ctl\\x01.conf:1:" in result.text
+    # the findings on the terminal: escaped too (an ESC from a file obeyed by no terminal)
+    (tmp_path / "esc.conf").write_text(text.replace("\x02", "\x1b[2J"))
+    cli.main(["import", "f5", str(tmp_path / "esc.conf"), "-o", str(tmp_path / "out.yaml")])
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "lb1:v\\x1b[2Js" in err
