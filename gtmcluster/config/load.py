@@ -37,6 +37,7 @@ from gtmcluster.config.model import (
     wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
+from gtmcluster.config.ranges import SPECIAL_PURPOSE
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.config.zones import read_zones
@@ -45,7 +46,6 @@ from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.gcpause import collection_paused
-from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
 from gtmcluster.state import schema
 from gtmcluster.sync import certs
 from gtmcluster.topology.geoip import GeoIP
