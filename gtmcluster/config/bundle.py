@@ -143,7 +143,7 @@ class Header:
 
 B = TypeVar("B", "Bundle", "Header")
 
-#: a publisher is a member's name (a DNS name: `sync.certs.node_name`); it names folders
+#: a publisher is a member's name (a DNS name: `config.membername.check`); it names folders
 _PUBLISHER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
 
 

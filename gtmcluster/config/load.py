@@ -17,7 +17,18 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import bundle, files, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
+from gtmcluster.config import (
+    bundle,
+    files,
+    geoip,
+    health,
+    membername,
+    querylog,
+    traffic,
+    transfer,
+    yamlchild,
+    yamlsplit,
+)
 from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
 from gtmcluster.config.addresses import HostPort
@@ -47,7 +58,6 @@ from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.gcpause import collection_paused
 from gtmcluster.state import schema
-from gtmcluster.sync import certs
 from gtmcluster.topology.geoip import GeoIP
 
 DEFAULT_PEER_PORT = 4353
@@ -410,8 +420,8 @@ def _sync_group(
         )
         if member_name is not None:
             try:
-                certs.node_name(member_name)
-            except certs.CertError as err:
+                membername.check(member_name)
+            except membername.BadName as err:
                 r.error(e.at("name"), str(err))
                 member_name = None
         dc = traffic.datacenter(r, e.at("datacenter"), e.require("datacenter", "the member's data center"), datacenters)
