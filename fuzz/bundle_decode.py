@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from fuzz.harness import Finding, no_tracebacks
-from gtmcluster.config import bundle
+from gtmcluster.config import bundle, yamlsrc
 from gtmcluster.config.bundle import BadBundle, Bundle
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import zoneinclude
@@ -76,7 +76,7 @@ def test_one_input(data: bytes) -> None:
         disk, zoneinclude._disk = zoneinclude._disk, _no_disk  # (check reads the bundle's files only)
         try:
             with contextlib.suppress(ConfigError):
-                bundle.check(got, bundle.parse(got.main, got.config_text))
+                bundle.check(got, yamlsrc.parse(got.main, got.config_text))
         finally:
             zoneinclude._disk = disk
 

@@ -12,7 +12,7 @@ Its file is published when it changed since the member last read it (``local.jso
 the shelf): by a SIGHUP or a reload through the API. A SIGHUP to a file that did not
 change reads the running config again (renewed certificates), and publishes nothing.
 
-A bundle holds exactly the files its config names (`bundle.names`, from the YAML as the
+A bundle holds exactly the files its config names (`sharing.names`, from the YAML as the
 config reader parses it: in the reload's child process, a big config being a second of
 parsing), and never a secret. A bundle received from a peer is checked so before it is
 kept or relayed (`vet`); one published here is checked when it is read to run it
@@ -36,7 +36,7 @@ from twisted.internet.interfaces import IReactorProcess
 from twisted.logger import Logger
 
 from gtmcluster import slices
-from gtmcluster.config import bundle
+from gtmcluster.config import bundle, sharing, yamlsrc
 from gtmcluster.config.bundle import Bundle, Header
 from gtmcluster.config.changes import own_ground
 from gtmcluster.config.load import SECTION_ORDER, config_value, load
@@ -115,7 +115,7 @@ def at_start(local: Config, path: str, node: str, owner: tuple[int, int] | None 
         # (what `load` just read: not parsed again)
         made, raw = bundle.read_and_make(path, 1, 0, node, 0.0, parse=config_value)
         mine = made.digest
-        secrets = [f"{'.'.join(str(k) for k in at)}: {why}" for at, why in bundle.secrets(raw)]
+        secrets = [f"{'.'.join(str(k) for k in at)}: {why}" for at, why in sharing.secrets(raw)]
     except (ConfigError, OSError) as e:
         mine, secrets = "", []
         log.warn("{path} cannot be shared with the group: {why}", path=path, why=e, event="config_not_shareable")
@@ -250,7 +250,7 @@ class GroupConfig:
         self.parse: Callable[[str, bytes], defer.Deferred[Any]] = (
             (lambda file, text: defer.ensureDeferred(parsed_beside(service.reactor, file, text)))
             if IReactorProcess.providedBy(service.reactor)
-            else lambda file, text: defer.maybeDeferred(bundle.parse, file, text)
+            else lambda file, text: defer.maybeDeferred(yamlsrc.parse, file, text)
         )
         self.sync.running = Running(
             start.header.generation if start.header else 0, start.header.digest if start.header else "", config.digest

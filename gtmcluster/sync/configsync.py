@@ -29,7 +29,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config import bundle
+from gtmcluster.config import bundle, yamlsrc
 from gtmcluster.config.bundle import Bundle, Header
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.shelf import Shelf
@@ -381,7 +381,7 @@ class ConfigSync:
 
 def _vet_here(got: Bundle) -> defer.Deferred[list[str]]:
     try:
-        raw = bundle.parse(got.main, got.config_text)
+        raw = yamlsrc.parse(got.main, got.config_text)
     except ConfigError as e:
         return defer.succeed([str(p) for p in e.problems])
     return defer.succeed([str(p) for p in bundle.check(got, raw)])

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.config import bundle
+from gtmcluster.config import bundle, sharing, yamlsrc
 from gtmcluster.config import files as configfiles
 from gtmcluster.config.bundle import BadBundle, Bundle
 from gtmcluster.config.problems import ConfigError
@@ -69,7 +69,7 @@ def test_a_bundle_holds_the_config_and_every_file_it_names(tmp_path: Path) -> No
     ],
 )
 def test_the_files_named_are_found_by_parsing_the_yaml(text: str, names: list[str]) -> None:
-    found = [name for _, name in bundle.referenced(bundle.parse("c.yaml", text.encode()))]
+    found = [name for _, name in sharing.referenced(yamlsrc.parse("c.yaml", text.encode()))]
     assert found == names
 
 
@@ -119,7 +119,7 @@ def test_the_config_text_parsed_is_the_text_carried(tmp_path: Path) -> None:
 
     def saved_meanwhile(file: str, text: bytes) -> object:
         path.write_text(yaml.safe_dump(saved, sort_keys=False))
-        return bundle.parse(file, text)
+        return yamlsrc.parse(file, text)
 
     made, raw = bundle.read_and_make(path, 1, 0, "n1", 0.0, parse=saved_meanwhile)
     assert made.config_text == first and raw == yaml.safe_load(first)
