@@ -144,7 +144,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     still be filling (a reload's YAML child): a step waits for a section not there yet.
     The last step raises `ConfigError` listing every problem found.
 
-    *own_dir*: *file* is the group's config as a bundle written out (`config.bundle`),
+    *own_dir*: *file* is the group's config as a bundle written out (`groupconfig.bundle`),
     and this is the member's own base folder, from its own config file. The member's
     own things (certificates and key, API token file, state and log folders) are named
     relative to it, and the bundle's files (zones, regions, CA files of monitors)

@@ -7,7 +7,7 @@ https monitors (``monitors.NAME.ca_file``) and the GeoIP databases (``geoip.coun
 ``geoip.asn``), found in the parsed YAML (`yamlsrc.parse`: a quoted ``"zones":`` is the same
 key). Each is named relative to the config's folder: a name that is absolute or leaves it
 (``..``) cannot be shared (`name_problem`), nor can an inline secret (`secrets`). The
-group's bundle carries exactly these files (`config.bundle`); the config's reader holds
+group's bundle carries exactly these files (`groupconfig.bundle`); the config's reader holds
 a bundle written out to them when it reads one (`load.build`).
 """
 

@@ -62,7 +62,7 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
 def parse(file: str, text: bytes) -> Any:
     """The config *text* (read from *file*) as the config reader reads it (`load`: its keys
     parsed, quoted or not); raises `ConfigError`. A big config takes a second or more: a
-    member parses its own in a child process (`config.shared`), or takes what it last
+    member parses its own in a child process (`groupconfig.shared`), or takes what it last
     read (`config.load.config_value`)."""
     try:
         decoded = text.decode("utf-8")

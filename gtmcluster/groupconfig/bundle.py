@@ -250,7 +250,7 @@ def read_and_make(
     decides the files a bundle holds is the config it carries. Raises `ConfigError`.
 
     A member's reload does the same in three steps, the parse in its YAML child between
-    two turns of the thread pool (`config.shared`): `read_config`, then `from_text`."""
+    two turns of the thread pool (`groupconfig.shared`): `read_config`, then `from_text`."""
     text = read_config(path)
     raw = parse(str(Path(path)), text)
     return from_text(path, text, raw, generation, based_on, publisher, published_at, max_bytes), raw
