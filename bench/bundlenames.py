@@ -5,7 +5,7 @@
 On bench/bigconfig.py's config (`tests.support.bigconfig`, 5,000 servers at ``--scale 1``),
 in one process, best of ``--repeat``:
 
-- ``parse_whole``: `bundle.parse`, the YAML as the config reader reads it (what `make`
+- ``parse_whole``: `yamlsrc.parse`, the YAML as the config reader reads it (what `make`
   does when nothing parsed it before);
 - ``after_load``: `load.config_value` right after `load` read the file (the CLI's push and
   a member's start: the reader's memory of the same text, its sections' shas compared);
@@ -37,9 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 from twisted.internet import defer, reactor, task  # noqa: E402
 
-from gtmcluster.config import bundle, reload, yamlchild  # noqa: E402
+from gtmcluster.config import reload, sharing, yamlchild, yamlsrc  # noqa: E402
 from gtmcluster.config.load import config_value, load  # noqa: E402
-from gtmcluster.config.shared import parsed_beside  # noqa: E402
+from gtmcluster.groupconfig import bundle  # noqa: E402
+from gtmcluster.groupconfig.shared import parsed_beside  # noqa: E402
 from tests.support import bigconfig  # noqa: E402
 
 
@@ -88,11 +89,11 @@ def main() -> None:
     path = bigconfig.write(folder, shape, [f"127.0.9.{i + 1}" for i in range(shape.members)], make_certs=False)
     text = path.read_bytes()
     out: dict[str, Any] = {"servers": shape.servers, "config_bytes": len(text)}
-    out["parse_whole_s"] = best(args.repeat, lambda: bundle.parse(str(path), text))
+    out["parse_whole_s"] = best(args.repeat, lambda: yamlsrc.parse(str(path), text))
     load(path)  # what the CLI and a member's start did just before
     out["after_load_s"] = best(args.repeat, lambda: config_value(str(path), text))
     raw = config_value(str(path), text)
-    out["names_s"] = best(args.repeat, lambda: bundle.names(raw, path.name, base=folder))
+    out["names_s"] = best(args.repeat, lambda: sharing.names(raw, path.name, base=folder))
     out["make_s"] = best(args.repeat, lambda: bundle.from_text(path, text, raw, 1, 0, "n1", 0.0))
     made = bundle.from_text(path, text, raw, 1, 0, "n1", 0.0)
     out["check_s"] = best(args.repeat, lambda: bundle.check(made, raw))

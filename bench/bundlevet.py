@@ -31,10 +31,11 @@ sys.path.insert(0, str(ROOT))
 
 from twisted.internet import defer, reactor, task  # noqa: E402
 
-from gtmcluster.config import bundle, yamlchild  # noqa: E402
 from gtmcluster.config import load as loading  # noqa: E402
+from gtmcluster.config import yamlchild, yamlsrc  # noqa: E402
 from gtmcluster.config.load import load  # noqa: E402
-from gtmcluster.config.shared import at_start  # noqa: E402
+from gtmcluster.groupconfig import bundle  # noqa: E402
+from gtmcluster.groupconfig.shared import at_start  # noqa: E402
 from gtmcluster.service import Sockets, make_service  # noqa: E402
 from tests.support import configs  # noqa: E402
 
@@ -102,7 +103,7 @@ def main() -> None:
     top = make_service(config, "n1", reactor, Sockets(dns=[]), str(path), start=at_start(config, str(path), "n1"))
     group = top.group_config
     got = bundle.make(path, 1, 0, "n2", 1.0)
-    raw = bundle.parse(str(path), got.config_text)
+    raw = yamlsrc.parse(str(path), got.config_text)
     started = time.perf_counter()
     bundle.check(got, raw)
     out: dict[str, Any] = {"zone_bytes": len(got.files["example.test.zone"]), "check_s": time.perf_counter() - started}

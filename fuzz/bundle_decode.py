@@ -1,4 +1,4 @@
-"""Fuzz target: a config bundle received (`config.bundle.decode`), written out
+"""Fuzz target: a config bundle received (`groupconfig.bundle.decode`), written out
 (`bundle.write`) and checked (`bundle.check`), what a peer or ``POST /api/v1/config`` sends.
 
 The input's first byte picks how the rest is read:
@@ -25,10 +25,11 @@ import tempfile
 from pathlib import Path
 
 from fuzz.harness import Finding, no_tracebacks
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import BadBundle, Bundle
+from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import zoneinclude
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import BadBundle, Bundle
 
 _top: Path | None = None
 
@@ -76,7 +77,7 @@ def test_one_input(data: bytes) -> None:
         disk, zoneinclude._disk = zoneinclude._disk, _no_disk  # (check reads the bundle's files only)
         try:
             with contextlib.suppress(ConfigError):
-                bundle.check(got, bundle.parse(got.main, got.config_text))
+                bundle.check(got, yamlsrc.parse(got.main, got.config_text))
         finally:
             zoneinclude._disk = disk
 

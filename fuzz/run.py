@@ -32,7 +32,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "http_stream": ("gtmcluster.probe",),
     "xfr_stream": ("gtmcluster.dns",),
     "bundle_decode": (
-        "gtmcluster.config.bundle",
+        "gtmcluster.groupconfig.bundle",
+        "gtmcluster.config.sharing",
         "gtmcluster.config.yamlsrc",
         "gtmcluster.dns.zonefile",
         "gtmcluster.dns.zoneinclude",

@@ -310,7 +310,7 @@ def bundle_decode() -> list[bytes]:
     ``$INCLUDE``, a quoted ``"zones":`` key), one with a file its config does not name,
     and files given by name (odd first byte: `fuzz.bundle_decode`) with names that leave
     the folder or clash."""
-    from gtmcluster.config.bundle import Bundle, encode
+    from gtmcluster.groupconfig.bundle import Bundle, encode
 
     config = yaml.safe_dump(configs.base(), sort_keys=False).encode()
     zone = configs.ZONE.encode()

@@ -32,8 +32,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gtmcluster import slices
-from gtmcluster.health import admin
 from gtmcluster.proximity.table import PATH, PathValue
+from gtmcluster.state import admin
 from gtmcluster.stats import Tally
 
 if TYPE_CHECKING:

@@ -20,15 +20,15 @@ from twisted.logger import Logger
 from gtmcluster import heap, slices
 from gtmcluster.api.tls import ApiTLS
 from gtmcluster.config import reload as config_reload
-from gtmcluster.config.bundle import Header
 from gtmcluster.config.changes import Changes, between, restart_needed
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.config.shared import GroupConfig
 from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
 from gtmcluster.dnssec import keyset
 from gtmcluster.fanout.supervisor import Workers
+from gtmcluster.groupconfig.bundle import Header
+from gtmcluster.groupconfig.shared import GroupConfig
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.linktraffic import LinkTrafficPoller
 from gtmcluster.history import History
@@ -38,6 +38,7 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.state.snapshotter import Snapshotter
+from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
@@ -83,8 +84,8 @@ class NodeService(MultiService):
         self.running_path = str(node.config.path)
         #: with a bundle's: the node's own base folder (`config.load.build`)
         self.running_own_dir: Path | None = None
-        #: the group's shared config (`config.shared`), when the node was started with it
-        self.group_config: GroupConfig | None = None
+        #: the group's shared config (`groupconfig.shared`), when the node was started with it
+        self.group_config: GroupConfig[ConfigSync] | None = None
         #: reads and checks a config file while the reactor answers (gtmcluster.config.reload)
         self.read_config: Callable[[str, Path | None], defer.Deferred[Config]] = lambda path, own_dir: (
             config_reload.read(reactor, path, own_dir)
@@ -196,7 +197,7 @@ class NodeService(MultiService):
     def reload(self) -> defer.Deferred[list[str]]:
         """Read the config file again and switch to it (SIGHUP, or the API's reload); fires
         with the problems if refused. With config sync (`group_config`), a file that
-        changed is published to the group instead (`config.shared`).
+        changed is published to the group instead (`groupconfig.shared`).
 
         The file is parsed in a child process and the config built a few milliseconds per
         reactor turn (`gtmcluster.config.reload`: a big config takes seconds, and the

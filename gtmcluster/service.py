@@ -19,11 +19,11 @@ from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.tls import ApiTLS, wrap
 from gtmcluster.config.model import Config
-from gtmcluster.config.shared import GroupConfig, Start
 from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
 from gtmcluster.dnssec import keyset
 from gtmcluster.fanout.supervisor import Workers
+from gtmcluster.groupconfig.shared import GroupConfig, Start
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.linktraffic import traffic_poller
 from gtmcluster.history import History
@@ -40,6 +40,7 @@ from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart
+from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService
 from gtmcluster.sync.tls import CredentialError, Credentials
@@ -84,7 +85,7 @@ def make_service(
     start: Start | None = None,
 ) -> NodeService:
     """The node's services. *config* is what it runs: its own file's (*config_path*), or
-    when *start* says so a bundle of the group's (`config.shared.at_start`); without
+    when *start* says so a bundle of the group's (`groupconfig.shared.at_start`); without
     *start* the node keeps no bundles (tests of one member)."""
     config_path = config_path or str(config.path)
     node = Node(config, node_name, reactor.seconds)
@@ -106,8 +107,10 @@ def make_service(
     replicator.set_dnssec_keys(keyset.digests(config.dnssec))
     top = NodeService(node, replicator, reactor, config_path)
     if start is not None:
-        top.group_config = GroupConfig(top, start)
-        top.group_config.sync.in_thread = top.in_thread
+        exchange = ConfigSync(replicator, start.shelf, config.sync_group.settings.config_sync)
+        exchange.in_thread = top.in_thread
+        replicator.config = exchange
+        top.group_config = GroupConfig(top, start, exchange)
     top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers heard from within the
     # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.

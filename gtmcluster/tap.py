@@ -17,10 +17,10 @@ from twisted.python import usage
 
 from gtmcluster import private, sockets
 from gtmcluster.api import token as api_token
-from gtmcluster.config import shared
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.groupconfig import shared
 from gtmcluster.probe.base import IcmpUnavailable
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials

@@ -1,4 +1,4 @@
-"""Health and wide IP views, and the operator's admin actions at every level (`health.admin`)."""
+"""Health and wide IP views, and the operator's admin actions at every level (`state.admin`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from gtmcluster.config.model import Config
 from gtmcluster.config.traffic import TYPE_NAMES
 from gtmcluster.config.wideipnames import is_wildcard
 from gtmcluster.dns import names
-from gtmcluster.health import admin, linkload
+from gtmcluster.health import linkload
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
+from gtmcluster.state import admin
 from gtmcluster.state.schema import MAX_NAME, MAX_TEXT
 
 ACTIONS = admin.ACTIONS
@@ -143,7 +144,7 @@ def change(
     node: Node, target: str, name: str, action: str, by: str = "", reason: str = "", certificate: str = ""
 ) -> dict[str, Any]:
     """enable / disable / drain an object (*target*: a level as the CLI names it, see
-    `health.admin.LEVEL_NAMES`) for the whole sync group: a replicated admin record saying
+    `state.admin.LEVEL_NAMES`) for the whole sync group: a replicated admin record saying
     who (*certificate*: the name on the caller's client certificate, when it gave one;
     *by*: who the caller says it acts for), why and when. Enabling a virtual server also
     releases a manual-resume hold."""

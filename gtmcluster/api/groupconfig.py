@@ -1,9 +1,9 @@
-"""The group's shared config over the API (config sync, `config.shared`):
+"""The group's shared config over the API (config sync, `groupconfig.shared`):
 
     GET  /api/v1/config                       what this member and each peer hold and run
-    POST /api/v1/config[?force=true]          publish a bundle (`config.bundle.encode`; its
-                                              generation and publisher are set here, its
-                                              based_on is checked against the group's)
+    POST /api/v1/config[?force=true]          publish a bundle (`groupconfig.bundle.encode`;
+                                              its generation and publisher are set here,
+                                              its based_on is checked against the group's)
     GET  /api/v1/config/history               the bundles held, newest first
     GET  /api/v1/config/bundles/GENERATION    one of them, as sent (for pull and diff)
     POST /api/v1/config/rollback/GENERATION   publish an old one again, as a new generation
@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 
 from gtmcluster.api.server import ApiError, FileAnswer
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle, Header
-from gtmcluster.config.shared import GroupConfig, Published, Stale
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle, Header
+from gtmcluster.groupconfig.shared import GroupConfig, Published, Stale
+from gtmcluster.sync.configsync import ConfigSync
 
 if TYPE_CHECKING:
     from gtmcluster.nodeservice import NodeService
@@ -37,7 +38,7 @@ MAX_PUSH = bundle.MAX_BYTES * 4 // 3 + 65536
 GENERATION = re.compile(r"[0-9]{1,18}")
 
 
-def _group(service: NodeService) -> GroupConfig:
+def _group(service: NodeService) -> GroupConfig[ConfigSync]:
     if service.group_config is None:
         raise ApiError(503, "this node keeps no config bundles (it was not started as a member: twistd gtm)")
     return service.group_config
@@ -122,7 +123,7 @@ def generation_of(text: str, what: str) -> int:
     return int(text)
 
 
-def _held(group: GroupConfig, generation: str) -> Header:
+def _held(group: GroupConfig[ConfigSync], generation: str) -> Header:
     header = group.shelf.find(generation_of(generation, "generation"))
     if header is None:
         kept = ", ".join(str(h.generation) for h in group.shelf.history()) or "none"

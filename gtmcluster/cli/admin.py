@@ -27,12 +27,12 @@ from typing import Any
 from gtmcluster.cli.nodeapi import CliError, Tokens, Unreachable, add_token_argument, load_config, member, post
 from gtmcluster.cli.shape import MapOf, Maybe, Obj
 from gtmcluster.cli.terminal import printable
-from gtmcluster.health.admin import LEVEL_NAMES, LEVEL_WORDS
+from gtmcluster.state.admin import LEVEL_NAMES, LEVEL_WORDS
 
 #: the command and the action it names
 COMMANDS = {"enable": "enable", "disable": "disable", "drain": "drain"}
 
-#: an admin state as the API lists it (`health.admin.AdminState.to_json`), as read here
+#: an admin state as the API lists it (`state.admin.AdminState.to_json`), as read here
 ADMIN_STATE = Obj(
     {
         "level": str,

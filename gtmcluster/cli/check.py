@@ -1,8 +1,8 @@
 """`gtmcluster check --config FILE`: validate a config; every problem, one per line.
 
 With config sync on (``sync_group.config_sync``, the default) the config is also checked
-as the bundle a SIGHUP or `gtmcluster config push` publishes (`config.bundle.check`): the
-files it names and its zones include must be in its folder, and it holds no inline
+as the bundle a SIGHUP or `gtmcluster config push` publishes (`groupconfig.bundle.check`):
+the files it names and its zones include must be in its folder, and it holds no inline
 secret. So what `check` accepts, a push is not refused for.
 """
 
@@ -12,10 +12,10 @@ import argparse
 import sys
 from typing import Any
 
-from gtmcluster.config import bundle
 from gtmcluster.config.load import config_value, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError, Problem
+from gtmcluster.groupconfig import bundle
 
 
 def add_parser(sub: Any) -> None:

@@ -42,16 +42,16 @@ from gtmcluster.cli.admin import when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member, post_raw, raw
 from gtmcluster.cli.shape import ListOf, MapOf, Maybe, Obj
 from gtmcluster.cli.terminal import escape
-from gtmcluster.config import bundle
 from gtmcluster.config.load import config_value
 from gtmcluster.config.model import Member
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.groupconfig import bundle
 
 #: seconds a push waits for the members to run it
 WAIT = 120.0
 POLL = 0.1
 
-#: a bundle's header as read here (`config.bundle.Header.to_json`; `gtmcluster.cli.shape`)
+#: a bundle's header as read here (`groupconfig.bundle.Header.to_json`; `gtmcluster.cli.shape`)
 HEADER = Obj({"generation": int, "based_on": int, "publisher": str, "published_at": float, "digest": str})
 #: what push and pull read of GET /api/v1/config: the newest bundle the member holds
 HELD = Obj({"held": Maybe(HEADER)})

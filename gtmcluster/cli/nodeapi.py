@@ -35,10 +35,10 @@ from gtmcluster.api import token as api_token
 from gtmcluster.cli import nodetls, shape
 from gtmcluster.cli.bounded import Answer, AnswerError, Deadline, decode_json
 from gtmcluster.cli.terminal import escape
-from gtmcluster.config import bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.groupconfig import bundle
 
 #: seconds to connect, and for each read unless a request says otherwise
 TIMEOUT = 5.0

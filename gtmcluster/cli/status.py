@@ -28,7 +28,7 @@ from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, lo
 from gtmcluster.cli.shape import ListOf, MapOf, Maybe, Obj
 from gtmcluster.cli.terminal import printable
 from gtmcluster.config.model import Member
-from gtmcluster.health.admin import LEVEL_WORDS
+from gtmcluster.state.admin import LEVEL_WORDS
 
 #: what this command reads of a node's /api/v1/status (`gtmcluster.cli.shape`)
 PEER = Obj(

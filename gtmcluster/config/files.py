@@ -47,8 +47,9 @@ class Kind:
 
 
 #: the config file itself: a config sync bundle holds at most 64 MiB in all
-#: (`config.bundle.MAX_BYTES`), and a config of 5,000 virtual servers and 20,000 topology
-#: records is 2.4 MB; the YAML reader takes at most 500,000 values anyway (`yamlsrc`)
+#: (`groupconfig.bundle.MAX_BYTES`), and a config of 5,000 virtual servers and 20,000
+#: topology records is 2.4 MB; the YAML reader takes at most 500,000 values anyway
+#: (`yamlsrc`)
 CONFIG = Kind("a config file", 64 * MiB)
 #: zone files (for `dns.zonefile`): a static zone of a million records is about 50 MB
 ZONE_FILE = Kind("a zone file", 256 * MiB)

@@ -17,7 +17,19 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster import slices
-from gtmcluster.config import bundle, files, geoip, health, querylog, traffic, transfer, yamlchild, yamlsplit
+from gtmcluster.config import (
+    files,
+    geoip,
+    health,
+    membername,
+    querylog,
+    sharing,
+    traffic,
+    transfer,
+    yamlchild,
+    yamlsplit,
+    yamlsrc,
+)
 from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
 from gtmcluster.config.addresses import HostPort
@@ -37,6 +49,7 @@ from gtmcluster.config.model import (
     wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
+from gtmcluster.config.ranges import SPECIAL_PURPOSE
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.config.zones import read_zones
@@ -45,9 +58,7 @@ from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import ZoneSet
 from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.gcpause import collection_paused
-from gtmcluster.proximity.ranges import SPECIAL_PURPOSE
 from gtmcluster.state import schema
-from gtmcluster.sync import certs
 from gtmcluster.topology.geoip import GeoIP
 
 DEFAULT_PEER_PORT = 4353
@@ -100,7 +111,7 @@ def load(path: str | os.PathLike[str], own_dir: Path | None = None) -> Config:
 def config_value(file: str, text: bytes) -> Any:
     """*text* (read from *file*) as the config reader reads it: what it last read, when that
     was this text (the config just loaded: a big file is not parsed a second time), else
-    parsed (`bundle.parse`, a second or more at 5,000 servers). Raises `ConfigError`."""
+    parsed (`yamlsrc.parse`, a second or more at 5,000 servers). Raises `ConfigError`."""
     try:
         pieces = yamlsplit.cut(text.decode("utf-8"))
     except UnicodeDecodeError:
@@ -109,7 +120,7 @@ def config_value(file: str, text: bytes) -> Any:
         held = [yamlchild.MEMORY.get(p.key, p.sha()) for p in pieces]
         if all(h is not None for h in held):
             return {p.key: h[0] for p, h in zip(pieces, held, strict=True) if h is not None}
-    return bundle.parse(file, text)
+    return yamlsrc.parse(file, text)
 
 
 def parse_file(file: str) -> yamlchild.Parsed:
@@ -133,13 +144,13 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     still be filling (a reload's YAML child): a step waits for a section not there yet.
     The last step raises `ConfigError` listing every problem found.
 
-    *own_dir*: *file* is the group's config as a bundle written out (`config.bundle`),
+    *own_dir*: *file* is the group's config as a bundle written out (`groupconfig.bundle`),
     and this is the member's own base folder, from its own config file. The member's
     own things (certificates and key, API token file, state and log folders) are named
     relative to it, and the bundle's files (zones, regions, CA files of monitors)
     relative to the folder of *file*: the bundle's ``base_dir`` was the publisher's.
     A bundle's names must stay in its folder (checked before any file is read), it holds
-    no inline secret, and no file its config does not name (`bundle.check`); what the
+    no inline secret, and no file its config does not name (`sharing`); what the
     member runs decides its own things (`changes.own_ground`)."""
     yield from parsed.wanted(*SECTION_ORDER[: -len(BIG_SECTIONS)])
     data = parsed.value
@@ -162,7 +173,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     if own_dir is not None:
         base_dir, content_dir = own_dir, config_dir
         _bundle_names(r, problems, data, ("zones", "monitors", "geoip"))
-        for at, problem in bundle.secrets(data):
+        for at, problem in sharing.secrets(data):
             r.error(at, problem)
     own_paths: dict[Path, str] = {}
 
@@ -280,8 +291,8 @@ def _bundle_names(r: Reader, problems: Problems, data: Any, keys: tuple[str, ...
     that is not (an absolute path, ``..``) is refused before any file is read."""
     if not isinstance(data, dict):
         return
-    for at, name in bundle.referenced({k: data[k] for k in keys if k in data}):
-        problem = bundle.name_problem(name)
+    for at, name in sharing.referenced({k: data[k] for k in keys if k in data}):
+        problem = sharing.name_problem(name)
         if problem is not None:
             r.error(at, problem)
     problems.raise_if_any()
@@ -290,12 +301,12 @@ def _bundle_names(r: Reader, problems: Problems, data: Any, keys: tuple[str, ...
 def _extra_files(r: Reader, data: Any, main: str, folder: Path, zones: list[zonefile.ZoneData] | None) -> None:
     """In a bundle written out in *folder*: a file its config does not name is refused.
     The files its zones include are those the zones' reading included (*zones*, when
-    every zone loaded), else its zone files are read again for them (`bundle.names`)."""
+    every zone loaded), else its zone files are read again for them (`sharing.names`)."""
     if zones is None:
-        wanted = set(bundle.names(data, main, base=folder)[0])  # (their problems: the readers')
+        wanted = set(sharing.names(data, main, base=folder)[0])  # (their problems: the readers')
     else:
         top = PurePosixPath(folder)
-        wanted = set(bundle.named(data, main)[0])
+        wanted = set(sharing.named(data, main)[0])
         wanted.update(
             PurePosixPath(name).relative_to(top).as_posix()
             for zone in zones
@@ -410,8 +421,8 @@ def _sync_group(
         )
         if member_name is not None:
             try:
-                certs.node_name(member_name)
-            except certs.CertError as err:
+                membername.check(member_name)
+            except membername.BadName as err:
                 r.error(e.at("name"), str(err))
                 member_name = None
         dc = traffic.datacenter(r, e.at("datacenter"), e.require("datacenter", "the member's data center"), datacenters)

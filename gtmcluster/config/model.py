@@ -21,7 +21,7 @@ from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, Traff
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.zone import RData, ZoneSet
-from gtmcluster.health.admin import AdminState
+from gtmcluster.state.admin import AdminState
 from gtmcluster.topology.records import Topology
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class PoolMember:
     #: indexes of topology records whose server selector matches this member in this pool
     topology_mask: frozenset[int]
     #: enabled | disabled | drain in this pool: the configured default, which an operator's
-    #: record ``admin/member/POOL/SERVER`` overrides (`health.admin`)
+    #: record ``admin/member/POOL/SERVER`` overrides (`state.admin`)
     admin_state: str = "enabled"
 
     @property

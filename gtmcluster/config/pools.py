@@ -1,7 +1,7 @@
 """The answering half of the traffic config: pools (members, method chains, fallback
 addresses) and wide IPs (names, types, pools, persistence, failure response), with the
 admin states configured for pools, pool members and wide IPs (`admin_state`: the default an
-operator's record overrides, as for a virtual server: `health.admin`)."""
+operator's record overrides, as for a virtual server: `state.admin`)."""
 
 from __future__ import annotations
 

@@ -59,6 +59,18 @@ def load(path: str, text: str) -> tuple[Any, dict[KeyPath, int], list[Problem]]:
         raise ConfigError([Problem(path, (), "YAML nested too deeply to read")]) from None
 
 
+def parse(file: str, text: bytes) -> Any:
+    """The config *text* (read from *file*) as the config reader reads it (`load`: its keys
+    parsed, quoted or not); raises `ConfigError`. A big config takes a second or more: a
+    member parses its own in a child process (`groupconfig.shared`), or takes what it last
+    read (`config.load.config_value`)."""
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([Problem(file, (), f"cannot read the config: {e}")]) from None
+    return load(file, decoded)[0]
+
+
 class Resplit(Exception):
     """The file could not be read a section at a time after all (see `yamlsplit`): read it
     whole. Raised by `sections` after some sections, for a file that is valid YAML."""

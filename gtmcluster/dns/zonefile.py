@@ -12,7 +12,7 @@ sees the problems (a config push's 422 answer, the log).
 ``$INCLUDE`` reads only inside the zone file's folder (`zoneinclude`): by default a name
 relative to the including file, neither absolute nor with ``..``, whose real path (links
 followed) stays in that folder, which is what a config bundle carries and every member
-reads alike (`included` finds them for `config.bundle`); outside config sync a config may
+reads alike (`included` finds them for `config.sharing`); outside config sync a config may
 open further folders. Includes nest at most `MAX_INCLUDE_DEPTH` deep, a file never
 includes itself (directly or not), and a zone reads at most `MAX_INCLUDES` included files
 and `MAX_INCLUDED_BYTES` bytes through them.

@@ -15,7 +15,7 @@ and does not count) combine by the monitor's rule: `any` observer seeing it up,
 - its admin state (an ``admin/vs/<vs>`` record, else the config's), made more restrictive
   by its data center's (``admin/datacenter/<dc>``) and its link's (``admin/link/<link>``),
   decides the rest: `disabled` takes it out, `drain` keeps it only for clients held by
-  persistence (see `health.admin`; pools, pool members and wide IPs are the balancer's).
+  persistence (see `state.admin`; pools, pool members and wide IPs are the balancer's).
 
 `serving` means it may answer clients held by persistence; `available` means it may also
 take new ones. A verdict, hold or admin record whose value has another shape (written by a
@@ -36,9 +36,9 @@ from types import MappingProxyType
 
 from gtmcluster.config.model import Config, Link, VirtualServer
 from gtmcluster.config.monitoring import HealthRule
-from gtmcluster.health import admin as admin_mod
 from gtmcluster.health import linkload
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
+from gtmcluster.state import admin as admin_mod
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
 

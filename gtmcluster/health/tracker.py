@@ -4,7 +4,7 @@ A changed record marks its subject dirty: ``obs/vs/<vs>/<observer>``, ``admin/vs
 ``held/vs/<vs>`` mark the server, ``obs/link/<link>/<observer>`` and a new traffic figure
 ``traffic/link/<link>`` (whether the link is over its `max_utilisation`) the link,
 ``admin/datacenter/<dc>`` every server of that data center and ``admin/link/<link>`` every
-server bound to that link (see `health.admin`). The admin states of pools, pool members
+server bound to that link (see `state.admin`). The admin states of pools, pool members
 and wide IPs (``admin/pool/...``, ``admin/member/...``, ``admin/wideip/...``) are the
 balancer's to apply: the tracker keeps them in the snapshot (`HealthSnapshot.admin`) and
 tells its `wideip_listeners` which wide IPs they concern, so only those wide IPs' kept
@@ -41,8 +41,7 @@ from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.health import admin, linkload
-from gtmcluster.health.admin import AdminState
+from gtmcluster.health import linkload
 from gtmcluster.health.status import (
     HealthSnapshot,
     Observed,
@@ -51,6 +50,8 @@ from gtmcluster.health.status import (
     link_status,
     vs_status,
 )
+from gtmcluster.state import admin
+from gtmcluster.state.admin import AdminState
 from gtmcluster.state.record import Record
 from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from gtmcluster.config.model import VirtualServer
-from gtmcluster.health.admin import AdminState
+from gtmcluster.state.admin import AdminState
 from gtmcluster.topology.records import Match, Topology
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -70,7 +70,7 @@ class Availability(Protocol):
 
     def admin_states(self) -> Mapping[str, AdminState]:
         """Operators' admin states of pools ("pool/NAME"), pool members
-        ("member/POOL/SERVER") and wide IPs ("wideip/NAME"), those set (see `health.admin`)."""
+        ("member/POOL/SERVER") and wide IPs ("wideip/NAME"), those set (see `state.admin`)."""
 
 
 _NO_ADMIN: Mapping[str, AdminState] = MappingProxyType({})

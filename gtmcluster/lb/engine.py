@@ -6,7 +6,7 @@ to the next pool in the wide IP's ranking, then to the last resort pool. `return
 and `drop_packet` end the search with that outcome; `fallback_ip` answers with the pool's
 fallback addresses whatever their health.
 
-Operators' admin states (`health.admin`) of pools, pool members and wide IPs apply here
+Operators' admin states (`state.admin`) of pools, pool members and wide IPs apply here
 (those of data centers, links and servers are in each server's availability): a disabled
 pool or pool member is no candidate, for anyone; a draining one is no candidate for new
 clients, while clients held by persistence keep it. A disabled wide IP answers with its
@@ -33,7 +33,6 @@ from typing import Any
 from gtmcluster.config.addresses import IPAddress
 from gtmcluster.config.model import Pool, PoolMember, PoolRef, Prefixes, RecordTarget, VirtualServer, WideIP
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
-from gtmcluster.health.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.lb.context import (
     Availability,
     Client,
@@ -45,6 +44,7 @@ from gtmcluster.lb.context import (
 )
 from gtmcluster.lb.methods import METHODS, Slot
 from gtmcluster.lb.trace import Action, Decision, Step
+from gtmcluster.state.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.topology.records import Topology
 
 

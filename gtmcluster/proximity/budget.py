@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 
 from gtmcluster.config.model import Prober
-from gtmcluster.proximity.ranges import NEVER, SPECIAL_PURPOSE
+from gtmcluster.config.ranges import NEVER, SPECIAL_PURPOSE
 from gtmcluster.tokenbucket import TokenBucket
 from gtmcluster.topology.prefixes import PrefixMap
 

@@ -26,15 +26,14 @@ from pathlib import Path
 from gtmcluster.config.model import Config, VirtualServer
 from gtmcluster.dns import names
 from gtmcluster.dns.responder import client_of, wanted_type
-from gtmcluster.health import admin
-from gtmcluster.health.admin import AdminState
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.context import Availability, Rotations
 from gtmcluster.lb.trace import Action
 from gtmcluster.node import make_balancer
 from gtmcluster.replay import statecopy
 from gtmcluster.replay.queries import LoggedQuery
-from gtmcluster.state import snapshot
+from gtmcluster.state import admin, snapshot
+from gtmcluster.state.admin import AdminState
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
 from gtmcluster.topology.prefixes import PrefixMap

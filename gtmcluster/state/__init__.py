@@ -1,1 +1,2 @@
-"""Node state: persistence records now; the replicated record store with the sync issue."""
+"""Node state: the replicated record store and its values (records, their kinds and limits,
+operators' admin states, persistence records) and its snapshot on disk."""

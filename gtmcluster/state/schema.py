@@ -8,7 +8,7 @@ A record's kind is its key's first segment. The kinds, their keys and values:
     admin/<level>/<name>        {"state": "enabled" | "disabled" | "drain", "by": str,
                                  "reason": str, "at": number, "node": str}
                                 (<level>: datacenter, link, vs, pool, wideip; or
-                                 admin/member/<pool>/<vs>: see `health.admin`)
+                                 admin/member/<pool>/<vs>: see `state.admin`)
     held/vs/<vs>                {"since": number, "reason": str, "by": str}
     metrics/vs/<vs>             load figures (non-negative numbers) and "by"   TTL required
     path/<ldns>/<datacenter>    the eight fields of `proximity.table.PathValue`   TTL required
@@ -208,7 +208,7 @@ def _observation(value: Mapping[str, Any]) -> str | None:
 
 
 ADMIN_STATES = ("enabled", "disabled", "drain")
-#: the levels of an admin record's key (`health.admin`); a pool member's is admin/member/<pool>/<vs>
+#: the levels of an admin record's key (`state.admin`); a pool member's is admin/member/<pool>/<vs>
 ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
 #: the peer protocol version (`sync.commands.PROTOCOL_VERSION`) that brought each admin
 #: level: a member of version 1 knows admin/vs/<vs> only, and refuses the others

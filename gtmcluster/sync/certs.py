@@ -33,11 +33,11 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gtmcluster.config import files
-from gtmcluster.config.reader import NAME_RE
+from gtmcluster.config import files, membername
+from gtmcluster.config.membername import CA_STEM
 
-CA_CERT = "ca.pem"
-CA_KEY = "ca.key"
+CA_CERT = f"{CA_STEM}.pem"
+CA_KEY = f"{CA_STEM}.key"
 CA_NAME = "gtmcluster sync group CA"
 #: default lifetimes in days: ten years for the CA; 825 days (the old CA/Browser Forum
 #: maximum) for node certificates, which are cheap to reissue
@@ -50,9 +50,6 @@ CLOCK_SKEW = datetime.timedelta(minutes=5)
 KEY_MODE = 0o600
 CERT_MODE = 0o644
 DIR_MODE = 0o700
-
-#: one DNS label (RFC 1123): letters, digits and inner hyphens; lower case only, see `node_name`
-_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
 
 
 class CertError(Exception):
@@ -94,42 +91,12 @@ class NodeFiles:
 
 
 def node_name(text: str) -> str:
-    """Return `text` if it can be a node certificate's DNS name and file name, else raise.
-
-    The rule is the config's member-name rule (`NAME_RE`) narrowed to a host name usable as
-    a certificate's DNS name: dot-separated labels of lower-case letters, digits and inner
-    hyphens. Upper case is refused rather than folded: the name is also the file name that
-    the config's ``certs/{node}.pem`` expands to, and the name a peer's hello must claim.
-    """
-    if not isinstance(text, str) or not text:
-        raise CertError("the node name is empty: give the member's name from the config")
-    shown = repr(text)
-    # NAME_RE ends in "$", which also matches before a final newline
-    if not NAME_RE.match(text) or "\n" in text:
-        raise CertError(
-            f"{shown} is not a valid node name: use the member's name from the config "
-            "(letters, digits, '-' and '.', starting with a letter or digit; at most 63)"
-        )
-    if text != text.lower():
-        raise CertError(
-            f"{shown} has upper-case letters: use {text.lower()!r}, here and as the member name in the "
-            "config (DNS names ignore case, but the name is also the file name certs/{node}.pem)"
-        )
-    if "_" in text:
-        raise CertError(
-            f"{shown} contains '_', which a certificate's DNS name cannot: use {text.replace('_', '-')!r}, "
-            "here and as the member name in the config"
-        )
-    for label in text.split("."):
-        if not label:
-            raise CertError(f"{shown} has an empty label (a leading, trailing or doubled '.')")
-        if not _LABEL_RE.fullmatch(label):
-            raise CertError(f"{shown}: the label {label!r} starts or ends with '-'")
-    if text.rsplit(".", 1)[-1].isdigit():
-        raise CertError(f"{shown} ends in a number, so it reads as an IP address: a node name must be a DNS name")
-    if text == Path(CA_CERT).stem:
-        raise CertError(f"{shown} is reserved: {CA_CERT} and {CA_KEY} are the CA's own files")
-    return text
+    """Return `text` if it can be a node certificate's DNS name and file name, else raise:
+    the config's member-name rule (`config.membername.check`), as a `CertError`."""
+    try:
+        return membername.check(text)
+    except membername.BadName as e:
+        raise CertError(str(e)) from None
 
 
 def _check_days(days: int) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gtmcluster.config.bundle import BadBundle, Header
+from gtmcluster.groupconfig.bundle import BadBundle, Header
 from gtmcluster.state import schema
 from gtmcluster.state.record import BUCKETS, MAX_LOGICAL, Record, Version
 from gtmcluster.state.values import compact, plain, shared, shared_text

@@ -141,7 +141,7 @@ class NotHeld(Exception):
 class ConfigFetch(amp.Command):
     #: the bundle: its generation, publisher and digest (two publishers may publish the
     #: same files as one generation); data: at most `codec.MAX_BATCH` bytes of the bundle
-    #: as sent (`config.bundle.encode`) from offset; total: its whole length
+    #: as sent (`groupconfig.bundle.encode`) from offset; total: its whole length
     arguments = [
         (b"generation", amp.Integer()),
         (b"publisher", amp.Unicode()),

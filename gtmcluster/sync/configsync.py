@@ -2,8 +2,8 @@
 
 A member publishes a bundle (`gtmcluster config push`, or a SIGHUP after its file
 changed: see `service.NodeService`); every member keeps the newest bundle it knows of
-(`config.bundle.newer`: generation, then publisher, then digest) on its shelf
-(`config.shelf`) and runs it. Members tell each other what they hold and run with
+(`groupconfig.bundle.newer`: generation, then publisher, then digest) on its shelf
+(`groupconfig.shelf`) and runs it. Members tell each other what they hold and run with
 `ConfigState`, when a connection is established and whenever it changes. A member told
 of a newer bundle than its own fetches it from that peer (`ConfigFetch`, in parts of at
 most `codec.MAX_BATCH` bytes), checks it (size before anything is parsed, then shape,
@@ -21,7 +21,6 @@ of the newest bundle held (bundles that came meanwhile are skipped over).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from twisted.internet import defer
@@ -29,10 +28,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.config.shelf import Shelf
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle, Header
+from gtmcluster.groupconfig.shared import Exchange, Running
+from gtmcluster.groupconfig.shelf import Shelf
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage, ConfigView
 from gtmcluster.sync.link import Link
@@ -51,16 +52,6 @@ VERSION = 3
 FETCH_PART_TIMEOUT = 30.0
 
 
-@dataclass(frozen=True)
-class Running:
-    """What this member runs: a bundle's generation and digest (0 and "": its own file)
-    and the config's digest."""
-
-    generation: int = 0
-    digest: str = ""
-    config_digest: str = ""
-
-
 class Group(Protocol):
     """The node's replication, as config sync sees it (`sync.replicator.Replicator` is one):
     the members, what is known of each (their channels), the clock."""
@@ -70,7 +61,10 @@ class Group(Protocol):
     clock: IReactorTime
 
 
-class ConfigSync:
+class ConfigSync(Exchange):
+    """The peers' exchange of the group's config bundles (above): the member's side of
+    config sync (`groupconfig.shared.GroupConfig`) runs on it, its `Exchange`."""
+
     def __init__(self, replicator: Group, shelf: Shelf, enabled: bool = True):
         self.replicator = replicator
         self.shelf = shelf
@@ -381,7 +375,7 @@ class ConfigSync:
 
 def _vet_here(got: Bundle) -> defer.Deferred[list[str]]:
     try:
-        raw = bundle.parse(got.main, got.config_text)
+        raw = yamlsrc.parse(got.main, got.config_text)
     except ConfigError as e:
         return defer.succeed([str(p) for p in e.problems])
     return defer.succeed([str(p) for p in bundle.check(got, raw)])

@@ -93,7 +93,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNode
     os.chmod(log, 0o750)
     with running_node(path, "n1", address, 5353, directory) as running:
         token = apiclient.token_of(path, "n1")
-        from gtmcluster.config import bundle
+        from gtmcluster.groupconfig import bundle
 
         encoded = bundle.encode(bundle.make(path, 1, 0, "n1", 1.0))
         code, answer = apiclient.call(api(running), "/api/v1/config", "POST", token, body=encoded, timeout=120)
@@ -213,7 +213,7 @@ def test_clients_that_do_not_read_a_bundle_cost_the_node_no_copy(node: tuple[Run
         with urllib.request.urlopen(request, timeout=30) as response:
             whole = response.read()
         top = max(top, rss(n))
-    from gtmcluster.config import bundle
+    from gtmcluster.groupconfig import bundle
 
     assert bundle.decode(whole).generation == 1 and len(whole) > BIG_FILE
     print(f"\nRSS with {CLIENTS} clients with the token holding a {mb(len(whole))} bundle: {mb(before)} -> {mb(top)}")
@@ -264,7 +264,7 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningNod
     path = configs.write(directory, raw)
     with running_node(path, "n1", address, 5353, directory) as running:
         token = apiclient.token_of(path, "n1")
-        from gtmcluster.config import bundle
+        from gtmcluster.groupconfig import bundle
 
         encoded = bundle.encode(bundle.make(path, 1, 0, "n1", 1.0))
         code, answer = apiclient.call(api(running), "/api/v1/config", "POST", token, body=encoded, timeout=120)

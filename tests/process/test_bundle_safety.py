@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle
 from tests.process.test_config_sync import answers, cli, edited, generations, token, wait_everywhere
 from tests.support import configs, poll
 from tests.support.trio import Group, running_group

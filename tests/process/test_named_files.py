@@ -117,8 +117,8 @@ def node(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[tuple[RunningNode, Path, dict[str, Any]]]:
     """A node reading its own file (`config_sync: false`), or one that shares it: a reload
-    then makes a bundle of the file and what it names first (`config.bundle.make`), which
-    reads them the same way."""
+    then makes a bundle of the file and what it names first (`groupconfig.bundle.make`),
+    which reads them the same way."""
     directory = tmp_path_factory.mktemp("node")
     address = loopback_address()
     raw = configs.base(address, 5353)

@@ -15,9 +15,9 @@ from typing import Any
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Prefixes, VirtualServer, WideIP
-from gtmcluster.health.admin import AdminState
 from gtmcluster.lb.context import Client, Context, PersistKey, PersistRecord, Rotations
 from gtmcluster.lb.methods import Slot
+from gtmcluster.state.admin import AdminState
 from gtmcluster.topology.records import Topology
 from tests.support import configs
 

@@ -12,11 +12,11 @@ from typing import Any
 from gtmcluster.api import admin as api_admin
 from gtmcluster.cli import status as status_cli
 from gtmcluster.config.model import WideIP
-from gtmcluster.health import admin
 from gtmcluster.health.status import evaluate
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.node import Node
+from gtmcluster.state import admin
 from tests.support import configs
 from tests.support.lbfakes import FakeClock, load_config
 

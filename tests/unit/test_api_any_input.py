@@ -29,9 +29,9 @@ from gtmcluster.api import guard
 from gtmcluster.api.connection import ApiChannel, Site
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.server import Route
-from gtmcluster.config import bundle
 from gtmcluster.config.load import load
-from gtmcluster.config.shared import at_start
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.shared import at_start
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeservice import NodeService
 from gtmcluster.service import Sockets, make_service

@@ -18,10 +18,10 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 
 from gtmcluster.api import groupconfig
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle
 from gtmcluster.config.load import load
-from gtmcluster.config.shared import at_start
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle
+from gtmcluster.groupconfig.shared import at_start
 from gtmcluster.nodeservice import NodeService
 from gtmcluster.service import Sockets, make_service
 from tests.support import configs

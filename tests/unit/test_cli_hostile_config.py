@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.config import bundle
+from gtmcluster.groupconfig import bundle
 from tests.support.hostileapi import (
     CONTROLS,
     ESCAPES,
@@ -51,7 +51,7 @@ def routes(table: dict[str, Script]) -> Script:
 
 
 DIGEST = "ab" * 32
-#: a bundle's header as the API gives it (`config.bundle.Header.to_json`)
+#: a bundle's header as the API gives it (`groupconfig.bundle.Header.to_json`)
 HEADER: dict[str, Any] = {
     "main": "cluster.yaml",
     "generation": 2,

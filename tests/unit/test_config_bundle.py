@@ -13,10 +13,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.config import bundle
 from gtmcluster.config import files as configfiles
-from gtmcluster.config.bundle import BadBundle, Bundle
+from gtmcluster.config import sharing, yamlsrc
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import BadBundle, Bundle
 from tests.support import configs
 from tests.support.hostilefiles import DEV_ZERO, make_fifo, memory_capped, released_after
 
@@ -69,7 +70,7 @@ def test_a_bundle_holds_the_config_and_every_file_it_names(tmp_path: Path) -> No
     ],
 )
 def test_the_files_named_are_found_by_parsing_the_yaml(text: str, names: list[str]) -> None:
-    found = [name for _, name in bundle.referenced(bundle.parse("c.yaml", text.encode()))]
+    found = [name for _, name in sharing.referenced(yamlsrc.parse("c.yaml", text.encode()))]
     assert found == names
 
 
@@ -119,7 +120,7 @@ def test_the_config_text_parsed_is_the_text_carried(tmp_path: Path) -> None:
 
     def saved_meanwhile(file: str, text: bytes) -> object:
         path.write_text(yaml.safe_dump(saved, sort_keys=False))
-        return bundle.parse(file, text)
+        return yamlsrc.parse(file, text)
 
     made, raw = bundle.read_and_make(path, 1, 0, "n1", 0.0, parse=saved_meanwhile)
     assert made.config_text == first and raw == yaml.safe_load(first)

@@ -22,14 +22,14 @@ import yaml
 from twisted.logger import capturedLogs
 
 from gtmcluster.cli import check
-from gtmcluster.config import bundle
 from gtmcluster.config import files as configfiles
-from gtmcluster.config.bundle import Bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.config.shared import at_start
-from gtmcluster.config.shelf import Shelf
 from gtmcluster.dns import names
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle
+from gtmcluster.groupconfig.shared import at_start
+from gtmcluster.groupconfig.shelf import Shelf
 from gtmcluster.nodeservice import NodeService
 from tests.support import configs
 from tests.unit.test_api_admin import ask

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.config import bundle
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
+from gtmcluster.groupconfig import bundle
 from tests.support import configs, geodb
 from tests.unit.test_config_errors import assert_form, find, problems_of_file
 

@@ -1,6 +1,7 @@
-"""What a member starts with under config sync (`config.shared.at_start`): the newest bundle
-it holds rather than its own (older) file, with its own things from its own folder; its own
-file when it holds none, when config sync is off, or when the bundle cannot run here."""
+"""What a member starts with under config sync (`groupconfig.shared.at_start`): the newest
+bundle it holds rather than its own (older) file, with its own things from its own folder;
+its own file when it holds none, when config sync is off, or when the bundle cannot run
+here."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import yaml
 from twisted.internet import defer
 from twisted.logger import capturedLogs
 
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle
 from gtmcluster.config.load import load
-from gtmcluster.config.shared import at_start
-from gtmcluster.config.shelf import Shelf
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle
+from gtmcluster.groupconfig.shared import at_start
+from gtmcluster.groupconfig.shelf import Shelf
 from tests.support import configs
 from tests.unit.test_api_config import sharing
 

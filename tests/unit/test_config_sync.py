@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.logger import capturedLogs
 
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle, Header
-from gtmcluster.config.shelf import Shelf
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle, Header
+from gtmcluster.groupconfig.shelf import Shelf
 from gtmcluster.sync import configsync
 from gtmcluster.sync.configsync import ConfigSync
 from tests.support.cluster import MemoryCluster

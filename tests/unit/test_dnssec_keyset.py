@@ -20,10 +20,10 @@ from twisted.protocols import amp
 
 from gtmcluster.api.status import status
 from gtmcluster.cli.status import problems, summarize, verdict
-from gtmcluster.config import bundle
 from gtmcluster.config.load import load
 from gtmcluster.dns.names import Name
 from gtmcluster.dnssec import keys, keyset
+from gtmcluster.groupconfig import bundle
 from gtmcluster.node import Node
 from gtmcluster.sync import commands
 from tests.support import configs

@@ -13,9 +13,9 @@ import pytest
 
 from gtmcluster.config.model import Config
 from gtmcluster.dns.zone import TYPE_A
-from gtmcluster.health.admin import AdminState
 from gtmcluster.importers import f5import
 from gtmcluster.lb.trace import Action, Decision
+from gtmcluster.state.admin import AdminState
 from tests.support import f5asker
 from tests.support.f5asker import CORPUS, ImportRun, check_and_load, run_import
 

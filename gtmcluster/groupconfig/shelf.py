@@ -28,8 +28,8 @@ from pathlib import Path
 
 from twisted.logger import Logger
 
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle, Header
 
 log = Logger()
 

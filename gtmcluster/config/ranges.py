@@ -1,4 +1,6 @@
-"""Address ranges a prober must leave alone (see `proximity.budget`)."""
+"""Address ranges a prober must leave alone: those never probed, and the special-purpose ones
+that only ``prober.allow`` opens (the config refuses an allow entry that holds none;
+`proximity.budget` applies both)."""
 
 from __future__ import annotations
 

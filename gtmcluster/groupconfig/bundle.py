@@ -8,8 +8,8 @@ member publishes, every member validates, keeps and runs. A bundle holds
   (``zones[].file``) and the files they ``$INCLUDE`` (`zonefile.included`), the region
   address lists (``regions.NAME[].file``), the CA files of https monitors
   (``monitors.NAME.ca_file``) and the GeoIP databases (``geoip.country``, ``geoip.asn``),
-  found by parsing the YAML as the config reader does (`names`; issue 30: a text search
-  missed a quoted ``"zones":``);
+  found by parsing the YAML as the config reader does (`sharing.names`; issue 30: a text
+  search missed a quoted ``"zones":``);
 - ``generation``: a count that grows by one with each publication, and ``based_on``, the
   generation the publisher had when it made it;
 - ``publisher`` and ``published_at`` (the member, and its clock's time);
@@ -17,8 +17,8 @@ member publishes, every member validates, keeps and runs. A bundle holds
   same digest whoever publishes them.
 
 What a member keeps for itself is not in a bundle: its certificates and key, its API token
-file, its folders; nor is a secret (`secrets`). Files are named relative to the config's
-``base_dir`` (its folder by default); a name that is absolute or leaves that folder
+file, its folders; nor is a secret (`sharing.secrets`). Files are named relative to the
+config's ``base_dir`` (its folder by default); a name that is absolute or leaves that folder
 (``..``) is refused, as is a bundle over `MAX_BYTES`, both when a bundle is made and when
 one is received (its size is checked before it is parsed), and `check` refuses a bundle
 that carries a file its config does not name, or an inline secret. Problems are reported
@@ -43,15 +43,14 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
 
 from gtmcluster.config import files as configfiles
-from gtmcluster.config import yamlsrc
+from gtmcluster.config import sharing, yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
-from gtmcluster.dns import zonefile, zoneinclude
 
 #: the largest bundle (all files together, as sent), bytes: room for GeoIP databases
 #: (GeoLite2-Country and -ASN are some 7 and 8 MB); decoded and written in the thread pool
@@ -130,7 +129,7 @@ class Header:
         digest, size = doc.get("digest"), doc.get("size")
         if not (
             _stamp_ok(main, generation, based_on, publisher, published_at)
-            and name_problem(main) is None
+            and sharing.name_problem(main) is None
             and isinstance(digest, str)
             and len(digest) == 64
             and all(c in "0123456789abcdef" for c in digest)
@@ -143,7 +142,7 @@ class Header:
 
 B = TypeVar("B", "Bundle", "Header")
 
-#: a publisher is a member's name (a DNS name: `sync.certs.node_name`); it names folders
+#: a publisher is a member's name (a DNS name: `config.membername.check`); it names folders
 _PUBLISHER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
 
 
@@ -194,168 +193,13 @@ def newer(a: B | None, b: B | None) -> B | None:
 # -- making one from files ------------------------------------------------------------------
 
 
-def referenced(raw: Any) -> Iterator[tuple[KeyPath, Any]]:
-    """The (key path, name) of every file a parsed config names for its content. Only the
-    shapes are followed here: a name that is not a string is the config reader's to
-    report."""
-    if not isinstance(raw, dict):
-        return
-    zones = raw.get("zones")
-    if isinstance(zones, list):
-        for i, zone in enumerate(zones):
-            if isinstance(zone, dict) and "file" in zone:
-                yield ("zones", i, "file"), zone["file"]
-    regions = raw.get("regions")
-    if isinstance(regions, dict):
-        for name, value in regions.items():
-            entries = [value] if isinstance(value, dict) else value
-            if not isinstance(entries, list):
-                continue
-            for i, entry in enumerate(entries):
-                if isinstance(entry, dict) and "file" in entry:
-                    at: KeyPath = ("regions", name, i, "file") if isinstance(value, list) else ("regions", name, "file")
-                    yield at, entry["file"]
-    monitors = raw.get("monitors")
-    if isinstance(monitors, dict):
-        for name, monitor in monitors.items():
-            if isinstance(monitor, dict) and "ca_file" in monitor:
-                yield ("monitors", name, "ca_file"), monitor["ca_file"]
-    geoip = raw.get("geoip")
-    if isinstance(geoip, dict):
-        for key in ("country", "asn"):
-            if key in geoip:
-                yield ("geoip", key), geoip[key]
-
-
-def name_problem(name: Any) -> str | None:
-    """Why *name* cannot name a file of a bundle (None: it can)."""
-    if not isinstance(name, str) or not name:
-        return "a file of the bundle is named by a non-empty string"
-    if "\0" in name or "\\" in name:
-        return f"{name!r}: a file name of the bundle has no NUL or backslash"
-    path = PurePosixPath(name)
-    if path.is_absolute():
-        return f"{name}: an absolute path cannot be shared with the group (name it relative to base_dir)"
-    if any(part == ".." for part in path.parts):
-        return f"{name}: a path that leaves the config's folder cannot be shared with the group"
-    if str(path) in ("", "."):
-        return f"{name!r}: not a file name"
-    return None
-
-
-def secrets(raw: Any) -> Iterator[tuple[KeyPath, str]]:
-    """The inline secrets a parsed config holds, with why a bundle cannot carry them: the
-    group shares its bundles with every member, keeps them in each one's history and serves
-    them to ``config pull``; a member's secrets stay in its own files."""
-    if not isinstance(raw, dict):
-        return
-    api = raw.get("api")
-    if isinstance(api, dict) and "token" in api:
-        yield (
-            ("api", "token"),
-            "an inline token is not published to the group (a bundle never carries a secret): name the "
-            "member's own file with api.token_file, or set sync_group.config_sync: false",
-        )
-    keys = raw.get("tsig_keys")
-    if isinstance(keys, dict):
-        for name, key in keys.items():
-            if isinstance(key, dict) and "secret" in key:
-                yield (
-                    ("tsig_keys", name, "secret"),
-                    "an inline secret is not published to the group (a bundle never carries a secret): name "
-                    "the member's own file with secret_file, or set sync_group.config_sync: false",
-                )
-
-
-def parse(file: str, text: bytes) -> Any:
-    """The config *text* as the config reader reads it (`yamlsrc.load`: its keys parsed,
-    quoted or not); raises `ConfigError`. A big config takes a second or more: a member
-    parses its own in a child process (`config.shared`), or takes what it last read."""
-    try:
-        decoded = text.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError([Problem(file, (), f"cannot read the config: {e}")]) from None
-    return yamlsrc.load(file, decoded)[0]
-
-
-def named(raw: Any, main: str) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
-    """The name of every file config *raw* (named *main*) itself names, with its key path,
-    and the problems that keep a name out; no file is read (`names` adds what the zone
-    files include)."""
-    found, problems, _ = _named(raw, main)
-    return found, problems
-
-
-def _named(raw: Any, main: str) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]], list[tuple[KeyPath, str]]]:
-    """`named`, and the (key path, name) of each zone file, as often as it is named."""
-    found: dict[str, KeyPath] = {}
-    problems: list[tuple[KeyPath, str]] = []
-    zones: list[tuple[KeyPath, str]] = []
-    for at, name in referenced(raw):
-        problem = name_problem(name)
-        if problem is not None:
-            problems.append((at, problem))
-            continue
-        key = str(PurePosixPath(name))
-        if key == main:
-            problems.append((at, f"{name}: the config's own name"))
-            continue
-        found.setdefault(key, at)
-        if at[0] == "zones":
-            zones.append((at, key))
-    return found, problems, zones
-
-
-def names(
-    raw: Any,
-    main: str,
-    base: str | os.PathLike[str] | None = None,
-    files: Mapping[str, bytes] | None = None,
-    kept: dict[str, bytes] | None = None,
-) -> tuple[dict[str, KeyPath], list[tuple[KeyPath, str]]]:
-    """The name of every file the bundle of config *raw* (named *main*) holds besides the
-    config, with the key path that names it (an ``$INCLUDE``d file: its zone's ``file``),
-    and the problems that keep a name out. The zone files are read for their includes
-    (`zonefile.included`), from *files* (a bundle's) or from the disk under *base* (the
-    included files' real paths must be in their zone file's folder); a zone file that
-    cannot be read is the caller's to report. *kept*: filled with the zone files and
-    included files read from disk, whole, by name (`make` carries them as read)."""
-    found, problems, zones = _named(raw, main)
-    for at, zone in zones:
-        if files is not None:
-            read = _reader(files)
-            included, zone_problems = zonefile.included(zone, zoneinclude.Includes(), read=read)
-        else:
-            included, zone_problems = zonefile.included(
-                zone, zoneinclude.Includes(), base=os.fspath(base or "."), kept=kept
-            )
-        for p in zone_problems:
-            problems.append((at, str(p) if p.line else f"{p.file}: {p.message}"))
-        for name in included:
-            if name == main:
-                problems.append((at, f"{name}: $INCLUDE of the config itself"))
-            else:
-                found.setdefault(name, at)
-    return found, problems
-
-
-def _reader(files: Mapping[str, bytes]) -> zoneinclude.Read:
-    def read(name: str) -> bytes:
-        data = files.get(name)
-        if data is None:
-            raise FileNotFoundError(2, "not in the bundle")
-        return data
-
-    return read
-
-
 def check(candidate: Bundle, raw: Any) -> list[Problem]:
     """Why *candidate*, whose config parses to *raw*, cannot be published or run (none: it
     can): a name that cannot be shared, a file it names or includes that it does not carry,
     a file it carries that its config does not name (a bundle holds exactly those), an
     inline secret. The config's own problems are the config reader's."""
     problems = Problems(candidate.main)
-    wanted, found = names(raw, candidate.main, files=candidate.files)
+    wanted, found = sharing.names(raw, candidate.main, files=candidate.files)
     for at, problem in found:
         problems.add(at, problem)
     for name, at in wanted.items():
@@ -367,7 +211,7 @@ def check(candidate: Bundle, raw: Any) -> list[Problem]:
             f"{name}: the bundle carries a file its config does not name (refused: a bundle holds "
             "exactly the files its config names and their zones include)",
         )
-    for at, problem in secrets(raw):
+    for at, problem in sharing.secrets(raw):
         problems.add(at, problem)
     return problems.found
 
@@ -397,16 +241,16 @@ def read_and_make(
     based_on: int,
     publisher: str,
     published_at: float,
-    parse: Callable[[str, bytes], Any] = parse,
+    parse: Callable[[str, bytes], Any] = yamlsrc.parse,
     max_bytes: int = MAX_BYTES,
 ) -> tuple[Bundle, Any]:
     """The bundle of the config at *path* (see `from_text`) and its parsed value: the
-    config read once (`read_config`), that text parsed with *parse* (`parse`, or
+    config read once (`read_config`), that text parsed with *parse* (`yamlsrc.parse`, or
     `load.config_value`: what the reader last read) and that same text carried, so what
     decides the files a bundle holds is the config it carries. Raises `ConfigError`.
 
     A member's reload does the same in three steps, the parse in its YAML child between
-    two turns of the thread pool (`config.shared`): `read_config`, then `from_text`."""
+    two turns of the thread pool (`groupconfig.shared`): `read_config`, then `from_text`."""
     text = read_config(path)
     raw = parse(str(Path(path)), text)
     return from_text(path, text, raw, generation, based_on, publisher, published_at, max_bytes), raw
@@ -448,7 +292,7 @@ def from_text(
         base = base / raw["base_dir"]
     carried: dict[str, bytes] = {config_path.name: text}
     read: dict[str, bytes] = {}
-    wanted, found = names(raw, config_path.name, base=base, kept=read)
+    wanted, found = sharing.names(raw, config_path.name, base=base, kept=read)
     for at, problem in found:
         problems.add(at, problem)
     size = len(text)
@@ -521,7 +365,7 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Bundle:
         raise BadBundle("fields missing or of the wrong type")
     files: dict[str, bytes] = {}
     for name, text in encoded.items():
-        problem = name_problem(name)
+        problem = sharing.name_problem(name)
         if problem is not None:
             raise BadBundle(problem)
         if not isinstance(text, str):
@@ -553,7 +397,7 @@ def write(bundle: Bundle, directory: str | os.PathLike[str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     resolved_root = root.resolve()
     for name, data in bundle.files.items():
-        problem = name_problem(name)
+        problem = sharing.name_problem(name)
         if problem is not None:
             raise BadBundle(problem)
         target = root / name

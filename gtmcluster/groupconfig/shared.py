@@ -2,17 +2,17 @@
 with, and what may be published.
 
 At start a member reads its own file (``--config``). With ``sync_group.config_sync`` on
-(the default) and a bundle held (`config.shelf`), it runs the newest bundle instead, with
-its own things (certificates, key, token file, folders) from its own file's base folder,
-and says so; the group may then have a newer one, which it fetches from its peers before
-it answers with measured methods (`sync.coldstart.ColdStart`). A bundle it cannot read (a file
-of its own missing) is logged, and it runs its own file.
+(the default) and a bundle held (`groupconfig.shelf`), it runs the newest bundle instead,
+with its own things (certificates, key, token file, folders) from its own file's base
+folder, and says so; the group may then have a newer one, which it fetches from its peers
+before it answers with measured methods (`sync.coldstart.ColdStart`). A bundle it cannot
+read (a file of its own missing) is logged, and it runs its own file.
 
 Its file is published when it changed since the member last read it (``local.json`` on
 the shelf): by a SIGHUP or a reload through the API. A SIGHUP to a file that did not
 change reads the running config again (renewed certificates), and publishes nothing.
 
-A bundle holds exactly the files its config names (`bundle.names`, from the YAML as the
+A bundle holds exactly the files its config names (`sharing.names`, from the YAML as the
 config reader parses it: in the reload's child process, a big config being a second of
 parsing), and never a secret. A bundle received from a peer is checked so before it is
 kept or relayed (`vet`); one published here is checked when it is read to run it
@@ -29,25 +29,24 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorProcess
 from twisted.logger import Logger
 
 from gtmcluster import slices
-from gtmcluster.config import bundle
-from gtmcluster.config.bundle import Bundle, Header
+from gtmcluster.config import sharing, yamlsrc
 from gtmcluster.config.changes import own_ground
 from gtmcluster.config.load import SECTION_ORDER, config_value, load
 from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError, Problem
-from gtmcluster.config.shelf import Shelf
 from gtmcluster.config.yamlchild import MEMORY, Child
 from gtmcluster.config.yamlsrc import Resplit
 from gtmcluster.gcpause import collection_paused
-from gtmcluster.sync.configsync import ConfigSync, Running
-from gtmcluster.sync.replicator import Replicator
+from gtmcluster.groupconfig import bundle
+from gtmcluster.groupconfig.bundle import Bundle, Header
+from gtmcluster.groupconfig.shelf import Shelf
 
 log = Logger()
 T = TypeVar("T")
@@ -65,13 +64,10 @@ class RunningNode(Protocol):
 
 class NodeSide(Protocol):
     """What the group's config needs of the running node (`nodeservice.NodeService` is
-    one): its replicator, reactor and config files, and its reload, run one at a time."""
+    one): its reactor and config files, and its reload, run one at a time."""
 
     @property
     def node(self) -> RunningNode: ...
-
-    @property
-    def replicator(self) -> Replicator: ...
 
     @property
     def reactor(self) -> Any: ...
@@ -89,6 +85,38 @@ class NodeSide(Protocol):
     async def read_and_switch(
         self, path: str, own_dir: Path | None, header: Header | None, before: Callable[[], object] | None = None
     ) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Running:
+    """What this member runs: a bundle's generation and digest (0 and "": its own file)
+    and the config's digest."""
+
+    generation: int = 0
+    digest: str = ""
+    config_digest: str = ""
+
+
+class Exchange(Protocol):
+    """What the member's side needs of config sync's exchange with the peers
+    (`sync.configsync.ConfigSync` is it, given by the wiring): it runs the bundles the group
+    publishes with `apply`, checks those received with `vet`, tells the peers what this
+    member holds and runs, and does file work off the reactor's thread (`in_thread`)."""
+
+    #: runs a bundle held (on the shelf) as the member's config; fires with the problems
+    #: that kept it from running
+    apply: Callable[[Header], defer.Deferred[list[str]]] | None
+    #: why a bundle received is not to be kept nor relayed
+    vet: Callable[[Bundle], defer.Deferred[list[str]]]
+    running: Running
+    in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]]
+
+    def tell(self) -> None: ...
+
+    def retry(self) -> defer.Deferred[list[str]] | None: ...
+
+
+E = TypeVar("E", bound=Exchange)
 
 
 @dataclass
@@ -115,7 +143,7 @@ def at_start(local: Config, path: str, node: str, owner: tuple[int, int] | None 
         # (what `load` just read: not parsed again)
         made, raw = bundle.read_and_make(path, 1, 0, node, 0.0, parse=config_value)
         mine = made.digest
-        secrets = [f"{'.'.join(str(k) for k in at)}: {why}" for at, why in bundle.secrets(raw)]
+        secrets = [f"{'.'.join(str(k) for k in at)}: {why}" for at, why in sharing.secrets(raw)]
     except (ConfigError, OSError) as e:
         mine, secrets = "", []
         log.warn("{path} cannot be shared with the group: {why}", path=path, why=e, event="config_not_shareable")
@@ -232,17 +260,18 @@ class Published:
     problems: list[str] = field(default_factory=list)
 
 
-class GroupConfig:
+class GroupConfig(Generic[E]):
     """The member's side of config sync: it publishes (a push, a rollback, its file after a
-    SIGHUP) and runs what the group publishes (`sync.configsync` fetches it)."""
+    SIGHUP) and runs what the group publishes (*sync*, the exchange with the peers, fetches
+    it: `sync.configsync`)."""
 
-    def __init__(self, service: NodeSide, start: Start):
+    def __init__(self, service: NodeSide, start: Start, sync: E):
         self.service = service
         self.shelf = start.shelf
         self.own_dir = start.own_dir
         self.node = service.node.member.name
         config = service.node.config
-        self.sync = ConfigSync(service.replicator, start.shelf, config.sync_group.settings.config_sync)
+        self.sync = sync
         self.sync.apply = self.apply
         self.sync.vet = self.vet
         #: parses a config's text as the config reader does (fires with its value, fails
@@ -250,13 +279,12 @@ class GroupConfig:
         self.parse: Callable[[str, bytes], defer.Deferred[Any]] = (
             (lambda file, text: defer.ensureDeferred(parsed_beside(service.reactor, file, text)))
             if IReactorProcess.providedBy(service.reactor)
-            else lambda file, text: defer.maybeDeferred(bundle.parse, file, text)
+            else lambda file, text: defer.maybeDeferred(yamlsrc.parse, file, text)
         )
         self.sync.running = Running(
             start.header.generation if start.header else 0, start.header.digest if start.header else "", config.digest
         )
         self.shelf.running = self.shelf.folder(start.header) if start.header else None
-        service.replicator.config = self.sync
         if start.header is not None:
             service.running_own_dir = self.own_dir
 
