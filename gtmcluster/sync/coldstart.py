@@ -35,7 +35,7 @@ class ColdStart(Service):
         connected = any(p.connected for p in self.replicator.peers.values())
         config = self.replicator.config
         settled = config is None or config.settled  # the group's newest config runs (or is refused)
-        if (connected and self.replicator.synced and settled) or self.reactor.seconds() >= self._deadline:
+        if (connected and self.replicator.anti_entropy.synced and settled) or self.reactor.seconds() >= self._deadline:
             self.node.ready = True
             log.info(
                 "ready: {how}; state digest {digest}",
