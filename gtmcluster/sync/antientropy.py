@@ -42,7 +42,6 @@ from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.link import Link
 from gtmcluster.sync.peerstate import PeerState
-from gtmcluster.sync.phases import ESTABLISHED
 
 #: the replicator's log namespace: operators filter the sync group's lines by it (docs/operations.md)
 log = Logger(namespace="gtmcluster.sync.replicator")
@@ -219,7 +218,7 @@ class AntiEntropy:
             for batch, keys in self._batches_of(origin, proto):
                 if proto.blocked:
                     await proto.when_writable()
-                if proto.phase != ESTABLISHED:
+                if not proto.established:
                     break
                 if len(unanswered) >= SEND_ALL_WINDOW:
                     d, count = unanswered.popleft()
@@ -266,14 +265,14 @@ class AntiEntropy:
                         peer=proto.peer,
                         event="peer_loading",
                     )
-                elif proto.phase == ESTABLISHED:
+                elif proto.established:
                     log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
 
         d.addBoth(done)
         return d
 
     async def _reconcile_counted(self, proto: Link) -> None:
-        if proto.phase != ESTABLISHED:
+        if not proto.established:
             return
         before = self.replica.bulk_merged
         await self._reconcile(proto)
@@ -285,7 +284,7 @@ class AntiEntropy:
 
     def ask_to_reconcile(self, proto: Link) -> None:
         """Have *proto*'s peer pull from us (it reconciles when told we changed)."""
-        if proto.phase == ESTABLISHED:
+        if proto.established:
             proto.callRemote(commands.Changed).addErrback(lambda _: None)
 
     async def _reconcile(self, proto: Link) -> None:
@@ -310,7 +309,7 @@ class AntiEntropy:
         if peer is not None and not peer.synced:
             peer.synced = True
             log.info("reconciled with {peer}: digest {digest}", peer=peer.name, digest=self.store.digest())
-        if proto.phase == ESTABLISHED:
+        if proto.established:
             proto.send_heartbeat()  # our digest, now that it may have changed
 
     async def _pull_buckets(self, proto: Link, origin: str, buckets: list[int]) -> None:

@@ -2,7 +2,8 @@
 
 `Link` is what the replication (`sync.replicator`, `sync.antientropy`, `sync.configsync`,
 `sync.peerstate`) needs of one peer connection (`sync.peer.PeerProtocol` is one): who is at
-the other end, its phase, and the commands sent over it. `Host` is what a peer connection
+the other end, whether it is established or closed, and the commands sent over it (its
+phases are the connection's own: `sync.phases`). `Host` is what a peer connection
 calls back on the node's replication (`sync.replicator.Replicator` is one), with the two
 collaborators it hands a peer's commands to: `Reconciler`, anti-entropy
 (`sync.antientropy.AntiEntropy`), and `ConfigChannel`, config sync
@@ -38,7 +39,12 @@ class Link(Protocol):
     transport: Any
 
     @property
-    def phase(self) -> str: ...
+    def established(self) -> bool:
+        """Past the Hellos and not closed: commands go both ways."""
+
+    @property
+    def closed(self) -> bool:
+        """Refused, dropped or lost: nothing more is read from it or sent on it."""
 
     @property
     def blocked(self) -> bool: ...

@@ -128,6 +128,16 @@ class PeerProtocol(amp.AMP):
         """``handshake``, ``hello``, ``established`` or ``closed``."""
         return self._where.phase
 
+    @property
+    def established(self) -> bool:
+        """Past the Hellos and not closed: commands go both ways (`sync.link.Link`)."""
+        return self._where.phase == ESTABLISHED
+
+    @property
+    def closed(self) -> bool:
+        """Refused, dropped or lost (`sync.link.Link`)."""
+        return self._where.phase == CLOSED
+
     def handshakeCompleted(self) -> None:
         r = self.replicator
         try:

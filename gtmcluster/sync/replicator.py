@@ -46,7 +46,6 @@ from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.link import Link
 from gtmcluster.sync.peerstate import PeerState
-from gtmcluster.sync.phases import CLOSED, ESTABLISHED
 
 if TYPE_CHECKING:
     from gtmcluster.sync.configsync import ConfigSync
@@ -273,7 +272,7 @@ class Replicator:
     def _pull_failed(self, failure: Failure, proto: Link) -> None:
         if failure.check(BadMessage):
             proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
-        elif proto.phase == ESTABLISHED:
+        elif proto.established:
             log.warn("pulling records from {peer} failed: {why}", peer=proto.peer, why=failure.getErrorMessage())
 
     def ask_first(self, key: str, write: Callable[[], object]) -> None:
@@ -510,7 +509,7 @@ class Replicator:
         try:
             for record in records:
                 if not self._room_for(proto, record):
-                    if proto.phase == CLOSED:
+                    if proto.closed:
                         break  # dropped: the rest is not merged
                     continue
                 if self.store.merge(record):
@@ -580,7 +579,7 @@ class _SlicedMerge:
 
     def step(self, start: int) -> None:
         records = self.records
-        if self.proto.phase != CLOSED:  # (the peer is gone: the rest is not merged)
+        if not self.proto.closed:  # (the peer is gone: the rest is not merged)
             self.merged += self.replicator._merge(self.proto, records[start : start + MERGE_SLICE], self.bulk)
             if start + MERGE_SLICE < len(records):
                 self.replicator.clock.callLater(0, self.step, start + MERGE_SLICE)
