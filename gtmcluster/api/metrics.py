@@ -254,7 +254,7 @@ class NodeCollector(Collector):
             if peer.digest is not None:
                 # (over the records the peer can hold: see `sync.replicator`, mixed versions)
                 agree.add_metric(
-                    [peer.name], 1.0 if peer.digest == service.replicator.digest_for(peer.version) else 0.0
+                    [peer.name], 1.0 if peer.digest == service.replicator.anti_entropy.digest_for(peer.version) else 0.0
                 )
         yield from (connected, counted, sent, received, lag, agree, keys_differ)
         yield records_refused(service)

@@ -28,7 +28,11 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
     digests_agree = True
     for peer in replicator.peers.values():
         # (a peer of an older protocol version holds only the records it can: see `sync.replicator`)
-        if peer.connected and peer.digest is not None and peer.digest != replicator.digest_for(peer.version):
+        if (
+            peer.connected
+            and peer.digest is not None
+            and peer.digest != replicator.anti_entropy.digest_for(peer.version)
+        ):
             digests_agree = False
         peers.append(
             {
@@ -84,7 +88,7 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
             # over the records a member of each protocol version can hold (an older one
             # holds fewer: see `sync.replicator`), so mixed versions can be compared
             "digest_by_protocol": {
-                str(v): replicator.digest_for(v)
+                str(v): replicator.anti_entropy.digest_for(v)
                 for v in range(commands.MIN_PROTOCOL_VERSION, replicator.protocol_version + 1)
             },
             "records": len(store),

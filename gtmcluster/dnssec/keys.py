@@ -31,8 +31,8 @@ import dns.rdtypes.ANY.DS
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from gtmcluster import private
 from gtmcluster.config import files
-from gtmcluster.sync import certs
 
 ECDSAP256SHA256 = 13
 ED25519 = 15
@@ -119,20 +119,21 @@ def keygen(
         if role not in roles or state != ACTIVE
     ]
     try:
-        certs._make_directory(directory)
+        private.make_directory(directory)
         if not force:
-            certs._refuse_existing(paths + [p for p in others if p.exists()], "pass --force to replace the zone's keys")
+            existing = paths + [p for p in others if p.exists()]
+            private.refuse_existing(existing, "pass --force to replace the zone's keys")
         for path in paths:
             key = generate(algorithm)
             pem = key.private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
             )
-            certs._write(path, pem, certs.KEY_MODE, force)
+            private.write(path, pem, private.KEY_MODE, force)
         if force:
             for other in others:  # a CSK replacing a pair, a pair replacing a CSK, or a roll's keys
                 other.unlink(missing_ok=True)
             roll_state_path(directory, zone).unlink(missing_ok=True)
-    except certs.CertError as e:
+    except private.WriteError as e:
         raise DnssecKeyError(str(e)) from e
     return paths
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 
+from gtmcluster import private
 from gtmcluster.dnssec import keys, rollwait
 from gtmcluster.dnssec.keys import ACTIVE, NEXT, OLD, DnssecKeyError
-from gtmcluster.sync import certs
 
 Clock = Callable[[], float]
 
@@ -67,8 +67,8 @@ def publish(directory: Path, zone: str, ksk: bool = False, clock: Clock = time.t
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     try:
-        certs._write(path, pem, certs.KEY_MODE, False)
-    except certs.CertError as e:
+        private.write(path, pem, private.KEY_MODE, False)
+    except private.WriteError as e:
         raise DnssecKeyError(str(e)) from e
     rollwait.record(directory, zone, role, rollwait.PUBLISHED, clock())
     return path

@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtmcluster import private
 from gtmcluster.dnssec import keys
 from gtmcluster.dnssec.signer import DNSKEY_TTL
-from gtmcluster.sync import certs
 
 #: copying the key directory to every member and reloading them, after a step
 PROPAGATION = 300
@@ -72,8 +72,8 @@ def record(directory: Path, zone: str, role: str, step: str | None, now: float) 
         path.unlink(missing_ok=True)
         return
     try:
-        certs._write(path, (json.dumps(state, sort_keys=True) + "\n").encode(), certs.KEY_MODE, True)
-    except certs.CertError as e:
+        private.write(path, (json.dumps(state, sort_keys=True) + "\n").encode(), private.KEY_MODE, True)
+    except private.WriteError as e:
         raise keys.DnssecKeyError(str(e)) from e
 
 

@@ -1,6 +1,8 @@
 """Anti-entropy of the sync group: how two connected members find and pull what the other
-has newer, a part of `sync.replicator.Replicator` (a mixin of it: the methods read the
-replicator's store, clock, peers and merge).
+has newer. `AntiEntropy` is a collaborator of the replication (`sync.replicator.Replicator`
+holds one): it reads the store, and takes what it needs of the replication through the
+narrow `Replica` (the peers, the merge of what a peer sends, the origins capped); a peer
+connection asks it as a `sync.link.Reconciler`.
 
 On every new connection both sides reconcile: they exchange per-origin summaries (count and
 XOR of (key, version) hashes); for an origin that differs, a side that holds none of it asks
@@ -25,8 +27,8 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -39,10 +41,7 @@ from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.link import Link
-from gtmcluster.sync.phases import ESTABLISHED
-
-if TYPE_CHECKING:
-    from gtmcluster.sync.peerstate import PeerState
+from gtmcluster.sync.peerstate import PeerState
 
 #: the replicator's log namespace: operators filter the sync group's lines by it (docs/operations.md)
 log = Logger(namespace="gtmcluster.sync.replicator")
@@ -56,29 +55,62 @@ SEND_ALL_WINDOW = 4
 SEND_ALL_CHUNK = 2000
 
 
+class Replica(Protocol):
+    """The replication anti-entropy works for, as it sees it (`sync.replicator.Replicator`
+    is one)."""
+
+    @property
+    def peers(self) -> Mapping[str, PeerState]:
+        """What is known of each member: its connections, whether it was reconciled with."""
+
+    @property
+    def bulk_merged(self) -> int:
+        """Records merged so far from reconciliation transfers (not relayed one by one)."""
+
+    def receive(self, proto: Link, batch: bytes, bulk: bool = False) -> int:
+        """Merge a batch from *proto*'s peer (raises `BadMessage`); the count merged."""
+
+    def still_capped(self, origin: str) -> bool:
+        """Whether records of *origin* beyond its cap are still refused here."""
+
+
 class AntiEntropy:
     """Reconciliation with a peer, both the asking and the answering side."""
 
-    store: Store
-    clock: IReactorTime
-    peers: dict[str, PeerState]
-    _reconciling: set[Link]
-    _lock: defer.DeferredLock
-    _bulk_merged: int
+    def __init__(self, replica: Replica, store: Store, clock: IReactorTime) -> None:
+        self.replica = replica
+        self.store = store
+        self.clock = clock
+        self._reconciling: set[Link] = set()
+        #: one reconciliation at a time: a fresh node fills up from its first peer, and the
+        #: rounds with the others then find little to pull
+        self._lock = defer.DeferredLock()
+        #: the store is still loading its snapshot (see `hold_until`)
+        self.loading = False
 
-    if TYPE_CHECKING:
+    def hold_until(self, loaded: defer.Deferred[None]) -> defer.Deferred[None]:
+        """Hold reconciliations until *loaded* fires (see `Replicator.hold_until`): they
+        wait, and peers asking for our summary are told we are still loading. Fires once
+        they may go ahead (those held do, from then on)."""
+        self.loading = True
+        taken = self._lock.acquire()  # free at start (nothing reconciles before peers connect)
+        released: defer.Deferred[None] = defer.Deferred()
 
-        def receive(self, proto: Link, batch: bytes, bulk: bool = False) -> int: ...
+        def release(_: object) -> None:
+            self.loading = False
+            self._lock.release()
+            released.callback(None)
 
-        def _still_capped(self, origin: str) -> bool: ...
+        taken.addCallback(lambda _: loaded).addBoth(release)
+        return released
 
     # -- peers of older protocol versions ----------------------------------------------------
 
-    def _can_take(self, proto: Link, key: str) -> bool:
+    def can_take(self, proto: Link, key: str) -> bool:
         """Whether *proto*'s peer takes a record at *key* (its protocol version knows the key)."""
         return proto.version >= schema.NEWEST_VERSION or schema.version_needed(key) <= proto.version
 
-    def _takes(self, proto: Link, records: Iterable[Record]) -> Iterable[Record]:
+    def takes(self, proto: Link, records: Iterable[Record]) -> Iterable[Record]:
         """*records* but those *proto*'s peer would refuse."""
         if proto.version >= schema.NEWEST_VERSION:
             return records
@@ -150,7 +182,7 @@ class AntiEntropy:
                 rest.append([bucket, after])
                 continue
             for key, version in listing[bucket]:
-                if key <= after or not self._can_take(proto, key):
+                if key <= after or not self.can_take(proto, key):
                     continue
                 entry = codec.listing_entry(key, version)
                 cost = len(json.dumps(entry)) + 1
@@ -166,7 +198,7 @@ class AntiEntropy:
         if len(keys) > 4 * PULL_KEYS:
             raise BadMessage(f"a Pull of {len(keys)} keys")
         now = self.clock.seconds()
-        records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now) and self._can_take(proto, k)]
+        records = [r for k in keys if (r := self.store.raw(k)) is not None and r.live(now) and self.can_take(proto, k)]
         for batch, included in codec.batches(records, now):
             rest = [r.key for r in records[len(included) :]]
             return batch, codec.keys(rest)
@@ -186,7 +218,7 @@ class AntiEntropy:
             for batch, keys in self._batches_of(origin, proto):
                 if proto.blocked:
                     await proto.when_writable()
-                if proto.phase != ESTABLISHED:
+                if not proto.established:
                     break
                 if len(unanswered) >= SEND_ALL_WINDOW:
                     d, count = unanswered.popleft()
@@ -211,7 +243,7 @@ class AntiEntropy:
         while chunk := list(itertools.islice(records, SEND_ALL_CHUNK)):
             now = self.clock.seconds()
             live = [r for r in chunk if r.live(now)]
-            yield from codec.batches(live if proto is None else self._takes(proto, live), now)
+            yield from codec.batches(live if proto is None else self.takes(proto, live), now)
 
     # -- anti-entropy: the asking side --------------------------------------------------------
 
@@ -233,26 +265,26 @@ class AntiEntropy:
                         peer=proto.peer,
                         event="peer_loading",
                     )
-                elif proto.phase == ESTABLISHED:
+                elif proto.established:
                     log.warn("reconciliation with {peer} failed: {why}", peer=proto.peer, why=result.getErrorMessage())
 
         d.addBoth(done)
         return d
 
     async def _reconcile_counted(self, proto: Link) -> None:
-        if proto.phase != ESTABLISHED:
+        if not proto.established:
             return
-        before = self._bulk_merged
+        before = self.replica.bulk_merged
         await self._reconcile(proto)
-        if self._bulk_merged > before:
+        if self.replica.bulk_merged > before:
             # What we pulled was not relayed record by record: let the others pull it.
-            for peer in self.peers.values():
+            for peer in self.replica.peers.values():
                 if peer.name != proto.peer and peer.channels:
-                    self.clock.callLater(0, self._ask_to_reconcile, peer.channels[0])
+                    self.clock.callLater(0, self.ask_to_reconcile, peer.channels[0])
 
-    def _ask_to_reconcile(self, proto: Link) -> None:
+    def ask_to_reconcile(self, proto: Link) -> None:
         """Have *proto*'s peer pull from us (it reconciles when told we changed)."""
-        if proto.phase == ESTABLISHED:
+        if proto.established:
             proto.callRemote(commands.Changed).addErrback(lambda _: None)
 
     async def _reconcile(self, proto: Link) -> None:
@@ -263,7 +295,7 @@ class AntiEntropy:
             held = mine.get(origin)
             if held is not None and (held.count, held.xor) == (count, xor):
                 continue
-            if self._still_capped(origin):
+            if self.replica.still_capped(origin):
                 continue  # what differs would be refused again (see the module's docstring)
             if held is None:
                 await proto.callRemote(commands.SendAll, origin=origin)
@@ -273,11 +305,11 @@ class AntiEntropy:
             my_buckets = self.buckets_for(proto, origin)
             differing = [i for i in range(BUCKETS) if their_buckets[i] != my_buckets[i]]
             await self._pull_buckets(proto, origin, differing)
-        peer = self.peers.get(proto.peer or "")
+        peer = self.replica.peers.get(proto.peer or "")
         if peer is not None and not peer.synced:
             peer.synced = True
             log.info("reconciled with {peer}: digest {digest}", peer=peer.name, digest=self.store.digest())
-        if proto.phase == ESTABLISHED:
+        if proto.established:
             proto.send_heartbeat()  # our digest, now that it may have changed
 
     async def _pull_buckets(self, proto: Link, origin: str, buckets: list[int]) -> None:
@@ -291,22 +323,22 @@ class AntiEntropy:
                 if mine is None or mine < version:
                     wanted.append(key)
             pending = codec.read_bucket_list(answer["rest"]) + pending
-        await self._pull_keys(proto, wanted)
+        await self.pull_keys(proto, wanted)
 
-    async def _pull_keys(self, proto: Link, wanted: list[str]) -> None:
+    async def pull_keys(self, proto: Link, wanted: list[str]) -> None:
         """Pull *wanted* from *proto*'s peer, `PULL_KEYS` per request."""
         while wanted:
             keys, wanted = wanted[:PULL_KEYS], wanted[PULL_KEYS:]
             answer = await proto.callRemote(commands.Pull, keys=codec.keys(keys))
-            self.receive(proto, answer["records"], bulk=True)
+            self.replica.receive(proto, answer["records"], bulk=True)
             wanted = codec.read_keys(answer["rest"], "rest") + wanted
 
     def reconcile_all(self) -> None:
-        for peer in self.peers.values():
+        for peer in self.replica.peers.values():
             if peer.channels:
                 self.reconcile(peer.channels[0])
 
     @property
     def synced(self) -> bool:
         """Every connected peer has been reconciled with at least once."""
-        return all(p.synced for p in self.peers.values() if p.connected)
+        return all(p.synced for p in self.replica.peers.values() if p.connected)

@@ -36,8 +36,6 @@ from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTim
 from twisted.protocols import amp
 from zope.interface import implementer
 
-from gtmcluster.sync.phases import CLOSED, ESTABLISHED
-
 #: the peer's requests whose answers can be large (up to `codec.MAX_BATCH`, or a stream of
 #: batches): held, not answered, while the output to the peer is blocked
 ASKS = frozenset({b"Summary", b"Buckets", b"Listing", b"Pull", b"SendAll", b"ConfigFetch"})
@@ -52,7 +50,12 @@ class Connection(Protocol):
     """What an `Outlet` needs of its connection."""
 
     @property
-    def phase(self) -> str: ...
+    def established(self) -> bool:
+        """Past the Hellos and not closed."""
+
+    @property
+    def closed(self) -> bool:
+        """Refused, dropped or lost."""
 
     def violation(self, reason: str) -> None:
         """Drop the peer for *reason* (logged)."""
@@ -88,7 +91,7 @@ class Outlet:
     # -- IPushProducer: what the transport tells -----------------------------------------
 
     def pauseProducing(self) -> None:
-        if self.connection.phase == CLOSED or self.blocked:
+        if self.connection.closed or self.blocked:
             return
         self.blocked = True
         idle = self.idle_timeout()
@@ -101,7 +104,7 @@ class Outlet:
         if self._blocked_timer is not None and self._blocked_timer.active():
             self._blocked_timer.cancel()
         self._blocked_timer = None
-        if self.connection.phase != CLOSED and self._releasing is None:
+        if not self.connection.closed and self._releasing is None:
             self._releasing = self.clock.callLater(0, self._after_drain)
 
     def stopProducing(self) -> None:
@@ -129,7 +132,7 @@ class Outlet:
 
     def when_writable(self) -> Deferred[None]:
         """Fires once the output is not blocked (at once when it is not), or the connection ended."""
-        if not self.blocked or self.connection.phase == CLOSED:
+        if not self.blocked or self.connection.closed:
             return succeed(None)
         d: Deferred[None] = Deferred()
         self._writable.append(d)
@@ -157,11 +160,11 @@ class Outlet:
 
     def _after_drain(self) -> None:
         self._releasing = None
-        while self._held and not self.blocked and self.connection.phase == ESTABLISHED:
+        while self._held and not self.blocked and self.connection.established:
             box, size, answer = self._held.popleft()
             self.held_bytes -= size
             self.connection.answer_held(box).chainDeferred(answer)
-        if self.blocked or self.connection.phase != ESTABLISHED:
+        if self.blocked or not self.connection.established:
             return  # (blocked again: the rest when it drains next time)
         self._wake_writers()
         self.connection.output_drained()

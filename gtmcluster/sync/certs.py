@@ -7,7 +7,7 @@ the HTTPS API (``clients/NAME.pem``, no DNS name: never a peer's). Keys are EC P
 unencrypted PKCS8 PEM. Every file is written to a temporary name in the same directory,
 created with its final mode (keys 0600, certificates 0644), synced and then renamed into
 place, so a crash never leaves a half-written or readable key; nothing is overwritten
-unless asked (``force``). Uses `cryptography` only: no ``openssl`` command is run.
+unless asked (``force``): `gtmcluster.private` writes them. Uses `cryptography` only: no ``openssl`` command is run.
 
 The loaders and `describe` are for the TLS layer and its logs. Every failure is a `CertError`
 whose message says what to do.
@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
-import os
 import re
-import secrets
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gtmcluster import private
 from gtmcluster.config import files, membername
 from gtmcluster.config.membername import CA_STEM
 
@@ -47,9 +45,8 @@ MAX_DAYS = 36500
 #: certificates start this long before "now", so a peer whose clock is a little behind
 #: does not reject a certificate issued a moment ago
 CLOCK_SKEW = datetime.timedelta(minutes=5)
-KEY_MODE = 0o600
+KEY_MODE = private.KEY_MODE
 CERT_MODE = 0o644
-DIR_MODE = 0o700
 
 
 class CertError(Exception):
@@ -363,7 +360,7 @@ def load_ca(directory: Path) -> tuple[x509.Certificate, CertificateIssuerPrivate
     """The CA certificate and key in `directory`, checked to be a CA and to belong together."""
     directory = Path(directory)
     cert_path, key_path = directory / CA_CERT, directory / CA_KEY
-    missing = [p for p in (cert_path, key_path) if not _exists(p)]
+    missing = [p for p in (cert_path, key_path) if not private.exists(p)]
     if len(missing) == 2:
         raise CertError(f"no CA in {directory}: run {_init_command(directory)} first")
     if missing:
@@ -429,101 +426,36 @@ def _read(path: Path) -> bytes:
         raise CertError(f"cannot read {path}: {e.strerror or e}") from e
 
 
-def _exists(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
-
-
 # -- writing ------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _as_cert_error() -> Iterator[None]:
+    """A file or directory that cannot be written (`private.WriteError`) is a `CertError`."""
+    try:
+        yield
+    except private.WriteError as e:
+        raise CertError(str(e)) from e.__cause__
+
+
 def _refuse_existing(paths: Iterable[Path], hint: str) -> None:
-    existing = [str(p) for p in paths if _exists(p)]
-    if existing:
-        verb = "exists" if len(existing) == 1 else "exist"
-        raise CertError(f"{' and '.join(existing)} already {verb}: {hint}")
+    with _as_cert_error():
+        private.refuse_existing(paths, hint)
 
 
 def _make_directory(directory: Path) -> None:
-    try:
-        directory.mkdir(mode=DIR_MODE, parents=True)
-    except FileExistsError:
-        if not directory.is_dir():
-            raise CertError(f"{directory} exists and is not a directory: choose another --dir") from None
-        return
-    except OSError as e:
-        raise CertError(f"cannot create {directory}: {e.strerror or e}") from e
-    with contextlib.suppress(OSError):
-        os.chmod(directory, DIR_MODE)  # exactly 0700, whatever the umask
+    with _as_cert_error():
+        private.make_directory(directory)
 
 
 def _write_pair(key_path: Path, key_data: bytes, cert_path: Path, cert_data: bytes, force: bool) -> None:
     """Write a key, then its certificate. Without `force`, a failure removes the new key again."""
-    _write(key_path, key_data, KEY_MODE, force)
-    try:
-        _write(cert_path, cert_data, CERT_MODE, force)
-    except BaseException:
-        if not force:
-            with contextlib.suppress(OSError):
-                key_path.unlink()
-        raise
-
-
-def _write(path: Path, data: bytes, mode: int, replace: bool) -> None:
-    """Write `data` to `path` with `mode` through a temporary file in the same directory.
-
-    The temporary file is created with `mode` (O_EXCL, so never an existing file) and fixed
-    to exactly `mode` before any byte is written, then synced and moved into place: by
-    rename when `replace`, else by hard link, which fails rather than overwrite a file that
-    appeared meanwhile.
-    """
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(temp, flags, mode)
+    with _as_cert_error():
+        private.write(key_path, key_data, KEY_MODE, force)
         try:
-            try:
-                os.fchmod(fd, mode)  # the umask may have taken bits away (or, for certificates, we want 0644)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if replace:
-                os.replace(temp, path)
-            else:
-                _link_new(temp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    except FileExistsError as e:
-        raise CertError(f"{path} already exists: pass --force to replace it") from e
-    except OSError as e:
-        raise CertError(f"cannot write {path}: {e.strerror or e}") from e
-    _sync_directory(path.parent)
-
-
-def _link_new(temp: Path, path: Path) -> None:
-    try:
-        os.link(temp, path)
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            private.write(cert_path, cert_data, CERT_MODE, force)
+        except BaseException:
+            if not force:
+                with contextlib.suppress(OSError):
+                    key_path.unlink()
             raise
-        # a file system without hard links: check, then rename (a small window, no worse)
-        if _exists(path):
-            raise FileExistsError(errno.EEXIST, "File exists", str(path)) from e
-        os.rename(temp, path)
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the rename durable; best effort (not every platform can open a directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from gtmcluster.node import Node
+from gtmcluster.state.store import Store
 from gtmcluster.sync.replicator import Replicator
 
 log = Logger()
+
+
+class NodeSide(Protocol):
+    """The node, as its cold start sees it (`node.Node` is one): whether measured methods
+    may decide, and the store whose digest the ready line tells."""
+
+    ready: bool
+
+    @property
+    def store(self) -> Store: ...
 
 
 class ColdStart(Service):
     """Marks the node ready for measured methods once peers are reconciled and the group's
     newest config is run here (or refused), or after a wait."""
 
-    def __init__(self, node: Node, replicator: Replicator, reactor: Any, wait: float):
+    def __init__(self, node: NodeSide, replicator: Replicator, reactor: Any, wait: float):
         self.node = node
         self.replicator = replicator
         self.reactor = reactor
@@ -35,7 +45,7 @@ class ColdStart(Service):
         connected = any(p.connected for p in self.replicator.peers.values())
         config = self.replicator.config
         settled = config is None or config.settled  # the group's newest config runs (or is refused)
-        if (connected and self.replicator.synced and settled) or self.reactor.seconds() >= self._deadline:
+        if (connected and self.replicator.anti_entropy.synced and settled) or self.reactor.seconds() >= self._deadline:
             self.node.ready = True
             log.info(
                 "ready: {how}; state digest {digest}",

@@ -2,10 +2,13 @@
 
 `Link` is what the replication (`sync.replicator`, `sync.antientropy`, `sync.configsync`,
 `sync.peerstate`) needs of one peer connection (`sync.peer.PeerProtocol` is one): who is at
-the other end, its phase, and the commands sent over it. `Host` is what a peer connection
-calls back on the node's replication (`sync.replicator.Replicator` is one), and
-`ConfigChannel` what it hands a peer's config-sync commands to (`sync.configsync.ConfigSync`).
-Neither side imports the other: the peer service wires them together.
+the other end, whether it is established or closed, and the commands sent over it (its
+phases are the connection's own: `sync.phases`). `Host` is what a peer connection
+calls back on the node's replication (`sync.replicator.Replicator` is one), with the two
+collaborators it hands a peer's commands to: `Reconciler`, anti-entropy
+(`sync.antientropy.AntiEntropy`), and `ConfigChannel`, config sync
+(`sync.configsync.ConfigSync`). Neither side imports the other: the peer service wires them
+together.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ class Link(Protocol):
     transport: Any
 
     @property
-    def phase(self) -> str: ...
+    def established(self) -> bool:
+        """Past the Hellos and not closed: commands go both ways."""
+
+    @property
+    def closed(self) -> bool:
+        """Refused, dropped or lost: nothing more is read from it or sent on it."""
 
     @property
     def blocked(self) -> bool: ...
@@ -65,6 +73,30 @@ class ConfigChannel(Protocol):
     def fetch_answer(self, generation: int, publisher: str, digest: str, offset: int) -> dict[str, Any]: ...
 
 
+class Reconciler(Protocol):
+    """Anti-entropy, as a peer connection hands it the peer's reconciliation commands
+    (`Summary`, `Buckets`, `Listing`, `Pull`, `SendAll`, `Changed`) and asks it the state
+    digest to tell in a heartbeat."""
+
+    @property
+    def loading(self) -> bool:
+        """The store still loads its snapshot: a `Summary` is answered `Loading`."""
+
+    def digest_for(self, version: int) -> str: ...
+
+    def reconcile(self, proto: Link) -> Deferred[None]: ...
+
+    def send_all(self, proto: Link, origin: str) -> Deferred[int]: ...
+
+    def summary_message(self, proto: Link | None = None) -> bytes: ...
+
+    def buckets_message(self, proto: Link, origin: str) -> bytes: ...
+
+    def listing_message(self, proto: Link, origin: str, request: bytes) -> tuple[bytes, bytes]: ...
+
+    def pull_message(self, proto: Link, request: bytes) -> tuple[bytes, bytes]: ...
+
+
 class Host(Protocol):
     """The node's replication, as a peer connection sees it: who this node is, the group's
     timers, and what it does with what a peer says."""
@@ -77,7 +109,6 @@ class Host(Protocol):
     protocol_version: int
     config_digest: str
     dnssec_keys_text: str
-    loading: bool
     handshake_timeout: float
     heartbeat_interval: float
     heartbeat_timeout: float
@@ -85,11 +116,12 @@ class Host(Protocol):
     connections: set[Link]
 
     @property
+    def anti_entropy(self) -> Reconciler: ...
+
+    @property
     def config(self) -> ConfigChannel | None: ...
 
     def check_hello(self, identity: str, node: str, group: str, version: int, min_version: int) -> str | None: ...
-
-    def digest_for(self, version: int) -> str: ...
 
     def established(self, proto: Link) -> None: ...
 
@@ -107,18 +139,6 @@ class Host(Protocol):
 
     def output_drained(self, proto: Link) -> None: ...
 
-    def reconcile(self, proto: Link) -> Deferred[None]: ...
-
     def receive_in_slices(
         self, proto: Link, batch: bytes, bulk: bool = False, at_once: bool = True
     ) -> Deferred[int]: ...
-
-    def send_all(self, proto: Link, origin: str) -> Deferred[int]: ...
-
-    def summary_message(self, proto: Link | None = None) -> bytes: ...
-
-    def buckets_message(self, proto: Link, origin: str) -> bytes: ...
-
-    def listing_message(self, proto: Link, origin: str, request: bytes) -> tuple[bytes, bytes]: ...
-
-    def pull_message(self, proto: Link, request: bytes) -> tuple[bytes, bytes]: ...

@@ -128,6 +128,16 @@ class PeerProtocol(amp.AMP):
         """``handshake``, ``hello``, ``established`` or ``closed``."""
         return self._where.phase
 
+    @property
+    def established(self) -> bool:
+        """Past the Hellos and not closed: commands go both ways (`sync.link.Link`)."""
+        return self._where.phase == ESTABLISHED
+
+    @property
+    def closed(self) -> bool:
+        """Refused, dropped or lost (`sync.link.Link`)."""
+        return self._where.phase == CLOSED
+
     def handshakeCompleted(self) -> None:
         r = self.replicator
         try:
@@ -247,7 +257,7 @@ class PeerProtocol(amp.AMP):
 
     def send_heartbeat(self) -> None:
         connected = ",".join(self.replicator.live_names())
-        digest = self.replicator.digest_for(self.version)
+        digest = self.replicator.anti_entropy.digest_for(self.version)
         # (our key sets again only after a reload changed them: "" says we sign nothing now)
         keys = self.replicator.dnssec_keys_text if self.replicator.dnssec_keys_text != self._keys_told else None
         if keys is not None:
@@ -494,22 +504,22 @@ class PeerProtocol(amp.AMP):
     @commands.Summary.responder
     def summary(self, summary: bytes) -> dict[str, Any]:
         """Refused (`commands.Loading`) while this node loads its snapshot (`Replicator.hold_until`)."""
-        if self.replicator.loading:
+        if self.replicator.anti_entropy.loading:
             raise commands.Loading("still loading its state snapshot; it says Changed when done")
-        return {"summary": self.replicator.summary_message(self)}
+        return {"summary": self.replicator.anti_entropy.summary_message(self)}
 
     @commands.Buckets.responder
     def buckets(self, origin: str) -> dict[str, Any]:
-        return {"buckets": self.replicator.buckets_message(self, origin)}
+        return {"buckets": self.replicator.anti_entropy.buckets_message(self, origin)}
 
     @commands.Listing.responder
     def listing(self, origin: str, buckets: bytes) -> dict[str, Any]:
-        entries, rest = self._guard(self.replicator.listing_message, origin, buckets)
+        entries, rest = self._guard(self.replicator.anti_entropy.listing_message, origin, buckets)
         return {"entries": entries, "rest": rest}
 
     @commands.Pull.responder
     def pull(self, keys: bytes) -> dict[str, Any]:
-        records, rest = self._guard(self.replicator.pull_message, keys)
+        records, rest = self._guard(self.replicator.anti_entropy.pull_message, keys)
         return {"records": records, "rest": rest}
 
     @commands.SendAll.responder
@@ -525,7 +535,7 @@ class PeerProtocol(amp.AMP):
             self._sending_all = False
             return result
 
-        sending = self.replicator.send_all(self, origin).addBoth(done)
+        sending = self.replicator.anti_entropy.send_all(self, origin).addBoth(done)
         return sending.addCallbacks(lambda n: {"sent": n}, self._unless_closed)
 
     def _unless_closed(self, failure: Failure) -> Failure:
@@ -536,7 +546,7 @@ class PeerProtocol(amp.AMP):
 
     @commands.Changed.responder
     def changed(self) -> dict[str, Any]:
-        self.replicator.reconcile(self)
+        self.replicator.anti_entropy.reconcile(self)
         return {}
 
     @commands.ConfigState.responder

@@ -5,8 +5,9 @@ once to every other connected peer (batched per reactor turn), so a node that re
 one peer still converges: its peer relays. Merging keeps the newest version per key, so
 duplicates and loops die out (a peer that already has a record does not relay it again).
 
-On every new connection both sides reconcile (`sync.antientropy`, a part of `Replicator`),
-and again now and then on every connection, and after a peer fell behind.
+On every new connection both sides reconcile (`sync.antientropy`: the replicator's
+`anti_entropy`, which sees the replicator as its `Replica`), and again now and then on every
+connection, and after a peer fell behind.
 
 What a peer sends is checked before any of it is merged: the wire format and each record
 against its kind's schema (`sync.codec`, `state.schema`); a peer that sends a bad record is
@@ -45,7 +46,6 @@ from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.link import Link
 from gtmcluster.sync.peerstate import PeerState
-from gtmcluster.sync.phases import CLOSED, ESTABLISHED
 
 if TYPE_CHECKING:
     from gtmcluster.sync.configsync import ConfigSync
@@ -65,7 +65,7 @@ MERGE_SLICE = 100
 DIGEST_DELAY = 1.0
 
 
-class Replicator(AntiEntropy):
+class Replicator:
     def __init__(
         self,
         store: Store,
@@ -105,16 +105,11 @@ class Replicator(AntiEntropy):
         self._flush: IDelayedCall | None = None
         self._merging_from: str | None = None
         self._bulk = False  # merging a reconciliation transfer: no record-by-record relay
-        self._bulk_merged = 0
-        self._reconciling: set[Link] = set()
-        #: one reconciliation at a time: a fresh node fills up from its first peer, and the
-        #: rounds with the others then find little to pull
-        self._lock = defer.DeferredLock()
+        #: records merged from reconciliation transfers so far (`AntiEntropy` counts by it)
+        self.bulk_merged = 0
         #: called whenever the set of connected peers changes
         self.peer_listeners: list[Callable[[], object]] = []
         self._digest_call: IDelayedCall | None = None
-        #: the store is still loading its snapshot (see `hold_until`)
-        self.loading = False
         #: keys to pull from each peer that connects while the store loads (the records of
         #: health and admin states, see `Node.health_keys`), so what the group decided while
         #: this node was down counts at once, not only after the load
@@ -130,6 +125,8 @@ class Replicator(AntiEntropy):
         #: our signed zones' DNSKEY set digests (`dnssec.keyset`; see `set_dnssec_keys`)
         self.dnssec_keys: dict[str, str] = {}
         self.dnssec_keys_text = ""
+        #: reconciliation with the peers, both sides (`sync.antientropy`)
+        self.anti_entropy = AntiEntropy(self, store, clock)
         store.subscribe(self._changed)
 
     def hold_until(self, loaded: defer.Deferred[None]) -> None:
@@ -139,18 +136,14 @@ class Replicator(AntiEntropy):
         of its state, and a comparison would pull or offer most of the table. Pushes and
         relays go on meanwhile. Once loaded, the reconciliations held go ahead, and every
         connected peer hears the new digest and is asked to reconcile (`Changed`)."""
-        self.loading = True
-        taken = self._lock.acquire()  # free at start (nothing reconciles before peers connect)
 
         def release(_: object) -> None:
-            self.loading = False
-            self._lock.release()
             self._tell_digest()
             for peer in self.peers.values():
                 if peer.channels:
-                    self._ask_to_reconcile(peer.channels[0])
+                    self.anti_entropy.ask_to_reconcile(peer.channels[0])
 
-        taken.addCallback(lambda _: loaded).addBoth(release)
+        self.anti_entropy.hold_until(loaded).addCallback(release)
 
     # -- connections ----------------------------------------------------------------------
 
@@ -256,19 +249,19 @@ class Replicator(AntiEntropy):
             )
         if self.config is not None:
             self.config.connected(proto)
-        if self.loading and self.catch_up is not None:
+        if self.anti_entropy.loading and self.catch_up is not None:
             self._catch_up(proto, self.catch_up())
-        self.reconcile(proto)
+        self.anti_entropy.reconcile(proto)
 
     def _catch_up(self, proto: Link, keys: list[str]) -> defer.Deferred[None]:
         """Pull *keys* from *proto*'s peer (the newer version of each wins, as always)."""
 
         async def pull() -> None:
-            before = self._bulk_merged
-            await self._pull_keys(proto, keys)
+            before = self.bulk_merged
+            await self.anti_entropy.pull_keys(proto, keys)
             log.info(
                 "took {count} newer records of {keys} health and admin keys from {peer} while loading",
-                count=self._bulk_merged - before,
+                count=self.bulk_merged - before,
                 keys=len(keys),
                 peer=proto.peer,
                 event="caught_up",
@@ -279,7 +272,7 @@ class Replicator(AntiEntropy):
     def _pull_failed(self, failure: Failure, proto: Link) -> None:
         if failure.check(BadMessage):
             proto.violation(f"malformed answer to a pull: {failure.getErrorMessage()}")
-        elif proto.phase == ESTABLISHED:
+        elif proto.established:
             log.warn("pulling records from {peer} failed: {why}", peer=proto.peer, why=failure.getErrorMessage())
 
     def ask_first(self, key: str, write: Callable[[], object]) -> None:
@@ -290,7 +283,7 @@ class Replicator(AntiEntropy):
         and move the client). Otherwise, at once. A write asked for while the same key is
         being asked about is dropped: the first one stands for it."""
         channels = [peer.channels[0] for peer in self.peers.values() if peer.channels]
-        if not self.loading or not channels:
+        if not self.anti_entropy.loading or not channels:
             write()
             return
         if key in self._asking:
@@ -303,7 +296,7 @@ class Replicator(AntiEntropy):
                 first()
 
         pulls = [
-            defer.ensureDeferred(self._pull_keys(proto, [key])).addErrback(self._pull_failed, proto)
+            defer.ensureDeferred(self.anti_entropy.pull_keys(proto, [key])).addErrback(self._pull_failed, proto)
             for proto in channels
         ]
         defer.DeferredList(pulls).addCallback(asked)
@@ -418,8 +411,8 @@ class Replicator(AntiEntropy):
         if self._digest_call is None:
             self._digest_call = self.clock.callLater(DIGEST_DELAY, self._tell_digest)
         if self._bulk:
-            self._bulk_merged += 1
-            return  # the other peers catch up by reconciling with us (see _reconciled)
+            self.bulk_merged += 1
+            return  # the other peers catch up by reconciling with us (see `AntiEntropy._reconcile_counted`)
         if not record.live(self.clock.seconds()):
             return  # an expiry, not news
         origin = record.origin
@@ -448,7 +441,7 @@ class Replicator(AntiEntropy):
                 self.peers[name].behind = True
                 continue
             latest = {r.key: r for r in records}.values()  # only the newest per key
-            for batch, keys in codec.batches(self._takes(proto, latest), now):
+            for batch, keys in codec.batches(self.anti_entropy.takes(proto, latest), now):
                 self._publish(proto, batch, len(keys))
 
     def _publish(self, proto: Link, batch: bytes, count: int) -> defer.Deferred[Any] | None:
@@ -463,7 +456,7 @@ class Replicator(AntiEntropy):
             proto.outstanding -= 1
             if peer.behind and proto.outstanding == 0:
                 peer.behind = False
-                self.reconcile(proto)
+                self.anti_entropy.reconcile(proto)
             return result
 
         d: defer.Deferred[Any] = proto.callRemote(commands.Publish, records=batch)
@@ -477,7 +470,7 @@ class Replicator(AntiEntropy):
         peer = self.peers.get(proto.peer or "")
         if peer is not None and peer.behind and proto.outstanding == 0 and proto in peer.channels:
             peer.behind = False
-            self.reconcile(proto)
+            self.anti_entropy.reconcile(proto)
 
     def receive(self, proto: Link, batch: bytes, bulk: bool = False) -> int:
         """Merge a batch from *proto*'s peer; relay what is new. Raises `BadMessage`."""
@@ -516,7 +509,7 @@ class Replicator(AntiEntropy):
         try:
             for record in records:
                 if not self._room_for(proto, record):
-                    if proto.phase == CLOSED:
+                    if proto.closed:
                         break  # dropped: the rest is not merged
                     continue
                 if self.store.merge(record):
@@ -554,7 +547,7 @@ class Replicator(AntiEntropy):
             )
         return False
 
-    def _still_capped(self, origin: str) -> bool:
+    def still_capped(self, origin: str) -> bool:
         """Whether this node still holds about its cap of *origin*'s records of a kind (the
         cap is lifted once it holds less than `schema.WRITER_SHARE` of it)."""
         kinds = self.capped.get(origin)
@@ -586,7 +579,7 @@ class _SlicedMerge:
 
     def step(self, start: int) -> None:
         records = self.records
-        if self.proto.phase != CLOSED:  # (the peer is gone: the rest is not merged)
+        if not self.proto.closed:  # (the peer is gone: the rest is not merged)
             self.merged += self.replicator._merge(self.proto, records[start : start + MERGE_SLICE], self.bulk)
             if start + MERGE_SLICE < len(records):
                 self.replicator.clock.callLater(0, self.step, start + MERGE_SLICE)

@@ -329,7 +329,7 @@ class PeerService(MultiService):
         address = self.listener.getsockname()
         self.listener.close()  # the reactor holds its own duplicate
         log.info("sync group listener on {host}:{port} (mutual TLS)", host=address[0], port=address[1])
-        self._loop = task.LoopingCall(self.replicator.reconcile_all)
+        self._loop = task.LoopingCall(self.replicator.anti_entropy.reconcile_all)
         self._loop.clock = self.reactor
         self._loop.start(self.reconcile_interval, now=False)
         super().startService()

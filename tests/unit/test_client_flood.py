@@ -111,7 +111,7 @@ class FloodGroup:
 
     def reconcile(self) -> None:
         for replicator in self.cluster.replicators.values():
-            replicator.reconcile_all()
+            replicator.anti_entropy.reconcile_all()
         self.cluster.settle()
 
     def persisted(self, name: str) -> dict[str, Version]:

@@ -94,7 +94,7 @@ class Connection:
         """Answer gtm-a's first Summary question: gtm-b holds nothing (the round ends)."""
         (ask,) = [b[b"_ask"] for b in parse_boxes(self.transport.sent) if b.get(b"_command") == b"Summary"]
         self.send(box(_answer=ask, summary=codec.summary({})))
-        assert not self.replicator._reconciling
+        assert not self.replicator.anti_entropy._reconciling
 
     def send(self, data: bytes) -> list[LogEvent]:
         with capturedLogs() as events:
@@ -211,7 +211,7 @@ def test_publishes_heartbeats_and_answers_are_read_while_the_output_is_blocked()
         + box(_answer=ask, summary=codec.summary({}))
     )
     assert dropped_for(events) == []
-    assert not c.replicator._reconciling  # (the answer to our question was read)
+    assert not c.replicator.anti_entropy._reconciling  # (the answer to our question was read)
     record = c.store.get("admin/vs/v1")
     assert record is not None and record.value == {"state": "drain"}
     assert b"7" in c.answers()

@@ -262,7 +262,7 @@ def test_a_large_batch_is_merged_a_slice_per_reactor_turn(trio: MemoryCluster) -
     batch delivered in the same read (a connection resumed after a pause) merges nothing
     there: its first slice waits for the next turn."""
     receiver = trio.replicators["gtm-b"]
-    proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
+    proto = cast(Any, SimpleNamespace(peer="gtm-a", established=True, closed=False))
     now = trio.clock.seconds()
     batch = drains("v", 250, 1000, now)
     results: list[int] = []
@@ -286,7 +286,7 @@ def test_a_batch_merged_in_slices_leaves_no_reference_cycle(trio: MemoryCluster)
     closure that schedules itself (a cycle: its batch would wait for the collector, and a
     freeze meanwhile kept it for good: tests/unit/test_no_cycles.py)."""
     receiver = trio.replicators["gtm-b"]
-    proto = cast(Any, SimpleNamespace(peer="gtm-a", phase="established"))
+    proto = cast(Any, SimpleNamespace(peer="gtm-a", established=True, closed=False))
     batch = drains("c", 250, 3000, trio.clock.seconds())
     results: list[int] = []
     with collector_off() as left:

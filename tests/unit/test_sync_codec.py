@@ -104,7 +104,7 @@ def test_a_full_send_reads_the_store_a_chunk_at_a_time_and_ages_each_chunk_when_
     store.merge(Record("other", 1, Version(5000, 0, "gtm-b"), None, 1000.0))
     store.merge(Record("dead", 1, Version(5000, 0, "gtm-a"), 10.0, 900.0))  # (encoding checks no schema)
     r = rep.Replicator(store, clock, node="n1", group="g", datacenter="DC1", members=["n1"], config_digest="x")
-    batches = r._batches_of("gtm-a")
+    batches = r.anti_entropy._batches_of("gtm-a")
     first_batch, _ = next(batches)
     clock.advance(100)  # the rest is encoded 100 s later
     ages = {entry[0]: entry[6] for entry in json.loads(first_batch)}

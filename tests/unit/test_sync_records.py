@@ -142,8 +142,8 @@ def test_a_relay_of_an_origin_over_its_cap_is_not_dropped_and_not_pulled_from_ag
     with capturedLogs() as events:
         trio.connect("gtm-b", "gtm-c")
         for _ in range(3):
-            trio.replicators["gtm-c"].reconcile_all()
-            trio.replicators["gtm-b"].reconcile_all()
+            trio.replicators["gtm-c"].anti_entropy.reconcile_all()
+            trio.replicators["gtm-b"].anti_entropy.reconcile_all()
             trio.settle()
     for name in ("gtm-b", "gtm-c"):
         replicator = trio.replicators[name]
@@ -157,7 +157,7 @@ def test_a_relay_of_an_origin_over_its_cap_is_not_dropped_and_not_pulled_from_ag
     trio.advance(61)  # the 20 expire (heartbeats keep the connection)
     for store in trio.stores.values():
         store.expire()
-    trio.replicators["gtm-c"].reconcile_all()
+    trio.replicators["gtm-c"].anti_entropy.reconcile_all()
     trio.settle()
     assert trio.replicators["gtm-c"].capped == {}
     assert c.get(probe_request(0)) is not None

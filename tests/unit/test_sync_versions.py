@@ -62,7 +62,7 @@ def connected(cluster: MemoryCluster) -> bool:
 def count_commands(
     replicator: Replicator, listed: list[tuple[str, int]] | None = None, keys: list[str] | None = None
 ) -> Counter[str]:
-    """The anti-entropy commands *replicator* answers from now on, by name (the real
+    """The anti-entropy commands *replicator* answers from now on (its `anti_entropy` does), by name (the real
     handlers still answer them); the (origin, bucket) pairs it is asked to list go to
     *listed*, and the keys its listings answer with to *keys*."""
     counts: Counter[str] = Counter()
@@ -81,7 +81,7 @@ def count_commands(
         return wrapper
 
     for name in ("summary_message", "buckets_message", "listing_message", "pull_message", "send_all"):
-        setattr(replicator, name, counting(name, getattr(replicator, name)))
+        setattr(replicator.anti_entropy, name, counting(name, getattr(replicator.anti_entropy, name)))
     return counts
 
 
@@ -195,22 +195,22 @@ def test_new_admin_records_are_withheld_from_an_old_peer_and_the_rest_flows(pair
         assert pair.stores[OLD].raw(key) is None, key
     assert not old.refused and not new.refused
     # The old member holds exactly what the new one holds of the records it can take.
-    assert new.digest_for(1) == pair.stores[OLD].digest() != pair.stores[NEW].digest()
+    assert new.anti_entropy.digest_for(1) == pair.stores[OLD].digest() != pair.stores[NEW].digest()
 
     # Settled: rounds of reconciliation find nothing to list or pull, and heartbeats say
     # the digests agree (as status and metrics compare them).
     counts = {NEW: count_commands(new), OLD: count_commands(old)}  # (counting from here)
     sent = (new.peers[OLD].sent, old.peers[NEW].sent)
     for _ in range(3):
-        new.reconcile_all()
-        old.reconcile_all()
+        new.anti_entropy.reconcile_all()
+        old.anti_entropy.reconcile_all()
         pair.advance(RECONCILE_INTERVAL, step=5.0)
     for name in (NEW, OLD):
         assert counts[name]["summary_message"] >= 3, counts
         for command in ("buckets_message", "listing_message", "pull_message", "send_all"):
             assert counts[name][command] == 0, (name, counts)
     assert (new.peers[OLD].sent, old.peers[NEW].sent) == sent
-    assert new.peers[OLD].digest == new.digest_for(new.peers[OLD].version)
+    assert new.peers[OLD].digest == new.anti_entropy.digest_for(new.peers[OLD].version)
     assert old.peers[NEW].digest == pair.stores[OLD].digest()
     assert connected(pair)
 
@@ -246,13 +246,13 @@ def test_an_origin_of_withheld_records_only_is_not_asked_for(pair: MemoryCluster
     counts = {NEW: count_commands(new), OLD: count_commands(old)}
     pair.connect(OLD, NEW)
     for _ in range(3):
-        new.reconcile_all()
-        old.reconcile_all()
+        new.anti_entropy.reconcile_all()
+        old.anti_entropy.reconcile_all()
         pair.advance(RECONCILE_INTERVAL, step=5.0)
     assert counts[NEW]["summary_message"] >= 3 and counts[OLD]["summary_message"] >= 3, counts
     assert counts[NEW]["send_all"] == counts[NEW]["buckets_message"] == 0, counts
     assert pair.stores[OLD].raw(DATACENTER) is None and len(pair.stores[OLD]) == 0
-    assert new.peers[OLD].digest == new.digest_for(1) == pair.stores[OLD].digest()
+    assert new.peers[OLD].digest == new.anti_entropy.digest_for(1) == pair.stores[OLD].digest()
     assert connected(pair)
 
 
@@ -355,6 +355,6 @@ def test_link_traffic_is_withheld_from_a_version_3_peer(tmp_path: Path, dialler:
     assert cluster.stores[v3].get("admin/vs/www3") is not None
     assert cluster.stores[v3].raw(TRAFFIC) is None
     assert not old.refused and not new.refused
-    assert new.digest_for(3) == cluster.stores[v3].digest() != cluster.stores[NEW].digest()
+    assert new.anti_entropy.digest_for(3) == cluster.stores[v3].digest() != cluster.stores[NEW].digest()
     older = [e for e in events if e.get("event") == "peer_older_protocol"]
     assert [(e["peer"], e["version"]) for e in older] == [(v3, 3)], older
