@@ -5,13 +5,12 @@ with SOA and NS, and the node claims no top-level domain (``google.com``: REFUSE
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.dig import dig
+from tests.support.f5asker import gtmcluster
 from tests.support.nodeproc import loopback_address, running_node
 
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
@@ -72,14 +71,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     address = loopback_address()
     (tmp_path / "bigip_gtm.conf").write_text(BIGIP_GTM)
     command = ["import", "f5", "bigip_gtm.conf", "--site", f"DC1={address}", "-o", "cluster.yaml"]
-    done = subprocess.run(
-        [sys.executable, "-m", "gtmcluster.cli.main", *command],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = gtmcluster(*command, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     config = tmp_path / "cluster.yaml"
     text = config.read_text()

@@ -5,30 +5,18 @@ name to its zone; `gtmcluster enable` gives the disabled pool back."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.dig import dig
+from tests.support.f5asker import gtmcluster as cli
 from tests.support.nodeproc import loopback_address, running_node
 
 pytestmark = [pytest.mark.process, pytest.mark.usefixtures("dig_tool")]
 
 SAMPLE = Path(__file__).parent.parent / "data" / "f5" / "corpus" / "fallback_disabled_gtm.conf"
 DNS_PORT = 5353
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gtmcluster.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_imported_fallback_and_disabled_objects_answer_as_on_f5(tmp_path: Path) -> None:

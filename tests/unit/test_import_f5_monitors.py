@@ -28,6 +28,7 @@ import yaml
 
 from gtmcluster.importers import f5import, f5monitors, f5recv
 from tests.conftest import IN_CI
+from tests.support.f5asker import gtmcluster
 from tests.support.probeservers import (
     ROOT,
     SocketLoop,
@@ -219,17 +220,6 @@ def imported(tmp_path: Path, name: str) -> tuple[int, str, dict[str, Any]]:
     checked = gtmcluster("check", "--config", "cluster.yaml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     return done.returncode, done.stderr, yaml.safe_load((tmp_path / "cluster.yaml").read_text())
-
-
-def gtmcluster(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gtmcluster.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def verdicts(tmp_path: Path, config: dict[str, Any], ports: dict[str, int]) -> dict[str, Any]:
