@@ -19,6 +19,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from gtmcluster.importers.f5names import domain_problem, one_line
 from gtmcluster.importers.model import Imported
 
 SERIAL = 1
@@ -121,9 +122,13 @@ def _claimed(claimed: dict[str, str], name: str) -> str:
 
 
 def bad_name(name: str) -> str:
+    """Why *name* cannot be a wide IP's name or alias here ("" when it can)."""
     labels = name.rstrip(".").split(".")
     if len(labels) < 2 or any(not label or len(label) > 63 for label in labels) or len(name) > 253:
-        return f"{name!r} is not a domain name of two labels or more"
+        return f"{one_line(name)!r} is not a domain name of two labels or more"
+    problem = domain_problem(name)
+    if problem:
+        return problem
     if "?" in name or any("*" in label for label in labels[1:]) or ("*" in labels[0] and labels[0] != "*"):
         return "'?' and '*' inside a label have no equivalent (ours: '*' as the whole leftmost label)"
     return ""

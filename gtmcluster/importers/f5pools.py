@@ -198,7 +198,9 @@ def members(s: TmshState, node: Node | None, kind: str, what: str) -> list[tuple
         ratio = number(s, ratio_text, 1, 0, MAX_RATIO, child.where, f"{what} member {child.key} ratio")
         ours: str | None
         if kind == "cname":
-            ours = cname_member(s, child)
+            ours = cname_member(s, child, what)
+            if ours is None:
+                continue
         else:
             ours = s.imp.namespace("virtual_server").get(child.key)
             by_address = f5names.address_port(child.key)
@@ -227,8 +229,14 @@ def members(s: TmshState, node: Node | None, kind: str, what: str) -> list[tuple
     return [(name, ratio, admin) for _, _, name, ratio, admin in sorted(found)]
 
 
-def cname_member(s: TmshState, node: Node) -> str:
+def cname_member(s: TmshState, node: Node, what: str) -> str | None:
+    """Our virtual server answering the CNAME pool member *node* (made on first use); None,
+    with a LOST finding, when its target is no host name (a quoted word can be anything)."""
     target = node.key
+    problem = f5names.domain_problem(target) or ("the root is no CNAME target" if not target.strip(".") else "")
+    if problem:
+        s.imp.lost(node.where, f"{what} member {f5names.one_line(target)}", f"{problem}: not imported")
+        return None
     ours = s.imp.namespace("virtual_server").name(f"cname-{target}")
     if ours not in s.imp.virtual_servers:
         dc = s.first_dc or "DC1"

@@ -1,0 +1,98 @@
+"""Hostile input to `gtmcluster import f5` (what `fuzz/f5_import.py` found): whatever a file
+holds, the import gives findings one line each at a line of the file, and a config that
+loads; each test here failed before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gtmcluster.cli.importcmd import render_findings
+from gtmcluster.config.load import load
+from gtmcluster.importers import f5import
+from gtmcluster.importers.model import Finding
+
+BASE = """gtm datacenter /Common/DC1 { }
+gtm server /Common/lb1 {
+    datacenter /Common/DC1
+    virtual-servers {
+        /Common/vs { destination 192.0.2.1:80 }
+    }
+}
+gtm pool a /Common/p {
+    members { /Common/lb1:/Common/vs { member-order 0 } }
+}
+gtm wideip a /Common/www.example.com {
+    pools { /Common/p { order 0 } }
+}
+"""
+
+
+def imported(tmp_path: Path, text: str) -> f5import.Result:
+    path = tmp_path / "bigip_gtm.conf"
+    path.write_text(text, encoding="utf-8")
+    return f5import.run([str(path)])
+
+
+def loaded(tmp_path: Path, result: f5import.Result) -> list[str]:
+    """The imported config written out and loaded as `gtmcluster check` does: its wide IPs."""
+    for relative, text in result.zone_files.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    (tmp_path / "cluster.yaml").write_text(result.text)
+    config = load(tmp_path / "cluster.yaml")
+    return sorted(w.name for w in config.wideips.values())
+
+
+def test_a_control_character_in_an_object_name_leaves_the_config_loadable(tmp_path: Path) -> None:
+    """A data center's name holding a control character (quoted, as tmsh may print it) is
+    renamed, and the comment above it, which quotes F5's statement, stays a comment: the
+    config loads and the wide IP answers (it broke YAML: "special characters are not
+    allowed")."""
+    text = BASE.replace("/Common/DC1", '"/Common/DC\x01one"')
+    result = imported(tmp_path, text)
+    assert not [f for f in result.imported.findings if "does not load" in f.why]
+    assert loaded(tmp_path, result) == ["www.example.com"]
+    assert list(result.imported.datacenters) == ["DC_one"]
+
+
+def test_a_wide_ip_name_with_a_line_break_is_lost_and_the_rest_loads(tmp_path: Path) -> None:
+    """A wide IP whose quoted name holds a line break (no name F5 serves) is LOST with its
+    line; the other wide IP is imported and the config loads (the name was written into a
+    YAML comment, and its second line broke the config)."""
+    text = BASE + 'gtm wideip a "/Common/x\nq: 1\n.example.com" {\n    pools { /Common/p { order 0 } }\n}\n'
+    result = imported(tmp_path, text)
+    lost = [f for f in result.imported.findings if f.essential]
+    assert [(f.where.rsplit(":", 1)[1], f.what) for f in lost] == [("14", "wideip x\nq: 1\n.example.com")]
+    assert "holds a blank, a control character" in lost[0].why
+    assert loaded(tmp_path, result) == ["www.example.com"]
+
+
+def test_findings_render_on_one_line_each(tmp_path: Path) -> None:
+    """A setting whose quoted value holds line breaks (and other characters that do not
+    print) is shown on one line, those characters escaped: the command prints one finding
+    a line (the value's second line looked like a finding of its own)."""
+    pools = "pools { /Common/p { order 0 } }"
+    text = BASE.replace(pools, pools + '\n    foo "a\nb\x85c\u2028d"')
+    lines = render_findings(imported(tmp_path, text).imported.findings)
+    assert lines == [
+        f"{tmp_path}/bigip_gtm.conf:13: CHANGED: wideip a /Common/www.example.com: "
+        'foo "a\\nb\\x85c\\u2028d": not read: F5 applied it, this import does not (decide whether it matters)'
+    ]
+    assert Finding("f:1", "a\x00b", "c\nd").render() == "f:1: not mapped: a\\x00b: c\\nd"
+
+
+def test_a_cname_member_that_is_no_host_name_is_lost_and_the_rest_loads(tmp_path: Path) -> None:
+    """A CNAME pool member whose target IDNA cannot encode (undecodable bytes read as U+FFFD)
+    is LOST at its line; the other member is imported and the config loads with the wide IP
+    answering the good target (the target was written as it was and the loader refused the
+    whole config)."""
+    text = (
+        "gtm pool cname /Common/c {\n    members {\n        web.example.net { member-order 0 }\n"
+        "        www.cd\ufffd\u049dple.net { member-order 1 }\n    }\n}\n"
+        "gtm wideip cname /Common/alias.example.com {\n    pools { /Common/c { order 0 } }\n}\n"
+    )
+    result = imported(tmp_path, text)
+    lost = [(f.where.rsplit(":", 1)[1], f.what) for f in result.imported.findings if f.essential]
+    assert lost == [("4", "pool cname /Common/c member www.cd\ufffd\u049dple.net")]
+    assert loaded(tmp_path, result) == ["alias.example.com"]
+    assert [vs["cname"] for vs in (e.value for e in result.imported.virtual_servers.values())] == ["web.example.net"]
