@@ -38,6 +38,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "gtmcluster.dns.zoneinclude",
     ),
     "zone_include": ("gtmcluster.dns.zonefile", "gtmcluster.dns.zoneinclude"),
+    "f5_import": ("gtmcluster.importers",),
 }
 #: an input that takes longer than this (seconds) is a finding (a hang, an alias bomb)
 TIMEOUT = 10
