@@ -96,3 +96,17 @@ def test_a_cname_member_that_is_no_host_name_is_lost_and_the_rest_loads(tmp_path
     assert lost == [("4", "pool cname /Common/c member www.cd\ufffd\u049dple.net")]
     assert loaded(tmp_path, result) == ["alias.example.com"]
     assert [vs["cname"] for vs in (e.value for e in result.imported.virtual_servers.values())] == ["web.example.net"]
+
+
+def test_a_pool_listed_twice_in_a_wide_ip_is_imported_once(tmp_path: Path) -> None:
+    """A wide IP listing one pool twice (tmsh holds a pool once: a listing joined or edited
+    by hand) imports it once; the same settings twice are a plain finding, other settings a
+    CHANGED one; the config loads (the loader refused "pool 'p' is listed twice")."""
+    pools = "pools { /Common/p { order 0 } }"
+    same = imported(tmp_path, BASE.replace(pools, "pools {\n /Common/p { order 0 }\n /Common/p { order 0 }\n }"))
+    assert [(f.level, f.why) for f in same.imported.findings] == [("not mapped", "listed twice: imported once")]
+    assert loaded(tmp_path, same) == ["www.example.com"]
+    assert same.imported.wideips["www.example.com"].value["pools"] == ["p"]
+    other = imported(tmp_path, BASE.replace(pools, "pools {\n /Common/p { order 0 }\n /Common/p { ratio 3 }\n }"))
+    assert [(f.level, f.where.rsplit(":", 1)[1]) for f in other.imported.findings] == [("CHANGED", "14")]
+    assert loaded(tmp_path, other) == ["www.example.com"]
