@@ -72,6 +72,11 @@ def pool(s: TmshState, node: Node) -> None:
         if "members" in settings and settings["members"].children():
             why = f"the pool answers only its fallback-ip {fallback_ip}, as F5 does while no member is available"
             s.imp.changed(node.where, what, f"no member could be imported: {why}")
+    if has_fallback and not _is_address(f5names.strip_route_domain(fallback_ip)):
+        # (with members: the modes that answer by it say what that changes, in `methods`)
+        why = "not an IP address: not imported"
+        s.imp.unmapped(settings["fallback-ip"].where, f"{what}: fallback-ip {fallback_ip}", why)
+        has_fallback = False
     pool: dict[str, Any] = {"members": [member_value(*m) for m in found]}
     if has_fallback:
         pool["fallback_ip"] = f5names.strip_route_domain(fallback_ip)
@@ -121,13 +126,20 @@ def fallback_only(settings: dict[str, Node], kind: str, address: str) -> str:
         return "and no mode of the pool is fallback-ip"
     if not address:
         return "and it has no fallback-ip address"
-    try:
-        family = ipaddress.ip_address(f5names.strip_route_domain(address)).version
-    except ValueError:
+    if not _is_address(f5names.strip_route_domain(address)):
         return f"and its fallback-ip {address} is not an IP address"
+    family = ipaddress.ip_address(f5names.strip_route_domain(address)).version
     if family != (6 if kind == "aaaa" else 4):
         return f"and its fallback-ip {address} cannot answer {kind} queries"
     return ""
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def inert(s: TmshState, node: Node, what: str) -> set[str]:

@@ -110,3 +110,20 @@ def test_a_pool_listed_twice_in_a_wide_ip_is_imported_once(tmp_path: Path) -> No
     other = imported(tmp_path, BASE.replace(pools, "pools {\n /Common/p { order 0 }\n /Common/p { ratio 3 }\n }"))
     assert [(f.level, f.where.rsplit(":", 1)[1]) for f in other.imported.findings] == [("CHANGED", "14")]
     assert loaded(tmp_path, other) == ["www.example.com"]
+
+
+def test_a_fallback_ip_that_is_no_address_is_a_finding_and_the_rest_loads(tmp_path: Path) -> None:
+    """A pool with members whose fallback-ip is no IP address (406.0.113.53) is imported
+    without it: a finding at its line, and the mode that answers by it is CHANGED ('none' is
+    used); the config loads and the wide IP answers its member (the address was written as
+    it was and the loader refused the whole config)."""
+    head = "gtm pool a /Common/p {\n"
+    text = BASE.replace(head, head + "    fallback-ip 406.0.113.53\n    fallback-mode fallback-ip\n")
+    result = imported(tmp_path, text)
+    found = [(f.where.rsplit(":", 1)[1], f.level, f.what) for f in result.imported.findings]
+    assert found == [
+        ("9", "not mapped", "pool a /Common/p: fallback-ip 406.0.113.53"),
+        ("10", "CHANGED", "pool a /Common/p: fallback-mode fallback-ip"),
+    ]
+    assert loaded(tmp_path, result) == ["www.example.com"]
+    assert "fallback_ip" not in result.imported.pools["p"].value
