@@ -127,3 +127,28 @@ def test_a_fallback_ip_that_is_no_address_is_a_finding_and_the_rest_loads(tmp_pa
     ]
     assert loaded(tmp_path, result) == ["www.example.com"]
     assert "fallback_ip" not in result.imported.pools["p"].value
+
+
+def test_a_udp_monitor_that_sends_nothing_is_lost_and_the_rest_loads(tmp_path: Path) -> None:
+    """A udp monitor with ``send none`` (an empty datagram, which ours cannot send) is LOST
+    naming what uses it, and the config loads (it was written with an empty send, and the
+    loader refused the whole config)."""
+    monitor = 'gtm monitor udp /Common/udp_pattern {\n    recv "pong"\n    send none\n}\n'
+    text = monitor + BASE.replace("/Common/DC1\n", "/Common/DC1\n    monitor /Common/udp_pattern\n")
+    result = imported(tmp_path, text)
+    lost = [(f.where.rsplit(":", 1)[1], f.level, f.what) for f in result.imported.findings if f.essential]
+    assert lost == [("1", "LOST", "monitor /Common/udp_pattern")]
+    assert loaded(tmp_path, result) == ["www.example.com"]
+
+
+def test_an_empty_host_header_in_an_http_send_is_changed_and_the_rest_loads(tmp_path: Path) -> None:
+    """An http monitor whose send has an empty ``Host:`` header: CHANGED (ours send the
+    server's address), the config loads (it was written with ``host: ''``, which the loader
+    refuses)."""
+    monitor = 'gtm monitor http /Common/m {\n    send "GET / HTTP/1.1\\r\\nHost:\\r\\n\\r\\n"\n}\n'
+    text = monitor + BASE.replace("datacenter /Common/DC1\n", "datacenter /Common/DC1\n    monitor /Common/m\n")
+    result = imported(tmp_path, text)
+    essential = [(f.level, f.why) for f in result.imported.findings if f.essential]
+    why = "send header 'Host:': empty; ours send the server's address as Host (used by server /Common/lb1)"
+    assert essential == [("CHANGED", why)]
+    assert loaded(tmp_path, result) == ["www.example.com"]
