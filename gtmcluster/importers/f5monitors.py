@@ -403,6 +403,10 @@ def _dns(values: dict[str, str], out: Mapped) -> None:
         out.monitor = None
         out.lost = "reverse enabled: ours cannot invert a dns check; closest here: a dns monitor with expect_address"
         return
+    problem = f5names.domain_problem(qname)
+    if problem:
+        out.monitor, out.lost = None, f"qname: {problem}; closest here: a dns monitor"
+        return
     m.update(query_name=qname.rstrip(".") or ".", query_type=qtype if qtype in ("A", "AAAA") else "A")
     if qtype not in ("A", "AAAA"):
         out.changes.append(f"qtype {qtype}: ours ask A")

@@ -152,3 +152,15 @@ def test_an_empty_host_header_in_an_http_send_is_changed_and_the_rest_loads(tmp_
     why = "send header 'Host:': empty; ours send the server's address as Host (used by server /Common/lb1)"
     assert essential == [("CHANGED", why)]
     assert loaded(tmp_path, result) == ["www.example.com"]
+
+
+def test_a_dns_monitor_asking_no_domain_name_is_lost_and_the_rest_loads(tmp_path: Path) -> None:
+    """A dns monitor whose qname IDNA cannot encode (undecodable bytes read as U+FFFD) is
+    LOST naming what uses it, and the config loads (it was written with that query_name,
+    and the loader refused the whole config)."""
+    monitor = "gtm monitor dns /Common/d {\n    qname www.exam\ufffdle.com\n}\n"
+    text = monitor + BASE.replace("/Common/DC1\n", "/Common/DC1\n    monitor /Common/d\n")
+    result = imported(tmp_path, text)
+    lost = [(f.where.rsplit(":", 1)[1], f.level, f.what) for f in result.imported.findings if f.essential]
+    assert lost == [("1", "LOST", "monitor /Common/d")]
+    assert loaded(tmp_path, result) == ["www.example.com"]
