@@ -164,3 +164,23 @@ def test_a_dns_monitor_asking_no_domain_name_is_lost_and_the_rest_loads(tmp_path
     lost = [(f.where.rsplit(":", 1)[1], f.level, f.what) for f in result.imported.findings if f.essential]
     assert lost == [("1", "LOST", "monitor /Common/d")]
     assert loaded(tmp_path, result) == ["www.example.com"]
+
+
+CNAME_POOL = "gtm pool cname /Common/cdn {\n    members {\n        www.cdn.example.net { member-order 0 }\n    }\n}\n"
+
+
+def test_a_cname_wide_ip_at_a_zone_apex_is_lost_and_the_rest_loads(tmp_path: Path) -> None:
+    """A CNAME wide IP at a zone's apex (where the zone's SOA and NS are) is LOST, saying
+    what to do; no zone of its own is made for it, and the config loads with the other
+    wide IP (the zone and the CNAME were both written, and the loader refused the config)."""
+    apex = "gtm wideip cname /Common/example.com {\n    pools { /Common/cdn { order 0 } }\n}\n"
+    result = imported(tmp_path, BASE + CNAME_POOL + apex)
+    lost = [(f.where.rsplit(":", 1)[1], f.why) for f in result.imported.findings if f.essential]
+    why = "a CNAME at the apex of zone example.com, where its SOA and NS are: give --zone of a parent: not imported"
+    assert lost == [("19", why)]
+    assert loaded(tmp_path, result) == ["www.example.com"]
+    alone = imported(tmp_path, CNAME_POOL + apex)
+    lost = [(f.where.rsplit(":", 1)[1], f.why) for f in alone.imported.findings if f.essential]
+    why = "a CNAME below com, a public suffix: a zone of its own would hold its SOA and NS there: not imported"
+    assert lost == [("6", why)]
+    assert (alone.zone_files, loaded(tmp_path, alone)) == ({}, [])
