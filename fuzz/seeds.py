@@ -7,6 +7,8 @@ subnets), configs are the sample's and the tests', peer messages are what `sync`
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import hashlib
 import struct
 from pathlib import Path
@@ -351,17 +353,104 @@ def zone_include() -> list[bytes]:
     ]
 
 
+#: a bigip.conf with what is not GTM around GTM objects: iRules (Tcl with braces and quotes in
+#: strings and comments), a virtual server, sys settings (written from F5's tmsh syntax)
+BIGIP_CONF = b"""#TMSH-VERSION: 16.1.3
+ltm rule /Common/redirect_https {
+when HTTP_REQUEST {
+    # a lone quote " and an open brace { in a comment
+    if { [HTTP::host] ne "" } {
+        HTTP::redirect "https://[HTTP::host][HTTP::uri]"
+    }
+}
+}
+ltm virtual /Common/vs_web {
+    destination /Common/192.0.2.10:80
+    ip-protocol tcp
+    rules { /Common/redirect_https }
+}
+gtm datacenter /Common/DC1 { }
+gtm rule /Common/gslb_log {
+when DNS_REQUEST { log local0. "q [DNS::question name]" }
+}
+gtm server /Common/lb1 {
+    datacenter /Common/DC1
+    monitor /Common/bigip
+    virtual-servers {
+        /Common/vs_web {
+            destination 192.0.2.10:80
+        }
+    }
+}
+gtm pool a /Common/p_web {
+    fallback-ip 192.0.2.99
+    members {
+        /Common/lb1:/Common/vs_web {
+            member-order 0
+        }
+    }
+}
+gtm wideip a /Common/www.example.com {
+    pools {
+        /Common/p_web {
+            order 0
+        }
+    }
+    rules { /Common/gslb_log }
+}
+sys global-settings {
+    hostname bigip1.example.com
+}
+"""
+
+#: tmsh one-line listings of what the multi-line seeds spell over several lines: monitors with
+#: ``none``, ``reverse``, status-line ``recv``; a fallback-only pool; negated region members
+ONE_LINE = b"".join(
+    line + b"\n"
+    for line in (
+        b"gtm datacenter /Common/DC1 { }",
+        b'gtm monitor http /Common/m_http { defaults-from /Common/http destination *:* interval 10 recv "HTTP/1." '
+        b'send "HEAD / HTTP/1.0\\r\\n\\r\\n" timeout 31 }',
+        b"gtm monitor tcp /Common/m_tcp { defaults-from /Common/tcp destination *:* "
+        b"recv none reverse enabled send none }",
+        b"gtm region /Common/outside { region-members { subnet 0.0.0.0/0 { } not subnet 10.0.0.0/8 { } } }",
+        b"gtm server /Common/lb1 { datacenter /Common/DC1 monitor /Common/m_http and /Common/m_tcp "
+        b"product generic-host virtual-servers { /Common/vs { destination 192.0.2.1:80 } } }",
+        b"gtm pool a /Common/p_fb { fallback-ip 10.200.30.43 fallback-mode fallback-ip "
+        b"load-balancing-mode fallback-ip }",
+        b"gtm pool a /Common/p { members { /Common/lb1:/Common/vs { member-order 0 ratio 2 } } "
+        b"monitor min 1 of { /Common/m_http /Common/m_tcp } ttl 60 }",
+        b"gtm topology ldns: region /Common/outside server: pool /Common/p { order 1 score 100 }",
+        b"gtm topology ldns: not subnet 10.0.0.0/8 server: datacenter /Common/DC1 { score 10 }",
+        b"gtm wideip a /Common/www.example.com { aliases { alt.example.com } last-resort-pool a /Common/p_fb "
+        b"pool-lb-mode topology pools { /Common/p { order 0 } /Common/p_fb { order 1 } } }",
+    )
+)
+
+
 def f5_import() -> list[bytes]:
-    """F5 configurations as operators bring them (`fuzz.f5_import`): the samples and the
-    corpus of tests/data/f5 (tmsh, 3-DNS, one-line listings, a whole bigip.conf, junk), one
-    saved on Windows (a byte-order mark, CRLF), one in UTF-16, and a gzip archive's start."""
+    """F5 configurations as operators bring them (`fuzz.f5_import`; the first byte picks the
+    options): the importer's samples and corpus (tmsh of BIG-IP 11 to 17, one-line listings, a
+    whole bigip.conf, 3-DNS wideip.conf), then made shapes: a bigip.conf with iRules, one-line
+    monitors, regions and fallback pools, CRLF with a byte-order mark, UTF-16 and UTF-32, two
+    files (tmsh and 3-DNS), words cut by no-break spaces, a gzip file, a NUL byte."""
     data = ROOT / "tests" / "data" / "f5"
     files = sorted(data.glob("*.conf")) + sorted((data / "corpus").glob("*.conf"))
-    out = [f.read_bytes() for f in files]
-    tmsh = (data / "bigip_gtm.conf").read_bytes()
-    out.append(b"\xef\xbb\xbf" + tmsh.replace(b"\n", b"\r\n"))
-    out.append(tmsh.decode().encode("utf-16"))
-    out.append(b"\x1f\x8b\x08\x00" + b"\0" * 16)
+    out = [bytes([i % 4]) + f.read_bytes() for i, f in enumerate(files)]
+    ucs_gtm = (data / "corpus" / "shape-ucs-gtm.conf").read_bytes()
+    wideip = (data / "wideip.conf").read_bytes()
+    out += [
+        b"\x02" + BIGIP_CONF,
+        b"\x00" + ONE_LINE,
+        b"\x05" + codecs.BOM_UTF8 + (data / "corpus" / "names-as3.conf").read_bytes().replace(b"\n", b"\r\n"),
+        b"\x00" + codecs.BOM_UTF16_LE + (data / "corpus" / "regions-split-dns.conf").read_text().encode("utf-16-le"),
+        b"\x01" + codecs.BOM_UTF32_BE + ONE_LINE.decode().encode("utf-32-be"),
+        b"\x0c" + ucs_gtm + b"\n#--next-file--\n" + wideip,
+        b"\x04" + wideip.replace(b"\n", b"\r\n"),
+        b"\x00" + "gtm\xa0datacenter /Common/DC1\u2003{\xa0}\ngtm wideip a\u3000/Common/w.example.com { }\n".encode(),
+        b"\x00" + gzip.compress(BIGIP_CONF, mtime=0),
+        b"\x00" + ONE_LINE[:200] + b"\x00" + ONE_LINE[200:],
+    ]
     return out
 
 

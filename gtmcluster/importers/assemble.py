@@ -18,7 +18,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from gtmcluster.importers.f5names import domain_problem, one_line
 from gtmcluster.importers.model import Imported
 
 SERIAL = 1
@@ -121,9 +123,13 @@ def _claimed(claimed: dict[str, str], name: str) -> str:
 
 
 def bad_name(name: str) -> str:
+    """Why *name* cannot be a wide IP's name or alias here ("" when it can)."""
     labels = name.rstrip(".").split(".")
     if len(labels) < 2 or any(not label or len(label) > 63 for label in labels) or len(name) > 253:
-        return f"{name!r} is not a domain name of two labels or more"
+        return f"{one_line(name)!r} is not a domain name of two labels or more"
+    problem = domain_problem(name)
+    if problem:
+        return problem
     if "?" in name or any("*" in label for label in labels[1:]) or ("*" in labels[0] and labels[0] != "*"):
         return "'?' and '*' inside a label have no equivalent (ours: '*' as the whole leftmost label)"
     return ""
@@ -152,25 +158,34 @@ def inferred_zone(name: str) -> str | None:
 def zones(imp: Imported, explicit: list[str]) -> dict[str, list[str]]:
     """Zone origins and the wide IP names (with aliases) in each."""
     names = [n for e in imp.wideips for n in (e, *imp.wideips[e].value.get("aliases", []))]
+    cnames = {n for e, w in imp.wideips.items() if "CNAME" in _types(w.value) for n in (e, *w.value.get("aliases", []))}
     origins = [o.rstrip(".").lower() for o in explicit]
     if not origins:
-        inferred = {zone for zone in map(inferred_zone, names) if zone is not None}
+        # (none of its own for a CNAME: it cannot be at a zone's apex, where the SOA and NS are)
+        found = {(n, inferred_zone(n)) for n in names}
+        inferred = {z for n, z in found if z is not None and not (n in cnames and z == n.rstrip(".").lower())}
         for zone in sorted(inferred, key=lambda o: o.count(".")):
             if not any(zone == o or zone.endswith("." + o) for o in origins):
                 origins.append(zone)
     out: dict[str, list[str]] = {o: [] for o in origins}
     for name in list(imp.wideips):
         entry = imp.wideips[name]
+        types = _types(entry.value)
         for n in (name, *entry.value.get("aliases", [])):
             key = n.rstrip(".").lower().removeprefix("*.")
             inside = [o for o in origins if key == o or key.endswith("." + o)]
-            if inside:
-                out[max(inside, key=len)].append(n)
+            origin = max(inside, key=len) if inside else None
+            if origin is not None and not ("CNAME" in types and n.rstrip(".").lower() == origin):
+                out[origin].append(n)
                 continue
             why = f"not inside any --zone ({', '.join(origins)})"
-            if not explicit:
+            if origin is not None:  # (F5 answers a CNAME there; here the zone's SOA and NS are at its apex)
+                why = f"a CNAME at the apex of zone {origin}, where its SOA and NS are: give --zone of a parent"
+            elif not explicit:
                 parent = n.rstrip(".").lower().split(".", 1)[-1]
                 why = f"no zone is inferred at {parent}, a public suffix: give --zone ORIGIN for the zone you serve"
+                if "CNAME" in types and inferred_zone(n) == n.rstrip(".").lower():
+                    why = f"a CNAME below {parent}, a public suffix: a zone of its own would hold its SOA and NS there"
             if n == name:
                 imp.lost(entry.where, f"wideip {name}", why + ": not imported")
                 del imp.wideips[name]
@@ -180,6 +195,10 @@ def zones(imp: Imported, explicit: list[str]) -> dict[str, list[str]]:
             if not entry.value["aliases"]:
                 del entry.value["aliases"]
     return out
+
+
+def _types(wideip: dict[str, Any]) -> list[str]:
+    return wideip["type"] if isinstance(wideip["type"], list) else [wideip["type"]]
 
 
 def zone_text(origin: str, members: list[Member]) -> str:

@@ -282,7 +282,9 @@ def _http(values: dict[str, str], out: Mapped) -> None:
         name = name.strip()
         if not colon or not name:
             continue
-        if name.lower() == "host":
+        if name.lower() == "host" and not value.strip():
+            out.changes.append(f"send header {header.strip()!r}: empty; ours send the server's address as Host")
+        elif name.lower() == "host":
             m["host"] = value.strip()
         elif name.lower() == "user-agent":
             out.notes.append(f"send header {header.strip()!r}: ours send User-Agent: gtmcluster-monitor")
@@ -371,6 +373,10 @@ def _datagram(values: dict[str, str], out: Mapped) -> None:
     m = out.monitor
     assert m is not None
     m["send"] = unescape(values.get("send", BUILTIN["udp"][1]["send"]))
+    if not m["send"]:
+        out.monitor = None
+        out.lost = "send none: an empty datagram; ours send at least one byte; closest here: a udp monitor with send"
+        return
     recv = values.get("recv", "")
     if values.get("reverse") == "enabled" and recv:
         out.monitor = None
@@ -396,6 +402,10 @@ def _dns(values: dict[str, str], out: Mapped) -> None:
     if values.get("reverse") == "enabled":
         out.monitor = None
         out.lost = "reverse enabled: ours cannot invert a dns check; closest here: a dns monitor with expect_address"
+        return
+    problem = f5names.domain_problem(qname)
+    if problem:
+        out.monitor, out.lost = None, f"qname: {problem}; closest here: a dns monitor"
         return
     m.update(query_name=qname.rstrip(".") or ".", query_type=qtype if qtype in ("A", "AAAA") else "A")
     if qtype not in ("A", "AAAA"):

@@ -20,6 +20,8 @@ import ipaddress
 import itertools
 import re
 
+from gtmcluster.dns import names
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _BAD = re.compile(r"[^A-Za-z0-9_.-]")
 MAX_NAME = 63
@@ -55,6 +57,30 @@ def dns_name(f5_name: str) -> str:
     """The DNS name F5 answers for a wide IP or alias: the last component of its path
     (``/Common/www.example.com``, ``/T/A/www.example.com`` -> ``www.example.com``)."""
     return f5_name.rsplit("/", 1)[-1]
+
+
+def domain_problem(name: str) -> str:
+    """Why *name* is no DNS name our config takes for a wide IP, an alias or a CNAME target
+    ("" when it is one): a blank, a control character or a backslash (a quoted F5 word can
+    hold them; F5 answers no such name), or what the loader refuses (`dns.names.from_text`:
+    an empty label, one over 63 octets, a name IDNA cannot encode)."""
+    if not name.isprintable() or any(c.isspace() or c == "\\" for c in name):
+        return f"{one_line(name)!r} holds a blank, a control character or a backslash: no name F5 answers"
+    try:
+        names.from_text(name)
+    except names.BadName as e:
+        return one_line(str(e))
+    return ""
+
+
+def one_line(text: str) -> str:
+    """*text* as one line that shows what it holds: line breaks and every other character
+    that does not print (controls, blanks other than the space, format characters) written
+    as Python escapes (``\\n``, ``\\x00``, ``\\u2028``); for an F5 word quoted in a finding
+    or a YAML comment."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _strip(name: str) -> str:

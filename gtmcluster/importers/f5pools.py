@@ -72,6 +72,11 @@ def pool(s: TmshState, node: Node) -> None:
         if "members" in settings and settings["members"].children():
             why = f"the pool answers only its fallback-ip {fallback_ip}, as F5 does while no member is available"
             s.imp.changed(node.where, what, f"no member could be imported: {why}")
+    if has_fallback and not _is_address(f5names.strip_route_domain(fallback_ip)):
+        # (with members: the modes that answer by it say what that changes, in `methods`)
+        why = "not an IP address: not imported"
+        s.imp.unmapped(settings["fallback-ip"].where, f"{what}: fallback-ip {fallback_ip}", why)
+        has_fallback = False
     pool: dict[str, Any] = {"members": [member_value(*m) for m in found]}
     if has_fallback:
         pool["fallback_ip"] = f5names.strip_route_domain(fallback_ip)
@@ -121,13 +126,20 @@ def fallback_only(settings: dict[str, Node], kind: str, address: str) -> str:
         return "and no mode of the pool is fallback-ip"
     if not address:
         return "and it has no fallback-ip address"
-    try:
-        family = ipaddress.ip_address(f5names.strip_route_domain(address)).version
-    except ValueError:
+    if not _is_address(f5names.strip_route_domain(address)):
         return f"and its fallback-ip {address} is not an IP address"
+    family = ipaddress.ip_address(f5names.strip_route_domain(address)).version
     if family != (6 if kind == "aaaa" else 4):
         return f"and its fallback-ip {address} cannot answer {kind} queries"
     return ""
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def inert(s: TmshState, node: Node, what: str) -> set[str]:
@@ -198,7 +210,9 @@ def members(s: TmshState, node: Node | None, kind: str, what: str) -> list[tuple
         ratio = number(s, ratio_text, 1, 0, MAX_RATIO, child.where, f"{what} member {child.key} ratio")
         ours: str | None
         if kind == "cname":
-            ours = cname_member(s, child)
+            ours = cname_member(s, child, what)
+            if ours is None:
+                continue
         else:
             ours = s.imp.namespace("virtual_server").get(child.key)
             by_address = f5names.address_port(child.key)
@@ -227,8 +241,14 @@ def members(s: TmshState, node: Node | None, kind: str, what: str) -> list[tuple
     return [(name, ratio, admin) for _, _, name, ratio, admin in sorted(found)]
 
 
-def cname_member(s: TmshState, node: Node) -> str:
+def cname_member(s: TmshState, node: Node, what: str) -> str | None:
+    """Our virtual server answering the CNAME pool member *node* (made on first use); None,
+    with a LOST finding, when its target is no host name (a quoted word can be anything)."""
     target = node.key
+    problem = f5names.domain_problem(target) or ("the root is no CNAME target" if not target.strip(".") else "")
+    if problem:
+        s.imp.lost(node.where, f"{what} member {f5names.one_line(target)}", f"{problem}: not imported")
+        return None
     ours = s.imp.namespace("virtual_server").name(f"cname-{target}")
     if ours not in s.imp.virtual_servers:
         dc = s.first_dc or "DC1"

@@ -31,6 +31,14 @@ def wideip(s: TmshState, node: Node) -> None:
             continue
         ratio = s.imp.number(sub.get("ratio"), 1, 0, MAX_RATIO, child.where, f"{what} pool {child.key} ratio")
         order = int(sub["order"]) if digits(sub.get("order", "")) else position
+        same = next((r for r in refs if _pool(r[2]) == ours), None)
+        if same is not None:  # (tmsh holds a pool once in a wide IP: a listing joined or edited by hand)
+            if (same[0], same[2]) == (order, ours if ratio == 1 else {"pool": ours, "ratio": ratio}):
+                s.imp.unmapped(child.where, f"{what} pool {child.key}", "listed twice: imported once")
+            else:
+                why = "listed twice with other settings (F5 holds a pool once in a wide IP): the first is imported"
+                s.imp.changed(child.where, f"{what} pool {child.key}", why)
+            continue
         refs.append((order, position, ours if ratio == 1 else {"pool": ours, "ratio": ratio}))
     if "pools-cname" in settings:
         s.imp.lost(settings["pools-cname"].where, f"{what} pools-cname", "CNAME pools in an A wide IP are not imported")
@@ -92,7 +100,7 @@ def add_wideip(s: TmshState, name: str, wideip: dict[str, Any], where: str, sour
         old.value.pop("admin_state", None)
     first = list(old.value["pools"])
     old.value["type"] = [*types, wideip["type"]]
-    old.value["pools"] = first + [p for p in wideip["pools"] if p not in first]
+    old.value["pools"] = first + [p for p in wideip["pools"] if _pool(p) not in map(_pool, first)]
     for kind, f5_pools in ((types[0], first), (wideip["type"], wideip["pools"])):
         ours = [p for p in old.value["pools"] if _answers(s, p, kind)]
         if ours != [p for p in f5_pools if _answers(s, p, kind)]:
@@ -102,6 +110,11 @@ def add_wideip(s: TmshState, name: str, wideip: dict[str, Any], where: str, sour
             why = f"pool-lb-mode differs from the other type's; {old.value['pool_lb']} is used for {kind} queries too"
             s.imp.changed(where, f"wideip {name}", why)
     old.source += f"; {source} ({where})"
+
+
+def _pool(ref: Any) -> str:
+    """The pool a wide IP's reference names (``p`` or ``{pool: p, ratio: N}``)."""
+    return ref if isinstance(ref, str) else str(ref["pool"])
 
 
 def _answers(s: TmshState, ref: Any, kind: str) -> bool:

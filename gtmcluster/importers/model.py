@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gtmcluster.importers.f5names import Namespace
+from gtmcluster.importers.f5names import Namespace, one_line
 
 MAX_RATIO = 65535
 MAX_TTL = 2**31 - 1
@@ -50,7 +50,8 @@ class Finding:
         return "CHANGED" if self.changed else "LOST" if self.essential else "not mapped"
 
     def render(self) -> str:
-        return f"{self.where}: {self.level}: {self.what}: {self.why}"
+        """The finding on one line (`one_line`), as the command prints it."""
+        return one_line(f"{self.where}: {self.level}: {self.what}: {self.why}")
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from gtmcluster.importers.assemble import Member
+from gtmcluster.importers.f5names import one_line
 from gtmcluster.importers.model import Entry, Imported
 
 
@@ -20,11 +21,11 @@ def _dump(value: Any) -> str:
     return yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=1000, allow_unicode=True)
 
 
-def _comment(text: str) -> str:
-    """*text* for a comment: on one line, at most 300 characters, with every character YAML
-    does not allow in a stream (a control character of the F5 input) written as its escape."""
-    line = " ".join(text.split())[:300]
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+def _comment(text: str, limit: int = 300) -> str:
+    """*text* fit for a YAML comment: one line, blanks run together, characters that do not
+    print escaped (a quoted F5 word may hold a line break or a control character, which
+    would end the comment or make the whole file no YAML)."""
+    return one_line(" ".join(text.split()))[:limit]
 
 
 def _entry_lines(name: str | None, entry: Entry, indent: str) -> list[str]:
@@ -56,7 +57,7 @@ def render(
     placeholder = any(m.placeholder for m in members)
     essential = sum(f.essential for f in imp.findings)
     lines = [
-        f"# Imported from F5 configuration by `gtmcluster import f5 {_comment(' '.join(files))}`.",
+        f"# Imported from F5 configuration by `gtmcluster import f5 {_comment(' '.join(files), 10_000)}`.",
         f"# {len(imp.findings)} findings ({essential} essential) were reported on stderr: read them.",
         "# Each object below names the F5 statement it came from (file:line).",
         "# The sync group's members are not in F5 configuration: "
@@ -92,7 +93,7 @@ def render(
     lines += ["", "zones:" if zones else "zones: []"]
     for origin, inside in zones.items():
         shown = ", ".join(inside[:5]) + (" ..." if len(inside) > 5 else "")
-        lines.append(f"  # wide IPs: {shown}" if shown else "  # no wide IP in it")
+        lines.append(f"  # wide IPs: {_comment(shown)}" if shown else "  # no wide IP in it")
         lines += [
             "  " + line for line in _dump([{"origin": origin, "file": zone_files[origin]}]).rstrip("\n").split("\n")
         ]

@@ -110,17 +110,23 @@ def test_reverse_keeps_the_other_statuses_or_rejects_the_body() -> None:
 
 def test_none_is_empty_in_every_setting(tmp_path: Path) -> None:
     """tmsh lists an empty string as ``none``: send, recv and recv-disable none are empty,
-    not the text "none"."""
+    not the text "none" (a udp monitor that sends an empty datagram, which ours cannot, is
+    not imported)."""
     text = (
         "gtm monitor tcp /Common/t {\n    recv none\n    recv-disable none\n    send none\n}\n"
         'gtm monitor http /Common/h {\n    recv none\n    send "GET / HTTP/1.0\\r\\n\\r\\n"\n}\n'
         "gtm monitor udp /Common/u {\n    recv none\n    send none\n}\n"
     )
     (tmp_path / "in.conf").write_text(text)
-    mons = f5import.run([str(tmp_path / "in.conf")]).imported.monitors
+    imported = f5import.run([str(tmp_path / "in.conf")]).imported
+    mons = imported.monitors
     assert mons["t"].value == {"type": "tcp", "interval": 30, "timeout": 5, "up_after": 1, "down_after": 4}
     assert mons["h"].value["expect_status"] == ANY and "expect_body_regex" not in mons["h"].value
-    assert (mons["u"].value["send"], mons["u"].value["no_reply"]) == ("", "up")
+    assert "u" not in mons
+    assert [f.why for f in imported.findings if f.what == "monitor /Common/u"] == [
+        "send none: an empty datagram; ours send at least one byte; closest here: a udp monitor with send; "
+        "not imported (nothing uses it)"
+    ]
 
 
 # -- real servers -------------------------------------------------------------------------
