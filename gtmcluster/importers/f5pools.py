@@ -90,7 +90,10 @@ def pool(s: TmshState, node: Node) -> None:
     }
     if qos:
         pool["qos"] = qos
-    if "monitor" in settings:
+    if "monitor" in settings and kind == "cname":
+        why = "ours check a CNAME member only at a check_address it lacks: not applied (the members count as up)"
+        s.imp.changed(settings["monitor"].where, f"{what}: {settings['monitor'].text()}", why)
+    elif "monitor" in settings:
         monitors, _ = s.monitor_names(settings["monitor"], what)
         for vs, _ratio, _admin in found:
             s.pool_monitors[vs].extend(m for m in monitors if m not in s.pool_monitors[vs])

@@ -184,3 +184,15 @@ def test_a_cname_wide_ip_at_a_zone_apex_is_lost_and_the_rest_loads(tmp_path: Pat
     why = "a CNAME below com, a public suffix: a zone of its own would hold its SOA and NS there: not imported"
     assert lost == [("6", why)]
     assert (alone.zone_files, loaded(tmp_path, alone)) == ({}, [])
+
+
+def test_a_cname_pool_monitor_is_changed_not_applied_and_the_config_loads(tmp_path: Path) -> None:
+    """A CNAME pool with a monitor: ours check a CNAME member only at a ``check_address``
+    it does not have, so the monitor is not applied, CHANGED at its line; the config loads
+    (the monitor was given to the CNAME members, and the loader refused the config)."""
+    pool = CNAME_POOL.replace("    members", "    monitor /Common/tcp\n    members")
+    wideip = "gtm wideip cname /Common/cdn.example.com {\n    pools { /Common/cdn { order 0 } }\n}\n"
+    result = imported(tmp_path, BASE + pool + wideip)
+    essential = [(f.where.rsplit(":", 1)[1], f.level, f.what) for f in result.imported.findings if f.essential]
+    assert essential == [("15", "CHANGED", "pool cname /Common/cdn: monitor /Common/tcp")]
+    assert loaded(tmp_path, result) == ["cdn.example.com", "www.example.com"]
