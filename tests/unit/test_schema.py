@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.config.load import MAX_PROBES_PER_SECOND, load
+from gtmcluster.config.load import load
+from gtmcluster.config.probersettings import MAX_PROBES_PER_SECOND
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL, subjects
 from gtmcluster.proximity.budget import REQUEST_TTL, queue_limit
