@@ -47,6 +47,9 @@ class Shelf:
         self.owner = owner
         #: the folder of the bundle the member runs (never removed), if it runs one
         self.running: Path | None = None
+        #: the folders of bundles being read to be run (`pin`): not removed under the reader
+        #: (a bundle of the same generation that wins arrives while one is read)
+        self._pinned: dict[str, int] = {}
         self._headers: dict[str, Header] = {}  # by folder name
         self._scan()
 
@@ -169,13 +172,30 @@ class Shelf:
         if self._headers.get(folder.name) == header:
             return
         self._headers[folder.name] = header
-        self._prune()
+        self.prune()
 
-    def _prune(self) -> None:
+    def pin(self, header: Header) -> None:
+        """Keep bundle *header*'s folder, whatever comes, until `unpin`: it is being read."""
+        name = _folder_name(header)
+        self._pinned[name] = self._pinned.get(name, 0) + 1
+
+    def unpin(self, header: Header) -> None:
+        """Bundle *header* was read: its folder goes if nothing keeps it any more."""
+        name = _folder_name(header)
+        left = self._pinned.get(name, 0) - 1
+        if left > 0:
+            self._pinned[name] = left
+        else:
+            self._pinned.pop(name, None)
+        self.prune()
+
+    def prune(self) -> None:
+        """Remove the folders of bundles no longer kept: beyond the newest `keep`
+        generations, or of a generation another bundle won, unless run or being read."""
         kept = {_folder_name(h) for h in self.history()[: self.keep]}
         for name in list(self._headers):
             folder = self.directory / name
-            if name in kept or folder == self.running:
+            if name in kept or folder == self.running or name in self._pinned:
                 continue
             del self._headers[name]
             shutil.rmtree(folder, ignore_errors=True)

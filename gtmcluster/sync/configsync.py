@@ -329,8 +329,13 @@ class ConfigSync(Exchange):
             return
         if self.refused is not None and self.refused[0] == held:
             return
+        self._run(held)
+
+    def _run(self, held: Header) -> defer.Deferred[list[str]]:
+        assert self.apply is not None
         self._applying = True
-        self.apply(held).addBoth(self._applied, held)
+        self.shelf.pin(held)
+        return self.apply(held).addBoth(self._applied, held)
 
     def retry(self) -> defer.Deferred[list[str]] | None:
         """Run the newest bundle held again, if it was refused here (a SIGHUP after the
@@ -340,15 +345,33 @@ class ConfigSync(Exchange):
         if self.refused is None or held is None or self.refused[0] != held or self._applying or self.apply is None:
             return None
         self.refused = None
-        self._applying = True
-        return self.apply(held).addBoth(self._applied, held)
+        return self._run(held)
 
     def _applied(self, result: list[str] | Failure, held: Header) -> list[str]:
         """The problems that kept *held* from running (none: it runs)."""
         self._applying = False
+        self.shelf.unpin(held)
         if isinstance(result, Failure):
             log.failure("running config generation {generation} failed", result, generation=held.generation)
             result = ["an internal error (see the node's log)"]
+        newest = self.held
+        if result and newest is not None and newest != held and bundle.newer(held, newest) is newest:
+            # another bundle won while this one was read (two members published at once):
+            # what kept this one from running is moot, and no refusal of it is said
+            log.info(
+                "config generation {generation} ({digest}) published by {publisher} was superseded by "
+                "{newer} ({newer_digest}) published by {newer_publisher} while it was read: {problems}",
+                generation=held.generation,
+                digest=held.digest[:12],
+                publisher=held.publisher,
+                newer=newest.generation,
+                newer_digest=newest.digest[:12],
+                newer_publisher=newest.publisher,
+                problems="; ".join(result),
+                event="config_superseded",
+            )
+            self.run_newest()
+            return result
         if result:
             self.refused = (held, tuple(r[: codec.MAX_REASON] for r in result[: codec.MAX_REASONS]))
             log.error(
@@ -370,6 +393,7 @@ class ConfigSync(Exchange):
         if header is not None and self.refused is not None and bundle.newer(self.refused[0], header) is header:
             self.refused = None
         self.shelf.running = self.shelf.folder(header) if header else None
+        self.shelf.prune()  # the folder it ran before goes, if nothing else keeps it
         self.tell()
 
 

@@ -289,3 +289,51 @@ def test_the_newest_bundle_wins_on_every_member_whatever_the_order(
     for name, sync in members.syncs.items():
         assert sync.held == newest.header, name
         assert sync.running.digest == newest.digest, name
+
+
+def test_a_bundle_superseded_while_it_is_being_run_is_not_refused(trio: Members) -> None:
+    """Two members publish one generation at once (the CI race of test_two_pushes_at_once):
+    gtm-b is still reading gtm-a's bundle when gtm-c's, which wins, arrives. The folder it
+    reads is not removed under it, and no refusal is said for the one that lost."""
+    b = trio.syncs["gtm-b"]
+    pending: list[tuple[Header, defer.Deferred[list[str]]]] = []
+
+    def slow(header: Header) -> defer.Deferred[list[str]]:
+        d: defer.Deferred[list[str]] = defer.Deferred()
+        pending.append((header, d))
+        return d
+
+    b.apply = slow
+    trio.publish("gtm-a", 3, "from: a\n")
+    trio.publish("gtm-c", 3, "from: c\n")
+    trio.cluster.connect("gtm-a", "gtm-b")
+    ((first, reading),) = pending
+    assert first.publisher == "gtm-a"
+    trio.cluster.connect("gtm-b", "gtm-c")
+    assert b.held is not None and b.held.publisher == "gtm-c"  # the winner, held while a's is read
+    config = b.shelf.config_path(first)
+    assert config.read_bytes() == b"from: a\n"  # still there to be read
+    b.ran(first, "config-a")
+    reading.callback([])
+    trio.cluster.settle()
+    (second, running) = pending[1]
+    assert second.publisher == "gtm-c"
+    running.callback([])
+    b.ran(second, "config-c")
+    assert b.refused is None and trio.syncs["gtm-a"].views["gtm-b"].refused is None
+    assert not config.exists()  # the loser's folder went once it was read
+
+
+def test_a_failure_of_a_bundle_superseded_meanwhile_is_no_refusal(trio: Members) -> None:
+    b = trio.syncs["gtm-b"]
+    pending: list[defer.Deferred[list[str]]] = []
+    b.apply = lambda header: pending.append(defer.Deferred()) or pending[-1]  # type: ignore[func-returns-value]
+    trio.publish("gtm-a", 3, "from: a\n")
+    trio.publish("gtm-c", 3, "from: c\n")
+    trio.cluster.connect("gtm-a", "gtm-b")
+    trio.cluster.connect("gtm-b", "gtm-c")
+    with capturedLogs() as events:
+        pending[0].callback(["gtm.yaml: (top level): cannot read the config: No such file or directory"])
+    assert b.refused is None
+    assert [e["event"] for e in events if e.get("event", "").startswith("config_")] == ["config_superseded"]
+    assert len(pending) == 2  # the winner is run next
