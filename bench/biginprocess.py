@@ -58,7 +58,7 @@ from twisted.internet import task  # noqa: E402
 from gtmcluster import heap  # noqa: E402
 from gtmcluster.config.load import load  # noqa: E402
 from gtmcluster.config.model import Config  # noqa: E402
-from gtmcluster.dns.zone import TYPE_A  # noqa: E402
+from gtmcluster.dnsdata.zone import TYPE_A  # noqa: E402
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
 from gtmcluster.lb.context import Client  # noqa: E402
 from gtmcluster.node import Node  # noqa: E402

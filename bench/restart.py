@@ -71,7 +71,7 @@ from twisted.internet import defer, reactor, task
 
 from gtmcluster import heap
 from gtmcluster.config.load import load
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import Client, PersistKey
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PATH, path_key

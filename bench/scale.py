@@ -54,7 +54,7 @@ from gtmcluster import heap
 from gtmcluster.config.load import load
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import Client, PersistKey, PersistRecord
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo, path_key, updated

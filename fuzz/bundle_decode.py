@@ -27,7 +27,7 @@ from pathlib import Path
 from fuzz.harness import Finding, no_tracebacks
 from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.dns import zoneinclude
+from gtmcluster.dnsdata import zoneinclude
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import BadBundle, Bundle
 

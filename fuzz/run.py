@@ -35,10 +35,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "gtmcluster.groupconfig.bundle",
         "gtmcluster.config.sharing",
         "gtmcluster.config.yamlsrc",
-        "gtmcluster.dns.zonefile",
-        "gtmcluster.dns.zoneinclude",
+        "gtmcluster.dnsdata.zonefile",
+        "gtmcluster.dnsdata.zoneinclude",
     ),
-    "zone_include": ("gtmcluster.dns.zonefile", "gtmcluster.dns.zoneinclude"),
+    "zone_include": ("gtmcluster.dnsdata.zonefile", "gtmcluster.dnsdata.zoneinclude"),
     "f5_import": ("gtmcluster.importers",),
 }
 #: an input that takes longer than this (seconds) is a finding (a hang, an alias bomb)

@@ -1,4 +1,4 @@
-"""Fuzz target: a zone file and the files it ``$INCLUDE``s (`dns.zonefile.load` and
+"""Fuzz target: a zone file and the files it ``$INCLUDE``s (`dnsdata.zonefile.load` and
 `zonefile.included`, what a config bundle's zones go through on every member).
 
 The input's first byte picks the mode (even: shared, as under config sync; odd: a node's
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from fuzz.harness import Finding, no_tracebacks
-from gtmcluster.dns import zonefile, zoneinclude
+from gtmcluster.dnsdata import zonefile, zoneinclude
 
 MARKER = "QZXs3cr3tW0rd"
 SECRET = f"API_TOKEN={MARKER} {MARKER}\nPASSWORD {MARKER}\n{MARKER} IN A 192.0.2.1\nx IN TXT {MARKER}\n"

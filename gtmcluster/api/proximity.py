@@ -9,7 +9,7 @@ from typing import Any
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import WideIP, servers_of
 from gtmcluster.config.traffic import TYPE_NAMES, WIDEIP_TYPES
-from gtmcluster.dns import names
+from gtmcluster.dnsdata import names
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.dynamic import PATH_NOTE
 from gtmcluster.node import Node

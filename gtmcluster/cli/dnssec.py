@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gtmcluster.dnssec import keys, rollover, rollwait
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnssec import rollover, rollwait
 
 
 def add_parser(sub: Any) -> None:

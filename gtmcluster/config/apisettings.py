@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gtmcluster.config import files
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.model import ApiLimits, ApiSettings
 from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.runtime import files
 
 
 def api_beyond_loopback(api: HostPort, settings: ApiSettings) -> str | None:

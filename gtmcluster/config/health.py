@@ -31,7 +31,7 @@ from gtmcluster.config.monitoring import (
 )
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dns import names
+from gtmcluster.dnsdata import names
 
 MONITOR_TYPES = ("tcp", "http", "https", "udp", "dns", "icmp", "metrics")
 HTTP_METHODS = ("GET", "HEAD", "POST", "OPTIONS")

@@ -17,7 +17,6 @@ from typing import Any
 
 from gtmcluster import slices
 from gtmcluster.config import (
-    files,
     geoip,
     health,
     membername,
@@ -51,11 +50,12 @@ from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.config.zones import read_zones
-from gtmcluster.dns import names, zonefile
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import ZoneSet
-from gtmcluster.dnssec.keys import ZoneKey
+from gtmcluster.dnsdata import names, zonefile
+from gtmcluster.dnsdata.keys import ZoneKey
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import ZoneSet
 from gtmcluster.gcpause import collection_paused
+from gtmcluster.runtime import files
 from gtmcluster.state import schema
 from gtmcluster.topology.geoip import GeoIP
 

@@ -19,13 +19,13 @@ from gtmcluster import slices
 from gtmcluster.config.addresses import HostPort, IPAddress, IPNetwork
 from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
 from gtmcluster.config.wideipnames import WideIPNames
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import RData, ZoneSet
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import RData, ZoneSet
 from gtmcluster.state.admin import AdminState
 from gtmcluster.topology.records import Topology
 
 if TYPE_CHECKING:
-    from gtmcluster.dnssec.keys import ZoneKey
+    from gtmcluster.dnsdata.keys import ZoneKey
 
 
 @dataclass(frozen=True, slots=True)

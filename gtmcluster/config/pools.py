@@ -38,9 +38,9 @@ from gtmcluster.config.traffic import (
     TYPE_NAMES,
     WIDEIP_TYPES,
 )
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.slices import Steps
 from gtmcluster.state import schema

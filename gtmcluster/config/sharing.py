@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from gtmcluster.config.problems import KeyPath
-from gtmcluster.dns import zonefile, zoneinclude
+from gtmcluster.dnsdata import zonefile, zoneinclude
 
 
 def referenced(raw: Any) -> Iterator[tuple[KeyPath, Any]]:

@@ -14,9 +14,9 @@ from typing import Any
 from gtmcluster.config.model import RecordTarget
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
 
 #: the virtual server keys that make it a record server, and the record type of each
 TARGET_KEYS = {"cname": TYPE_CNAME, "mx": TYPE_MX, "srv": TYPE_SRV, "naptr": TYPE_NAPTR}

@@ -20,7 +20,7 @@ from gtmcluster.config.monitoring import Monitor
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.targets import TARGET_KEYS, read_target, srv_port
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
 from gtmcluster.slices import Steps
 from gtmcluster.topology import addrlist
 from gtmcluster.topology.geoip import KINDS, GeoIP, Term

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gtmcluster.config import files
 from gtmcluster.config.addresses import IPNetwork
 from gtmcluster.config.model import TransferLimits, TSIGKey, ZoneTransfer
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.runtime import files
 
 #: the algorithms offered (RFC 8945 6: HMAC-SHA256 is the one to implement), config name ->
 #: the algorithm's DNS name as dnspython knows it

@@ -17,9 +17,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Reader
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_CNAME, ZoneSet
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_CNAME, ZoneSet
 from gtmcluster.slices import Steps
 
 WILDCARD = b"*"

@@ -1,4 +1,4 @@
-"""The ``zones`` section: each zone's origin and file (loaded with `dns.zonefile`), its
+"""The ``zones`` section: each zone's origin and file (loaded with `dnsdata.zonefile`), its
 online signing keys (``dnssec``) and its ``transfer`` settings.
 
 A zone file's ``$INCLUDE``s read inside its own folder (`zoneinclude.Includes`); a config not
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.config import transfer
+from gtmcluster.config.dnssec import read_zone_dnssec
 from gtmcluster.config.model import TSIGKey, ZoneTransfer
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dns import names, zonefile, zoneinclude
-from gtmcluster.dns.names import Name
-from gtmcluster.dnssec.config import read_zone_dnssec
-from gtmcluster.dnssec.keys import ZoneKey
+from gtmcluster.dnsdata import names, zonefile, zoneinclude
+from gtmcluster.dnsdata.keys import ZoneKey
+from gtmcluster.dnsdata.names import Name
 
 
 def read_zones(

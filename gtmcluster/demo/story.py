@@ -18,7 +18,7 @@ from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.model import Config, Member
 from gtmcluster.demo.prepare import DemoFiles, resolver_delays
 from gtmcluster.demo.processes import Processes, address_of, busy_addresses, in_use
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 
 
 def say(text: str = "") -> None:

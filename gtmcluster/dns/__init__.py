@@ -1,1 +1,2 @@
-"""Authoritative DNS: wire format, zones, the responder and the Twisted transports."""
+"""Authoritative DNS: wire format, the responder and the Twisted transports (the zones
+they answer from are values in `dnsdata`)."""

@@ -44,11 +44,11 @@ from typing import NamedTuple
 
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
-from gtmcluster.dns.names import Name
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
 from gtmcluster.dns.transfer import Reply, transfer_type
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
 from gtmcluster.dnssec.rrsets import TYPE_RRSIG
 from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client

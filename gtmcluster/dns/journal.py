@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import RData, RRset, Zone
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import RData, RRset, Zone
 
 #: the most changes kept per zone (a secondary more versions behind gets the whole zone)
 MAX_VERSIONS = 20

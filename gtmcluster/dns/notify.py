@@ -32,9 +32,9 @@ from twisted.logger import Logger
 
 from gtmcluster.config.addresses import IPAddress
 from gtmcluster.config.model import Config, TSIGKey
-from gtmcluster.dns.names import Name
 from gtmcluster.dns.transfer import serial_of, to_dnspython
-from gtmcluster.dns.zone import Zone
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import Zone
 
 log = Logger()
 

@@ -39,11 +39,12 @@ from twisted.logger import Logger
 from gtmcluster.config.addresses import IPNetwork
 from gtmcluster.config.model import RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
-from gtmcluster.dns import names, wire
-from gtmcluster.dns.names import Name
+from gtmcluster.dns import wire
 from gtmcluster.dns.transfer import Outgoing, Reply, Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
-from gtmcluster.dns.zone import (
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import (
     TYPE_A,
     TYPE_AAAA,
     TYPE_ANY,

@@ -70,11 +70,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gtmcluster.config.model import TSIGKey, ZoneTransfer
-from gtmcluster.dns import names, wire
+from gtmcluster.dns import wire
 from gtmcluster.dns.journal import Journal, Step, newer, rrsets_of, serial_of
-from gtmcluster.dns.names import Name
 from gtmcluster.dns.xfrwire import algorithm, dns_key, finish, finish_each, messages, name_wire, single, tsig_room
-from gtmcluster.dns.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
 from gtmcluster.topology.prefixes import address_of
 
 __all__ = ["Outgoing", "Transfers", "serial_of", "to_dnspython", "transfer_type"]

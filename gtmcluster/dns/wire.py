@@ -13,9 +13,9 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_OPT, RRset
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_OPT, RRset
 
 HEADER = struct.Struct("!HHHHHH")
 _RR_FIXED = struct.Struct("!HHIH")

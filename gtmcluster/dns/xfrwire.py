@@ -20,9 +20,10 @@ import dns.rdatatype
 import dns.tsig
 
 from gtmcluster.config.model import TSIGKey
-from gtmcluster.dns import names, wire
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_AXFR, RData, RRset, Zone
+from gtmcluster.dns import wire
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_AXFR, RData, RRset, Zone
 
 #: record bytes (uncompressed) per message before a new one is begun: a message stays
 #: under 64 KiB, the OPT and TSIG records included, unless one RRset alone is near it

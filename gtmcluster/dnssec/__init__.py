@@ -1,1 +1,2 @@
-"""DNSSEC online signing: zone keys (`keys`) and signatures of answer RRsets (`signer`)."""
+"""DNSSEC online signing: signatures of answer RRsets (`signer`) with the zone keys
+(`dnsdata.keys`), key sets, rollovers and denial."""

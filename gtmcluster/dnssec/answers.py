@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_DS, TYPE_NS, RRset, Zone, ZoneSet
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.keys import ZoneKey
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_DS, TYPE_NS, RRset, Zone, ZoneSet
 from gtmcluster.dnssec import rrsets
-from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.dnssec.signer import Signer
 
 Records = list[tuple[RRset, Name | None]]

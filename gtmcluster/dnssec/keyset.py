@@ -21,8 +21,8 @@ from collections.abc import Mapping
 import dns.name
 from twisted.logger import Logger
 
-from gtmcluster.dns.names import Name
-from gtmcluster.dnssec.keys import ZoneKey
+from gtmcluster.dnsdata.keys import ZoneKey
+from gtmcluster.dnsdata.names import Name
 
 log = Logger()
 

@@ -27,9 +27,10 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 
-from gtmcluster import private
-from gtmcluster.dnssec import keys, rollwait
-from gtmcluster.dnssec.keys import ACTIVE, NEXT, OLD, DnssecKeyError
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnsdata.keys import ACTIVE, NEXT, OLD, DnssecKeyError
+from gtmcluster.dnssec import rollwait
+from gtmcluster.runtime import private
 
 Clock = Callable[[], float]
 

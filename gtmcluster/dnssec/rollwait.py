@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gtmcluster import private
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
 from gtmcluster.dnssec.signer import DNSKEY_TTL
+from gtmcluster.runtime import private
 
 #: copying the key directory to every member and reloading them, after a step
 PROPAGATION = 300

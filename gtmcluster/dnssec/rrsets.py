@@ -1,6 +1,6 @@
 """Between the responder's RRsets and dnspython's, for signing; and compact denial records.
 
-The responder keeps records as `dns.zone.RRset` (RDATA as pieces of bytes and names, names
+The responder keeps records as `dnsdata.zone.RRset` (RDATA as pieces of bytes and names, names
 in their original case). An RRset with names in its records is signed by dnspython
 (`dns.dnssec.sign`; the others from their wire pieces, `dnssec.wiresign`), so it is
 converted when, and only when, it has to be signed (a kept signature needs no conversion):
@@ -25,9 +25,9 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import RRset
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import RRset
 
 TYPE_RRSIG = 46
 TYPE_NSEC = 47

@@ -28,10 +28,10 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import RRset
+from gtmcluster.dnsdata.keys import ZoneKey
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import RRset
 from gtmcluster.dnssec import wiresign
-from gtmcluster.dnssec.keys import ZoneKey
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY, from_dnspython, to_dnspython
 
 DAY = 86400

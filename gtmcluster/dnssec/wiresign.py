@@ -27,10 +27,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import RRset
-from gtmcluster.dnssec.keys import ECDSAP256SHA256, ZoneKey
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.keys import ECDSAP256SHA256, ZoneKey
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import RRset
 
 TYPE_RRSIG = 46
 _FIXED = struct.Struct("!HBBIIIH")

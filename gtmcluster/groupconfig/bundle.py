@@ -25,7 +25,7 @@ that carries a file its config does not name, or an inline secret. Problems are 
 as config problems are: ``FILE: key.path: problem``.
 
 Each file is read once to make a bundle (`read_and_make`), as the config's reader reads
-it (`config.files`: a regular file, capped, never blocking): the config's text parsed is
+it (`runtime.files`: a regular file, capped, never blocking): the config's text parsed is
 the text carried, and a zone file read for its includes is carried as read.
 
 Which of two bundles is newer is a total order (`newer`): generation first, then the
@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
 
-from gtmcluster.config import files as configfiles
 from gtmcluster.config import sharing, yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
+from gtmcluster.runtime import files as configfiles
 
 #: the largest bundle (all files together, as sent), bytes: room for GeoIP databases
 #: (GeoLite2-Country and -ASN are some 7 and 8 MB); decoded and written in the thread pool
@@ -217,7 +217,7 @@ def check(candidate: Bundle, raw: Any) -> list[Problem]:
 
 
 def _kind(at: KeyPath) -> configfiles.Kind:
-    """How a file named at key path *at* is read (`config.files`): as the config's reader
+    """How a file named at key path *at* is read (`runtime.files`): as the config's reader
     reads it (zone files and the files they include: as zone files)."""
     return {"regions": configfiles.ADDRESS_LIST, "monitors": configfiles.PEM, "geoip": configfiles.GEOIP}.get(
         str(at[0]) if at else "", configfiles.ZONE_FILE
@@ -226,7 +226,7 @@ def _kind(at: KeyPath) -> configfiles.Kind:
 
 def read_config(path: str | os.PathLike[str]) -> bytes:
     """The text of the config at *path*, read once to make its bundle, as the config's
-    reader reads it (`config.files`: a regular file of at most `files.CONFIG`, never
+    reader reads it (`runtime.files`: a regular file of at most `files.CONFIG`, never
     blocking: a FIFO or a device put at the config's path is refused, neither waited on
     nor read without end). Raises `ConfigError`."""
     try:

@@ -20,7 +20,7 @@ import ipaddress
 import itertools
 import re
 
-from gtmcluster.dns import names
+from gtmcluster.dnsdata import names
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _BAD = re.compile(r"[^A-Za-z0-9_.-]")
@@ -62,7 +62,7 @@ def dns_name(f5_name: str) -> str:
 def domain_problem(name: str) -> str:
     """Why *name* is no DNS name our config takes for a wide IP, an alias or a CNAME target
     ("" when it is one): a blank, a control character or a backslash (a quoted F5 word can
-    hold them; F5 answers no such name), or what the loader refuses (`dns.names.from_text`:
+    hold them; F5 answers no such name), or what the loader refuses (`dnsdata.names.from_text`:
     an empty label, one over 63 octets, a name IDNA cannot encode)."""
     if not name.isprintable() or any(c.isspace() or c == "\\" for c in name):
         return f"{one_line(name)!r} holds a blank, a control character or a backslash: no name F5 answers"

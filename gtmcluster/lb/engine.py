@@ -32,7 +32,7 @@ from typing import Any
 
 from gtmcluster.config.addresses import IPAddress
 from gtmcluster.config.model import Pool, PoolMember, PoolRef, Prefixes, RecordTarget, VirtualServer, WideIP
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
 from gtmcluster.lb.context import (
     Availability,
     Client,

@@ -40,7 +40,6 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config import files
 from gtmcluster.config.monitoring import HttpCheck, LoadSource, status_classes
 from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe import httpframe, loadread
@@ -48,6 +47,7 @@ from gtmcluster.probe.attempt import Attempt, show
 from gtmcluster.probe.base import IPAddress, Result, Target
 from gtmcluster.probe.stream import connect, lost_reason
 from gtmcluster.probe.tcp import close
+from gtmcluster.runtime import files
 
 USER_AGENT = "gtmcluster-monitor"
 STATUS_LINE = re.compile(rb"HTTP/\d\.\d (\d{3})(?: [^\r\n]*)?\r?")

@@ -11,7 +11,7 @@ file in it by name relative to it (``openat``), so nothing is looked up through 
 again. The folders between the log's own folder and the file are made if missing and
 opened with ``O_NOFOLLOW``: a symbolic link there is refused, never followed. The log's
 own folder and every folder below it must belong to the node's user and not be writable
-by its group or by others (the rule `gtmcluster.private` applies to ``log_dir`` at start):
+by its group or by others (the rule `gtmcluster.runtime.private` applies to ``log_dir`` at start):
 whoever could change what is in it could swap a file for a link between a check and its
 use. The file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (never an existing file,
 never through a link), mode 0640.

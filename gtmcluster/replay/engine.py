@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.dns import names
 from gtmcluster.dns.responder import client_of, wanted_type
+from gtmcluster.dnsdata import names
 from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.context import Availability, Rotations
 from gtmcluster.lb.trace import Action

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from gtmcluster.dns import names, wire
-from gtmcluster.dns.names import Name
+from gtmcluster.dns import wire
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
 from gtmcluster.querylog import dnstap, read
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

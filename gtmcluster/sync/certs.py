@@ -7,7 +7,8 @@ the HTTPS API (``clients/NAME.pem``, no DNS name: never a peer's). Keys are EC P
 unencrypted PKCS8 PEM. Every file is written to a temporary name in the same directory,
 created with its final mode (keys 0600, certificates 0644), synced and then renamed into
 place, so a crash never leaves a half-written or readable key; nothing is overwritten
-unless asked (``force``): `gtmcluster.private` writes them. Uses `cryptography` only: no ``openssl`` command is run.
+unless asked (``force``): `gtmcluster.runtime.private` writes them. Uses `cryptography`
+only: no ``openssl`` command is run.
 
 The loaders and `describe` are for the TLS layer and its logs. Every failure is a `CertError`
 whose message says what to do.
@@ -30,9 +31,9 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gtmcluster import private
-from gtmcluster.config import files, membername
+from gtmcluster.config import membername
 from gtmcluster.config.membername import CA_STEM
+from gtmcluster.runtime import files, private
 
 CA_CERT = f"{CA_STEM}.pem"
 CA_KEY = f"{CA_STEM}.key"

@@ -41,8 +41,8 @@ from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config import files
 from gtmcluster.config.model import TLSFiles
+from gtmcluster.runtime import files
 from gtmcluster.sync.certs import describe, dns_names
 
 MIN_TLS = ssl.TLSVersion.TLSv1_2

@@ -1,8 +1,8 @@
 """Address list files: one network per line (an ISP's address space), ``#`` comments.
 
 A bare address counts as a host network (/32 or /128). Every bad line is reported with its
-line number. A file is read as `config.files` reads what a config names: a regular file
-of at most `config.files.ADDRESS_LIST` (64 MiB).
+line number. A file is read as `runtime.files` reads what a config names: a regular file
+of at most `runtime.files.ADDRESS_LIST` (64 MiB).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from gtmcluster.config import files
+from gtmcluster.runtime import files
 from gtmcluster.topology.prefixes import IPNetwork
 
 

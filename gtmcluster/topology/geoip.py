@@ -2,8 +2,8 @@
 from MaxMind DB (``.mmdb``) files, for the ``country``, ``continent`` and ``asn`` topology
 and region selectors.
 
-A database is read once, when the config is (load or reload), as `config.files` reads what a
-config names (a regular file, at most `config.files.GEOIP`, 512 MiB), its bytes hashed (the
+A database is read once, when the config is (load or reload), as `runtime.files` reads what a
+config names (a regular file, at most `runtime.files.GEOIP`, 512 MiB), its bytes hashed (the
 config digest changes with them) and copied to a private, sealed file in memory
 (``memfd_create``: no folder to fill, nothing left behind, not writable even by the node's
 user), which the reader maps. So the reader maps exactly the bytes hashed, and a file
@@ -35,7 +35,7 @@ from typing import Any
 
 import maxminddb
 
-from gtmcluster.config import files
+from gtmcluster.runtime import files
 from gtmcluster.slices import Steps
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -94,7 +94,7 @@ class Database:
 def open_database(key: str, path: Path) -> Steps[Database]:
     """Read the database at *path* (see the module's note on the private copy), in steps
     of `CHUNK` bytes (`gtmcluster.slices`). Raises `GeoIPError` saying what is wrong,
-    OSError when it cannot be read (`config.files.Refused`: not a regular file, too big)."""
+    OSError when it cannot be read (`runtime.files.Refused`: not a regular file, too big)."""
     digest = hashlib.sha256()
     with _private_copy(key) as (copy, name), contextlib.closing(files.chunks(path, files.GEOIP, CHUNK)) as source:
         for chunk in source:

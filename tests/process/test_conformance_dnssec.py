@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
 from tests.conftest import require_tool
 from tests.support import configs, dnsview, refservers, signedview
 from tests.support.conformance import ORIGIN, PORT, ZONE, query

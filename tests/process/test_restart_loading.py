@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import PersistKey
 from gtmcluster.proximity.table import path_key
 from gtmcluster.state import snapshot

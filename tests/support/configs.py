@@ -122,7 +122,7 @@ def write(directory: Path, config: dict[str, Any], zone: str = ZONE, name: str =
 
 def write_secret(path: Path, text: str) -> Path:
     """A secret file (api.token_file, a TSIG secret_file) as the config reader takes one:
-    readable by its owner only (`config.files.SECRET`)."""
+    readable by its owner only (`runtime.files.SECRET`)."""
     path.write_text(text)
     path.chmod(0o600)
     return path

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, WideIP
-from gtmcluster.dns import names
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Decision
 from gtmcluster.state.persistence import StorePersistence

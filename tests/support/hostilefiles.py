@@ -1,4 +1,4 @@
-"""Names a config may point at that are no regular file, for the tests of `config.files`:
+"""Names a config may point at that are no regular file, for the tests of `runtime.files`:
 a FIFO that nobody writes (opening it for reading blocks), ``/dev/zero`` (endless), sparse
 files bigger than a cap, and guards so that code that does fall for them fails the test
 rather than hanging it or eating the machine's memory."""

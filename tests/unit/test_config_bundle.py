@@ -13,11 +13,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.config import files as configfiles
 from gtmcluster.config import sharing, yamlsrc
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import BadBundle, Bundle
+from gtmcluster.runtime import files as configfiles
 from tests.support import configs
 from tests.support.hostilefiles import DEV_ZERO, make_fifo, memory_capped, released_after
 

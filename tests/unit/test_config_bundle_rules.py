@@ -22,15 +22,15 @@ import yaml
 from twisted.logger import capturedLogs
 
 from gtmcluster.cli import check
-from gtmcluster.config import files as configfiles
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.dns import names
+from gtmcluster.dnsdata import names
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import Bundle
 from gtmcluster.groupconfig.shared import at_start
 from gtmcluster.groupconfig.shelf import Shelf
 from gtmcluster.nodeservice import NodeService
+from gtmcluster.runtime import files as configfiles
 from tests.support import configs
 from tests.unit.test_api_admin import ask
 from tests.unit.test_api_config import SHOP, made, sharing, with_shop

@@ -1,4 +1,4 @@
-"""Files a config names (`gtmcluster.config.files`), read safely: a FIFO, a device, a
+"""Files a config names (`gtmcluster.runtime.files`), read safely: a FIFO, a device, a
 directory or a file over its kind's cap is one clear problem at once, naming the file and
 the reason, never a blocked read, endless memory or a traceback; the API's token file must
 be private. Each kind is tried where the code reads it: the config itself, address lists,
@@ -18,12 +18,12 @@ import maxminddb
 import pytest
 
 from gtmcluster import slices
-from gtmcluster.config import files
 from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.config.problems import ConfigError, Problem
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
 from gtmcluster.probe.http import load_trust
+from gtmcluster.runtime import files
 from gtmcluster.sync import certs
 from gtmcluster.sync.tls import CredentialError, load_credentials
 from gtmcluster.topology import addrlist

@@ -22,9 +22,9 @@ from gtmcluster.config.model import (
     RateLimit,
     TLSFiles,
 )
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA
 from tests.support import configs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
 from gtmcluster.node import Node
 from tests.support import configs
 

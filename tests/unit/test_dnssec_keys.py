@@ -1,4 +1,4 @@
-"""`gtmcluster.dnssec.keys` and `gtmcluster dnssec`: keys written 0600, read back, DS records
+"""`gtmcluster.dnsdata.keys` and `gtmcluster dnssec`: keys written 0600, read back, DS records
 computed as RFC 4034 5.1.4 says, and clear errors for missing or unusable key files."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import dns.name
 import dns.rdata
 import pytest
 
-from gtmcluster.dnssec import keys
-from gtmcluster.dnssec.keys import DnssecKeyError
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnsdata.keys import DnssecKeyError
 
 GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
 

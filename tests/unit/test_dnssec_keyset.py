@@ -21,8 +21,9 @@ from twisted.protocols import amp
 from gtmcluster.api.status import status
 from gtmcluster.cli.status import problems, summarize, verdict
 from gtmcluster.config.load import load
-from gtmcluster.dns.names import Name
-from gtmcluster.dnssec import keys, keyset
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnssec import keyset
 from gtmcluster.groupconfig import bundle
 from gtmcluster.node import Node
 from gtmcluster.sync import commands

@@ -21,8 +21,9 @@ import pytest
 
 from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dnssec import keys, keyset, rollover
-from gtmcluster.dnssec.keys import DnssecKeyError
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnsdata.keys import DnssecKeyError
+from gtmcluster.dnssec import keyset, rollover
 from gtmcluster.dnssec.signer import Signer
 from gtmcluster.node import Node
 from tests.support import configs

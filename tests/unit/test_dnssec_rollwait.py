@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from gtmcluster.dnssec import keys, rollover, rollwait
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnssec import rollover, rollwait
 from gtmcluster.dnssec.rollwait import PROPAGATION, RollWaitError
 from gtmcluster.dnssec.signer import DNSKEY_TTL
 

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtmcluster.dns import names, wire
+from gtmcluster.dns import wire
 from gtmcluster.dns.wire import Section
-from gtmcluster.dns.zone import TYPE_A, TYPE_MX, TYPE_SOA, RRset
-from gtmcluster.dnssec import keys, rrsets
+from gtmcluster.dnsdata import keys, names
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_MX, TYPE_SOA, RRset
+from gtmcluster.dnssec import rrsets
 from gtmcluster.dnssec.signer import Signer
 
 ORIGIN = dns.name.from_text("example.com")

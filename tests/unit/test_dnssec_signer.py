@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.dnssec import keys, signer
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnssec import signer
 from gtmcluster.dnssec.signer import Signer
 
 ORIGIN = dns.name.from_text("example.com")

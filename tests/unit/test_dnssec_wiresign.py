@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import TYPE_A, TYPE_MX, RRset
-from gtmcluster.dnssec import keys, rrsets, wiresign
+from gtmcluster.dnsdata import keys, names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_MX, RRset
+from gtmcluster.dnssec import rrsets, wiresign
 from gtmcluster.dnssec.signer import Signer
 
 ORIGIN: Name = (b"Example", b"COM")

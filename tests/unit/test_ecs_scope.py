@@ -26,8 +26,8 @@ import pytest
 
 from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA
 from gtmcluster.lb.trace import Decision
 from gtmcluster.node import Node
 from tests.support import configs

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
 from gtmcluster.node import Node
 from tests.support import configs, geodb
 from tests.support.dnsclient import addresses, ecs_option, parse, query

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import pytest
 
 from gtmcluster.config.model import Config, WideIP
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA
 from gtmcluster.lb.catalog import STATIC
 from gtmcluster.lb.context import Availability, Client, ConfiguredAvailability
 from gtmcluster.lb.engine import Balancer

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.config.model import Config, WideIP
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA
 from gtmcluster.lb.context import Availability, Client
 from gtmcluster.lb.trace import Decision, Step
 from gtmcluster.node import Node

@@ -32,7 +32,7 @@ import yaml
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME
 from gtmcluster.lb.trace import Action, Decision
 from tests.support.f5asker import CORPUS, Asker, ImportRun, StderrFinding, check_and_load, run_import
 

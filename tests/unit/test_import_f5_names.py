@@ -19,7 +19,7 @@ import pytest
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.dns import names
+from gtmcluster.dnsdata import names
 from gtmcluster.importers import assemble, f5import
 from tests.support.f5asker import Asker, gtmcluster
 

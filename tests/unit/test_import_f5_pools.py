@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gtmcluster.config.model import Config
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.importers import f5import
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.state.admin import AdminState

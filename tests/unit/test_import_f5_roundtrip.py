@@ -9,7 +9,7 @@ import collections
 import pytest
 
 from gtmcluster.config.model import Config
-from gtmcluster.dns.zone import TYPE_AAAA, TYPE_CNAME
+from gtmcluster.dnsdata.zone import TYPE_AAAA, TYPE_CNAME
 from gtmcluster.lb.trace import Action
 from tests.support.f5asker import Asker, imported
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gtmcluster.dns.zone import TYPE_AAAA
+from gtmcluster.dnsdata.zone import TYPE_AAAA
 from tests.support.f5asker import Asker, check_and_load, run_import
 
 SERVERS = """\

@@ -28,7 +28,7 @@ from gtmcluster.dns.journal import MAX_VERSIONS, Journal, Record, difference, ne
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import DNSStreamFactory
 from gtmcluster.dns.transfer import Outgoing, Transfers
-from gtmcluster.dns.zone import TYPE_A, TYPE_SOA, TYPE_TXT, RRset, Zone
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_SOA, TYPE_TXT, RRset, Zone
 from gtmcluster.node import Node
 from tests.support import configs
 from tests.unit.test_server import connect, framed

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb import methods
 from gtmcluster.lb.catalog import DYNAMIC, LINK, MEMBER_METHODS, POOL_METHODS, SPECIAL, STATIC
 from gtmcluster.lb.context import Rotations

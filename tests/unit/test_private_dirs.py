@@ -1,4 +1,4 @@
-"""The node's own directories (gtmcluster/private.py): a state_dir or log_dir that others may
+"""The node's own directories (gtmcluster/runtime/private.py): a state_dir or log_dir that others may
 write in, or that belongs to another user than the node's (twistd --uid), is refused at
 start with a one-line reason, before anything is made in it."""
 
@@ -11,7 +11,7 @@ import pytest
 from twisted.python import usage
 from twisted.scripts._twistd_unix import ServerOptions
 
-from gtmcluster.private import directory_problem
+from gtmcluster.runtime.private import directory_problem
 from gtmcluster.tap import Options
 from tests.support import configs
 from tests.support.nodeproc import loopback_address

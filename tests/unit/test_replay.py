@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmcluster.config.model import Config
-from gtmcluster.dns import names, wire
+from gtmcluster.dns import wire
+from gtmcluster.dnsdata import names
 from gtmcluster.querylog.dnstap import Decided
 from gtmcluster.replay import render, report
 from gtmcluster.replay.engine import Disable, Replayer, replay

@@ -24,7 +24,7 @@ from twisted.logger import capturedLogs, formatEvent
 from gtmcluster.api.admin import set_admin
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.dns.zone import TYPE_A
+from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.health.checker import subjects
 from gtmcluster.lb.context import Client, PersistKey
 from gtmcluster.lb.trace import Decision

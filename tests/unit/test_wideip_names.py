@@ -15,8 +15,8 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import WideIP
 from gtmcluster.config.problems import ConfigError, Problem, format_path
 from gtmcluster.config.wideipnames import WideIPNames
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
 from tests.support import configs
 
 ZONE: Name = (b"z",)

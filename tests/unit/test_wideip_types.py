@@ -19,7 +19,7 @@ from gtmcluster.api import admin as api_admin
 from gtmcluster.api.proximity import explain
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
-from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action
 from gtmcluster.node import Node

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gtmcluster.dns import wire
 from gtmcluster.dns.wire import Section
-from gtmcluster.dns.zone import RRset
+from gtmcluster.dnsdata.zone import RRset
 from tests.support import dnsclient
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gtmcluster.dns import names, zonefile, zoneinclude
-from gtmcluster.dns.zone import TYPE_A, TYPE_MX, TYPE_NS, TYPE_SOA, TYPE_TXT, RRset
+from gtmcluster.dnsdata import names, zonefile, zoneinclude
+from gtmcluster.dnsdata.zone import TYPE_A, TYPE_MX, TYPE_NS, TYPE_SOA, TYPE_TXT, RRset
 
 HEAD = "$TTL 300\n@ IN SOA ns1 hostmaster 1 3600 600 86400 60\n  IN NS ns1\nns1 IN A 192.0.2.1\n"
 

@@ -32,9 +32,9 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.ttl
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
-from gtmcluster.dns.zone import (
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import (
     TYPE_CNAME,
     TYPE_DNAME,
     TYPE_MX,
@@ -45,7 +45,7 @@ from gtmcluster.dns.zone import (
     RRset,
     Zone,
 )
-from gtmcluster.dns.zoneinclude import Files, Includes, Read, Refused
+from gtmcluster.dnsdata.zoneinclude import Files, Includes, Read, Refused
 
 MAX_TTL = 2**31 - 1  # RFC 2181 section 8
 MAX_INCLUDE_DEPTH = 8

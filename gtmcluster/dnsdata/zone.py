@@ -11,8 +11,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gtmcluster.dns import names
-from gtmcluster.dns.names import Name
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
 
 TYPE_A = 1
 TYPE_NS = 2

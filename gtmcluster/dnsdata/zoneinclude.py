@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from gtmcluster.config import files
+from gtmcluster.runtime import files
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ Read = Callable[[str], bytes]
 
 def _disk(path: str, limit: int | None = None) -> bytes:
     """The file at *path*, *limit* bytes of it at most when given; read as every file a
-    config names is (`config.files`: a regular file, never blocking, within a zone file's
+    config names is (`runtime.files`: a regular file, never blocking, within a zone file's
     cap), so a FIFO or a device named by an ``$INCLUDE`` is refused, not waited on."""
     if limit is None:
         return files.read_bytes(path, files.ZONE_FILE)

@@ -31,8 +31,7 @@ import dns.rdtypes.ANY.DS
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from gtmcluster import private
-from gtmcluster.config import files
+from gtmcluster.runtime import files, private
 
 ECDSAP256SHA256 = 13
 ED25519 = 15

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dnssec import keys
+from gtmcluster.dnsdata import keys
 
 
 def read_zone_dnssec(

@@ -51,7 +51,7 @@ class Kind:
 #: topology records is 2.4 MB; the YAML reader takes at most 500,000 values anyway
 #: (`yamlsrc`)
 CONFIG = Kind("a config file", 64 * MiB)
-#: zone files (for `dns.zonefile`): a static zone of a million records is about 50 MB
+#: zone files (for `dnsdata.zonefile`): a static zone of a million records is about 50 MB
 ZONE_FILE = Kind("a zone file", 256 * MiB)
 #: a region's address list: a full BGP table (about 1.2 million prefixes) is some 20 MB
 ADDRESS_LIST = Kind("an address list", 64 * MiB)
