@@ -55,13 +55,13 @@ sys.path.insert(0, str(ROOT))
 
 from twisted.internet import task  # noqa: E402
 
-from gtmcluster import heap  # noqa: E402
 from gtmcluster.config.load import load  # noqa: E402
 from gtmcluster.config.model import Config  # noqa: E402
 from gtmcluster.dnsdata.zone import TYPE_A  # noqa: E402
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL  # noqa: E402
 from gtmcluster.lb.context import Client  # noqa: E402
 from gtmcluster.node import Node  # noqa: E402
+from gtmcluster.runtime import heap  # noqa: E402
 from gtmcluster.state.record import Record, Version  # noqa: E402
 from gtmcluster.sync import codec  # noqa: E402
 from gtmcluster.sync.peer import PeerProtocol  # noqa: E402
@@ -280,7 +280,7 @@ def reconcile(big: Config, shell: Config, budget: float) -> None:
 
 def settle() -> None:
     """Keep what is alive now out of later garbage collections, as a node does (its heap
-    keeper freezes long-lived objects after a slow full collection: gtmcluster/heap.py);
+    keeper freezes long-lived objects after a slow full collection: gtmcluster/runtime/heap.py);
     else every full collection walks the whole config, millions of objects, and the
     figures would be the collector's."""
     gc.collect()

@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))  # tests.support.bigconfig of this checkout
 
 from twisted.internet import defer, reactor, task  # noqa: E402
 
-from gtmcluster import heap  # noqa: E402
 from gtmcluster.config.addresses import HostPort  # noqa: E402
 from gtmcluster.config.model import Member, TLSFiles  # noqa: E402
 from gtmcluster.config.monitoring import HealthRule, Monitor, TcpCheck  # noqa: E402
@@ -56,6 +55,7 @@ from gtmcluster.health.checker import MIN_OBSERVATION_TTL, refresh_share  # noqa
 from gtmcluster.health.flap import UP, Flap  # noqa: E402
 from gtmcluster.probe.base import Result, Target  # noqa: E402
 from gtmcluster.probe.checks import make_check  # noqa: E402
+from gtmcluster.runtime import heap  # noqa: E402
 from gtmcluster.state.store import Store  # noqa: E402
 from gtmcluster.sync.replicator import Replicator  # noqa: E402
 from gtmcluster.sync.service import PeerService  # noqa: E402

@@ -34,7 +34,7 @@ After `--warmup` seconds (the first round and its spread), it measures for `--se
   round included) and in the window.
 
 The process runs as a node does: what is loaded is frozen out of the garbage collector's
-sight, and `gtmcluster.heap.HeapKeeper` freezes after a slow full collection; the time the
+sight, and `gtmcluster.runtime.heap.HeapKeeper` freezes after a slow full collection; the time the
 collector took and the freezes are reported.
 
 `--source DIR` (repeatable) runs the checker of another source tree (a `git archive` of an
@@ -283,11 +283,12 @@ def cpu_seconds() -> float:
 def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     from twisted.internet import reactor as global_reactor
 
-    from gtmcluster import heap, limits
+    from gtmcluster import limits
     from gtmcluster.config.load import load
     from gtmcluster.health.checker import HealthChecker
     from gtmcluster.probe.base import Check, Result, Target
     from gtmcluster.probe.checks import make_check
+    from gtmcluster.runtime import heap
     from gtmcluster.state.store import Store
 
     reactor: Any = global_reactor
@@ -405,7 +406,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
         return 0 if stats is None else int(stats.skipped)
 
     # as the node does: what is loaded is frozen out of later collections, and a slow full
-    # collection is followed by a freeze (gtmcluster/heap.py)
+    # collection is followed by a freeze (gtmcluster/runtime/heap.py)
     heap.freeze_now()
     keeper = heap.HeapKeeper(reactor)
     if not args.no_keeper:
@@ -489,7 +490,7 @@ def main() -> int:
         help="gc.set_threshold(...) for the run, e.g. 50000,10,10 (default: Python's, 700,10,10)",
     )
     parser.add_argument(
-        "--no-keeper", action="store_true", help="no freeze after a slow full collection (gtmcluster/heap.py)"
+        "--no-keeper", action="store_true", help="no freeze after a slow full collection (gtmcluster/runtime/heap.py)"
     )
     parser.add_argument(
         "--source",

@@ -168,7 +168,7 @@ def config_path_reloads(directory: Path) -> None:
 GEOIP_PROBE = """
 import ipaddress, random, sys, time
 from pathlib import Path
-from gtmcluster import slices
+from gtmcluster.runtime import slices
 from gtmcluster.topology.geoip import GeoIP, open_database
 def status():
     keys = ("VmRSS", "RssAnon", "RssFile", "RssShmem")

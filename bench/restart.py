@@ -69,12 +69,12 @@ import dns.rdatatype
 from scale import DATACENTERS, NODES, PATH_TTL, PERSIST_TTL, Versions, ldns_address, measured_path, persist_network
 from twisted.internet import defer, reactor, task
 
-from gtmcluster import heap
 from gtmcluster.config.load import load
 from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import Client, PersistKey
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PATH, path_key
+from gtmcluster.runtime import heap
 from gtmcluster.state import loading, snapshot
 from gtmcluster.state.persistence import record_key
 from gtmcluster.state.snapshotter import Snapshotter

@@ -23,7 +23,7 @@ more than 10%; a full state pull of 1,000,000 path records to a fresh node takes
    read the table). The target is judged on answers; the decision alone is shown too.
    Also timed: the work the reactor does besides answers that could walk the store
    (health re-evaluation, an anti-entropy listing, the counts of /metrics), and a full
-   garbage collection before and after the freeze the node makes (gtmcluster/heap.py).
+   garbage collection before and after the freeze the node makes (gtmcluster/runtime/heap.py).
 3. Pull. Node A holds `--pull` path records (of three origins); a fresh node D with an empty
    store starts in another process (so each has a core, as two machines would) and connects
    to A over real mutual TLS with the real replicator; the time until D's state digest
@@ -50,7 +50,6 @@ from typing import Any
 from sync import start_node, wait_for  # bench/sync.py: the three-node TLS machinery
 from twisted.internet import defer, protocol, reactor, task
 
-from gtmcluster import heap
 from gtmcluster.config.load import load
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns.fastpath import FastPath
@@ -58,6 +57,7 @@ from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import Client, PersistKey, PersistRecord
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo, path_key, updated
+from gtmcluster.runtime import heap
 from gtmcluster.state import snapshot
 from gtmcluster.state.persistence import record_key
 from gtmcluster.state.record import Record, Version, bucket_of

@@ -1,7 +1,7 @@
 """The node's last hour, in memory, for the dashboard's graphs (``GET /api/v1/history``).
 
 Every `INTERVAL` seconds `History` takes one sample from counters the node keeps anyway
-(`gtmcluster.stats`): queries per second per wide IP, and wide IP answers per second per
+(`gtmcluster.runtime.stats`): queries per second per wide IP, and wide IP answers per second per
 data center. Between samples it hears of two more things, each in O(1) per change:
 
 - path records (``path/<ldns>/<dc>``, measured here or by a peer): the newest `RTT_WINDOW`
@@ -31,10 +31,10 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gtmcluster import slices
 from gtmcluster.proximity.table import PATH, PathValue
+from gtmcluster.runtime import slices
+from gtmcluster.runtime.stats import Tally
 from gtmcluster.state import admin
-from gtmcluster.stats import Tally
 
 if TYPE_CHECKING:
     from gtmcluster.config.model import Config
@@ -195,7 +195,7 @@ class History(Service):
 
     def sample(self) -> Deferred[None]:
         """Take one sample: rates since the previous one (none on the first). With many
-        wide IPs queried, a few milliseconds per reactor turn (`gtmcluster.slices`)."""
+        wide IPs queried, a few milliseconds per reactor turn (`gtmcluster.runtime.slices`)."""
         return slices.run(self.sample_steps(), self.clock)
 
     def sample_steps(self) -> slices.Steps[None]:

@@ -27,11 +27,11 @@ from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
+from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state import persistence
 from gtmcluster.state.persistence import StorePersistence, record_key
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
-from gtmcluster.stats import QueryStats
 
 
 @dataclass(frozen=True)

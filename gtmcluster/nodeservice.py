@@ -17,7 +17,6 @@ from twisted.internet import defer, threads
 from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import Logger
 
-from gtmcluster import heap, slices
 from gtmcluster.api.tls import ApiTLS
 from gtmcluster.config import reload as config_reload
 from gtmcluster.config.changes import Changes, between, restart_needed
@@ -36,7 +35,8 @@ from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
-from gtmcluster.reactorlag import ReactorLag
+from gtmcluster.runtime import heap, slices
+from gtmcluster.runtime.reactorlag import ReactorLag
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
@@ -276,7 +276,7 @@ class NodeService(MultiService):
     def switching(
         self, new: Config, creds: Credentials | None = None, changes: Changes | None = None, own_dir: Path | None = None
     ) -> slices.Steps[None]:
-        """`switch` in steps (`gtmcluster.slices`): each part builds what it needs in a step
+        """`switch` in steps (`gtmcluster.runtime.slices`): each part builds what it needs in a step
         of its own (at 5,000 servers: the answer path and its fast path's table 12-15 ms,
         the health checks 11-19 ms, the health index 12 ms), so a reload run in turns holds
         no turn for all of them; the switch itself is the last step. A reload runs one at a

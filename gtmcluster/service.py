@@ -14,7 +14,6 @@ from twisted.application.internet import TimerService
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from gtmcluster import heap
 from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.tls import ApiTLS, wrap
@@ -36,8 +35,9 @@ from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
-from gtmcluster.reactorlag import ReactorLag
-from gtmcluster.sockets import Listener
+from gtmcluster.runtime import heap
+from gtmcluster.runtime.reactorlag import ReactorLag
+from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart
 from gtmcluster.sync.configsync import ConfigSync

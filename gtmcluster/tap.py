@@ -15,7 +15,6 @@ from typing import Any
 
 from twisted.python import usage
 
-from gtmcluster import sockets
 from gtmcluster.api import token as api_token
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
@@ -23,7 +22,7 @@ from gtmcluster.config.problems import ConfigError
 from gtmcluster.groupconfig import shared
 from gtmcluster.probe.base import IcmpUnavailable
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
-from gtmcluster.runtime import private
+from gtmcluster.runtime import private, sockets
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 

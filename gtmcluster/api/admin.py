@@ -13,7 +13,7 @@ from gtmcluster.config.wideipnames import is_wildcard
 from gtmcluster.dnsdata import names
 from gtmcluster.health import linkload
 from gtmcluster.node import Node
-from gtmcluster.slices import Steps, whole
+from gtmcluster.runtime.slices import Steps, whole
 from gtmcluster.state import admin
 from gtmcluster.state.schema import MAX_NAME, MAX_TEXT
 

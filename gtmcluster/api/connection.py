@@ -32,8 +32,8 @@ from gtmcluster.api.guard import Policy, Refusal
 from gtmcluster.api.server import Api, Route, default_limits, dumps
 from gtmcluster.api.slots import Connections
 from gtmcluster.config.model import ApiLimits
-from gtmcluster.slots import Caps
-from gtmcluster.sources import source_of
+from gtmcluster.runtime.slots import Caps
+from gtmcluster.runtime.sources import source_of
 
 #: seconds a refused request's client may go on sending (dropped) before the connection is
 #: closed: time to finish sending a small body and read the answer, never to hold on

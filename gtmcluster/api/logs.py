@@ -43,7 +43,7 @@ from gtmcluster.api.server import ApiError, Stream, source_key, token_shown
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.nodelog import reader, record
 from gtmcluster.nodelog.writer import NodeLog
-from gtmcluster.slots import Caps, Held, Slots
+from gtmcluster.runtime.slots import Caps, Held, Slots
 
 log = Logger()
 

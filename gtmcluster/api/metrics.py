@@ -1,6 +1,6 @@
 """GET /metrics: the node in Prometheus's text format (prometheus_client).
 
-Counters on the answer path are plain integers the node keeps (see `gtmcluster.stats`);
+Counters on the answer path are plain integers the node keeps (see `gtmcluster.runtime.stats`);
 this collector turns them, and the node's current state, into metric families only when
 Prometheus scrapes, so answering a query costs no metrics-library work.
 """
@@ -16,10 +16,10 @@ from prometheus_client.registry import Collector
 
 from gtmcluster.api.server import Raw
 from gtmcluster.health import linkload
-from gtmcluster.objectstats import object_stats_steps
-from gtmcluster.slices import Steps
+from gtmcluster.runtime.objectstats import object_stats_steps
+from gtmcluster.runtime.slices import Steps
+from gtmcluster.runtime.stats import CheckStats, Histogram
 from gtmcluster.state.bounds import Bound
-from gtmcluster.stats import CheckStats, Histogram
 
 if TYPE_CHECKING:
     from gtmcluster.node import Node
@@ -56,7 +56,7 @@ def _bounds(bounds: Mapping[str, Bound]) -> Iterator[Metric]:
 
 
 def _object_families(figures: dict[str, Any]) -> Iterator[Metric]:
-    """The per-object statistics (`gtmcluster.objectstats`): answers per wide IP, pool and
+    """The per-object statistics (`gtmcluster.runtime.objectstats`): answers per wide IP, pool and
     pool member by slot (persistence hits are the ``persistence`` slot; drops and returns
     to the zone are in ``gtm_dns_queries``), and per pool by method."""
     wideips = CounterMetricFamily(

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from gtmcluster import slices
 from gtmcluster.api import admin, groupconfig, guard, proximity, token
 from gtmcluster.api.connection import Site, site
 from gtmcluster.api.dashboard import dashboard
@@ -16,7 +15,8 @@ from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status_steps
-from gtmcluster.objectstats import object_stats_steps
+from gtmcluster.runtime import slices
+from gtmcluster.runtime.objectstats import object_stats_steps
 
 log = Logger()
 

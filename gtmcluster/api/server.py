@@ -36,8 +36,8 @@ from twisted.web.iweb import IRequest
 from gtmcluster.api import guard, sending
 from gtmcluster.api.guard import Policy, Refusal
 from gtmcluster.config.model import ApiLimits
-from gtmcluster.slots import Caps, Held, Slots
-from gtmcluster.sources import source_of
+from gtmcluster.runtime.slots import Caps, Held, Slots
+from gtmcluster.runtime.sources import source_of
 
 log = Logger()
 

@@ -1,5 +1,5 @@
 """What the API's clients hold, counted: connections, answers in progress and log
-followers, in all and per source (`gtmcluster.sources`: an IPv4 address, an IPv6 /64).
+followers, in all and per source (`gtmcluster.runtime.sources`: an IPv4 address, an IPv6 /64).
 Pure (nothing from Twisted): `gtmcluster.api.connection`, `.server` and `.logs` ask before
 one is taken and say when it is given back; the caps come with each request (`Caps`), so a
 reload that changes ``api.limits`` applies to what comes next.
@@ -11,7 +11,7 @@ source is at its cap, else of all); only when every connection there showed the 
 the new one refused. A flood of connections without the token displaces its own, while an
 operator's connection, which shows the token in its first request, stays.
 
-Answers and followers are counted in `gtmcluster.slots.Slots`, one for clients that showed
+Answers and followers are counted in `gtmcluster.runtime.slots.Slots`, one for clients that showed
 the token and one for those that did not: those without it never take the slots of those
 with it.
 """
@@ -22,7 +22,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from gtmcluster.slots import Caps
+from gtmcluster.runtime.slots import Caps
 
 K = TypeVar("K", bound=Hashable)
 

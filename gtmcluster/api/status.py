@@ -1,5 +1,5 @@
 """What a node reports about itself: identity, peers, state digest, health. Pure: built from
-the node's parts, no I/O; in steps (see `gtmcluster.slices`), as it lists every server."""
+the node's parts, no I/O; in steps (see `gtmcluster.runtime.slices`), as it lists every server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from gtmcluster.api.admin import admin_states
 from gtmcluster.node import Node
-from gtmcluster.slices import Steps, whole
+from gtmcluster.runtime.slices import Steps, whole
 from gtmcluster.sync import commands
 from gtmcluster.sync.codec import ConfigView
 from gtmcluster.sync.replicator import Replicator

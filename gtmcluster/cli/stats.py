@@ -1,7 +1,7 @@
 """`gtmcluster stats --config FILE --node N [--wideip NAME] [--json]`: what a node answered,
 per wide IP, pool and pool member (as BIG-IP's ``show gtm wideip / pool / pool-member``).
 
-Counts since the node started (its answering workers' included); see `gtmcluster.objectstats`.
+Counts since the node started (its answering workers' included); see `gtmcluster.runtime.objectstats`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
 from gtmcluster.cli.shape import MapOf, Obj
 from gtmcluster.cli.terminal import printable
-from gtmcluster.objectstats import SLOTS
+from gtmcluster.runtime.objectstats import SLOTS
 
 COUNTS = MapOf(object)
 #: what `render` reads of /api/v1/stats (`gtmcluster.cli.shape`)

@@ -15,7 +15,7 @@ from typing import Any
 
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.slices import Steps
+from gtmcluster.runtime.slices import Steps
 from gtmcluster.topology.geoip import DATABASE_OF, KINDS, Database, GeoIP, GeoIPError, Term, open_database, term_problem
 
 #: the keys of the section, and what a database of each must not be (by its metadata)

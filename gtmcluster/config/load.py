@@ -15,7 +15,6 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
-from gtmcluster import slices
 from gtmcluster.config import (
     geoip,
     health,
@@ -54,8 +53,8 @@ from gtmcluster.dnsdata import names, zonefile
 from gtmcluster.dnsdata.keys import ZoneKey
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import ZoneSet
-from gtmcluster.gcpause import collection_paused
-from gtmcluster.runtime import files
+from gtmcluster.runtime import files, slices
+from gtmcluster.runtime.gcpause import collection_paused
 from gtmcluster.state import schema
 from gtmcluster.topology.geoip import GeoIP
 
@@ -132,7 +131,7 @@ def read_text(file: str) -> str:
 
 
 def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> slices.Steps[Config]:
-    """Check the parsed *file* and build its `Config`, in steps (`gtmcluster.slices`): the
+    """Check the parsed *file* and build its `Config`, in steps (`gtmcluster.runtime.slices`): the
     model of 5,000 servers and 20,000 topology records takes over a second. *parsed* may
     still be filling (a reload's YAML child): a step waits for a section not there yet.
     The last step raises `ConfigError` listing every problem found.

@@ -15,12 +15,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from gtmcluster import slices
 from gtmcluster.config.addresses import HostPort, IPAddress, IPNetwork
 from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import RData, ZoneSet
+from gtmcluster.runtime import slices
 from gtmcluster.state.admin import AdminState
 from gtmcluster.topology.records import Topology
 
@@ -589,7 +589,7 @@ def servers_of(wideip: WideIP) -> dict[str, None]:
 
 def wideips_by_server(wideips: Iterable[WideIP]) -> slices.Steps[dict[str, tuple[str, ...]]]:
     """Virtual server -> the wide IPs whose answers it may be part of (in steps:
-    `gtmcluster.slices`)."""
+    `gtmcluster.runtime.slices`)."""
     out: dict[str, list[str]] = {}
     for i, wideip in enumerate(wideips):
         if i % 128 == 127:

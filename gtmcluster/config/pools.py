@@ -42,7 +42,7 @@ from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
 from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
-from gtmcluster.slices import Steps
+from gtmcluster.runtime.slices import Steps
 from gtmcluster.state import schema
 from gtmcluster.topology.records import ServerFacts, Topology
 

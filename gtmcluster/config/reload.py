@@ -12,10 +12,10 @@ convoy effect: answers waited up to 384 ms during a reload, measured). So:
   first come in 0.2 s rather than after the whole file is composed (0.8-1.1 s); a file
   it finds it cannot cut after all is read again whole;
 - the model is built in the reactor thread itself, a few milliseconds per turn
-  (`load.build` is steps: `gtmcluster.slices`), starting on the first sections while the
+  (`load.build` is steps: `gtmcluster.runtime.slices`), starting on the first sections while the
   child still parses the big ones, so nothing else contends and no turn is long;
 - the collector is paused meanwhile, and what was built is frozen when done (see
-  `gtmcluster.gcpause`: its million young objects would otherwise be examined by the
+  `gtmcluster.runtime.gcpause`: its million young objects would otherwise be examined by the
   collections that follow, a 560 ms full collection at 5,000 servers);
 - the old config, once replaced, is freed a part per turn (`free_in_turns`): all at once,
   its million objects take 25-40 ms to deallocate.
@@ -30,13 +30,13 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from gtmcluster import slices
 from gtmcluster.config.load import SECTION_ORDER, build, read_text
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.config.yamlchild import MEMORY, Child, Memory, Parsed
 from gtmcluster.config.yamlsrc import Resplit
-from gtmcluster.gcpause import collection_paused
+from gtmcluster.runtime import slices
+from gtmcluster.runtime.gcpause import collection_paused
 
 log = Logger()
 

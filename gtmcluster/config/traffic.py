@@ -21,7 +21,7 @@ from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
 from gtmcluster.config.targets import TARGET_KEYS, read_target, srv_port
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE_NAPTR, TYPE_SRV
-from gtmcluster.slices import Steps
+from gtmcluster.runtime.slices import Steps
 from gtmcluster.topology import addrlist
 from gtmcluster.topology.geoip import KINDS, GeoIP, Term
 from gtmcluster.topology.records import LDNS_KINDS, SERVER_KINDS, SHAPES, Record, Selector, Topology
@@ -30,7 +30,7 @@ MAX_TTL = 2**31 - 1
 MAX_RATIO = 65535
 MAX_SCORE = 2**32 - 1
 MAX_ANSWERS = 16
-#: the readers below are steps (`gtmcluster.slices`): a reload builds the model in the
+#: the readers below are steps (`gtmcluster.runtime.slices`): a reload builds the model in the
 #: reactor thread a few milliseconds per turn; they yield every STEP definitions (tens of
 #: microseconds each) ...
 STEP = 64
@@ -183,7 +183,7 @@ def _visit(
 ) -> None:
     """Depth first from *name* (*stack*: the way here), reporting each cycle once. (At
     module level: a nested function calling itself by name is a reference cycle, which a
-    freeze of the heap keeps for good: `gtmcluster.heap`.)"""
+    freeze of the heap keeps for good: `gtmcluster.runtime.heap`.)"""
     for dep in vss[name].depends_on:
         if dep not in vss:
             continue
@@ -254,7 +254,7 @@ def read_regions(
 class _Expansion:
     """Regions' networks with those of the regions they include, however deep. (An object,
     not a nested function calling itself by name: that is a reference cycle, which a freeze
-    of the heap keeps for good: `gtmcluster.heap`.)"""
+    of the heap keeps for good: `gtmcluster.runtime.heap`.)"""
 
     def __init__(
         self, r: Reader, direct: dict[str, list[IPNetwork | Term]], includes: dict[str, list[tuple[KeyPath, str]]]

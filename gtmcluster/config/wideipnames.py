@@ -20,10 +20,10 @@ from gtmcluster.config.reader import Reader
 from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_CNAME, ZoneSet
-from gtmcluster.slices import Steps
+from gtmcluster.runtime.slices import Steps
 
 WILDCARD = b"*"
-#: CNAME nodes checked against the wildcards per step of a config read (`gtmcluster.slices`)
+#: CNAME nodes checked against the wildcards per step of a config read (`gtmcluster.runtime.slices`)
 STEP = 256
 
 

@@ -35,11 +35,11 @@ from twisted.internet import defer, protocol, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster import gil, slices
 from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
 from gtmcluster.config.yamlframes import LENGTH, assembled, frames
-from gtmcluster.gcpause import collection_paused
+from gtmcluster.runtime import gil, slices
+from gtmcluster.runtime.gcpause import collection_paused
 
 log = Logger()
 

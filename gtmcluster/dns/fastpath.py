@@ -53,7 +53,7 @@ from gtmcluster.dnssec.rrsets import TYPE_RRSIG
 from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
-from gtmcluster.stats import Tally
+from gtmcluster.runtime.stats import Tally
 
 _HEADER = struct.Struct("!HHHHHH")
 _OPT = struct.Struct("!HHIH")  # type, class (UDP size), TTL (flags), RDLENGTH

@@ -31,7 +31,7 @@ import socket
 from collections.abc import Callable
 
 from gtmcluster.config.model import RateLimit
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime.stats import QueryStats
 
 #: what `RateLimiter.check` says about a query
 ANSWER = 0

@@ -65,8 +65,9 @@ from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
-from gtmcluster.stats import QueryStats, Tally
-from gtmcluster.topology.prefixes import PrefixMap, address_of
+from gtmcluster.runtime.sources import address_of
+from gtmcluster.runtime.stats import QueryStats, Tally
+from gtmcluster.topology.prefixes import PrefixMap
 
 if TYPE_CHECKING:
     from gtmcluster.querylog.writer import QueryQueue

@@ -32,7 +32,7 @@ from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import DEFAULT_TRANSFER_LIMITS, DNSStreamFactory
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.querylog.writer import QueryLogWriter, in_pool
-from gtmcluster.sockets import Listener
+from gtmcluster.runtime.sockets import Listener
 
 log = Logger()
 

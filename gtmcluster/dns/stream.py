@@ -35,8 +35,8 @@ from gtmcluster.dns.transfer import Outgoing
 from gtmcluster.dns.xfrslots import TransferSlots
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryQueue
-from gtmcluster.slots import Held
-from gtmcluster.sources import source_of
+from gtmcluster.runtime.slots import Held
+from gtmcluster.runtime.sources import source_of
 
 log = Logger()
 

@@ -3,7 +3,7 @@
 Two caps, both kept by closing a connection idle the longest (least recently active: a byte
 read, or the client taking its answers), never by refusing the new one:
 
-- per source (``dns_server.tcp_max_per_source``, 64; `gtmcluster.sources`: an IPv4
+- per source (``dns_server.tcp_max_per_source``, 64; `gtmcluster.runtime.sources`: an IPv4
   address, or an IPv6 /64, the least a host is given). A source past its cap loses
   its **own** connection idle the longest, on whichever address it is, never another
   source's.

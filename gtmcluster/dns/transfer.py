@@ -76,7 +76,7 @@ from gtmcluster.dns.xfrwire import algorithm, dns_key, finish, finish_each, mess
 from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_AXFR, TYPE_IXFR, TYPE_SOA, RRset, Zone, ZoneSet
-from gtmcluster.topology.prefixes import address_of
+from gtmcluster.runtime.sources import address_of
 
 __all__ = ["Outgoing", "Transfers", "serial_of", "to_dnspython", "transfer_type"]
 

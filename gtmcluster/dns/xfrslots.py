@@ -1,11 +1,11 @@
 """How many zone transfers may be sent at once: in all, and to one source
-(`gtmcluster.sources`: an IPv4 address, an IPv6 /64, as for TCP connections).
+(`gtmcluster.runtime.sources`: an IPv4 address, an IPv6 /64, as for TCP connections).
 
 A transfer takes a slot when a connection begins it and gives it back when its last message
 is handed to the transport or the connection goes. Past either cap a request is refused
 (REFUSED, as BIND refuses requests past ``transfers-out``): the secondary asks again later.
 A connection holds at most one slot, since it reads no request while its transfer is sent
-(`dns.stream.DNSStreamProtocol`). The counting is `gtmcluster.slots`' (the API's answers
+(`dns.stream.DNSStreamProtocol`). The counting is `gtmcluster.runtime.slots`' (the API's answers
 count the same way); this adds the caps a reload changes and the refusals, by cap. Pure
 bookkeeping, no Twisted: the caps are ``dns_server.transfer`` (`config.model.TransferLimits`).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gtmcluster.slots import IN_ALL, Caps, Held, Slots
+from gtmcluster.runtime.slots import IN_ALL, Caps, Held, Slots
 
 
 class TransferSlots:

@@ -28,7 +28,7 @@ from twisted.protocols import amp
 from twisted.python.failure import Failure
 
 from gtmcluster.lb.context import PersistKey, PersistRecord
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime.stats import QueryStats
 
 
 class Records(amp.Command):

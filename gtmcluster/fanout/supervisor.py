@@ -38,7 +38,7 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
-from gtmcluster.sockets import Listener
+from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state.record import Record
 from gtmcluster.sync import codec
 

@@ -35,7 +35,6 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorProcess
 from twisted.logger import Logger
 
-from gtmcluster import slices
 from gtmcluster.config import sharing, yamlsrc
 from gtmcluster.config.changes import own_ground
 from gtmcluster.config.load import SECTION_ORDER, config_value, load
@@ -43,10 +42,11 @@ from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError, Problem
 from gtmcluster.config.yamlchild import MEMORY, Child
 from gtmcluster.config.yamlsrc import Resplit
-from gtmcluster.gcpause import collection_paused
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import Bundle, Header
 from gtmcluster.groupconfig.shelf import Shelf
+from gtmcluster.runtime import slices
+from gtmcluster.runtime.gcpause import collection_paused
 
 log = Logger()
 T = TypeVar("T")

@@ -36,8 +36,8 @@ import math
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gtmcluster.stats import CheckStats
-from gtmcluster.tokenbucket import TokenBucket
+from gtmcluster.runtime.stats import CheckStats
+from gtmcluster.runtime.tokenbucket import TokenBucket
 
 T = TypeVar("T")
 

@@ -296,7 +296,7 @@ def evaluate(
 class _Evaluation:
     """Servers evaluated once each, those they depend on first. (An object, not a nested
     function calling itself by name: that is a reference cycle, which a freeze of the heap
-    keeps for good: `gtmcluster.heap`.)"""
+    keeps for good: `gtmcluster.runtime.heap`.)"""
 
     def __init__(
         self, config: Config, store: Store, links: dict[str, Observed], observers: frozenset[str] | None

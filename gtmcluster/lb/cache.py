@@ -32,8 +32,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from gtmcluster.lb.trace import Decision
+from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state.record import Record
-from gtmcluster.stats import QueryStats
 
 #: the longest a decision is reused (seconds of the node's clock): a bound for changes
 #: with time that no method noted (there are none known; the notes cover paths,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gtmcluster.config.model import RecordTarget
 from gtmcluster.lb.context import PersistRecord
-from gtmcluster.stats import Tally
+from gtmcluster.runtime.stats import Tally
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from gtmcluster.config.model import Prober
 from gtmcluster.config.ranges import NEVER, SPECIAL_PURPOSE
-from gtmcluster.tokenbucket import TokenBucket
+from gtmcluster.runtime.tokenbucket import TokenBucket
 from gtmcluster.topology.prefixes import PrefixMap
 
 #: a probe request lives this long (or half the probe interval, when shorter): the time for

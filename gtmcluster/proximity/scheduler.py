@@ -27,10 +27,10 @@ from twisted.logger import Logger
 
 from gtmcluster.proximity.budget import Budget, queue_limit, request_ttl
 from gtmcluster.proximity.table import REQUEST, Measurements, from_record, path_key, request_key, updated
+from gtmcluster.runtime.stats import ProbeStats
 from gtmcluster.state.record import Record
 from gtmcluster.state.schema import KINDS
 from gtmcluster.state.store import Store
-from gtmcluster.stats import ProbeStats
 
 log = Logger()
 

@@ -40,7 +40,7 @@ from twisted.python.failure import Failure
 from gtmcluster.config.model import QueryLog
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.logfile import LogFile, Unwritten
-from gtmcluster.stats import QueryStats, Tally
+from gtmcluster.runtime.stats import QueryStats, Tally
 
 log = Logger()
 

@@ -47,7 +47,7 @@ TURN = 0.005
 #: seconds between looks while a snapshot write is under way
 WRITE_WAIT = 0.01
 #: rows read between two calls of `settle` (the node collects garbage and freezes what the
-#: load brought in, so no collection examines millions of records: see gtmcluster.heap)
+#: load brought in, so no collection examines millions of records: see gtmcluster.runtime.heap)
 SETTLE_ROWS = 5_000
 
 

@@ -48,7 +48,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from gtmcluster import gil
+from gtmcluster.runtime import gil
 from gtmcluster.state import schema
 from gtmcluster.state.loading import Damaged
 from gtmcluster.state.record import Record, Version
@@ -207,7 +207,7 @@ def write(path: Path, data: list[Row], node: str, deleted: list[str] | None = No
 def write_beside(path: Path, data: list[Row], node: str, deleted: list[str]) -> int:
     """`write` changes in a thread beside the reactor, handing the GIL over often: binding
     the rows' values holds it, and a write of 25,000 rows (a member that reconciled) made
-    the reactor wait for it at each of its system calls, 30-50 ms late (`gtmcluster.gil`)."""
+    the reactor wait for it at each of its system calls, 30-50 ms late (`gtmcluster.runtime.gil`)."""
     with gil.yielding_often():
         return write(path, data, node, deleted, False)
 

@@ -6,7 +6,7 @@ handshake and Hello are done, at most `handshake_timeout` (10 s). Until then it 
 *unproven*, and the unproven are capped:
 
 - per source, `MAX_UNPROVEN_PER_SOURCE` (8): an IPv4 address, or an IPv6 /64
-  (`gtmcluster.sources`). A member dials each peer once, and again with backoff: it never
+  (`gtmcluster.runtime.sources`). A member dials each peer once, and again with backoff: it never
   needs more than one or two at a time;
 - in all, `MAX_UNPROVEN` (64), counting every source but the members' own peer addresses
   (*reserved*: a connection from one is not counted in all and never made way for; its own

@@ -52,6 +52,7 @@ from twisted.protocols import amp
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gtmcluster.runtime.tokenbucket import TokenBucket
 from gtmcluster.sync import commands
 from gtmcluster.sync.backpressure import Outlet
 from gtmcluster.sync.boxes import MAX_BOX, MAX_COMMAND_RATE, RATE_BURST, box_problem, encoded_size
@@ -60,7 +61,6 @@ from gtmcluster.sync.link import Host
 from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
 from gtmcluster.sync.silence import Silence
 from gtmcluster.sync.tls import IdentityError, certificate_summary, handshake_failure, peer_identity
-from gtmcluster.tokenbucket import TokenBucket
 
 log = Logger()
 

@@ -567,7 +567,7 @@ class _SlicedMerge:
     """One batch merged `MERGE_SLICE` records per reactor turn (`Replicator.receive_in_slices`).
     An object rather than a closure that schedules itself by name: such a closure is a
     reference cycle (the function, its cell), so the batch it holds waits for the garbage
-    collector, and a `gc.freeze` while it is under way (`gtmcluster.heap`) kept it for good."""
+    collector, and a `gc.freeze` while it is under way (`gtmcluster.runtime.heap`) kept it for good."""
 
     def __init__(self, replicator: Replicator, proto: Link, records: list[Record], bulk: bool) -> None:
         self.replicator = replicator

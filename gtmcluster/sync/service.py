@@ -14,7 +14,7 @@ against the new CA when it reconnects (a member whose key leaked, left out of th
 is cut off at once: see README, "Trust model and limits").
 
 The listener takes a connection only while `Gate` lets it: connections still in their TLS
-handshake or Hello are capped per source (`gtmcluster.sources`) and in all, and each
+handshake or Hello are capped per source (`gtmcluster.runtime.sources`) and in all, and each
 member's proven incoming connections are capped (`sync.admission`). Connections turned
 away are logged once, then counted in one line every `TURNED_AWAY_LOG_INTERVAL` seconds
 while it goes on: by source for the first `TURNED_AWAY_SOURCES` sources of the interval,
@@ -44,7 +44,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 
 from gtmcluster.config.model import Member
-from gtmcluster.sources import plain, source_of
+from gtmcluster.runtime.sources import plain, source_of
 from gtmcluster.sync.admission import (
     MAX_CHANNELS_PER_MEMBER,
     MAX_UNPROVEN,

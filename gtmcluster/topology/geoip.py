@@ -36,7 +36,7 @@ from typing import Any
 import maxminddb
 
 from gtmcluster.runtime import files
-from gtmcluster.slices import Steps
+from gtmcluster.runtime.slices import Steps
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -93,7 +93,7 @@ class Database:
 
 def open_database(key: str, path: Path) -> Steps[Database]:
     """Read the database at *path* (see the module's note on the private copy), in steps
-    of `CHUNK` bytes (`gtmcluster.slices`). Raises `GeoIPError` saying what is wrong,
+    of `CHUNK` bytes (`gtmcluster.runtime.slices`). Raises `GeoIPError` saying what is wrong,
     OSError when it cannot be read (`runtime.files.Refused`: not a regular file, too big)."""
     digest = hashlib.sha256()
     with _private_copy(key) as (copy, name), contextlib.closing(files.chunks(path, files.GEOIP, CHUNK)) as source:

@@ -103,12 +103,3 @@ class PrefixMap(Generic[V]):
 
     def __contains__(self, address: IPAddress) -> bool:
         return bool(self.lookup(address)[0])
-
-
-def address_of(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The address of a source as received (an IPv6 zone left out, IPv4-mapped unmapped),
-    as prefixes are matched against it. Raises ValueError."""
-    address = ipaddress.ip_address(source.split("%", 1)[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address

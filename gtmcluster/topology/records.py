@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gtmcluster import slices
+from gtmcluster.runtime import slices
 from gtmcluster.topology.geoip import DATABASE_OF, GeoIP, Term
 from gtmcluster.topology.prefixes import IPAddress, IPNetwork, PrefixMap
 
@@ -117,7 +117,7 @@ class Topology:
 
     @classmethod
     def build_steps(cls, records: Sequence[Record], geoip: GeoIP | None = None) -> slices.Steps[Topology]:
-        """`build` in steps (`gtmcluster.slices`): 20,000 records take a few hundred ms."""
+        """`build` in steps (`gtmcluster.runtime.slices`): 20,000 records take a few hundred ms."""
         ids: dict[Selector, int] = {}
         numbered: list[Record] = []
         for i, r in enumerate(records):

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from gtmcluster import slices
 from gtmcluster.api import admin, proximity
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.status import status_steps
 from gtmcluster.config.load import load
 from gtmcluster.nodeservice import NodeService
+from gtmcluster.runtime import slices
 from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 

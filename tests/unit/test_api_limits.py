@@ -11,7 +11,7 @@ twisted.web connections (bytes in, bytes out, no socket) and a fake clock:
 - a large answer and a file are written a slice at a time as the connection takes them,
   never whole into its buffer; a client that stops reading is cut after ``stall_timeout``;
 - the config keys, checked (the pure counting in `gtmcluster.api.slots` and
-  `gtmcluster.slots` too).
+  `gtmcluster.runtime.slots` too).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gtmcluster.api.slots import Connections
 from gtmcluster.config.load import load
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.slots import FROM_SOURCE, IN_ALL, Caps, Held, Slots
+from gtmcluster.runtime.slots import FROM_SOURCE, IN_ALL, Caps, Held, Slots
 from tests.support import configs
 from tests.unit.test_api_server import Transport, parse
 

@@ -17,13 +17,12 @@ from typing import Any
 import maxminddb
 import pytest
 
-from gtmcluster import slices
 from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.config.problems import ConfigError, Problem
 from gtmcluster.dnsdata import keys
 from gtmcluster.probe.http import load_trust
-from gtmcluster.runtime import files
+from gtmcluster.runtime import files, slices
 from gtmcluster.sync import certs
 from gtmcluster.sync.tls import CredentialError, load_credentials
 from gtmcluster.topology import addrlist

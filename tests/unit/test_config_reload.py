@@ -26,11 +26,11 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
-from gtmcluster import slices
 from gtmcluster.config import reload, yamlchild
 from gtmcluster.config.load import SECTION_ORDER, build, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.runtime import slices
 from tests.support import bigconfig
 
 
@@ -125,7 +125,7 @@ def test_a_big_config_is_built_over_many_turns_and_frozen(big: Path) -> None:
         assert isinstance(config, Config)
         assert config.digest == load(big).digest
         assert len(config.virtual_servers) == 1000
-        assert reactor.turns > 5, reactor.turns  # a slice per turn (gtmcluster.slices.BUDGET)
+        assert reactor.turns > 5, reactor.turns  # a slice per turn (gtmcluster.runtime.slices.BUDGET)
         assert gc.isenabled()
         assert gc.get_freeze_count() > frozen_before + 100_000
     finally:

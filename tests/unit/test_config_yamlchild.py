@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gtmcluster import slices
 from gtmcluster.config import yamlchild, yamlframes, yamlsrc
 from gtmcluster.config.load import SECTION_ORDER, build, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.runtime import slices
 from tests.support import configs
 
 

@@ -1,4 +1,4 @@
-"""Building big structures beside the reactor (gtmcluster.gcpause, gtmcluster.gil): the
+"""Building big structures beside the reactor (gtmcluster.runtime.gcpause, gtmcluster.runtime.gil): the
 collector paused (nested and overlapping pauses restore it once), the GIL handed over often.
 (A config read for a reload is frozen when built: test_config_reload.py.)"""
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from gtmcluster import gil
-from gtmcluster.gcpause import collection_paused
+from gtmcluster.runtime import gil
+from gtmcluster.runtime.gcpause import collection_paused
 
 
 def test_pauses_nest_and_restore_the_collector() -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gtmcluster import slices
+from gtmcluster.runtime import slices
 from gtmcluster.topology.geoip import GeoIP, GeoIPError, open_database, term_problem
 from gtmcluster.topology.prefixes import IPAddress
 from gtmcluster.topology.records import GEO_RANK, Match, Record, Selector, ServerFacts, Topology

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gtmcluster.health.schedule import BUCKET, MAX_WAIT, TURN_MAX, TURN_MIN, Entry, Schedule
-from gtmcluster.tokenbucket import TokenBucket
+from gtmcluster.runtime.tokenbucket import TokenBucket
 
 
 class Run:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from twisted.internet import task
 
-from gtmcluster.heap import CHECK_EVERY, HeapKeeper, unfrozen_old
+from gtmcluster.runtime.heap import CHECK_EVERY, HeapKeeper, unfrozen_old
 
 
 class Reactor(task.Clock):

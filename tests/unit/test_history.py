@@ -24,9 +24,9 @@ from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.nodeservice import NodeService
 from gtmcluster.proximity.table import path_key
+from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.service import Sockets, make_service
 from gtmcluster.state.record import Record, Version
-from gtmcluster.stats import QueryStats
 from tests.support import configs
 from tests.support.dnsclient import addresses, parse, query
 from tests.unit.test_api_admin import TOKEN, ask

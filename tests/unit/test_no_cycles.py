@@ -1,7 +1,7 @@
 """What the node does again and again leaves no reference cycles behind.
 
 The heap keeper freezes every object alive after a slow full collection, and a reload
-freezes the config it built (`gtmcluster.heap`, `gtmcluster.config.reload`). A reference
+freezes the config it built (`gtmcluster.runtime.heap`, `gtmcluster.config.reload`). A reference
 cycle alive at that moment that dies later is never collected: a leak for good. Measured
 before these tests, a member at 5,000 servers left about 1,000 such objects per freeze, most
 of them a peer batch held by the closure that merged it a slice per turn (a nested function
@@ -16,9 +16,9 @@ from typing import Any
 
 from twisted.internet import task
 
-from gtmcluster import slices
 from gtmcluster.config.load import load
 from gtmcluster.health.status import evaluate
+from gtmcluster.runtime import slices
 from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.cycles import collector_off

@@ -1,4 +1,4 @@
-"""Per-object statistics (`gtmcluster.objectstats`): a real node answers real queries, on the
+"""Per-object statistics (`gtmcluster.runtime.objectstats`): a real node answers real queries, on the
 general path and the fast path, and the figures per wide IP, pool and pool member say what it
 answered, from which slot of the search (preferred, alternate, fallback, last resort, failure
 response, persistence), with the drops and returns to the zone."""
@@ -17,8 +17,8 @@ from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.fanout.feed import add_counts, take_counts
 from gtmcluster.node import Node
-from gtmcluster.objectstats import object_stats
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime.objectstats import object_stats
+from gtmcluster.runtime.stats import QueryStats
 from tests.support import configs
 from tests.support.twins import Clock, make_query
 

@@ -17,7 +17,6 @@ from twisted.internet import defer, task
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs, formatEvent
 
-from gtmcluster import sockets
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.load import load
 from gtmcluster.config.model import DNSServer, QueryLog
@@ -26,7 +25,8 @@ from gtmcluster.node import Node
 from gtmcluster.querylog import dnstap, read, writer
 from gtmcluster.querylog.logfile import LogFile
 from gtmcluster.querylog.writer import Entry, QueryLogWriter, QueryQueue
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime import sockets
+from gtmcluster.runtime.stats import QueryStats
 from tests.conftest import require_tool
 from tests.support import configs
 from tests.support.dnsclient import query

@@ -22,7 +22,7 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.ratelimit import ANSWER, DROP, SLIP, RateLimiter, truncated
 from gtmcluster.dns.stream import DNSStreamFactory
 from gtmcluster.node import Node
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime.stats import QueryStats
 from tests.support import configs
 from tests.support.dnsclient import addresses, query
 

@@ -15,7 +15,6 @@ from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
-from gtmcluster import sockets
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.load import load
 from gtmcluster.config.model import DNSServer, RateLimit, TransferLimits
@@ -24,6 +23,7 @@ from gtmcluster.dns.server import DNSService
 from gtmcluster.dns.stream import DNSStreamFactory, DNSStreamProtocol, ListenerFactory
 from gtmcluster.dns.udpport import DNSDatagramProtocol
 from gtmcluster.node import Node
+from gtmcluster.runtime import sockets
 from tests.support import configs
 from tests.support.dnsclient import addresses, query
 

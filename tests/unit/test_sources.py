@@ -1,4 +1,4 @@
-"""What a source is (`gtmcluster.sources`), for every per-source cap: an IPv4 address (also
+"""What a source is (`gtmcluster.runtime.sources`), for every per-source cap: an IPv4 address (also
 IPv4-mapped), an IPv6 address's /64 (its zone left out), anything else as it is; and one
 address as one spelling (`plain`). The fast `source_of` agrees with `ipaddress` on any
 address."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gtmcluster.sources import SOURCE_IPV6_PREFIX, plain, source_of
+from gtmcluster.runtime.sources import SOURCE_IPV6_PREFIX, plain, source_of
 
 
 @pytest.mark.parametrize(

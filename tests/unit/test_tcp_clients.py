@@ -1,5 +1,5 @@
 """The TCP client table (`dns.tcpclients`): caps per DNS address and per source, who makes
-way (sources as `gtmcluster.sources` makes them: test_sources.py);
+way (sources as `gtmcluster.runtime.sources` makes them: test_sources.py);
 ``dns_server.tcp_max_per_source`` in the config; and what /metrics says of closed
 connections and refused zone transfers."""
 
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
 
-from gtmcluster import slices
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.config.load import load
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns.tcpclients import EVICTED, SOURCE_CAP, Clients
+from gtmcluster.runtime import slices
 from gtmcluster.service import Sockets, make_service
 from tests.support import configs
 

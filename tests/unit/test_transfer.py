@@ -28,7 +28,7 @@ from gtmcluster.config.model import Config, TransferLimits
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import Outgoing, Transfers, transfer_type
 from gtmcluster.dnsdata.zone import TYPE_AXFR, TYPE_IXFR
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime.stats import QueryStats
 from tests.support import configs
 from tests.unit.test_config_errors import assert_form, find, problems_of, put
 

@@ -23,7 +23,7 @@ from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import PER_TURN, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.dns.transfer import Transfers
 from gtmcluster.dns.xfrslots import TransferSlots
-from gtmcluster.stats import QueryStats
+from gtmcluster.runtime.stats import QueryStats
 from tests.support.sendbuffer import SendBuffer, frames
 from tests.unit.test_ixfr import BIG, stepper
 from tests.unit.test_server import framed

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster import slices
 from gtmcluster.api import admin as api_admin
 from gtmcluster.api.proximity import explain
 from gtmcluster.config.load import load
@@ -23,6 +22,7 @@ from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, TYPE_MX, TYPE
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action
 from gtmcluster.node import Node
+from gtmcluster.runtime import slices
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
 from tests.support import configs

@@ -11,14 +11,24 @@ Without them SO_REUSEPORT stays off, so a second node on the same address is an 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from gtmcluster.config.addresses import HostPort
+from typing import Protocol
 
 UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
 TCP_BACKLOG = 256
+
+
+class Endpoint(Protocol):
+    """An address and port to bind (the config's `HostPort` is one)."""
+
+    @property
+    def host(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 class ListenError(Exception):
@@ -27,7 +37,7 @@ class ListenError(Exception):
 
 @dataclass(slots=True)
 class Listener:
-    address: HostPort
+    address: Endpoint
     family: socket.AddressFamily
     udp: socket.socket
     tcp: socket.socket
@@ -63,7 +73,7 @@ def _udp(family: socket.AddressFamily, where: tuple[str, int], shared: bool) -> 
     return udp
 
 
-def bind(addresses: Iterable[HostPort], processes: int = 1) -> list[Listener]:
+def bind(addresses: Iterable[Endpoint], processes: int = 1) -> list[Listener]:
     """Bind UDP and TCP (listening) sockets on every address, and the UDP sockets of
     *processes* - 1 workers; all or nothing."""
     listeners: list[Listener] = []
@@ -98,7 +108,7 @@ def bind(addresses: Iterable[HostPort], processes: int = 1) -> list[Listener]:
     return listeners
 
 
-def bind_tcp(address: HostPort, what: str) -> socket.socket:
+def bind_tcp(address: Endpoint, what: str) -> socket.socket:
     """A listening TCP socket on *address* (for the peer listener, the API)."""
     family = socket.AddressFamily.AF_INET6 if address.host.version == 6 else socket.AddressFamily.AF_INET
     sock = _socket(family, socket.SOCK_STREAM)

@@ -4,7 +4,7 @@ Building a million objects that stay (reading a config of 5,000 servers and 20,0
 topology records) triggers collections that examine the growing structure again and
 again: 60% of the time such a config took to read. What such builders make holds no
 garbage cycles, so they run with the collector paused (`collection_paused`), and
-collections resume when they are done. (`gtmcluster.heap` keeps full collections short
+collections resume when they are done. (`gtmcluster.runtime.heap` keeps full collections short
 once the structure is built.)
 
 A structure built while the node runs (a config read again for a reload:

@@ -41,7 +41,7 @@ class Histogram:
 
 
 #: a wide IP answer as the per-object statistics count it: (wide IP, pool or "", slot,
-#: method, the virtual servers named); see `gtmcluster.objectstats`
+#: method, the virtual servers named); see `gtmcluster.runtime.objectstats`
 Tally = tuple[str, str, str, str, tuple[str, ...]]
 
 
@@ -50,7 +50,7 @@ class QueryStats:
         #: (wide IP or "", qtype, rcode, deciding method or "static"/"") -> queries
         self.queries: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
         #: wide IP answers by wide IP, pool, slot, method and the virtual servers they hold
-        #: (a `Tally`): the per-object statistics (gtmcluster.objectstats) and the
+        #: (a `Tally`): the per-object statistics (gtmcluster.runtime.objectstats) and the
         #: dashboard's answers per data center (gtmcluster.history)
         self.answered: defaultdict[Tally, int] = defaultdict(int)
         self.decisions = Histogram(DECISION_BUCKETS)

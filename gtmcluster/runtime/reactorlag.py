@@ -23,7 +23,7 @@ from twisted.application.service import Service
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
-from gtmcluster.stats import Histogram
+from gtmcluster.runtime.stats import Histogram
 
 log = Logger()
 

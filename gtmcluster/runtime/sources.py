@@ -11,15 +11,14 @@ address (a UNIX socket's path) is its own source, as it is.
 
 `source_of` is on the path of every accepted connection, so it parses with socket's
 `inet_pton` (under a microsecond; `ipaddress` takes some 17). `plain` is one address as one
-spelling (`topology.prefixes.address_of`, as a string), for the few places that name an
+spelling (`address_of`, as a string), for the few places that name an
 address rather than a source (a member's own peer address). Pure: nothing from Twisted.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
-
-from gtmcluster.topology.prefixes import address_of
 
 #: the IPv6 prefix counted as one source: a /64 is one link (SLAAC hosts pick any address in
 #: it), so one host has a whole /64 to open connections from
@@ -50,3 +49,12 @@ def plain(host: str) -> str:
         return str(address_of(host))
     except ValueError:
         return host
+
+
+def address_of(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address of a source as received (an IPv6 zone left out, IPv4-mapped unmapped),
+    as prefixes are matched against it. Raises ValueError."""
+    address = ipaddress.ip_address(source.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address

@@ -4,7 +4,7 @@ per source (`Caps`), and given back exactly once however their holder ends (`Hel
 The API counts its answers in progress and its log followers so (`api.server`, `api.logs`,
 apart for clients with and without the token), and the DNS listener its zone transfers
 being sent (`dns.xfrslots`, which also counts its refusals). A source is what
-`gtmcluster.sources` makes of an address. Pure: nothing from Twisted.
+`gtmcluster.runtime.sources` makes of an address. Pure: nothing from Twisted.
 """
 
 from __future__ import annotations

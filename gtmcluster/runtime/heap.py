@@ -39,7 +39,7 @@ rule: about 1,000 objects kept for good per freeze, most of them peer batches
 line per freeze say how often it happens and what the pauses were.
 
 Building a large structure of long-lived objects, such as reading a big config, pauses the
-collector instead (`gtmcluster.gcpause`).
+collector instead (`gtmcluster.runtime.gcpause`).
 """
 
 from __future__ import annotations

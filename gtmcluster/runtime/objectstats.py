@@ -1,6 +1,6 @@
 """Per-object statistics, as F5's ``show gtm wideip / pool / pool-member`` gives them.
 
-The answer path keeps two plain counters (`gtmcluster.stats.QueryStats`): queries by (wide IP,
+The answer path keeps two plain counters (`gtmcluster.runtime.stats.QueryStats`): queries by (wide IP,
 type, rcode, method), and wide IP answers by `Tally` (wide IP, pool, slot, method, servers).
 Nothing more is counted per query; this module folds them, when asked (the API, /metrics,
 the dashboard), into figures per wide IP, per pool and per pool member, since the node
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gtmcluster.slices import Steps, whole
-from gtmcluster.stats import QueryStats, Tally
+from gtmcluster.runtime.slices import Steps, whole
+from gtmcluster.runtime.stats import QueryStats, Tally
 
 #: the slots of an answer, in the order they are shown
 SLOTS = ("preferred", "alternate", "fallback", "last_resort", "failure_response", "persistence")
@@ -52,7 +52,7 @@ def _add(counts: dict[str, int], key: str, n: int) -> None:
 
 def object_stats_steps(stats: QueryStats, only: str | None = None) -> Steps[dict[str, Any]]:
     """The figures of every wide IP, pool and pool member that has counts (of wide IP *only*
-    and its pools' when given), in steps (`gtmcluster.slices`)."""
+    and its pools' when given), in steps (`gtmcluster.runtime.slices`)."""
     # the counters as they are now (copied at once: answers go on counting meanwhile)
     queries = list(stats.queries.items())
     answered = list(stats.answered.items())
