@@ -3,7 +3,10 @@
 `Link` is what the replication (`sync.replicator`, `sync.antientropy`, `sync.configsync`,
 `sync.peerstate`) needs of one peer connection (`sync.peer.PeerProtocol` is one): who is at
 the other end, whether it is established or closed, and the commands sent over it (its
-phases are the connection's own: `sync.phases`). `Host` is what a peer connection
+phases are the connection's own: `sync.phases`); it drops a connection that misbehaves
+(`Link.violation`), and that is all it ends. `Channel` adds what only the peer service
+(`sync.service`) does to the connections the replication holds for it: close them, wait
+for them to go, abort those that linger. `Host` is what a peer connection
 calls back on the node's replication (`sync.replicator.Replicator` is one), with the two
 collaborators it hands a peer's commands to: `Reconciler`, anti-entropy
 (`sync.antientropy.AntiEntropy`), and `ConfigChannel`, config sync
@@ -24,8 +27,6 @@ class Link(Protocol):
 
     #: the member at the other end, once its hello was read
     peer: str | None
-    #: the member a dialled connection expects (None: accepted)
-    expected: str | None
     datacenter: str
     config_digest: str
     #: the peer's protocol version
@@ -36,7 +37,6 @@ class Link(Protocol):
     dnssec_keys: str | None
     #: requests sent and not yet answered
     outstanding: int
-    transport: Any
 
     @property
     def established(self) -> bool:
@@ -56,13 +56,25 @@ class Link(Protocol):
 
     def violation(self, reason: str, graceful: bool = False, logged: bool = True) -> None: ...
 
-    def close(self) -> None: ...
-
     def send_heartbeat(self) -> None: ...
 
-    def when_closed(self) -> Deferred[None]: ...
-
     def when_writable(self) -> Deferred[None]: ...
+
+
+class Channel(Link, Protocol):
+    """One peer connection as the replication holds it (`Host.connections`,
+    `sync.peerstate.PeerState.channels`) for the peer service, which closes them when the
+    node stops or the group's CA changes."""
+
+    #: the member a dialled connection expects (None: accepted)
+    expected: str | None
+    transport: Any
+
+    def close(self) -> None:
+        """Close cleanly (TLS close_notify after what is queued)."""
+
+    def when_closed(self) -> Deferred[None]:
+        """Fires when the connection is gone (at once if it is)."""
 
 
 class ConfigChannel(Protocol):
@@ -113,7 +125,8 @@ class Host(Protocol):
     heartbeat_interval: float
     heartbeat_timeout: float
     idle_timeout: float
-    connections: set[Link]
+    #: every connection from its TCP connect to its end
+    connections: set[Channel]
 
     @property
     def anti_entropy(self) -> Reconciler: ...
@@ -123,9 +136,9 @@ class Host(Protocol):
 
     def check_hello(self, identity: str, node: str, group: str, version: int, min_version: int) -> str | None: ...
 
-    def established(self, proto: Link) -> None: ...
+    def established(self, proto: Channel) -> None: ...
 
-    def lost(self, proto: Link, why: str) -> None: ...
+    def lost(self, proto: Channel, why: str) -> None: ...
 
     def live_names(self) -> list[str]: ...
 

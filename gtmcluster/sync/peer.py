@@ -1,21 +1,10 @@
 """One connection to a peer: TLS identity, the Hello exchange, then the commands.
 
-State machine (inputs on the left, what happens on the right):
+Its phases (handshake, hello, established, closed) are a state machine of their own
+(`sync.phases`): each phase object says what the connection does in it (which commands it
+reads, what a whole box or a heartbeat's tick does, what its end means), and this module
+asks the phase it is in rather than testing which one it is. Besides them:
 
-    handshake --TLS done, certificate names a member-->  hello
-    handshake --certificate refused / timeout-------->   closed (logged)
-    hello     --initiator: our Hello answered OK----->   established
-    hello     --responder: their Hello is right------>   established
-    hello     --wrong name/group/version, timeout---->   closed (logged)
-    established --any whole box (command, answer)-->   (dispatched; idle timer reset; heard:
-                                                         a silent connection is live again)
-    established --every heartbeat_interval---------->   a Heartbeat sent
-    established --no whole box for heartbeat_timeout->  silent: the peer's verdicts stop
-                                                         counting while every connection
-                                                         to it is silent (still open)
-    established --no whole box for idle_timeout---->   closed (a box trickled byte by
-                                                         byte never completes, so it
-                                                         does not keep the connection)
     established --a Publish batch------------------->   reading from the peer pauses until the
                                                          batch is merged (a slice per turn)
     established --our output blocked (the peer does
@@ -26,12 +15,9 @@ State machine (inputs on the left, what happens on the right):
     established --output blocked for idle_timeout,
                 more than MAX_HELD requests held,
                 a second SendAll ------------------->   closed (logged)
-    any       --a command before established, a box
-                too large, too many commands/second,
-                a malformed box or argument -------->   closed (logged)
 
-Only the connection's initiator sends Hello; the other side answers it. Misbehaviour ends
-this connection only: the replicator and the other peers are not disturbed.
+Misbehaviour ends this connection only: the replicator and the other peers are not
+disturbed.
 
 Write-side back-pressure (`sync.backpressure`): the connection registers an `Outlet` with
 its transport as a push producer; while the peer leaves our output unread its requests are
@@ -58,7 +44,7 @@ from gtmcluster.sync.backpressure import Outlet
 from gtmcluster.sync.boxes import MAX_BOX, MAX_COMMAND_RATE, RATE_BURST, box_problem, encoded_size
 from gtmcluster.sync.codec import BadMessage
 from gtmcluster.sync.link import Host
-from gtmcluster.sync.phases import CLOSED, ESTABLISHED, HANDSHAKE, HELLO, PHASES, Phases, Where
+from gtmcluster.sync.phases import Phase, Phases
 from gtmcluster.sync.silence import Silence
 from gtmcluster.sync.tls import IdentityError, certificate_summary, handshake_failure, peer_identity
 
@@ -76,9 +62,8 @@ class PeerProtocol(amp.AMP):
         self.expected = expected  # the member we dialled (None: they dialled us)
         self.initiator = expected is not None
         #: where the connection is (`phase` reads it; not `state`: AMP's string parser owns
-        #: that attribute), moved only by the inputs of the transition table (`Phases`)
-        self._where = Where()
-        self.phases: Phases = PHASES(self._where)
+        #: that attribute), moved only by the inputs of the transition table
+        self.phases = Phases()
         self.peer: str | None = None
         #: the peer's certificate (serial in hex, expiry), once the handshake is done
         self.certificate: dict[str, str] = {}
@@ -97,7 +82,7 @@ class PeerProtocol(amp.AMP):
         self.silence = Silence(
             replicator.clock,
             lambda: self.replicator.heartbeat_timeout,
-            lambda: self.phase == ESTABLISHED,
+            lambda: self.established,
             self._silence_changed,
         )
         self._box_bytes = 0
@@ -124,19 +109,19 @@ class PeerProtocol(amp.AMP):
         self._arm(self.replicator.handshake_timeout, "no TLS handshake and Hello")
 
     @property
-    def phase(self) -> str:
-        """``handshake``, ``hello``, ``established`` or ``closed``."""
-        return self._where.phase
+    def phase(self) -> Phase:
+        """The phase the connection is in (`sync.phases`): what it does there."""
+        return self.phases.now
 
     @property
     def established(self) -> bool:
         """Past the Hellos and not closed: commands go both ways (`sync.link.Link`)."""
-        return self._where.phase == ESTABLISHED
+        return self.phases.now.established
 
     @property
     def closed(self) -> bool:
         """Refused, dropped or lost (`sync.link.Link`)."""
-        return self._where.phase == CLOSED
+        return self.phases.now.closed
 
     def handshakeCompleted(self) -> None:
         r = self.replicator
@@ -161,7 +146,7 @@ class PeerProtocol(amp.AMP):
             d.addCallbacks(self._hello_answered, self._hello_failed)
 
     def _hello_answered(self, answer: dict[str, Any]) -> None:
-        if self.phase != HELLO:
+        if not self.phase.awaits_answer:
             return
         problem = self.replicator.check_hello(
             self.peer or "", answer["node"], answer["group"], answer["version"], answer["version"]
@@ -173,8 +158,7 @@ class PeerProtocol(amp.AMP):
         self._establish(answer["datacenter"], answer["version"], answer["config_digest"])
 
     def _hello_failed(self, failure: Failure) -> None:
-        if self.phase != CLOSED:
-            self.violation(f"our Hello was refused: {failure.getErrorMessage()}")
+        self.violation(f"our Hello was refused: {failure.getErrorMessage()}")
 
     @commands.Hello.responder
     def hello(
@@ -188,7 +172,7 @@ class PeerProtocol(amp.AMP):
         dnssec_keys: str | None = None,
     ) -> dict[str, Any]:
         r = self.replicator
-        if self.initiator or self.phase != HELLO:
+        if not self.phase.takes_hello(self.initiator):
             self._close_soon("an unexpected Hello")
             raise commands.Refused("unexpected Hello")
         problem = r.check_hello(self.peer or "", node, group, version, min_version)
@@ -221,7 +205,7 @@ class PeerProtocol(amp.AMP):
         self._established_at = self.replicator.clock.seconds()
         self.datacenter, self.version, self.config_digest = datacenter, version, config_digest
         self._arm(self.replicator.idle_timeout, self._idle_reason())
-        self._schedule_heartbeat()
+        self.schedule_heartbeat()
         self.silence.start(self._established_at)
         if self.initiator:
             self._announced = True
@@ -232,11 +216,11 @@ class PeerProtocol(amp.AMP):
             self.replicator.clock.callLater(0, self._announce)
 
     def _announce(self) -> None:
-        if self.phase == ESTABLISHED:
+        if self.established:
             self._announced = True
             self.replicator.established(self)
 
-    def _schedule_heartbeat(self) -> None:
+    def schedule_heartbeat(self) -> None:
         r = self.replicator
         self._heartbeat = r.clock.callLater(min(r.heartbeat_interval, r.idle_timeout / 3), self._beat)
 
@@ -251,9 +235,7 @@ class PeerProtocol(amp.AMP):
 
     def _beat(self) -> None:
         self._heartbeat = None
-        if self.phase == ESTABLISHED:
-            self.send_heartbeat()
-            self._schedule_heartbeat()
+        self.phase.beat(self)
 
     def send_heartbeat(self) -> None:
         connected = ",".join(self.replicator.live_names())
@@ -266,16 +248,18 @@ class PeerProtocol(amp.AMP):
             lambda _: None
         )
 
+    def handshake_failed(self, reason: Failure) -> None:
+        """OpenSSL refused the peer (foreign CA, expired, no certificate, not TLS at all)."""
+        log.warn(
+            "dropping peer connection {peer} ({direction}): TLS handshake failed: {reason}",
+            peer=self.expected or self._address(),
+            direction="outgoing" if self.initiator else "incoming",
+            reason=handshake_failure(self.transport, reason),
+            event="peer_refused",
+        )
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self.phase == HANDSHAKE and not self._why:
-            # OpenSSL refused it (foreign CA, expired, no certificate, not TLS at all)
-            log.warn(
-                "dropping peer connection {peer} ({direction}): TLS handshake failed: {reason}",
-                peer=self.expected or self._address(),
-                direction="outgoing" if self.initiator else "incoming",
-                reason=handshake_failure(self.transport, reason),
-                event="peer_refused",
-            )
+        self.phase.lost(self, reason)
         if self.initiator and self.factory is not None:
             # A connection refused at TLS or Hello, or dropped soon after it got through
             # (the peer refuses what we send, say our clock is a day ahead), makes the
@@ -301,7 +285,7 @@ class PeerProtocol(amp.AMP):
 
     def when_closed(self) -> Deferred[None]:
         """Fires when this connection is gone (at once if it is)."""
-        if self.phase == CLOSED and self not in self.replicator.connections:
+        if self.closed and self not in self.replicator.connections:
             return succeed(None)
         d: Deferred[None] = Deferred()
         self._closed.append(d)
@@ -321,6 +305,12 @@ class PeerProtocol(amp.AMP):
     def _idle_reason(self) -> str:
         return f"silent for too long (no complete message in {self.replicator.idle_timeout:g}s)"
 
+    def alive(self) -> None:
+        """A whole box came (an established connection's sign of life): the idle timer
+        starts again and a silent connection is heard."""
+        self._arm(self.replicator.idle_timeout, self._idle_reason())
+        self.silence.heard()
+
     def dataReceived(self, data: bytes) -> None:
         """Count what comes in: every whole box takes its bytes off (`ampBoxReceived`), so
         what is left after AMP read *data* is the part of a box still coming. More than
@@ -328,7 +318,7 @@ class PeerProtocol(amp.AMP):
         of them)."""
         self._box_bytes += len(data)
         super().dataReceived(data)
-        if self._box_bytes > MAX_BOX and self.phase != CLOSED:
+        if self._box_bytes > MAX_BOX:
             self.violation(f"a message larger than {MAX_BOX} bytes")
 
     def ampBoxReceived(self, box: amp.AmpBox) -> None:
@@ -336,17 +326,13 @@ class PeerProtocol(amp.AMP):
         answer, an answer to no question or an error without its code is malformed (AMP
         itself would raise out of `dataReceived`, a traceback), and drops the peer."""
         self._box_bytes -= encoded_size(box)
-        if self.phase == CLOSED:
+        if self.closed:
             return
         problem = box_problem(box)
         if problem is not None:
             self.violation(f"malformed message: {problem}")
             return
-        # Whole boxes are the signs of life, not bytes: a peer that trickles one box byte
-        # by byte is silent as far as the idle timeout goes.
-        if self.phase == ESTABLISHED:
-            self._arm(self.replicator.idle_timeout, self._idle_reason())
-            self.silence.heard()
+        self.phase.whole_box(self)
         answer = amp.ANSWER in box or amp.ERROR in box
         try:
             super().ampBoxReceived(box)
@@ -367,11 +353,8 @@ class PeerProtocol(amp.AMP):
 
     def _dispatch(self, box: amp.AmpBox) -> Deferred[Any]:
         command = box.get(amp.COMMAND)
-        if self.phase == CLOSED:
-            return Deferred()
-        if self.phase != ESTABLISHED and command != b"Hello":
-            self.violation(f"command {command!r} before Hello")
-            return Deferred()
+        if not self.phase.admit(self, command):
+            return Deferred()  # (dropped for it, or closed already: never answered)
         if not self._rate.take(1, self.replicator.clock.seconds()):
             self.violation(f"more than {MAX_COMMAND_RATE:g} commands per second")
             return Deferred()
@@ -398,7 +381,7 @@ class PeerProtocol(amp.AMP):
         *graceful*: let what we have queued (an error answer saying why) go out first,
         with a forced close if the peer does not let go within 2 seconds.
         """
-        if self.phase == CLOSED:
+        if self.closed:
             return
         if logged:
             log.warn(
@@ -498,7 +481,7 @@ class PeerProtocol(amp.AMP):
         return merging.addCallback(merged)
 
     def _resume(self) -> None:
-        if not self._merging and self.paused and self.phase != CLOSED and self.transport is not None:
+        if not self._merging and self.paused and not self.closed and self.transport is not None:
             self.resumeProducing()
 
     @commands.Summary.responder
@@ -540,7 +523,7 @@ class PeerProtocol(amp.AMP):
 
     def _unless_closed(self, failure: Failure) -> Failure:
         """A command's failure, or (the connection went while it ran) no answer at all."""
-        if self.phase == CLOSED or failure.check(ConnectionLost, ConnectionDone):
+        if self.closed or failure.check(ConnectionLost, ConnectionDone):
             raise _Dropped()
         return failure
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gtmcluster.dnssec import keyset
-from gtmcluster.sync.link import Link
+from gtmcluster.sync.link import Channel
 
 
 @dataclass(slots=True)
@@ -15,7 +15,7 @@ class PeerState:
 
     name: str
     datacenter: str = ""
-    channels: list[Link] = field(default_factory=list)
+    channels: list[Channel] = field(default_factory=list)
     connected_since: float | None = None
     last_contact: float | None = None
     config_digest: str = ""

@@ -44,7 +44,7 @@ from gtmcluster.state.store import Store
 from gtmcluster.sync import codec, commands
 from gtmcluster.sync.antientropy import AntiEntropy
 from gtmcluster.sync.codec import BadMessage
-from gtmcluster.sync.link import Link
+from gtmcluster.sync.link import Channel, Link
 from gtmcluster.sync.peerstate import PeerState
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Replicator:
         self.peers = {name: PeerState(name) for name in sorted(self.members) if name != node}
         #: every open peer connection, dialled or accepted, in any phase (`PeerService` closes
         #: them all when the node stops)
-        self.connections: set[Link] = set()
+        self.connections: set[Channel] = set()
         self._outbox: dict[str, list[Record]] = {}
         self._flush: IDelayedCall | None = None
         self._merging_from: str | None = None
@@ -189,7 +189,7 @@ class Replicator:
             )
         return None
 
-    def established(self, proto: Link) -> None:
+    def established(self, proto: Channel) -> None:
         assert proto.peer is not None
         peer = self.peers.get(proto.peer)
         if peer is None:  # removed by a reload between its Hello and this turn
@@ -301,7 +301,7 @@ class Replicator:
         ]
         defer.DeferredList(pulls).addCallback(asked)
 
-    def lost(self, proto: Link, why: str) -> None:
+    def lost(self, proto: Channel, why: str) -> None:
         peer = self.peers.get(proto.peer or "")
         if peer is None or proto not in peer.channels:
             return
