@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from twisted.application.service import IService, MultiService, Service
-from twisted.internet import defer, threads
-from twisted.internet.interfaces import IReactorThreads
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from gtmcluster import slices
@@ -34,6 +33,7 @@ from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import Commit, Reconfigurable, Reload
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.reactorlag import ReactorLag
+from gtmcluster.reactors import Runtime
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
@@ -80,7 +80,8 @@ class NodeService(MultiService):
     path; and, by name, the parts the API reads (None: this node has no such part).
     *read_credentials* reads and checks this member's TLS files of a new config, where a
     part uses them (the peers, the HTTPS API). *group_config* makes the group's shared
-    config (`groupconfig.shared`) over this node, when it was started with one."""
+    config (`groupconfig.shared`) over this node, when it was started with one. *runtime*:
+    what differs between *reactor* and a test's (`reactors.Runtime`)."""
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class NodeService(MultiService):
         services: Sequence[IService] = (),
         parts: Sequence[Reconfigurable] = (),
         *,
+        runtime: Runtime,
         read_credentials: Callable[[Config], defer.Deferred[Credentials]] | None = None,
         snapshots: Snapshotter | None = None,
         workers: AnsweringWorkers | None = None,
@@ -108,6 +110,8 @@ class NodeService(MultiService):
         self.node = node
         self.replicator = replicator
         self.reactor = reactor
+        #: what differs between this reactor and a test's (threads, processes)
+        self.runtime = runtime
         self.config_path = config_path
         for service in services:
             service.setServiceParent(self)
@@ -139,23 +143,15 @@ class NodeService(MultiService):
         )
         #: what differs between the running config and a new one, compared off the reactor
         #: thread (at once on a reactor without threads, as in tests)
-        self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: (
-            threads.deferToThreadPool(reactor, reactor.getThreadPool(), between, old, new)
-            if IReactorThreads.providedBy(reactor)
-            else defer.succeed(between(old, new))
+        self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: runtime.in_thread(
+            between, old, new
         )
         #: runs file work in the reactor's thread pool (at once on a reactor without
         #: threads, as in tests)
-        self.in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]] = (
-            (lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f))
-            if IReactorThreads.providedBy(reactor)
-            else defer.maybeDeferred
-        )
+        self.in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]] = runtime.in_thread
         #: runs steps a few milliseconds per reactor turn (at once on a reactor without
         #: threads, as in tests: the steps are the same)
-        self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = lambda steps: (
-            slices.run(steps, reactor) if IReactorThreads.providedBy(reactor) else defer.succeed(slices.whole(steps))
-        )
+        self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = runtime.in_turns
         #: the group's shared config (`groupconfig.shared`), when the node was started with it
         self.group_config = group_config(self) if group_config is not None else None
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from twisted.application.internet import TimerService
 from twisted.application.service import IService, Service
-from twisted.internet import defer, threads
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from gtmcluster import heap
@@ -50,6 +50,7 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
 from gtmcluster.reactorlag import ReactorLag
+from gtmcluster.reactors import Runtime
 from gtmcluster.sockets import Listener
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart
@@ -118,9 +119,11 @@ def make_service(
         heartbeat_timeout=settings.heartbeat_timeout,
     )
     replicator.set_dnssec_keys(keyset.digests(config.dnssec))
+    runtime = Runtime.of(reactor)
     exchange = None
     if start is not None:
         exchange = ConfigSync(replicator, start.shelf, config.sync_group.settings.config_sync)
+        exchange.in_thread = runtime.in_thread
         replicator.config = exchange
     # Health counts this node's verdicts and those of connected peers heard from within the
     # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.
@@ -254,9 +257,7 @@ def make_service(
 
     def read_credentials(new: Config) -> defer.Deferred[Credentials]:
         """This member's TLS files of *new*, read and checked off the reactor thread."""
-        return threads.deferToThreadPool(
-            reactor, reactor.getThreadPool(), load_credentials, new.tls_for(node_name), node_name
-        )
+        return runtime.in_thread(load_credentials, new.tls_for(node_name), node_name)
 
     group_config = None
     if start is not None and exchange is not None:
@@ -272,6 +273,7 @@ def make_service(
         config_path,
         services,
         parts,
+        runtime=runtime,
         read_credentials=read_credentials if peers is not None or api_tls is not None else None,
         snapshots=snapshots,
         workers=workers,
@@ -285,8 +287,6 @@ def make_service(
         node_log=node_log,
         group_config=group_config,
     )
-    if exchange is not None:
-        exchange.in_thread = top.in_thread
     if sockets.api is not None:
         generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))
         factory: Any = api_site(top, generated, api_tls)

@@ -19,6 +19,7 @@ from gtmcluster.config.model import Config
 from gtmcluster.node import Node
 from gtmcluster.nodeparts import Reload
 from gtmcluster.nodeservice import NodeService, NotTaken, PartlyTaken
+from gtmcluster.reactors import Runtime
 from gtmcluster.sync.replicator import Replicator
 from tests.support import configs
 
@@ -64,7 +65,7 @@ def service(tmp_path: Path, parts: list[Part]) -> NodeService:
     replicator = Replicator(
         node.store, reactor, node="n1", group="test", datacenter="DC1", members=["n1"], config_digest=config.digest
     )
-    top = NodeService(node, replicator, reactor, str(config.path), parts=parts)
+    top = NodeService(node, replicator, reactor, str(config.path), parts=parts, runtime=Runtime.of(reactor))
     top.read_config = lambda path, own_dir: defer.succeed(load(path, own_dir))
     configs.write(tmp_path, raw(tmp_path, 17))  # what a reload reads
     return top
