@@ -186,7 +186,7 @@ class Node:
 
     def prepare_reload(self, config: Config, changes: Changes | None = None) -> Prepared:
         """What answering from *config* needs, built (raising if it cannot be), not yet in
-        use: `switch_to` puts it in use (see `service.NodeService.switch`). *changes*: what
+        use: `switch_to` puts it in use (see `nodeservice.NodeService.switch`). *changes*: what
         differs from the running config, when known."""
         built = self._build(config, self.member.name, self.balancer.rotations)
         return replace(built, changes=changes, health_index=index_of(config))

@@ -8,40 +8,37 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from twisted.application.service import MultiService, Service
-from twisted.internet import defer, threads
-from twisted.internet.interfaces import IReactorThreads
+from twisted.application.service import IService, MultiService, Service
+from twisted.internet import defer
 from twisted.logger import Logger
 
-from gtmcluster.api.tls import ApiTLS
 from gtmcluster.config import reload as config_reload
 from gtmcluster.config.changes import Changes, between, restart_needed
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
-from gtmcluster.dnssec import keyset
-from gtmcluster.fanout.supervisor import Workers
 from gtmcluster.groupconfig.bundle import Header
 from gtmcluster.groupconfig.shared import GroupConfig
 from gtmcluster.health.checker import HealthChecker
-from gtmcluster.health.linktraffic import LinkTrafficPoller
 from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
-from gtmcluster.proximity.budget import Budget
+from gtmcluster.nodeparts import Commit, Reconfigurable, Reload
 from gtmcluster.proximity.scheduler import ProbeScheduler
-from gtmcluster.runtime import heap, slices
+from gtmcluster.reactors import Runtime
+from gtmcluster.runtime import slices
+from gtmcluster.runtime.heap import HeapKeeper
 from gtmcluster.runtime.reactorlag import ReactorLag
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService
-from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
+from gtmcluster.sync.tls import CredentialError, Credentials
 
 log = Logger(namespace="gtmcluster.service")
 T = TypeVar("T")
@@ -51,74 +48,112 @@ T = TypeVar("T")
 STOP_DEADLINE = 2.5
 
 
-class NodeService(MultiService):
-    """The node: its parts as services, and the reload that swaps its config."""
+class WorkerSlot(Protocol):
+    """One answering worker, as the API counts it."""
 
-    def __init__(self, node: Node, replicator: Replicator, reactor: Any, config_path: str):
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def answered(self) -> int: ...
+
+
+class AnsweringWorkers(Protocol):
+    """The answering workers (`fanout.supervisor.Workers`, given by the wiring), as the
+    node stops them and the API shows them."""
+
+    @property
+    def slots(self) -> Sequence[WorkerSlot]: ...
+
+    @property
+    def running_workers(self) -> int: ...
+
+    def describe(self) -> list[dict[str, Any]]: ...
+
+
+class NodeService(MultiService):
+    """The node: its parts as services, and the reload that swaps its config.
+
+    Everything is handed to the constructor (by `service.make_service`, or a test): the
+    node's *services*, started in that order and stopped in reverse; the *parts* that take
+    a new config (`nodeparts.Reconfigurable`), switched in that order after the answer
+    path; and, by name, the parts the API reads (None: this node has no such part).
+    *read_credentials* reads and checks this member's TLS files of a new config, where a
+    part uses them (the peers, the HTTPS API). *group_config* makes the group's shared
+    config (`groupconfig.shared`) over this node, when it was started with one. *runtime*:
+    what differs between *reactor* and a test's (`reactors.Runtime`)."""
+
+    def __init__(
+        self,
+        node: Node,
+        replicator: Replicator,
+        reactor: Any,
+        config_path: str,
+        services: Sequence[IService] = (),
+        parts: Sequence[Reconfigurable] = (),
+        *,
+        runtime: Runtime,
+        read_credentials: Callable[[Config], defer.Deferred[Credentials]] | None = None,
+        snapshots: Snapshotter | None = None,
+        workers: AnsweringWorkers | None = None,
+        dns: DNSService | None = None,
+        checker: HealthChecker | None = None,
+        probes: ProbeScheduler | None = None,
+        peers: PeerService | None = None,
+        heap: HeapKeeper | None = None,
+        lag: ReactorLag | None = None,
+        history: History | None = None,
+        node_log: NodeLog | None = None,
+        group_config: Callable[[NodeService], GroupConfig[ConfigSync]] | None = None,
+    ):
         super().__init__()
         self.node = node
         self.replicator = replicator
         self.reactor = reactor
+        #: what differs between this reactor and a test's (threads, processes)
+        self.runtime = runtime
         self.config_path = config_path
-        self.dns: DNSService | None = None
-        #: NOTIFY to the secondaries of zones a reload changed (`dns.notify`)
-        self.notify: NotifyService | None = None
-        self.checker: HealthChecker | None = None
-        #: reads the traffic of this data center's links (`health.linktraffic`)
-        self.link_traffic: LinkTrafficPoller | None = None
-        #: the API's TLS settings, when it serves HTTPS (api.tls)
-        self.api_tls: ApiTLS | None = None
-        self.peers: PeerService | None = None
-        self.probes: ProbeScheduler | None = None
-        self.workers: Workers | None = None
-        self.heap: heap.HeapKeeper | None = None
-        self.lag: ReactorLag | None = None
-        self.snapshots: Snapshotter | None = None
+        for service in services:
+            service.setServiceParent(self)
+        #: what takes a new config, in the order it switches (after the answer path)
+        self.parts = tuple(parts)
+        self.read_credentials = read_credentials
+        self.snapshots = snapshots
+        self.workers = workers
+        self.dns = dns
+        self.checker = checker
+        self.probes = probes
+        self.peers = peers
+        self.heap = heap
+        self.lag = lag
         #: the last hour of samples and events, for the dashboard's graphs
-        self.history: History | None = None
-        #: the node's own log file (gtmcluster.nodelog), when the tap made one
-        self.node_log: NodeLog | None = None
+        self.history = history
+        #: the node's own log file (gtmcluster.nodelog), when the tap made one; not a
+        #: child: started before the children, stopped after them
+        self.node_log = node_log
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: the config file run now: the node's own (`config_path`), or a bundle's
         self.running_path = str(node.config.path)
         #: with a bundle's: the node's own base folder (`config.load.build`)
         self.running_own_dir: Path | None = None
-        #: the group's shared config (`groupconfig.shared`), when the node was started with it
-        self.group_config: GroupConfig[ConfigSync] | None = None
         #: reads and checks a config file while the reactor answers (gtmcluster.config.reload)
         self.read_config: Callable[[str, Path | None], defer.Deferred[Config]] = lambda path, own_dir: (
             config_reload.read(reactor, path, own_dir)
         )
         #: what differs between the running config and a new one, compared off the reactor
         #: thread (at once on a reactor without threads, as in tests)
-        self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: (
-            threads.deferToThreadPool(reactor, reactor.getThreadPool(), between, old, new)
-            if IReactorThreads.providedBy(reactor)
-            else defer.succeed(between(old, new))
+        self.compare_configs: Callable[[Config, Config], defer.Deferred[Changes]] = lambda old, new: runtime.in_thread(
+            between, old, new
         )
         #: runs file work in the reactor's thread pool (at once on a reactor without
         #: threads, as in tests)
-        self.in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]] = (
-            (lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f))
-            if IReactorThreads.providedBy(reactor)
-            else defer.maybeDeferred
-        )
+        self.in_thread: Callable[[Callable[[], Any]], defer.Deferred[Any]] = runtime.in_thread
         #: runs steps a few milliseconds per reactor turn (at once on a reactor without
         #: threads, as in tests: the steps are the same)
-        self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = lambda steps: (
-            slices.run(steps, reactor) if IReactorThreads.providedBy(reactor) else defer.succeed(slices.whole(steps))
-        )
-        #: reads and checks this node's TLS files of a config off the reactor thread
-        self.read_credentials: Callable[[Config], defer.Deferred[Credentials]] = lambda config: (
-            threads.deferToThreadPool(
-                reactor,
-                reactor.getThreadPool(),
-                load_credentials,
-                config.tls_for(node.member.name),
-                node.member.name,
-            )
-        )
+        self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = runtime.in_turns
+        #: the group's shared config (`groupconfig.shared`), when the node was started with it
+        self.group_config = group_config(self) if group_config is not None else None
 
     def startService(self) -> None:
         if self.node_log is not None:
@@ -233,7 +268,7 @@ class NodeService(MultiService):
         changes = None
         if not problems:
             changes = await self.compare_configs(node.config, new)
-        if not problems and (self.peers is not None or self.api_tls is not None):
+        if not problems and self.read_credentials is not None:
             # renewed certificates (same paths, new files) or new paths: checked before use
             try:
                 creds = await self.read_credentials(new)
@@ -276,98 +311,44 @@ class NodeService(MultiService):
     def switching(
         self, new: Config, creds: Credentials | None = None, changes: Changes | None = None, own_dir: Path | None = None
     ) -> slices.Steps[None]:
-        """`switch` in steps (`gtmcluster.runtime.slices`): each part builds what it needs in a step
-        of its own (at 5,000 servers: the answer path and its fast path's table 12-15 ms,
-        the health checks 11-19 ms, the health index 12 ms), so a reload run in turns holds
-        no turn for all of them; the switch itself is the last step. A reload runs one at a
-        time and only a reload changes what the parts build from, so what was built in an
-        earlier turn is still right in the last."""
+        """`switch` in steps (`gtmcluster.runtime.slices`): the answer path, then each part of
+        `parts` in turn, builds what it needs in a step of its own (at 5,000 servers: the
+        answer path and its fast path's table 12-15 ms, the health checks 11-19 ms, the
+        health index 12 ms), so a reload run in turns holds no turn for all of them; the
+        commits are the last step. A reload runs one at a time and only a reload changes what
+        the parts build from, so what was built in an earlier turn is still right in the last."""
         node = self.node
-        switches: list[tuple[str, Callable[[], object]]] = []
+        commits: list[tuple[str, Commit]] = []
 
-        def prepare(part: str, make: Callable[[], Callable[[], object]]) -> None:
+        def prepare(part: str, make: Callable[[], Commit]) -> None:
             try:
-                switches.append((part, make()))
+                commits.append((part, make()))
             except Exception as e:
                 log.failure("{part} cannot take the new config", part=part)
                 raise NotTaken(part, f"{type(e).__name__}: {e}") from e
 
-        prepared: list[Prepared] = []
+        answers: list[Prepared] = []
 
-        def answers() -> Callable[[], object]:
-            prepared.append(node.prepare_reload(new, changes))
-            return lambda: node.switch_to(prepared[0])
+        def answer_path() -> Commit:
+            answers.append(node.prepare_reload(new, changes))
+            return lambda: node.switch_to(answers[0])
 
-        prepare("answers", answers)
+        prepare("answers", answer_path)
         yield
-        if self.dns is not None:
-            dns = self.dns
-            prepare("DNS", lambda: dns.prepare(new.dns_server, prepared[0].responder))
+        reload = Reload(new, node.config, changes, answers[0], creds, own_dir)
+        for part in self.parts:
+            prepare(part.label, partial(part.prepare, reload))
             yield
-        if self.checker is not None:
-            checker = self.checker
-            prepare("health checks", lambda: checker.prepare(new, changes))
-            yield
-        if self.link_traffic is not None:
-            link_traffic = self.link_traffic
-            prepare("link traffic", lambda: link_traffic.prepare(new))
-        if self.probes is not None:
-            probes = self.probes
-
-            def probing() -> Callable[[], object]:
-                budget = Budget(new.prober, self.reactor.seconds)
-                return lambda: probes.reconfigure(prepared[0].measurements, budget)
-
-            prepare("probes", probing)
-        names = [m.name for m in new.sync_group.members]
-        timers = {
-            key: getattr(new.sync_group.settings, key)
-            for key in ("idle_timeout", "handshake_timeout", "heartbeat_interval", "heartbeat_timeout")
-        }
-        if self.notify is not None:
-            notifier, old = self.notify.notifier, node.config
-            switches.append(("NOTIFY", lambda: notifier.reloaded(old, new)))
-        switches.append(("sync group", lambda: self.replicator.reconfigure(names, new.digest, timers)))
-        switches.append(("DNSSEC keys", lambda: self.replicator.set_dnssec_keys(keyset.digests(new.dnssec))))
-        if self.group_config is not None:
-            sync = self.group_config.sync
-            switches.append(("config sync", lambda: setattr(sync, "enabled", new.sync_group.settings.config_sync)))
-        if self.peers is not None:
-            peers = self.peers
-            others = [m for m in new.sync_group.members if m.name != node.member.name]
-
-            def dial() -> None:
-                peers.reconfigure(others)
-                if creds is not None:
-                    peers.use_credentials(creds)
-
-            switches.append(("peers", dial))
-        if self.api_tls is not None:
-            api_tls = self.api_tls
-
-            def https() -> None:
-                if api_tls.use(creds or api_tls.creds, new.api.client_certificates_required):
-                    log.info(
-                        "HTTPS API: new connections use certificate serial {serial}; client certificates {clients}",
-                        serial=api_tls.creds.serial,
-                        clients="required" if api_tls.require_client else "not asked for",
-                        event="api_tls_changed",
-                    )
-
-            switches.append(("HTTPS API", https))
-        if self.workers is not None:
-            workers = self.workers
-            switches.append(("answering workers", lambda: workers.reload(str(new.path), own_dir)))
         # the old config is freed in the next turns (a million objects at 5,000 servers: tens
         # of milliseconds), not in the same turn as the switch
         config_reload.free_in_turns(self.reactor, node.config)
         failed = []
-        for part, switch in switches:
+        for part_label, commit in commits:
             try:
-                switch()
+                commit()
             except Exception:
-                log.failure("{part} failed to switch to the new config", part=part)
-                failed.append(part)
+                log.failure("{part} failed to switch to the new config", part=part_label)
+                failed.append(part_label)
         if failed:
             raise PartlyTaken(failed)
         log.info(

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from twisted.application.internet import TimerService
-from twisted.application.service import Service
+from twisted.application.service import IService, Service
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from gtmcluster.api import token as api_token
@@ -28,6 +29,18 @@ from gtmcluster.health.linktraffic import traffic_poller
 from gtmcluster.history import History
 from gtmcluster.node import Node
 from gtmcluster.nodelog.writer import NodeLog
+from gtmcluster.nodeparts import (
+    ConfigSyncPart,
+    DNSPart,
+    DNSSECKeysPart,
+    HealthChecksPart,
+    LinkTrafficPart,
+    NotifyPart,
+    PeersPart,
+    ProbesPart,
+    Reconfigurable,
+    SyncGroupPart,
+)
 from gtmcluster.nodeservice import NodeService
 from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
@@ -35,6 +48,7 @@ from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
+from gtmcluster.reactors import Runtime
 from gtmcluster.runtime import heap
 from gtmcluster.runtime.reactorlag import ReactorLag
 from gtmcluster.runtime.sockets import Listener
@@ -43,7 +57,7 @@ from gtmcluster.sync.coldstart import ColdStart
 from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
 from gtmcluster.sync.service import PeerService
-from gtmcluster.sync.tls import CredentialError, Credentials
+from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 log = Logger()
 T = TypeVar("T")
@@ -105,13 +119,12 @@ def make_service(
         heartbeat_timeout=settings.heartbeat_timeout,
     )
     replicator.set_dnssec_keys(keyset.digests(config.dnssec))
-    top = NodeService(node, replicator, reactor, config_path)
+    runtime = Runtime.of(reactor)
+    exchange = None
     if start is not None:
         exchange = ConfigSync(replicator, start.shelf, config.sync_group.settings.config_sync)
-        exchange.in_thread = top.in_thread
+        exchange.in_thread = runtime.in_thread
         replicator.config = exchange
-        top.group_config = GroupConfig(top, start, exchange)
-    top.node_log = node_log  # not a child: started before the children, stopped after them
     # Health counts this node's verdicts and those of connected peers heard from within the
     # heartbeat timeout only, and evaluates the changes of one reactor turn together, on the next.
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
@@ -140,31 +153,23 @@ def make_service(
     replicator.catch_up = node.health_keys
     node.before_persisting = replicator.ask_first  # a client's record may be on a peer only
     snapshots.setName("snapshot")
-    snapshots.setServiceParent(top)
-    top.snapshots = snapshots
     keeper = heap.HeapKeeper(reactor)
     keeper.setName("heap")
-    keeper.setServiceParent(top)
-    top.heap = keeper
     lag = ReactorLag(reactor)
     lag.setName("reactorlag")
-    lag.setServiceParent(top)
-    top.lag = lag
     history = History(node, reactor)
     history.setName("history")
-    history.setServiceParent(top)
-    top.history = history
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")
-    ticker.setServiceParent(top)
+    services: list[IService] = [snapshots, keeper, lag, history, ticker]
+    peers = None
     if sockets.peer is not None and sockets.credentials is not None:
         others = [m for m in config.sync_group.members if m.name != node_name]
         peers = PeerService(replicator, sockets.credentials, sockets.peer, others, reactor, settings.reconcile_interval)
         peers.setName("peers")
-        peers.setServiceParent(top)
-        top.peers = peers
-    ColdStart(node, replicator, reactor, settings.cold_start_wait).setServiceParent(top)
+        services.append(peers)
+    services.append(ColdStart(node, replicator, reactor, settings.cold_start_wait))
     pinger = sockets.pinger
     path_prober = PathProber(
         reactor,
@@ -184,20 +189,15 @@ def make_service(
         reactor,
     )
     probes.setName("probes")
-    probes.setServiceParent(top)
-    top.probes = probes
     checker = HealthChecker(config, node.store, reactor, node_name, lambda m: make_check(m, reactor, pinger))
     checker.setName("health")
-    checker.setServiceParent(top)
-    top.checker = checker
     link_traffic = traffic_poller(config, node.store, reactor, node_name, member.datacenter)
     link_traffic.setName("link traffic")
-    link_traffic.setServiceParent(top)
-    top.link_traffic = link_traffic
+    services += [probes, checker, link_traffic]
     if pinger is not None:
         closer = CloseOnStop(pinger.close)
         closer.setName("icmp")
-        closer.setServiceParent(top)
+        services.append(closer)
     dns_settings = config.dns_server
     dns = DNSService(
         reactor,
@@ -213,36 +213,87 @@ def make_service(
         dns_settings.tcp_max_per_source,
     )
     dns.setName("dns")
-    dns.setServiceParent(top)
-    top.dns = dns
-    top.notify = NotifyService(reactor)
-    top.notify.setName("notify")
-    top.notify.setServiceParent(top)
+    notify = NotifyService(reactor)
+    notify.setName("notify")
+    services += [dns, notify]
+    workers = None
     if config.dns_server.processes > 1:
         workers = Workers(
             node,
             sockets.dns,
             reactor,
             str(config.path),
-            top.running_own_dir,
+            start.own_dir if start is not None and start.header is not None else None,
             lambda: dns.udp[0].fast,
             lambda: frozenset([node_name, *replicator.live_names()]),
             snapshots.when_loaded,
         )
         replicator.peer_listeners.append(workers.send_state)
         workers.setName("workers")
-        workers.setServiceParent(top)
-        top.workers = workers
+        services.append(workers)
+    api_tls = None
+    if sockets.api is not None and config.api.tls:
+        if sockets.credentials is None:
+            raise CredentialError("api.tls is on but no certificate was loaded for the API")
+        api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required)
+    # What takes a new config, in the order it switches (after the answer path):
+    parts: list[Reconfigurable] = [
+        DNSPart(dns),
+        HealthChecksPart(checker),
+        LinkTrafficPart(link_traffic),
+        ProbesPart(probes, reactor),
+        NotifyPart(notify),
+        SyncGroupPart(replicator),
+        DNSSECKeysPart(replicator),
+    ]
+    if exchange is not None:
+        parts.append(ConfigSyncPart(exchange))
+    if peers is not None:
+        parts.append(PeersPart(peers, node_name))
+    if api_tls is not None:
+        parts.append(api_tls)
+    if workers is not None:
+        parts.append(workers)
+
+    def read_credentials(new: Config) -> defer.Deferred[Credentials]:
+        """This member's TLS files of *new*, read and checked off the reactor thread."""
+        return runtime.in_thread(load_credentials, new.tls_for(node_name), node_name)
+
+    group_config = None
+    if start is not None and exchange is not None:
+        shared = exchange
+
+        def group_config(top: NodeService) -> GroupConfig[ConfigSync]:
+            return GroupConfig(top, start, shared)
+
+    top = NodeService(
+        node,
+        replicator,
+        reactor,
+        config_path,
+        services,
+        parts,
+        runtime=runtime,
+        read_credentials=read_credentials if peers is not None or api_tls is not None else None,
+        snapshots=snapshots,
+        workers=workers,
+        dns=dns,
+        checker=checker,
+        probes=probes,
+        peers=peers,
+        heap=keeper,
+        lag=lag,
+        history=history,
+        node_log=node_log,
+        group_config=group_config,
+    )
     if sockets.api is not None:
         generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))
-        factory: Any = api_site(top, generated)
+        factory: Any = api_site(top, generated, api_tls)
         what = "HTTP API"
-        if config.api.tls:
-            if sockets.credentials is None:
-                raise CredentialError("api.tls is on but no certificate was loaded for the API")
-            top.api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required)
-            factory = wrap(factory, top.api_tls, reactor)
-            required = top.api_tls.require_client
+        if api_tls is not None:
+            factory = wrap(factory, api_tls, reactor)
+            required = api_tls.require_client
             what = "HTTPS API (" + ("client certificates required" if required else "no client certificate") + ")"
         api = AdoptedPort(reactor, sockets.api, factory, what)
         api.setName("api")

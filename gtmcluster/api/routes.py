@@ -15,6 +15,7 @@ from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status_steps
+from gtmcluster.api.tls import ApiTLS
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.objectstats import object_stats_steps
 
@@ -28,9 +29,10 @@ Args = Mapping[str, str]
 ADMIN_FIELDS = ("by", "reason")
 
 
-def api_site(service: NodeService, generated: str) -> Site:
+def api_site(service: NodeService, generated: str, api_tls: ApiTLS | None = None) -> Site:
     """The node's API: its routes under the policy of its current config (*generated*: the
-    node's own token, for when the config sets none)."""
+    node's own token, for when the config sets none; *api_tls*: its TLS settings, when it
+    serves HTTPS)."""
     refused: Counter[str] = Counter()
     closed: Counter[str] = Counter()
     node = service.node
@@ -40,7 +42,7 @@ def api_site(service: NodeService, generated: str) -> Site:
         where="the config's api.token" if node.config.api.token else f"the node's own, kept in {kept}",
     )
     return site(
-        routes(service, refused, closed),
+        routes(service, refused, closed, api_tls),
         lambda: guard.policy(node.config.api, node.member, generated),
         refused,
         lambda: node.config.api.limits,
@@ -50,9 +52,13 @@ def api_site(service: NodeService, generated: str) -> Site:
 
 
 def routes(
-    service: NodeService, refused: Counter[str] | None = None, closed: Counter[str] | None = None
+    service: NodeService,
+    refused: Counter[str] | None = None,
+    closed: Counter[str] | None = None,
+    api_tls: ApiTLS | None = None,
 ) -> list[Route]:
-    """*refused*, *closed*: the API's refusals and closings by reason, for /metrics."""
+    """*refused*, *closed*: the API's refusals and closings by reason, for /metrics;
+    *api_tls*: the API's TLS settings, when it serves HTTPS."""
     node = service.node
 
     def get_status(args: Args, parts: Args) -> Any:
@@ -61,7 +67,7 @@ def routes(
             answer["loading"] = service.snapshots.loading if service.snapshots is not None else None
             answer["workers"] = service.workers.describe() if service.workers is not None else []
             answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
-            answer["api_tls"] = service.api_tls.describe() if service.api_tls is not None else None
+            answer["api_tls"] = api_tls.describe() if api_tls is not None else None
             return answer
 
         steps = status_steps(node, service.replicator, service.reactor.seconds())

@@ -13,15 +13,21 @@ changes the certificate without a restart; open connections keep theirs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from OpenSSL import SSL
 from twisted.internet import ssl
 from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from zope.interface import implementer
 
+from gtmcluster.nodeparts import Reload
 from gtmcluster.sync.tls import MIN_TLS, Credentials
+
+#: (a reload's lines keep the system name of the node's reload)
+log = Logger(namespace="gtmcluster.service")
 
 
 def server_options(creds: Credentials, require_client: bool) -> ssl.CertificateOptions:
@@ -41,7 +47,10 @@ def server_options(creds: Credentials, require_client: bool) -> ssl.CertificateO
 @implementer(IOpenSSLServerConnectionCreator)
 class ApiTLS:
     """The TLS settings of the API's connections: this node's credentials, and whether a
-    client must show a certificate."""
+    client must show a certificate. A part of the node that takes a new config
+    (`nodeparts.Reconfigurable`): renewed files, or a new client certificate rule."""
+
+    label = "HTTPS API"
 
     def __init__(self, creds: Credentials, require_client: bool):
         self.creds = creds
@@ -57,6 +66,22 @@ class ApiTLS:
         self.require_client = require_client
         self._options = server_options(creds, require_client)
         return True
+
+    def prepare(self, reload: Reload) -> Callable[[], None]:
+        """New connections will use *reload*'s credentials (read and checked already; the
+        running ones when it has none) and client certificate rule."""
+        creds, require_client = reload.creds, reload.config.api.client_certificates_required
+
+        def https() -> None:
+            if self.use(creds or self.creds, require_client):
+                log.info(
+                    "HTTPS API: new connections use certificate serial {serial}; client certificates {clients}",
+                    serial=self.creds.serial,
+                    clients="required" if self.require_client else "not asked for",
+                    event="api_tls_changed",
+                )
+
+        return https
 
     def describe(self) -> dict[str, Any]:
         """For the status page: the certificate served, and whether clients need one."""

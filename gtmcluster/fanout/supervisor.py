@@ -38,6 +38,7 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
+from gtmcluster.nodeparts import Reload
 from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state.record import Record
 from gtmcluster.sync import codec
@@ -98,6 +99,11 @@ class _Slot:
 
 
 class Workers(Service):
+    """The node's answering worker processes, one per slot, each on every DNS listener's
+    share of sockets."""
+
+    label = "answering workers"
+
     def __init__(
         self,
         node: Node,
@@ -309,6 +315,12 @@ class Workers(Service):
         observers = sorted(self.observers())
         sent: defer.Deferred[Any] = side.callRemote(feed.State, observers=observers, ready=self.node.ready)
         return sent.addErrback(lambda _: None)
+
+    def prepare(self, reload: Reload) -> Callable[[], None]:
+        """The part of a reload that is the workers' (`nodeparts.Reconfigurable`): once the
+        node has switched, they read its new config (see `reload`)."""
+        path, own_dir = str(reload.config.path), reload.own_dir
+        return lambda: self.reload(path, own_dir)
 
     def reload(self, path: str, own_dir: Path | None) -> None:
         """Have every worker read the config (checked by the node already) again, and a

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorProcess
 from twisted.logger import Logger
 
 from gtmcluster.config import sharing, yamlsrc
@@ -45,6 +44,7 @@ from gtmcluster.config.yamlsrc import Resplit
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import Bundle, Header
 from gtmcluster.groupconfig.shelf import Shelf
+from gtmcluster.reactors import Runtime
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.gcpause import collection_paused
 
@@ -64,13 +64,13 @@ class RunningNode(Protocol):
 
 class NodeSide(Protocol):
     """What the group's config needs of the running node (`nodeservice.NodeService` is
-    one): its reactor and config files, and its reload, run one at a time."""
+    one): its runtime (`reactors.Runtime`) and config files, and its reload, run one at a time."""
 
     @property
     def node(self) -> RunningNode: ...
 
     @property
-    def reactor(self) -> Any: ...
+    def runtime(self) -> Runtime: ...
 
     @property
     def config_path(self) -> str: ...
@@ -276,9 +276,10 @@ class GroupConfig(Generic[E]):
         self.sync.vet = self.vet
         #: parses a config's text as the config reader does (fires with its value, fails
         #: with `ConfigError`): in the reload's YAML child where the reactor runs processes
+        processes = service.runtime.processes
         self.parse: Callable[[str, bytes], defer.Deferred[Any]] = (
-            (lambda file, text: defer.ensureDeferred(parsed_beside(service.reactor, file, text)))
-            if IReactorProcess.providedBy(service.reactor)
+            (lambda file, text: defer.ensureDeferred(parsed_beside(processes, file, text)))
+            if processes is not None
             else lambda file, text: defer.maybeDeferred(yamlsrc.parse, file, text)
         )
         self.sync.running = Running(

@@ -29,6 +29,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.node import Node
 from gtmcluster.nodeservice import STOP_DEADLINE, NodeService
+from gtmcluster.reactors import Runtime
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
 from gtmcluster.sync.peer import PeerProtocol
@@ -147,7 +148,8 @@ def node(tmp_path: Path, reactor: MemoryReactorClock, replicator: Replicator) ->
     raw = configs.base()
     raw["state_dir"] = str(tmp_path / "state")
     config = load(configs.write(tmp_path, raw))
-    return NodeService(Node(config, "n1", reactor.seconds), replicator, reactor, str(config.path))
+    node = Node(config, "n1", reactor.seconds)
+    return NodeService(node, replicator, reactor, str(config.path), runtime=Runtime.of(reactor))
 
 
 def parts(top: NodeService, *names: str) -> dict[str, Stopping]:

@@ -18,6 +18,7 @@ from gtmcluster.api import metrics
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.node import Node
 from gtmcluster.nodeservice import NodeService
+from gtmcluster.reactors import Runtime
 from gtmcluster.runtime.reactorlag import ReactorLag
 from gtmcluster.runtime.slices import whole
 from gtmcluster.sync.replicator import Replicator
@@ -92,7 +93,7 @@ def test_metrics_show_the_lag(tmp_path: Path) -> None:
     replicator = Replicator(
         node.store, clock, node="n1", group="test", datacenter="DC1", members=["n1"], config_digest=config.digest
     )
-    service = NodeService(node, replicator, clock, str(tmp_path / "cluster.yaml"))
+    service = NodeService(node, replicator, clock, str(tmp_path / "cluster.yaml"), runtime=Runtime.of(clock))
     service.lag = started(clock)
     clock.advance(0.01)
     clock.advance(0.13)  # 120 ms late
@@ -133,7 +134,7 @@ def test_metrics_of_thousands_of_servers_and_series_are_built_in_small_steps(tmp
     replicator = Replicator(
         node.store, clock, node="n1", group="test", datacenter="DC1", members=["n1"], config_digest=config.digest
     )
-    service = NodeService(node, replicator, clock, str(tmp_path / "cluster.yaml"))
+    service = NodeService(node, replicator, clock, str(tmp_path / "cluster.yaml"), runtime=Runtime.of(clock))
     added = [0]
     most = [0]
 

@@ -82,7 +82,7 @@ def refuse(top: NodeService, part: str, monkeypatch: pytest.MonkeyPatch) -> None
         assert top.checker is not None
         monkeypatch.setattr(top.checker, "make_check", cannot)  # the new monitor's check
     else:
-        monkeypatch.setattr("gtmcluster.nodeservice.Budget", cannot)
+        monkeypatch.setattr("gtmcluster.nodeparts.Budget", cannot)
 
 
 @pytest.mark.parametrize("part", ["answers", "DNS", "health checks", "probes"])
