@@ -30,10 +30,10 @@ from gtmcluster.node import Node, Prepared
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import Commit, Reconfigurable, Reload
 from gtmcluster.proximity.scheduler import ProbeScheduler
-from gtmcluster.reactors import Runtime
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.heap import HeapKeeper
 from gtmcluster.runtime.reactorlag import ReactorLag
+from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator

@@ -48,9 +48,9 @@ from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.proximity.table import PATH
-from gtmcluster.reactors import Runtime
 from gtmcluster.runtime import heap
 from gtmcluster.runtime.reactorlag import ReactorLag
+from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart

@@ -44,9 +44,9 @@ from gtmcluster.config.yamlsrc import Resplit
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import Bundle, Header
 from gtmcluster.groupconfig.shelf import Shelf
-from gtmcluster.reactors import Runtime
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.gcpause import collection_paused
+from gtmcluster.runtime.reactors import Runtime
 
 log = Logger()
 T = TypeVar("T")

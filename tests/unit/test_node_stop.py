@@ -29,7 +29,7 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import TLSFiles
 from gtmcluster.node import Node
 from gtmcluster.nodeservice import STOP_DEADLINE, NodeService
-from gtmcluster.reactors import Runtime
+from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
 from gtmcluster.sync.peer import PeerProtocol

@@ -19,7 +19,7 @@ from gtmcluster.config.model import Config
 from gtmcluster.node import Node
 from gtmcluster.nodeparts import Reload
 from gtmcluster.nodeservice import NodeService, NotTaken, PartlyTaken
-from gtmcluster.reactors import Runtime
+from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.sync.replicator import Replicator
 from tests.support import configs
 

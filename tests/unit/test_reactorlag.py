@@ -18,8 +18,8 @@ from gtmcluster.api import metrics
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.node import Node
 from gtmcluster.nodeservice import NodeService
-from gtmcluster.reactors import Runtime
 from gtmcluster.runtime.reactorlag import ReactorLag
+from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.runtime.slices import whole
 from gtmcluster.sync.replicator import Replicator
 from tests.support import configs

@@ -11,7 +11,7 @@ from twisted.internet import task
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.threadpool import ThreadPool
 
-from gtmcluster.reactors import Runtime
+from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.runtime.slices import Steps
 
 
