@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from twisted.internet import defer, reactor, task  # noqa: E402
 
-from gtmcluster.config import reload, sharing, yamlchild, yamlsrc  # noqa: E402
+from gtmcluster.config import reload, sharing  # noqa: E402
 from gtmcluster.config.load import config_value, load  # noqa: E402
+from gtmcluster.config.source import yamlchild, yamlsrc  # noqa: E402
 from gtmcluster.groupconfig import bundle  # noqa: E402
 from gtmcluster.groupconfig.shared import parsed_beside  # noqa: E402
 from tests.support import bigconfig  # noqa: E402

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 from twisted.internet import defer, reactor, task  # noqa: E402
 
 from gtmcluster.config import load as loading  # noqa: E402
-from gtmcluster.config import yamlchild, yamlsrc  # noqa: E402
 from gtmcluster.config.load import load  # noqa: E402
+from gtmcluster.config.source import yamlchild, yamlsrc  # noqa: E402
 from gtmcluster.groupconfig import bundle  # noqa: E402
 from gtmcluster.groupconfig.shared import at_start  # noqa: E402
 from gtmcluster.service import Sockets, make_service  # noqa: E402

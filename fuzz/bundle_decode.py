@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 from fuzz.harness import Finding, no_tracebacks
-from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.source import yamlsrc
 from gtmcluster.dnsdata import zoneinclude
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import BadBundle, Bundle

@@ -34,7 +34,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "bundle_decode": (
         "gtmcluster.groupconfig.bundle",
         "gtmcluster.config.sharing",
-        "gtmcluster.config.yamlsrc",
+        "gtmcluster.config.source.yamlsrc",
         "gtmcluster.dnsdata.zonefile",
         "gtmcluster.dnsdata.zoneinclude",
     ),

@@ -15,19 +15,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
-from gtmcluster.config import (
-    geoip,
-    health,
-    membername,
-    probersettings,
-    querylog,
-    sharing,
-    traffic,
-    transfer,
-    yamlchild,
-    yamlsplit,
-    yamlsrc,
-)
+from gtmcluster.config import geoip, health, membername, probersettings, querylog, sharing, traffic, transfer
 from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
 from gtmcluster.config.addresses import HostPort
@@ -47,6 +35,7 @@ from gtmcluster.config.model import (
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems
 from gtmcluster.config.reader import IPNetwork, Mapping, Reader
+from gtmcluster.config.source import yamlchild, yamlsplit, yamlsrc
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.config.zones import read_zones
 from gtmcluster.dnsdata import names, zonefile

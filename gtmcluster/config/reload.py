@@ -33,8 +33,8 @@ from twisted.logger import Logger
 from gtmcluster.config.load import SECTION_ORDER, build, read_text
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
-from gtmcluster.config.yamlchild import MEMORY, Child, Memory, Parsed
-from gtmcluster.config.yamlsrc import Resplit
+from gtmcluster.config.source.yamlchild import MEMORY, Child, Memory, Parsed
+from gtmcluster.config.source.yamlsrc import Resplit
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.gcpause import collection_paused
 

@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard, TypeVar
 
-from gtmcluster.config import sharing, yamlsrc
+from gtmcluster.config import sharing
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem, Problems
+from gtmcluster.config.source import yamlsrc
 from gtmcluster.runtime import files as configfiles
 
 #: the largest bundle (all files together, as sent), bytes: room for GeoIP databases

@@ -34,13 +34,14 @@ from typing import Any, Generic, Protocol, TypeVar
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from gtmcluster.config import sharing, yamlsrc
+from gtmcluster.config import sharing
 from gtmcluster.config.changes import own_ground
 from gtmcluster.config.load import SECTION_ORDER, config_value, load
 from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError, Problem
-from gtmcluster.config.yamlchild import MEMORY, Child
-from gtmcluster.config.yamlsrc import Resplit
+from gtmcluster.config.source import yamlsrc
+from gtmcluster.config.source.yamlchild import MEMORY, Child
+from gtmcluster.config.source.yamlsrc import Resplit
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import Bundle, Header
 from gtmcluster.groupconfig.shelf import Shelf

@@ -1,5 +1,5 @@
 """Handing the GIL over often while a thread works beside the reactor (a reload whose YAML
-child could not start parses in a thread: `gtmcluster.config.yamlchild`).
+child could not start parses in a thread: `gtmcluster.config.source.yamlchild`).
 
 The reactor thread releases the GIL at every system call (a socket made, connected, closed
 for a health check; a datagram read or sent) and must take it back afterwards. While

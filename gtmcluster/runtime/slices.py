@@ -7,7 +7,7 @@ holds up DNS answers for long. The generator's return value is the result.
 
 A step may also yield a Deferred: `run` waits for it (other turns go on meanwhile) and
 goes on when it fires; a failure of it fails the run. (A reload's config is built while
-its YAML still comes from a child process: `gtmcluster.config.yamlchild`.) `whole`
+its YAML still comes from a child process: `gtmcluster.config.source.yamlchild`.) `whole`
 cannot wait, so steps run whole must not yield one.
 """
 

@@ -28,8 +28,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.source import yamlsrc
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import Bundle, Header
 from gtmcluster.groupconfig.shared import Exchange, Running

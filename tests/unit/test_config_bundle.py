@@ -13,8 +13,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.config import sharing, yamlsrc
+from gtmcluster.config import sharing
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.source import yamlsrc
 from gtmcluster.groupconfig import bundle
 from gtmcluster.groupconfig.bundle import BadBundle, Bundle
 from gtmcluster.runtime import files as configfiles

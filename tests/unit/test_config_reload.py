@@ -26,10 +26,11 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
-from gtmcluster.config import reload, yamlchild
+from gtmcluster.config import reload
 from gtmcluster.config.load import SECTION_ORDER, build, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.source import yamlchild
 from gtmcluster.runtime import slices
 from tests.support import bigconfig
 
@@ -37,7 +38,7 @@ from tests.support import bigconfig
 def child_output(path: Path) -> bytes:
     """What the real child process writes for the file at *path* (cut at its keys, as a
     reload runs it)."""
-    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", "--split", str(path), *SECTION_ORDER]
+    args = [sys.executable, "-m", "gtmcluster.config.source.yamlframes", "--split", str(path), *SECTION_ORDER]
     return subprocess.run(args, input=path.read_bytes(), capture_output=True, check=True, timeout=60).stdout
 
 

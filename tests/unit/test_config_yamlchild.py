@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gtmcluster.config import yamlchild, yamlframes, yamlsrc
 from gtmcluster.config.load import SECTION_ORDER, build, load
 from gtmcluster.config.model import Config
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.source import yamlchild, yamlframes, yamlsrc
 from gtmcluster.runtime import slices
 from tests.support import configs
 
 
 def child_output(path: str, text: str, order: Sequence[str] = SECTION_ORDER, split: bool = True) -> bytes:
     """What the real child process writes for *text*."""
-    args = [sys.executable, "-m", "gtmcluster.config.yamlframes", *(["--split"] if split else []), path, *order]
+    args = [sys.executable, "-m", "gtmcluster.config.source.yamlframes", *(["--split"] if split else []), path, *order]
     return subprocess.run(args, input=text.encode(), capture_output=True, check=True, timeout=60).stdout
 
 

@@ -14,8 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.config import yamlsplit, yamlsrc
 from gtmcluster.config.problems import ConfigError
+from gtmcluster.config.source import yamlsplit, yamlsrc
 
 
 @pytest.mark.parametrize(

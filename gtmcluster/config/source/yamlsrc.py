@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from gtmcluster.config import yamlsplit
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
+from gtmcluster.config.source import yamlsplit
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 #: a plain string scalar: its value is the node's, with none of the constructor's machinery

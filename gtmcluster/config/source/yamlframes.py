@@ -1,6 +1,6 @@
 """The YAML child's side of a reload (`yamlchild`): a config's text in, frames out.
 
-Run as ``python -m gtmcluster.config.yamlframes [--split [--have KEY=SHA ...]] FILE
+Run as ``python -m gtmcluster.config.source.yamlframes [--split [--have KEY=SHA ...]] FILE
 [SECTION ...]`` with the text on standard input (``--split``: cut at its top-level keys,
 `yamlsplit`; ``--have``: a section the reader holds, by the sha of its text). It imports
 only the YAML reader (the child starts in 0.15 s; with the parent's Twisted side,
@@ -23,8 +23,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath
+from gtmcluster.config.source import yamlsrc
 
 #: entries of a big mapping or sequence in one frame (a frame loads in under 5 ms)
 SLICE = 200

@@ -3,7 +3,7 @@
 Of the 2.8 s a 5,000-server config takes to read, 1.0-1.4 s is YAML, and the canonical
 JSON the config digest hashes is one C call that holds the GIL for 130 ms: a stall of
 every answer. For a reload (`gtmcluster.config.reload`), `Child` hands both to a child
-process (``python -m gtmcluster.config.yamlframes``, the same interpreter; it imports no
+process (``python -m gtmcluster.config.source.yamlframes``, the same interpreter; it imports no
 more than it needs and starts in 0.15 s), which runs `yamlsrc.sections` and writes what
 it makes as a stream of small pickles, a section (or a slice of a big section) at a
 time, in the order the config's builder reads them (`load.SECTION_ORDER`). The reactor
@@ -35,9 +35,9 @@ from twisted.internet import defer, protocol, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config import yamlsrc
 from gtmcluster.config.problems import ConfigError, KeyPath, Problem
-from gtmcluster.config.yamlframes import LENGTH, assembled, frames
+from gtmcluster.config.source import yamlsrc
+from gtmcluster.config.source.yamlframes import LENGTH, assembled, frames
 from gtmcluster.runtime import gil, slices
 from gtmcluster.runtime.gcpause import collection_paused
 
@@ -236,7 +236,7 @@ class Child(protocol.ProcessProtocol):
     def start(self) -> defer.Deferred[Parsed]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
-        args = [sys.executable, "-m", "gtmcluster.config.yamlframes"]
+        args = [sys.executable, "-m", "gtmcluster.config.source.yamlframes"]
         if self.split:
             args.append("--split")
             for key, sha in ({} if self.parsed.memory is None else self.parsed.memory.known()).items():
