@@ -26,9 +26,9 @@ tools, fuzz targets): what is written between single backticks, and the targets 
   base from outside the code may hold anything). ``python -m MODULE`` in a command likewise.
 
 Not code, so not checked: a dotted name that does not resolve in the code but is a module of
-an installed library (``dns.message``, dnspython's), or whose every part is a string literal
-of ``gtmcluster/`` (config key paths like ``api.token_file``, keys of the API's JSON like
-``bundle.refused``); domain names (``www.example.com``); file names with other extensions
+an installed library (``dns.message``, dnspython's), or whose every part is a word quoted
+in ``gtmcluster/``'s code (config key paths like ``api.token_file``, keys of the API's JSON
+like ``bundle.refused``); domain names (``www.example.com``); file names with other extensions
 (``state.sqlite``); names with placeholders (``<node>``, ``...``, ``NAME`` in capitals).
 
 Names the docs give for what is to come (`PLANNED`) or for what a module was called before a
