@@ -13,7 +13,7 @@ CHAOS_TOOLS := ip:iproute2 faketime:faketime
 # marked `alone` (they measure delays or rates) run after them, one at a time.
 TEST_JOBS ?= $(if $(filter 0,$(shell id -u)),2,0)
 
-.PHONY: demo test lint unit fuzz bench bench-compare chaos clean
+.PHONY: demo test lint unit docs fuzz bench bench-compare chaos clean
 
 $(STAMP): setup.py pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ test: $(STAMP) lint
 
 unit: $(STAMP)
 	$(BIN)/pytest -m "not process"
+
+# docs/architecture.md's package table, written from the code (tests/unit/test_docs_table.py
+# fails when it is out of date); tools/docnames.py lists names the docs give that do not exist
+docs: $(STAMP)
+	$(BIN)/python -m tools.packagetable
+	$(BIN)/python -m tools.docnames
 
 # every fuzz target under atheris, FUZZ_SECONDS each (make test runs them briefly):
 # make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS="dns_response peer_stream"

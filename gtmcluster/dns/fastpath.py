@@ -29,7 +29,7 @@ the decision still holds (`DecisionCache.holds`: no clear since, the same health
 generation, every record it read the same: mostly a flag, see `lb.cache`); a decision
 that asks for a probe is never
 answered from there (the probe request goes with each answer). The UDP port
-(`dns.server.DNSPort`) makes the same lookups inline, and calls `handle` for the rest.
+(`dns.udpport.DNSPort`) makes the same lookups inline, and calls `handle` for the rest.
 
 Before all that, when response rate limiting is on, the client's prefix must have a token
 (`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.

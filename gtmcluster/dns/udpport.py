@@ -2,7 +2,7 @@
 path (`DNSDatagramProtocol`), and its port: Twisted's, with the kept replies answered in its
 read loop.
 
-Twisted's `udp.Port.doRead` reads datagrams until a quarter megabyte is read or the socket
+`twisted.internet.udp.Port.doRead` reads datagrams until a quarter megabyte is read or the socket
 is empty, and hands each to the protocol. Here the same loop first looks the datagram up
 in the fast path's kept replies (`FastPath.static_hits` by its bytes after the ID,
 `FastPath.wide_hits` by those and its source) and sends a hit straight back: one or two

@@ -1,5 +1,5 @@
 """A link's traffic counters read over HTTP(S): a `probe.linkrate.TrafficReader` for
-``traffic: {http: {...}}`` (`config.model.HttpCounterSource`).
+``traffic: {http: {...}}`` (`config.monitoring.HttpCounterSource`).
 
 Routers and hosts export interface counters to Prometheus (node_exporter's
 ``node_network_receive_bytes_total{device="eth0"}``, an SNMP exporter's ``ifHCInOctets``),

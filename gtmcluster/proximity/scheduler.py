@@ -55,7 +55,7 @@ class Prober(Protocol):
 def request(store: Store, budget: Budget, ldns: str, node: str) -> bool:
     """Ask the group to probe *ldns*, unless a request is live, it may not be probed, or
     this node has filed as many requests as it can probe (`Budget.file`: then the request
-    is dropped and counted in `budget.unfiled`; the LDNS asks again later)."""
+    is dropped and counted in `Budget.unfiled`; the LDNS asks again later)."""
     if store.get(request_key(ldns)) is not None or budget.allowed(ldns) is not None:
         return False  # (the cheaper test first: a client that keeps asking finds its request)
     if not budget.file():

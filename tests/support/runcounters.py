@@ -3,7 +3,7 @@ node's link traffic poller does (`probe.httpcounters`), for tests.
 
     python -m tests.support.runcounters '{"source": {...}, "reads": 2, "pause": 0.5, "timeout": 2}'
 
-The source is `config.model.HttpCounterSource` as JSON: url, format, and received/sent
+The source is `config.monitoring.HttpCounterSource` as JSON: url, format, and received/sent
 (lists of [metric, {labels}]) or proxy/server. Between two readings, when "poke" names a
 URL, it is fetched (traffic through the link). Prints one JSON line: each reading's
 counters, or its failure's reason.

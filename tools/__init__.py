@@ -1,0 +1,1 @@
+"""Tools for the repository (not the product): the docs written from the code, their checks."""
