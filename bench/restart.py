@@ -71,12 +71,12 @@ from twisted.internet import defer, reactor, task
 
 from gtmcluster.config.load import load
 from gtmcluster.dnsdata.zone import TYPE_A
-from gtmcluster.lb.context import Client, PersistKey
+from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PATH, path_key
 from gtmcluster.runtime import heap
 from gtmcluster.state import loading, snapshot
-from gtmcluster.state.persistence import record_key
+from gtmcluster.state.persistence import PersistKey, record_key
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs

@@ -54,12 +54,12 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dnsdata.zone import TYPE_A
-from gtmcluster.lb.context import Client, PersistKey, PersistRecord
+from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo, path_key, updated
 from gtmcluster.runtime import heap
 from gtmcluster.state import snapshot
-from gtmcluster.state.persistence import record_key
+from gtmcluster.state.persistence import PersistKey, PersistRecord, record_key
 from gtmcluster.state.record import Record, Version, bucket_of
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs, codec

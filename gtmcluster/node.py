@@ -21,7 +21,7 @@ from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
 from gtmcluster.lb.cache import DecisionCache
-from gtmcluster.lb.context import Availability, Client, PersistenceView, PersistRecord, Rotations
+from gtmcluster.lb.context import Availability, Client, PersistenceView, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.proximity.budget import Budget
@@ -29,7 +29,7 @@ from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
 from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state import persistence
-from gtmcluster.state.persistence import StorePersistence, record_key
+from gtmcluster.state.persistence import PersistRecord, StorePersistence, record_key
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
 

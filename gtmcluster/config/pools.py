@@ -11,6 +11,7 @@ from typing import Any
 import dns.rdatatype
 
 from gtmcluster.config import wideipnames
+from gtmcluster.config.lbmethods import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.config.model import (
     FAILURE_RESPONSES,
     Methods,
@@ -41,7 +42,6 @@ from gtmcluster.config.traffic import (
 from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_CNAME, ZoneSet
-from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
 from gtmcluster.runtime.slices import Steps
 from gtmcluster.state import schema
 from gtmcluster.topology.records import ServerFacts, Topology

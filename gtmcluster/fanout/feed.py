@@ -27,8 +27,8 @@ from twisted.internet.protocol import connectionDone
 from twisted.protocols import amp
 from twisted.python.failure import Failure
 
-from gtmcluster.lb.context import PersistKey, PersistRecord
 from gtmcluster.runtime.stats import QueryStats
+from gtmcluster.state.persistence import PersistKey, PersistRecord
 
 
 class Records(amp.Command):

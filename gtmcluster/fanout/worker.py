@@ -39,8 +39,8 @@ from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
-from gtmcluster.lb.context import PersistRecord
 from gtmcluster.node import Node
+from gtmcluster.state.persistence import PersistRecord
 from gtmcluster.sync import codec
 
 log = Logger()

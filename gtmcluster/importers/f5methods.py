@@ -1,4 +1,4 @@
-"""F5's load-balancing method names (tmsh and 3-DNS spellings) and ours (`lb.catalog`).
+"""F5's load-balancing method names (tmsh and 3-DNS spellings) and ours (`config.lbmethods`).
 
 `member_method` maps a pool's preferred, alternate or fallback mode; `pool_method` a wide
 IP's pool-lb-mode. A name is mapped only where ours chooses as F5 documents its mode: a name
@@ -16,7 +16,7 @@ round-robin, ratio, global-availability, topology.
 
 from __future__ import annotations
 
-from gtmcluster.lb.catalog import MEMBER_METHODS, POOL_METHODS
+from gtmcluster.config.lbmethods import MEMBER_METHODS, POOL_METHODS
 
 #: F5 name (tmsh, BIG-IP DNS GUI or 3-DNS wideip.conf) -> ours
 METHODS: dict[str, str] = {

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from gtmcluster.config.model import VirtualServer
 from gtmcluster.state.admin import AdminState
+from gtmcluster.state.persistence import PersistKey, PersistRecord
 from gtmcluster.topology.records import Match, Topology
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -90,38 +91,6 @@ class ConfiguredAvailability:
 
     def admin_states(self) -> Mapping[str, AdminState]:
         return _NO_ADMIN
-
-
-@dataclass(frozen=True, slots=True)
-class PersistKey:
-    """Whose persistence record: a wide IP and query type, and the client's network.
-
-    A client known by its EDNS client subnet is held together with the resolver that sent
-    it (`resolver`, that resolver's network at the same prefix): a resolver creates,
-    refreshes and reads only records of its own, so one resolver's client subnet option
-    cannot pin the answer another resolver's clients get."""
-
-    wideip: str
-    qtype: int
-    #: the client's network at the persistence prefix, e.g. "202.106.1.0/24" (for a client
-    #: subnet shorter than the prefix, its zero-padded address's: 10.1.0.0/16 -> 10.1.0.0/24)
-    network: str
-    #: with a client subnet: the asking resolver's network at the persistence prefix
-    resolver: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class PersistRecord:
-    """An LDNS persistence record: this client network keeps this pool and these members."""
-
-    key: PersistKey
-    pool: str
-    members: tuple[str, ...]
-    written: float
-    ttl: float
-
-    def live(self, now: float) -> bool:
-        return now < self.written + self.ttl
 
 
 class PersistenceView(Protocol):

@@ -38,13 +38,12 @@ from gtmcluster.lb.context import (
     Client,
     Context,
     PersistenceView,
-    PersistKey,
-    PersistRecord,
     Rotations,
 )
 from gtmcluster.lb.methods import METHODS, Slot
 from gtmcluster.lb.trace import Action, Decision, Step
 from gtmcluster.state.admin import DISABLED, ENABLED, AdminState
+from gtmcluster.state.persistence import PersistKey, PersistRecord
 from gtmcluster.topology.records import Topology
 
 

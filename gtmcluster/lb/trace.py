@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 
 from gtmcluster.config.model import RecordTarget
-from gtmcluster.lb.context import PersistRecord
 from gtmcluster.runtime.stats import Tally
+from gtmcluster.state.persistence import PersistRecord
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

@@ -13,11 +13,44 @@ most recently written ones (an active client's record is rewritten past half its
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from gtmcluster.lb.context import PersistKey, PersistRecord
 from gtmcluster.state import values
 from gtmcluster.state.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class PersistKey:
+    """Whose persistence record: a wide IP and query type, and the client's network.
+
+    A client known by its EDNS client subnet is held together with the resolver that sent
+    it (`resolver`, that resolver's network at the same prefix): a resolver creates,
+    refreshes and reads only records of its own, so one resolver's client subnet option
+    cannot pin the answer another resolver's clients get."""
+
+    wideip: str
+    qtype: int
+    #: the client's network at the persistence prefix, e.g. "202.106.1.0/24" (for a client
+    #: subnet shorter than the prefix, its zero-padded address's: 10.1.0.0/16 -> 10.1.0.0/24)
+    network: str
+    #: with a client subnet: the asking resolver's network at the persistence prefix
+    resolver: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PersistRecord:
+    """An LDNS persistence record: this client network keeps this pool and these members."""
+
+    key: PersistKey
+    pool: str
+    members: tuple[str, ...]
+    written: float
+    ttl: float
+
+    def live(self, now: float) -> bool:
+        return now < self.written + self.ttl
+
 
 PREFIX = "persist/"
 KIND = "persist"

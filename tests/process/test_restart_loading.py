@@ -26,10 +26,9 @@ from typing import Any
 import pytest
 
 from gtmcluster.dnsdata.zone import TYPE_A
-from gtmcluster.lb.context import PersistKey
 from gtmcluster.proximity.table import path_key
 from gtmcluster.state import snapshot
-from gtmcluster.state.persistence import record_key
+from gtmcluster.state.persistence import PersistKey, record_key
 from tests.support import configs, dnsclient, poll
 from tests.support.nodeproc import RunningNode, loopback_address, running_node
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Prefixes, VirtualServer, WideIP
-from gtmcluster.lb.context import Client, Context, PersistKey, PersistRecord, Rotations
+from gtmcluster.lb.context import Client, Context, Rotations
 from gtmcluster.lb.methods import Slot
 from gtmcluster.state.admin import AdminState
+from gtmcluster.state.persistence import PersistKey, PersistRecord
 from gtmcluster.topology.records import Topology
 from tests.support import configs
 

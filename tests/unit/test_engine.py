@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import pytest
 
+from gtmcluster.config.lbmethods import STATIC
 from gtmcluster.config.model import Config, WideIP
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA
-from gtmcluster.lb.catalog import STATIC
 from gtmcluster.lb.context import Availability, Client, ConfiguredAvailability
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, Step

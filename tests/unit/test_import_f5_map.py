@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from gtmcluster.cli import main as cli
 from gtmcluster.cli.importcmd import render_findings
+from gtmcluster.config.lbmethods import MEMBER_METHODS
 from gtmcluster.importers import f5import, f5methods, f5monitors, f5names
 from gtmcluster.importers.f5names import NAME_RE, Namespace
 from gtmcluster.importers.f5parse import parse
 from gtmcluster.importers.model import Imported
-from gtmcluster.lb.catalog import MEMBER_METHODS
 
 DATA = Path(__file__).parent.parent / "data" / "f5"
 

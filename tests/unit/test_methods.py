@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gtmcluster.config.lbmethods import DYNAMIC, LINK, MEMBER_METHODS, POOL_METHODS, SPECIAL, STATIC
 from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb import methods
-from gtmcluster.lb.catalog import DYNAMIC, LINK, MEMBER_METHODS, POOL_METHODS, SPECIAL, STATIC
 from gtmcluster.lb.context import Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.methods import METHODS, Ranking, ratio_schedule

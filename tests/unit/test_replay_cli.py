@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from gtmcluster.cli.main import main
 from gtmcluster.config.load import load
 from gtmcluster.config.model import WideIP
-from gtmcluster.lb.context import Client, PersistRecord
+from gtmcluster.lb.context import Client
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.querylog import dnstap
 from gtmcluster.replay.queries import BadLog, LoggedQuery, Logs
 from gtmcluster.state import snapshot
-from gtmcluster.state.persistence import StorePersistence
+from gtmcluster.state.persistence import PersistRecord, StorePersistence
 from gtmcluster.state.store import Store
 from tests.support import configs, dnsclient
 

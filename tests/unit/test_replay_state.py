@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from gtmcluster.cli.main import main
-from gtmcluster.lb.context import Client, PersistRecord
+from gtmcluster.lb.context import Client
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.replay import statecopy
 from gtmcluster.state import snapshot
-from gtmcluster.state.persistence import StorePersistence
+from gtmcluster.state.persistence import PersistRecord, StorePersistence
 from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.unit.test_replay_cli import WHEN, WIDEIP, _wideip, record, write_log

@@ -26,12 +26,12 @@ from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.health.checker import subjects
-from gtmcluster.lb.context import Client, PersistKey
+from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Decision
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PATH, path_key
 from gtmcluster.state import loading, snapshot
-from gtmcluster.state.persistence import record_key
+from gtmcluster.state.persistence import PersistKey, record_key
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store

@@ -14,11 +14,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.lb.context import PersistKey
 from gtmcluster.proximity.table import PathValue, from_record, path_key, updated
 from gtmcluster.state import snapshot
 from gtmcluster.state.expiry import ExpiryQueue
-from gtmcluster.state.persistence import PersistValue, StorePersistence, record_key
+from gtmcluster.state.persistence import PersistKey, PersistValue, StorePersistence, record_key
 from gtmcluster.state.record import BUCKETS, Record, Version, bucket_of
 from gtmcluster.state.store import Store
 from gtmcluster.sync import codec

@@ -1,4 +1,4 @@
-"""The names of the load-balancing methods, for config validation and dispatch.
+"""The names of the load-balancing methods, for config validation and for `lb`'s dispatch.
 
 Kept apart from the implementations so the config loader can check names without importing
 the engine.
