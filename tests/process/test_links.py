@@ -191,4 +191,8 @@ def test_link_capacity_and_max_utilisation(setup: tuple[RunningNode, snmpd.Snmpd
     poll.until(lambda: measured(node, "tel", 0.38, 0.42), 10, "tel back at ~40%", details=lambda: health(node))
     assert TEL in answers(node, 10)
     events = node.log_text()
-    assert "link tel full: link tel at 9" in events and "link tel back under its max_utilisation" in events
+    # the figure the log gives is the first reading over 90% (a loaded machine's poll can read
+    # a step past 95%), so only its being over the max is asserted
+    full_logged = re.search(r"link tel full: link tel at (\d+(?:\.\d)?)% of 100 Mbps", events)
+    assert full_logged is not None and float(full_logged[1]) >= 90, events[-3000:]
+    assert "link tel back under its max_utilisation" in events, events[-3000:]
