@@ -21,11 +21,34 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.cli import dashboard, ldns
+from gtmcluster.cli.nodeapi import CliError, Tokens, get
+from gtmcluster.config.model import Config, Member
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.demo.prepare import DemoError, prepare
 from gtmcluster.demo.processes import Processes
 from gtmcluster.demo.story import Story
 from gtmcluster.sync.certs import CertError
+
+
+class CliOperator:
+    """The story's `demo.story.Operator`: the node API, the LDNS table and the dashboard's
+    address as this command's other subcommands read and print them."""
+
+    def __init__(self, config: Config):
+        self.tokens = Tokens(config)
+
+    def get(self, member: Member, path: str, params: dict[str, str] | None = None) -> Any:
+        try:
+            return get(member, path, params, self.tokens)
+        except CliError:
+            return None
+
+    def ldns_table(self, table: Any) -> str:
+        return ldns.render(table)
+
+    def dashboard_url(self, member: Member) -> str | None:
+        return dashboard.dashboard_url(self.tokens, member)
 
 
 def add_parser(sub: Any) -> None:
@@ -55,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     procs = Processes(files.config, files.directory)
     try:
-        story = Story(files, procs)
+        story = Story(files, procs, CliOperator(files.config))
         if not story.start():
             return 1
         story.run()

@@ -9,11 +9,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from gtmcluster.cli.dashboard import dashboard_url
-from gtmcluster.cli.ldns import render as render_ldns
-from gtmcluster.cli.nodeapi import CliError, Tokens, get
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.model import Config, Member
 from gtmcluster.demo.prepare import DemoFiles, resolver_delays
@@ -63,11 +60,19 @@ def until(check: Callable[[], Any], timeout: float, step: float = 0.2) -> Any:
     return None
 
 
-def api(member: Member, path: str, params: dict[str, str] | None = None, tokens: Tokens | None = None) -> Any:
-    try:
-        return get(member, path, params, tokens)
-    except CliError:
-        return None
+class Operator(Protocol):
+    """What the story does as an operator would, with the `gtmcluster` command's own pieces
+    (`cli.demo` gives them): a node's API read with its token, the LDNS table printed as
+    `gtmcluster ldns` prints it, a member's dashboard address with its token."""
+
+    def get(self, member: Member, path: str, params: dict[str, str] | None = None) -> Any:
+        """The JSON *member* answers at *path*, or None when it does not answer or refuses."""
+
+    def ldns_table(self, table: Any) -> str:
+        """The proximity table as `gtmcluster ldns` prints it."""
+
+    def dashboard_url(self, member: Member) -> str | None:
+        """*member*'s dashboard address with its token, or None without a token."""
 
 
 def shown(path: Path) -> str:
@@ -85,8 +90,10 @@ def regions_of(config: Config, address: str) -> str:
 
 
 class Story:
-    def __init__(self, files: DemoFiles, procs: Processes):
+    def __init__(self, files: DemoFiles, procs: Processes, operator: Operator):
         self.files = files
+        #: reads and acts as the CLI does, with each node's own token (the demo's config sets none)
+        self.operator = operator
         self.config = files.config
         self.procs = procs
         self.members = list(self.config.sync_group.members)
@@ -98,8 +105,6 @@ class Story:
         self.wideip = wideip.name
         self.resolvers = resolver_delays(self.config)
         self.rtt_ok = True
-        #: each node's own token (the demo's config sets none): read and act as the CLI does
-        self.tokens = Tokens(self.config)
 
     def start(self) -> bool:
         c = self.config
@@ -142,7 +147,7 @@ class Story:
         return True
 
     def digests_agree(self) -> str | None:
-        statuses = [api(m, "/api/v1/status", tokens=self.tokens) for m in self.members]
+        statuses = [self.operator.get(m, "/api/v1/status") for m in self.members]
         if any(s is None for s in statuses):
             return None
         if not all(all(p["connected"] for p in s["peers"]) for s in statuses):
@@ -151,8 +156,8 @@ class Story:
         return digests.pop() if len(digests) == 1 else None
 
     def explain(self, source: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = api(
-            self.first, "/api/v1/explain", {"wideip": self.wideip, "ldns": source}, self.tokens
+        found: dict[str, Any] | None = self.operator.get(
+            self.first, "/api/v1/explain", {"wideip": self.wideip, "ldns": source}
         )
         return found
 
@@ -171,7 +176,7 @@ class Story:
         return answers
 
     def paths_complete(self) -> bool:
-        table = api(self.first, "/api/v1/ldns", tokens=self.tokens)
+        table = self.operator.get(self.first, "/api/v1/ldns")
         if table is None:
             return False
         seen = {e["address"]: {p["datacenter"] for p in e["paths"] if p["rtt_us"] > 0} for e in table["ldns"]}
@@ -186,15 +191,13 @@ class Story:
             say("\n(the probes did not complete: are the stand-in resolvers running? they need port 53, i.e. root)")
             self.rtt_ok = False
         else:
-            table = api(self.first, "/api/v1/ldns", tokens=self.tokens)
+            table = self.operator.get(self.first, "/api/v1/ldns")
             say(
                 f"\n2. The proximity table, the same on every node (gtmcluster ldns --config "
                 f"{shown(self.files.config_path)} --node {self.first.name}):"
             )
-            say("\n".join("   " + line for line in render_ldns(table).splitlines()))
-            until(
-                lambda: all((api(m, "/api/v1/status", tokens=self.tokens) or {}).get("ready") for m in self.members), 10
-            )
+            say("\n".join("   " + line for line in self.operator.ldns_table(table).splitlines()))
+            until(lambda: all((self.operator.get(m, "/api/v1/status") or {}).get("ready") for m in self.members), 10)
             after = self.show_answers(
                 "3. Asked again, now RTT decides (the lowest RTT from the resolver's point of view):"
             )
@@ -243,7 +246,7 @@ class Story:
     def epilogue(self) -> None:
         say("\nThe group keeps running:")
         for member in self.members:
-            url = dashboard_url(self.tokens, member) or f"http://{address_of(member.api)}/"
+            url = self.operator.dashboard_url(member) or f"http://{address_of(member.api)}/"
             say(f"  dashboard of {member.name}: {url}")
         say(f"  follow the logs:  gtmcluster logs -f --config {shown(self.files.config_path)}")
         say(f"  status:           gtmcluster status --config {shown(self.files.config_path)}")
