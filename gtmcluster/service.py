@@ -30,8 +30,8 @@ from gtmcluster.history import History
 from gtmcluster.node import Node
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeservice import NodeService
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
