@@ -11,7 +11,7 @@ from gtmcluster.config.model import Config
 from gtmcluster.config.traffic import TYPE_NAMES
 from gtmcluster.config.wideipnames import is_wildcard
 from gtmcluster.dns import names
-from gtmcluster.health import linkload
+from gtmcluster.lb import linkload
 from gtmcluster.node import Node
 from gtmcluster.slices import Steps, whole
 from gtmcluster.state import admin

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from gtmcluster.health import linkload
+from gtmcluster.lb import linkload
 from gtmcluster.objectstats import object_stats_steps
 from gtmcluster.state.bounds import Bound
 from gtmcluster.stats import CheckStats, Histogram

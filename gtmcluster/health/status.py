@@ -8,7 +8,7 @@ and does not count) combine by the monitor's rule: `any` observer seeing it up,
 `unknown`, counted as the monitor's `unknown_as`. A server without a monitor is up. Then:
 
 - its link (if any) must be up (a link's verdicts combine the same way), and under its
-  `max_utilisation` (its ``traffic/link/<link>`` figure: `health.linkload`) to take new
+  `max_utilisation` (its ``traffic/link/<link>`` figure: `lb.linkload`) to take new
   clients: over it, the server drains (clients held by persistence keep it);
 - every server it `depends_on` must be serving;
 - a `held` record (manual resume after going down) keeps it out;
@@ -36,8 +36,8 @@ from types import MappingProxyType
 
 from gtmcluster.config.model import Config, Link, VirtualServer
 from gtmcluster.config.monitoring import HealthRule
-from gtmcluster.health import linkload
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
+from gtmcluster.lb import linkload
 from gtmcluster.state import admin as admin_mod
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store

@@ -41,7 +41,6 @@ from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.health import linkload
 from gtmcluster.health.status import (
     HealthSnapshot,
     Observed,
@@ -50,6 +49,7 @@ from gtmcluster.health.status import (
     link_status,
     vs_status,
 )
+from gtmcluster.lb import linkload
 from gtmcluster.state import admin
 from gtmcluster.state.admin import AdminState
 from gtmcluster.state.record import Record

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gtmcluster.config.model import Prober
-from gtmcluster.health import linkload
-from gtmcluster.health.linkload import LinkLoad
+from gtmcluster.lb import linkload
+from gtmcluster.lb.linkload import LinkLoad
 from gtmcluster.state import values
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
@@ -272,7 +272,7 @@ class Measurements:
         return {k: float(v) for k, v in record.value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def link_load(self, link: str) -> LinkLoad | None:
-        """A link's measured traffic (`health.linkload`), if a live figure is held."""
+        """A link's measured traffic (`lb.linkload`), if a live figure is held."""
         record = self.store.get(linkload.key(link))
         return None if record is None else linkload.from_value(record.value)
 

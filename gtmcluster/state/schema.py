@@ -16,7 +16,7 @@ A record's kind is its key's first segment. The kinds, their keys and values:
     persist/<wideip>/<qtype>/<client...>   {"pool": str, "members": [str, ...]}   TTL required
                                 (<client>: a network, or <resolver network>/ecs/<network>)
     traffic/link/<link>         {"bps_in": number, "bps_out": number, "by": str}  TTL required
-                                (a link's measured traffic: `health.linkload`; version 4)
+                                (a link's measured traffic: `lb.linkload`; version 4)
 
 A value of None is a tombstone (a deletion) of any kind; it needs a TTL, of at most
 `MAX_TOMBSTONE_TTL`.

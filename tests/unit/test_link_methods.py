@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Prober
-from gtmcluster.health import linkload
 from gtmcluster.health.tracker import HealthTracker
+from gtmcluster.lb import linkload
 from gtmcluster.lb.links import bandwidth_ratio, link_capacity, lowest_cost
 from gtmcluster.lb.methods import Method
 from gtmcluster.lb.ranking import Candidate

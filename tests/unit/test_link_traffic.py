@@ -16,8 +16,8 @@ from twisted.logger import capturedLogs
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.monitoring import SnmpSource, TrafficSource
-from gtmcluster.health import linkload
 from gtmcluster.health.linktraffic import MIN_TTL, LinkTrafficPoller
+from gtmcluster.lb import linkload
 from gtmcluster.probe.linkrate import COUNTER64, MAX_LINE_BPS, CounterRate, Counters, Rate, delta, rate
 from gtmcluster.state import schema
 from gtmcluster.state.store import Store

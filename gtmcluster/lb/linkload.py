@@ -5,7 +5,8 @@ as ``traffic/link/<link>`` {"bps_in": number, "bps_out": number, "by": member}, 
 of a few intervals: every member of the group holds the same figure, so all decide alike,
 and a figure nobody renews goes away. The link's *utilisation* is the larger direction over
 its `bandwidth_mbps`; above its `max_utilisation` the link takes no new clients (its
-servers drain: `health.status`). Pure: no Twisted, no I/O.
+servers drain: `health.status`) and the link-aware methods count what is left of its
+bandwidth (`lb.links`). A value and pure policy, below the engines: no Twisted, no I/O.
 """
 
 from __future__ import annotations
