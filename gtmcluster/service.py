@@ -35,9 +35,9 @@ from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
-from gtmcluster.proximity.table import PATH
 from gtmcluster.reactorlag import ReactorLag
 from gtmcluster.sockets import Listener
+from gtmcluster.state import keys
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart
 from gtmcluster.sync.configsync import ConfigSync
@@ -125,7 +125,7 @@ def make_service(
         reactor,
         time.time,
         settings.snapshot_interval,
-        later=PATH,
+        later=keys.PATH,
         settle=heap.collect_and_freeze,
     )
     if snapshots.load():

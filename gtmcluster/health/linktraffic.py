@@ -29,6 +29,7 @@ from gtmcluster.lb import linkload
 from gtmcluster.probe.httpcounters import HttpCounterReader
 from gtmcluster.probe.linkrate import CounterRate, Counters, TrafficReader
 from gtmcluster.probe.snmp import SnmpClient, SnmpReader
+from gtmcluster.state import keys
 from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store
 
@@ -166,7 +167,7 @@ class LinkTrafficPoller(Service):
         assert traffic is not None
         load = linkload.LinkLoad(rate.bps_in, rate.bps_out, self.node)
         ttl = max(MIN_TTL, TTL_INTERVALS * traffic.interval)
-        self.store.put(linkload.key(poll.link.name), load.value(), ttl)
+        self.store.put(keys.traffic(poll.link.name), load.value(), ttl)
 
     def _failed(self, failure: Failure, poll: _Poll) -> None:
         poll.failures += 1

@@ -17,15 +17,11 @@ from typing import Any, Protocol
 
 from gtmcluster.config.links import MAX_MBPS
 from gtmcluster.config.model import Link
+from gtmcluster.state import keys
 
-TRAFFIC = "traffic/link/"
 #: the most traffic a figure may say (the largest bandwidth a link may have): a figure
 #: over it counts for nothing, as a malformed one does
 MAX_BPS = MAX_MBPS * 1e6
-
-
-def key(link: str) -> str:
-    return f"{TRAFFIC}{link}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,5 +109,5 @@ class Records(Protocol):
 
 def load_held(store: Records, link: str) -> LinkLoad | None:
     """The live figure *store* holds for *link*."""
-    record = store.get(key(link))
+    record = store.get(keys.traffic(link))
     return None if record is None else from_value(record.value)

@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from gtmcluster.state import keys
 from gtmcluster.state.values import Compact, plain
 
 #: the longest text (in characters) of a reason a writer of this version puts in a record;
@@ -227,8 +228,8 @@ def version_needed(key: str) -> int:
     """The lowest peer protocol version whose members take a record at *key*: a member of
     an older version refuses it (and drops the connection that carried it), so it is sent
     only to peers that speak this version (see `sync.replicator`)."""
-    if key.startswith("admin/"):
-        return ADMIN_LEVEL_VERSIONS.get(key[6:].partition("/")[0], 1)
+    if key.startswith(keys.ADMIN):
+        return ADMIN_LEVEL_VERSIONS.get(key[len(keys.ADMIN) :].partition("/")[0], 1)
     return KIND_VERSIONS.get(key.partition("/")[0], 1)
 
 
