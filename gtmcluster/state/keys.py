@@ -31,6 +31,7 @@ HELD_VS = "held/vs/"
 METRICS_VS = "metrics/vs/"
 TRAFFIC_LINK = "traffic/link/"
 PATH = "path/"
+_PATH_KIND = PATH[:-1]
 PROBE = "probe/"
 PERSIST = "persist/"
 
@@ -101,11 +102,13 @@ def path(ldns: str, datacenter: str) -> str:
 
 
 def path_parts(key: str) -> tuple[str, str] | None:
-    """(LDNS, data center) of a path's key, or None when *key* is not one."""
-    if not key.startswith(PATH):
+    """(LDNS, data center) of a path's key, or None when *key* is not one. (Read for each
+    path a decision weighs: as quick as the one split it replaced.)"""
+    try:
+        kind, ldns, datacenter = key.split("/", 2)
+    except ValueError:
         return None
-    ldns, slash, datacenter = key[len(PATH) :].partition("/")
-    return (ldns, datacenter) if slash else None
+    return (ldns, datacenter) if kind == _PATH_KIND else None
 
 
 def probe_request(ldns: str) -> str:
