@@ -54,7 +54,7 @@ from gtmcluster.config.monitoring import HealthRule, Monitor, TcpCheck  # noqa: 
 from gtmcluster.health.checker import MIN_OBSERVATION_TTL, refresh_share  # noqa: E402
 from gtmcluster.health.flap import UP, Flap  # noqa: E402
 from gtmcluster.probe.base import Result, Target  # noqa: E402
-from gtmcluster.probe.checks import make_check  # noqa: E402
+from gtmcluster.probe.kinds import make_check  # noqa: E402
 from gtmcluster.runtime import heap  # noqa: E402
 from gtmcluster.state.store import Store  # noqa: E402
 from gtmcluster.sync.replicator import Replicator  # noqa: E402

@@ -18,13 +18,14 @@ import time
 import tracemalloc
 
 from gtmcluster.state import persistence  # (also registers the persistence value form)
+from gtmcluster.state.keys import PERSIST
 from gtmcluster.state.store import Store
 
 VALUE = {"pool": "web", "members": ["vs-cnc"]}
 
 
 def keys(count: int) -> list[str]:
-    return [f"{persistence.PREFIX}www/1/{10 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}.0/24" for i in range(count)]
+    return [f"{PERSIST}www/1/{10 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}.0/24" for i in range(count)]
 
 
 def flood(names: list[str], bound: int | None, traced: bool = False) -> tuple[float, int]:

@@ -6,7 +6,7 @@
 
 Issue 12 part 3: 5,000 monitors at interval 5 are 1,000 checks a second on one node. This
 runs the node's `HealthChecker` with the real (epoll) reactor, the real checks
-(`gtmcluster.probe.checks.make_check`) and a real `Store`, in a process of its own for each
+(`gtmcluster.probe.kinds.make_check`) and a real `Store`, in a process of its own for each
 case, inside a network namespace the benchmark creates (and deletes at the end; needs root).
 Every virtual server has its own address and a monitor (`--interval` 5, `--timeout` 2):
 
@@ -287,7 +287,7 @@ def one_case(case: str, args: argparse.Namespace) -> dict[str, Any]:
     from gtmcluster.config.load import load
     from gtmcluster.health.checker import HealthChecker
     from gtmcluster.probe.base import Check, Result, Target
-    from gtmcluster.probe.checks import make_check
+    from gtmcluster.probe.kinds import make_check
     from gtmcluster.runtime import heap
     from gtmcluster.state.store import Store
 

@@ -34,7 +34,7 @@ from twisted.internet.task import Clock
 from gtmcluster.config.load import load
 from gtmcluster.history import History
 from gtmcluster.node import Node
-from gtmcluster.proximity.table import path_key
+from gtmcluster.state import keys
 from tests.support import configs
 
 SERVERS = ("vs1", "vs2", "vs3")
@@ -73,7 +73,7 @@ def measure(n: int, rounds: int) -> tuple[float, float, float, float]:
     history.startService()
     value = {"rtt": 20000, "last_rtt": 20000, "hops": 0, "completion": 100}
     value.update({"protocol": "udp", "failures": 0, "window": "", "by": "n1"})
-    record = node.store.put(path_key("192.0.2.1", "DC2"), value)
+    record = node.store.put(keys.path("192.0.2.1", "DC2"), value)
     heard = min(_timed(lambda: [history._record_changed(record) for _ in range(1000)]) for _ in range(rounds)) / 1000
     history.stopService()
     measured = samples[-rounds:]

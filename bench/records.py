@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gtmcluster.proximity.table import path_key, updated
-from gtmcluster.state import schema, snapshot
+from gtmcluster.proximity.table import updated
+from gtmcluster.state import keys, schema, snapshot
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.store import Store
 from gtmcluster.sync import codec
@@ -47,7 +47,7 @@ def records(count: int, now: float) -> list[Record]:
         ldns = f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"
         path = updated(None, True, 1000 + i % 5000, 9, "dns_dot", ORIGINS[n], ldns, DATACENTERS[n])
         version = Version(int(now * 1000) - 60_000 + i // 3, n, ORIGINS[n])
-        out.append(Record(path_key(ldns, DATACENTERS[n]), path.value(), version, 2419200.0, now))
+        out.append(Record(keys.path(ldns, DATACENTERS[n]), path.value(), version, 2419200.0, now))
     return out
 
 

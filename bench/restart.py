@@ -73,10 +73,9 @@ from gtmcluster.config.load import load
 from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
-from gtmcluster.proximity.table import PATH, path_key
 from gtmcluster.runtime import heap
-from gtmcluster.state import loading, snapshot
-from gtmcluster.state.persistence import PersistKey, record_key
+from gtmcluster.state import keys, loading, snapshot
+from gtmcluster.state.persistence import PersistKey
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs
@@ -176,7 +175,7 @@ def build_rows(ldns: int, persist: int, wall: float) -> tuple[list[snapshot.Row]
         for origin, dc in zip(NODES, DATACENTERS, strict=True):
             v = versions.next(origin)
             value = json.dumps(measured_path(rng, address, dc, origin).value())
-            rows.append((path_key(address, dc), value, v.wall_ms, v.logical, origin, wall + PATH_TTL))
+            rows.append((keys.path(address, dc), value, v.wall_ms, v.logical, origin, wall + PATH_TTL))
     persisted = {}
     for j in range(persist):
         network = str(persist_network(j))
@@ -185,7 +184,7 @@ def build_rows(ldns: int, persist: int, wall: float) -> tuple[list[snapshot.Row]
         v = versions.next(origin)
         value = json.dumps({"pool": "near", "members": [member]})
         # held per resolver and client subnet: the benchmark's LDNSes are all in CLIENT_NET
-        key = record_key(PersistKey(PERSIST_WIDEIP, TYPE_A, network, CLIENT_NET))
+        key = keys.persist(PersistKey(PERSIST_WIDEIP, TYPE_A, network, CLIENT_NET))
         rows.append((key, value, v.wall_ms, v.logical, origin, wall + PERSIST_TTL))
         if j % max(1, persist // 200) == 0:
             persisted[network] = SERVERS[DATACENTERS[int(member[2:]) - 1]]
@@ -205,7 +204,7 @@ def build_rows(ldns: int, persist: int, wall: float) -> tuple[list[snapshot.Row]
                 "window": "1111111111",
                 "by": origin,
             }
-            rows.append((path_key(address, dc), json.dumps(value), v.wall_ms, v.logical, origin, wall + PATH_TTL))
+            rows.append((keys.path(address, dc), json.dumps(value), v.wall_ms, v.logical, origin, wall + PATH_TTL))
         rtt_answer[address] = SERVERS[min(rtts, key=lambda dc: rtts[dc])]
     return rows, Table(persisted, rtt_answer)
 
@@ -468,13 +467,13 @@ def reference_node(config: Path, path: Path, sample: list[str]) -> Node:
     for those, a node with everything loaded (a decision reads no other record)."""
     node = Node(load(config), NODES[0], reactor.seconds, rng=random.Random(1))
     node.ready = True
-    reader = snapshot.Reader.open(path, PATH, time.time)
+    reader = snapshot.Reader.open(path, keys.PATH, time.time)
     assert reader is not None
     try:
         reader.first(node.store)
         for address in sample:
             for dc in DATACENTERS:
-                reader.fetch(node.store, path_key(address, dc))
+                reader.fetch(node.store, keys.path(address, dc))
     finally:
         reader.close()
     node.health.refresh()
@@ -509,7 +508,13 @@ async def in_process(config: Path, path: Path, ldns: int, table: Table) -> dict[
     node = Node(cfg, NODES[0], reactor.seconds, rng=random.Random(1))
     node.ready = True  # as after the cold start: measured methods decide
     snaps = Snapshotter(
-        node.store, path.parent, reactor, time.time, later=PATH, settle=heap.collect_and_freeze, cooperator=cooperator
+        node.store,
+        path.parent,
+        reactor,
+        time.time,
+        later=keys.PATH,
+        settle=heap.collect_and_freeze,
+        cooperator=cooperator,
     )
     snaps.load()
     node.health.refresh()

@@ -56,10 +56,10 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dnsdata.zone import TYPE_A
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
-from gtmcluster.proximity.table import PathInfo, path_key, updated
+from gtmcluster.proximity.table import PathInfo, updated
 from gtmcluster.runtime import heap
-from gtmcluster.state import snapshot
-from gtmcluster.state.persistence import PersistKey, PersistRecord, record_key
+from gtmcluster.state import keys, snapshot
+from gtmcluster.state.persistence import PersistKey, PersistRecord
 from gtmcluster.state.record import Record, Version, bucket_of
 from gtmcluster.state.store import Store
 from gtmcluster.sync import certs, codec
@@ -204,10 +204,10 @@ def fill(node: Node, ldns: range, persist: range, seed: int) -> None:
                 path = measured_path(rng, address, other, origin)
                 if origin == me:
                     clock.tick()
-                    store.put(path_key(address, dc), path.value(), ttl=PATH_TTL)
+                    store.put(keys.path(address, dc), path.value(), ttl=PATH_TTL)
                 else:
                     version = versions.next(origin)
-                    remote.append(Record(path_key(address, other), path.value(), version, PATH_TTL, now))
+                    remote.append(Record(keys.path(address, other), path.value(), version, PATH_TTL, now))
         receive(store, remote, now)
     for start in range(persist.start, persist.stop, chunk):
         remote = []
@@ -220,7 +220,7 @@ def fill(node: Node, ldns: range, persist: range, seed: int) -> None:
                 node.persistence.put(PersistRecord(key, "near", (member,), now, PERSIST_TTL))
             else:
                 value = {"pool": "near", "members": [member]}
-                remote.append(Record(record_key(key), value, versions.next(origin), float(PERSIST_TTL), now))
+                remote.append(Record(keys.persist(key), value, versions.next(origin), float(PERSIST_TTL), now))
         receive(store, remote, now)
 
 
@@ -352,7 +352,7 @@ def reactor_pauses(small: Node, full: Node) -> list[tuple[str, float, float]]:
         return min(times)
 
     def listing(node: Node) -> Callable[[], object]:
-        bucket = bucket_of(path_key(ldns_address(0), DATACENTERS[1]))
+        bucket = bucket_of(keys.path(ldns_address(0), DATACENTERS[1]))
         return lambda: node.store.listing(NODES[1], {bucket})
 
     return [
@@ -484,7 +484,7 @@ def pull_source(count: int, now: float) -> Store:
         origin, dc = origins[n % 3]
         address = ldns_address(n // 3)
         path = measured_path(rng, address, dc, origin)
-        store.merge(Record(path_key(address, dc), path.value(), versions.next(origin), PATH_TTL, now))
+        store.merge(Record(keys.path(address, dc), path.value(), versions.next(origin), PATH_TTL, now))
     return store
 
 

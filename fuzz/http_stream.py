@@ -33,9 +33,9 @@ from fuzz.harness import Finding, no_tracebacks
 from gtmcluster.config.loadsource import MAX_FIGURE
 from gtmcluster.config.monitoring import HttpCheck, HttpCounterSource, LoadSource, Monitor, Sample
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.http import HttpProbe
 from gtmcluster.probe.httpcounters import CounterError, HttpCounterReader
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.linkrate import COUNTER64, Counters
 
 LOADS = (

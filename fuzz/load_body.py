@@ -22,7 +22,7 @@ from twisted.python.failure import Failure
 from fuzz.harness import Finding, no_tracebacks
 from gtmcluster.config.monitoring import HttpCheck, LoadSource, Monitor, Sample
 from gtmcluster.probe.base import Check, Result, Target
-from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.kinds import make_check
 
 SOURCES = (
     LoadSource(

@@ -31,10 +31,10 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gtmcluster.proximity.table import PATH, PathValue
+from gtmcluster.proximity.table import PathValue
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.stats import Tally
-from gtmcluster.state import admin
+from gtmcluster.state import admin, keys
 
 if TYPE_CHECKING:
     from gtmcluster.config.model import Config
@@ -137,9 +137,9 @@ class History(Service):
         if not self.running:
             return
         key = record.key
-        if key.startswith(PATH):
+        if key.startswith(keys.PATH):
             self._path(key, record.value)
-        elif key.startswith("admin/"):
+        elif key.startswith(keys.ADMIN):
             self._admin(key, record.value)
 
     def _path(self, key: str, value: Any) -> None:
@@ -152,7 +152,10 @@ class History(Service):
                 return
         if rtt <= 0:  # an LDNS that never answered
             return
-        datacenter = key.rpartition("/")[2]
+        parts = keys.path_parts(key)
+        if parts is None:
+            return
+        datacenter = parts[1]
         window = self._rtts.get(datacenter)
         if window is None:
             if len(self._rtts) >= max(8, 2 * len(self.node.config.datacenters)):
@@ -290,10 +293,10 @@ class History(Service):
 
 
 def _keys(dicts: Iterable[dict[str, float]]) -> set[str]:
-    keys: set[str] = set()
+    out: set[str] = set()
     for d in dicts:
-        keys.update(d)
-    return keys
+        out.update(d)
+    return out
 
 
 def _rounded(value: float | None) -> float | None:

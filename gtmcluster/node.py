@@ -28,8 +28,8 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
 from gtmcluster.runtime.stats import QueryStats
-from gtmcluster.state import persistence
-from gtmcluster.state.persistence import PersistRecord, StorePersistence, record_key
+from gtmcluster.state import keys, persistence
+from gtmcluster.state.persistence import PersistRecord, StorePersistence
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
 
@@ -287,10 +287,10 @@ class Node:
         if self.cache is not None:
             self.cache.changed(record.key)
 
-    def _store_loaded(self, keys: list[str]) -> None:
+    def _store_loaded(self, loaded: list[str]) -> None:
         cache = self.cache
         if cache is not None:
-            for key in keys:
+            for key in loaded:
                 cache.changed(key)
 
     def cached(
@@ -331,7 +331,7 @@ class Node:
             if self.before_persisting is None:
                 self.persistence.put(persist)
             else:
-                self.before_persisting(record_key(persist.key), lambda: self.persistence.put(persist))
+                self.before_persisting(keys.persist(persist.key), lambda: self.persistence.put(persist))
         if probe is not None:
             request(self.store, self.probe_budget, probe, self.member.name)
 

@@ -42,16 +42,16 @@ from gtmcluster.nodeparts import (
     SyncGroupPart,
 )
 from gtmcluster.nodeservice import NodeService
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
-from gtmcluster.proximity.table import PATH
 from gtmcluster.runtime import heap
 from gtmcluster.runtime.reactorlag import ReactorLag
 from gtmcluster.runtime.reactors import Runtime
 from gtmcluster.runtime.sockets import Listener
+from gtmcluster.state import keys
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.sync.coldstart import ColdStart
 from gtmcluster.sync.configsync import ConfigSync
@@ -138,7 +138,7 @@ def make_service(
         reactor,
         time.time,
         settings.snapshot_interval,
-        later=PATH,
+        later=keys.PATH,
         settle=heap.collect_and_freeze,
     )
     if snapshots.load():

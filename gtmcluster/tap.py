@@ -22,15 +22,17 @@ from gtmcluster.config.problems import ConfigError
 from gtmcluster.groupconfig import shared
 from gtmcluster.probe.base import IcmpUnavailable
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
+from gtmcluster.probe.kinds import needs_pinger
 from gtmcluster.runtime import private, sockets
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 
 def uses_icmp(config: Config) -> bool:
-    """Whether any virtual server or link is checked with an icmp monitor."""
+    """Whether any virtual server or link is checked by a monitor that sends through the
+    node's ICMP socket (an icmp monitor)."""
     monitors = [m for vs in config.virtual_servers.values() for m in vs.monitors]
     monitors += [link.monitor for link in config.links.values()]
-    return any(m.type == "icmp" for m in monitors)
+    return needs_pinger(monitors)
 
 
 def _dropped_to(twistd: usage.Options | None) -> tuple[int, int] | None:

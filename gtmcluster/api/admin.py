@@ -11,10 +11,10 @@ from gtmcluster.config.model import Config
 from gtmcluster.config.traffic import TYPE_NAMES
 from gtmcluster.config.wideipnames import is_wildcard
 from gtmcluster.dnsdata import names
-from gtmcluster.health import linkload
+from gtmcluster.lb import linkload
 from gtmcluster.node import Node
 from gtmcluster.runtime.slices import Steps, whole
-from gtmcluster.state import admin
+from gtmcluster.state import admin, keys
 from gtmcluster.state.schema import MAX_NAME, MAX_TEXT
 
 ACTIONS = admin.ACTIONS
@@ -63,7 +63,7 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
             "held": s.held if s else False,
             "reason": s.reason if s else "",
             "weight": node.health.weight(vs, now),
-            "observers": verdicts(f"obs/vs/{name}/"),
+            "observers": verdicts(keys.observations("vs", name)),
         }
     links = {}
     for name, link in node.config.links.items():
@@ -73,7 +73,7 @@ def health_steps(node: Node) -> Steps[dict[str, Any]]:
             "targets": [str(t) for t in link.targets],
             "state": observed.state if observed else "unknown",
             "reason": observed.reason if observed else "",
-            "observers": verdicts(f"obs/link/{name}/"),
+            "observers": verdicts(keys.observations("link", name)),
             **linkload.summary(link, linkload.load_held(node.store, name)),
         }
     return {"node": node.member.name, "virtual_servers": servers, "links": links}
@@ -163,9 +163,9 @@ def change(
     if certificate and by and by != certificate:
         who = f"{certificate} (for {by})"
     now = node.clock()
-    node.store.put(admin.key(level, name), admin.value(state, who, reason, now, node.member.name))
+    node.store.put(keys.admin(level, name), admin.value(state, who, reason, now, node.member.name))
     released = False
-    if level == "vs" and state == admin.ENABLED and node.store.delete(f"held/vs/{name}") is not None:
+    if level == "vs" and state == admin.ENABLED and node.store.delete(keys.held(name)) is not None:
         released = True
     answer: dict[str, Any] = {
         "target": target,
@@ -252,7 +252,7 @@ def admin_states(node: Node) -> list[dict[str, Any]]:
     operator's record overrides them (``"configured": true``)."""
     out = []
     held = set()
-    for record in node.store.scan("admin/"):
+    for record in node.store.scan(keys.ADMIN):
         parsed = admin.parse_key(record.key)
         state = admin.from_value(parsed[0], parsed[1], record.value) if parsed is not None else None
         if state is not None:

@@ -1,44 +1,23 @@
-"""The health half of the config: monitors, links and node-wide health settings."""
+"""The health half of the config: monitors (their common keys; each kind's own are read by
+its `config.monitorkinds.MonitorKind`), links and node-wide health settings."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from collections.abc import Mapping as MappingT
 from pathlib import Path
 from typing import Any
 
-import dns.rcode
-import dns.rdatatype
-
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.links import read_capacity
-from gtmcluster.config.loadsource import read_load
 from gtmcluster.config.model import Health, Link, VirtualServer
-from gtmcluster.config.monitoring import (
-    STATUS_CLASSES,
-    Check,
-    DnsCheck,
-    HealthRule,
-    HttpCheck,
-    IcmpCheck,
-    LoadSource,
-    Monitor,
-    MonitorRule,
-    TcpCheck,
-    UdpCheck,
-)
+from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule
+from gtmcluster.config.monitorkinds import KINDS, UNSUPPORTED
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
-from gtmcluster.dnsdata import names
 
-MONITOR_TYPES = ("tcp", "http", "https", "udp", "dns", "icmp", "metrics")
-HTTP_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
-DNS_RCODES = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
-DNS_QTYPES = ("A", "AAAA", "SOA", "NS", "MX", "TXT", "CNAME", "SRV", "PTR")
-#: checks that connect to a port (icmp does not)
-PORTED = ("tcp", "http", "https", "udp", "dns", "metrics")
+MONITOR_TYPES = tuple(KINDS)
 #: the checks in flight if every target hung until its timeout, times this, must fit in
 #: health.max_in_flight: a slot is held a little longer than the timeout, and rounds
 #: delayed by a busy reactor catch up (more at once for a moment)
@@ -58,8 +37,8 @@ def read_monitors(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[s
             continue
         before = len(r.problems.found)
         kind = m.require("type", f"one of {', '.join(MONITOR_TYPES)}")
-        if kind == "tcp_half_open":
-            r.error(m.at("type"), "tcp_half_open is not supported (it needs raw TCP); use tcp")
+        if isinstance(kind, str) and kind in UNSUPPORTED:
+            r.error(m.at("type"), UNSUPPORTED[kind])
             kind = None
         else:
             kind = r.string(m.at("type"), kind, choices=MONITOR_TYPES)
@@ -70,7 +49,7 @@ def read_monitors(r: Reader, raw: Any, resolve: Callable[[str], Path]) -> dict[s
         rule = _rule(r, m)
         unknown_as = m.string("unknown_as", "up", ("up", "down"))
         port = m.integer("port", None, 1, 65535) if m.has("port") else None
-        check = _check(r, m, kind, resolve)
+        check = KINDS[kind].read(r, m, resolve) if kind is not None else None
         m.done()
         if interval is not None and timeout is not None and timeout > interval:
             r.error(m.at("timeout"), f"{timeout:g} is longer than the interval ({interval:g}): checks would overlap")
@@ -154,124 +133,6 @@ def _monitor_rule(r: Reader, vs: Mapping, count: int) -> MonitorRule:
     return MonitorRule(n)
 
 
-def _payload(r: Reader, m: Mapping, key: str, required: bool) -> bytes | None:
-    """Bytes from ``KEY`` (text, sent as UTF-8) or ``KEY_hex`` (hex digits)."""
-    hex_key = f"{key}_hex"
-    if m.has(key) and m.has(hex_key):
-        r.error(m.at(hex_key), f"give {key!r} or {hex_key!r}, not both")
-        return None
-    if m.has(hex_key):
-        text = r.string(m.at(hex_key), m.get(hex_key))
-        if text is None:
-            return None
-        try:
-            return bytes.fromhex(text)
-        except ValueError:
-            r.error(m.at(hex_key), f"{text!r} is not hex digits")
-            return None
-    if m.has(key):
-        text = r.string(m.at(key), m.get(key))
-        return None if text is None else text.encode()
-    if required:
-        m.require(key, "the bytes to send (or KEY_hex)")
-    return None
-
-
-def _check(r: Reader, m: Mapping, kind: str | None, resolve: Callable[[str], Path]) -> Check | None:
-    if kind == "tcp":
-        send = _payload(r, m, "send", required=False)
-        expect = _payload(r, m, "expect", required=False)
-        reject = _payload(r, m, "reject", required=False)
-        if reject is not None and expect is not None:
-            r.error(m.at("reject_hex" if m.has("reject_hex") else "reject"), "give 'expect' or 'reject', not both")
-            return None
-        return TcpCheck(send, expect, reject)
-    if kind == "icmp":
-        return IcmpCheck()
-    if kind == "udp":
-        send = _payload(r, m, "send", required=True)
-        expect = _payload(r, m, "expect", required=False)
-        no_reply = m.string("no_reply", "down", ("down", "up"))
-        return None if send is None or no_reply is None else UdpCheck(send, expect, no_reply == "up")
-    if kind in ("http", "https"):
-        return _http(r, m, kind == "https", resolve)
-    if kind == "metrics":
-        path = m.string("path", "/metrics.json")
-        if path is not None and not path.startswith("/"):
-            r.error(m.at("path"), f"{path!r} must start with '/'")
-        host = m.string("host", None) if m.has("host") else None
-        cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
-        if path is None or cap is None:
-            return None
-        # the first form of a load source: the same as type http with load {format: json}
-        return HttpCheck(False, "GET", path, host, (200,), max_response_bytes=cap, load=LoadSource("json"))
-    if kind == "dns":
-        query_name = r.string(m.at("query_name"), m.require("query_name", "the name to ask the server for"))
-        if query_name is not None:
-            try:
-                names.from_text(query_name)
-            except names.BadName as e:
-                r.error(m.at("query_name"), str(e))
-                query_name = None
-        qtype = m.string("query_type", "A", DNS_QTYPES)
-        rcode = m.string("expect_rcode", "NOERROR", DNS_RCODES)
-        address = r.address(m.at("expect_address"), m.get("expect_address")) if m.has("expect_address") else None
-        if query_name is None or qtype is None or rcode is None:
-            return None
-        return DnsCheck(query_name, int(dns.rdatatype.from_text(qtype)), int(dns.rcode.from_text(rcode)), address)
-    return None
-
-
-def _http(r: Reader, m: Mapping, tls: bool, resolve: Callable[[str], Path]) -> HttpCheck | None:
-    method = m.string("method", "GET", HTTP_METHODS)
-    path = m.string("path", "/")
-    if path is not None and not path.startswith("/"):
-        r.error(m.at("path"), f"{path!r} must start with '/'")
-    host = m.string("host", None) if m.has("host") else None
-    statuses: list[int] = []
-    raw = m.get("expect_status", [200])
-    for i, s in enumerate(r.list(m.at("expect_status"), raw, allow_scalar=True) or []):
-        at: KeyPath = (*m.at("expect_status"), i) if isinstance(raw, list) else m.at("expect_status")
-        if isinstance(s, str):  # a class: 2xx
-            if s in STATUS_CLASSES:
-                statuses.extend(c for c in STATUS_CLASSES[s] if c not in statuses)
-            else:
-                r.error(at, f"{s!r} is neither a status (100 to 599) nor a class ({', '.join(STATUS_CLASSES)})")
-            continue
-        code = r.integer(at, s, 100, 599)
-        if code is not None and code not in statuses:
-            statuses.append(code)
-    body = m.string("expect_body", None) if m.has("expect_body") else None
-    regex = _regex(r, m, "expect_body_regex")
-    reject = _regex(r, m, "reject_body_regex")
-    cap = m.integer("max_response_bytes", 65536, 64, 16 * 1024 * 1024)
-    verify = True
-    ca_file = None
-    if tls:
-        verify = m.boolean("verify_tls", True)
-        if m.has("ca_file"):
-            text = r.string(m.at("ca_file"), m.get("ca_file"))
-            if text is not None:
-                ca_file = resolve(text)
-                if not ca_file.is_file():
-                    r.error(m.at("ca_file"), f"{ca_file} is not a readable file")
-    load = read_load(r, m) if m.has("load") else None
-    if method is None or path is None or cap is None or (m.has("load") and load is None):
-        return None
-    return HttpCheck(tls, method, path, host, tuple(statuses), body, regex, cap, verify, ca_file, load, reject)
-
-
-def _regex(r: Reader, m: Mapping, key: str) -> str | None:
-    """A regular expression at *key* (None without one); a bad one is a problem."""
-    regex = m.string(key, None) if m.has(key) else None
-    if regex is not None:
-        try:
-            re.compile(regex)
-        except re.error as e:
-            r.error(m.at(key), f"bad regular expression: {e}")
-    return regex
-
-
 def read_links(
     r: Reader, raw: Any, datacenter: Callable[[KeyPath, Any], str | None], monitors: dict[str, Monitor]
 ) -> dict[str, Link]:
@@ -290,7 +151,7 @@ def read_links(
             m.at("monitor"), m.require("monitor", "how to check its targets"), "monitor", monitors, "monitor"
         )
         monitor = monitors.get(monitor_name or "")
-        needs_port = monitor is not None and monitor.type in PORTED and monitor.port is None
+        needs_port = monitor is not None and KINDS[monitor.type].ported and monitor.port is None
         targets: list[HostPort] = []
         raw_targets = r.list(m.at("targets"), m.require("targets", "addresses reached through the link"))
         if raw_targets is not None and not raw_targets:

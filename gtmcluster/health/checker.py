@@ -38,6 +38,7 @@ from gtmcluster.health.flap import DOWN, UNKNOWN, UP, Flap
 from gtmcluster.health.monitors import MonitorVerdict, decide
 from gtmcluster.health.schedule import Entry, Schedule
 from gtmcluster.probe.base import Check, Result, Target
+from gtmcluster.state import keys
 from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store
 
@@ -143,7 +144,7 @@ def subjects(config: Config, node: str, keep: Keep | None = None) -> list[Subjec
     for vs in config.virtual_servers.values():
         if not vs.monitors or vs.probe_address is None:  # (a record server's check_address: config.targets)
             continue
-        key = f"obs/vs/{vs.name}/{node}"
+        key = keys.observation("vs", vs.name, node)
         kept = keep(key, vs) if keep is not None else None
         if kept is not None:
             out += kept
@@ -157,7 +158,7 @@ def subjects(config: Config, node: str, keep: Keep | None = None) -> list[Subjec
                 subject.group = group
         out += made
     for link in config.links.values():
-        key = f"obs/link/{link.name}/{node}"
+        key = keys.observation("link", link.name, node)
         kept = keep(key, link) if keep is not None else None
         if kept is not None:
             out += kept
@@ -395,7 +396,7 @@ class HealthChecker(Service):
         now = self.reactor.seconds()
         data = next((r.data for r in results if r.data), None)
         if data is not None and subject.kind == "vs":
-            self.store.put(f"metrics/vs/{subject.name}", {**data, "by": self.node}, ttl=subject.ttl)
+            self.store.put(keys.load_figures(subject.name), {**data, "by": self.node}, ttl=subject.ttl)
         if subject.group is not None:
             subject.reason = reason
             self._judge_group(subject, subject.group, old, changed, now)

@@ -3,7 +3,7 @@
 Only the members in a link's data center read its traffic source (the router is theirs;
 the others may not even reach it). Every `traffic.interval` each reads the link's counters
 (`probe.linkrate.TrafficReader`), and from the second reading on writes the rate as the
-record ``traffic/link/<link>`` (`health.linkload`), with a TTL of `TTL_INTERVALS`
+record ``traffic/link/<link>`` (`lb.linkload`), with a TTL of `TTL_INTERVALS`
 intervals (at least `MIN_TTL`): the sync group carries it to every member, so all see the
 same figure, and one nobody renews (its readers stopped, the router unreachable) goes.
 A reading still in flight when the next is due skips that round; a failed reading is
@@ -25,10 +25,11 @@ from twisted.python.failure import Failure
 
 from gtmcluster.config.model import Config, Link
 from gtmcluster.config.monitoring import HttpCounterSource, TrafficSource
-from gtmcluster.health import linkload
+from gtmcluster.lb import linkload
 from gtmcluster.probe.httpcounters import HttpCounterReader
 from gtmcluster.probe.linkrate import CounterRate, Counters, TrafficReader
 from gtmcluster.probe.snmp import SnmpClient, SnmpReader
+from gtmcluster.state import keys
 from gtmcluster.state.schema import shorten
 from gtmcluster.state.store import Store
 
@@ -166,7 +167,7 @@ class LinkTrafficPoller(Service):
         assert traffic is not None
         load = linkload.LinkLoad(rate.bps_in, rate.bps_out, self.node)
         ttl = max(MIN_TTL, TTL_INTERVALS * traffic.interval)
-        self.store.put(linkload.key(poll.link.name), load.value(), ttl)
+        self.store.put(keys.traffic(poll.link.name), load.value(), ttl)
 
     def _failed(self, failure: Failure, poll: _Poll) -> None:
         poll.failures += 1

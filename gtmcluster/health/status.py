@@ -8,7 +8,7 @@ and does not count) combine by the monitor's rule: `any` observer seeing it up,
 `unknown`, counted as the monitor's `unknown_as`. A server without a monitor is up. Then:
 
 - its link (if any) must be up (a link's verdicts combine the same way), and under its
-  `max_utilisation` (its ``traffic/link/<link>`` figure: `health.linkload`) to take new
+  `max_utilisation` (its ``traffic/link/<link>`` figure: `lb.linkload`) to take new
   clients: over it, the server drains (clients held by persistence keep it);
 - every server it `depends_on` must be serving;
 - a `held` record (manual resume after going down) keeps it out;
@@ -36,9 +36,10 @@ from types import MappingProxyType
 
 from gtmcluster.config.model import Config, Link, VirtualServer
 from gtmcluster.config.monitoring import HealthRule
-from gtmcluster.health import linkload
 from gtmcluster.health.flap import DOWN, UNKNOWN, UP
+from gtmcluster.lb import linkload
 from gtmcluster.state import admin as admin_mod
+from gtmcluster.state import keys
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
 
@@ -146,10 +147,10 @@ class HealthSnapshot:
         return max(0.1, min(1.0, steps / 10))
 
 
-def verdicts(store: Store, kind: str, name: str, observers: frozenset[str] | None) -> list[Record]:
+def verdicts(store: Store, kind: keys.Subject, name: str, observers: frozenset[str] | None) -> list[Record]:
     """The verdicts on one server (*kind* "vs") or link ("link") that count: those of
     *observers*, or all held when None. Reads that subject's records only."""
-    held = store.children(f"obs/{kind}/{name}/")
+    held = store.children(keys.observations(kind, name))
     return held if observers is None else [r for r in held if r.origin in observers]
 
 
@@ -157,7 +158,7 @@ def link_status(link: Link, store: Store, observers: frozenset[str] | None) -> O
     observed = combine(link.monitor.rule, verdicts(store, "link", link.name, observers))
     if link.max_utilisation is None:
         return observed
-    record = store.get(linkload.key(link.name))
+    record = store.get(keys.traffic(link.name))
     busy = linkload.over_limit(link, linkload.from_value(record.value) if record is not None else None)
     return replace(observed, busy=busy) if busy else observed
 
@@ -190,7 +191,7 @@ def vs_status(
         if not dep_status.serving:
             problems.append(f"depends on {dep}, which is out ({dep_status.reason})")
     healthy = not problems
-    held = store.get(f"held/vs/{vs.name}")
+    held = store.get(keys.held(vs.name))
     if held is not None:
         why = held.value.get("reason", "") if isinstance(held.value, Mapping) else ""
         problems.append(f"held for manual resume since it went down ({why})")
@@ -240,7 +241,7 @@ def _monitors_named(vs: VirtualServer) -> str:
 
 
 def _admin_of(store: Store, level: str, name: str) -> admin_mod.AdminState | None:
-    record = store.get(admin_mod.key(level, name))
+    record = store.get(keys.admin(level, name))
     return None if record is None else admin_mod.from_value(level, name, record.value)
 
 
@@ -251,7 +252,7 @@ BALANCER_LEVELS = ("pool", "member", "wideip")
 def balancer_admin(store: Store) -> dict[str, admin_mod.AdminState]:
     """The admin states of pools, pool members and wide IPs held, by "<level>/<name>"."""
     out = {}
-    for record in store.scan("admin/"):
+    for record in store.scan(keys.ADMIN):
         parsed = admin_mod.parse_key(record.key)
         if parsed is not None and parsed[0] in BALANCER_LEVELS:
             state = admin_mod.from_value(parsed[0], parsed[1], record.value)
@@ -265,19 +266,19 @@ def record_keys(config: Config) -> list[str]:
     *config*: each member's verdict on each server and link (as `health.checker` writes
     them), admin and held states, load figures."""
     members = [m.name for m in config.sync_group.members]
-    keys = []
+    out: list[str] = []
     for vs in config.virtual_servers:
-        keys += [f"obs/vs/{vs}/{member}" for member in members]
-        keys += [f"admin/vs/{vs}", f"held/vs/{vs}", f"metrics/vs/{vs}"]
+        out += [keys.observation("vs", vs, member) for member in members]
+        out += [keys.admin("vs", vs), keys.held(vs), keys.load_figures(vs)]
     for link in config.links:
-        keys += [f"obs/link/{link}/{member}" for member in members]
-        keys += [f"admin/link/{link}", linkload.key(link)]
-    keys += [f"admin/datacenter/{dc}" for dc in config.datacenters]
+        out += [keys.observation("link", link, member) for member in members]
+        out += [keys.admin("link", link), keys.traffic(link)]
+    out += [keys.admin("datacenter", dc) for dc in config.datacenters]
     for pool in config.pools.values():
-        keys.append(f"admin/pool/{pool.name}")
-        keys += [f"admin/member/{pool.name}/{m.name}" for m in pool.members]
-    keys += [f"admin/wideip/{w.name}" for w in config.wideips.values()]
-    return keys
+        out.append(keys.admin("pool", pool.name))
+        out += [keys.admin("member", f"{pool.name}/{m.name}") for m in pool.members]
+    out += [keys.admin("wideip", w.name) for w in config.wideips.values()]
+    return out
 
 
 def evaluate(

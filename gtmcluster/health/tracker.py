@@ -41,7 +41,6 @@ from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
-from gtmcluster.health import linkload
 from gtmcluster.health.status import (
     HealthSnapshot,
     Observed,
@@ -50,7 +49,7 @@ from gtmcluster.health.status import (
     link_status,
     vs_status,
 )
-from gtmcluster.state import admin
+from gtmcluster.state import admin, keys
 from gtmcluster.state.admin import AdminState
 from gtmcluster.state.record import Record
 from gtmcluster.state.schema import shorten
@@ -58,7 +57,7 @@ from gtmcluster.state.store import Store
 
 log = Logger()
 
-WATCHED = ("obs/", "admin/", "held/vs/", linkload.TRAFFIC)
+WATCHED = (keys.OBS, keys.ADMIN, keys.HELD_VS, keys.TRAFFIC_LINK)
 #: how often (seconds) ramps that ended are dropped (a ramp's end needs no evaluation)
 RAMP_SWEEP = 1.0
 #: with a schedule, subjects evaluated at most per reactor turn (or per read of the
@@ -273,33 +272,28 @@ class HealthTracker:
         key = record.key
         if not key.startswith(WATCHED):
             return
-        if key.startswith("obs/vs/"):
-            name, slash, _ = key[7:].partition("/")
-            if not slash or name not in self.config.virtual_servers:
+        observed = keys.observed(key)
+        if observed is not None:
+            subject, name = observed
+            if name not in (self.config.virtual_servers if subject == "vs" else self.config.links):
                 return
-            self._dirty_vs[name] = None
-        elif key.startswith("obs/link/"):
-            name, slash, _ = key[9:].partition("/")
-            if not slash or name not in self.config.links:
-                return
-            self._dirty_links[name] = None
-        elif key.startswith(linkload.TRAFFIC):
-            name = key[len(linkload.TRAFFIC) :]
-            link = self.config.links.get(name)
+            (self._dirty_vs if subject == "vs" else self._dirty_links)[name] = None
+        elif (traffic := keys.traffic_link(key)) is not None:
+            link = self.config.links.get(traffic)
             if link is None or link.max_utilisation is None:
                 return  # a figure that decides nothing about availability
-            self._dirty_links[name] = None
-        elif key.startswith(("admin/vs/", "held/vs/")):
-            name = key[key.index("/vs/") + 4 :]
-            if name not in self.config.virtual_servers:
-                return
-            self._dirty_vs[name] = None
+            self._dirty_links[traffic] = None
         else:
             parsed = admin.parse_key(key)
             if parsed is None:
-                return
+                held = keys.held_name(key)
+                if held is None:
+                    return
+                parsed = ("vs", held)  # a hold marks its server, as its admin state does
             level, name = parsed
-            if level == "datacenter":
+            if level == "vs":
+                servers: Collection[str] = (name,) if name in self.config.virtual_servers else ()
+            elif level == "datacenter":
                 servers = self._in_dc.get(name, ())
             elif level == "link":
                 servers = self._on_link.get(name, ())
@@ -473,7 +467,7 @@ class HealthTracker:
                 event="vs_state",
             )
         if self.writes and vs.manual_resume and before.healthy and not after.healthy and not after.held:
-            self.store.put(f"held/vs/{vs.name}", {"since": now, "reason": shorten(after.reason), "by": self.node})
+            self.store.put(keys.held(vs.name), {"since": now, "reason": shorten(after.reason), "by": self.node})
             log.warn(
                 "virtual server {vs} held out until an operator enables it (manual_resume): {reason}",
                 vs=vs.name,

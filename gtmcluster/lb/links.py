@@ -6,7 +6,7 @@ its members (each counted once).
   candidate's configured `bandwidth_mbps` (a pool: the sum over its links), as `ratio`
   shares by weight. No measurements needed.
 - `link_capacity`: shared in proportion to the bandwidth left free on each candidate's
-  links (`bandwidth_mbps` minus the measured traffic, `health.linkload`). Until every
+  links (`bandwidth_mbps` minus the measured traffic, `lb.linkload`). Until every
   candidate's links have a figure it yields nothing (comparing only the measured would
   favour whichever was measured first), and so when no link has room left.
 - `lowest_cost`: the candidate whose link is cheapest (`cost`: a pool, its cheapest link),
@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 
 from gtmcluster.config.model import Link
-from gtmcluster.health import linkload
+from gtmcluster.lb import linkload
 from gtmcluster.lb.context import Context
 from gtmcluster.lb.ranking import Candidate, Method, Ranking, Slot
 from gtmcluster.lb.weighted import in_turn

@@ -1,7 +1,7 @@
 """What every health check is: a target in, a result out, never an exception.
 
 A check is a callable ``check(target) -> Deferred[Result]`` built from a `Monitor` by
-`gtmcluster.probe.checks.make_check`. The Deferred always fires with a `Result` (a failure
+`gtmcluster.probe.kinds.make_check`. The Deferred always fires with a `Result` (a failure
 to connect, a timeout or a bad reply are results, not errors), within the monitor's
 timeout, and leaves no connection, socket or timer behind. Checks use only the reactor
 they are given, so tests drive them with a fake clock and in-memory transports.

@@ -47,9 +47,9 @@ from twisted.python.failure import Failure
 from gtmcluster.probe import pathwire
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import IPAddress, Result, Target
-from gtmcluster.probe.checks import NO_PINGER
 from gtmcluster.probe.dnscheck import parse as parse_dns
 from gtmcluster.probe.icmp import IcmpPinger, SocketFactory
+from gtmcluster.probe.kinds import NO_PINGER
 from gtmcluster.probe.pathsockets import Clocks, ErrorJudge, Measure, ReplyJudge, connect_tcp, send_datagram
 from gtmcluster.probe.pathwire import QueuedError
 from gtmcluster.probe.udp import Verdict

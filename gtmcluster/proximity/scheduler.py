@@ -26,8 +26,9 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gtmcluster.proximity.budget import Budget, queue_limit, request_ttl
-from gtmcluster.proximity.table import REQUEST, Measurements, from_record, path_key, request_key, updated
+from gtmcluster.proximity.table import Measurements, from_record, updated
 from gtmcluster.runtime.stats import ProbeStats
+from gtmcluster.state import keys
 from gtmcluster.state.record import Record
 from gtmcluster.state.schema import KINDS
 from gtmcluster.state.store import Store
@@ -56,11 +57,11 @@ def request(store: Store, budget: Budget, ldns: str, node: str) -> bool:
     """Ask the group to probe *ldns*, unless a request is live, it may not be probed, or
     this node has filed as many requests as it can probe (`Budget.file`: then the request
     is dropped and counted in `Budget.unfiled`; the LDNS asks again later)."""
-    if store.get(request_key(ldns)) is not None or budget.allowed(ldns) is not None:
+    if store.get(keys.probe_request(ldns)) is not None or budget.allowed(ldns) is not None:
         return False  # (the cheaper test first: a client that keeps asking finds its request)
     if not budget.file():
         return False
-    store.put(request_key(ldns), {"by": node}, ttl=request_ttl(budget.prober.probe_interval))
+    store.put(keys.probe_request(ldns), {"by": node}, ttl=request_ttl(budget.prober.probe_interval))
     return True
 
 
@@ -98,9 +99,9 @@ class ProbeScheduler(Service):
         """A request record: noted, and taken on the next reactor turn. The record may have
         been written while answering a query (an unknown LDNS asked): the probe's sockets
         are not opened inside the datagram handler."""
-        fresh = record.key.startswith(REQUEST) and record.value is not None and record.live(self.store.clock())
+        fresh = record.key.startswith(keys.PROBE) and record.value is not None and record.live(self.store.clock())
         if fresh and self.running:
-            self._incoming.append((record.key[len(REQUEST) :], record.origin))
+            self._incoming.append((record.key[len(keys.PROBE) :], record.origin))
             if self._taking is None:
                 self._taking = self.reactor.callLater(0, self._take)
 
@@ -156,7 +157,7 @@ class ProbeScheduler(Service):
         return ldns
 
     def _mine(self, ldns: str) -> Any:
-        record = self.store.get(path_key(ldns, self.datacenter))
+        record = self.store.get(keys.path(ldns, self.datacenter))
         return None if record is None else from_record(record, self.store.clock())
 
     def _drain(self) -> None:
@@ -192,7 +193,7 @@ class ProbeScheduler(Service):
             self.stats.rtt.observe(sample.rtt_us / 1e6)
         else:
             self.stats.failures += 1
-        key = path_key(ldns, self.datacenter)
+        key = keys.path(ldns, self.datacenter)
         if self._table_full(key):
             return
         self.store.put(key, path.value(), ttl=self.measurements.prober.inactive_ldns_ttl)

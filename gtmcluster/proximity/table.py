@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gtmcluster.config.model import Prober
-from gtmcluster.health import linkload
-from gtmcluster.health.linkload import LinkLoad
-from gtmcluster.state import values
+from gtmcluster.lb import linkload
+from gtmcluster.lb.linkload import LinkLoad
+from gtmcluster.state import keys, values
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
 
@@ -30,18 +30,7 @@ WINDOW = 10
 BACKOFF_BASE = 60.0
 BACKOFF_MAX = 86400.0
 
-PATH = "path/"
 PATH_KIND = "path"
-REQUEST = "probe/"
-METRICS = "metrics/vs/"
-
-
-def path_key(ldns: str, datacenter: str) -> str:
-    return f"{PATH}{ldns}/{datacenter}"
-
-
-def request_key(ldns: str) -> str:
-    return f"{REQUEST}{ldns}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +141,14 @@ class PathValue(values.Compact):
 
 
 _PATH_FIELDS = frozenset(PathValue.FIELDS)
-values.register(PATH, PathValue.of)
+values.register(keys.PATH, PathValue.of)
 
 
 def from_record(record: Record, now: float) -> PathInfo | None:
-    _, ldns, datacenter = record.key.split("/", 2)
+    parts = keys.path_parts(record.key)
+    if parts is None:
+        return None
+    ldns, datacenter = parts
     v = record.value
     if type(v) is PathValue:
         return PathInfo(
@@ -254,7 +246,7 @@ class Measurements:
 
     def path(self, ldns: str, datacenter: str) -> PathInfo | None:
         """The path from *datacenter* to *ldns*, if measured within path_ttl."""
-        record = self.store.get(path_key(ldns, datacenter))
+        record = self.store.get(keys.path(ldns, datacenter))
         if record is None:
             return None
         info = from_record(record, self.store.clock())
@@ -266,14 +258,14 @@ class Measurements:
         return info.age > self.prober.probe_interval
 
     def metrics(self, vs: str) -> Mapping[str, float] | None:
-        record = self.store.get(f"{METRICS}{vs}")
+        record = self.store.get(keys.load_figures(vs))
         if record is None or not isinstance(record.value, dict):
             return None
         return {k: float(v) for k, v in record.value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def link_load(self, link: str) -> LinkLoad | None:
-        """A link's measured traffic (`health.linkload`), if a live figure is held."""
-        record = self.store.get(linkload.key(link))
+        """A link's measured traffic (`lb.linkload`), if a live figure is held."""
+        record = self.store.get(keys.traffic(link))
         return None if record is None else linkload.from_value(record.value)
 
     def paths(
@@ -284,10 +276,10 @@ class Measurements:
         order, up to *limit* paths (a table may hold millions), sorted by address."""
         now = self.store.clock()
         if ldns:
-            held = (self.store.get(path_key(ldns, dc)) for dc in sorted(set(datacenters)))
+            held = (self.store.get(keys.path(ldns, dc)) for dc in sorted(set(datacenters)))
             records: Iterable[Record] = (r for r in held if r is not None)
         else:
-            records = itertools.islice(self.store.scan(PATH), limit)
+            records = itertools.islice(self.store.scan(keys.PATH), limit)
         out = [info for r in records if (info := from_record(r, now)) is not None]
         return sorted(out, key=lambda p: (_address_order(p.ldns), p.datacenter))
 

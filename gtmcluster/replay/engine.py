@@ -32,7 +32,7 @@ from gtmcluster.lb.trace import Action
 from gtmcluster.node import make_balancer
 from gtmcluster.replay import statecopy
 from gtmcluster.replay.queries import LoggedQuery
-from gtmcluster.state import admin, snapshot
+from gtmcluster.state import admin, keys, snapshot
 from gtmcluster.state.admin import AdminState
 from gtmcluster.state.persistence import StorePersistence
 from gtmcluster.state.store import Store
@@ -184,7 +184,7 @@ class Replayer:
             except (snapshot.Unreadable, OSError) as e:
                 raise BadInput(f"{state}: cannot read the state snapshot: {e}") from None
         for d in disables:
-            self.store.put(admin.key(d.level, d.name), admin.value(admin.DISABLED, BY, "replay", now, node))
+            self.store.put(keys.admin(d.level, d.name), admin.value(admin.DISABLED, BY, "replay", now, node))
         self.tracker = HealthTracker(config, self.store, self.clock, node)
         availability: Availability = self.tracker if state is not None else AssumedUp(self.tracker)
         self.persistence = StorePersistence(self.store)

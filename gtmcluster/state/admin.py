@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gtmcluster.state import keys
 from gtmcluster.state.schema import ADMIN_LEVELS as LEVELS
 from gtmcluster.state.schema import ADMIN_STATES
 
@@ -103,19 +104,11 @@ def _word(state: str) -> str:
     return "draining" if state == DRAIN else state
 
 
-def key(level: str, name: str) -> str:
-    """The record key of *name*'s admin state at *level* (a pool member: "POOL/SERVER")."""
-    return f"admin/{level}/{name}"
-
-
 def parse_key(record_key: str) -> tuple[str, str] | None:
-    """(level, name) of an admin record's key, or None when it is not one."""
-    if not record_key.startswith("admin/"):
-        return None
-    level, slash, name = record_key[6:].partition("/")
-    if not slash or level not in LEVELS or not name:
-        return None
-    return level, name
+    """(level, name) of an admin record's key (`state.keys.admin`), or None when it is not
+    one of a known level."""
+    parts = keys.admin_parts(record_key)
+    return parts if parts is not None and parts[0] in LEVELS else None
 
 
 def from_value(level: str, name: str, value: Any) -> AdminState | None:
@@ -168,7 +161,6 @@ __all__ = [
     "LEVEL_WORDS",
     "AdminState",
     "from_value",
-    "key",
     "parse_key",
     "value",
     "worst",

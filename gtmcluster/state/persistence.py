@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gtmcluster.state import values
+from gtmcluster.state import keys, values
 from gtmcluster.state.store import Store
 
 
@@ -52,14 +52,7 @@ class PersistRecord:
         return now < self.written + self.ttl
 
 
-PREFIX = "persist/"
 KIND = "persist"
-
-
-def record_key(key: PersistKey) -> str:
-    if key.resolver:
-        return f"{PREFIX}{key.wideip}/{key.qtype}/{key.resolver}/ecs/{key.network}"
-    return f"{PREFIX}{key.wideip}/{key.qtype}/{key.network}"
 
 
 class PersistValue(values.Compact):
@@ -111,7 +104,7 @@ class PersistValue(values.Compact):
 #: the values in use, one object each (read-only, so records share them: a wide IP has few
 #: pools and sets of members), up to `values.MAX_SHARED` of them
 _values: dict[tuple[str, tuple[str, ...]], PersistValue] = {}
-values.register(PREFIX, PersistValue.of)
+values.register(keys.PERSIST, PersistValue.of)
 
 
 class StorePersistence:
@@ -121,7 +114,7 @@ class StorePersistence:
         self.store = store
 
     def get(self, key: PersistKey, now: float) -> PersistRecord | None:
-        record = self.store.get(record_key(key))
+        record = self.store.get(keys.persist(key))
         if record is None:
             return None
         value = record.value
@@ -135,7 +128,7 @@ class StorePersistence:
         return PersistRecord(key, pool, members, record.born, record.ttl or 0)
 
     def put(self, record: PersistRecord) -> None:
-        self.store.put(record_key(record.key), {"pool": record.pool, "members": list(record.members)}, ttl=record.ttl)
+        self.store.put(keys.persist(record.key), {"pool": record.pool, "members": list(record.members)}, ttl=record.ttl)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.store.scan(PREFIX))
+        return sum(1 for _ in self.store.scan(keys.PERSIST))

@@ -16,7 +16,7 @@ A record's kind is its key's first segment. The kinds, their keys and values:
     persist/<wideip>/<qtype>/<client...>   {"pool": str, "members": [str, ...]}   TTL required
                                 (<client>: a network, or <resolver network>/ecs/<network>)
     traffic/link/<link>         {"bps_in": number, "bps_out": number, "by": str}  TTL required
-                                (a link's measured traffic: `health.linkload`; version 4)
+                                (a link's measured traffic: `lb.linkload`; version 4)
 
 A value of None is a tombstone (a deletion) of any kind; it needs a TTL, of at most
 `MAX_TOMBSTONE_TTL`.
@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from gtmcluster.state import keys
 from gtmcluster.state.values import Compact, plain
 
 #: the longest text (in characters) of a reason a writer of this version puts in a record;
@@ -227,8 +228,8 @@ def version_needed(key: str) -> int:
     """The lowest peer protocol version whose members take a record at *key*: a member of
     an older version refuses it (and drops the connection that carried it), so it is sent
     only to peers that speak this version (see `sync.replicator`)."""
-    if key.startswith("admin/"):
-        return ADMIN_LEVEL_VERSIONS.get(key[6:].partition("/")[0], 1)
+    if key.startswith(keys.ADMIN):
+        return ADMIN_LEVEL_VERSIONS.get(key[len(keys.ADMIN) :].partition("/")[0], 1)
     return KIND_VERSIONS.get(key.partition("/")[0], 1)
 
 

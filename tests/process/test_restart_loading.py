@@ -26,9 +26,8 @@ from typing import Any
 import pytest
 
 from gtmcluster.dnsdata.zone import TYPE_A
-from gtmcluster.proximity.table import path_key
-from gtmcluster.state import snapshot
-from gtmcluster.state.persistence import PersistKey, record_key
+from gtmcluster.state import keys, snapshot
+from gtmcluster.state.persistence import PersistKey
 from tests.support import configs, dnsclient, poll
 from tests.support.nodeproc import RunningNode, loopback_address, running_node
 
@@ -71,7 +70,7 @@ def write_snapshot(path: Path, askers: list[str]) -> Table:
             "window": "1111111111",
             "by": ORIGINS[dc],
         }
-        rows.append((path_key(ldns, dc), json.dumps(value), stamp + len(rows), 0, ORIGINS[dc], wall + 86400))
+        rows.append((keys.path(ldns, dc), json.dumps(value), stamp + len(rows), 0, ORIGINS[dc], wall + 86400))
 
     persisted = {}
     # a client subnet is held per resolver (each asker's /24: persistence's prefix)
@@ -81,7 +80,7 @@ def write_snapshot(path: Path, askers: list[str]) -> Table:
         member = rng.choice(("vs1", "vs2", "vs3"))
         value = json.dumps({"pool": "near", "members": [member]})
         for resolver in resolvers:
-            key = record_key(PersistKey(STICKY, TYPE_A, subnet, resolver))
+            key = keys.persist(PersistKey(STICKY, TYPE_A, subnet, resolver))
             rows.append((key, value, stamp + len(rows), 0, "n1", wall + 3600))
         if j % 97 == 0:
             persisted[subnet] = SERVERS[f"DC{member[2]}"]

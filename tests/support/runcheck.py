@@ -41,9 +41,9 @@ from gtmcluster.config.monitoring import (
 )
 from gtmcluster.probe.base import Check as Checker
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.tcp import TcpChecker
 
 #: reactor turns allowed for closes to complete after the last result

@@ -36,7 +36,7 @@ from gtmcluster.config.model import Health
 from gtmcluster.config.monitoring import Monitor
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result, Target
-from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.state.store import Store
 from tests.support import configs
 

@@ -20,7 +20,7 @@ from twisted.internet import defer, task
 
 from gtmcluster.config.load import load
 from gtmcluster.health.checker import HealthChecker
-from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.state.store import Store
 
 #: how often the records are looked at (seconds)

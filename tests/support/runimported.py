@@ -19,8 +19,8 @@ from twisted.internet import defer, task
 
 from gtmcluster.config.load import load
 from gtmcluster.probe.base import IcmpUnavailable, Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
+from gtmcluster.probe.kinds import make_check
 
 
 async def run(reactor: Any, config_path: str) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from gtmcluster.api import proximity
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.load import load
 from gtmcluster.node import Node
-from gtmcluster.proximity.table import path_key, updated
+from gtmcluster.proximity.table import updated
+from gtmcluster.state import keys
 from tests.support import configs
 
 
@@ -21,7 +22,7 @@ def node_with_paths(tmp_path: Path, ldnses: int) -> Node:
         ldns = f"192.0.{i // 250}.{i % 250 + 1}"
         for dc, rtt in (("DC1", 20_000), ("DC2", 40_000)):
             path = updated(None, True, rtt + i, 5, "icmp", "n1", ldns, dc)
-            node.store.put(path_key(ldns, dc), path.value(), ttl=3600)
+            node.store.put(keys.path(ldns, dc), path.value(), ttl=3600)
     return node
 
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
-from gtmcluster.proximity.table import path_key, request_key, updated
+from gtmcluster.proximity.table import updated
+from gtmcluster.state import keys
 from tests.support import configs
 from tests.support.dnsclient import addresses, ecs_option, parse, query
 
@@ -37,7 +38,7 @@ def path(n: Node, dc: str, rtt_us: int, completion_ok: int = 10, hops: int = 0, 
     for i in range(10):
         p = updated(p, i < completion_ok, rtt_us, hops, "dns_dot", "n1", ldns, dc)
     assert p is not None
-    n.store.put(path_key(ldns, dc), p.value())
+    n.store.put(keys.path(ldns, dc), p.value())
 
 
 def ask(n: Node, source: str = LDNS, **kw: Any) -> list[str]:
@@ -61,7 +62,7 @@ def test_missing_paths_fall_through_and_request_a_probe(tmp_path: Path) -> None:
     """With no path yet, the alternate (topology) answers at once and a probe is requested."""
     n = node(tmp_path)
     assert ask(n) == ["10.0.3.1"]  # topology: anyone -> DC3
-    record = n.store.get(request_key(LDNS))
+    record = n.store.get(keys.probe_request(LDNS))
     assert record is not None and record.value == {"by": "n1"}
 
 
@@ -75,10 +76,10 @@ def test_stale_paths_are_used_and_refreshed(tmp_path: Path) -> None:
     n.ready = True
     for dc, rtt in (("DC1", 9000), ("DC2", 1000), ("DC3", 5000)):
         path(n, dc, rtt)
-    assert ask(n) == ["10.0.2.1"] and n.store.get(request_key(LDNS)) is None
+    assert ask(n) == ["10.0.2.1"] and n.store.get(keys.probe_request(LDNS)) is None
     raw_clock[0] += 61
     assert ask(n) == ["10.0.2.1"]
-    assert n.store.get(request_key(LDNS)) is not None
+    assert n.store.get(keys.probe_request(LDNS)) is not None
 
 
 def test_rtts_within_tolerance_are_settled_by_completion_then_hops(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from twisted.logger import capturedLogs
 from gtmcluster.config.monitoring import Monitor
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.probe.base import Check, Result, Target
-from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.store import Store
 from tests.support import configs
@@ -347,7 +347,7 @@ def test_the_checker_statistics_in_prometheus_text(tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.registry import Collector
 
-    from gtmcluster.api.metrics import health_check_metrics
+    from gtmcluster.api.metricfamilies import health_check_metrics
 
     raw = health_config()
     raw["health"] = {"max_in_flight": 2}

@@ -23,9 +23,9 @@ from gtmcluster.history import OTHER, History
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
 from gtmcluster.nodeservice import NodeService
-from gtmcluster.proximity.table import path_key
 from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.service import Sockets, make_service
+from gtmcluster.state import keys
 from gtmcluster.state.record import Record, Version
 from tests.support import configs
 from tests.support.dnsclient import addresses, parse, query
@@ -175,8 +175,8 @@ def test_rtt_per_datacenter_is_the_median_of_the_newest_paths(tmp_path: Path) ->
     history = started(node, clock)
     clock.advance(10)
     for i, rtt in enumerate((10_000, 20_000, 90_000)):
-        node.store.put(path_key(f"192.0.2.{i}", "DC2"), _path(rtt))
-    node.store.put(path_key("192.0.2.9", "DC3"), _path(0))
+        node.store.put(keys.path(f"192.0.2.{i}", "DC2"), _path(rtt))
+    node.store.put(keys.path("192.0.2.9", "DC3"), _path(0))
     clock.advance(10)
     rtt = history.to_json()["rtt_ms"]
     assert rtt == {"DC2": [None, 20.0]}

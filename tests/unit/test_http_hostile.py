@@ -21,8 +21,8 @@ from twisted.python.failure import Failure
 
 from gtmcluster.config.monitoring import HttpCheck, HttpCounterSource, LoadSource, Sample
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.httpcounters import CounterError, HttpCounterReader, request_of
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.linkrate import Counters
 from tests.support.probeservers import accept_tcp, monitor
 

@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config, Prober
-from gtmcluster.health import linkload
 from gtmcluster.health.tracker import HealthTracker
+from gtmcluster.lb import linkload
 from gtmcluster.lb.links import bandwidth_ratio, link_capacity, lowest_cost
 from gtmcluster.lb.methods import Method
 from gtmcluster.lb.ranking import Candidate
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import Measurements
+from gtmcluster.state import keys
 from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.support.dnsclient import addresses, parse, query
@@ -51,7 +52,7 @@ def measured(config: Config, **mbps: float) -> Measurements:
     clock = FakeClock()
     store = Store("n1", clock)
     for link, used in mbps.items():
-        store.put(linkload.key(link), linkload.LinkLoad(used * 1e6, used * 1e5, "n1").value(), 30.0)
+        store.put(keys.traffic(link), linkload.LinkLoad(used * 1e6, used * 1e5, "n1").value(), 30.0)
     return Measurements(store, Prober(), lambda: True)
 
 
@@ -155,16 +156,16 @@ def test_a_link_over_its_max_utilisation_takes_no_new_clients(tmp_path: Path) ->
     tracker, store, config = tracked(tmp_path)
     vs1 = config.virtual_servers["vs1"]
     assert tracker.vs_up(vs1)
-    store.put(linkload.key("cnc"), {"bps_in": 930_000_000, "bps_out": 5, "by": "n1"}, 30.0)
+    store.put(keys.traffic("cnc"), {"bps_in": 930_000_000, "bps_out": 5, "by": "n1"}, 30.0)
     status = tracker.snapshot.vs["vs1"]
     assert (status.available, status.serving) == (False, True)
     assert status.reason == "link cnc at 93% of 1000 Mbps (max 90%): only clients held by persistence"
     assert tracker.snapshot.links["cnc"].busy == "link cnc at 93% of 1000 Mbps (max 90%)"
     assert not tracker.vs_up(vs1) and tracker.vs_serving(vs1)
     assert tracker.vs_up(config.virtual_servers["vs2"])
-    store.put(linkload.key("cnc"), {"bps_in": 10, "bps_out": 900_000_000, "by": "n1"}, 30.0)  # exactly 90%
+    store.put(keys.traffic("cnc"), {"bps_in": 10, "bps_out": 900_000_000, "by": "n1"}, 30.0)  # exactly 90%
     assert tracker.vs_up(vs1)
-    store.put(linkload.key("tel"), {"bps_in": 10**12, "bps_out": 0, "by": "n1"}, 30.0)
+    store.put(keys.traffic("tel"), {"bps_in": 10**12, "bps_out": 0, "by": "n1"}, 30.0)
     assert tracker.vs_up(config.virtual_servers["vs2"])  # no max_utilisation on tel
 
 
@@ -172,7 +173,7 @@ def test_the_figure_expiring_lifts_the_limit(tmp_path: Path) -> None:
     """Nobody renews the figure (the readers stopped): when it expires, the link is judged
     by its health alone again."""
     tracker, store, config = tracked(tmp_path)
-    store.put(linkload.key("cnc"), {"bps_in": 990_000_000, "bps_out": 0, "by": "n1"}, 30.0)
+    store.put(keys.traffic("cnc"), {"bps_in": 990_000_000, "bps_out": 0, "by": "n1"}, 30.0)
     assert not tracker.vs_up(config.virtual_servers["vs1"])
     clock = store.clock
     assert isinstance(clock, FakeClock)
@@ -186,11 +187,11 @@ def test_a_new_figure_re_evaluates_that_links_servers_only(tmp_path: Path) -> No
     for a link without max_utilisation evaluates nothing."""
     tracker, store, _ = tracked(tmp_path)
     before = tracker.evaluations
-    store.put(linkload.key("cnc"), {"bps_in": 950_000_000, "bps_out": 0, "by": "n1"}, 30.0)
+    store.put(keys.traffic("cnc"), {"bps_in": 950_000_000, "bps_out": 0, "by": "n1"}, 30.0)
     tracker.settle()
     assert tracker.evaluations - before == 3  # cnc, vs1, vs1-6
     before = tracker.evaluations
-    store.put(linkload.key("tel"), {"bps_in": 95_000_000, "bps_out": 0, "by": "n1"}, 30.0)
+    store.put(keys.traffic("tel"), {"bps_in": 95_000_000, "bps_out": 0, "by": "n1"}, 30.0)
     tracker.settle()
     assert tracker.evaluations == before
 
@@ -198,7 +199,7 @@ def test_a_new_figure_re_evaluates_that_links_servers_only(tmp_path: Path) -> No
 def test_a_figure_of_another_shape_counts_for_nothing(tmp_path: Path) -> None:
     tracker, store, config = tracked(tmp_path)
     for value in ({"bps_in": "lots", "bps_out": 0}, {"bps_in": -1, "bps_out": 0}, {"bps_out": 10**12}):
-        store.put(linkload.key("cnc"), value, 30.0)
+        store.put(keys.traffic("cnc"), value, 30.0)
         assert tracker.vs_up(config.virtual_servers["vs1"]), value
 
 
@@ -223,7 +224,7 @@ def ask(n: Node, source: str) -> list[str]:
 
 
 def figure(n: Node, link: str, mbps: float) -> None:
-    n.store.put(linkload.key(link), linkload.LinkLoad(mbps * 1e6, 0, "n1").value(), 30.0)
+    n.store.put(keys.traffic(link), linkload.LinkLoad(mbps * 1e6, 0, "n1").value(), 30.0)
 
 
 def test_through_a_node_the_chain_moves_on_until_measured_and_a_full_link_keeps_only_held_clients(

@@ -16,10 +16,10 @@ from twisted.logger import capturedLogs
 from gtmcluster.config.load import load
 from gtmcluster.config.model import Config
 from gtmcluster.config.monitoring import SnmpSource, TrafficSource
-from gtmcluster.health import linkload
 from gtmcluster.health.linktraffic import MIN_TTL, LinkTrafficPoller
+from gtmcluster.lb import linkload
 from gtmcluster.probe.linkrate import COUNTER64, MAX_LINE_BPS, CounterRate, Counters, Rate, delta, rate
-from gtmcluster.state import schema
+from gtmcluster.state import keys, schema
 from gtmcluster.state.store import Store
 from tests.support import configs
 from tests.unit.test_config_links import linked
@@ -148,10 +148,10 @@ def test_readings_become_shared_figures_with_a_ttl(config: Config) -> None:
     reader = poller.polls["cnc"].reader
     assert isinstance(reader, FakeReader)
     reader.answer(Counters(10**12, 10**12))
-    assert store.get(linkload.key("cnc")) is None  # one reading is no rate
+    assert store.get(keys.traffic("cnc")) is None  # one reading is no rate
     clock.advance(10)
     reader.answer(Counters(10**12 + 1_250_000_000, 10**12 + 125_000_000))  # 1 Gbit/s in, 100 Mbit/s out
-    record = store.get(linkload.key("cnc"))
+    record = store.get(keys.traffic("cnc"))
     assert record is not None
     assert record.value == {"bps_in": 1_000_000_000, "bps_out": 100_000_000, "by": "n1"}
     assert record.ttl == max(MIN_TTL, 3 * 10)
@@ -183,7 +183,7 @@ def test_a_slow_or_failing_source_skips_rounds_and_counts_on(config: Config) -> 
     with capturedLogs() as events:
         reader.answer(Counters(30 * 1_000_000 // 8, 0))
     assert [e["event"] for e in events if "event" in e] == ["link_traffic_up"]
-    record = store.get(linkload.key("cnc"))
+    record = store.get(keys.traffic("cnc"))
     assert record is not None and record.value["bps_in"] == 1_000_000
     poller.stopService()
     assert all(not p.loop for p in poller.polls.values())
@@ -207,7 +207,7 @@ def test_stopping_stops_the_readings_then_closes_the_client(config: Config) -> N
     poller.stopService()
     assert closed == [True]
     reader.answer(Counters(10**9, 0))  # (arrives after the stop)
-    assert store.get(linkload.key("cnc")) is None
+    assert store.get(keys.traffic("cnc")) is None
 
 
 def test_a_reload_keeps_unchanged_sources_and_starts_new_ones(tmp_path: Path, config: Config) -> None:

@@ -12,10 +12,10 @@ from twisted.internet.task import Clock
 from gtmcluster.config.monitoring import Check, DnsCheck, HttpCheck, IcmpCheck, TcpCheck, UdpCheck
 from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.dnscheck import DnsChecker
 from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.icmp import Channel, IcmpPinger
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.tcp import TcpChecker
 from gtmcluster.probe.udp import UdpChecker
 from tests.support.probeservers import FakeIcmpSocket, UdpMemoryReactor, monitor, result_of

@@ -14,8 +14,8 @@ import pytest
 
 from gtmcluster.config.monitoring import DnsCheck
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.dnscheck import DnsChecker
+from gtmcluster.probe.kinds import make_check
 from tests.support.probeservers import FakeDatagramPort, UdpMemoryReactor, monitor, result_of, still_running
 
 VS = Target(ip_address("192.0.2.53"), 53, "virtual server dns")

@@ -17,8 +17,8 @@ from twisted.python.failure import Failure
 from gtmcluster.config.monitoring import HttpCheck, LoadSource, Sample
 from gtmcluster.probe import httpframe
 from gtmcluster.probe.base import Check, Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.http import host_header, server_name
+from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.stream import lost_reason
 from tests.support.probeservers import accept_tcp, monitor, result_of, still_running
 

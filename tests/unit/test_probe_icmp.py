@@ -15,8 +15,8 @@ from twisted.internet.testing import MemoryReactorClock
 from gtmcluster.config.monitoring import IcmpCheck
 from gtmcluster.probe import icmpwire
 from gtmcluster.probe.base import IcmpUnavailable, Result, Target
-from gtmcluster.probe.checks import make_check
 from gtmcluster.probe.icmp import Channel, IcmpPinger, open_pinger
+from gtmcluster.probe.kinds import make_check
 from tests.support.probeservers import FakeIcmpSocket, monitor, result_of, still_running
 
 V4 = Target(ip_address("192.0.2.7"), 0, "link uplink target 192.0.2.7")

@@ -29,8 +29,8 @@ from twisted.python.failure import Failure
 
 from gtmcluster.probe import icmpwire, pathwire
 from gtmcluster.probe.base import IcmpUnavailable
-from gtmcluster.probe.checks import NO_PINGER
 from gtmcluster.probe.icmp import Channel, IcmpPinger, open_pinger
+from gtmcluster.probe.kinds import NO_PINGER
 from gtmcluster.probe.paths import PathProber, Sample
 from gtmcluster.probe.pathsockets import TCP_INFO, TCPI_RTT_OFFSET, Measure
 from tests.conftest import IN_CI

@@ -11,7 +11,7 @@ from twisted.python.failure import Failure
 
 from gtmcluster.config.monitoring import TcpCheck
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.kinds import make_check
 from tests.support.probeservers import accept_tcp, monitor, refuse_tcp, result_of, still_running
 
 VS = Target(ip_address("192.0.2.5"), 80, "virtual server vs")

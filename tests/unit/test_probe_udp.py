@@ -10,7 +10,7 @@ from twisted.internet.error import CannotListenError, MessageLengthError
 
 from gtmcluster.config.monitoring import UdpCheck
 from gtmcluster.probe.base import Result, Target
-from gtmcluster.probe.checks import make_check
+from gtmcluster.probe.kinds import make_check
 from tests.support.probeservers import UdpMemoryReactor, monitor, result_of, still_running
 
 VS = Target(ip_address("192.0.2.5"), 5000, "virtual server vs")

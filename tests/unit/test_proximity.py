@@ -13,7 +13,8 @@ from twisted.logger import capturedLogs
 from gtmcluster.config.model import Prober
 from gtmcluster.proximity.budget import Budget, queue_limit
 from gtmcluster.proximity.scheduler import ProbeScheduler, request
-from gtmcluster.proximity.table import Measurements, PathInfo, from_record, path_key, request_key, updated
+from gtmcluster.proximity.table import Measurements, PathInfo, from_record, updated
+from gtmcluster.state import keys
 from gtmcluster.state.store import Store
 from tests.support import configs
 
@@ -55,9 +56,9 @@ def test_path_records_round_trip_and_age_from_the_record(tmp_path: object) -> No
     clock = task.Clock()
     store = Store("n1", clock.seconds)
     p = updated(None, True, 5000, 3, "icmp", "n1", "198.51.100.9", "TEL")
-    store.put(path_key("198.51.100.9", "TEL"), p.value())
+    store.put(keys.path("198.51.100.9", "TEL"), p.value())
     clock.advance(42)
-    back = from_record(store.get(path_key("198.51.100.9", "TEL")), clock.seconds())  # type: ignore[arg-type]
+    back = from_record(store.get(keys.path("198.51.100.9", "TEL")), clock.seconds())  # type: ignore[arg-type]
     assert back is not None and back.age == 42 and back.rtt_us == 5000 and back.datacenter == "TEL"
     m = Measurements(store, Prober(probe_interval=30, path_ttl=100), lambda: True)
     info = m.path("198.51.100.9", "TEL")
@@ -180,7 +181,7 @@ def test_a_request_record_makes_the_node_probe_and_record_its_path() -> None:
     assert prober.asked == []  # not inside the turn that filed it (maybe a datagram handler)
     clock.advance(0)
     assert prober.asked == ["198.51.100.7"]
-    record = store.get(path_key("198.51.100.7", "CNC"))
+    record = store.get(keys.path("198.51.100.7", "CNC"))
     assert record is not None and record.value["rtt"] == 25_000 and record.value["by"] == "n1"
 
 
@@ -189,9 +190,9 @@ def test_one_request_at_a_time_per_ldns() -> None:
     _, store, clock, _ = scheduler()
     budget = Budget(Prober(allow=OPEN), clock.seconds)
     assert request(store, budget, "198.51.100.7", "n1")
-    first = store.get(request_key("198.51.100.7"))
+    first = store.get(keys.probe_request("198.51.100.7"))
     assert not request(store, budget, "198.51.100.7", "n1")
-    assert store.get(request_key("198.51.100.7")) == first
+    assert store.get(keys.probe_request("198.51.100.7")) == first
     clock.advance(61)
     assert request(store, budget, "198.51.100.7", "n1")
 
@@ -253,7 +254,7 @@ def test_silent_ldnses_are_backed_off() -> None:
     clock.advance(61)
     s.want("203.0.113.5")
     assert len(prober.asked) == 2  # now 120 s
-    record = store.get(path_key("203.0.113.5", "CNC"))
+    record = store.get(keys.path("203.0.113.5", "CNC"))
     assert record is not None and record.value["failures"] == 2 and record.value["completion"] == 0
 
 
@@ -341,12 +342,12 @@ def test_a_node_holding_its_most_paths_keeps_no_new_one(monkeypatch: pytest.Monk
         clock.advance(400)
         s.want("198.51.100.1")  # held: measured again and updated
     assert prober.asked[-3:] == ["198.51.100.4", "198.51.100.5", "198.51.100.1"]
-    assert store.get(path_key("198.51.100.4", "CNC")) is None
+    assert store.get(keys.path("198.51.100.4", "CNC")) is None
     assert store.held_by("n1", "path") == 3 and s.stats.not_kept == 2
-    updated_one = store.get(path_key("198.51.100.1", "CNC"))
+    updated_one = store.get(keys.path("198.51.100.1", "CNC"))
     assert updated_one is not None and clock.seconds() - updated_one.born < 1
     assert len([e for e in events if e.get("event") == "path_table_full"]) == 1
     clock.advance(3600)
     store.expire()
     s.want("198.51.100.4")
-    assert store.get(path_key("198.51.100.4", "CNC")) is not None
+    assert store.get(keys.path("198.51.100.4", "CNC")) is not None

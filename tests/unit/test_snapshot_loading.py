@@ -29,9 +29,8 @@ from gtmcluster.health.checker import subjects
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Decision
 from gtmcluster.node import Node
-from gtmcluster.proximity.table import PATH, path_key
-from gtmcluster.state import loading, snapshot
-from gtmcluster.state.persistence import PersistKey, record_key
+from gtmcluster.state import keys, loading, snapshot
+from gtmcluster.state.persistence import PersistKey
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.snapshotter import Snapshotter
 from gtmcluster.state.store import Store
@@ -113,14 +112,14 @@ def saved_table(directory: Path) -> Path:
     for i in range(ASKED):
         if i % 2:
             key = PersistKey(STICKY, TYPE_A, f"{client_network(i)}.0/24")
-            store.put(record_key(key), {"pool": "near", "members": [f"vs{1 + i % 3}"]}, ttl=3600)
+            store.put(keys.persist(key), {"pool": "near", "members": [f"vs{1 + i % 3}"]}, ttl=3600)
     store.put("probe/192.0.2.53", {"by": "n1"}, ttl=60)
     # the peers' paths, measured later than anything else (the newest versions of the file)
     stamp = int(WALL * 1000) - 60_000
     for i in range(TABLE):
         for n, dc in enumerate(DATACENTERS):
             version = Version(stamp + i, n, ORIGINS[dc])
-            store.merge(Record(path_key(ldns(i), dc), path_value(rng, dc), version, 2419200.0, clock.seconds()))
+            store.merge(Record(keys.path(ldns(i), dc), path_value(rng, dc), version, 2419200.0, clock.seconds()))
     path = directory / snapshot.FILENAME
     # the other records first in the file, then the table in the order it was measured (as a
     # node that added paths later); the store's own order follows the keys' hashes
@@ -201,7 +200,7 @@ class Restart:
         self.node.store.subscribe(self.heard.append)
         self.slices = Slices()
         self.snaps = Snapshotter(
-            self.node.store, state, self.reactor, lambda: WALL, later=PATH, cooperator=self.slices.cooperator
+            self.node.store, state, self.reactor, lambda: WALL, later=keys.PATH, cooperator=self.slices.cooperator
         )
         with capturedLogs() as events:
             self.first = self.snaps.load()
@@ -314,7 +313,7 @@ def test_a_record_from_a_peer_meets_the_saved_one_as_if_all_were_loaded(tmp_path
     one: an older version is refused (and never overwrites the row), a newer one wins
     and is heard (news: relayed, saved); the slice reaching the row later changes nothing."""
     r = Restart(tmp_path)
-    key = path_key(ldns(TABLE - 1), "DC2")
+    key = keys.path(ldns(TABLE - 1), "DC2")
     saved = r.full.store.raw(key)
     assert saved is not None
     older = Record(key, {**saved.value, "rtt": 1}, Version(saved.wall_ms - 1, 0, "n2"), 600.0, r.clock.seconds())
@@ -335,7 +334,7 @@ def test_the_clock_passes_every_saved_version_before_the_paths_are_read(tmp_path
     r = Restart(tmp_path)
     newest = max(record.version for record in r.full.store.all_records())
     assert newest.origin != "n1"  # a peer's path: the first part held nothing as new
-    assert r.node.store.put(path_key(ldns(TABLE - 1), "DC1"), {"x": 1}).version > newest
+    assert r.node.store.put(keys.path(ldns(TABLE - 1), "DC1"), {"x": 1}).version > newest
 
 
 def test_slices_wait_while_a_snapshot_write_is_under_way(tmp_path: Path) -> None:
@@ -365,7 +364,7 @@ def damage_row(index: int) -> Callable[[Path], None]:
 
     def damage(path: Path) -> None:
         db = sqlite3.connect(path)
-        db.execute("UPDATE records SET value = '{not json' WHERE key = ?", (path_key(ldns(index), "DC1"),))
+        db.execute("UPDATE records SET value = '{not json' WHERE key = ?", (keys.path(ldns(index), "DC1"),))
         db.commit()
         db.close()
 
@@ -472,7 +471,7 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     trio.write("gtm-a", "obs/vs/vs1/gtm-a", {"up": True}, ttl=600)
     trio.links[0].cut()
     for i in range(300):
-        trio.stores["gtm-b"].put(path_key(ldns(i), "DC-b"), path_of(1000 + i, "gtm-b"), ttl=86400)
+        trio.stores["gtm-b"].put(keys.path(ldns(i), "DC-b"), path_of(1000 + i, "gtm-b"), ttl=86400)
     state = tmp_path / "b-state"
     state.mkdir()
     snapshot.write(state / snapshot.FILENAME, snapshot.rows(trio.stores["gtm-b"], WALL, trio.clock.seconds()), "gtm-b")
@@ -480,7 +479,7 @@ def test_anti_entropy_waits_for_the_load_and_pushes_go_on(tmp_path: Path) -> Non
     trio.write("gtm-a", "persist/www/1/192.0.2.0/24", {"pool": "p", "members": ["vs1"]}, ttl=3600)
     fresh = Store("gtm-b", trio.clock.seconds)
     slices = Slices()
-    snaps = Snapshotter(fresh, state, trio.clock, lambda: WALL, later=PATH, cooperator=slices.cooperator)
+    snaps = Snapshotter(fresh, state, trio.clock, lambda: WALL, later=keys.PATH, cooperator=slices.cooperator)
     snaps.load()
     replicator = trio.add("gtm-b", fresh)
     replicator.hold_until(snaps.when_loaded())
@@ -597,8 +596,8 @@ def test_a_slice_looks_at_a_slice_of_the_table_also_across_a_long_run_of_other_r
     (deleted rows) are skipped at once; then the reader is done."""
     rows: list[snapshot.Row] = []
     for i in range(1450):
-        key = path_key(ldns(i), "DC1") if not 250 <= i < 1250 else f"persist/x/1/10.{i // 256}.{i % 256}.0/24"
-        value = path_of(i, "n1") if key.startswith(PATH) else {"pool": "p", "members": ["a"]}
+        key = keys.path(ldns(i), "DC1") if not 250 <= i < 1250 else f"persist/x/1/10.{i // 256}.{i % 256}.0/24"
+        value = path_of(i, "n1") if key.startswith(keys.PATH) else {"pool": "p", "members": ["a"]}
         rows.append((key, json.dumps(value), i, 0, "n1", WALL + 3600))
     path = tmp_path / snapshot.FILENAME
     snapshot.write(path, rows, "n1")
@@ -606,7 +605,7 @@ def test_a_slice_looks_at_a_slice_of_the_table_also_across_a_long_run_of_other_r
     db.execute("UPDATE records SET rowid = rowid + 100000 WHERE rowid > 1300")  # a gap
     db.commit()
     db.close()
-    reader = snapshot.Reader.open(path, PATH, lambda: WALL)
+    reader = snapshot.Reader.open(path, keys.PATH, lambda: WALL)
     assert reader is not None
     store = Store("n1", lambda: 0.0)
     reader.first(store)
@@ -634,8 +633,8 @@ def test_a_key_not_in_the_file_is_looked_up_once(tmp_path: Path) -> None:
     assert isinstance(reader, snapshot.Reader)
     reader.db.set_trace_callback(statements.append)
     for _ in range(3):
-        assert r.node.store.get(path_key("192.0.2.200", "DC1")) is None
-        assert r.node.store.get(path_key(ldns(TABLE - 1), "DC1")) is not None
+        assert r.node.store.get(keys.path("192.0.2.200", "DC1")) is None
+        assert r.node.store.get(keys.path(ldns(TABLE - 1), "DC1")) is not None
     assert len(statements) == 2, statements
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.proximity.table import PathValue, from_record, path_key, updated
-from gtmcluster.state import snapshot
+from gtmcluster.proximity.table import PathValue, from_record, updated
+from gtmcluster.state import keys, snapshot
 from gtmcluster.state.expiry import ExpiryQueue
-from gtmcluster.state.persistence import PersistKey, PersistValue, StorePersistence, record_key
+from gtmcluster.state.persistence import PersistKey, PersistValue, StorePersistence
 from gtmcluster.state.record import BUCKETS, Record, Version, bucket_of
 from gtmcluster.state.store import Store
 from gtmcluster.sync import codec
@@ -38,7 +38,7 @@ def path_value() -> dict[str, object]:
 def test_a_path_value_is_kept_compact_and_reads_as_its_dict() -> None:
     store = Store("gtm-1", Clock())
     plain = path_value()
-    record = store.put(path_key("192.0.2.9", "DC1"), plain)
+    record = store.put(keys.path("192.0.2.9", "DC1"), plain)
     assert type(record.value) is PathValue
     assert record.value == plain and dict(record.value) == plain
     assert record.value["rtt"] == 12_345 and len(record.value) == 8
@@ -51,7 +51,7 @@ def test_values_of_another_shape_are_kept_exactly() -> None:
     is neither compacted nor altered, so it is relayed and saved as it came."""
     store = Store("gtm-1", Clock())
     for odd in ({**path_value(), "jitter": 3}, {**path_value(), "rtt": 1.5}, {"rtt": 1}):
-        record = store.put(path_key("192.0.2.9", "DC2"), odd)
+        record = store.put(keys.path("192.0.2.9", "DC2"), odd)
         assert type(record.value) is dict and record.value == odd
 
 
@@ -60,20 +60,20 @@ def test_compact_values_travel_and_persist_as_their_dicts(tmp_path: Path) -> Non
     compact form again and both stores have the same digest."""
     clock = Clock()
     store = Store("gtm-1", clock)
-    store.put(path_key("192.0.2.9", "DC1"), path_value(), ttl=600)
+    store.put(keys.path("192.0.2.9", "DC1"), path_value(), ttl=600)
     persist_key = PersistKey("www.example.", 1, "10.0.0.0/24")
-    store.put(record_key(persist_key), {"pool": "p1", "members": ["a", "b"]}, ttl=60)
+    store.put(keys.persist(persist_key), {"pool": "p1", "members": ["a", "b"]}, ttl=60)
 
     batch, _ = next(codec.batches(store.all_records(), now=1000.0))
     on_wire = {entry[0]: entry[1] for entry in json.loads(batch)}
-    assert on_wire[path_key("192.0.2.9", "DC1")] == path_value()
-    assert on_wire[record_key(persist_key)] == {"pool": "p1", "members": ["a", "b"]}
+    assert on_wire[keys.path("192.0.2.9", "DC1")] == path_value()
+    assert on_wire[keys.persist(persist_key)] == {"pool": "p1", "members": ["a", "b"]}
 
     received = Store("gtm-2", clock)
     for record in codec.decode(batch, now=1000.0):
         received.merge(record)
     assert received.digest() == store.digest()
-    assert type(received.get(path_key("192.0.2.9", "DC1")).value) is PathValue  # type: ignore[union-attr]
+    assert type(received.get(keys.path("192.0.2.9", "DC1")).value) is PathValue  # type: ignore[union-attr]
 
     snapshot.write(tmp_path / snapshot.FILENAME, snapshot.rows(store, 50_000.0, 1000.0), "gtm-1")
     restored = Store("gtm-1", clock)
@@ -81,7 +81,7 @@ def test_compact_values_travel_and_persist_as_their_dicts(tmp_path: Path) -> Non
     assert restored.digest() == store.digest()
     held = StorePersistence(restored).get(persist_key, 1000.0)
     assert held is not None and held.pool == "p1" and held.members == ("a", "b")
-    assert type(restored.get(record_key(persist_key)).value) is PersistValue  # type: ignore[union-attr]
+    assert type(restored.get(keys.persist(persist_key)).value) is PersistValue  # type: ignore[union-attr]
 
 
 def test_a_persistence_value_hands_out_copies() -> None:

@@ -20,7 +20,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs, formatEvent
 
-from gtmcluster.api import metrics
+from gtmcluster.api import metricfamilies
 from gtmcluster.sync import admission, phases
 from gtmcluster.sync.admission import Admission, Channels
 from gtmcluster.sync.peer import PeerProtocol
@@ -242,7 +242,7 @@ def test_silent_connections_are_capped_and_a_member_still_gets_in(pair: MemoryCl
     assert gate.turned_away + gate.made_way >= 400 - TOTAL
     told = [e for e in events if e.get("event") == "peer_turned_away"]
     assert 1 <= len(told) <= 2, [e["log_format"] for e in told]
-    exposed = {m.name: m.samples[0].value for m in metrics.peer_port(gate)}
+    exposed = {m.name: m.samples[0].value for m in metricfamilies.peer_port(gate)}
     assert exposed == {
         "gtm_peer_connections_turned_away": gate.turned_away,
         "gtm_peer_connections_made_way": gate.made_way,

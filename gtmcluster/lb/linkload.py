@@ -5,7 +5,8 @@ as ``traffic/link/<link>`` {"bps_in": number, "bps_out": number, "by": member}, 
 of a few intervals: every member of the group holds the same figure, so all decide alike,
 and a figure nobody renews goes away. The link's *utilisation* is the larger direction over
 its `bandwidth_mbps`; above its `max_utilisation` the link takes no new clients (its
-servers drain: `health.status`). Pure: no Twisted, no I/O.
+servers drain: `health.status`) and the link-aware methods count what is left of its
+bandwidth (`lb.links`). A value and pure policy, below the engines: no Twisted, no I/O.
 """
 
 from __future__ import annotations
@@ -16,15 +17,11 @@ from typing import Any, Protocol
 
 from gtmcluster.config.links import MAX_MBPS
 from gtmcluster.config.model import Link
+from gtmcluster.state import keys
 
-TRAFFIC = "traffic/link/"
 #: the most traffic a figure may say (the largest bandwidth a link may have): a figure
 #: over it counts for nothing, as a malformed one does
 MAX_BPS = MAX_MBPS * 1e6
-
-
-def key(link: str) -> str:
-    return f"{TRAFFIC}{link}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,5 +109,5 @@ class Records(Protocol):
 
 def load_held(store: Records, link: str) -> LinkLoad | None:
     """The live figure *store* holds for *link*."""
-    record = store.get(key(link))
+    record = store.get(keys.traffic(link))
     return None if record is None else from_value(record.value)

@@ -1,0 +1,137 @@
+"""The record store's keys: one constructor per kind of record, and a parser where a reader
+needs a key's parts back, so that no other module spells a key. The first segment is the
+record's kind (`state.schema.KINDS`, which checks every key that arrives); the shapes:
+
+    obs/vs/<vs>/<node>, obs/link/<link>/<node>    a node's verdict (`health.checker`)
+    admin/<level>/<name>, admin/member/<pool>/<vs> an operator's admin state (`state.admin`)
+    held/vs/<vs>                                  a server held down for a manual resume
+    metrics/vs/<vs>                               a server's load figures
+    traffic/link/<link>                           a link's measured traffic (`lb.linkload`)
+    path/<LDNS>/<data center>                     a path to an LDNS (`proximity.table`)
+    probe/<LDNS>                                  a request to probe an LDNS
+    persist/<wide IP>/<qtype>/<network>           a client's persistence record
+    persist/<wide IP>/<qtype>/<resolver>/ecs/<network>   ... of a client known by its subnet
+
+Each prefix (`OBS`, `ADMIN`, ...) is the start of every key of its kind, for `Store.scan`
+and for the watchers of changes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+#: a subject of verdicts: a virtual server or a link
+Subject = Literal["vs", "link"]
+
+OBS = "obs/"
+OBS_VS = "obs/vs/"
+OBS_LINK = "obs/link/"
+ADMIN = "admin/"
+HELD_VS = "held/vs/"
+METRICS_VS = "metrics/vs/"
+TRAFFIC_LINK = "traffic/link/"
+PATH = "path/"
+_PATH_KIND = PATH[:-1]
+PROBE = "probe/"
+PERSIST = "persist/"
+
+
+def observation(subject: Subject, name: str, node: str) -> str:
+    """*node*'s verdict on the server or link *name*."""
+    return f"{OBS}{subject}/{name}/{node}"
+
+
+def observations(subject: Subject, name: str) -> str:
+    """The prefix of every node's verdict on *name* (for `Store.children`)."""
+    return f"{OBS}{subject}/{name}/"
+
+
+def observed(key: str) -> tuple[Subject, str] | None:
+    """(subject, name) of a verdict's key, or None when *key* is not one."""
+    if key.startswith(OBS_VS):
+        name, slash, _ = key[len(OBS_VS) :].partition("/")
+        return ("vs", name) if slash else None
+    if key.startswith(OBS_LINK):
+        name, slash, _ = key[len(OBS_LINK) :].partition("/")
+        return ("link", name) if slash else None
+    return None
+
+
+def admin(level: str, name: str) -> str:
+    """*name*'s admin state at *level* (a pool member's name: "POOL/SERVER")."""
+    return f"{ADMIN}{level}/{name}"
+
+
+def admin_parts(key: str) -> tuple[str, str] | None:
+    """(level, name) of an admin key, or None when *key* is not ``admin/<level>/<name>``
+    (whether the level is one is `state.admin.parse_key`'s)."""
+    if not key.startswith(ADMIN):
+        return None
+    level, slash, name = key[len(ADMIN) :].partition("/")
+    return (level, name) if slash and name else None
+
+
+def held(vs: str) -> str:
+    """The hold of server *vs* (down until an operator resumes it)."""
+    return f"{HELD_VS}{vs}"
+
+
+def held_name(key: str) -> str | None:
+    """The server of a hold's key, or None when *key* is not one."""
+    return key[len(HELD_VS) :] if key.startswith(HELD_VS) else None
+
+
+def load_figures(vs: str) -> str:
+    """Server *vs*'s load figures (read from its monitor's body)."""
+    return f"{METRICS_VS}{vs}"
+
+
+def traffic(link: str) -> str:
+    """Link *link*'s measured traffic."""
+    return f"{TRAFFIC_LINK}{link}"
+
+
+def traffic_link(key: str) -> str | None:
+    """The link of a traffic key, or None when *key* is not one."""
+    return key[len(TRAFFIC_LINK) :] if key.startswith(TRAFFIC_LINK) else None
+
+
+def path(ldns: str, datacenter: str) -> str:
+    """The path from *datacenter* to *ldns*."""
+    return f"{PATH}{ldns}/{datacenter}"
+
+
+def path_parts(key: str) -> tuple[str, str] | None:
+    """(LDNS, data center) of a path's key, or None when *key* is not one. (Read for each
+    path a decision weighs: as quick as the one split it replaced.)"""
+    try:
+        kind, ldns, datacenter = key.split("/", 2)
+    except ValueError:
+        return None
+    return (ldns, datacenter) if kind == _PATH_KIND else None
+
+
+def probe_request(ldns: str) -> str:
+    """A request to probe *ldns* (written where a query from it was answered)."""
+    return f"{PROBE}{ldns}"
+
+
+class Persisted(Protocol):
+    """What a persistence key is made of (`lb.context.PersistKey`)."""
+
+    @property
+    def wideip(self) -> str: ...
+    @property
+    def qtype(self) -> int: ...
+    @property
+    def network(self) -> str: ...
+    @property
+    def resolver(self) -> str | None: ...
+
+
+def persist(key: Persisted) -> str:
+    """The persistence record of a client (by its network, and for a client known by its
+    subnet the resolver that sent it)."""
+    if key.resolver:
+        return f"{PERSIST}{key.wideip}/{key.qtype}/{key.resolver}/ecs/{key.network}"
+    return f"{PERSIST}{key.wideip}/{key.qtype}/{key.network}"
