@@ -1,5 +1,6 @@
-"""docs/architecture.md's package table is what tools/packagetable.py writes from the live
-tree (`make docs`), and it follows the code: a package's layer, its modules, lines, docstring."""
+"""docs/architecture.md's package list is what tools/packagetable.py writes from the live
+tree (`make docs`), and it follows the code: a package's layer, its modules, lines, docstring,
+the names the rest of the code imports from it and what the layers contract lets it import."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ root_package = "gtmcluster"
 name = "layers"
 type = "layers"
 containers = ["gtmcluster"]
-layers = ["cli", "node : api | dns", "values"]
+layers = ["cli : demo", "node | dns", "values"]
+ignore_imports = ["gtmcluster.values -> gtmcluster.dns.wire"]
 """
 
 
@@ -36,11 +38,18 @@ def small_tree(root: Path) -> None:
         "pyproject.toml": PYPROJECT,
         "gtmcluster/__init__.py": '"""The product."""\n',
         "gtmcluster/cli/__init__.py": '"""The command.\n\nMore about it."""\n',
-        "gtmcluster/cli/main.py": "x = 1\ny = 2\n",
+        # the same name twice from one module counts once; an import within the package is not public
+        "gtmcluster/cli/main.py": "from gtmcluster.dns import wire\nfrom gtmcluster.dns.wire import Message, parse\n"
+        "from gtmcluster.dns.wire import parse as p2\nfrom gtmcluster.cli.other import x\n",
+        "gtmcluster/cli/other.py": "x = 1\n",
+        "gtmcluster/demo/__init__.py": '"""The demo."""\n',
         "gtmcluster/dns/__init__.py": '"""DNS: ``wire`` | zones,\n   and the responder."""\n',
-        "gtmcluster/node.py": "",
+        "gtmcluster/dns/wire.py": "from gtmcluster.values import Value\n\n\ndef parse() -> None: ...\n",
+        # an import in a function counts, so does a relative one
+        "gtmcluster/node.py": "from .values import Value\n\n\ndef f() -> None:\n"
+        "    from gtmcluster.dns.wire import parse\n",
         "gtmcluster/values.py": '"""Values."""\n',
-        "gtmcluster/extra.py": '"""Not in the contract."""\n',
+        "gtmcluster/extra.py": '"""Not in the contract."""\nfrom gtmcluster.values import Other, Value\n',
         "gtmcluster/py.typed": "",
     }
     for name, text in files.items():
@@ -51,30 +60,63 @@ def small_tree(root: Path) -> None:
 def test_rows_give_the_layer_modules_lines_and_first_paragraph(tmp_path: Path) -> None:
     small_tree(tmp_path)
     assert [(r.name, r.layer, r.modules, r.lines, r.concern) for r in rows(tmp_path)] == [
-        ("cli/", 1, 2, 5, "The command."),
-        ("dns/", 2, 1, 2, "DNS: `wire` \\| zones, and the responder."),
-        ("node.py", 2, 1, 0, "(no docstring)"),
+        ("cli/", 1, 3, 8, "The command."),
+        ("demo/", 1, 1, 1, "The demo."),
+        ("dns/", 2, 2, 6, "DNS: `wire` | zones, and the responder."),
+        ("node.py", 2, 1, 5, "(no docstring)"),
         ("values.py", 3, 1, 1, "Values."),
-        ("extra.py", None, 1, 1, "Not in the contract."),
+        ("extra.py", None, 1, 2, "Not in the contract."),
     ]
 
 
-def test_the_table_goes_between_the_markers_and_follows_a_move(tmp_path: Path) -> None:
+def test_public_names_are_what_the_rest_imports_the_most_imported_first(tmp_path: Path) -> None:
+    small_tree(tmp_path)
+    public = {r.name: r.public for r in rows(tmp_path)}
+    assert public["dns/"] == ("wire.parse", "wire", "wire.Message")
+    assert public["values.py"] == ("Value", "Other")
+    assert public["cli/"] == ()  # cli.main imports cli.other: inside the package, not public
+    assert public["node.py"] == ()
+
+
+def test_what_a_package_may_import_follows_the_layers_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small_tree(tmp_path)
+    may = {r.name: r.may_import for r in rows(tmp_path)}
+    assert may["cli/"] == "It may import layers 2–3: `node`, `dns`, `values`, and its sibling `demo`."
+    assert may["dns/"] == "It may import layer 3: `values` (not its sibling `node`)."
+    ignored = "the contract still lets `values` import `dns.wire`"
+    assert may["values.py"] == f"It may import nothing of gtmcluster; {ignored}."
+    assert may["extra.py"] == "It is not in the layers contract."
+    monkeypatch.setattr(packagetable, "LISTED_BELOW", 1)
+    may = {r.name: r.may_import for r in rows(tmp_path)}
+    assert may["cli/"] == "It may import layers 2–3: `node`, `dns` and every package below, and its sibling `demo`."
+
+
+def test_the_list_goes_between_the_markers_and_follows_a_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     small_tree(tmp_path)
     page = f"# Title\n\nbefore\n\n{BEGIN}\nold table\n{END}\n\nafter\n"
     written = render(page, tmp_path)
     assert written.startswith("# Title\n\nbefore\n\n" + BEGIN)
     assert written.endswith(END + "\n\nafter\n")
     assert "old table" not in written
-    assert "| `cli/` | 1 | 2 | 5 | The command. |" in written
-    assert "| `extra.py` | none | 1 | 1 | Not in the contract. |" in written
-    assert "| all | | 6 | 9 | |" in written
+    assert "**`cli/`** (layer 1, 3 modules, 8 lines).\nThe command.\nNothing outside it imports from it.\n" in written
+    assert "**`dns/`** (layer 2, 2 modules, 6 lines).\n" in written
+    assert "**`values.py`** (layer 3, 1 module, 1 line).\n" in written
+    assert "Others import `wire.parse`, `wire`, `wire.Message`.\n" in written
+    assert "**`extra.py`** (no layer, 1 module, 2 lines).\nNot in the contract.\n" in written
+    assert "In all: 6 packages and loose modules, 9 modules, 23 lines." in written
     assert render(written, tmp_path) == written
 
-    (tmp_path / "gtmcluster/cli/main.py").rename(tmp_path / "gtmcluster/dns/main.py")
+    monkeypatch.setattr(packagetable, "SHOWN_NAMES", 2)
+    assert "Others import `wire.parse`, `wire` (+1 more).\n" in render(written, tmp_path)
+    monkeypatch.undo()
+
+    (tmp_path / "gtmcluster/cli/other.py").rename(tmp_path / "gtmcluster/dns/other.py")
     moved = render(written, tmp_path)
     assert moved != written
-    assert "| `cli/` | 1 | 1 | 3 | The command. |" in moved
+    assert "**`cli/`** (layer 1, 2 modules, 7 lines)." in moved
+    main = tmp_path / "gtmcluster/cli/main.py"
+    main.write_text(main.read_text(encoding="utf-8").replace("cli.other", "dns.other"), encoding="utf-8")
+    assert "Others import `wire.parse`, `other.x`, `wire`, `wire.Message`." in render(moved, tmp_path)
 
 
 def test_a_page_without_the_markers_is_refused(tmp_path: Path) -> None:
