@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
+from gtmcluster.dns.kept import EVERYTHING, Changed, KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
@@ -46,6 +47,8 @@ class Prepared:
     balancer: Balancer
     responder: Responder
     cache: DecisionCache | None
+    #: what the answer paths keep (its decisions are *cache*), the responder's
+    kept: KeptReplies
     #: what differs from the running config (None: compared when switching)
     changes: Changes | None = None
     #: who hangs on whom in the config, for health evaluation (None: made when switching)
@@ -88,6 +91,9 @@ class Node:
         #: reachable peers (or the cold start wait is over), not from an empty table
         self._ready = False
         self.cache: DecisionCache | None = None
+        #: what the answer paths keep for the running config: told of every change
+        #: (`invalidate`), which ends what depended on it
+        self.kept = KeptReplies()
         #: told when `ready` changes (the answering workers follow it)
         self.ready_listeners: list[Callable[[bool], object]] = []
         #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
@@ -117,6 +123,14 @@ class Node:
             config, self.store, self.availability, self.persistence, self.clock, self.rng, rotations, lambda: self.ready
         )
         measurements: Measurements = balancer.measurements
+        # Reuse decisions only where the health snapshot says all there is about
+        # availability (tests may pass another availability, read at every query).
+        cache = None
+        if self.availability is self.health:
+            cache = DecisionCache(
+                self.store.raw, self.clock, self._health_of, stats=self.stats, settled=self._health_settled
+            )
+        kept = KeptReplies(cache)
         responder = Responder(
             config.zones,
             config.wideips,
@@ -137,17 +151,17 @@ class Node:
                 PER_TURN.cooperate,
                 config.dns_server.transfer.tsig_max_fudge,
             ),
+            kept=kept,
         )
-        # Reuse decisions only where the health snapshot says all there is about
-        # availability (tests may pass another availability, read at every query).
-        cache = None
-        if self.availability is self.health:
-            cache = DecisionCache(
-                self.store.raw, self.clock, self._health_of, stats=self.stats, settled=self._health_settled
-            )
-        responder.decisions = cache
         return Prepared(
-            config, config.member(name), measurements, Budget(config.prober, self.clock), balancer, responder, cache
+            config,
+            config.member(name),
+            measurements,
+            Budget(config.prober, self.clock),
+            balancer,
+            responder,
+            cache,
+            kept,
         )
 
     def _use(self, built: Prepared) -> None:
@@ -168,6 +182,7 @@ class Node:
         self.balancer = built.balancer
         self.responder = built.responder
         self.cache = built.cache
+        self.kept = built.kept
         self.generation += 1
         self.loaded_at = self.clock()
         self._bound_store(config)
@@ -202,8 +217,8 @@ class Node:
     @ready.setter
     def ready(self, value: bool) -> None:
         changed = value != self._ready
-        if changed and self.cache is not None:
-            self.cache.clear()  # measured methods start (or stop) deciding
+        if changed:
+            self.kept.invalidate(EVERYTHING)  # measured methods start (or stop) deciding
         self._ready = value
         if changed:
             for listener in self.ready_listeners:
@@ -276,22 +291,17 @@ class Node:
         generations = self._wideip_health
         for wideip in names:
             generations[wideip] = generations.get(wideip, 0) + 1
-        if self.cache is not None:
-            self.cache.stale(names)
+        self.kept.invalidate(Changed(wideips=names))
 
     def _health_settled(self) -> bool:
         """Whether no health change waits to be evaluated (see `lb.cache`)."""
         return not self.health.pending
 
     def _store_changed(self, record: Record) -> None:
-        if self.cache is not None:
-            self.cache.changed(record.key)
+        self.kept.invalidate(Changed((record.key,)))
 
     def _store_loaded(self, keys: list[str]) -> None:
-        cache = self.cache
-        if cache is not None:
-            for key in keys:
-                cache.changed(key)
+        self.kept.invalidate(Changed(keys))
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None

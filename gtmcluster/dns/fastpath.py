@@ -22,14 +22,15 @@ general path, which answers it and (for what qualifies) prepares the next one.
 
 In front of both, the replies already sent are kept by the query's exact bytes after its
 ID (flags, question in its case, OPT with its client subnet): a query seen before is
-answered by one lookup and the ID put in (`hit`). A static reply holds as long as this fast
-path (a new config makes a new one). A wide IP reply is kept with its client's address
-and the kept decision it came from, and is sent again only while its time is not up and
-the decision still holds (`DecisionCache.holds`: no clear since, the same health
-generation, every record it read the same: mostly a flag, see `lb.cache`); a decision
-that asks for a probe is never
+answered by one lookup and the ID put in. Everything kept here (templates, replies by
+their bytes, encoded wide IP replies) is the responder's `KeptReplies` (`dns.kept`), which
+the node tells of every change; a static reply holds as long as the responder (a new config
+makes a new one). A wide IP reply is kept with its client's address and the kept decision
+it came from, and is sent again only while its time is not up and the decision still holds
+(`DecisionCache.holds`: no clear since, the same health generation, every record it read
+the same: mostly a flag, see `lb.cache`); a decision that asks for a probe is never
 answered from there (the probe request goes with each answer). The UDP port
-(`dns.server.DNSPort`) makes the same lookups inline, and calls `handle` for the rest.
+(`dns.udpport.DNSPort`) makes the same lookups inline, and calls `answer` for the rest.
 
 Before all that, when response rate limiting is on, the client's prefix must have a token
 (`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.
@@ -44,28 +45,20 @@ from typing import NamedTuple
 
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
+from gtmcluster.dns.kept import Counter, Encoded, KeptReplies, WideHit
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
 from gtmcluster.dns.transfer import Reply, transfer_type
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
 from gtmcluster.dnssec.rrsets import TYPE_RRSIG
-from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
-from gtmcluster.stats import Tally
 
 _HEADER = struct.Struct("!HHHHHH")
 _OPT = struct.Struct("!HHIH")  # type, class (UDP size), TTL (flags), RDLENGTH
 _RR = struct.Struct("!HHIH")
 _OPTION = struct.Struct("!HH")
-#: templates kept at most; when full they start again (random names cost the general path)
-MAX_TEMPLATES = 20_000
-#: static replies kept by their queries' exact bytes at most; when full they start again
-MAX_HITS = 50_000
-#: wide IP replies kept at most, by exact bytes and by client: one per client asking (as
-#: many as half the kept decisions, `lb.cache.MAX_ENTRIES`: a persistent client keeps two)
-MAX_WIDE_HITS = 250_000
 _COPIED = wire.RD | wire.CD
 #: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
 _ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
@@ -85,17 +78,6 @@ class _Plain(NamedTuple):
     limit: int  # the largest reply the client takes
 
 
-class WideHit(NamedTuple):
-    """A wide IP reply kept by its query's bytes and its client's address."""
-
-    reply: bytes  # the whole reply after the ID
-    entry: Entry  # the kept decision it came from
-    until: float  # when its decision's time is up (the node's clock: `DecisionCache.clock`)
-    renew_at: float  # when the signature it carries is due for renewal (the signer's clock)
-    counter: tuple[str, str, str, str]
-    tally: Tally
-
-
 class FastPath:
     """Answers what it can from prepared bytes, the rest through the general *responder*."""
 
@@ -110,9 +92,13 @@ class FastPath:
         #: the query log's queue, None when it is off (the transport queues the entry; a wide
         #: IP answered here leaves there what decided it)
         self.log = responder.query_log
+        #: what is kept, the responder's (`dns.kept`); the dicts below are its own, bound
+        #: here for the lookups of every query
+        kept: KeptReplies = responder.kept
+        self.kept = kept
         #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
         #: CD, counter); the limit too, since glue that does not fit is left out unannounced
-        self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
+        self.templates = kept.templates
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
@@ -120,17 +106,15 @@ class FastPath:
         #: name (a name of its own is never a wildcard's, even where it is not answered here)
         self.wildcards: dict[bytes, WideIP] = {_wire_name(name): w for name, w in responder.direct_wildcards().items()}
         self.exact: set[bytes] = {_wire_name(name) for name in responder.names.exact} if self.wildcards else set()
-        #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its
-        #: counter, its tally)
-        #: counter, its tally, and when its signature is due for renewal)
-        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally, float]] = {}
+        #: (name, type, EDNS class, client) -> the reply encoded from the decision kept for it
+        self._replies = kept.replies
         #: the kept decisions (None when the node keeps none: no wide IP reply is kept then)
-        self.decisions = responder.decisions
+        self.decisions = kept.decisions
         self.stats = responder.stats
         #: static replies by the query's bytes after the ID: (the reply after the ID, counter)
-        self.static_hits: dict[bytes, tuple[bytes, tuple[str, str, str, str]]] = {}
+        self.static_hits = kept.static_hits
         #: wide IP replies by (the query's bytes after the ID, the client's address)
-        self.wide_hits: dict[tuple[bytes, str], WideHit] = {}
+        self.wide_hits = kept.wide_hits
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -202,11 +186,8 @@ class FastPath:
             self._keep(data, plain, reply)
         return reply
 
-    def _keep_hit(self, data: bytes, reply: bytes, counter: tuple[str, str, str, str]) -> None:
-        hits = self.static_hits
-        if len(hits) >= MAX_HITS:
-            hits.clear()
-        hits[data[2:]] = (reply[2:], counter)
+    def _keep_hit(self, data: bytes, reply: bytes, counter: Counter) -> None:
+        self.kept.keep_static(data[2:], reply[2:], counter)
 
     # -- static answers --------------------------------------------------------------------
 
@@ -228,12 +209,10 @@ class FastPath:
         end = plain.question_end
         if data[12:end] in reply[end:]:
             return  # the query's spelling of the name is in the answer: not a template
-        if len(self.templates) >= MAX_TEMPLATES:
-            self.templates.clear()
         flags = ((reply[2] << 8) | reply[3]) & ~_COPIED
         rcode = reply[3] & 0xF
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(rcode, "other"), "static")
-        self.templates[(data[12:end].lower(), plain.edns_class, plain.limit)] = (reply, flags, counter)
+        self.kept.keep_template((data[12:end].lower(), plain.edns_class, plain.limit), (reply, flags, counter))
         if plain.limit != wire.MAX_MESSAGE:  # (over TCP: kept by the template alone)
             self._keep_hit(data, reply, counter)
 
@@ -261,15 +240,10 @@ class FastPath:
         if kept is None or kept[0] is not decision or (kept[4] < math.inf and kept[4] <= self.now()):
             if decision.action is not Action.ANSWER or not decision.addresses:
                 return None
-            if len(self._replies) >= MAX_WIDE_HITS:
-                self._replies.clear()
             reply, renew_at = self._encode(data, source, plain, decision)
-            kept = self._replies[key] = (
-                decision,
-                reply,
-                _counter(wideip, qtype, decision),
-                tally(wideip.name, decision),
-                renew_at,
+            counter = _counter(wideip, qtype, decision)
+            kept = self.kept.keep_encoded(
+                key, Encoded(decision, reply, counter, tally(wideip.name, decision), renew_at)
             )
         reply = kept[1]
         if len(reply) > plain.limit:
@@ -285,10 +259,7 @@ class FastPath:
         reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
         entry = self.decisions.found if self.decisions is not None else None
         if exact and entry is not None and entry.decision is decision and decision.probe is None:
-            hits = self.wide_hits
-            if len(hits) >= MAX_WIDE_HITS:
-                hits.clear()
-            hits[(data[2:], source)] = WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3])
+            self.kept.keep_wide(data[2:], source, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
         return reply
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
@@ -335,7 +306,7 @@ def _labels(name: bytes) -> Name:
     return tuple(labels)
 
 
-def _counter(wideip: WideIP, qtype: int, decision: Decision) -> tuple[str, str, str, str]:
+def _counter(wideip: WideIP, qtype: int, decision: Decision) -> Counter:
     return (wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)
 
 

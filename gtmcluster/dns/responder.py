@@ -40,6 +40,7 @@ from gtmcluster.config.addresses import IPNetwork
 from gtmcluster.config.model import RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import names, wire
+from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.transfer import Outgoing, Reply, Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
@@ -61,7 +62,6 @@ from gtmcluster.dns.zone import (
 )
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
-from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.stats import QueryStats, Tally
@@ -135,6 +135,7 @@ class Responder:
         wideip_names: WideIPNames[WideIP] | None = None,
         signing: ZoneSigning | None = None,
         transfers: Transfers | None = None,
+        kept: KeptReplies | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -146,9 +147,9 @@ class Responder:
         self.names = wideip_names if wideip_names is not None else WideIPNames.of(wideips.values())
         self.decide = decide
         self.cached = cached
-        #: the kept decisions *cached* reads (`lb.cache`), for the fast path's kept replies;
-        #: None when decisions are not kept
-        self.decisions: DecisionCache | None = None
+        #: what the answer paths keep for this config (`dns.kept`): the fast path's replies
+        #: and the kept decisions *cached* reads (its `decisions`, None when none are kept)
+        self.kept = kept if kept is not None else KeptReplies()
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
         #: the signed zones (`zones[].dnssec`); empty: nothing is signed
