@@ -21,7 +21,7 @@ from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
-from gtmcluster.lb.cache import DecisionCache
+from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.context import Availability, Client, PersistenceView, PersistRecord, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
@@ -137,7 +137,7 @@ class Node:
             self.decide,
             config.dns_server.udp_payload_size,
             self.stats,
-            self.cached,
+            self.kept_entry,
             version=config.dns_server.version,
             ecs_trusted=config.dns_server.ecs_trusted,
             wideip_names=config.wideip_names,
@@ -308,17 +308,26 @@ class Node:
     ) -> Decision | None:
         """The decision kept for this query from the client *key*, if it still holds; with
         persistence, also the one kept for the client's network (*client* makes the client)."""
+        entry = self.kept_entry(wideip, qtype, key, client)
+        return None if entry is None else entry.decision
+
+    def kept_entry(
+        self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None
+    ) -> Entry | None:
+        """`cached`, as the kept entry (what the fast path keeps its reply with)."""
         cache = self.cache
         if cache is None:
             return None
         exact = (wideip.name, qtype, key)
-        decision = cache.get(exact)
-        if decision is None and client is not None and wideip.persistence is not None:
+        entry = cache.entry(exact)
+        if entry is None and client is not None and wideip.persistence is not None:
             network = self._network_key(wideip, qtype, client())
-            decision = cache.get(network)
-            if decision is not None:
+            entry = cache.entry(network)
+            if entry is not None:
                 cache.alias(exact, network)
-        return None if decision is None else self._carry_out(decision)
+        if entry is not None:
+            self._carry_out(entry.decision)
+        return entry
 
     def _network_key(self, wideip: WideIP, qtype: int, client: Client) -> Hashable:
         """The key of persistence decisions: the record that holds the client's network."""

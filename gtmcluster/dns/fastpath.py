@@ -48,7 +48,7 @@ from gtmcluster.dns import wire
 from gtmcluster.dns.kept import Counter, Encoded, KeptReplies, WideHit
 from gtmcluster.dns.names import Name
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
-from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
+from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Answered, Responder, Streamed
 from gtmcluster.dns.transfer import Reply, transfer_type
 from gtmcluster.dns.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
 from gtmcluster.dnssec.rrsets import TYPE_RRSIG
@@ -89,9 +89,6 @@ class FastPath:
         #: keeps (static DO=1 answers of signed zones are never kept: the general path signs)
         self.signing = responder.signing if responder.signing else None
         self.now = responder.signing.clock
-        #: the query log's queue, None when it is off (the transport queues the entry; a wide
-        #: IP answered here leaves there what decided it)
-        self.log = responder.query_log
         #: what is kept, the responder's (`dns.kept`); the dicts below are its own, bound
         #: here for the lookups of every query
         kept: KeptReplies = responder.kept
@@ -118,19 +115,24 @@ class FastPath:
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
+        return self.respond(data, source).reply
+
+    def respond(self, data: bytes, source: str) -> Answered:
+        """The answer to the UDP query *data* from *source*: at the edge, rate limiting;
+        then the replies kept by their bytes; then `answer`."""
         limiter = self.limiter
         if limiter is not None:
             verdict = limiter.check(source)
             if verdict:
-                return truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None
+                return Answered(truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None)
         tail = data[2:]
         static = self.static_hits.get(tail)
         if static is not None:
             self.stats.queries[static[1]] += 1
-            return data[:2] + static[0]
+            return Answered(data[:2] + static[0])
         wide = self.wide_hits.get((tail, source))
         if wide is not None and self.still(wide):
-            return data[:2] + wide.reply
+            return Answered(data[:2] + wide.reply, wide.tally)
         return self.answer(data, source)
 
     def still(self, hit: WideHit) -> bool:
@@ -149,42 +151,45 @@ class FastPath:
             return False
         stats.queries[hit.counter] += 1
         stats.answered[hit.tally] += 1
-        log = self.log
-        if log is not None:
-            log.note = hit.tally
         return True
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
-        """The replies to *data* from *source* over TCP (`Responder.handle_stream`): zone
-        transfers by the general path, the rest as over UDP but with no size limit and no
-        reply kept by its exact bytes (the templates and kept decisions serve both)."""
-        if self.responder.transfers is not None and transfer_type(data):
-            return self.responder.handle_stream(data, source)
-        reply = self.answer(data, source, True)
-        return [] if reply is None else [reply]
+        """The replies to *data* from *source* over TCP (`answer_stream`'s replies)."""
+        return self.answer_stream(data, source)[0]
 
-    def answer(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
-        """The reply to *data* from *source* when it is not kept by its exact bytes."""
+    def answer_stream(self, data: bytes, source: str) -> Streamed:
+        """The replies to *data* from *source* over TCP (`Responder.answer_stream`), and what
+        decided them: zone transfers by the general path, the rest as over UDP but with no
+        size limit and no reply kept by its exact bytes (the templates and kept decisions
+        serve both)."""
+        if self.responder.transfers is not None and transfer_type(data):
+            return self.responder.answer_stream(data, source)
+        answered = self.answer(data, source, True)
+        reply = answered.reply
+        return ([] if reply is None else [reply]), answered.decided
+
+    def answer(self, data: bytes, source: str, tcp: bool = False) -> Answered:
+        """The answer to *data* from *source* when it is not kept by its exact bytes."""
         plain = _parse(data, self.responder.udp_payload_size)
         if plain is None:
-            return self.responder.handle(data, source, tcp)
+            return self.responder.answer(data, source, tcp)
         if tcp:
             plain = plain._replace(limit=wire.MAX_MESSAGE)
         wideip = self.wideips.get(plain.qname)
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
         if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
-            reply = self._wideip(data, source, plain, wideip, not tcp)
+            answered = self._wideip(data, source, plain, wideip, not tcp)
+            if answered is not None:
+                return answered
         elif plain.ecs is None:
             reply = self._static(data, plain, not tcp)
-        else:
-            reply = None
-        if reply is not None:
-            return reply
-        reply, static = self.responder.answer(data, source, tcp)
-        if static and reply is not None and plain.ecs is None:
-            self._keep(data, plain, reply)
-        return reply
+            if reply is not None:
+                return Answered(reply)
+        answered = self.responder.answer(data, source, tcp)
+        if answered.static and answered.reply is not None and plain.ecs is None:
+            self._keep(data, plain, answered.reply)
+        return answered
 
     def _keep_hit(self, data: bytes, reply: bytes, counter: Counter) -> None:
         self.kept.keep_static(data[2:], reply[2:], counter)
@@ -218,7 +223,7 @@ class FastPath:
 
     # -- wide IPs --------------------------------------------------------------------------
 
-    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, exact: bool = True) -> bytes | None:
+    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, exact: bool = True) -> Answered | None:
         cached = self.responder.cached
         if cached is None:
             return None
@@ -228,11 +233,12 @@ class FastPath:
         # (with persistence, a new client of a held network gets its network's decision)
         client = partial(_client, self.responder, source, ecs) if wideip.persistence is not None else None
         try:
-            decision = cached(wideip, qtype, who, client)
+            entry = cached(wideip, qtype, who, client)
         except ValueError:
             return None  # a malformed client subnet: the general path answers FORMERR
-        if decision is None:
+        if entry is None:
             return None
+        decision = entry.decision
         # The reply to this client is the same bytes but for the ID, RD and CD and the
         # question's case while the decision holds: kept per client, found by identity.
         key = (plain.qname, qtype, plain.edns_class, who)
@@ -251,16 +257,12 @@ class FastPath:
         stats = self.responder.stats
         stats.queries[kept[2]] += 1
         stats.answered[kept[3]] += 1
-        log = self.log
-        if log is not None:
-            log.note = kept[3]
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
         reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
-        entry = self.decisions.found if self.decisions is not None else None
-        if exact and entry is not None and entry.decision is decision and decision.probe is None:
+        if exact and decision.probe is None:
             self.kept.keep_wide(data[2:], source, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
-        return reply
+        return Answered(reply, kept[3])
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
         """The reply to *plain* with *decision*'s addresses (ID and flags filled in later), and

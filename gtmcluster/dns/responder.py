@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from twisted.logger import Logger
 
@@ -62,13 +62,11 @@ from gtmcluster.dns.zone import (
 )
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
+from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.stats import QueryStats, Tally
 from gtmcluster.topology.prefixes import PrefixMap, address_of
-
-if TYPE_CHECKING:
-    from gtmcluster.querylog.writer import QueryQueue
 
 log = Logger()
 
@@ -97,9 +95,30 @@ _VERSION_NAMES = {(b"version", b"bind"), (b"version", b"server")}
 #: decides a wide IP answer: (wide IP, query type, client, client key) -> decision; the key
 #: (the source address and the raw client subnet option) tells clients apart for reuse
 Decide = Callable[[WideIP, int, Client, Hashable], Decision]
-#: a decision kept for (wide IP, query type, client key), if it still holds; the last
-#: argument makes the client, for decisions kept for a class of clients
-Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Decision | None]
+#: the decision kept for (wide IP, query type, client key) if it still holds, as its
+#: `lb.cache.Entry`; the last argument makes the client, for decisions kept for a class of
+#: clients
+Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Entry | None]
+
+
+class Answered(NamedTuple):
+    """What answering one query gives the transport: the reply, and what the hooks at the
+    edge of the path (the query log) need of how it was answered."""
+
+    #: the reply (None: no reply)
+    reply: bytes | None
+    #: what decided it (wide IP, pool, slot, method, members), for the query log; None when
+    #: no wide IP did
+    decided: Tally | None = None
+    #: whether it is static: any query with the same question (in any case) and the same
+    #: EDNS presence and DO bit, without a client subnet, gets the same reply but for the ID
+    #: and the RD and CD flags (the fast path keeps it as a template)
+    static: bool = False
+
+
+#: the answer to a query over TCP: the replies (one, none, or a zone transfer to begin), and
+#: what decided them (`Answered.decided`)
+Streamed = tuple[Reply, Tally | None]
 
 
 @dataclass(slots=True)
@@ -116,7 +135,7 @@ class _Answer:
     denial: Denial | None = None
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
-    decided: Tally | None = None  # for the query log: the same, with the pool and members
+    decided: Tally | None = None  # for the query log (`Answered.decided`): the same, with the pool and members
 
 
 class Responder:
@@ -156,9 +175,6 @@ class Responder:
         self.signing = signing or ZoneSigning(zones, {})
         #: AXFR and IXFR of the zones with ``transfer`` (None or empty: refused as before)
         self.transfers = transfers or None
-        #: the query log's queue (`querylog.writer`), None when it is off: an answer leaves
-        #: there what decided it, for the transport's entry of the query
-        self.query_log: QueryQueue | None = None
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -201,19 +217,24 @@ class Responder:
 
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
-        return self.answer(data, source, tcp)[0]
+        return self.answer(data, source, tcp).reply
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
+        """The responses to *data* from *source* over TCP (`answer_stream`'s replies)."""
+        return self.answer_stream(data, source)[0]
+
+    def answer_stream(self, data: bytes, source: str) -> Streamed:
         """The responses to *data* from *source* over TCP: one, none, or a zone transfer
         to begin (`gtmcluster.dns.transfer.Outgoing`), whose messages the connection asks
-        for as its client reads them."""
+        for as its client reads them; and what decided them."""
         qtype = transfer_type(data) if self.transfers is not None else 0
         if qtype:
             messages = self._transfer(data, source, qtype, True, self.udp_payload_size)
             if messages is not None:
-                return messages
-        reply = self.answer(data, source, True)[0]
-        return [] if reply is None else [reply]
+                return messages, None
+        answered = self.answer(data, source, True)
+        reply = answered.reply
+        return ([] if reply is None else [reply]), answered.decided
 
     def _transfer(self, data: bytes, source: str, qtype: int, tcp: bool, udp_size: int) -> Reply | None:
         """The transfer's answer, counted; None to answer it as any query (as without
@@ -236,18 +257,17 @@ class Responder:
             counted(messages[0][3] & 0xF)
         return messages
 
-    def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
-        """The response to *data* from *source*, and whether it is static: any query with
-        the same question (in any case) and the same EDNS presence and DO bit, without a
-        client subnet, gets the same response but for the ID and the RD and CD flags."""
+    def answer(self, data: bytes, source: str, tcp: bool = False) -> Answered:
+        """The response to *data* from *source*, what decided it, and whether it is static
+        (`Answered`)."""
         if not tcp and self.transfers is not None and (qtype := transfer_type(data)):
             replies = self._transfer(data, source, qtype, False, self.udp_payload_size)
             if isinstance(replies, list) and replies:  # (IXFR over UDP; AXFR refused)
-                return replies[0], False
+                return Answered(replies[0])
         try:
             query = wire.parse_query(data)
         except wire.Drop:
-            return None, False
+            return Answered(None)
         except wire.QueryError as e:
             self.stats.query("", TYPE_LABELS.get(0, "-"), RCODE_LABELS.get(e.rcode, str(e.rcode)), "")
             flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
@@ -255,7 +275,7 @@ class Responder:
             if e.edns is not None:
                 opt = wire.opt_record(self.udp_payload_size, e.rcode >> 4, e.edns.do, b"")
             limit = self._limit(e.edns, tcp)
-            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit), False
+            return Answered(wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit))
         try:
             answer = self._respond(query, source)
         except Exception:
@@ -265,12 +285,10 @@ class Responder:
                 qtype=query.qtype,
                 source=source,
             )
-            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp), False
-        if self.query_log is not None:
-            self.query_log.note = answer.decided
+            return Answered(self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp))
         if answer.drop:
             self.stats.query(answer.wideip, TYPE_LABELS.get(query.qtype, "other"), "drop", answer.method)
-            return None, False
+            return Answered(None, answer.decided)
         signed = False
         if self.signing and query.edns is not None and query.edns.do and query.qclass != wire.CLASS_CH:
             signed = answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
@@ -285,7 +303,7 @@ class Responder:
             and (query.edns is None or query.edns.ecs is None)
             and not reply[2] & (wire.TC >> 8)
         )
-        return reply, static
+        return Answered(reply, answer.decided, static)
 
     def _respond(self, query: Query, source: str) -> _Answer:
         edns = query.edns

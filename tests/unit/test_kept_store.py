@@ -24,8 +24,9 @@ def store() -> tuple[KeptReplies, dict[str, Entry]]:
     entries = {}
     for name, wideip, reads in (("a", "w1", (("k1", None),)), ("b", "w2", (("k2", None),)), ("c", "w2", ())):
         cache.put(name, wideip, Decision(Action.ANSWER, ttl=30), reads, 0, 0.0)
-        assert cache.get(name) is not None and cache.found is not None
-        entries[name] = cache.found
+        entry = cache.entry(name)
+        assert entry is not None
+        entries[name] = entry
     return KeptReplies(cache), entries
 
 
