@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
-from gtmcluster.dns.kept import EVERYTHING, Changed, KeptReplies
+from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
@@ -218,7 +218,7 @@ class Node:
     def ready(self, value: bool) -> None:
         changed = value != self._ready
         if changed:
-            self.kept.invalidate(EVERYTHING)  # measured methods start (or stop) deciding
+            self.kept.invalidate(everything=True)  # measured methods start (or stop) deciding
         self._ready = value
         if changed:
             for listener in self.ready_listeners:
@@ -291,17 +291,17 @@ class Node:
         generations = self._wideip_health
         for wideip in names:
             generations[wideip] = generations.get(wideip, 0) + 1
-        self.kept.invalidate(Changed(wideips=names))
+        self.kept.invalidate(wideips=names)
 
     def _health_settled(self) -> bool:
         """Whether no health change waits to be evaluated (see `lb.cache`)."""
         return not self.health.pending
 
     def _store_changed(self, record: Record) -> None:
-        self.kept.invalidate(Changed((record.key,)))
+        self.kept.invalidate(keys=(record.key,))
 
     def _store_loaded(self, keys: list[str]) -> None:
-        self.kept.invalidate(Changed(keys))
+        self.kept.invalidate(keys=keys)
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None

@@ -115,7 +115,7 @@ class FastPath:
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
-        return self.respond(data, source).reply
+        return self.respond(data, source)[0]
 
     def respond(self, data: bytes, source: str) -> Answered:
         """The answer to the UDP query *data* from *source*: at the edge, rate limiting;
@@ -124,15 +124,15 @@ class FastPath:
         if limiter is not None:
             verdict = limiter.check(source)
             if verdict:
-                return Answered(truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None)
+                return (truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None), None, False
         tail = data[2:]
         static = self.static_hits.get(tail)
         if static is not None:
             self.stats.queries[static[1]] += 1
-            return Answered(data[:2] + static[0])
+            return data[:2] + static[0], None, False
         wide = self.wide_hits.get((tail, source))
         if wide is not None and self.still(wide):
-            return Answered(data[:2] + wide.reply, wide.tally)
+            return data[:2] + wide.reply, wide.tally, False
         return self.answer(data, source)
 
     def still(self, hit: WideHit) -> bool:
@@ -164,9 +164,8 @@ class FastPath:
         serve both)."""
         if self.responder.transfers is not None and transfer_type(data):
             return self.responder.answer_stream(data, source)
-        answered = self.answer(data, source, True)
-        reply = answered.reply
-        return ([] if reply is None else [reply]), answered.decided
+        reply, decided, _ = self.answer(data, source, True)
+        return ([] if reply is None else [reply]), decided
 
     def answer(self, data: bytes, source: str, tcp: bool = False) -> Answered:
         """The answer to *data* from *source* when it is not kept by its exact bytes."""
@@ -185,10 +184,11 @@ class FastPath:
         elif plain.ecs is None:
             reply = self._static(data, plain, not tcp)
             if reply is not None:
-                return Answered(reply)
+                return reply, None, False
         answered = self.responder.answer(data, source, tcp)
-        if answered.static and answered.reply is not None and plain.ecs is None:
-            self._keep(data, plain, answered.reply)
+        reply = answered[0]
+        if answered[2] and reply is not None and plain.ecs is None:
+            self._keep(data, plain, reply)
         return answered
 
     def _keep_hit(self, data: bytes, reply: bytes, counter: Counter) -> None:
@@ -262,7 +262,7 @@ class FastPath:
         reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
         if exact and decision.probe is None:
             self.kept.keep_wide(data[2:], source, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
-        return Answered(reply, kept[3])
+        return reply, kept[3], False
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
         """The reply to *plain* with *decision*'s addresses (ID and flags filled in later), and

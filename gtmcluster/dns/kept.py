@@ -17,10 +17,10 @@ It holds, keyed as the paths look them up:
 The fast path (`dns.fastpath`) and the UDP port's read loop (`dns.udpport`) read and fill
 these dicts (the `keep_*` methods bound them); each is a plain dict, so the read loop's
 lookups stay one ``dict.get``. What they hold ends in one way: `invalidate`, which the node
-calls with what changed (`Changed`): records of the store (merged one by one or loaded in
-bulk), wide IPs whose health generation grew, or everything (the node becoming ready or
-not). Each change costs what it concerns (`lb.cache`'s fresh indexes), never the size of
-what is kept; a static reply depends on the config alone and so on none of them.
+calls with what changed: records of the store (merged one by one or loaded in bulk), wide
+IPs whose health generation grew, or everything (the node becoming ready or not). Each
+change costs what it concerns (`lb.cache`'s fresh indexes), never the size of what is kept;
+a static reply depends on the config alone and so on none of them.
 """
 
 from __future__ import annotations
@@ -65,21 +65,6 @@ class Encoded(NamedTuple):
     renew_at: float  # when the signature it carries is due for renewal (inf: none)
 
 
-class Changed(NamedTuple):
-    """What changed, as far as kept replies go (see `KeptReplies.invalidate`)."""
-
-    #: keys of the store's records that changed (merged, written, loaded in bulk)
-    keys: Collection[str] = ()
-    #: wide IPs whose health generation grew (a server's standing, an admin state)
-    wideips: Collection[str] = ()
-    #: every kept decision ends (the node became ready, or stopped being so)
-    everything: bool = False
-
-
-#: every kept decision ends
-EVERYTHING = Changed(everything=True)
-
-
 class KeptReplies:
     """The replies and decisions one responder's answer paths keep (see the module's doc)."""
 
@@ -90,19 +75,24 @@ class KeptReplies:
         self.wide_hits: dict[tuple[bytes, str], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
 
-    def invalidate(self, changed: Changed) -> None:
-        """Tell what is kept of *changed*: what depended on it is not sent again (the
-        decisions concerned lose their fresh marks, or all of them end)."""
+    def invalidate(
+        self, *, keys: Collection[str] = (), wideips: Collection[str] = (), everything: bool = False
+    ) -> None:
+        """Tell what is kept of a change: what depended on it is not sent again (the
+        decisions concerned lose their fresh marks, or all of them end). *keys*: the store's
+        records that changed (merged, written, loaded in bulk); *wideips*: wide IPs whose
+        health generation grew (a server's standing, an admin state); *everything*: every
+        kept decision ends (the node became ready, or stopped being so)."""
         decisions = self.decisions
         if decisions is None:
             return
-        if changed.everything:
+        if everything:
             decisions.clear()
             return
-        for key in changed.keys:
+        for key in keys:
             decisions.changed(key)
-        if changed.wideips:
-            decisions.stale(changed.wideips)
+        if wideips:
+            decisions.stale(wideips)
 
     def keep_template(self, key: tuple[bytes, int, int], kept: tuple[bytes, int, Counter]) -> None:
         templates = self.templates

@@ -32,7 +32,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from twisted.logger import Logger
 
@@ -101,23 +100,17 @@ Decide = Callable[[WideIP, int, Client, Hashable], Decision]
 Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Entry | None]
 
 
-class Answered(NamedTuple):
-    """What answering one query gives the transport: the reply, and what the hooks at the
-    edge of the path (the query log) need of how it was answered."""
-
-    #: the reply (None: no reply)
-    reply: bytes | None
-    #: what decided it (wide IP, pool, slot, method, members), for the query log; None when
-    #: no wide IP did
-    decided: Tally | None = None
-    #: whether it is static: any query with the same question (in any case) and the same
-    #: EDNS presence and DO bit, without a client subnet, gets the same reply but for the ID
-    #: and the RD and CD flags (the fast path keeps it as a template)
-    static: bool = False
+#: What answering one query gives the transport: (the reply, None for no reply; what decided
+#: it, a `Tally` of wide IP, pool, slot, method and members for the query log, None when no
+#: wide IP did; whether it is static: any query with the same question in any case and the
+#: same EDNS presence and DO bit, without a client subnet, gets the same reply but for the
+#: ID and the RD and CD flags, so the fast path keeps it as a template). A plain tuple: one
+#: is made for every query, and a named tuple costs ten times as much to make.
+Answered = tuple[bytes | None, Tally | None, bool]
 
 
 #: the answer to a query over TCP: the replies (one, none, or a zone transfer to begin), and
-#: what decided them (`Answered.decided`)
+#: what decided them (`Answered`)
 Streamed = tuple[Reply, Tally | None]
 
 
@@ -135,7 +128,7 @@ class _Answer:
     denial: Denial | None = None
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
-    decided: Tally | None = None  # for the query log (`Answered.decided`): the same, with the pool and members
+    decided: Tally | None = None  # for the query log (`Answered`): the same, with the pool and members
 
 
 class Responder:
@@ -217,7 +210,7 @@ class Responder:
 
     def handle(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
         """The response to *data* from *source* (an IP address), or None for no reply."""
-        return self.answer(data, source, tcp).reply
+        return self.answer(data, source, tcp)[0]
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
         """The responses to *data* from *source* over TCP (`answer_stream`'s replies)."""
@@ -232,9 +225,8 @@ class Responder:
             messages = self._transfer(data, source, qtype, True, self.udp_payload_size)
             if messages is not None:
                 return messages, None
-        answered = self.answer(data, source, True)
-        reply = answered.reply
-        return ([] if reply is None else [reply]), answered.decided
+        reply, decided, _ = self.answer(data, source, True)
+        return ([] if reply is None else [reply]), decided
 
     def _transfer(self, data: bytes, source: str, qtype: int, tcp: bool, udp_size: int) -> Reply | None:
         """The transfer's answer, counted; None to answer it as any query (as without
@@ -259,15 +251,15 @@ class Responder:
 
     def answer(self, data: bytes, source: str, tcp: bool = False) -> Answered:
         """The response to *data* from *source*, what decided it, and whether it is static
-        (`Answered`)."""
+        (see `Answered`)."""
         if not tcp and self.transfers is not None and (qtype := transfer_type(data)):
             replies = self._transfer(data, source, qtype, False, self.udp_payload_size)
             if isinstance(replies, list) and replies:  # (IXFR over UDP; AXFR refused)
-                return Answered(replies[0])
+                return replies[0], None, False
         try:
             query = wire.parse_query(data)
         except wire.Drop:
-            return Answered(None)
+            return None, None, False
         except wire.QueryError as e:
             self.stats.query("", TYPE_LABELS.get(0, "-"), RCODE_LABELS.get(e.rcode, str(e.rcode)), "")
             flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
@@ -275,7 +267,7 @@ class Responder:
             if e.edns is not None:
                 opt = wire.opt_record(self.udp_payload_size, e.rcode >> 4, e.edns.do, b"")
             limit = self._limit(e.edns, tcp)
-            return Answered(wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit))
+            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit), None, False
         try:
             answer = self._respond(query, source)
         except Exception:
@@ -285,10 +277,10 @@ class Responder:
                 qtype=query.qtype,
                 source=source,
             )
-            return Answered(self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp))
+            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp), None, False
         if answer.drop:
             self.stats.query(answer.wideip, TYPE_LABELS.get(query.qtype, "other"), "drop", answer.method)
-            return Answered(None, answer.decided)
+            return None, answer.decided, False
         signed = False
         if self.signing and query.edns is not None and query.edns.do and query.qclass != wire.CLASS_CH:
             signed = answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
@@ -303,7 +295,7 @@ class Responder:
             and (query.edns is None or query.edns.ecs is None)
             and not reply[2] & (wire.TC >> 8)
         )
-        return Answered(reply, answer.decided, static)
+        return reply, answer.decided, static
 
     def _respond(self, query: Query, source: str) -> _Answer:
         edns = query.edns

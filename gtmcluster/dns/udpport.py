@@ -3,7 +3,7 @@ path (`DNSDatagramProtocol`), and its port: Twisted's, with the kept replies ans
 read loop.
 
 The hooks at the edge of the answer path are here: the query log (the protocol queues each
-query with its reply and what decided it, `Answered.decided`, which the fast path returns)
+query with its reply and what decided it, which the fast path returns: `responder.Answered`)
 and rate limiting (`FastPath.respond` asks the limiter before anything else).
 
 Twisted's `udp.Port.doRead` reads datagrams until a quarter megabyte is read or the socket

@@ -3,7 +3,7 @@
 The answer paths do as little as they can: the transport (`dns.server`) appends one tuple
 per query to a bounded `QueryQueue` (when the log is on; when it is off the only cost is
 the check that it is None), with what the answer path returned of which wide IP decided
-and how (`dns.responder.Answered.decided`: the fast path's kept tally, the general path's
+and how (`dns.responder.Answered`: the fast path's kept tally, the general path's
 decision's).
 Past `queue` entries waiting, a query is not queued but counted in
 ``QueryStats.query_log_dropped``: answering never waits for the log.

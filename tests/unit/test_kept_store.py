@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gtmcluster.dns import kept
-from gtmcluster.dns.kept import EVERYTHING, Changed, KeptReplies
+from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.state.record import Record
@@ -36,26 +36,26 @@ def fresh(entries: dict[str, Entry]) -> set[str]:
 
 def test_a_record_change_ends_its_readers_only() -> None:
     replies, entries = store()
-    replies.invalidate(Changed(keys=("k2", "elsewhere")))
+    replies.invalidate(keys=("k2", "elsewhere"))
     assert fresh(entries) == {"a", "c"}
 
 
 def test_a_health_change_ends_its_wide_ips_decisions_only() -> None:
     replies, entries = store()
-    replies.invalidate(Changed(wideips=("w2",)))
+    replies.invalidate(wideips=("w2",))
     assert fresh(entries) == {"a"}
 
 
 def test_everything_ends_every_kept_decision() -> None:
     replies, entries = store()
     assert replies.decisions is not None
-    replies.invalidate(EVERYTHING)
+    replies.invalidate(everything=True)
     assert fresh(entries) == set() and len(replies.decisions) == 0
     assert not any(replies.decisions.holds(entry) for entry in entries.values())
 
 
 def test_without_kept_decisions_a_change_is_nothing() -> None:
-    KeptReplies().invalidate(Changed(keys=("k",), wideips=("w",), everything=True))
+    KeptReplies().invalidate(keys=("k",), wideips=("w",), everything=True)
 
 
 def test_what_is_kept_is_bounded() -> None:
