@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP, servers_of
+from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.status import record_keys
 from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
-from gtmcluster.lb.cache import DecisionCache
+from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.context import Availability, Client, PersistenceView, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
@@ -46,6 +47,8 @@ class Prepared:
     balancer: Balancer
     responder: Responder
     cache: DecisionCache | None
+    #: what the answer paths keep (its decisions are *cache*), the responder's
+    kept: KeptReplies
     #: what differs from the running config (None: compared when switching)
     changes: Changes | None = None
     #: who hangs on whom in the config, for health evaluation (None: made when switching)
@@ -88,6 +91,9 @@ class Node:
         #: reachable peers (or the cold start wait is over), not from an empty table
         self._ready = False
         self.cache: DecisionCache | None = None
+        #: what the answer paths keep for the running config: told of every change
+        #: (`invalidate`), which ends what depended on it
+        self.kept = KeptReplies()
         #: told when `ready` changes (the answering workers follow it)
         self.ready_listeners: list[Callable[[bool], object]] = []
         #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
@@ -117,13 +123,21 @@ class Node:
             config, self.store, self.availability, self.persistence, self.clock, self.rng, rotations, lambda: self.ready
         )
         measurements: Measurements = balancer.measurements
+        # Reuse decisions only where the health snapshot says all there is about
+        # availability (tests may pass another availability, read at every query).
+        cache = None
+        if self.availability is self.health:
+            cache = DecisionCache(
+                self.store.raw, self.clock, self._health_of, stats=self.stats, settled=self._health_settled
+            )
+        kept = KeptReplies(cache)
         responder = Responder(
             config.zones,
             config.wideips,
             self.decide,
             config.dns_server.udp_payload_size,
             self.stats,
-            self.cached,
+            self.kept_entry,
             version=config.dns_server.version,
             ecs_trusted=config.dns_server.ecs_trusted,
             wideip_names=config.wideip_names,
@@ -137,17 +151,17 @@ class Node:
                 PER_TURN.cooperate,
                 config.dns_server.transfer.tsig_max_fudge,
             ),
+            kept=kept,
         )
-        # Reuse decisions only where the health snapshot says all there is about
-        # availability (tests may pass another availability, read at every query).
-        cache = None
-        if self.availability is self.health:
-            cache = DecisionCache(
-                self.store.raw, self.clock, self._health_of, stats=self.stats, settled=self._health_settled
-            )
-        responder.decisions = cache
         return Prepared(
-            config, config.member(name), measurements, Budget(config.prober, self.clock), balancer, responder, cache
+            config,
+            config.member(name),
+            measurements,
+            Budget(config.prober, self.clock),
+            balancer,
+            responder,
+            cache,
+            kept,
         )
 
     def _use(self, built: Prepared) -> None:
@@ -168,6 +182,7 @@ class Node:
         self.balancer = built.balancer
         self.responder = built.responder
         self.cache = built.cache
+        self.kept = built.kept
         self.generation += 1
         self.loaded_at = self.clock()
         self._bound_store(config)
@@ -202,8 +217,8 @@ class Node:
     @ready.setter
     def ready(self, value: bool) -> None:
         changed = value != self._ready
-        if changed and self.cache is not None:
-            self.cache.clear()  # measured methods start (or stop) deciding
+        if changed:
+            self.kept.invalidate(everything=True)  # measured methods start (or stop) deciding
         self._ready = value
         if changed:
             for listener in self.ready_listeners:
@@ -276,39 +291,43 @@ class Node:
         generations = self._wideip_health
         for wideip in names:
             generations[wideip] = generations.get(wideip, 0) + 1
-        if self.cache is not None:
-            self.cache.stale(names)
+        self.kept.invalidate(wideips=names)
 
     def _health_settled(self) -> bool:
         """Whether no health change waits to be evaluated (see `lb.cache`)."""
         return not self.health.pending
 
     def _store_changed(self, record: Record) -> None:
-        if self.cache is not None:
-            self.cache.changed(record.key)
+        self.kept.invalidate(keys=(record.key,))
 
-    def _store_loaded(self, loaded: list[str]) -> None:
-        cache = self.cache
-        if cache is not None:
-            for key in loaded:
-                cache.changed(key)
+    def _store_loaded(self, keys: list[str]) -> None:
+        self.kept.invalidate(keys=keys)
 
     def cached(
         self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None
     ) -> Decision | None:
         """The decision kept for this query from the client *key*, if it still holds; with
         persistence, also the one kept for the client's network (*client* makes the client)."""
+        entry = self.kept_entry(wideip, qtype, key, client)
+        return None if entry is None else entry.decision
+
+    def kept_entry(
+        self, wideip: WideIP, qtype: int, key: Hashable, client: Callable[[], Client] | None = None
+    ) -> Entry | None:
+        """`cached`, as the kept entry (what the fast path keeps its reply with)."""
         cache = self.cache
         if cache is None:
             return None
         exact = (wideip.name, qtype, key)
-        decision = cache.get(exact)
-        if decision is None and client is not None and wideip.persistence is not None:
+        entry = cache.entry(exact)
+        if entry is None and client is not None and wideip.persistence is not None:
             network = self._network_key(wideip, qtype, client())
-            decision = cache.get(network)
-            if decision is not None:
+            entry = cache.entry(network)
+            if entry is not None:
                 cache.alias(exact, network)
-        return None if decision is None else self._carry_out(decision)
+        if entry is not None:
+            self._carry_out(entry.decision)
+        return entry
 
     def _network_key(self, wideip: WideIP, qtype: int, client: Client) -> Hashable:
         """The key of persistence decisions: the record that holds the client's network."""

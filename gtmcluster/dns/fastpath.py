@@ -22,14 +22,15 @@ general path, which answers it and (for what qualifies) prepares the next one.
 
 In front of both, the replies already sent are kept by the query's exact bytes after its
 ID (flags, question in its case, OPT with its client subnet): a query seen before is
-answered by one lookup and the ID put in (`hit`). A static reply holds as long as this fast
-path (a new config makes a new one). A wide IP reply is kept with its client's address
-and the kept decision it came from, and is sent again only while its time is not up and
-the decision still holds (`DecisionCache.holds`: no clear since, the same health
-generation, every record it read the same: mostly a flag, see `lb.cache`); a decision
-that asks for a probe is never
+answered by one lookup and the ID put in. Everything kept here (templates, replies by
+their bytes, encoded wide IP replies) is the responder's `KeptReplies` (`dns.kept`), which
+the node tells of every change; a static reply holds as long as the responder (a new config
+makes a new one). A wide IP reply is kept with its client's address and the kept decision
+it came from, and is sent again only while its time is not up and the decision still holds
+(`DecisionCache.holds`: no clear since, the same health generation, every record it read
+the same: mostly a flag, see `lb.cache`); a decision that asks for a probe is never
 answered from there (the probe request goes with each answer). The UDP port
-(`dns.udpport.DNSPort`) makes the same lookups inline, and calls `handle` for the rest.
+(`dns.udpport.DNSPort`) makes the same lookups inline, and calls `answer` for the rest.
 
 Before all that, when response rate limiting is on, the client's prefix must have a token
 (`ratelimit`): a limited query is dropped or answered truncated, at the cost of a lookup.
@@ -44,28 +45,20 @@ from typing import NamedTuple
 
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
+from gtmcluster.dns.kept import Counter, Encoded, KeptReplies, WideHit
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
-from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Responder
+from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Answered, Responder, Streamed
 from gtmcluster.dns.transfer import Reply, transfer_type
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
 from gtmcluster.dnssec.rrsets import TYPE_RRSIG
-from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
-from gtmcluster.runtime.stats import Tally
 
 _HEADER = struct.Struct("!HHHHHH")
 _OPT = struct.Struct("!HHIH")  # type, class (UDP size), TTL (flags), RDLENGTH
 _RR = struct.Struct("!HHIH")
 _OPTION = struct.Struct("!HH")
-#: templates kept at most; when full they start again (random names cost the general path)
-MAX_TEMPLATES = 20_000
-#: static replies kept by their queries' exact bytes at most; when full they start again
-MAX_HITS = 50_000
-#: wide IP replies kept at most, by exact bytes and by client: one per client asking (as
-#: many as half the kept decisions, `lb.cache.MAX_ENTRIES`: a persistent client keeps two)
-MAX_WIDE_HITS = 250_000
 _COPIED = wire.RD | wire.CD
 #: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
 _ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
@@ -85,17 +78,6 @@ class _Plain(NamedTuple):
     limit: int  # the largest reply the client takes
 
 
-class WideHit(NamedTuple):
-    """A wide IP reply kept by its query's bytes and its client's address."""
-
-    reply: bytes  # the whole reply after the ID
-    entry: Entry  # the kept decision it came from
-    until: float  # when its decision's time is up (the node's clock: `DecisionCache.clock`)
-    renew_at: float  # when the signature it carries is due for renewal (the signer's clock)
-    counter: tuple[str, str, str, str]
-    tally: Tally
-
-
 class FastPath:
     """Answers what it can from prepared bytes, the rest through the general *responder*."""
 
@@ -107,12 +89,13 @@ class FastPath:
         #: keeps (static DO=1 answers of signed zones are never kept: the general path signs)
         self.signing = responder.signing if responder.signing else None
         self.now = responder.signing.clock
-        #: the query log's queue, None when it is off (the transport queues the entry; a wide
-        #: IP answered here leaves there what decided it)
-        self.log = responder.query_log
+        #: what is kept, the responder's (`dns.kept`); the dicts below are its own, bound
+        #: here for the lookups of every query
+        kept: KeptReplies = responder.kept
+        self.kept = kept
         #: (lowercased question, EDNS class, size limit) -> (reply, its flags without RD and
         #: CD, counter); the limit too, since glue that does not fit is left out unannounced
-        self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, tuple[str, str, str, str]]] = {}
+        self.templates = kept.templates
         self.wideips: dict[bytes, WideIP] = {
             _wire_name(name).lower(): w for name, w in responder.direct_wideips().items()
         }
@@ -120,33 +103,36 @@ class FastPath:
         #: name (a name of its own is never a wildcard's, even where it is not answered here)
         self.wildcards: dict[bytes, WideIP] = {_wire_name(name): w for name, w in responder.direct_wildcards().items()}
         self.exact: set[bytes] = {_wire_name(name) for name in responder.names.exact} if self.wildcards else set()
-        #: (name, type, EDNS class, client) -> (the decision kept for it, the reply, its
-        #: counter, its tally)
-        #: counter, its tally, and when its signature is due for renewal)
-        self._replies: dict[tuple[object, ...], tuple[Decision, bytes, tuple[str, str, str, str], Tally, float]] = {}
+        #: (name, type, EDNS class, client) -> the reply encoded from the decision kept for it
+        self._replies = kept.replies
         #: the kept decisions (None when the node keeps none: no wide IP reply is kept then)
-        self.decisions = responder.decisions
+        self.decisions = kept.decisions
         self.stats = responder.stats
         #: static replies by the query's bytes after the ID: (the reply after the ID, counter)
-        self.static_hits: dict[bytes, tuple[bytes, tuple[str, str, str, str]]] = {}
+        self.static_hits = kept.static_hits
         #: wide IP replies by (the query's bytes after the ID, the client's address)
-        self.wide_hits: dict[tuple[bytes, str], WideHit] = {}
+        self.wide_hits = kept.wide_hits
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
+        return self.respond(data, source)[0]
+
+    def respond(self, data: bytes, source: str) -> Answered:
+        """The answer to the UDP query *data* from *source*: at the edge, rate limiting;
+        then the replies kept by their bytes; then `answer`."""
         limiter = self.limiter
         if limiter is not None:
             verdict = limiter.check(source)
             if verdict:
-                return truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None
+                return (truncated(data, self.responder.udp_payload_size) if verdict == SLIP else None), None, False
         tail = data[2:]
         static = self.static_hits.get(tail)
         if static is not None:
             self.stats.queries[static[1]] += 1
-            return data[:2] + static[0]
+            return data[:2] + static[0], None, False
         wide = self.wide_hits.get((tail, source))
         if wide is not None and self.still(wide):
-            return data[:2] + wide.reply
+            return data[:2] + wide.reply, wide.tally, False
         return self.answer(data, source)
 
     def still(self, hit: WideHit) -> bool:
@@ -165,48 +151,48 @@ class FastPath:
             return False
         stats.queries[hit.counter] += 1
         stats.answered[hit.tally] += 1
-        log = self.log
-        if log is not None:
-            log.note = hit.tally
         return True
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
-        """The replies to *data* from *source* over TCP (`Responder.handle_stream`): zone
-        transfers by the general path, the rest as over UDP but with no size limit and no
-        reply kept by its exact bytes (the templates and kept decisions serve both)."""
-        if self.responder.transfers is not None and transfer_type(data):
-            return self.responder.handle_stream(data, source)
-        reply = self.answer(data, source, True)
-        return [] if reply is None else [reply]
+        """The replies to *data* from *source* over TCP (`answer_stream`'s replies)."""
+        return self.answer_stream(data, source)[0]
 
-    def answer(self, data: bytes, source: str, tcp: bool = False) -> bytes | None:
-        """The reply to *data* from *source* when it is not kept by its exact bytes."""
+    def answer_stream(self, data: bytes, source: str) -> Streamed:
+        """The replies to *data* from *source* over TCP (`Responder.answer_stream`), and what
+        decided them: zone transfers by the general path, the rest as over UDP but with no
+        size limit and no reply kept by its exact bytes (the templates and kept decisions
+        serve both)."""
+        if self.responder.transfers is not None and transfer_type(data):
+            return self.responder.answer_stream(data, source)
+        reply, decided, _ = self.answer(data, source, True)
+        return ([] if reply is None else [reply]), decided
+
+    def answer(self, data: bytes, source: str, tcp: bool = False) -> Answered:
+        """The answer to *data* from *source* when it is not kept by its exact bytes."""
         plain = _parse(data, self.responder.udp_payload_size)
         if plain is None:
-            return self.responder.handle(data, source, tcp)
+            return self.responder.answer(data, source, tcp)
         if tcp:
             plain = plain._replace(limit=wire.MAX_MESSAGE)
         wideip = self.wideips.get(plain.qname)
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
         if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
-            reply = self._wideip(data, source, plain, wideip, not tcp)
+            answered = self._wideip(data, source, plain, wideip, not tcp)
+            if answered is not None:
+                return answered
         elif plain.ecs is None:
             reply = self._static(data, plain, not tcp)
-        else:
-            reply = None
-        if reply is not None:
-            return reply
-        reply, static = self.responder.answer(data, source, tcp)
-        if static and reply is not None and plain.ecs is None:
+            if reply is not None:
+                return reply, None, False
+        answered = self.responder.answer(data, source, tcp)
+        reply = answered[0]
+        if answered[2] and reply is not None and plain.ecs is None:
             self._keep(data, plain, reply)
-        return reply
+        return answered
 
-    def _keep_hit(self, data: bytes, reply: bytes, counter: tuple[str, str, str, str]) -> None:
-        hits = self.static_hits
-        if len(hits) >= MAX_HITS:
-            hits.clear()
-        hits[data[2:]] = (reply[2:], counter)
+    def _keep_hit(self, data: bytes, reply: bytes, counter: Counter) -> None:
+        self.kept.keep_static(data[2:], reply[2:], counter)
 
     # -- static answers --------------------------------------------------------------------
 
@@ -228,18 +214,16 @@ class FastPath:
         end = plain.question_end
         if data[12:end] in reply[end:]:
             return  # the query's spelling of the name is in the answer: not a template
-        if len(self.templates) >= MAX_TEMPLATES:
-            self.templates.clear()
         flags = ((reply[2] << 8) | reply[3]) & ~_COPIED
         rcode = reply[3] & 0xF
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(rcode, "other"), "static")
-        self.templates[(data[12:end].lower(), plain.edns_class, plain.limit)] = (reply, flags, counter)
+        self.kept.keep_template((data[12:end].lower(), plain.edns_class, plain.limit), (reply, flags, counter))
         if plain.limit != wire.MAX_MESSAGE:  # (over TCP: kept by the template alone)
             self._keep_hit(data, reply, counter)
 
     # -- wide IPs --------------------------------------------------------------------------
 
-    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, exact: bool = True) -> bytes | None:
+    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, exact: bool = True) -> Answered | None:
         cached = self.responder.cached
         if cached is None:
             return None
@@ -249,11 +233,12 @@ class FastPath:
         # (with persistence, a new client of a held network gets its network's decision)
         client = partial(_client, self.responder, source, ecs) if wideip.persistence is not None else None
         try:
-            decision = cached(wideip, qtype, who, client)
+            entry = cached(wideip, qtype, who, client)
         except ValueError:
             return None  # a malformed client subnet: the general path answers FORMERR
-        if decision is None:
+        if entry is None:
             return None
+        decision = entry.decision
         # The reply to this client is the same bytes but for the ID, RD and CD and the
         # question's case while the decision holds: kept per client, found by identity.
         key = (plain.qname, qtype, plain.edns_class, who)
@@ -261,15 +246,10 @@ class FastPath:
         if kept is None or kept[0] is not decision or (kept[4] < math.inf and kept[4] <= self.now()):
             if decision.action is not Action.ANSWER or not decision.addresses:
                 return None
-            if len(self._replies) >= MAX_WIDE_HITS:
-                self._replies.clear()
             reply, renew_at = self._encode(data, source, plain, decision)
-            kept = self._replies[key] = (
-                decision,
-                reply,
-                _counter(wideip, qtype, decision),
-                tally(wideip.name, decision),
-                renew_at,
+            counter = _counter(wideip, qtype, decision)
+            kept = self.kept.keep_encoded(
+                key, Encoded(decision, reply, counter, tally(wideip.name, decision), renew_at)
             )
         reply = kept[1]
         if len(reply) > plain.limit:
@@ -277,19 +257,12 @@ class FastPath:
         stats = self.responder.stats
         stats.queries[kept[2]] += 1
         stats.answered[kept[3]] += 1
-        log = self.log
-        if log is not None:
-            log.note = kept[3]
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
         reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
-        entry = self.decisions.found if self.decisions is not None else None
-        if exact and entry is not None and entry.decision is decision and decision.probe is None:
-            hits = self.wide_hits
-            if len(hits) >= MAX_WIDE_HITS:
-                hits.clear()
-            hits[(data[2:], source)] = WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3])
-        return reply
+        if exact and decision.probe is None:
+            self.kept.keep_wide(data[2:], source, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
+        return reply, kept[3], False
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
         """The reply to *plain* with *decision*'s addresses (ID and flags filled in later), and
@@ -335,7 +308,7 @@ def _labels(name: bytes) -> Name:
     return tuple(labels)
 
 
-def _counter(wideip: WideIP, qtype: int, decision: Decision) -> tuple[str, str, str, str]:
+def _counter(wideip: WideIP, qtype: int, decision: Decision) -> Counter:
     return (wideip.name, TYPE_LABELS.get(qtype, "other"), "NOERROR", decision.method)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
@@ -40,6 +39,7 @@ from gtmcluster.config.addresses import IPNetwork
 from gtmcluster.config.model import RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import wire
+from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.transfer import Outgoing, Reply, Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
 from gtmcluster.dnsdata import names
@@ -62,15 +62,12 @@ from gtmcluster.dnsdata.zone import (
 )
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
-from gtmcluster.lb.cache import DecisionCache
+from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.runtime.sources import address_of
 from gtmcluster.runtime.stats import QueryStats, Tally
 from gtmcluster.topology.prefixes import PrefixMap
-
-if TYPE_CHECKING:
-    from gtmcluster.querylog.writer import QueryQueue
 
 log = Logger()
 
@@ -99,9 +96,24 @@ _VERSION_NAMES = {(b"version", b"bind"), (b"version", b"server")}
 #: decides a wide IP answer: (wide IP, query type, client, client key) -> decision; the key
 #: (the source address and the raw client subnet option) tells clients apart for reuse
 Decide = Callable[[WideIP, int, Client, Hashable], Decision]
-#: a decision kept for (wide IP, query type, client key), if it still holds; the last
-#: argument makes the client, for decisions kept for a class of clients
-Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Decision | None]
+#: the decision kept for (wide IP, query type, client key) if it still holds, as its
+#: `lb.cache.Entry`; the last argument makes the client, for decisions kept for a class of
+#: clients
+Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Entry | None]
+
+
+#: What answering one query gives the transport: (the reply, None for no reply; what decided
+#: it, a `Tally` of wide IP, pool, slot, method and members for the query log, None when no
+#: wide IP did; whether it is static: any query with the same question in any case and the
+#: same EDNS presence and DO bit, without a client subnet, gets the same reply but for the
+#: ID and the RD and CD flags, so the fast path keeps it as a template). A plain tuple: one
+#: is made for every query, and a named tuple costs ten times as much to make.
+Answered = tuple[bytes | None, Tally | None, bool]
+
+
+#: the answer to a query over TCP: the replies (one, none, or a zone transfer to begin), and
+#: what decided them (`Answered`)
+Streamed = tuple[Reply, Tally | None]
 
 
 @dataclass(slots=True)
@@ -118,7 +130,7 @@ class _Answer:
     denial: Denial | None = None
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
-    decided: Tally | None = None  # for the query log: the same, with the pool and members
+    decided: Tally | None = None  # for the query log (`Answered`): the same, with the pool and members
 
 
 class Responder:
@@ -137,6 +149,7 @@ class Responder:
         wideip_names: WideIPNames[WideIP] | None = None,
         signing: ZoneSigning | None = None,
         transfers: Transfers | None = None,
+        kept: KeptReplies | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -148,18 +161,15 @@ class Responder:
         self.names = wideip_names if wideip_names is not None else WideIPNames.of(wideips.values())
         self.decide = decide
         self.cached = cached
-        #: the kept decisions *cached* reads (`lb.cache`), for the fast path's kept replies;
-        #: None when decisions are not kept
-        self.decisions: DecisionCache | None = None
+        #: what the answer paths keep for this config (`dns.kept`): the fast path's replies
+        #: and the kept decisions *cached* reads (its `decisions`, None when none are kept)
+        self.kept = kept if kept is not None else KeptReplies()
         self.udp_payload_size = udp_payload_size
         self.stats = stats or QueryStats()
         #: the signed zones (`zones[].dnssec`); empty: nothing is signed
         self.signing = signing or ZoneSigning(zones, {})
         #: AXFR and IXFR of the zones with ``transfer`` (None or empty: refused as before)
         self.transfers = transfers or None
-        #: the query log's queue (`querylog.writer`), None when it is off: an answer leaves
-        #: there what decided it, for the transport's entry of the query
-        self.query_log: QueryQueue | None = None
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -205,16 +215,20 @@ class Responder:
         return self.answer(data, source, tcp)[0]
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
+        """The responses to *data* from *source* over TCP (`answer_stream`'s replies)."""
+        return self.answer_stream(data, source)[0]
+
+    def answer_stream(self, data: bytes, source: str) -> Streamed:
         """The responses to *data* from *source* over TCP: one, none, or a zone transfer
         to begin (`gtmcluster.dns.transfer.Outgoing`), whose messages the connection asks
-        for as its client reads them."""
+        for as its client reads them; and what decided them."""
         qtype = transfer_type(data) if self.transfers is not None else 0
         if qtype:
             messages = self._transfer(data, source, qtype, True, self.udp_payload_size)
             if messages is not None:
-                return messages
-        reply = self.answer(data, source, True)[0]
-        return [] if reply is None else [reply]
+                return messages, None
+        reply, decided, _ = self.answer(data, source, True)
+        return ([] if reply is None else [reply]), decided
 
     def _transfer(self, data: bytes, source: str, qtype: int, tcp: bool, udp_size: int) -> Reply | None:
         """The transfer's answer, counted; None to answer it as any query (as without
@@ -237,18 +251,17 @@ class Responder:
             counted(messages[0][3] & 0xF)
         return messages
 
-    def answer(self, data: bytes, source: str, tcp: bool = False) -> tuple[bytes | None, bool]:
-        """The response to *data* from *source*, and whether it is static: any query with
-        the same question (in any case) and the same EDNS presence and DO bit, without a
-        client subnet, gets the same response but for the ID and the RD and CD flags."""
+    def answer(self, data: bytes, source: str, tcp: bool = False) -> Answered:
+        """The response to *data* from *source*, what decided it, and whether it is static
+        (see `Answered`)."""
         if not tcp and self.transfers is not None and (qtype := transfer_type(data)):
             replies = self._transfer(data, source, qtype, False, self.udp_payload_size)
             if isinstance(replies, list) and replies:  # (IXFR over UDP; AXFR refused)
-                return replies[0], False
+                return replies[0], None, False
         try:
             query = wire.parse_query(data)
         except wire.Drop:
-            return None, False
+            return None, None, False
         except wire.QueryError as e:
             self.stats.query("", TYPE_LABELS.get(0, "-"), RCODE_LABELS.get(e.rcode, str(e.rcode)), "")
             flags = wire.QR | (e.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
@@ -256,7 +269,7 @@ class Responder:
             if e.edns is not None:
                 opt = wire.opt_record(self.udp_payload_size, e.rcode >> 4, e.edns.do, b"")
             limit = self._limit(e.edns, tcp)
-            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit), False
+            return wire.write_response(e.query_id, flags, e.rcode, e.question, e.qname, (), opt, limit), None, False
         try:
             answer = self._respond(query, source)
         except Exception:
@@ -266,12 +279,10 @@ class Responder:
                 qtype=query.qtype,
                 source=source,
             )
-            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp), False
-        if self.query_log is not None:
-            self.query_log.note = answer.decided
+            return self._write(query, _Answer(rcode=wire.SERVFAIL, aa=False), tcp), None, False
         if answer.drop:
             self.stats.query(answer.wideip, TYPE_LABELS.get(query.qtype, "other"), "drop", answer.method)
-            return None, False
+            return None, answer.decided, False
         signed = False
         if self.signing and query.edns is not None and query.edns.do and query.qclass != wire.CLASS_CH:
             signed = answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
@@ -286,7 +297,7 @@ class Responder:
             and (query.edns is None or query.edns.ecs is None)
             and not reply[2] & (wire.TC >> 8)
         )
-        return reply, static
+        return reply, answer.decided, static
 
     def _respond(self, query: Query, source: str) -> _Answer:
         edns = query.edns

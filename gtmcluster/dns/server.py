@@ -9,10 +9,11 @@ full address), and zone transfers sent with back-pressure within caps
 UDP answers go through the fast path, which also applies response rate limiting: the
 protocol and its port, which answers the replies it keeps in its read loop, are `udpport`.
 TCP answers go through the same fast path's templates and kept decisions
-(`FastPath.handle_stream`).
+(`FastPath.answer_stream`).
 
-With ``dns_server.query_log`` on, each query read and its answer is queued for the query
-log (`querylog.writer`), here where the addresses are known; off, that costs a None check.
+With ``dns_server.query_log`` on, each query read, its answer and what decided it (the
+answer path's `Answered`) is queued for the query log (`querylog.writer`) by the transports,
+at the edge of the path where the addresses are known; off, that costs a None check.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ class DNSService(Service):
         #: node in its records
         self.identity = identity
         self.query_log = self._query_log(query_log, None, responder)
-        responder.query_log = self.query_log.queue if self.query_log is not None else None
         fast = FastPath(responder, self.limiter)
         self.udp = [DNSDatagramProtocol(fast, (str(lst.address.host), lst.address.port)) for lst in listeners]
         self.tcp = DNSStreamFactory(
@@ -97,7 +97,6 @@ class DNSService(Service):
     def set_responder(self, responder: Responder) -> None:
         """Answer from now on with *responder* (a new config); no query is lost."""
         self.responder = responder
-        responder.query_log = self.query_log.queue if self.query_log is not None else None
         fast = FastPath(responder, self.limiter)  # templates of the old zones go with them
         for proto in self.udp:
             proto.fast = fast
@@ -109,7 +108,6 @@ class DNSService(Service):
         (raising if it cannot be); the switch it returns puts it in use in one step."""
         limiter = ratelimit.update(self.limiter, settings.rate_limit, self.reactor.seconds, responder.stats)
         writer = self._query_log(settings.query_log, self.query_log, responder)
-        responder.query_log = writer.queue if writer is not None else None
         fast = FastPath(responder, limiter)  # templates of the old zones go with them
 
         def switch() -> None:

@@ -208,13 +208,14 @@ class DNSStreamProtocol(Protocol):
             if length < 12:
                 self._close(abort=False)
                 break
-            replies = self.factory.fast.handle_stream(message, self.peer)
+            replies, decided = self.factory.fast.answer_stream(message, self.peer)
             if isinstance(replies, Outgoing):
                 self._begin(message, replies)
                 continue
             log = self.factory.log
             if log is not None:
-                log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, replies[0] if replies else None)
+                first = replies[0] if replies else None
+                log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, first, decided)
             self._write(replies)
         return completed
 

@@ -2,14 +2,18 @@
 path (`DNSDatagramProtocol`), and its port: Twisted's, with the kept replies answered in its
 read loop.
 
+The hooks at the edge of the answer path are here: the query log (the protocol queues each
+query with its reply and what decided it, which the fast path returns: `responder.Answered`)
+and rate limiting (`FastPath.respond` asks the limiter before anything else).
+
 `twisted.internet.udp.Port.doRead` reads datagrams until a quarter megabyte is read or the socket
 is empty, and hands each to the protocol. Here the same loop first looks the datagram up
-in the fast path's kept replies (`FastPath.static_hits` by its bytes after the ID,
-`FastPath.wide_hits` by those and its source) and sends a hit straight back: one or two
-dict lookups, the ID put in, one ``sendto`` (and, with the query log on, the entry queued
-as the protocol queues it). What is not kept goes to the protocol as before, and so does
-every datagram while rate limiting is on (each query takes a token first). The replies
-are the bytes `FastPath.handle` gives for the same datagram
+in the kept replies (`dns.kept`: `static_hits` by its bytes after the ID, `wide_hits` by
+those and its source) and sends a hit straight back: one or two dict lookups, the ID put
+in, one ``sendto`` (and, with the query log on, the entry queued as the protocol queues
+it). What is not kept goes to the protocol as before, and so does every datagram while
+rate limiting is on (each query takes a token first). The replies are the bytes
+`FastPath.handle` gives for the same datagram
 (`tests/unit/test_kept_replies.py` checks it on a real socket).
 
 The port is made as `IReactorSocket.adoptDatagramPort` makes Twisted's (its classmethod
@@ -56,10 +60,10 @@ class DNSDatagramProtocol(DatagramProtocol):
         self._sendto = self.transport.socket.sendto  # type: ignore[union-attr]
 
     def datagramReceived(self, datagram: bytes, addr: Any) -> None:
-        reply = self.fast.handle(datagram, addr[0])
+        reply, decided, _ = self.fast.respond(datagram, addr[0])
         log = self.log
         if log is not None:
-            log.add(addr, self.local, dnstap.UDP, datagram, reply)
+            log.add(addr, self.local, dnstap.UDP, datagram, reply, decided)
         if reply is not None:
             try:  # noqa: SIM105 - cheaper than contextlib.suppress on the answer path
                 self._sendto(reply, addr)
@@ -69,10 +73,10 @@ class DNSDatagramProtocol(DatagramProtocol):
     def answer_new(self, datagram: bytes, addr: Any) -> None:
         """Answer *datagram*, known not to be a kept reply, with rate limiting off
         (`udpport.DNSPort` looked it up already)."""
-        reply = self.fast.answer(datagram, addr[0])
+        reply, decided, _ = self.fast.answer(datagram, addr[0])
         log = self.log
         if log is not None:
-            log.add(addr, self.local, dnstap.UDP, datagram, reply)
+            log.add(addr, self.local, dnstap.UDP, datagram, reply, decided)
         if reply is not None:
             self._sendto(reply, addr)  # (the port's loop takes an OSError)
 
@@ -119,13 +123,15 @@ class DNSPort(udp.Port):
                 if static is not None:
                     queries[static[1]] += 1
                     reply = data[:2] + static[0]
+                    if log_add is not None:
+                        log_add(addr, local, dnstap.UDP, data, reply)
                 elif (wide := wide_get((tail, addr[0]))) is not None and still(wide):
                     reply = data[:2] + wide.reply
+                    if log_add is not None:
+                        log_add(addr, local, dnstap.UDP, data, reply, wide.tally)
                 else:
                     new(data, addr)
                     continue
-                if log_add is not None:
-                    log_add(addr, local, dnstap.UDP, data, reply)
                 sendto(reply, addr)
             except OSError:
                 pass  # a full send buffer or a client gone: UDP replies may be lost

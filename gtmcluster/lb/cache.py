@@ -82,9 +82,6 @@ class DecisionCache:
         self.stats = stats or QueryStats()  # (the node's, so the counts outlive a reload)
         #: grows at every clear: an entry of an earlier epoch no longer holds
         self.epoch = 0
-        #: the entry the last hit of `get` found: the fast path keeps its reply bytes with
-        #: it, and asks `holds` of it before sending them again
-        self.found: Entry | None = None
         #: whether no health change waits to be evaluated (a fresh entry holds only then)
         self.settled = settled
         #: the fresh entries, by the store keys they read and by wide IP (with entries that
@@ -98,6 +95,12 @@ class DecisionCache:
 
     def get(self, key: Hashable) -> Decision | None:
         """The decision made for *key*, if it still holds."""
+        entry = self.entry(key)
+        return None if entry is None else entry.decision
+
+    def entry(self, key: Hashable) -> Entry | None:
+        """The entry kept for *key*, if it still holds: the fast path keeps its reply bytes
+        with it, and asks `holds` of it before sending them again."""
         entry = self._entries.get(key)
         if entry is None:
             self.stats.kept_misses += 1
@@ -107,13 +110,12 @@ class DecisionCache:
             self.stats.kept_misses += 1
             return None
         self.stats.kept_hits += 1
-        self.found = entry
         if not entry.fresh:
             self._arm(entry)
-        return entry.decision
+        return entry
 
     def holds(self, entry: Entry) -> bool:
-        """Whether *entry* (found by `get` earlier, its time not yet up: the caller checks
+        """Whether *entry* (found by `entry` earlier, its time not yet up: the caller checks
         `Entry.until` against its own clock reading) still holds, as `get` would find it;
         a yes counts as a hit."""
         if entry.epoch != self.epoch or entry.health != self._health(entry.wideip) or self._changed(entry.reads):
@@ -206,5 +208,4 @@ class DecisionCache:
     def clear(self) -> None:
         self._entries.clear()
         self.epoch += 1
-        self.found = None
         self.stale_all()

@@ -2,8 +2,9 @@
 
 The answer paths do as little as they can: the transport (`dns.server`) appends one tuple
 per query to a bounded `QueryQueue` (when the log is on; when it is off the only cost is
-the check that it is None), and the path that answered leaves in `QueryQueue.note` which
-wide IP decided and how (the fast path its kept tally, the general path its decision's).
+the check that it is None), with what the answer path returned of which wide IP decided
+and how (`dns.responder.Answered`: the fast path's kept tally, the general path's
+decision's).
 Past `queue` entries waiting, a query is not queued but counted in
 ``QueryStats.query_log_dropped``: answering never waits for the log.
 
@@ -56,24 +57,25 @@ Entry = tuple[float, tuple[Any, ...], tuple[str, int], int, bytes, bytes | None,
 
 
 class QueryQueue:
-    """The bounded queue the transports append to (`add`), and the note the answer paths
-    leave for the entry of the query they answer."""
+    """The bounded queue the transports append to (`add`)."""
 
     def __init__(self, limit: int, stats: QueryStats, clock: Callable[[], float] = time.time):
         self.limit = limit
         self.stats = stats
         self.clock = clock
         self.entries: deque[Entry] = deque()
-        #: what decided the query being answered (a `Tally`), set by the path that answers it
-        #: and taken by the next `add`
-        self.note: Tally | None = None
 
     def add(
-        self, client: tuple[Any, ...], local: tuple[str, int], protocol: int, query: bytes, reply: bytes | None
+        self,
+        client: tuple[Any, ...],
+        local: tuple[str, int],
+        protocol: int,
+        query: bytes,
+        reply: bytes | None,
+        note: Tally | None = None,
     ) -> None:
-        """Queue the query *query* from *client* to *local* and its *reply* (None: none)."""
-        note = self.note
-        self.note = None
+        """Queue the query *query* from *client* to *local*, its *reply* (None: none) and
+        what decided it (*note*: a wide IP's `Tally`, None when none did)."""
         entries = self.entries
         if len(entries) >= self.limit:
             self.stats.query_log_dropped += 1

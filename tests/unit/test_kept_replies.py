@@ -20,7 +20,8 @@ from twisted.internet.testing import MemoryReactorClock
 
 from gtmcluster.config.model import RateLimit
 from gtmcluster.dns import ratelimit
-from gtmcluster.dns.fastpath import FastPath, WideHit
+from gtmcluster.dns.fastpath import FastPath
+from gtmcluster.dns.kept import WideHit
 from gtmcluster.dns.udpport import DNSDatagramProtocol, DNSPort, adopt_udp
 from gtmcluster.lb.cache import DecisionCache
 from gtmcluster.lb.trace import Action, Decision
@@ -211,8 +212,7 @@ def test_the_fresh_indexes_stay_bounded(tmp_path: Path) -> None:
     for round_ in range(30):
         for i in range(5):
             cache.put(("w", 1, i), "w", decision(), (("k", None),), 0, now[0])
-            assert cache.get(("w", 1, i)) is not None
-            entry = cache.found
+            entry = cache.entry(("w", 1, i))
             assert entry is not None and entry.fresh
             if round_ == 0:
                 gone.append(entry)
@@ -220,7 +220,7 @@ def test_the_fresh_indexes_stay_bounded(tmp_path: Path) -> None:
         assert cache._indexed <= 4 * 10 + 2
     assert not any(entry.fresh for entry in gone)
     cache.changed("k")
-    assert not cache.found.fresh  # type: ignore[union-attr]
+    assert entry is not None and not entry.fresh
 
 
 # -- the UDP port --------------------------------------------------------------------------------
@@ -285,7 +285,6 @@ def test_the_port_logs_kept_replies_as_the_protocol_does(tmp_path: Path, bound: 
     sock, client = bound
     twins = Twins(tmp_path)
     queue = QueryQueue(100, twins.node.stats)
-    twins.node.responder.query_log = queue
     twins.fast = FastPath(twins.node.responder)
     port, proto = serve(twins, sock)
     proto.log = queue
