@@ -39,6 +39,7 @@ from zope.interface import implementer
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import IPAddress
 from gtmcluster.probe.stream import connect_error_reason
+from gtmcluster.runtime.reactors import FDSet
 
 #: connect_ex results that mean "in progress": wait until the socket is writable
 IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
@@ -61,7 +62,7 @@ class BareStream:
     """One check's connection: connecting, then connected to its protocol, then closed.
     As a transport it also has `abortConnection` (of ITCPTransport)."""
 
-    def __init__(self, reactor: Any, sock: socket.socket, protocol: Protocol, attempt: Attempt, timeout: float):
+    def __init__(self, reactor: FDSet, sock: socket.socket, protocol: Protocol, attempt: Attempt, timeout: float):
         self._reactor = reactor
         self._socket = sock
         self._fd = sock.fileno()
@@ -204,7 +205,9 @@ class BareStream:
         self._socket.close()
 
 
-def connect(reactor: Any, address: IPAddress, port: int, protocol: Protocol, attempt: Attempt, timeout: float) -> None:
+def connect(
+    reactor: FDSet, address: IPAddress, port: int, protocol: Protocol, attempt: Attempt, timeout: float
+) -> None:
     """Connect *protocol* to *address*:*port* on a bare socket; failures end *attempt*."""
     attempt.waiting_for = "connection"
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
