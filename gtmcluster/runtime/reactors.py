@@ -38,7 +38,7 @@ from twisted.internet.interfaces import (
     IReadDescriptor,
     IWriteDescriptor,
 )
-from twisted.internet.protocol import DatagramProtocol, ServerFactory
+from twisted.internet.protocol import DatagramProtocol
 from twisted.python.threadpool import ThreadPool
 
 from gtmcluster.runtime import slices
@@ -85,13 +85,9 @@ class UDP(Protocol):
 class Socket(Protocol):
     """`IReactorSocket`: sockets opened elsewhere, adopted."""
 
-    def adoptStreamPort(
-        self, fileDescriptor: int, addressFamily: AddressFamily, factory: ServerFactory
-    ) -> IListeningPort: ...
+    def adoptStreamPort(self, fileDescriptor: int, addressFamily: AddressFamily, factory: Any) -> IListeningPort: ...
 
-    def adoptStreamConnection(
-        self, fileDescriptor: int, addressFamily: AddressFamily, factory: ServerFactory
-    ) -> None: ...
+    def adoptStreamConnection(self, fileDescriptor: int, addressFamily: AddressFamily, factory: Any) -> None: ...
 
     def adoptDatagramPort(
         self, fileDescriptor: int, addressFamily: AddressFamily, protocol: DatagramProtocol, maxPacketSize: int
@@ -199,10 +195,14 @@ class TimeFDSet(Time, FDSet, Protocol):
     """Timers and watched descriptors (the ICMP pinger, the path prober's sockets)."""
 
 
-class TimeUDP(Time, UDP, Protocol):
-    """Timers and UDP ports (the udp and dns checks)."""
-
-
 class TimeFDSetTCP(Time, FDSet, TCP, Protocol):
     """Timers, watched descriptors and TCP clients (the tcp and http checks: a bare socket
     where the reactor polls descriptors, Twisted's client elsewhere)."""
+
+
+class TimeUDP(Time, UDP, Protocol):
+    """Timers and UDP ports (the udp and dns checks, the NOTIFY sender)."""
+
+
+class TimeTCPSocket(Time, TCP, Socket, Protocol):
+    """Timers, TCP clients and adopted listening sockets (the sync group's peer service)."""
