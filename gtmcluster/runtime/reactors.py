@@ -114,6 +114,7 @@ class Process(Protocol):
         processProtocol: IProcessProtocol,
         executable: bytes | str,
         args: Sequence[bytes | str],
+        /,
         env: Mapping[AnyStr, AnyStr] | None = None,
         path: bytes | str | None = None,
         uid: int | None = None,
@@ -129,39 +130,6 @@ class Core(Protocol):
     running: bool
 
     def stop(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """The reactor's clock, and its thread pool and process spawning where it has them."""
-
-    clock: IReactorTime
-    #: runs work in a thread pool; None: work is done at once (a test's reactor)
-    threads: IReactorThreads | None = None
-    #: spawns processes; None: what a child would do is done in-process
-    processes: IReactorProcess | None = None
-
-    @classmethod
-    def of(cls, reactor: Time) -> Runtime:
-        """The runtime of *reactor*: the one place that asks a reactor what it provides."""
-        return cls(
-            as_time(reactor),
-            reactor if IReactorThreads.providedBy(reactor) else None,
-            reactor if IReactorProcess.providedBy(reactor) else None,
-        )
-
-    def in_thread(self, f: Callable[..., T], *args: Any) -> defer.Deferred[T]:
-        """`f(*args)` in the reactor's thread pool (at once without one)."""
-        if self.threads is None:
-            return defer.maybeDeferred(f, *args)
-        return threads.deferToThreadPool(self.threads, self.threads.getThreadPool(), f, *args)
-
-    def in_turns(self, steps: slices.Steps[T]) -> defer.Deferred[T]:
-        """*steps* run a few milliseconds per reactor turn (`slices.run`); at once where
-        work is done at once (the steps are the same)."""
-        if self.threads is None:
-            return defer.succeed(slices.whole(steps))
-        return slices.run(steps, self.clock)
 
 
 def as_time(reactor: Time) -> IReactorTime:
@@ -206,3 +174,47 @@ class TimeUDP(Time, UDP, Protocol):
 
 class TimeTCPSocket(Time, TCP, Socket, Protocol):
     """Timers, TCP clients and adopted listening sockets (the sync group's peer service)."""
+
+
+class Spawning(Threads, Process, Protocol):
+    """Processes, and the thread pool to fall back on (a reload's YAML child,
+    `config.source.yamlchild.Child`)."""
+
+
+class Reloading(Time, Spawning, Protocol):
+    """A reload's YAML child, and the model built from what it parsed a slice per turn
+    (`config.reload`, `groupconfig.shared.parsed_beside`)."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The reactor's clock, and its thread pool and process spawning where it has them."""
+
+    clock: IReactorTime
+    #: runs work in a thread pool; None: work is done at once (a test's reactor)
+    threads: IReactorThreads | None = None
+    #: spawns processes (a reload's YAML child, with the thread pool it falls back on);
+    #: None: what a child would do is done in-process
+    processes: Reloading | None = None
+
+    @classmethod
+    def of(cls, reactor: Time) -> Runtime:
+        """The runtime of *reactor*: the one place that asks a reactor what it provides."""
+        return cls(
+            as_time(reactor),
+            reactor if IReactorThreads.providedBy(reactor) else None,
+            reactor if IReactorProcess.providedBy(reactor) and IReactorThreads.providedBy(reactor) else None,
+        )
+
+    def in_thread(self, f: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """`f(*args)` in the reactor's thread pool (at once without one)."""
+        if self.threads is None:
+            return defer.maybeDeferred(f, *args)
+        return threads.deferToThreadPool(self.threads, self.threads.getThreadPool(), f, *args)
+
+    def in_turns(self, steps: slices.Steps[T]) -> defer.Deferred[T]:
+        """*steps* run a few milliseconds per reactor turn (`slices.run`); at once where
+        work is done at once (the steps are the same)."""
+        if self.threads is None:
+            return defer.succeed(slices.whole(steps))
+        return slices.run(steps, self.clock)
