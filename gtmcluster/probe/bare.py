@@ -5,7 +5,8 @@ Twisted's client machinery for that (an endpoint, a connector, a transport, a tu
 "resolve" the address, a second timer, and reference cycles among them that only the
 garbage collector frees) cost about as much again as the rest of the check, and at 1,000
 checks a second that matters (bench/checker.py). So on a reactor that polls real
-descriptors (`usable`), `connect` puts the check's protocol on a `BareStream` instead: a
+descriptors (`runtime.reactors.polls_descriptors`; a test's memory reactor gets the general
+path), `connect` puts the check's protocol on a `BareStream` instead: a
 non-blocking socket, watched by the reactor while it connects and then while it reads,
 with just what the checks' protocols use of a transport (`write`, `loseConnection`,
 `abortConnection`).
@@ -31,7 +32,6 @@ from typing import Any
 from twisted.internet import error
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IReadWriteDescriptor, ITransport
-from twisted.internet.posixbase import PosixReactorBase
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -49,12 +49,6 @@ AGAIN = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR})
 READ_SIZE = 65536
 #: SO_LINGER on, 0 seconds: close() resets the connection
 RESET = struct.pack("ii", 1, 0)
-
-
-def usable(reactor: Any) -> bool:
-    """Whether *reactor* polls real descriptors (epoll, poll, select), so a `BareStream`
-    can be watched by it (a test's memory reactor cannot: it gets the general path)."""
-    return isinstance(reactor, PosixReactorBase)
 
 
 @implementer(IReadWriteDescriptor, ITransport)

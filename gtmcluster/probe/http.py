@@ -47,7 +47,7 @@ from gtmcluster.probe.base import IPAddress, Result, Target
 from gtmcluster.probe.stream import connect, lost_reason
 from gtmcluster.probe.tcp import close
 from gtmcluster.runtime import files
-from gtmcluster.runtime.reactors import TimeFDSetTCP, as_time
+from gtmcluster.runtime.reactors import TimeFDSetTCP, as_time, polls_descriptors
 
 USER_AGENT = "gtmcluster-monitor"
 STATUS_LINE = re.compile(rb"HTTP/\d\.\d (\d{3})(?: [^\r\n]*)?\r?")
@@ -345,7 +345,7 @@ class HttpChecker:
         self._reactor = reactor
         self._timeout = timeout
         self._port = port
-        self._bare = bare and not settings.tls and bare_stream.usable(reactor)
+        self._bare = bare and not settings.tls and polls_descriptors(reactor)
         self._trust: IOpenSSLTrustRoot | None = None
         self._trust_problem: str | None = None
         self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}

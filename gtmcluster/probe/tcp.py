@@ -22,7 +22,7 @@ from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.stream import connect
-from gtmcluster.runtime.reactors import TimeFDSetTCP, as_time
+from gtmcluster.runtime.reactors import TimeFDSetTCP, as_time, polls_descriptors
 
 
 def close(transport: ITransport | None, ok: bool) -> None:
@@ -108,7 +108,7 @@ class TcpChecker:
         self._reactor = reactor
         self._timeout = timeout
         self._port = port
-        self._bare = bare and bare_stream.usable(reactor)
+        self._bare = bare and polls_descriptors(reactor)
 
     def __call__(self, target: Target) -> Deferred[Result]:
         clock = as_time(self._reactor)

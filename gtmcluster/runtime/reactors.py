@@ -38,6 +38,7 @@ from twisted.internet.interfaces import (
     IReadDescriptor,
     IWriteDescriptor,
 )
+from twisted.internet.posixbase import PosixReactorBase
 from twisted.internet.protocol import DatagramProtocol
 from twisted.python.threadpool import ThreadPool
 
@@ -145,6 +146,13 @@ def as_fdset(reactor: FDSet) -> IReactorFDSet:
     return IReactorFDSet(reactor)
 
 
+def polls_descriptors(reactor: object) -> bool:
+    """Whether *reactor* polls real descriptors (epoll, poll, select: a `PosixReactorBase`),
+    so a socket of ours can be watched by it (`probe.bare`); a test's memory reactor cannot.
+    With `Runtime.of`, the one place that asks what a reactor is."""
+    return isinstance(reactor, PosixReactorBase)
+
+
 def to_pool(reactor: Threads, f: Callable[..., T], *args: Any) -> defer.Deferred[T]:
     """`f(*args)` in *reactor*'s thread pool, its result handed back on the reactor thread
     (Twisted's `deferToThreadPool`, which types the reactor `IReactorFromThreads` and calls
@@ -184,6 +192,16 @@ class Spawning(Threads, Process, Protocol):
 class Reloading(Time, Spawning, Protocol):
     """A reload's YAML child, and the model built from what it parsed a slice per turn
     (`config.reload`, `groupconfig.shared.parsed_beside`)."""
+
+
+class Supervising(Time, Process, Socket, Protocol):
+    """Timers, processes and adopted sockets: the answering workers' supervisor
+    (`fanout.supervisor`: it spawns them and hands them sockets)."""
+
+
+class Answering(Reloading, Socket, Core, Protocol):
+    """An answering worker's reactor (`fanout.worker`): adopted sockets, its own reloads,
+    and stopping when the node has gone."""
 
 
 @dataclass(frozen=True)
