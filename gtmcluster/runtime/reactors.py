@@ -9,7 +9,7 @@ thread. The parts that care are handed a `Runtime` and ask it, never the reactor
 The reactor itself is typed with what each user calls of it. One Twisted interface where
 one does (`IReactorTime` for timers); where a user needs several, the structural protocols
 here, one per interface (`Time`, `FDSet`, `TCP`, `UDP`, `Socket`, `Threads`, `Process`,
-`Core`: the methods of it this package's users call) and their intersections (`Probing`,
+`Core`: the methods of it this package's users call) and their intersections (`TimeFDSetTCP`,
 `Reloading`, ...): mypy cannot intersect zope interfaces, but a protocol inheriting several
 protocols is one, and a reactor, real or a test's (`MemoryReactorClock`, `task.Clock`, a
 test's subclass adding ``listenUDP`` or ``spawnProcess``), matches it by its methods.
