@@ -49,7 +49,7 @@ from gtmcluster.proximity.budget import Budget
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.runtime import heap
 from gtmcluster.runtime.reactorlag import ReactorLag
-from gtmcluster.runtime.reactors import Runtime
+from gtmcluster.runtime.reactors import Runtime, Socket
 from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state import keys
 from gtmcluster.state.snapshotter import Snapshotter
@@ -304,7 +304,7 @@ def make_service(
 class AdoptedPort(Service):
     """Serves *factory* on a socket bound by the tap; stopping closes it."""
 
-    def __init__(self, reactor: Any, sock: socket.socket, factory: Any, what: str):
+    def __init__(self, reactor: Socket, sock: socket.socket, factory: Any, what: str):
         self.reactor = reactor
         self.sock = sock
         self.factory = factory

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 from twisted.web import http, server
 
@@ -255,7 +255,7 @@ class Site(server.Site):
     protocol = ApiChannel  # type: ignore[assignment]
     requestFactory = ApiRequest
 
-    def __init__(self, api: Api, reactor: Any = None):
+    def __init__(self, api: Api, reactor: IReactorTime | None = None):
         super().__init__(api, reactor=reactor)
         self.api = api
         self.connections: Connections[ApiChannel] = Connections()
@@ -269,7 +269,7 @@ def site(
     policy: Callable[[], Policy],
     refused: Counter[str] | None = None,
     limits: Callable[[], ApiLimits] = default_limits,
-    reactor: Any = None,
+    reactor: IReactorTime | None = None,
     closed: Counter[str] | None = None,
 ) -> Site:
     """The API of *routes* under *policy* and *limits* (each asked again for every

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -37,11 +36,12 @@ from gtmcluster.config.source.yamlchild import MEMORY, Child, Memory, Parsed
 from gtmcluster.config.source.yamlsrc import Resplit
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.gcpause import collection_paused
+from gtmcluster.runtime.reactors import Reloading, Time, as_time
 
 log = Logger()
 
 
-def read(reactor: Any, path: str, own_dir: Path | None = None) -> defer.Deferred[Config]:
+def read(reactor: Reloading, path: str, own_dir: Path | None = None) -> defer.Deferred[Config]:
     """Read, check and build the config at *path* beside the running *reactor* (*own_dir*:
     *path* is a bundle's, see `load.build`); fails with `ConfigError` listing every problem."""
 
@@ -61,7 +61,7 @@ def read(reactor: Any, path: str, own_dir: Path | None = None) -> defer.Deferred
 
 
 async def _building(
-    reactor: Any, path: str, own_dir: Path | None, text: str, split: bool, memory: Memory | None
+    reactor: Reloading, path: str, own_dir: Path | None, text: str, split: bool, memory: Memory | None
 ) -> tuple[Config, Parsed]:
     """The config of *text*, built beside *reactor* from what its YAML child parsed (at
     module level: a nested function that calls itself is a reference cycle, and the
@@ -69,7 +69,7 @@ async def _building(
     child = Child(reactor, path, text, SECTION_ORDER, split, memory)
     parsed = await child.start()
     try:
-        return await slices.run(build(path, parsed, own_dir), reactor), parsed
+        return await slices.run(build(path, parsed, own_dir), as_time(reactor)), parsed
     except ConfigError:
         if not parsed.reused:
             raise
@@ -77,7 +77,7 @@ async def _building(
     return await _building(reactor, path, own_dir, text, split, None)
 
 
-def free_in_turns(reactor: Any, config: Config) -> None:
+def free_in_turns(reactor: Time, config: Config) -> None:
     """Let go of *config* (replaced: nothing else uses it) over the next reactor turns,
     its biggest parts one per turn, so that freeing it holds no turn long."""
     parts: list[object] = [
@@ -95,7 +95,7 @@ def free_in_turns(reactor: Any, config: Config) -> None:
     reactor.callLater(0, _drop_one, reactor, parts)
 
 
-def _drop_one(reactor: Any, parts: list[object]) -> None:
+def _drop_one(reactor: Time, parts: list[object]) -> None:
     """One part let go of, the next in the next turn (a module-level function: a nested one
     that schedules itself by name would be a reference cycle holding *parts*)."""
     parts.pop(0)

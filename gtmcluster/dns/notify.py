@@ -35,6 +35,7 @@ from gtmcluster.config.model import Config, TSIGKey
 from gtmcluster.dns.transfer import serial_of, to_dnspython
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import Zone
+from gtmcluster.runtime.reactors import TimeUDP, as_time
 
 log = Logger()
 
@@ -184,10 +185,10 @@ class NotifyService(Service):
     """Owns the NOTIFY sockets (one IPv4, one IPv6, on ports the system picks) and the
     `Notifier` that uses them."""
 
-    def __init__(self, reactor: Any):
+    def __init__(self, reactor: TimeUDP):
         self.reactor = reactor
         self.protocols = {4: NotifyProtocol(), 6: NotifyProtocol()}
-        self.notifier = Notifier(reactor, self._sendto)
+        self.notifier = Notifier(as_time(reactor), self._sendto)
         self.ports: list[IListeningPort] = []
 
     def _sendto(self, data: bytes, addr: tuple[str, int]) -> None:

@@ -39,6 +39,7 @@ from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
 from gtmcluster.nodeparts import Reload
+from gtmcluster.runtime.reactors import Supervising
 from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state.record import Record
 from gtmcluster.sync import codec
@@ -108,7 +109,7 @@ class Workers(Service):
         self,
         node: Node,
         listeners: list[Listener],
-        reactor: Any,
+        reactor: Supervising,
         config_path: str,
         own_dir: Path | None,
         fast_path: Callable[[], FastPath],

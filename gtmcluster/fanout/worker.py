@@ -40,6 +40,7 @@ from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
+from gtmcluster.runtime.reactors import Answering, as_time
 from gtmcluster.state.persistence import PersistRecord
 from gtmcluster.sync import codec
 
@@ -50,7 +51,7 @@ TICK_INTERVAL = 1.0
 
 
 class Worker:
-    def __init__(self, node: Node, reactor: Any, config_path: str):
+    def __init__(self, node: Node, reactor: Answering, config_path: str):
         self.node = node
         self.reactor = reactor
         self.config_path = config_path
@@ -96,7 +97,7 @@ class Worker:
         self.reactor.adoptStreamConnection(sock.fileno(), socket.AF_UNIX, Factory.forProtocol(build))
         sock.close()
         for loop, interval in zip(self._loops, (TALLY_INTERVAL, TICK_INTERVAL), strict=True):
-            loop.clock = self.reactor
+            loop.clock = as_time(self.reactor)
             loop.start(interval, now=False)
 
     # -- from the node ---------------------------------------------------------------------
@@ -159,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--feed-fd", type=int, required=True)
     args = parser.parse_args(argv)
 
-    from twisted.internet import epollreactor
+    from twisted.internet.epollreactor import EPollReactor
+    from twisted.internet.main import installReactor
 
-    epollreactor.install()
-    from twisted.internet import reactor
+    reactor = EPollReactor()  # (what epollreactor.install does, the reactor kept typed)
+    installReactor(reactor)
 
     # Warnings and errors go to stderr, which the node copies into its log.
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.warn)

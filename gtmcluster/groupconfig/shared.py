@@ -47,7 +47,7 @@ from gtmcluster.groupconfig.bundle import Bundle, Header
 from gtmcluster.groupconfig.shelf import Shelf
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.gcpause import collection_paused
-from gtmcluster.runtime.reactors import Runtime
+from gtmcluster.runtime.reactors import Reloading, Runtime, as_time
 
 log = Logger()
 T = TypeVar("T")
@@ -410,7 +410,7 @@ class GroupConfig(Generic[E]):
         return self.publish(made, None, False).addCallback(published)  # (no based_on: never stale)
 
 
-async def parsed_beside(reactor: Any, file: str, text: bytes) -> Any:
+async def parsed_beside(reactor: Reloading, file: str, text: bytes) -> Any:
     """*text*'s value as the config reader reads it, parsed in the reload's YAML child
     process (`yamlchild`: a big config is a second of parsing, not to be done in the
     reactor's thread), the sections whose text it read last taken from memory; those it
@@ -425,7 +425,7 @@ async def parsed_beside(reactor: Any, file: str, text: bytes) -> Any:
             child = Child(reactor, file, decoded, SECTION_ORDER, split, MEMORY if split else None)
             parsed = await child.start()
             try:
-                await slices.run(parsed.complete(), reactor)
+                await slices.run(parsed.complete(), as_time(reactor))
             except Resplit:
                 continue  # read whole
             if parsed.pieces:

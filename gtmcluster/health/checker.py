@@ -28,7 +28,7 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
@@ -170,7 +170,7 @@ def subjects(config: Config, node: str, keep: Keep | None = None) -> list[Subjec
 
 
 class HealthChecker(Service):
-    def __init__(self, config: Config, store: Store, reactor: Any, node: str, make_check: CheckFactory):
+    def __init__(self, config: Config, store: Store, reactor: IReactorTime, node: str, make_check: CheckFactory):
         self.store = store
         self.reactor = reactor
         self.node = node

@@ -5,7 +5,8 @@ Twisted's client machinery for that (an endpoint, a connector, a transport, a tu
 "resolve" the address, a second timer, and reference cycles among them that only the
 garbage collector frees) cost about as much again as the rest of the check, and at 1,000
 checks a second that matters (bench/checker.py). So on a reactor that polls real
-descriptors (`usable`), `connect` puts the check's protocol on a `BareStream` instead: a
+descriptors (`runtime.reactors.polls_descriptors`; a test's memory reactor gets the general
+path), `connect` puts the check's protocol on a `BareStream` instead: a
 non-blocking socket, watched by the reactor while it connects and then while it reads,
 with just what the checks' protocols use of a transport (`write`, `loseConnection`,
 `abortConnection`).
@@ -31,7 +32,6 @@ from typing import Any
 from twisted.internet import error
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IReadWriteDescriptor, ITransport
-from twisted.internet.posixbase import PosixReactorBase
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -39,6 +39,7 @@ from zope.interface import implementer
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import IPAddress
 from gtmcluster.probe.stream import connect_error_reason
+from gtmcluster.runtime.reactors import FDSet
 
 #: connect_ex results that mean "in progress": wait until the socket is writable
 IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY})
@@ -50,18 +51,12 @@ READ_SIZE = 65536
 RESET = struct.pack("ii", 1, 0)
 
 
-def usable(reactor: Any) -> bool:
-    """Whether *reactor* polls real descriptors (epoll, poll, select), so a `BareStream`
-    can be watched by it (a test's memory reactor cannot: it gets the general path)."""
-    return isinstance(reactor, PosixReactorBase)
-
-
 @implementer(IReadWriteDescriptor, ITransport)
 class BareStream:
     """One check's connection: connecting, then connected to its protocol, then closed.
     As a transport it also has `abortConnection` (of ITCPTransport)."""
 
-    def __init__(self, reactor: Any, sock: socket.socket, protocol: Protocol, attempt: Attempt, timeout: float):
+    def __init__(self, reactor: FDSet, sock: socket.socket, protocol: Protocol, attempt: Attempt, timeout: float):
         self._reactor = reactor
         self._socket = sock
         self._fd = sock.fileno()
@@ -204,7 +199,9 @@ class BareStream:
         self._socket.close()
 
 
-def connect(reactor: Any, address: IPAddress, port: int, protocol: Protocol, attempt: Attempt, timeout: float) -> None:
+def connect(
+    reactor: FDSet, address: IPAddress, port: int, protocol: Protocol, attempt: Attempt, timeout: float
+) -> None:
     """Connect *protocol* to *address*:*port* on a bare socket; failures end *attempt*."""
     attempt.waiting_for = "connection"
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET

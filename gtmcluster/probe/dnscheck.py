@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from typing import Any
 
 import dns.exception
 import dns.flags
@@ -19,12 +18,12 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
 
 from gtmcluster.config.monitoring import DnsCheck
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.udp import Verdict, exchange
+from gtmcluster.runtime.reactors import TimeUDP, as_time
 
 #: query IDs must not be guessable by an off-path spoofer
 _ids = random.SystemRandom()
@@ -77,7 +76,7 @@ class DnsChecker:
     """``check(target)`` for a dns monitor."""
 
     def __init__(
-        self, settings: DnsCheck, reactor: Any, timeout: float, port: int | None = None, ids: random.Random = _ids
+        self, settings: DnsCheck, reactor: TimeUDP, timeout: float, port: int | None = None, ids: random.Random = _ids
     ) -> None:
         self._settings = settings
         self._reactor = reactor
@@ -94,7 +93,7 @@ class DnsChecker:
         return query
 
     def __call__(self, target: Target) -> Deferred[Result]:
-        clock: IReactorTime = self._reactor
+        clock = as_time(self._reactor)
         attempt = Attempt(clock, self._timeout)
         query = self.query()
         port = self._port or target.port

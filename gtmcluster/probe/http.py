@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from cryptography import x509
@@ -34,7 +33,7 @@ from twisted.internet import ssl
 from twisted.internet._sslverify import IOpenSSLTrustRoot  # the type platformTrust() returns
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IHandshakeListener, IOpenSSLClientConnectionCreator, IReactorTime
+from twisted.internet.interfaces import IHandshakeListener, IOpenSSLClientConnectionCreator
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
@@ -48,6 +47,7 @@ from gtmcluster.probe.base import IPAddress, Result, Target
 from gtmcluster.probe.stream import connect, lost_reason
 from gtmcluster.probe.tcp import close
 from gtmcluster.runtime import files
+from gtmcluster.runtime.reactors import TimeFDSetTCP, as_time, polls_descriptors
 
 USER_AGENT = "gtmcluster-monitor"
 STATUS_LINE = re.compile(rb"HTTP/\d\.\d (\d{3})(?: [^\r\n]*)?\r?")
@@ -331,7 +331,7 @@ class HttpChecker:
     def __init__(
         self,
         settings: HttpCheck,
-        reactor: Any,
+        reactor: TimeFDSetTCP,
         timeout: float,
         port: int | None = None,
         bare: bool = True,
@@ -345,7 +345,7 @@ class HttpChecker:
         self._reactor = reactor
         self._timeout = timeout
         self._port = port
-        self._bare = bare and not settings.tls and bare_stream.usable(reactor)
+        self._bare = bare and not settings.tls and polls_descriptors(reactor)
         self._trust: IOpenSSLTrustRoot | None = None
         self._trust_problem: str | None = None
         self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}
@@ -357,7 +357,7 @@ class HttpChecker:
                 self._trust_problem = f"cannot use ca_file {settings.ca_file}: {e}"
 
     def __call__(self, target: Target) -> Deferred[Result]:
-        clock: IReactorTime = self._reactor
+        clock = as_time(self._reactor)
         attempt = Attempt(clock, self._timeout)
         s = self._settings
         if self._trust_problem is not None:

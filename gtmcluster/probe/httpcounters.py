@@ -33,6 +33,7 @@ from gtmcluster.probe import loadread
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.linkrate import COUNTER64, Counters
+from gtmcluster.runtime.reactors import TimeFDSetTCP
 
 
 class CounterError(Exception):
@@ -78,7 +79,7 @@ class HttpCounterReader:
     """Reads a link's counters from a page over HTTP(S) (a `TrafficReader`), one request
     at a time."""
 
-    def __init__(self, reactor: Any, source: HttpCounterSource, timeout: float):
+    def __init__(self, reactor: TimeFDSetTCP, source: HttpCounterSource, timeout: float):
         self.reactor = reactor
         self.source = source
         self.timeout = timeout

@@ -24,12 +24,13 @@ from typing import Any, Protocol
 
 from twisted.internet.abstract import FileDescriptor
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFDSet, IReactorTime
+from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
 from gtmcluster.probe import icmpwire
 from gtmcluster.probe.attempt import Attempt
 from gtmcluster.probe.base import IcmpUnavailable, IPAddress, Result, Target
+from gtmcluster.runtime.reactors import TimeFDSet, as_fdset, as_time
 
 log = Logger()
 
@@ -80,7 +81,9 @@ class _Pending:
 class _Reader(FileDescriptor):
     """Hands every datagram of one ICMP socket to the pinger."""
 
-    def __init__(self, reactor: Any, channel: Channel, deliver: Callable[[Channel, bytes, str], None]) -> None:
+    def __init__(
+        self, reactor: IReactorFDSet, channel: Channel, deliver: Callable[[Channel, bytes, str], None]
+    ) -> None:
         super().__init__(reactor)
         self._channel = channel
         self._deliver = deliver
@@ -108,7 +111,7 @@ class IcmpPinger:
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: TimeFDSet,
         channels: Mapping[int, Channel],
         rng: random.Random | None = None,
         missing: Mapping[int, str] | None = None,
@@ -122,9 +125,9 @@ class IcmpPinger:
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._closed = False
         self._readers: list[_Reader] = []
-        fds: IReactorFDSet = reactor
+        fds = as_fdset(reactor)
         for channel in self._channels.values():
-            reader = _Reader(reactor, channel, self._received)
+            reader = _Reader(fds, channel, self._received)
             fds.addReader(reader)
             self._readers.append(reader)
 
@@ -138,7 +141,7 @@ class IcmpPinger:
 
     def ping(self, target: Target, timeout: float) -> Deferred[Result]:
         """One echo request to *target*; the reply (or its absence) is the result."""
-        clock: IReactorTime = self._reactor
+        clock = as_time(self._reactor)
         attempt = Attempt(clock, timeout, "echo reply")
         version = target.address.version
         channel = self._channels.get(version)
@@ -170,7 +173,7 @@ class IcmpPinger:
         if self._closed:
             return
         self._closed = True
-        fds: IReactorFDSet = self._reactor
+        fds = self._reactor
         for reader in self._readers:
             fds.removeReader(reader)
         self._readers.clear()
@@ -205,7 +208,7 @@ class IcmpPinger:
 
 
 def open_pinger(
-    reactor: Any, socket_factory: SocketFactory = socket.socket, rng: random.Random | None = None
+    reactor: TimeFDSet, socket_factory: SocketFactory = socket.socket, rng: random.Random | None = None
 ) -> IcmpPinger:
     """The node's pinger: raw sockets where allowed, else ping sockets, else `IcmpUnavailable`."""
     channels: dict[int, Channel] = {}

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
 
 from gtmcluster.config.monitoring import DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
 from gtmcluster.probe.attempt import Attempt
@@ -23,10 +22,14 @@ from gtmcluster.probe.http import HttpChecker
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.tcp import TcpChecker
 from gtmcluster.probe.udp import UdpChecker
+from gtmcluster.runtime.reactors import Time, TimeFDSetTCP, TimeUDP, as_time
 
 NO_PINGER = "ICMP unavailable on this node (needs root (CAP_NET_RAW) or net.ipv4.ping_group_range)"
 
-#: the check for a monitor, run with a reactor, given the node's pinger (None without one)
+#: the check for a monitor, run with a reactor, given the node's pinger (None without one).
+#: The reactor is Any here: each kind's maker types what its checker calls (`TimeFDSetTCP`,
+#: `TimeUDP`, ...), and a test hands one that has what its kind calls (a memory reactor
+#: without ``listenUDP`` for tcp): no one type fits the registry's every kind.
 MakeCheck = Callable[[Monitor, Any, IcmpPinger | None], Check]
 
 S = TypeVar("S")
@@ -50,23 +53,23 @@ def settings_of(monitor: Monitor, kind: type[S]) -> S:
     return settings
 
 
-def _tcp(monitor: Monitor, reactor: Any, pinger: IcmpPinger | None) -> Check:
+def _tcp(monitor: Monitor, reactor: TimeFDSetTCP, pinger: IcmpPinger | None) -> Check:
     return TcpChecker(settings_of(monitor, TcpCheck), reactor, monitor.timeout, monitor.port)
 
 
-def _http(monitor: Monitor, reactor: Any, pinger: IcmpPinger | None) -> Check:
+def _http(monitor: Monitor, reactor: TimeFDSetTCP, pinger: IcmpPinger | None) -> Check:
     return HttpChecker(settings_of(monitor, HttpCheck), reactor, monitor.timeout, monitor.port)
 
 
-def _udp(monitor: Monitor, reactor: Any, pinger: IcmpPinger | None) -> Check:
+def _udp(monitor: Monitor, reactor: TimeUDP, pinger: IcmpPinger | None) -> Check:
     return UdpChecker(settings_of(monitor, UdpCheck), reactor, monitor.timeout, monitor.port)
 
 
-def _dns(monitor: Monitor, reactor: Any, pinger: IcmpPinger | None) -> Check:
+def _dns(monitor: Monitor, reactor: TimeUDP, pinger: IcmpPinger | None) -> Check:
     return DnsChecker(settings_of(monitor, DnsCheck), reactor, monitor.timeout, monitor.port)
 
 
-def _icmp(monitor: Monitor, reactor: Any, pinger: IcmpPinger | None) -> Check:
+def _icmp(monitor: Monitor, reactor: Time, pinger: IcmpPinger | None) -> Check:
     """Through the node's *pinger*; without one a check fails every time with a reason
     saying why, instead of refusing the config."""
     settings_of(monitor, IcmpCheck)
@@ -112,11 +115,11 @@ def needs_pinger(monitors: Iterable[Monitor]) -> bool:
     return any(PROBES[m.type].uses_pinger for m in monitors if m.type in PROBES)
 
 
-def failing(reactor: Any, reason: str) -> Check:
+def failing(reactor: Time, reason: str) -> Check:
     """A check that fails at once with *reason* (a check that cannot run here)."""
 
     def check(target: Target) -> Deferred[Result]:
-        clock: IReactorTime = reactor
+        clock = as_time(reactor)
         attempt = Attempt(clock, 1.0)
         attempt.finish(False, reason)
         return attempt.deferred

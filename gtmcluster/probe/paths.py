@@ -40,7 +40,6 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -53,6 +52,7 @@ from gtmcluster.probe.kinds import NO_PINGER
 from gtmcluster.probe.pathsockets import Clocks, ErrorJudge, Measure, ReplyJudge, connect_tcp, send_datagram
 from gtmcluster.probe.pathwire import QueuedError
 from gtmcluster.probe.udp import Verdict
+from gtmcluster.runtime.reactors import TimeFDSet, as_time
 
 log = Logger()
 
@@ -177,7 +177,7 @@ class PathProber:
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: TimeFDSet,
         protocols: tuple[str, ...],
         timeout: float,
         pinger: IcmpPinger | None = None,
@@ -245,7 +245,7 @@ class PathProber:
     # ---- for _Probe
 
     def _attempt(self, protocol: str, ldns: IPAddress) -> tuple[Attempt, Measure, Callable[[], None]]:
-        clock: IReactorTime = self._reactor
+        clock = as_time(self._reactor)
         attempt = Attempt(clock, self.timeout, WAITING_FOR[protocol])
         measure = Measure()
         starter = self._starters[protocol]

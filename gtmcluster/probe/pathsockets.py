@@ -42,6 +42,7 @@ from gtmcluster.probe.base import IPAddress
 from gtmcluster.probe.icmp import SocketFactory
 from gtmcluster.probe.pathwire import MSG_ERRQUEUE, Ancillary, QueuedError, parse_ancillary
 from gtmcluster.probe.udp import Verdict
+from gtmcluster.runtime.reactors import FDSet, as_fdset
 
 MAX_DATAGRAM = 65535
 #: room for a TTL, a timestamp and an extended error with its offender's address
@@ -136,7 +137,7 @@ def ask_for_ancillary(sock: Any, version: int) -> None:
 
 
 def send_datagram(
-    reactor: Any,
+    reactor: FDSet,
     sockets: SocketFactory,
     clocks: Clocks,
     address: IPAddress,
@@ -162,8 +163,8 @@ def send_datagram(
     except OSError as e:
         attempt.finish(False, os_text(e))
         return
-    reader = DatagramExchange(reactor, sock, attempt, measure, clocks, on_reply, on_error)
-    fds: IReactorFDSet = reactor
+    fds = as_fdset(reactor)
+    reader = DatagramExchange(fds, sock, attempt, measure, clocks, on_reply, on_error)
     fds.addReader(reader)
     attempt.closing(lambda: fds.removeReader(reader))
     measure.mark_sent(clocks)
@@ -179,7 +180,7 @@ class DatagramExchange(FileDescriptor):
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: IReactorFDSet,
         sock: Any,
         attempt: Attempt,
         measure: Measure,
@@ -258,7 +259,7 @@ class DatagramExchange(FileDescriptor):
 
 
 def connect_tcp(
-    reactor: Any,
+    reactor: FDSet,
     sockets: SocketFactory,
     clocks: Clocks,
     address: IPAddress,
@@ -285,8 +286,8 @@ def connect_tcp(
             measure.kernel_rtt_ns = handshake_rtt_ns(sock)
         tcp_verdict(attempt, measure, code, received)
         return
-    writer = ConnectAttempt(reactor, sock, attempt, measure, clocks)
-    fds: IReactorFDSet = reactor
+    fds = as_fdset(reactor)
+    writer = ConnectAttempt(fds, sock, attempt, measure, clocks)
     fds.addWriter(writer)
     attempt.closing(lambda: fds.removeWriter(writer))
 
@@ -295,7 +296,7 @@ class ConnectAttempt(FileDescriptor):
     """The writer of one tcp attempt's socket: writable (or in error) once the handshake
     is answered; ``SO_ERROR`` says how."""
 
-    def __init__(self, reactor: Any, sock: Any, attempt: Attempt, measure: Measure, clocks: Clocks) -> None:
+    def __init__(self, reactor: IReactorFDSet, sock: Any, attempt: Attempt, measure: Measure, clocks: Clocks) -> None:
         super().__init__(reactor)
         self._sock = sock
         self._attempt = attempt

@@ -8,8 +8,6 @@ The protocol itself closes an established connection (it registers that with the
 
 from __future__ import annotations
 
-from typing import Any
-
 from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet import error
@@ -20,13 +18,14 @@ from twisted.python.failure import Failure
 
 from gtmcluster.probe.attempt import Attempt, seconds
 from gtmcluster.probe.base import IPAddress
+from gtmcluster.runtime.reactors import TCP
 
 #: the connector's own timeout is a backstop; the attempt's timer decides first
 CONNECTOR_SLACK = 1.0
 
 
 def connect(
-    reactor: Any,
+    reactor: TCP,
     address: IPAddress,
     port: int,
     protocol: Protocol,

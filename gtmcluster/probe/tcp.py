@@ -12,10 +12,8 @@ verdicts at about half the cost).
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime, ITransport
+from twisted.internet.interfaces import ITransport
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
 
@@ -24,6 +22,7 @@ from gtmcluster.probe import bare as bare_stream
 from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import Result, Target
 from gtmcluster.probe.stream import connect
+from gtmcluster.runtime.reactors import TimeFDSetTCP, as_time, polls_descriptors
 
 
 def close(transport: ITransport | None, ok: bool) -> None:
@@ -101,7 +100,7 @@ class TcpChecker:
     """``check(target)`` for a tcp monitor."""
 
     def __init__(
-        self, settings: TcpCheck, reactor: Any, timeout: float, port: int | None = None, bare: bool = True
+        self, settings: TcpCheck, reactor: TimeFDSetTCP, timeout: float, port: int | None = None, bare: bool = True
     ) -> None:
         """*bare*: on a real reactor, connect on a bare socket (False: Twisted's client, as
         the tests that compare the two need)."""
@@ -109,10 +108,10 @@ class TcpChecker:
         self._reactor = reactor
         self._timeout = timeout
         self._port = port
-        self._bare = bare and bare_stream.usable(reactor)
+        self._bare = bare and polls_descriptors(reactor)
 
     def __call__(self, target: Target) -> Deferred[Result]:
-        clock: IReactorTime = self._reactor
+        clock = as_time(self._reactor)
         attempt = Attempt(clock, self._timeout)
         probe = TcpProbe(self._settings, attempt)
         port = self._port or target.port

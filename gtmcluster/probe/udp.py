@@ -13,12 +13,12 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError, MessageLengthError
-from twisted.internet.interfaces import IReactorTime, IReactorUDP
 from twisted.internet.protocol import DatagramProtocol
 
 from gtmcluster.config.monitoring import UdpCheck
 from gtmcluster.probe.attempt import Attempt, seconds, show
 from gtmcluster.probe.base import IPAddress, Result, Target
+from gtmcluster.runtime.reactors import UDP, TimeUDP, as_time
 
 #: (ok, reason), or None: not an answer to this check, keep waiting
 Verdict = tuple[bool, str]
@@ -54,12 +54,13 @@ class DatagramProbe(DatagramProtocol):
         self._attempt.finish(False, "port unreachable")
 
 
-def exchange(reactor: Any, address: IPAddress, port: int, payload: bytes, judge: Judge, attempt: Attempt) -> None:
+def exchange(reactor: UDP, address: IPAddress, port: int, payload: bytes, judge: Judge, attempt: Attempt) -> None:
     """Send *payload* to *address*:*port* and let *judge* end *attempt* on a reply."""
     probe = DatagramProbe(attempt, judge)
-    udp: IReactorUDP = reactor
     try:
-        listening = udp.listenUDP(0, probe, interface="::" if address.version == 6 else "0.0.0.0", maxPacketSize=65535)
+        listening = reactor.listenUDP(
+            0, probe, interface="::" if address.version == 6 else "0.0.0.0", maxPacketSize=65535
+        )
     except CannotListenError as e:
         attempt.finish(False, f"cannot open a UDP socket: {e.socketError}")
         return
@@ -92,7 +93,7 @@ class UdpChecker:
     """``check(target)`` for a udp monitor (with `UdpCheck.up_without_reply`, silence
     until the timeout is a success: only a port unreachable or a wrong reply fail)."""
 
-    def __init__(self, settings: UdpCheck, reactor: Any, timeout: float, port: int | None = None) -> None:
+    def __init__(self, settings: UdpCheck, reactor: TimeUDP, timeout: float, port: int | None = None) -> None:
         self._settings = settings
         self._reactor = reactor
         self._timeout = timeout
@@ -100,7 +101,7 @@ class UdpChecker:
         self._judge = judge_udp(settings)
 
     def __call__(self, target: Target) -> Deferred[Result]:
-        clock: IReactorTime = self._reactor
+        clock = as_time(self._reactor)
         attempt = Attempt(clock, self._timeout)
         if self._settings.up_without_reply:
             attempt.expire_as(True, f"no reply and no port unreachable within {seconds(self._timeout)}")

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from gtmcluster.proximity.budget import Budget, queue_limit, request_ttl
@@ -74,7 +75,7 @@ class ProbeScheduler(Service):
         prober: Prober,
         node: str,
         datacenter: str,
-        reactor: Any,
+        reactor: IReactorTime,
     ):
         self.store = store
         self.measurements = measurements

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from twisted.internet import defer, task, threads
+from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -41,6 +41,7 @@ from twisted.python.failure import Failure
 from gtmcluster.config.model import QueryLog
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.logfile import LogFile, Unwritten
+from gtmcluster.runtime.reactors import Threads, to_pool
 from gtmcluster.runtime.stats import QueryStats, Tally
 
 log = Logger()
@@ -220,9 +221,9 @@ def frames_of(entries: Iterable[Entry], identity: bytes = b"", version: bytes = 
     return Encoder(identity, version).frames(entries)
 
 
-def in_pool(reactor: Any) -> Callable[[Callable[[], None]], defer.Deferred[None]]:
+def in_pool(reactor: Threads) -> Callable[[Callable[[], None]], defer.Deferred[None]]:
     """Runs a call in the reactor's thread pool."""
-    return lambda f: threads.deferToThreadPool(reactor, reactor.getThreadPool(), f)
+    return lambda f: to_pool(reactor, f)
 
 
 class QueryLogWriter:

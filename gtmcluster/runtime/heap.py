@@ -53,6 +53,8 @@ from twisted.application.service import Service
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gtmcluster.runtime.reactors import TimeFromThreads, as_time
+
 log = Logger()
 
 #: a full collection that took at least this much CPU time (seconds) is followed by a freeze
@@ -78,7 +80,7 @@ class HeapKeeper(Service):
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: TimeFromThreads,
         slow: float = SLOW,
         clock: Any = time.perf_counter,
         cpu_clock: Any = time.thread_time,
@@ -112,7 +114,7 @@ class HeapKeeper(Service):
         super().startService()
         gc.callbacks.append(self._hook)
         self._counting = LoopingCall(self.check)
-        self._counting.clock = self.reactor
+        self._counting.clock = as_time(self.reactor)
         self._counting.start(CHECK_EVERY, now=False)
 
     def stopService(self) -> Any:

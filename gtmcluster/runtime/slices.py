@@ -25,6 +25,7 @@ from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
 
 T = TypeVar("T")
 #: what a step yields: None, or a Deferred to wait for (Any: a bare `yield` is a step)
@@ -45,7 +46,7 @@ def whole(steps: Steps[T]) -> T:
             raise RuntimeError("steps run whole waited for a Deferred")
 
 
-def run(steps: Steps[T], reactor: Any, budget: float = BUDGET) -> defer.Deferred[T]:
+def run(steps: Steps[T], reactor: IReactorTime, budget: float = BUDGET) -> defer.Deferred[T]:
     """Run *steps* for about *budget* seconds per reactor turn; fires with their return value.
 
     The first turn's share runs now, in the caller's turn (a short walk answers at once);
@@ -66,7 +67,7 @@ def run(steps: Steps[T], reactor: Any, budget: float = BUDGET) -> defer.Deferred
     return defer.succeed(capture.value)  # type: ignore[arg-type]
 
 
-def _cooperate(_: object, capture: _Capture[T], reactor: Any, budget: float) -> defer.Deferred[T]:
+def _cooperate(_: object, capture: _Capture[T], reactor: IReactorTime, budget: float) -> defer.Deferred[T]:
     """The rest of *capture*'s steps, *budget* seconds of them per reactor turn."""
     cooperator = task.Cooperator(
         terminationPredicateFactory=lambda: _Deadline(budget), scheduler=lambda tick: reactor.callLater(0, tick)

@@ -31,9 +31,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from gtmcluster.state.store import Store
@@ -83,7 +84,7 @@ class Loading:
         self,
         reader: Source,
         store: Store,
-        reactor: Any,
+        reactor: IReactorTime,
         writing: Callable[[], bool],
         damaged: Callable[[str], None],
         finished: Callable[[int], None],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.application.service import Service
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from gtmcluster.state.store import Store
@@ -27,7 +28,7 @@ class ColdStart(Service):
     """Marks the node ready for measured methods once peers are reconciled and the group's
     newest config is run here (or refused), or after a wait."""
 
-    def __init__(self, node: NodeSide, replicator: Replicator, reactor: Any, wait: float):
+    def __init__(self, node: NodeSide, replicator: Replicator, reactor: IReactorTime, wait: float):
         self.node = node
         self.replicator = replicator
         self.reactor = reactor

@@ -44,6 +44,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 
 from gtmcluster.config.model import Member
+from gtmcluster.runtime.reactors import TimeTCPSocket, as_time
 from gtmcluster.runtime.sources import plain, source_of
 from gtmcluster.sync.admission import (
     MAX_CHANNELS_PER_MEMBER,
@@ -249,7 +250,7 @@ class PeerService(MultiService):
         creds: Credentials,
         listener: socket.socket,
         others: list[Member],
-        reactor: Any,
+        reactor: TimeTCPSocket,
         reconcile_interval: float = 60.0,
     ):
         super().__init__()
@@ -261,7 +262,7 @@ class PeerService(MultiService):
         self.port: IListeningPort | None = None
         self._loop: task.LoopingCall | None = None
         self.dialled: dict[str, tuple[Member, ClientService]] = {}
-        self.gate = Gate(reactor, [str(m.peer.host) for m in others])
+        self.gate = Gate(as_time(reactor), [str(m.peer.host) for m in others])
         for member in others:
             self._dial(member)
 
@@ -271,14 +272,14 @@ class PeerService(MultiService):
             tcp: Any = TCP6ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
         else:
             tcp = TCP4ClientEndpoint(self.reactor, host, member.peer.port, timeout=CONNECT_TIMEOUT)
-        endpoint = PeerTLSEndpoint(self.tls.client_creator(member.name), tcp, self.reactor)
+        endpoint = PeerTLSEndpoint(self.tls.client_creator(member.name), tcp, as_time(self.reactor))
         factory = PeerFactory(self.replicator, member.name)
         backoff = backoffPolicy(initialDelay=0.5, maxDelay=30.0, factor=2.0, jitter=random.random)
         client = ClientService(
             endpoint,
             factory,
             retryPolicy=lambda attempts: backoff(attempts + factory.refused),
-            clock=self.reactor,
+            clock=as_time(self.reactor),
         )
         client.setName(f"peer {member.name}")
         client.setServiceParent(self)
@@ -330,7 +331,7 @@ class PeerService(MultiService):
         self.listener.close()  # the reactor holds its own duplicate
         log.info("sync group listener on {host}:{port} (mutual TLS)", host=address[0], port=address[1])
         self._loop = task.LoopingCall(self.replicator.anti_entropy.reconcile_all)
-        self._loop.clock = self.reactor
+        self._loop.clock = as_time(self.reactor)
         self._loop.start(self.reconcile_interval, now=False)
         super().startService()
 

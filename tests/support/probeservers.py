@@ -38,10 +38,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IProtocol
+from twisted.internet.interfaces import IListeningPort, IProtocol
 from twisted.internet.protocol import DatagramProtocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from gtmcluster.config.monitoring import Check, DnsCheck, HttpCheck, IcmpCheck, Monitor, TcpCheck, UdpCheck
 from gtmcluster.probe.base import Result
@@ -51,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # --------------------------------------------------------------------------- in memory
 
 
+@implementer(IListeningPort)
 @dataclass
 class FakeDatagramPort:
     """What ``listenUDP`` returned: records what the check does with its socket."""
@@ -69,6 +71,9 @@ class FakeDatagramPort:
         if self.write_error is not None:
             raise self.write_error
         self.written.append(datagram)
+
+    def startListening(self) -> None:
+        """(listening from the start, as ``listenUDP``'s port is)"""
 
     def stopListening(self) -> None:
         if not self.stopped:

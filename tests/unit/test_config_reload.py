@@ -25,6 +25,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 
 from gtmcluster.config import reload
 from gtmcluster.config.load import SECTION_ORDER, build, load
@@ -52,16 +53,16 @@ def frames(output: bytes) -> list[bytes]:
     return out
 
 
-class InlinePool:
+class InlinePool(ThreadPool):
     """A thread pool that runs each call at once (in this thread)."""
 
-    def callInThreadWithCallback(self, done: Callable[[bool, Any], None], f: Callable[..., Any], *a: Any) -> None:
+    def callInThreadWithCallback(self, onResult: Any, func: Any, *args: Any, **kw: Any) -> None:
         try:
-            result = f(*a)
+            result = func(*args, **kw)
         except BaseException:
-            done(False, Failure())
+            onResult(False, Failure())
         else:
-            done(True, result)
+            onResult(True, result)
 
 
 class Reactor(MemoryReactorClock):

@@ -31,7 +31,7 @@ def child_output(path: str, text: str, order: Sequence[str] = SECTION_ORDER, spl
 
 def from_child(path: str, text: str, split: bool = True) -> yamlchild.Parsed:
     """*text* parsed by a real child, its output read as the reactor reads it."""
-    child = yamlchild.Child(None, path, text, SECTION_ORDER, split)
+    child = yamlchild.Child(None, path, text, SECTION_ORDER, split)  # type: ignore[arg-type]  # (read only)
     child.outReceived(child_output(path, text, split=split))
     assert child.parsed.ended
     slices.whole(child.parsed.complete())  # (raises the child's ConfigError)

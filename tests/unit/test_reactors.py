@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet import task
+from twisted.internet.selectreactor import SelectReactor
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.threadpool import ThreadPool
 
-from gtmcluster.runtime.reactors import Runtime
+from gtmcluster.runtime.reactors import Runtime, polls_descriptors
 from gtmcluster.runtime.slices import Steps
 
 
@@ -67,3 +68,11 @@ def test_a_reactor_with_threads_gets_the_pool_and_turns() -> None:
     for _ in range(5):
         clock.advance(0)
     assert log == [0, 1, 2] and done == [7, None]
+
+
+def test_only_a_reactor_that_polls_descriptors_watches_our_sockets() -> None:
+    """The bare-socket probes (`probe.bare`) want a reactor polling real descriptors; a
+    test's memory reactor or clock gets the general path."""
+    real = SelectReactor.__new__(SelectReactor)  # (its class is the answer: nothing opened)
+    assert polls_descriptors(real)
+    assert not polls_descriptors(MemoryReactorClock()) and not polls_descriptors(task.Clock())

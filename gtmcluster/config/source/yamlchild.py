@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import defer, protocol, threads
+from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -40,6 +40,7 @@ from gtmcluster.config.source import yamlsrc
 from gtmcluster.config.source.yamlframes import LENGTH, assembled, frames
 from gtmcluster.runtime import gil, slices
 from gtmcluster.runtime.gcpause import collection_paused
+from gtmcluster.runtime.reactors import Spawning, to_pool
 
 log = Logger()
 
@@ -214,7 +215,7 @@ class Child(protocol.ProcessProtocol):
 
     def __init__(
         self,
-        reactor: Any,
+        reactor: Spawning,
         path: str,
         text: str,
         order: Sequence[str],
@@ -290,9 +291,7 @@ class Child(protocol.ProcessProtocol):
             error=why,
             event="config_child_failed",
         )
-        threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), _here_beside, self).chainDeferred(
-            self.started
-        )
+        to_pool(self.reactor, _here_beside, self).chainDeferred(self.started)
 
 
 def _here_beside(child: Child) -> Parsed:
