@@ -29,13 +29,13 @@ from typing import Any
 
 from twisted.internet import udp
 from twisted.internet.interfaces import IListeningPort
-from twisted.internet.posixbase import PosixReactorBase
 from twisted.internet.protocol import DatagramProtocol
 from twisted.python import log
 
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.writer import QueryQueue
+from gtmcluster.runtime.reactors import polls_descriptors
 
 #: the largest query read over UDP: a query is a question and an OPT record, far below it
 #: (a bigger datagram is cut and then refused as malformed); each read allocates this much
@@ -142,7 +142,7 @@ class DNSPort(udp.Port):
 def adopt_udp(reactor: Any, fileno: int, family: int, proto: DNSDatagramProtocol, max_size: int) -> IListeningPort:
     """Listen with *proto* on the bound UDP socket *fileno*: a `DNSPort` on a real (POSIX)
     reactor, else (a test's fake) the reactor's own port."""
-    if not isinstance(reactor, PosixReactorBase):
+    if not polls_descriptors(reactor):
         port: IListeningPort = reactor.adoptDatagramPort(fileno, family, proto, maxPacketSize=max_size)
         return port
     dns_port: DNSPort = DNSPort._fromListeningDescriptor(reactor, fileno, family, proto, maxPacketSize=max_size)
