@@ -2,13 +2,15 @@
 real twistd node: the node and each answering worker write a file of their own
 (``queries.dnstap``, ``queries.w1.dnstap``, ``queries.w2.dnstap``); every query asked is in
 exactly one of them, whole, once; a reload (a new ``max_bytes``) keeps every process writing
-its file; stopping the node closes every file with its STOP frame; the node's status counts what the
-workers wrote; ``python -m gtmcluster.querylog.read --merge`` reads them as one stream in
-time order."""
+its file; a killed worker's queries are logged by the node meanwhile, and the restarted
+worker rotates its cut-off file away; stopping the node closes every file with its STOP
+frame; the node's status counts what the workers wrote; ``python -m
+gtmcluster.querylog.read --merge`` reads them as one stream in time order."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -115,10 +117,31 @@ def test_each_process_writes_its_own_file_and_every_query_is_in_one(tmp_path: Pa
             10,
             "every later query in one of the files",
         )
+        # a worker killed outright: the node answers (and logs, in its own file) its queries
+        # meanwhile; restarted, it rotates its previous file (cut off without a STOP frame)
+        # away and begins a new one
+        victim = next(w for w in status(node)["workers"] if w["worker"] == 1)
+        os.kill(victim["pid"], signal.SIGKILL)
+        poll.until(lambda: status(node)["workers"][0]["covered_by_node"], 5, "worker 1's sockets covered")
+        for _ in range(60):
+            ask(node, sent)
+        poll.until(
+            lambda: (
+                not status(node)["workers"][0]["covered_by_node"] and status(node)["workers"][0]["pid"] != victim["pid"]
+            ),
+            15,
+            "worker 1 restarted and fed",
+        )
+        for _ in range(150):
+            ask(node, sent)
     # stopped: every file closed with its STOP frame, each query once in all of them
-    every = files(first)
-    assert not [p.name for p in first.parent.iterdir() if p.name.endswith((".1", ".2"))], "nothing rotated"
-    assert all(dnstap.read_frames(f.read_bytes()).stopped for f in every), "a file without its STOP frame"
+    killed = worker_path(first, 1).with_name(worker_path(first, 1).name + ".1")
+    every = [*files(first), killed]
+    assert sorted(p.name for p in first.parent.iterdir() if p.name.startswith("queries")) == sorted(
+        f.name for f in every
+    )
+    assert not dnstap.read_frames(killed.read_bytes()).stopped  # (read whole: no record cut)
+    assert all(dnstap.read_frames(f.read_bytes()).stopped for f in files(first)), "a file without its STOP frame"
     logged = [q for f in every for q in asked(f)]
     assert sorted(logged) == sorted(sent)
     # worker records name the node's DNS address, as the node's do
@@ -126,11 +149,11 @@ def test_each_process_writes_its_own_file_and_every_query_is_in_one(tmp_path: Pa
         assert {(r.response_address, r.response_port) for r in records(f)} == {(socket.inet_aton(address), DNS_PORT)}
     # merged: one stream in time order, every record of the three files
     out = subprocess.run(
-        [sys.executable, "-m", "gtmcluster.querylog.read", "--merge", *map(str, files(first))],
+        [sys.executable, "-m", "gtmcluster.querylog.read", "--merge", *map(str, every)],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert len(out) == sum(len(records(f)) for f in files(first))
+    assert len(out) == sum(len(records(f)) for f in every)
     stamps = [line.split(" ", 1)[0] for line in out]
     assert stamps == sorted(stamps)
