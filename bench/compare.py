@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
                                       [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
-                                      [--transport tcp [--connections 64]] [--ecs 100000]
+                                      [--transport tcp [--connections 64]] [--ecs 100000] [--query-log]
                                       (make bench-compare ARGS='...')
 
 Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
@@ -55,6 +55,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -120,6 +122,9 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--ecs", type=int, default=10000, help="distinct ECS client subnets; 0: no EDNS (10000)")
     p.add_argument("--server-count", type=int, default=os.cpu_count() or 1, help="NSD server-count (cores)")
     p.add_argument("--processes", type=int, default=1, help="our node's dns_server.processes (default 1)")
+    p.add_argument(
+        "--query-log", action="store_true", help="our node writes its query log (dnstap files in the work folder)"
+    )
     p.add_argument("--servers", default=",".join(peers.SPECS), help="which, of %(default)s (default: all)")
     p.add_argument("--peer-threads", type=int, default=1, help="PowerDNS's and gdnsd's answering threads (1)")
     p.add_argument("--nsd-address", type=lib.Endpoint.parse, help="NSD's (127.0.0.241:5300)")
@@ -223,6 +228,11 @@ class Bench:
         lib.write_files(
             work, addresses["nsd"], addresses["ours"], args.api_port, args.server_count, args.sources, args.processes
         )
+        if args.query_log:  # (each answering worker to a file of its own beside it)
+            config = work / "cluster.yaml"
+            raw = yaml.safe_load(config.read_text())
+            raw["dns_server"]["query_log"] = {"path": "log/queries.dnstap", "max_bytes": 50_000_000, "keep": 1}
+            config.write_text(yaml.safe_dump(raw, sort_keys=False))
         peers.write_files(work, keys, addresses, args.peer_threads, args.sources)
         self.mixes = lib.write_mixes(work, args.sources, args.ecs)
         self.servers = peers.make_servers(args, work, keys)
@@ -515,7 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" (about {estimate / 60:.1f} min)\n"
         f"  machine: {len(bench.cpus)} CPUs, {platform.platform()}, load average {os.getloadavg()[0]:.2f};"
         f" work folder {work}\n"
-        f"  ours: checkout {code}, {args.processes} answering process{'es' if args.processes > 1 else ''}\n"
+        f"  ours: checkout {code}, {args.processes} answering process{'es' if args.processes > 1 else ''}"
+        f"{', query log on (dnstap files)' if args.query_log else ''}\n"
         + "\n".join(peers.header_lines(bench.servers, args))
         + f"\n{manyclients.load_line(args)}"
         + f"\n  load: {args.sources} dnsperf ({dnsperf}) processes at once from 127.0.200.1-{args.sources},"

@@ -1,7 +1,8 @@
 """What the query log costs: node CPU per query with it off and on, in the same run, alternating.
 
     .venv/bin/python bench/querylog.py [--rounds 4] [--seconds 8] [--clients 4] [--sources 2]
-                                       [--ecs 1000] [--rate QPS] [--json FILE]
+                                       [--ecs 1000] [--rate QPS] [--processes N] [--queue N]
+                                       [--variants off,on,thread] [--json FILE]
 
 Starts three nodes (twistd gtm, one member each, the zone and wide IP of bench/compare.py)
 on 127.0.0.243-245:5300: ``off`` without a query log, ``on`` with ``dns_server.query_log``
@@ -14,7 +15,15 @@ subnets), dnsperf drives each node at unlimited rate (or at --rate queries/s: th
 query costs at equal load) for --seconds, the nodes' order turning each round. The figure
 is the node process's CPU time (user + system from /proc) per completed query; the ratio to ``off`` is taken per
 round and its median reported, so a busy neighbour affects both sides of a ratio alike.
-Each log-on node reports what it wrote and dropped (/api/v1/status).
+Each log-on node reports what it wrote and dropped (/api/v1/status: the node's and its
+workers' together), and each node the resident memory of its processes at the end.
+
+With --processes N every node answers on N processes (``dns_server.processes``: the node
+and N - 1 answering workers, each logging to a file of its own); the CPU is the whole
+process tree's. --queue sets the log's queue (``query_log.queue``, per process; default
+50,000): at its smallest (100) a saturated node shows what the log drops, and that the
+answers do not wait for it. --variants picks which nodes run (``thread`` takes a third of
+the time and is not what the node does).
 
 With --in-process, instead: one node's answer path in this process (the UDP transport, the
 fast and general paths, a transport that sends nothing), the same queries through it with
@@ -52,7 +61,14 @@ PORT = 5300
 API_PORT = 8063
 
 
-def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], dict[str, lib.Mix]]:
+def setup(
+    work: Path,
+    sources: int,
+    ecs: int,
+    processes: int = 1,
+    queue: int | None = None,
+    variants: tuple[str, ...] = VARIANTS,
+) -> tuple[dict[str, lib.Server], dict[str, lib.Mix]]:
     (work / f"{lib.ORIGIN}.zone").write_text(lib.zone_text())
     mixes = lib.write_mixes(work, sources, ecs)
     patch = work / "thread-encode"
@@ -61,13 +77,15 @@ def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], di
         "from gtmcluster.querylog.writer import QueryLogWriter\nQueryLogWriter.encode_in_thread = True\n"
     )
     servers = {}
-    for variant in VARIANTS:
+    for variant in variants:
         endpoint = lib.Endpoint(HOSTS[variant], PORT)
-        config = lib.node_config(endpoint, API_PORT, sources)
+        config = lib.node_config(endpoint, API_PORT, sources, processes)
         config["base_dir"] = str(work / variant)
         config["zones"][0]["file"] = str(work / f"{lib.ORIGIN}.zone")
         if variant != "off":
             config["dns_server"]["query_log"] = {"path": "log/queries.dnstap", "max_bytes": 50_000_000, "keep": 1}
+            if queue is not None:
+                config["dns_server"]["query_log"]["queue"] = queue
         (work / variant).mkdir()
         path = work / variant / "cluster.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -75,7 +93,10 @@ def setup(work: Path, sources: int, ecs: int) -> tuple[dict[str, lib.Server], di
         argv += [f"--logfile={work / variant / 'node.log'}", f"--pidfile={work / variant / 'node.pid'}"]
         argv += ["gtm", f"--config={path}", "--node=bench"]
         if variant == "thread":
-            argv = ["env", f"PYTHONPATH={patch}", *argv]
+            # (the patch first, then what this run imports: PYTHONPATH=patch alone would run
+            # whatever checkout the venv has installed, not this one)
+            pythonpath = os.pathsep.join(p for p in (str(patch), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+            argv = ["env", f"PYTHONPATH={pythonpath}", *argv]
         servers[variant] = lib.Server(variant, variant, endpoint, argv, work / variant / "node.log", work / variant)
     return servers, mixes
 
@@ -141,6 +162,19 @@ def in_process(rounds: int, count: int, ecs: int) -> None:
         writer.stop()
 
 
+def rss_mb(server: lib.Server) -> float:
+    """The resident memory of *server*'s process tree (the node and its workers), MB."""
+    total = 0
+    for pid in lib.descendants(server.pid):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
 def status(server: lib.Server) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://{server.endpoint.host}:{API_PORT}/api/v1/status", timeout=5) as response:
         result: dict[str, Any] = json.load(response)
@@ -158,6 +192,9 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, help="queries/s each run sends (dnsperf -Q), for CPU per query at equal load"
     )
+    parser.add_argument("--processes", type=int, default=1, help="dns_server.processes of every node (default 1)")
+    parser.add_argument("--queue", type=int, help="query_log.queue of the log-on nodes (default: the node's, 50,000)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which nodes run (default %(default)s)")
     parser.add_argument("--in-process", action="store_true", help="the answer path in this process, no sockets")
     parser.add_argument("--count", type=int, default=20000, help="queries a run, with --in-process")
     args = parser.parse_args()
@@ -170,19 +207,21 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="querylog-bench-") as tmp:
         work = Path(tmp)
-        servers, mixes = setup(work, args.sources, args.ecs)
+        variants = tuple(v for v in VARIANTS if v in args.variants.split(","))
+        assert "off" in variants, "the ratios are to the off node: --variants needs off"
+        servers, mixes = setup(work, args.sources, args.ecs, args.processes, args.queue, variants)
         ready = lib.query(lib.ORIGIN, "SOA")
         try:
             for server in servers.values():
                 server.start(ready)
             # cpu[mix][variant] = CPU µs per query of each round; qps likewise
-            cpu: dict[str, dict[str, list[float]]] = {m: {v: [] for v in VARIANTS} for m in mixes}
-            qps: dict[str, dict[str, list[float]]] = {m: {v: [] for v in VARIANTS} for m in mixes}
+            cpu: dict[str, dict[str, list[float]]] = {m: {v: [] for v in variants} for m in mixes}
+            qps: dict[str, dict[str, list[float]]] = {m: {v: [] for v in variants} for m in mixes}
             for mix in mixes.values():  # warm up: kept decisions and templates, every ECS subnet seen
                 for server in servers.values():
                     lib.run_dnsperf(server.endpoint, mix, work, 3, args.clients, 100)
             for r in range(args.rounds):
-                order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
+                order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for mix in mixes.values():
                     for variant in order:
                         server = servers[variant]
@@ -198,16 +237,18 @@ def main() -> None:
                             f"  lost {result.lost:5}  node CPU {cpu[mix.name][variant][-1]:6.1f} us/query",
                             flush=True,
                         )
-            logs = {v: status(servers[v])["query_log"] for v in VARIANTS if v != "off"}
+            time.sleep(1.5)  # (the workers' counts come with their tallies, every second)
+            logs = {v: status(servers[v])["query_log"] for v in variants if v != "off"}
+            rss = {v: rss_mb(servers[v]) for v in variants}
         finally:
             for server in servers.values():
                 server.stop()
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
-        report: dict[str, Any] = {"args": vars(args) | {"json": None}, "mixes": {}, "logs": logs}
+        report: dict[str, Any] = {"args": vars(args) | {"json": None}, "mixes": {}, "logs": logs, "rss_mb": rss}
         print(f"\n{'mix':8} {'variant':8} {'us/query':>9} {'qps':>8} {'CPU ratio to off (median of rounds)':>38}")
         for name in mixes:
             report["mixes"][name] = {}
-            for variant in VARIANTS:
+            for variant in variants:
                 ratios = [c / o for c, o in zip(cpu[name][variant], cpu[name]["off"], strict=True)]
                 figures = {
                     "cpu_us": statistics.median(cpu[name][variant]),
@@ -221,7 +262,11 @@ def main() -> None:
                     f"{figures['ratio']:8.3f}  ({', '.join(f'{x:.3f}' for x in ratios)})"
                 )
         for variant, figures in logs.items():
-            print(f"query log of {variant}: written {figures['written']}, dropped {figures['dropped']}")
+            print(
+                f"query log of {variant}: written {figures['written']}, dropped {figures['dropped']},"
+                f" failed {figures['failed']}"
+            )
+        print("resident memory at the end (MB, all processes): " + ", ".join(f"{v} {m:.0f}" for v, m in rss.items()))
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
 

@@ -227,6 +227,7 @@ def make_service(
             lambda: dns.udp[0].fast,
             lambda: frozenset([node_name, *replicator.live_names()]),
             snapshots.when_loaded,
+            lambda: dns.query_log.queue if dns.query_log is not None else None,
         )
         replicator.peer_listeners.append(workers.send_state)
         workers.setName("workers")

@@ -483,7 +483,7 @@ def _dns_server(r: Reader, top: Mapping, resolve: Any, log_dir: Path) -> DNSServ
             network = r.network((*m.at("ecs_trusted"), i), item)
             if network is not None:
                 ecs_trusted.append(network)
-    query_log = querylog.read_query_log(r, m, resolve, processes or default.processes, log_dir)
+    query_log = querylog.read_query_log(r, m, resolve, log_dir)
     transfer_limits = transfer.read_transfer_limits(r, m)
     m.done()
     if per_source is None:  # (absent or broken: the default, within tcp_max_clients)

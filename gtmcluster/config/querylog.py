@@ -26,11 +26,11 @@ from gtmcluster.config.reader import Mapping, Reader
 FORMATS = ("dnstap",)
 
 
-def read_query_log(
-    r: Reader, parent: Mapping, resolve: Callable[[str], Path], processes: int, log_dir: Path
-) -> QueryLog | None:
+def read_query_log(r: Reader, parent: Mapping, resolve: Callable[[str], Path], log_dir: Path) -> QueryLog | None:
     """The query log settings under *parent* (``dns_server``), None when off or broken;
-    *log_dir* is the folder it writes in unless ``dir`` names another."""
+    *log_dir* is the folder it writes in unless ``dir`` names another. (With
+    ``dns_server.processes`` above 1 each answering worker writes a file of its own beside
+    ``path``: `querylog.logfile.worker_path`.)"""
     if not parent.has("query_log"):
         return None
     m = r.mapping(
@@ -46,10 +46,6 @@ def read_query_log(
     keep = m.integer("keep", default.keep, 0, 1000)
     queue = m.integer("queue", default.queue, 100, 10_000_000)
     m.done()
-    if processes > 1:
-        # (workers answer on their own sockets and do not write the log yet)
-        r.error(parent.at("query_log"), "is not written with dns_server.processes above 1 (yet): set processes: 1")
-        return None
     if path is None or fmt is None or max_bytes is None or keep is None or queue is None:
         return None
     folder = _plain(resolve(folder_text)) if folder_text is not None else _plain(log_dir)

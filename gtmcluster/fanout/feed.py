@@ -100,6 +100,7 @@ def take_counts(stats: QueryStats) -> bytes:
         "kept": [stats.kept_hits, stats.kept_misses],
         "rate_limited": [stats.rate_dropped, stats.rate_slipped],
         "answered": [[*key[:4], list(key[4]), n] for key, n in stats.answered.items()],
+        "query_log": [stats.query_log_written, stats.query_log_dropped, stats.query_log_failed],
     }
     stats.queries.clear()
     stats.answered.clear()
@@ -109,6 +110,7 @@ def take_counts(stats: QueryStats) -> bytes:
     d.count = 0
     stats.kept_hits = stats.kept_misses = 0
     stats.rate_dropped = stats.rate_slipped = 0
+    stats.query_log_written = stats.query_log_dropped = stats.query_log_failed = 0
     return json.dumps(counts).encode()
 
 
@@ -132,6 +134,10 @@ def add_counts(stats: QueryStats, data: bytes) -> int:
     dropped, slipped = counts.get("rate_limited", (0, 0))
     stats.rate_dropped += int(dropped)
     stats.rate_slipped += int(slipped)
+    written, dropped, failed = counts.get("query_log", (0, 0, 0))
+    stats.query_log_written += int(written)
+    stats.query_log_dropped += int(dropped)
+    stats.query_log_failed += int(failed)
     for wideip, pool, slot, method, members, n in counts.get("answered", ()):
         stats.answered[(str(wideip), str(pool), str(slot), str(method), tuple(str(m) for m in members))] += int(n)
     return answered

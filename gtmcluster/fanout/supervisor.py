@@ -39,6 +39,7 @@ from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
 from gtmcluster.nodeparts import Reload
+from gtmcluster.querylog.writer import QueryQueue
 from gtmcluster.runtime.reactors import Supervising
 from gtmcluster.runtime.sockets import Listener
 from gtmcluster.state.record import Record
@@ -115,6 +116,7 @@ class Workers(Service):
         fast_path: Callable[[], FastPath],
         observers: Callable[[], frozenset[str]],
         loaded: Callable[[], defer.Deferred[None]] = lambda: defer.succeed(None),
+        query_log: Callable[[], QueryQueue | None] = lambda: None,
     ):
         self.node = node
         self.reactor = reactor
@@ -123,6 +125,8 @@ class Workers(Service):
         self.fast_path = fast_path  # the node's own fast path, for covering a worker's sockets
         self.observers = observers
         self.loaded = loaded  # fires once the node's store holds its whole snapshot
+        #: the node's own query log queue (None: off), for the queries it answers for a worker
+        self.query_log = query_log
         count = len(listeners[0].workers) if listeners else 0
         self.slots = [
             _Slot(i + 1, [(listener.workers[i], listener.family) for listener in listeners]) for i in range(count)
@@ -146,7 +150,8 @@ class Workers(Service):
             return
         fast = self.fast_path()
         for sock, family in slot.sockets:
-            proto = DNSDatagramProtocol(fast)
+            proto = DNSDatagramProtocol(fast, tuple(sock.getsockname()[:2]))
+            proto.log = self.query_log()  # (in the node's own file)
             slot.covering.append(adopt_udp(self.reactor, sock.fileno(), family, proto, MAX_UDP_QUERY))
 
     def _uncover(self, slot: _Slot) -> None:

@@ -10,11 +10,18 @@ general paths, so it answers as the node does. What its decisions ask for (persi
 probes) goes to the node, which writes it; its counters go to the node every second. It
 has no health checks, no prober, no peers, no API: the node does all that. When the feed
 closes (the node stopped or died) it exits.
+
+With ``dns_server.query_log`` it logs the queries it answers itself, to a file of its own
+(`logfile.worker_path`: ``queries.w1.dnstap`` beside the node's ``queries.dnstap``), with
+its own queue, writer and rotation, as the node's `DNSService` does; what it wrote, dropped
+and lost goes to the node with its other counters; a reload turns it on, off or to another
+file; stopping (SIGTERM, or the feed closing) writes what is queued and the STOP frame.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -34,12 +41,15 @@ from twisted.logger import (
 
 from gtmcluster.config import reload as config_reload
 from gtmcluster.config.load import load
+from gtmcluster.config.model import QueryLog
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
+from gtmcluster.querylog.logfile import worker_path
+from gtmcluster.querylog.writer import QueryLogWriter, in_pool
 from gtmcluster.runtime.reactors import Answering, as_time
 from gtmcluster.state.persistence import PersistRecord
 from gtmcluster.sync import codec
@@ -51,8 +61,9 @@ TICK_INTERVAL = 1.0
 
 
 class Worker:
-    def __init__(self, node: Node, reactor: Answering, config_path: str):
+    def __init__(self, node: Node, reactor: Answering, config_path: str, index: int = 1):
         self.node = node
+        self.index = index
         self.reactor = reactor
         self.config_path = config_path
         self.observers: frozenset[str] = frozenset([node.member.name])
@@ -66,6 +77,8 @@ class Worker:
         #: this process's own rate limiter (the kernel sends a client's queries to one process)
         self.limiter = ratelimit.make(node.config.dns_server.rate_limit, reactor.seconds, node.stats)
         self.side: feed.WorkerSide | None = None
+        #: this worker's query log (its own file), None when dns_server.query_log is off
+        self.query_log = self._query_log(node.config.dns_server.query_log, None)
         self._loops = [
             task.LoopingCall(self._tally),
             task.LoopingCall(node.tick),
@@ -82,7 +95,8 @@ class Worker:
         for fd in fds:
             sock = socket.socket(fileno=fd)
             family = sock.family
-            proto = DNSDatagramProtocol(fast)
+            proto = DNSDatagramProtocol(fast, tuple(sock.getsockname()[:2]))  # (the node's DNS address)
+            proto.log = self.query_log.queue if self.query_log is not None else None
             adopt_udp(self.reactor, sock.fileno(), family, proto, MAX_UDP_QUERY)
             sock.close()  # the reactor holds its own duplicate
             self.protocols.append(proto)
@@ -99,6 +113,45 @@ class Worker:
         for loop, interval in zip(self._loops, (TALLY_INTERVAL, TICK_INTERVAL), strict=True):
             loop.clock = as_time(self.reactor)
             loop.start(interval, now=False)
+        if self.query_log is not None:
+            self.query_log.start()
+
+    # -- the query log -----------------------------------------------------------------------
+
+    def _query_log(self, settings: QueryLog | None, current: QueryLogWriter | None) -> QueryLogWriter | None:
+        """This worker's writer for *settings* (None when off): *current* when it writes the
+        same file, else a new one (not started)."""
+        if settings is None:
+            return None
+        own = dataclasses.replace(settings, path=worker_path(settings.path, self.index))
+        if current is not None and current.settings.path == own.path:
+            current.reconfigure(own)
+            return current
+        clock = as_time(self.reactor)
+        return QueryLogWriter(own, self.node.stats, clock, in_pool(self.reactor), self.node.member.name)
+
+    def _log_to(self, settings: QueryLog | None) -> None:
+        """Log to what *settings* (a new config's) say: on, off or to another file."""
+        old = self.query_log
+        writer = self.query_log = self._query_log(settings, old)
+        if writer is old:
+            return
+        for proto in self.protocols:
+            proto.log = writer.queue if writer is not None else None
+        if old is not None:
+            old.stop().addErrback(lambda f: log.failure("closing the query log", f))
+        if writer is not None:
+            writer.start()
+
+    def close_log(self) -> defer.Deferred[None] | None:
+        """Write what is queued and close the file (the reactor is stopping)."""
+        writer, self.query_log = self.query_log, None
+        for proto in self.protocols:
+            proto.log = None
+        if writer is None:
+            return None
+        done: defer.Deferred[None] = writer.stop()
+        return done.addErrback(lambda f: log.failure("closing the query log", f))
 
     # -- from the node ---------------------------------------------------------------------
 
@@ -127,6 +180,7 @@ class Worker:
             fast = FastPath(self.node.responder, self.limiter)
             for proto in self.protocols:
                 proto.fast = fast
+            self._log_to(config.dns_server.query_log)
             return {"problems": []}
 
         return defer.ensureDeferred(reload())
@@ -177,9 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"worker {args.index}: the config has problems:\n{e}", file=sys.stderr)
         return 1
     node = Node(config, args.node, reactor.seconds)
-    worker = Worker(node, reactor, args.config)
+    worker = Worker(node, reactor, args.config, args.index)
     worker.answer_on(args.udp_fds)
     worker.connect(args.feed_fd)
+    # (SIGTERM from the node, or the feed closing, stops the reactor: the log is closed first)
+    reactor.addSystemEventTrigger("before", "shutdown", worker.close_log)
     reactor.run()
     return 0
 

@@ -16,6 +16,11 @@ whoever could change what is in it could swap a file for a link between a check 
 use. The file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (never an existing file,
 never through a link), mode 0640.
 
+**Answering workers.** With ``dns_server.processes`` above 1 each answering worker writes
+a file of its own beside ``PATH`` (`worker_path`: ``queries.dnstap`` -> ``queries.w1.dnstap``),
+a log of its own in every way (rotated, checked and cut back as here); the readers merge
+the files by time (``python -m gtmcluster.querylog.read --merge``).
+
 **Whose file it is.** A file is the log's own only when it has one of its names (``PATH``,
 ``PATH.<n>``), is a regular file (not a link, checked without following it) and begins
 with the exact START control frame the log writes (Frame Streams, content type
@@ -50,6 +55,14 @@ START = dnstap.start_frame()
 #: modes
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+
+
+def worker_path(path: Path, index: int) -> Path:
+    """The file answering worker *index* (``dns_server.processes`` above 1) writes for the
+    log at *path*: its index before the suffix (``queries.dnstap`` -> ``queries.w1.dnstap``;
+    ``queries`` -> ``queries.w1``), in the same folder, rotated as ``queries.w1.dnstap.1``
+    and so on: never one of the node's names (``PATH``, ``PATH.<n>``) nor another worker's."""
+    return path.with_name(f"{path.stem}.w{index}{path.suffix}")
 
 
 class NotOurs(Exception):

@@ -1,10 +1,13 @@
 """Reading a query log file: its records, and one line each for an operator.
 
-    python -m gtmcluster.querylog.read FILE [FILE ...]
+    python -m gtmcluster.querylog.read [--merge] FILE [FILE ...]
 
-prints, per record: the query's time (UTC), the client's address and port, the transport,
-the question, the response's rcode and answer records, and the extra field (which wide IP
-decided, and how) as written: what BIND's ``dnstap-read`` does not show. A file that is
+prints, per record (file after file; with --merge, the records of all the files as one
+stream in the order of their query times, as the files of a node's answering workers are
+read together: each file is in time order, so the merge holds one record per file): the
+query's time (UTC), the client's address and port, the transport, the question, the
+response's rcode and answer records, and the extra field (which wide IP decided, and how)
+as written: what BIND's ``dnstap-read`` does not show. A file that is
 being written (no STOP frame yet) is read up to its last whole record, and no further than
 its size when opened; a note on stderr says so when a record was cut there or the file
 grew meanwhile. The file is read a frame at a time (`LogFile`, `dnstap.FrameReader`):
@@ -16,8 +19,10 @@ records before the fault); a frame longer than `dnstap.MAX_FRAME` (1 MiB) is suc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import errno
+import heapq
 import io
 import ipaddress
 import os
@@ -155,10 +160,74 @@ def _question(wire: bytes) -> str:
     return f"{q.name} {dns.rdatatype.to_text(q.rdtype)}"
 
 
+class _Fault(Exception):
+    """A file's fault met while merging: *path* and the error."""
+
+    def __init__(self, path: Path, error: Exception):
+        super().__init__(path, error)
+        self.path = path
+        self.error = error
+
+
+def _timed(log: LogFile, index: int, notes: list[str]) -> Iterator[tuple[tuple[int, int], int, int, dnstap.Record]]:
+    """The records of *log* keyed by their query time, then *index* (the file's place on
+    the command line: equal times keep the files' order), then their place in the file;
+    its notes added to *notes* at its end."""
+    try:
+        reader = log.frames()
+        for n, payload in enumerate(reader):
+            record = dnstap.decode(payload)
+            yield record.query_time, index, n, record
+        notes.extend(log.notes(reader))
+    except (OSError, ValueError) as e:
+        raise _Fault(log.path, e) from e
+
+
+def merged(logs: list[LogFile], notes: list[str]) -> Iterator[dnstap.Record]:
+    """The records of *logs* as one stream in query time order (each file is written in
+    time order: a worker's, or the node's, one writer each); raises `_Fault`."""
+    for *_, record in heapq.merge(*(_timed(log, i, notes) for i, log in enumerate(logs))):
+        yield record
+
+
+def _merge(paths: list[Path]) -> int:
+    notes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        logs = []
+        for path in paths:
+            try:
+                logs.append(stack.enter_context(LogFile(path)))
+            except OSError as e:
+                print(f"{path}: {e.strerror or e}", file=sys.stderr)
+                return 1
+        try:
+            for record in merged(logs, notes):
+                print(describe(record))
+        except BrokenPipeError:  # (whoever read the output has gone: `| head`)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        except _Fault as e:
+            error = e.error
+            text = (error.strerror or error) if isinstance(error, OSError) else error
+            print(f"{e.path}: {text}", file=sys.stderr)
+            return 1
+        finally:
+            for note in notes:
+                print(note, file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Print the records of query log files (dnstap).")
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="one stream in query time order (the node's file and its answering workers' files read together)",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        return _merge(args.files)
     for path in args.files:
         try:
             with LogFile(path) as log:

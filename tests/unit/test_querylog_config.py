@@ -9,6 +9,7 @@ import pytest
 
 from gtmcluster.config.load import load
 from gtmcluster.config.model import QueryLog
+from gtmcluster.querylog.logfile import worker_path
 from tests.support import configs
 from tests.unit.test_config_errors import Mutation, assert_form, find, problems_of, put
 
@@ -52,6 +53,28 @@ def test_settings_and_defaults(tmp_path: Path) -> None:
     )
     del raw["dns_server"]["query_log"]
     assert load(configs.write(tmp_path, raw)).dns_server.query_log is None
+
+
+def test_answering_workers_each_have_a_file_of_their_own(tmp_path: Path) -> None:
+    """With ``processes`` above 1 the log is taken (before issue 34 it was refused): each
+    answering worker writes a file beside the node's, its index before the suffix, never
+    one of the node's names (``PATH``, ``PATH.<n>``) nor another worker's."""
+    raw = configs.base()
+    raw["dns_server"]["processes"] = 3
+    raw["dns_server"]["query_log"] = {"path": "var/log/queries.dnstap"}
+    config = load(configs.write(tmp_path, raw)).dns_server.query_log
+    assert config is not None and config.path == tmp_path / "var/log/queries.dnstap"
+    folder = tmp_path / "var/log"
+    assert worker_path(config.path, 1) == folder / "queries.w1.dnstap"
+    assert worker_path(folder / "queries", 2) == folder / "queries.w2"
+    for path in (folder / "queries.dnstap", folder / "queries", folder / "q.1"):
+        node = {path.name, *(f"{path.name}.{n}" for n in range(1, 12))}
+        workers = [
+            {worker_path(path, i).name, *(f"{worker_path(path, i).name}.{n}" for n in range(1, 12))}
+            for i in range(1, 12)
+        ]
+        assert all(not (node & w) for w in workers)
+        assert all(not (a & b) for i, a in enumerate(workers) for b in workers[i + 1 :])
 
 
 MISTAKES = [
@@ -123,12 +146,6 @@ MISTAKES = [
         "dns_server.query_log.dir",
         "must be a non-empty string",
         id="dir-type",
-    ),
-    pytest.param(
-        with_log({"path": "var/log/q"}, processes=2),
-        "dns_server.query_log",
-        "is not written with dns_server.processes above 1",
-        id="processes",
     ),
 ]
 

@@ -21,6 +21,7 @@ from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.load import load
 from gtmcluster.config.model import DNSServer, QueryLog
 from gtmcluster.dns.server import DNSService
+from gtmcluster.fanout.feed import add_counts, take_counts
 from gtmcluster.node import Node
 from gtmcluster.querylog import dnstap, read, writer
 from gtmcluster.querylog.logfile import LogFile
@@ -435,3 +436,17 @@ def test_a_backlog_is_taken_in_batches_one_after_the_other(tmp_path: Path) -> No
     clock.advance(writer.FLUSH_INTERVAL)  # the rest, fewer than a batch, at the next interval
     assert w.stats.query_log_written == count
     assert [r.query_port for r in records_in(w.file.path)] == list(range(count))
+
+
+def test_a_workers_counts_of_its_log_reach_the_node_with_its_tally() -> None:
+    """An answering worker writes its own file (dns_server.processes above 1); what it
+    wrote, dropped and lost is added to the node's counters (the status, /metrics) with its
+    tally every second, and starts again from zero there."""
+    node, worker = QueryStats(), QueryStats()
+    node.query_log_written, node.query_log_dropped = 5, 1
+    worker.query_log_written, worker.query_log_dropped, worker.query_log_failed = 7, 3, 2
+    add_counts(node, take_counts(worker))
+    assert (node.query_log_written, node.query_log_dropped, node.query_log_failed) == (12, 4, 2)
+    assert (worker.query_log_written, worker.query_log_dropped, worker.query_log_failed) == (0, 0, 0)
+    add_counts(node, take_counts(worker))
+    assert (node.query_log_written, node.query_log_dropped, node.query_log_failed) == (12, 4, 2)

@@ -353,3 +353,30 @@ def test_a_report_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         err = run.stderr.read().decode()
         assert run.wait(timeout=60) == 0, err
     assert "Traceback" not in err and "Broken pipe" not in err
+
+
+def test_the_files_of_a_nodes_processes_are_merged_in_time_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``read --merge``: the node's file and its workers' (each in time order) read as one
+    stream in query time order, every record once; equal times keep the files' order; a
+    fault in one file is named, after the records before it (exit 1); a file still being
+    written is read to its last whole record, with its note."""
+    node = write_log(tmp_path / "q.dnstap", frame("127.0.1.1", WHEN), frame("127.0.1.2", WHEN + 4))
+    w1 = write_log(tmp_path / "q.w1.dnstap", frame("127.0.2.1", WHEN + 1), frame("127.0.2.2", WHEN + 4))
+    w2 = write_log(tmp_path / "q.w2.dnstap", frame("127.0.3.1", WHEN + 2), frame("127.0.3.2", WHEN + 3), stopped=False)
+    w2.write_bytes(w2.read_bytes() + frame("127.0.3.3", WHEN + 9)[:-3])
+    assert read.main(["--merge", str(node), str(w1), str(w2)]) == 0
+    captured = capsys.readouterr()
+    clients = [line.split()[1].split(":")[0] for line in captured.out.splitlines()]
+    assert clients == ["127.0.1.1", "127.0.2.1", "127.0.3.1", "127.0.3.2", "127.0.1.2", "127.0.2.2"]
+    assert captured.err.startswith(f"{w2}: read to its last whole record")
+    broken = write_log(
+        tmp_path / "q.w3.dnstap", frame("127.0.4.1", WHEN + 1), dnstap.data_frame(b"\xff" * 9), frame("127.0.4.2")
+    )
+    assert read.main(["--merge", str(node), str(broken)]) == 1
+    captured = capsys.readouterr()
+    assert [line.split()[1].split(":")[0] for line in captured.out.splitlines()] == ["127.0.1.1", "127.0.4.1"]
+    assert captured.err.startswith(f"{broken}: ")
+    assert read.main(["--merge", str(node), str(tmp_path / "missing")]) == 1
+    assert capsys.readouterr().err.startswith(f"{tmp_path / 'missing'}: ")
