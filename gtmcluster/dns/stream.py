@@ -149,9 +149,13 @@ class DNSStreamProtocol(Protocol):
                 self._timer.cancel()
             self._timer = None
             return
-        self._active = clock.seconds()
-        if self._timer is None:
-            self._timer = clock.callLater(self.factory.idle_timeout, self._idle)
+        now = self._active = clock.seconds()
+        timer, timeout = self._timer, self.factory.idle_timeout
+        if timer is not None and timer.getTime() > now + timeout:  # (a reload shortened it)
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._timer = clock.callLater(timeout, self._idle)
 
     def _idle(self) -> None:
         """The idle timeout's call: close the connection if it has been idle for the
