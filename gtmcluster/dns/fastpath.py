@@ -22,7 +22,8 @@ general path, which answers it and (for what qualifies) prepares the next one.
 
 In front of both, the replies already sent are kept by the query's exact bytes after its
 ID (flags, question in its case, OPT with its client subnet): a query seen before is
-answered by one lookup and the ID put in. Everything kept here (templates, replies by
+answered by one lookup and the ID put in (over TCP from replies kept apart, with no size
+limit: `answer_stream`). Everything kept here (templates, replies by
 their bytes, encoded wide IP replies) is the responder's `KeptReplies` (`dns.kept`), which
 the node tells of every change; a static reply holds as long as the responder (a new config
 makes a new one). A wide IP reply is kept with its client's address and the kept decision
@@ -112,6 +113,9 @@ class FastPath:
         self.static_hits = kept.static_hits
         #: wide IP replies by (the query's bytes after the ID, the client's address)
         self.wide_hits = kept.wide_hits
+        #: the same two over TCP (`answer_stream`)
+        self.stream_static_hits = kept.stream_static_hits
+        self.stream_wide_hits = kept.stream_wide_hits
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -159,9 +163,18 @@ class FastPath:
 
     def answer_stream(self, data: bytes, source: str) -> Streamed:
         """The replies to *data* from *source* over TCP (`Responder.answer_stream`), and what
-        decided them: zone transfers by the general path, the rest as over UDP but with no
-        size limit and no reply kept by its exact bytes (the templates and kept decisions
-        serve both)."""
+        decided them: the replies kept by their bytes over TCP first (as `respond` over UDP,
+        but kept apart: no size limit here), zone transfers by the general path, the rest
+        as over UDP (`answer`) with no size limit (the templates and kept decisions serve
+        both). A transfer is never kept: only `answer`'s replies are."""
+        tail = data[2:]
+        static = self.stream_static_hits.get(tail)
+        if static is not None:
+            self.stats.queries[static[1]] += 1
+            return [data[:2] + static[0]], None
+        wide = self.stream_wide_hits.get((tail, source))
+        if wide is not None and self.still(wide):
+            return [data[:2] + wide.reply], wide.tally
         if self.responder.transfers is not None and transfer_type(data):
             return self.responder.answer_stream(data, source)
         reply, decided, _ = self.answer(data, source, True)
@@ -178,25 +191,25 @@ class FastPath:
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
         if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
-            answered = self._wideip(data, source, plain, wideip, not tcp)
+            answered = self._wideip(data, source, plain, wideip, tcp)
             if answered is not None:
                 return answered
         elif plain.ecs is None:
-            reply = self._static(data, plain, not tcp)
+            reply = self._static(data, plain, tcp)
             if reply is not None:
                 return reply, None, False
         answered = self.responder.answer(data, source, tcp)
         reply = answered[0]
         if answered[2] and reply is not None and plain.ecs is None:
-            self._keep(data, plain, reply)
+            self._keep(data, plain, reply, tcp)
         return answered
 
-    def _keep_hit(self, data: bytes, reply: bytes, counter: Counter) -> None:
-        self.kept.keep_static(data[2:], reply[2:], counter)
+    def _keep_hit(self, data: bytes, reply: bytes, counter: Counter, tcp: bool) -> None:
+        self.kept.keep_static(data[2:], reply[2:], counter, tcp)
 
     # -- static answers --------------------------------------------------------------------
 
-    def _static(self, data: bytes, plain: _Plain, exact: bool = True) -> bytes | None:
+    def _static(self, data: bytes, plain: _Plain, tcp: bool = False) -> bytes | None:
         end = plain.question_end
         kept = self.templates.get((data[12:end].lower(), plain.edns_class, plain.limit))
         if kept is None:
@@ -205,11 +218,10 @@ class FastPath:
         self.responder.stats.queries[counter] += 1
         flags = template_flags | (plain.flags & _COPIED)
         reply = data[:2] + flags.to_bytes(2, "big") + template[4:12] + data[12:end] + template[end:]
-        if exact:
-            self._keep_hit(data, reply, counter)
+        self._keep_hit(data, reply, counter, tcp)
         return reply
 
-    def _keep(self, data: bytes, plain: _Plain, reply: bytes) -> None:
+    def _keep(self, data: bytes, plain: _Plain, reply: bytes, tcp: bool) -> None:
         """Keep the static *reply* to *data* as a template."""
         end = plain.question_end
         if data[12:end] in reply[end:]:
@@ -218,12 +230,11 @@ class FastPath:
         rcode = reply[3] & 0xF
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(rcode, "other"), "static")
         self.kept.keep_template((data[12:end].lower(), plain.edns_class, plain.limit), (reply, flags, counter))
-        if plain.limit != wire.MAX_MESSAGE:  # (over TCP: kept by the template alone)
-            self._keep_hit(data, reply, counter)
+        self._keep_hit(data, reply, counter, tcp)
 
     # -- wide IPs --------------------------------------------------------------------------
 
-    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, exact: bool = True) -> Answered | None:
+    def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, tcp: bool = False) -> Answered | None:
         cached = self.responder.cached
         if cached is None:
             return None
@@ -260,8 +271,9 @@ class FastPath:
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         end = plain.question_end
         reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
-        if exact and decision.probe is None:
-            self.kept.keep_wide(data[2:], source, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
+        if decision.probe is None:
+            hit = WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3])
+            self.kept.keep_wide(data[2:], source, hit, tcp)
         return reply, kept[3], False
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:

@@ -9,6 +9,8 @@ It holds, keyed as the paths look them up:
 - `static_hits`: static replies by the query's exact bytes after the ID;
 - `wide_hits`: wide IP replies by (the query's bytes after the ID, the client's address),
   each with the kept decision it came from (`WideHit`);
+- `stream_static_hits`, `stream_wide_hits`: the same over TCP (a reply there has no size
+  limit, so it may differ from UDP's to the same bytes: kept apart);
 - `replies`: encoded wide IP replies by (name, type, EDNS class, client key), each with
   the decision it encodes (sent again only while that decision is the one kept);
 - `decisions`: the kept decisions themselves (`lb.cache.DecisionCache`), None when the
@@ -39,6 +41,8 @@ MAX_HITS = 50_000
 #: wide IP replies kept at most, by exact bytes and by client: one per client asking (as
 #: many as half the kept decisions, `lb.cache.MAX_ENTRIES`: a persistent client keeps two)
 MAX_WIDE_HITS = 250_000
+#: the same over TCP (fewer clients: resolvers come over TCP for what UDP truncated)
+MAX_STREAM_WIDE_HITS = 50_000
 
 #: the counter labels of a reply (wide IP, type, rcode, method: `QueryStats.queries`)
 Counter = tuple[str, str, str, str]
@@ -73,6 +77,8 @@ class KeptReplies:
         self.templates: dict[tuple[bytes, int, int], tuple[bytes, int, Counter]] = {}
         self.static_hits: dict[bytes, tuple[bytes, Counter]] = {}
         self.wide_hits: dict[tuple[bytes, str], WideHit] = {}
+        self.stream_static_hits: dict[bytes, tuple[bytes, Counter]] = {}
+        self.stream_wide_hits: dict[tuple[bytes, str], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
 
     def invalidate(
@@ -100,15 +106,15 @@ class KeptReplies:
             templates.clear()
         templates[key] = kept
 
-    def keep_static(self, tail: bytes, reply_tail: bytes, counter: Counter) -> None:
-        hits = self.static_hits
+    def keep_static(self, tail: bytes, reply_tail: bytes, counter: Counter, stream: bool = False) -> None:
+        hits = self.stream_static_hits if stream else self.static_hits
         if len(hits) >= MAX_HITS:
             hits.clear()
         hits[tail] = (reply_tail, counter)
 
-    def keep_wide(self, tail: bytes, source: str, hit: WideHit) -> None:
-        hits = self.wide_hits
-        if len(hits) >= MAX_WIDE_HITS:
+    def keep_wide(self, tail: bytes, source: str, hit: WideHit, stream: bool = False) -> None:
+        hits = self.stream_wide_hits if stream else self.wide_hits
+        if len(hits) >= (MAX_STREAM_WIDE_HITS if stream else MAX_WIDE_HITS):
             hits.clear()
         hits[(tail, source)] = hit
 

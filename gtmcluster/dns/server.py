@@ -9,7 +9,8 @@ full address), and zone transfers sent with back-pressure within caps
 UDP answers go through the fast path, which also applies response rate limiting: the
 protocol and its port, which answers the replies it keeps in its read loop, are `udpport`.
 TCP answers go through the same fast path's templates and kept decisions
-(`FastPath.answer_stream`).
+(`FastPath.answer_stream`), on Twisted's TCP port whose connections send a read's answers
+as the read ends (`tcpport`).
 
 With ``dns_server.query_log`` on, each query read, its answer and what decided it (the
 answer path's `Answered`) is queued for the query log (`querylog.writer`) by the transports,
@@ -23,7 +24,7 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer
-from twisted.internet.interfaces import IListeningPort, IReactorSocket
+from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 
 from gtmcluster.config.model import TCP_MAX_PER_SOURCE, DNSServer, QueryLog, RateLimit, TransferLimits
@@ -31,6 +32,7 @@ from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import DEFAULT_TRANSFER_LIMITS, DNSStreamFactory
+from gtmcluster.dns.tcpport import adopt_tcp
 from gtmcluster.dns.udpport import MAX_UDP_QUERY, DNSDatagramProtocol, adopt_udp
 from gtmcluster.querylog.writer import QueryLogWriter, in_pool
 from gtmcluster.runtime.sockets import Listener
@@ -138,13 +140,10 @@ class DNSService(Service):
         super().startService()
         if self.query_log is not None:
             self.query_log.start()
-        socket_reactor: IReactorSocket = self.reactor
         for listener, proto in zip(self.listeners, self.udp, strict=True):
             self.ports.append(adopt_udp(self.reactor, listener.udp.fileno(), listener.family, proto, MAX_UDP_QUERY))
-            # (the stub's factory type variable wants `factory: Factory | None` on the protocol)
             tcp = self.tcp.on(str(listener.address))  # (its own tcp_max_clients)
-            tcp_port = socket_reactor.adoptStreamPort(listener.tcp.fileno(), listener.family, tcp)  # type: ignore[arg-type]
-            self.ports.append(tcp_port)
+            self.ports.append(adopt_tcp(self.reactor, listener.tcp.fileno(), listener.family, tcp))
             listener.udp.close()  # the reactor holds its own duplicates now (the workers'
             listener.tcp.close()  # sockets stay open for them)
             log.info("answering DNS on {address} (UDP and TCP)", address=str(listener.address))

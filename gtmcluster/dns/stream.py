@@ -103,7 +103,9 @@ class DNSStreamProtocol(Protocol):
 
     def __init__(self) -> None:
         self._buffer = b""
+        #: the idle timeout's call, and when the connection was last active (`_reset_timer`)
         self._timer: IDelayedCall | None = None
+        self._active = 0.0
         self._message_timer: IDelayedCall | None = None
         self.peer = ""
         #: the source it counts as for every cap (`sources.source_of` of *peer*)
@@ -114,6 +116,8 @@ class DNSStreamProtocol(Protocol):
         self._sending: _Sending | None = None
         #: whether Twisted has paused us (the client is not reading its answers)
         self._held = False
+        #: whether we told the transport to stop reading the connection (`_read_on`)
+        self._unread = False
         #: the connection is going (closed by us, or lost)
         self._closing = False
         self._lost = False
@@ -134,19 +138,40 @@ class DNSStreamProtocol(Protocol):
         self._reset_timer()
 
     def _reset_timer(self) -> None:
-        """(Re)start the idle timeout; not while a transfer is sent (its deadline runs)."""
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+        """(Re)start the idle timeout; not while a transfer is sent (its deadline runs).
+
+        The connection's one call is not moved on every read (a cancel and a new call
+        each time): it notes when the connection was active, and the call, when it comes,
+        waits on for what is left (`_idle`)."""
+        clock = self.factory.clock
+        if self._sending is not None or self._closing:
+            if self._timer is not None and self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+            return
+        now = self._active = clock.seconds()
+        timer, timeout = self._timer, self.factory.idle_timeout
+        if timer is not None and timer.getTime() > now + timeout:  # (a reload shortened it)
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._timer = clock.callLater(timeout, self._idle)
+
+    def _idle(self) -> None:
+        """The idle timeout's call: close the connection if it has been idle for the
+        whole timeout, else wait for what is left of it."""
+        clock = self.factory.clock
+        left = self._active + self.factory.idle_timeout - clock.seconds()
+        if left > 1e-9:
+            self._timer = clock.callLater(left, self._idle)
+            return
         self._timer = None
-        if self._sending is None and not self._closing:
-            self._timer = self.factory.clock.callLater(self.factory.idle_timeout, self._expired, "idle")
+        self._expired("idle")
 
     def _expired(self, why: str) -> None:
-        if why == "idle":
-            self._timer = None
-        elif why == "partial":
+        if why == "partial":
             self._message_timer = None
-        else:  # (a transfer's client took nothing for stall_timeout)
+        elif why == "stalled":  # (a transfer's client took nothing for stall_timeout)
             log.info(
                 "zone transfer to {peer} cut: nothing taken for {seconds:g} s",
                 peer=self.peer,
@@ -163,7 +188,7 @@ class DNSStreamProtocol(Protocol):
             self.transport.loseConnection()  # type: ignore[union-attr]
 
     def dataReceived(self, data: bytes) -> None:
-        self._buffer += data
+        self._buffer = self._buffer + data if self._buffer else data
         self.factory.touched(self)
         self._reset_timer()
         self._process()
@@ -192,32 +217,36 @@ class DNSStreamProtocol(Protocol):
     def _answer_buffered(self) -> bool:
         """Answer the buffered messages while we may, `PER_TURN` at most (the rest in the
         next reactor turn); whether any was complete."""
-        completed = False
+        buffer = self._buffer
+        size = len(buffer)
+        at = 0  # (the messages are sliced out of the buffer once, the rest kept at the end)
         answered = 0
-        while self._answering() and len(self._buffer) >= 2:
-            (length,) = _LENGTH.unpack_from(self._buffer)
-            if len(self._buffer) < 2 + length:
+        factory = self.factory
+        while at + 2 <= size and self._answering():
+            end = at + 2 + (buffer[at] << 8 | buffer[at + 1])
+            if end > size:
                 break
             if answered == PER_TURN:
-                self._later = self.factory.clock.callLater(0, self._next_turn)
+                self._later = factory.clock.callLater(0, self._next_turn)
                 break
             answered += 1
-            message = self._buffer[2 : 2 + length]
-            self._buffer = self._buffer[2 + length :]
-            completed = True
-            if length < 12:
+            message = buffer[at + 2 : end]
+            at = end
+            if len(message) < 12:
                 self._close(abort=False)
                 break
-            replies, decided = self.factory.fast.answer_stream(message, self.peer)
+            replies, decided = factory.fast.answer_stream(message, self.peer)
             if isinstance(replies, Outgoing):
                 self._begin(message, replies)
                 continue
-            log = self.factory.log
+            log = factory.log
             if log is not None:
                 first = replies[0] if replies else None
                 log.add(self.addresses[0], self.addresses[1], dnstap.TCP, message, first, decided)
             self._write(replies)
-        return completed
+        if at:
+            self._buffer = buffer[at:]
+        return answered > 0
 
     def _answering(self) -> bool:
         """Whether requests are answered now: not while Twisted holds our answers, a
@@ -242,14 +271,18 @@ class DNSStreamProtocol(Protocol):
         read wait for the next turn."""
         if self._closing or self._lost:
             return
-        if not self._answering():
-            self.transport.pauseProducing()  # type: ignore[union-attr]
-        else:
-            self.transport.resumeProducing()  # type: ignore[union-attr]
+        unread = not self._answering()
+        if unread != self._unread:  # (told the transport only when it changes)
+            self._unread = unread
+            if unread:
+                self.transport.pauseProducing()  # type: ignore[union-attr]
+            else:
+                self.transport.resumeProducing()  # type: ignore[union-attr]
 
     def _write(self, replies: list[bytes]) -> None:
+        write = self.transport.write  # type: ignore[union-attr]
         for reply in replies:
-            self.transport.write(_LENGTH.pack(len(reply)) + reply)  # type: ignore[union-attr]
+            write(len(reply).to_bytes(2, "big") + reply)
 
     # -- zone transfers ----------------------------------------------------------------------
 
@@ -328,6 +361,7 @@ class DNSStreamProtocol(Protocol):
     def pauseProducing(self) -> None:
         self._held = True
         if not self._closing:
+            self._unread = True
             self.transport.pauseProducing()  # type: ignore[union-attr]
 
     def resumeProducing(self) -> None:

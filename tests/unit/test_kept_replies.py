@@ -359,3 +359,63 @@ def test_tcp_answers_come_from_the_kept_decisions_too(tmp_path: Path) -> None:
     both()
     assert twins.node.stats.kept_hits == hits + 2
     assert not twins.fast.static_hits and not twins.fast.wide_hits
+
+
+def ask_stream(twins: Twins, query: bytes, source: str) -> bytes:
+    """*query* over TCP on both nodes: the fast node's one reply, the general path's bytes."""
+    expected = twins.reference.responder.handle_stream(query, source)
+    got = twins.fast.handle_stream(query, source)
+    assert isinstance(expected, list) and got == expected, f"fast {got!r}\ngeneral {expected!r}"
+    assert len(got) == 1
+    return got[0]
+
+
+def test_tcp_replies_are_kept_by_their_bytes_apart_from_udps(tmp_path: Path) -> None:
+    """Over TCP a query seen before is answered by its bytes as over UDP, from replies kept
+    apart (with no size limit: `big` is whole over TCP, truncated over UDP), the general
+    path's bytes with any ID; UDP's kept replies are neither read nor filled by TCP."""
+    twins = Twins(tmp_path)
+    source = "127.0.1.9"
+    queries = [
+        make_query(WIDEIP),
+        make_query(WIDEIP, ecs=(1, 24, bytes([203, 0, 113]))),
+        make_query("www.example.test", edns=True),
+        make_query("big.example.test", 16),
+        make_query("nothing.example.test"),
+    ]
+    for _ in range(2):
+        for query in queries:
+            ask_stream(twins, query, source)
+    assert not twins.fast.static_hits and not twins.fast.wide_hits
+    assert len(twins.fast.stream_static_hits) == 3 and len(twins.fast.stream_wide_hits) == 2
+    answer, cached = twins.fast.answer, twins.node.cached
+    twins.fast.answer = refuse  # type: ignore[method-assign, assignment]
+    twins.node.cached = refuse  # type: ignore[method-assign, assignment]
+    hits = twins.node.stats.kept_hits
+    for qid in (1, 0xFFFF):
+        for query in queries:
+            ask_stream(twins, qid.to_bytes(2, "big") + query[2:], source)
+    assert twins.node.stats.kept_hits == hits + 4  # (the wide IP's two, twice)
+    assert dict(twins.node.stats.queries) == dict(twins.reference.stats.queries)
+    with pytest.raises(AssertionError, match="not answered from the kept replies"):
+        twins.fast.handle_stream(queries[0], "127.0.1.10")  # another client: its own decision
+    twins.fast.answer, twins.node.cached = answer, cached  # type: ignore[method-assign]
+    big = queries[3]
+    udp = twins.ask(big, source)  # (over UDP: truncated, from UDP's own)
+    assert udp is not None and udp[2] & 0x02 and not ask_stream(twins, big, source)[2] & 0x02
+
+
+def test_a_change_ends_a_tcp_reply_kept_by_its_bytes(tmp_path: Path) -> None:
+    """A TCP reply kept by its bytes holds while its decision does: a server disabled is
+    not in the next answer over TCP, on both nodes alike."""
+    twins = Twins(tmp_path)
+    waiting: list[Callable[[], object]] = []
+    for node in (twins.node, twins.reference):
+        node.health.schedule = waiting.append
+    query, source = make_query(WIDEIP), "127.0.1.9"
+    for _ in range(3):
+        assert bytes([10, 0, 1, 1]) in ask_stream(twins, query, source)
+    hit = twins.fast.stream_wide_hits[(query[2:], source)]
+    twins.both(lambda n: n.store.put("admin/vs/vs1", {"state": "disabled"}))
+    assert bytes([10, 0, 1, 1]) not in ask_stream(twins, query, source)
+    assert not hit.entry.fresh

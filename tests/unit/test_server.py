@@ -137,6 +137,30 @@ def test_tcp_idle_connection_closes_after_the_timeout(node: Node) -> None:
     assert factory.closed_by == {"idle": 1, "partial": 0, "evicted": 0, "source_cap": 0, "stalled": 0}
 
 
+def test_tcp_idle_timeout_counts_from_the_last_read_and_follows_a_reload(node: Node) -> None:
+    """A connection read every 4 s is never idle for 10 s; once silent it is closed 10 s
+    after its last read, and a reload that shortens the timeout applies from its next read."""
+    clock = MemoryReactorClock()
+    factory = DNSStreamFactory(node.responder, clock, 10, 100)
+    proto, transport = connect(factory)
+    for _ in range(6):
+        clock.advance(4)
+        proto.dataReceived(framed(query("www.example.test")))
+    assert transport.connected  # (24 s open)
+    clock.advance(9.9)
+    assert transport.connected
+    clock.advance(0.2)
+    assert not transport.connected and factory.closed_by["idle"] == 1
+    proto, transport = connect(factory)
+    clock.advance(1)
+    factory.idle_timeout = 2  # (a reload)
+    proto.dataReceived(framed(query("www.example.test")))
+    clock.advance(1.9)
+    assert transport.connected
+    clock.advance(0.2)
+    assert not transport.connected and factory.closed_by["idle"] == 2
+
+
 def test_tcp_half_sent_message_closes_after_the_message_timeout(node: Node) -> None:
     """A connection that began a message must finish it within tcp_message_timeout, however
     it trickles bytes (each byte resets the idle timeout, not this one)."""
