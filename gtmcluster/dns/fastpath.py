@@ -12,9 +12,10 @@ client subnet), asking for a static record or a wide IP. For those the general p
   to it, and the OPT (with the client subnet echoed and the decision's scope). The wide IP
   is found by the queried name: its own name or an alias, else the longest ``*.`` wildcard
   above it (one lookup per label). The encoded reply is kept per wide IP and client, without
-  its question (`KeptReplies.client_hits`): any name the wide IP answers gets it with its
-  own question, so names below a wildcard keep nothing each (a signed one is kept per name:
-  its RRSIG covers the name). Wide IPs of the record types (CNAME, MX, SRV, NAPTR) are left
+  its question: any name the wide IP answers gets it with its own question. For names below
+  a wildcard the reply sent is kept so too (`KeptReplies.client_hits`), not by the query's
+  bytes, so they keep nothing each (a signed one is kept per name: its RRSIG covers the
+  name). Wide IPs of the record types (CNAME, MX, SRV, NAPTR) are left
   to the general path;
 - an NXDOMAIN or NODATA for a name the zone does not hold comes from the negative answer
   kept for its parent (`dns.negative`: the SOA's pointers written for the name's length),
@@ -120,7 +121,7 @@ class FastPath:
         self.static_hits = kept.static_hits
         #: wide IP replies by (the query's bytes after the ID, the client's address)
         self.wide_hits = kept.wide_hits
-        #: unsigned wide IP replies by (wide IP, type, EDNS class, client), question left out
+        #: unsigned replies below wildcards by (wide IP, type, EDNS class, client), question left out
         self.client_hits = kept.client_hits
         #: NXDOMAIN and NODATA answers by (parent, type, EDNS class, limit) (`dns.negative`)
         self.negatives = kept.negatives
@@ -194,16 +195,13 @@ class FastPath:
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
         if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
-            if not plain.do or self.signing is None:
+            if self.client_hits and (not plain.do or self.signing is None) and plain.qname not in self.wideips:
                 who = source if plain.ecs is None else (source, plain.ecs)
                 hit = self.client_hits.get((wideip.name, plain.qtype, plain.edns_class, who))
                 if hit is not None and len(hit.reply) + plain.question_end - 10 <= plain.limit and self.still(hit):
                     end = plain.question_end
                     flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
-                    sent = data[:2] + flags + hit.reply[2:10] + data[12:end] + hit.reply[10:]
-                    if not tcp and plain.qname in self.wideips:  # (a wide IP's own name: by its bytes too)
-                        self.kept.keep_wide(data[2:], source, hit._replace(reply=sent[2:]))
-                    return sent, hit.tally, False
+                    return data[:2] + flags + hit.reply[2:10] + data[12:end] + hit.reply[10:], hit.tally, False
             answered = self._wideip(data, source, plain, wideip, not tcp)
             if answered is not None:
                 return answered
@@ -324,10 +322,11 @@ class FastPath:
         stats.queries[kept[2]] += 1
         stats.answered[kept[3]] += 1
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
-        if decision.probe is None and not signed:
+        own = signed or plain.qname in self.wideips
+        if decision.probe is None and not own:  # (below a wildcard: by wide IP and client)
             self.kept.keep_client(key, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
         reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[12:]
-        if exact and decision.probe is None and (signed or plain.qname in self.wideips):
+        if exact and decision.probe is None and own:
             # (by its bytes only for a wide IP's own names, or signed: names below a wildcard are many)
             self.kept.keep_wide(data[2:], source, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
         return reply, kept[3], False

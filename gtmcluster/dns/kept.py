@@ -9,10 +9,10 @@ It holds, keyed as the paths look them up:
 - `static_hits`: static replies by the query's exact bytes after the ID;
 - `wide_hits`: wide IP replies by (the query's bytes after the ID, the client's address),
   each with the kept decision it came from (`WideHit`);
-- `client_hits`: wide IP replies by (wide IP, type, EDNS class, client key), without their
-  question (any name the wide IP answers, its own, an alias or one below a wildcard, gets
-  it with its own question put in), each with the kept decision it came from (`WideHit`);
-  unsigned only (a signature covers the name);
+- `client_hits`: the replies of wildcard wide IPs by (wide IP, type, EDNS class, client
+  key), without their question (any name below the wildcard gets it with its own question
+  put in), each with the kept decision it came from (`WideHit`); unsigned only (a signature
+  covers the name);
 - `replies`: encoded wide IP replies by (wide IP, or the name when signed, type, EDNS
   class, client key), each with the decision it encodes (sent again only while that
   decision is the one kept);
