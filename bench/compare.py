@@ -24,7 +24,7 @@ at unlimited rate and at a fixed rate of 70% of that server's max:
 With `--names random` (the names an attacker chooses: issue 34), the mixes are instead
 - nxdomain: a fresh random label below the zone each query (NXDOMAIN), no EDNS;
 - wildcard: a fresh random label below `apps.bench.test` each query: in our node the wildcard
-  wide IP `*.apps.bench.test` over the same pool (decided per LDNS, no persistence), in NSD
+  wide IP `*.apps.bench.test` over the same servers (topology by the LDNS, no persistence), in NSD
   and the floor a static `*.apps` wildcard with the pool's three addresses.
 Each dnsperf process reads its own file of `--random-lines` names from the top in every run,
 so every server gets the same names and no name is asked twice in a run; the warm-up is

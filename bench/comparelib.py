@@ -40,7 +40,8 @@ REGIONS = {"north": "10.0.0.0/12", "south": "10.16.0.0/12", "west": "10.32.0.0/1
 REGION_DC = {"north": "DC1", "south": "DC2", "west": "DC3"}
 DEFAULT_DC = "DC1"  # a client in no region (topology's `any`, score 1)
 #: with --names random: a wildcard below the zone, our node's wildcard wide IP over the same
-#: pool (no persistence: the decision is the client's); NSD and the floor answer it statically
+#: servers (topology, no persistence: the decision is the client's); NSD and the floor answer
+#: it statically
 APPS = f"apps.{ORIGIN}"
 ECS_LIMIT = 131072  # 10.0.0.0/8 then 11.0.0.0/8 (loopback only: the addresses are data in queries)
 TYPES = {"A": 1, "NS": 2, "SOA": 6, "MX": 15, "AAAA": 28}
@@ -147,7 +148,10 @@ def node_config(
     DCs (with *wildcard*, the wildcard wide IP `*.apps` too), answering on *processes* processes."""
     config = _node_config(dns, api_port, sources, processes)
     if wildcard:
-        config["wideips"][f"*.{APPS}"] = {"type": "A", "pools": ["web"]}
+        # (topology first: rtt would ask to probe each loopback LDNS with every answer)
+        balancing = {"preferred": "topology", "fallback": "global_availability"}
+        config["pools"]["apps"] = {"members": [name for name, _, _ in POOL], "load_balancing": balancing, "ttl": 30}
+        config["wideips"][f"*.{APPS}"] = {"type": "A", "pools": ["apps"]}
     return config
 
 
