@@ -578,10 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rss_before = manyclients.rss_kib(lib.descendants(ours.pid)) if ours else 0
         for problem in problems:
             print(f"  WRONG: {problem}")
-        print(
-            f"  warming up ({WARM_PASSES} passes through every query file, then {args.warmup:g} s, per server and mix)",
-            flush=True,
-        )
+        passes = f"{WARM_PASSES} passes through every query file, then " if args.names == "fixed" else ""
+        print(f"  warming up ({passes}{args.warmup:g} s, per server and mix)", flush=True)
         bench.warm_up()
         kept_before = manyclients.kept_metrics(args.node_address.host, args.api_port) if ours else {}
         bench.schedule()

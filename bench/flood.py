@@ -56,6 +56,8 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--lines", type=int, default=1_000_000, help="names in each process's file (1,000,000)")
     p.add_argument("--sample", type=float, default=5.0, help="seconds between samples (5)")
     p.add_argument("--python", default=sys.executable, help="the Python that runs twistd (this one)")
+    p.add_argument("--node-address", type=lib.Endpoint.parse, help="our node's DNS (127.0.0.242:5300)")
+    p.add_argument("--api-port", type=int, default=8053, help="our node's API port, on --node-address (8053)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the samples and the summary here")
     args = p.parse_args(argv)
     if not 1 <= args.sources <= 250 or args.minutes <= 0 or args.lines < 1000 or args.rate < 0:
@@ -140,8 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("missing: dnsperf (`make bench-compare` installs it)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="gtm-flood-"))
-    endpoint = lib.Endpoint.parse(peers.SPECS["ours"].address)
-    api_port = 8053
+    endpoint = args.node_address or lib.Endpoint.parse(peers.SPECS["ours"].address)
+    api_port = args.api_port
     lib.write_files(work, lib.Endpoint.parse(peers.SPECS["nsd"].address), endpoint, api_port, 1, args.sources, 1, True)
     files = write_flood(work, args.sources, args.lines)
     spec = argparse.Namespace(python=args.python, addresses={"ours": endpoint})
