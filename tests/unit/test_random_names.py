@@ -73,6 +73,7 @@ def test_random_names_below_a_parent_are_answered_from_one_kept_answer(
         pair.ask(make_query(name.upper(), qtype, qid=size + 1, **edns))
     kept = pair.node.kept
     assert not kept.static_hits and not kept.templates and len(kept.negatives) == 1
+    assert pair.node.stats.queries == pair.reference.stats.queries  # (counted as the general path counts)
 
 
 def test_names_that_exist_are_never_answered_as_absent(pair: Twins) -> None:
@@ -201,6 +202,8 @@ def test_random_names_below_a_wildcard_wide_ip_keep_nothing_per_name(
             pair.ask(make_query(name.upper(), qtype, qid=size, cd=True, **edns), source)
     kept = pair.node.kept
     assert not kept.wide_hits and len(kept.client_hits) == len(kept.replies) == len(sources)
+    assert pair.node.stats.queries == pair.reference.stats.queries
+    assert pair.node.stats.answered == pair.reference.stats.answered
 
 
 def test_the_wide_ips_own_name_and_a_wildcard_share_nothing_wrong(pair: Twins) -> None:
