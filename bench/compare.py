@@ -3,6 +3,7 @@
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
                                       [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
                                       [--transport tcp [--connections 64]] [--ecs 100000] [--query-log]
+                                      [--names random [--random-lines 600000]]
                                       (make bench-compare ARGS='...')
 
 Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
@@ -19,6 +20,16 @@ at unlimited rate and at a fixed rate of 70% of that server's max:
 
 - static: the PERF-BASELINE mix (87% www A, 10% hostN A, 3% NXDOMAIN, 2% NODATA), no EDNS;
 - wideip: `gslb.bench.test A`, each query with an EDNS client subnet, 10,000 distinct /24s.
+
+With `--names random` (the names an attacker chooses: issue 34), the mixes are instead
+- nxdomain: a fresh random label below the zone each query (NXDOMAIN), no EDNS;
+- wildcard: a fresh random label below `apps.bench.test` each query: in our node the wildcard
+  wide IP `*.apps.bench.test` over the same servers (topology by the LDNS, no persistence), in NSD
+  and the floor a static `*.apps` wildcard with the pool's three addresses.
+Each dnsperf process reads its own file of `--random-lines` names from the top in every run,
+so every server gets the same names and no name is asked twice in a run; the warm-up is
+`--warmup` seconds only (there is nothing to learn). The report adds ours/floor CPU per query
+against the issue's target (at most 2x).
 
 Clients: dnsperf 2.10 sends from one source address per process and its `-E` option puts
 the same EDNS option in every query, so one process cannot be many clients. Instead several
@@ -67,6 +78,9 @@ import peers
 ROOT = Path(__file__).resolve().parent.parent
 # the issue's targets: ours/NSD queries per second at least, CPU per query at most
 TARGETS: dict[str, dict[str, float]] = {"wideip": {"qps": 0.8, "cpu": 1.3}, "static": {"qps": 0.9}}
+#: issue 34: with --names random, ours/floor CPU per query at most
+FLOOR_TARGET = 2.0
+MIXES = {"fixed": ("static", "wideip"), "random": ("nxdomain", "wildcard")}
 P99_TARGET = 0.002  # seconds, our node at 70% of its max
 
 
@@ -115,7 +129,11 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--fixed-load", type=float, default=0.7, help="fixed rate, as a share of the max (default 0.7)")
     p.add_argument("--fixed-rate", type=float, metavar="QPS", help="fixed rate in queries/s instead (both servers)")
     p.add_argument("--warmup", type=float, default=2.0, help="unrecorded seconds per server and mix first (2)")
-    p.add_argument("--mixes", default="static,wideip", help="static, wideip or both (default static,wideip)")
+    p.add_argument(
+        "--mixes", help="static, wideip or both (default static,wideip); with --names random: nxdomain, wildcard"
+    )
+    p.add_argument("--names", choices=tuple(MIXES), default="fixed", help="fixed (the mixes above) or random")
+    p.add_argument("--random-lines", type=int, default=600_000, help="names per dnsperf process (600,000)")
     p.add_argument("--sources", type=int, default=4, help="dnsperf processes, one per source address (default 4)")
     p.add_argument("--clients", type=int, default=2, help="dnsperf -c of each process (default 2)")
     p.add_argument("--outstanding", type=int, default=200, help="queries in flight, all processes (200)")
@@ -157,9 +175,12 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.peer_threads < 1:
         p.error("--peer-threads: at least 1")
     args.fixed_seconds = args.fixed_seconds or args.seconds
-    args.mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
-    if any(m not in ("static", "wideip") for m in args.mixes) or not args.mixes:
-        p.error("--mixes: static, wideip or static,wideip")
+    allowed = MIXES[args.names]
+    args.mixes = [m.strip() for m in (args.mixes or ",".join(allowed)).split(",") if m.strip()]
+    if any(m not in allowed for m in args.mixes) or not args.mixes:
+        p.error(f"--mixes: with --names {args.names}, {' or '.join(allowed)} or both")
+    if args.names == "random" and (args.transport != "udp" or args.random_lines < 1000):
+        p.error("--names random: over UDP, with --random-lines at least 1000")
     if not 0 <= args.ecs <= lib.ECS_LIMIT:
         p.error(f"--ecs: 0 to {lib.ECS_LIMIT}")
     if args.sources < 1 or args.sources > 250 or args.clients < 1 or args.rounds < 1:
@@ -225,8 +246,16 @@ class Bench:
         self.work = work
         self.cpus = set(os.sched_getaffinity(0))
         addresses = args.addresses
+        random_names = args.names == "random"
         lib.write_files(
-            work, addresses["nsd"], addresses["ours"], args.api_port, args.server_count, args.sources, args.processes
+            work,
+            addresses["nsd"],
+            addresses["ours"],
+            args.api_port,
+            args.server_count,
+            args.sources,
+            args.processes,
+            random_names,
         )
         if args.query_log:  # (each answering worker to a file of its own beside it)
             config = work / "cluster.yaml"
@@ -234,7 +263,10 @@ class Bench:
             raw["dns_server"]["query_log"] = {"path": "log/queries.dnstap", "max_bytes": 50_000_000, "keep": 1}
             config.write_text(yaml.safe_dump(raw, sort_keys=False))
         peers.write_files(work, keys, addresses, args.peer_threads, args.sources)
-        self.mixes = lib.write_mixes(work, args.sources, args.ecs)
+        if random_names:
+            self.mixes = lib.write_random_mixes(work, args.sources, args.random_lines)
+        else:
+            self.mixes = lib.write_mixes(work, args.sources, args.ecs)
         self.servers = peers.make_servers(args, work, keys)
         self.runs: list[Run] = []
 
@@ -250,11 +282,12 @@ class Bench:
         for server in self.servers.values():
             server.stop()
 
-    def sanity(self) -> list[str]:
-        """Ask each server a few questions; print the answers and return what looks wrong."""
+    def sanity(self, asks: list[peers.Ask] | None = None) -> list[str]:
+        """Ask each server a few questions (*asks*, or `peers.sanity_asks`); print the answers
+        and return what looks wrong."""
         problems = []
         print(f"    {'':<44}" + "".join(f" {s.label:<20}" for s in self.servers.values()).rstrip())
-        for ask in peers.sanity_asks(self.args.sources):
+        for ask in asks if asks is not None else peers.sanity_asks(self.args.sources):
             line = f"    {ask.label:<44}"
             for server in self.servers.values():
                 reply = lib.ask(server.endpoint, ask.message, timeout=2.0, source=ask.source)
@@ -348,7 +381,8 @@ class Bench:
         for mix in self.args.mixes:
             for server in self.servers.values():
                 pin = self.pin(self.pinnings()[0])
-                self.measure(server, mix, 0, None, pin, passes=WARM_PASSES)
+                if self.args.names == "fixed":  # (random names: nothing to learn)
+                    self.measure(server, mix, 0, None, pin, passes=WARM_PASSES)
                 self.measure(server, mix, self.args.warmup, None, pin)
 
     def schedule(self) -> None:
@@ -444,6 +478,14 @@ def nsd_targets(
     return found
 
 
+def floor_target(pinning: str, mix: str, ours: dict[str, Any], floor: dict[str, Any]) -> list[dict[str, Any]]:
+    """Print ours/floor CPU per query against issue 34's target; the verdict."""
+    ratio = ours["cpu_us_per_query"] / floor["cpu_us_per_query"] if floor["cpu_us_per_query"] else 0.0
+    met = ratio <= FLOOR_TARGET
+    print(f"  ours/floor: CPU/query {ratio:.2f}x (target <= {FLOOR_TARGET}x: {verdict(met)})")
+    return [_target(pinning, mix, "CPU/query ratio to the floor", ratio, f"<= {FLOOR_TARGET}", met)]
+
+
 def report(bench: Bench, elapsed: float) -> dict[str, Any]:
     a = bench.args
     summary: dict[str, Any] = {}
@@ -472,8 +514,10 @@ def report(bench: Bench, elapsed: float) -> dict[str, Any]:
                     f"{fmt_ms(f['p999']):>10}{f['fixed_cpu_us_per_query']:>9.1f}{f['fixed_lost']:>6}"
                 )
             print("\n".join(peers.ratio_lines(s)))
-            if "ours" in s and "nsd" in s:
+            if "ours" in s and "nsd" in s and mix in TARGETS:
                 targets += nsd_targets(a, pinning, mix, s["ours"], s["nsd"])
+            if "ours" in s and "floor" in s and mix not in TARGETS:
+                targets += floor_target(pinning, mix, s["ours"], s["floor"])
             for key, server in bench.servers.items():
                 codes = s[key]["rcodes"]
                 total = sum(codes.values()) or 1
@@ -539,14 +583,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.start()
         print("  what each answers:")
         problems = bench.sanity() + (manyclients.tcp_sanity(bench.servers) if args.transport == "tcp" else [])
+        if args.names == "random":
+            problems += bench.sanity(peers.random_asks())
         ours = bench.servers.get("ours")
         rss_before = manyclients.rss_kib(lib.descendants(ours.pid)) if ours else 0
         for problem in problems:
             print(f"  WRONG: {problem}")
-        print(
-            f"  warming up ({WARM_PASSES} passes through every query file, then {args.warmup:g} s, per server and mix)",
-            flush=True,
-        )
+        passes = f"{WARM_PASSES} passes through every query file, then " if args.names == "fixed" else ""
+        print(f"  warming up ({passes}{args.warmup:g} s, per server and mix)", flush=True)
         bench.warm_up()
         kept_before = manyclients.kept_metrics(args.node_address.host, args.api_port) if ours else {}
         bench.schedule()
@@ -558,7 +602,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nprocesses at the end: " + ", ".join(f"{bench.servers[k].label} {n}" for k, n in processes.items()))
         if "ours" in keys:
             print("our node's own counters and log:")
-            cpu_us = results["summary"].get(f"{bench.pinnings()[0]}/wideip", {}).get("ours", {}).get("cpu_us_per_query")
+            summary = results["summary"]
+            wide = summary.get(f"{bench.pinnings()[0]}/wideip") or summary.get(f"{bench.pinnings()[0]}/wildcard", {})
+            cpu_us = wide.get("ours", {}).get("cpu_us_per_query")
             lines, kept = manyclients.kept_report(rss_before, rss_after, kept_before, kept_after, cpu_us)
             for line in peers.node_findings(work, metrics) + lines:
                 print(f"  {line}")

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import os
@@ -38,6 +39,10 @@ WIDEIP = f"gslb.{ORIGIN}"
 REGIONS = {"north": "10.0.0.0/12", "south": "10.16.0.0/12", "west": "10.32.0.0/11"}
 REGION_DC = {"north": "DC1", "south": "DC2", "west": "DC3"}
 DEFAULT_DC = "DC1"  # a client in no region (topology's `any`, score 1)
+#: with --names random: a wildcard below the zone, our node's wildcard wide IP over the same
+#: servers (topology, no persistence: the decision is the client's); NSD and the floor answer
+#: it statically
+APPS = f"apps.{ORIGIN}"
 ECS_LIMIT = 131072  # 10.0.0.0/8 then 11.0.0.0/8 (loopback only: the addresses are data in queries)
 TYPES = {"A": 1, "NS": 2, "SOA": 6, "MX": 15, "AAAA": 28}
 RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
@@ -51,12 +56,15 @@ ns1      IN A   192.0.2.1
 """
 
 
-def zone_text() -> str:
-    """SOA, NS, `www` with two A records, `host1`..`host100`, and `gslb` with the pool's three."""
+def zone_text(wildcard: bool = False) -> str:
+    """SOA, NS, `www` with two A records, `host1`..`host100`, and `gslb` with the pool's three
+    (with *wildcard*, `*.apps` with them too)."""
     lines = [ZONE_TEMPLATE.format(origin=ORIGIN)]
     lines += [f"www      IN A   {a}\n" for a in WWW]
     lines += [f"host{i:<5d} IN A   192.0.2.{100 + i}\n" for i in range(1, HOSTS + 1)]
     lines += [f"gslb  30 IN A   {address}\n" for _, _, address in POOL]
+    if wildcard:
+        lines += [f"*.apps 30 IN A  {address}\n" for _, _, address in POOL]
     return "".join(lines)
 
 
@@ -133,9 +141,21 @@ def region_networks(sources: int) -> dict[str, list[str]]:
     return regions
 
 
-def node_config(dns: Endpoint, api_port: int, sources: int, processes: int = 1) -> dict[str, Any]:
+def node_config(
+    dns: Endpoint, api_port: int, sources: int, processes: int = 1, wildcard: bool = False
+) -> dict[str, Any]:
     """One member (no peers, so no TLS) with the static zone and wide IP `gslb` over three
-    DCs, answering on *processes* processes."""
+    DCs (with *wildcard*, the wildcard wide IP `*.apps` too), answering on *processes* processes."""
+    config = _node_config(dns, api_port, sources, processes)
+    if wildcard:
+        # (topology first: rtt would ask to probe each loopback LDNS with every answer)
+        balancing = {"preferred": "topology", "fallback": "global_availability"}
+        config["pools"]["apps"] = {"members": [name for name, _, _ in POOL], "load_balancing": balancing, "ttl": 30}
+        config["wideips"][f"*.{APPS}"] = {"type": "A", "pools": ["apps"]}
+    return config
+
+
+def _node_config(dns: Endpoint, api_port: int, sources: int, processes: int) -> dict[str, Any]:
     regions = region_networks(sources)
     return {
         "base_dir": ".",
@@ -318,12 +338,51 @@ def write_mixes(directory: Path, sources: int, ecs: int) -> dict[str, Mix]:
     return mixes
 
 
+def random_labels(rng: random.Random, count: int) -> list[str]:
+    """*count* random labels of 12 letters and digits (60 bits each: none repeats in a run)."""
+    text = base64.b32encode(rng.randbytes(count * 15 // 2 + 8)).decode().lower()
+    return [text[i : i + 12] for i in range(0, count * 12, 12)]
+
+
+def write_random_mixes(directory: Path, sources: int, lines: int, seed: int = 7) -> dict[str, Mix]:
+    """Query files for --names random, one per dnsperf process (each its own names, *lines*
+    of them): `nxdomain`, a fresh label below the zone each query; `wildcard`, a fresh label
+    below the wildcard `*.apps` each query. No EDNS. Each run reads its file from the top, so
+    every server gets the same names, none of them asked twice in one run."""
+    rng = random.Random(seed)
+    mixes = {}
+    for mix, parent, what in (
+        ("nxdomain", ORIGIN, "NXDOMAIN"),
+        ("wildcard", APPS, "the wildcard wide IP (NSD, floor: a static wildcard)"),
+    ):
+        files = []
+        for s in range(sources):
+            path = directory / f"{mix}-{s}.txt"
+            path.write_text("".join(f"{label}.{parent} A\n" for label in random_labels(rng, lines)))
+            files.append(path)
+        mixes[mix] = Mix(
+            mix,
+            f"<random 12 letters>.{parent} A, a fresh name each query: {what}; no EDNS; {lines:,} names per process",
+            tuple(files),
+            False,
+            f"{sources} source addresses",
+        )
+    return mixes
+
+
 def write_files(
-    directory: Path, nsd: Endpoint, ours: Endpoint, api_port: int, server_count: int, sources: int, processes: int = 1
+    directory: Path,
+    nsd: Endpoint,
+    ours: Endpoint,
+    api_port: int,
+    server_count: int,
+    sources: int,
+    processes: int = 1,
+    wildcard: bool = False,
 ) -> None:
-    (directory / f"{ORIGIN}.zone").write_text(zone_text())
+    (directory / f"{ORIGIN}.zone").write_text(zone_text(wildcard))
     (directory / "nsd.conf").write_text(nsd_conf(directory, nsd, server_count))
-    config = node_config(ours, api_port, sources, processes)
+    config = node_config(ours, api_port, sources, processes, wildcard)
     (directory / "cluster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 

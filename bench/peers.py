@@ -324,6 +324,15 @@ def sanity_asks(sources: int) -> list[Ask]:
     return asks
 
 
+def random_asks() -> list[Ask]:
+    """For --names random: a name below the zone it does not hold, and one below the wildcard
+    (our node decides by the LDNS, here one in no region; NSD and the floor: all three)."""
+    return [
+        Ask(f"q7x2k.{lib.ORIGIN} A", lib.query(f"q7x2k.{lib.ORIGIN}", "A"), None, expect("NXDOMAIN", 0)),
+        Ask(f"q7x2k.{lib.APPS} A", lib.query(f"q7x2k.{lib.APPS}", "A"), None, gslb(lib.DEFAULT_DC, "in no region")),
+    ]
+
+
 def reply_text(reply: lib.Reply | None) -> str:
     if reply is None:
         return "no reply"

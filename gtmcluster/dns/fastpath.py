@@ -11,8 +11,15 @@ client subnet), asking for a static record or a wide IP. For those the general p
   `lb.cache`), encoded here: the question, one A or AAAA record per address pointing back
   to it, and the OPT (with the client subnet echoed and the decision's scope). The wide IP
   is found by the queried name: its own name or an alias, else the longest ``*.`` wildcard
-  above it (one lookup per label), and the encoded reply is kept per queried name. Wide
-  IPs of the record types (CNAME, MX, SRV, NAPTR) are left to the general path.
+  above it (one lookup per label). The encoded reply is kept per wide IP and client, without
+  its question: any name the wide IP answers gets it with its own question. For names below
+  a wildcard the reply sent is kept so too (`KeptReplies.client_hits`), not by the query's
+  bytes, so they keep nothing each (a signed one is kept per name: its RRSIG covers the
+  name). Wide IPs of the record types (CNAME, MX, SRV, NAPTR) are left
+  to the general path;
+- an NXDOMAIN or NODATA for a name the zone does not hold comes from the negative answer
+  kept for its parent (`dns.negative`: the SOA's pointers written for the name's length),
+  never kept per name.
 
 In a signed zone (`dnssec.answers`), a DO=1 wide IP answer also carries its RRSIG, from the
 signatures the zone's signer keeps (signed once per RRset contents, written as the general
@@ -23,7 +30,8 @@ general path, which answers it and (for what qualifies) prepares the next one.
 In front of both, the replies already sent are kept by the query's exact bytes after its
 ID (flags, question in its case, OPT with its client subnet): a query seen before is
 answered by one lookup and the ID put in (over TCP from replies kept apart, with no size
-limit: `answer_stream`). Everything kept here (templates, replies by
+limit: `answer_stream`); names the client chooses (an absent name, a name below a wildcard)
+are not kept so. Everything kept here (templates, replies by
 their bytes, encoded wide IP replies) is the responder's `KeptReplies` (`dns.kept`), which
 the node tells of every change; a static reply holds as long as the responder (a new config
 makes a new one). A wide IP reply is kept with its client's address and the kept decision
@@ -47,6 +55,7 @@ from typing import NamedTuple
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
 from gtmcluster.dns.kept import Counter, Encoded, KeptReplies, WideHit
+from gtmcluster.dns.negative import NO_FIT, Negative, suffixes_of_soas
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Answered, Responder, Streamed
 from gtmcluster.dns.transfer import Reply, transfer_type
@@ -116,6 +125,14 @@ class FastPath:
         #: the same two over TCP (`answer_stream`)
         self.stream_static_hits = kept.stream_static_hits
         self.stream_wide_hits = kept.stream_wide_hits
+        #: unsigned replies below wildcards by (wide IP, type, EDNS class, client), question left out
+        self.client_hits = kept.client_hits
+        #: NXDOMAIN and NODATA answers by (parent, type, EDNS class, limit) (`dns.negative`)
+        self.negatives = kept.negatives
+        #: names no `Negative` answers for: the zones' origins, and the names the SOAs' names end with
+        self.not_negative = frozenset(_wire_name(z.origin_key) for z in responder.zones) | suffixes_of_soas(
+            responder.zones
+        )
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -191,6 +208,13 @@ class FastPath:
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)
         if wideip is not None and plain.qtype in wideip.types and plain.qtype in _ADDRESS_TYPES:
+            if self.client_hits and (not plain.do or self.signing is None) and plain.qname not in self.wideips:
+                who = source if plain.ecs is None else (source, plain.ecs)
+                hit = self.client_hits.get((wideip.name, plain.qtype, plain.edns_class, who))
+                if hit is not None and len(hit.reply) + plain.question_end - 10 <= plain.limit and self.still(hit):
+                    end = plain.question_end
+                    flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
+                    return data[:2] + flags + hit.reply[2:10] + data[12:end] + hit.reply[10:], hit.tally, False
             answered = self._wideip(data, source, plain, wideip, tcp)
             if answered is not None:
                 return answered
@@ -198,9 +222,12 @@ class FastPath:
             reply = self._static(data, plain, tcp)
             if reply is not None:
                 return reply, None, False
+            reply = self._negative(data, plain)
+            if reply is not None:
+                return reply, None, False
         answered = self.responder.answer(data, source, tcp)
         reply = answered[0]
-        if answered[2] and reply is not None and plain.ecs is None:
+        if answered[2] and reply is not None and plain.ecs is None and not self._keep_negative(plain, reply):
             self._keep(data, plain, reply, tcp)
         return answered
 
@@ -232,6 +259,40 @@ class FastPath:
         self.kept.keep_template((data[12:end].lower(), plain.edns_class, plain.limit), (reply, flags, counter))
         self._keep_hit(data, reply, counter, tcp)
 
+    # -- names the zones do not hold ------------------------------------------------------
+
+    def _negative(self, data: bytes, plain: _Plain) -> bytes | None:
+        """The negative answer kept for the query's parent, if its name is absent (`dns.negative`)."""
+        qname = plain.qname
+        cut = qname[0] + 1
+        negative = self.negatives.get((qname[cut:], plain.qtype, plain.edns_class, plain.limit))
+        if negative is None or qname in self.not_negative or not negative.covers(qname[1:cut]):
+            return None
+        tail = negative.tail(len(qname))
+        if tail is NO_FIT:
+            return None  # (the general path truncates it)
+        self.stats.queries[negative.counter] += 1
+        flags = negative.flags | (plain.flags & _COPIED)
+        return data[:2] + flags.to_bytes(2, "big") + negative.counts + data[12 : plain.question_end] + tail
+
+    def _keep_negative(self, plain: _Plain, reply: bytes) -> bool:
+        """Keep *reply*, the general path's static answer to *plain*, for every absent name
+        below the same parent if it is a negative answer to an absent name; whether it is."""
+        if reply[6:8] != b"\x00\x00" or reply[3] & 0xF not in (wire.NOERROR, wire.NXDOMAIN):
+            return False
+        qname = plain.qname
+        if qname in self.not_negative:
+            return False
+        key = _labels(qname)
+        zone = self.responder.zones.find(key)
+        if zone is None or zone.exists(key) or len(key) <= len(zone.origin_key):
+            return False  # (a name of the zone: its template, as any static answer)
+        counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(reply[3] & 0xF, "other"), "static")
+        negative = Negative.made(reply, plain.question_end, qname, counter, zone, key[1:], plain.limit)
+        if negative is not None:
+            self.kept.keep_negative((qname[qname[0] + 1 :], plain.qtype, plain.edns_class, plain.limit), negative)
+        return True  # (a reply of its own otherwise: never kept by its name)
+
     # -- wide IPs --------------------------------------------------------------------------
 
     def _wideip(self, data: bytes, source: str, plain: _Plain, wideip: WideIP, tcp: bool = False) -> Answered | None:
@@ -251,8 +312,10 @@ class FastPath:
             return None
         decision = entry.decision
         # The reply to this client is the same bytes but for the ID, RD and CD and the
-        # question's case while the decision holds: kept per client, found by identity.
-        key = (plain.qname, qtype, plain.edns_class, who)
+        # question while the decision holds: kept per client, found by identity; by the wide
+        # IP, whatever name it answers, but for a signed answer (its RRSIG covers the name).
+        signed = plain.do and self.signing is not None
+        key = (plain.qname if signed else wideip.name, qtype, plain.edns_class, who)
         kept = self._replies.get(key)
         if kept is None or kept[0] is not decision or (kept[4] < math.inf and kept[4] <= self.now()):
             if decision.action is not Action.ANSWER or not decision.addresses:
@@ -263,22 +326,27 @@ class FastPath:
                 key, Encoded(decision, reply, counter, tally(wideip.name, decision), renew_at)
             )
         reply = kept[1]
-        if len(reply) > plain.limit:
+        end = plain.question_end
+        if len(reply) + end - 12 > plain.limit:
             return None
         stats = self.responder.stats
         stats.queries[kept[2]] += 1
         stats.answered[kept[3]] += 1
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
-        end = plain.question_end
-        reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[end:]
-        if decision.probe is None:
+        own = signed or plain.qname in self.wideips
+        if decision.probe is None and not own:  # (below a wildcard: by wide IP and client)
+            self.kept.keep_client(key, WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3]))
+        reply = data[:2] + flags + reply[4:12] + data[12:end] + reply[12:]
+        if decision.probe is None and own:
+            # (by its bytes only for a wide IP's own names, or signed: names below a wildcard are many)
             hit = WideHit(reply[2:], entry, entry.until, kept[4], kept[2], kept[3])
             self.kept.keep_wide(data[2:], source, hit, tcp)
         return reply, kept[3], False
 
     def _encode(self, data: bytes, source: str, plain: _Plain, decision: Decision) -> tuple[bytes, float]:
-        """The reply to *plain* with *decision*'s addresses (ID and flags filled in later), and
-        when the signature it carries is due for renewal (never, when it carries none)."""
+        """The reply to *plain* with *decision*'s addresses, its question left out (the ID,
+        flags and question are put in later), and when the signature it carries is due for
+        renewal (never, when it carries none)."""
         rtype = TYPE_A if plain.qtype == TYPE_A else TYPE_AAAA
         answers = b"".join(
             b"\xc0\x0c" + _RR.pack(rtype, wire.CLASS_IN, decision.ttl, len(a.packed)) + a.packed
@@ -307,7 +375,7 @@ class FastPath:
                     answers += b"\xc0\x0c" + _RR.pack(TYPE_RRSIG, wire.CLASS_IN, decision.ttl, len(rdata)) + rdata
                 count += len(rrsig.rdatas)
         header = _HEADER.pack(0, 0, 1, count, 0, 1 if plain.edns_class else 0)
-        return header + data[12 : plain.question_end] + answers + opt, renew_at
+        return header + answers + opt, renew_at
 
 
 def _labels(name: bytes) -> Name:

@@ -11,8 +11,15 @@ It holds, keyed as the paths look them up:
   each with the kept decision it came from (`WideHit`);
 - `stream_static_hits`, `stream_wide_hits`: the same over TCP (a reply there has no size
   limit, so it may differ from UDP's to the same bytes: kept apart);
-- `replies`: encoded wide IP replies by (name, type, EDNS class, client key), each with
-  the decision it encodes (sent again only while that decision is the one kept);
+- `client_hits`: the replies of wildcard wide IPs by (wide IP, type, EDNS class, client
+  key), without their question (any name below the wildcard gets it with its own question
+  put in), each with the kept decision it came from (`WideHit`); unsigned only (a signature
+  covers the name);
+- `replies`: encoded wide IP replies by (wide IP, or the name when signed, type, EDNS
+  class, client key), each with the decision it encodes (sent again only while that
+  decision is the one kept);
+- `negatives`: NXDOMAIN and NODATA answers by (parent name, type, EDNS class, size limit),
+  for every absent name below that parent (`dns.negative.Negative`);
 - `decisions`: the kept decisions themselves (`lb.cache.DecisionCache`), None when the
   node keeps none.
 
@@ -23,6 +30,11 @@ calls with what changed: records of the store (merged one by one or loaded in bu
 IPs whose health generation grew, or everything (the node becoming ready or not). Each
 change costs what it concerns (`lb.cache`'s fresh indexes), never the size of what is kept;
 a static reply depends on the config alone and so on none of them.
+
+Every dict is capped (the ``MAX_*`` below: when full it starts again), and none is keyed by
+a name the zones do not hold: a flood of random names (NXDOMAIN, NODATA, or names below a
+wildcard wide IP) is answered from `negatives` and `client_hits`, keyed by the parent and by
+the wide IP, so it keeps nothing per name (docs/performance.md, "Random names").
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import NamedTuple
 
+from gtmcluster.dns.negative import Negative
 from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.trace import Decision
 from gtmcluster.runtime.stats import Tally
@@ -44,6 +57,9 @@ MAX_WIDE_HITS = 250_000
 #: the same over TCP (fewer clients: resolvers come over TCP for what UDP truncated)
 MAX_STREAM_WIDE_HITS = 50_000
 
+#: negative answers kept at most (one per parent name, type, EDNS class and size limit)
+MAX_NEGATIVES = 10_000
+
 #: the counter labels of a reply (wide IP, type, rcode, method: `QueryStats.queries`)
 Counter = tuple[str, str, str, str]
 
@@ -51,7 +67,7 @@ Counter = tuple[str, str, str, str]
 class WideHit(NamedTuple):
     """A wide IP reply kept by its query's bytes and its client's address."""
 
-    reply: bytes  # the whole reply after the ID
+    reply: bytes  # the whole reply after the ID (in `client_hits`: without the question)
     entry: Entry  # the kept decision it came from
     until: float  # when its decision's time is up (the node's clock: `DecisionCache.clock`)
     renew_at: float  # when the signature it carries is due for renewal (the signer's clock)
@@ -63,7 +79,7 @@ class Encoded(NamedTuple):
     """A wide IP reply encoded from a kept decision (ID and flags filled in per query)."""
 
     decision: Decision  # the decision it encodes: reused only while this one is kept
-    reply: bytes
+    reply: bytes  # the header and what follows the question (the query's question goes between)
     counter: Counter
     tally: Tally
     renew_at: float  # when the signature it carries is due for renewal (inf: none)
@@ -79,7 +95,9 @@ class KeptReplies:
         self.wide_hits: dict[tuple[bytes, str], WideHit] = {}
         self.stream_static_hits: dict[bytes, tuple[bytes, Counter]] = {}
         self.stream_wide_hits: dict[tuple[bytes, str], WideHit] = {}
+        self.client_hits: dict[tuple[object, ...], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
+        self.negatives: dict[tuple[bytes, int, int, int], Negative] = {}
 
     def invalidate(
         self, *, keys: Collection[str] = (), wideips: Collection[str] = (), everything: bool = False
@@ -124,3 +142,15 @@ class KeptReplies:
             replies.clear()
         replies[key] = encoded
         return encoded
+
+    def keep_client(self, key: tuple[object, ...], hit: WideHit) -> None:
+        hits = self.client_hits
+        if len(hits) >= MAX_WIDE_HITS:
+            hits.clear()
+        hits[key] = hit
+
+    def keep_negative(self, key: tuple[bytes, int, int, int], negative: Negative) -> None:
+        negatives = self.negatives
+        if len(negatives) >= MAX_NEGATIVES:
+            negatives.clear()
+        negatives[key] = negative

@@ -214,3 +214,17 @@ def test_the_floor_echoes_the_id_and_rd_and_drops_what_is_no_query() -> None:
 def test_the_floor_never_fails_on_garbage(data: bytes) -> None:
     built = floor.build_reply(data, floor.zone_records())
     assert built is None or built[:2] == data[:2]
+
+
+def test_the_floor_answers_below_its_static_wildcard_and_says_what_the_zone_holds() -> None:
+    """With --names random the floor answers `*.apps` statically (as NSD does) and keeps no
+    reply for a name the zone does not hold (beyond its first few)."""
+    records = floor.zone_records()
+    names = {name for name, _ in records}
+    wild = floor.answer(lib.query(f"Xk3.{lib.APPS}", "A"), records, names)
+    assert wild is not None and not wild[1]
+    assert lib.parse_reply(wild[0]).addresses == tuple(a for _, _, a in lib.POOL)
+    nx = floor.answer(lib.query("nx1.bench.test", "A"), records, names)
+    assert nx is not None and not nx[1] and lib.parse_reply(nx[0]).rcode == "NXDOMAIN"
+    www = floor.answer(lib.query("www.bench.test", "A"), records, names)
+    assert www is not None and www[1]

@@ -257,7 +257,9 @@ def exchange(port: DNSPort, client: socket.socket, queries: list[bytes]) -> list
 
 def test_the_port_answers_kept_replies_as_the_fast_path(tmp_path: Path, bound: Any) -> None:
     """On a real socket the port's read loop sends, for every query (first seen, kept,
-    malformed), the bytes the general path gives; the repeats come from the kept replies."""
+    malformed), the bytes the general path gives; the repeats come from the kept replies,
+    but for a name the zone does not hold: never kept by its bytes, answered from its
+    parent's negative answer (`dns.negative`)."""
     sock, client = bound
     twins = Twins(tmp_path)
     port, _ = serve(twins, sock)
@@ -270,11 +272,15 @@ def test_the_port_answers_kept_replies_as_the_fast_path(tmp_path: Path, bound: A
     ]
     for round_ in range(4):
         if round_ == 3:
-            twins.fast.answer = refuse  # type: ignore[method-assign, assignment]
+            twins.general_path_off()
         replies = exchange(port, client, queries)
         assert replies == [twins.reference.responder.handle(q, source) for q in queries]
+    assert queries[3][2:] not in twins.fast.static_hits
+    twins.fast.answer = refuse  # type: ignore[method-assign, assignment]
+    assert exchange(port, client, queries[:3]) == [twins.reference.responder.handle(q, source) for q in queries[:3]]
     malformed = make_query("www.example.test")[:-3]
     twins.fast.answer = FastPath.answer.__get__(twins.fast)  # type: ignore[method-assign]
+    del twins.fast.responder.answer  # (the general path back)
     assert exchange(port, client, [malformed]) == [twins.reference.responder.handle(malformed, source)]
     port.stopListening()
 
@@ -381,13 +387,14 @@ def test_tcp_replies_are_kept_by_their_bytes_apart_from_udps(tmp_path: Path) -> 
         make_query(WIDEIP, ecs=(1, 24, bytes([203, 0, 113]))),
         make_query("www.example.test", edns=True),
         make_query("big.example.test", 16),
-        make_query("nothing.example.test"),
     ]
     for _ in range(2):
-        for query in queries:
+        for query in queries + [make_query("nothing.example.test")]:
             ask_stream(twins, query, source)
     assert not twins.fast.static_hits and not twins.fast.wide_hits
-    assert len(twins.fast.stream_static_hits) == 3 and len(twins.fast.stream_wide_hits) == 2
+    # (an absent name is answered from the negative answer kept for its parent, never kept
+    # by its bytes: tests/unit/test_random_names.py)
+    assert len(twins.fast.stream_static_hits) == 2 and len(twins.fast.stream_wide_hits) == 2
     answer, cached = twins.fast.answer, twins.node.cached
     twins.fast.answer = refuse  # type: ignore[method-assign, assignment]
     twins.node.cached = refuse  # type: ignore[method-assign, assignment]

@@ -7,9 +7,11 @@ health), or all of them; the node feeds every change through it (`Node.kept`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from gtmcluster.dns import kept
-from gtmcluster.dns.kept import KeptReplies
+from gtmcluster.dns.kept import KeptReplies, WideHit
+from gtmcluster.dns.negative import Negative
 from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.trace import Action, Decision
 from gtmcluster.state.record import Record
@@ -67,6 +69,14 @@ def test_what_is_kept_is_bounded() -> None:
     for i in range(kept.MAX_TEMPLATES + 1):
         replies.keep_template((b"q%d" % i, 0, 512), (b"r", 0, counter))
     assert len(replies.templates) == 1
+    negative = cast(Negative, object())
+    for i in range(kept.MAX_NEGATIVES + 1):
+        replies.keep_negative((b"p%d" % i, 1, 0, 512), negative)
+    assert len(replies.negatives) == 1
+    hit = cast(WideHit, object())
+    for i in range(kept.MAX_WIDE_HITS + 1):
+        replies.keep_client(("w", 1, 0, str(i)), hit)
+    assert len(replies.client_hits) == 1
 
 
 def test_the_node_feeds_its_changes_to_the_responders_store(tmp_path: Path) -> None:
