@@ -389,7 +389,7 @@ def test_tcp_replies_are_kept_by_their_bytes_apart_from_udps(tmp_path: Path) -> 
         make_query("big.example.test", 16),
     ]
     for _ in range(2):
-        for query in queries + [make_query("nothing.example.test")]:
+        for query in [*queries, make_query("nothing.example.test")]:
             ask_stream(twins, query, source)
     assert not twins.fast.static_hits and not twins.fast.wide_hits
     # (an absent name is answered from the negative answer kept for its parent, never kept
