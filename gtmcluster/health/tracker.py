@@ -304,20 +304,19 @@ class HealthTracker:
         self._kick()
         return self._snapshot
 
-    def _weakened(self, before: frozenset[str] | None, after: frozenset[str] | None) -> Iterable[str] | bool:
-        """The servers a change of the counted observers from *before* to *after* may take
-        out (True: any): those a leaving observer sees up, those a joining one sees down."""
-        if before is None or after is None:
-            return True
-        left, joined = before - after, after - before
-        if not (left or joined):
-            return False
-        raw = self.store.raw
+    def _weakened(self, before: frozenset[str] | None, after: frozenset[str] | None) -> list[str]:
+        """The servers a change of the counted observers from *before* to *after* (None:
+        every one) may take out: those an observer that stops counting sees up, those one
+        that starts counting sees down. (One look at each server's verdicts: a peer joining
+        or leaving concerns every server.)"""
+        if before == after:
+            return []
+        children = self.store.children
         out = []
         for name in self.config.virtual_servers:
-            for observer in (*left, *joined):
-                record = raw(keys.observation("vs", name, observer))
-                if record is not None and _says_up(record) is (observer in left):
+            for record in children(keys.observations("vs", name)):
+                counted = before is None or record.origin in before
+                if counted != (after is None or record.origin in after) and _says_up(record) is counted:
                     out.append(name)
                     break
         return out
