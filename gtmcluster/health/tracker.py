@@ -411,7 +411,10 @@ class HealthTracker:
     def _scheduled_flush(self) -> None:
         self._scheduled = False
         now = self.clock()
-        turn = now - self._kicked_at  # how long the reactor took to come back: a turn
+        # how long the reactor took to come back (a turn), as the next turns' length; one
+        # longer than the bound leaves counts as that: a slow turn does not make the next
+        # one evaluate everything waiting
+        turn = min(now - self._kicked_at, STALE - AIM)
         self._flush(SLICE, self._planned(now, turn), now + turn - AIM)
         self._kick()
 
