@@ -226,6 +226,8 @@ class Run:
         out["client"] = self.client.figures(begun, ended).as_dict()
         lag = self.scrape()
         out["stall_ms"] = round(lag.max_since_scrape * 1000, 1) if lag else None
+        if lag is not None and lag.health_wait is not None:
+            out["health_wait_ms"] = round(lag.health_wait * 1000, 1)  # since the start
         if lag is not None and (self.lag_before is not None or not scrape_first):
             out["stalls_over_50ms"] = round(lag.over() - (self.lag_before.over() if self.lag_before else 0))
         else:
@@ -363,6 +365,8 @@ class Run:
         out["down_s"] = round(spawned - stopped_at + (answered or 0), 2)
         lag = self.scrape() if answered is not None else None
         out["stall_ms"] = round(lag.max_since_start * 1000, 1) if lag else None
+        if lag is not None and lag.health_wait is not None:
+            out["health_wait_ms"] = round(lag.health_wait * 1000, 1)  # since the restart
         out["stalls_over_50ms"] = round(lag.over()) if lag else None
         out["load_average"] = os.getloadavg()[0]
         say(f"reconcile: {brief(out)}")

@@ -157,6 +157,8 @@ class Member:
                     lag.buckets[sample.labels["le"]] = sample.value
                 elif sample.name == "gtm_reactor_lag_seconds_count":
                     lag.count = sample.value
+                elif sample.name == "gtm_health_urgent_longest_wait_seconds":
+                    lag.health_wait = sample.value
         return lag
 
 
@@ -169,6 +171,9 @@ class Lag:
     max_since_scrape: float = 0.0
     count: float = 0.0
     buckets: dict[str, float] = field(default_factory=dict)
+    #: the longest an urgent health change waited for its evaluation since the start
+    #: (None: a node without the figure)
+    health_wait: float | None = None
 
     def over(self, bound: str = "0.05") -> float:
         """Calls later than *bound* seconds (a histogram bucket's upper bound)."""

@@ -14,13 +14,14 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
 from gtmcluster.config.changes import Changes
-from gtmcluster.config.model import Config, Member, WideIP, servers_of
+from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import PER_TURN, Transfers
 from gtmcluster.dnssec.answers import zone_signing
+from gtmcluster.health.index import HealthIndex, index_of
 from gtmcluster.health.status import record_keys
-from gtmcluster.health.tracker import HealthIndex, HealthTracker, index_of
+from gtmcluster.health.tracker import HealthTracker
 from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.context import Availability, Client, PersistenceView, Rotations
 from gtmcluster.lb.engine import Balancer
@@ -127,9 +128,9 @@ class Node:
         # availability (tests may pass another availability, read at every query).
         cache = None
         if self.availability is self.health:
-            cache = DecisionCache(
-                self.store.raw, self.clock, self._health_of, stats=self.stats, settled=self._health_settled
-            )
+            # (a health generation grows only in the tracker's scheduled turns, which end the
+            # fresh marks of the wide IPs concerned: a change not yet evaluated ends nothing)
+            cache = DecisionCache(self.store.raw, self.clock, self._health_of, stats=self.stats)
         kept = KeptReplies(cache)
         responder = Responder(
             config.zones,
@@ -171,7 +172,6 @@ class Node:
         self.config = config
         self._wideips_of = config.wideips_of
         self._wideip_health: dict[str, int] = {}
-        self._servers_of: dict[str, frozenset[str]] = {}  # filled as wide IPs are asked
         self.member: Member = built.member
         self.measurements = built.measurements
         budget = built.probe_budget
@@ -232,7 +232,7 @@ class Node:
         """
         cache = self.cache if key is not None else None
         started = time.perf_counter()
-        health = self._health_of(wideip.name, wideip)
+        health = self._health_of(wideip.name)
         if cache is None:
             decision = self.balancer.decide(wideip, qtype, client)
         else:
@@ -253,32 +253,12 @@ class Node:
             self.stats.answered[tally(wideip.name, decision)] += 1
         return self._carry_out(decision)
 
-    def _health_of(self, wideip: str, definition: WideIP | None = None) -> int:
+    def _health_of(self, wideip: str) -> int:
         """The wide IP's health generation: grows whenever a server of its pools starts or
-        stops being available or serving (changes of its servers not yet evaluated are
-        evaluated first: `HealthTracker.catch_up`)."""
-        servers = self._servers_of.get(wideip)
-        if servers is None:
-            servers = self._servers_of[wideip] = self._servers_of_wideip(wideip, definition)
-        self.health.catch_up(servers)
+        stops being available or serving. It reads what the tracker has evaluated so far,
+        evaluating nothing: the tracker's turns keep that within `health.tracker.STALE` of
+        the store for what may take a server out."""
         return self._wideip_health.get(wideip, 0)
-
-    def _servers_of_wideip(self, name: str, wideip: WideIP | None) -> frozenset[str]:
-        """The servers an answer for wide IP *name* may name (its pools' members and its
-        last resort's), and those they depend on."""
-        if wideip is None:  # (a kept decision checked after a reload: rare)
-            wideip = next((w for w in self.config.wideips.values() if w.name == name), None)
-        if wideip is None:
-            return frozenset()
-        servers = set(servers_of(wideip))
-        todo = list(servers)
-        while todo:  # and what they depend on, however deep
-            vs = self.config.virtual_servers.get(todo.pop())
-            for needed in vs.depends_on if vs is not None else ():
-                if needed not in servers:
-                    servers.add(needed)
-                    todo.append(needed)
-        return frozenset(servers)
 
     def _standing_changed(self, servers: Iterable[str]) -> None:
         wideips_of = self._wideips_of
@@ -292,10 +272,6 @@ class Node:
         for wideip in names:
             generations[wideip] = generations.get(wideip, 0) + 1
         self.kept.invalidate(wideips=names)
-
-    def _health_settled(self) -> bool:
-        """Whether no health change waits to be evaluated (see `lb.cache`)."""
-        return not self.health.pending
 
     def _store_changed(self, record: Record) -> None:
         self.kept.invalidate(keys=(record.key,))

@@ -23,7 +23,7 @@ from gtmcluster.groupconfig import shared
 from gtmcluster.probe.base import IcmpUnavailable
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
 from gtmcluster.probe.kinds import needs_pinger
-from gtmcluster.runtime import private, sockets
+from gtmcluster.runtime import heap, private, sockets
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
 
@@ -150,7 +150,7 @@ def makeService(options: Options) -> Any:
     raise_open_files(needed_open_files(options.loaded, options["node"]))
     threads: Any = reactor  # IReactorThreads, which the typed global reactor does not declare
 
-    return make_service(
+    service = make_service(
         options.loaded,
         options["node"],
         reactor,
@@ -166,3 +166,10 @@ def makeService(options: Options) -> Any:
         NodeLog(options.loaded.log_dir, options["node"], reactor.seconds, call_from_thread=threads.callFromThread),
         options.start,
     )
+    # What is alive now (the config, the node, the state it loaded) lives as long as the
+    # process: collected once and frozen out of the collector's reach before the first
+    # answer. Else the first collections after the start examine the config's million
+    # objects, built with the collector paused and so all in its youngest generation: at
+    # 5,000 servers three collections of 73, 55 and 125 ms in the first second of answers.
+    heap.collect_and_freeze()
+    return service

@@ -367,6 +367,21 @@ def kept_decisions(scrape: Scrape) -> Iterator[Metric | None]:
     yield GaugeMetricFamily("gtm_kept_decisions", "decisions kept for reuse", value=len(cache))
 
 
+def health_evaluation(scrape: Scrape) -> Iterator[Metric | None]:
+    """Health changes waiting to be evaluated, and the longest an urgent one waited (the
+    bound is `health.tracker.STALE`)."""
+    health = scrape.node.health
+    yield GaugeMetricFamily("gtm_health_pending", "servers and links waiting to be evaluated", value=health.pending)
+    yield GaugeMetricFamily(
+        "gtm_health_urgent", "servers waiting to be evaluated that may go out (urgent)", value=health.urgent
+    )
+    yield GaugeMetricFamily(
+        "gtm_health_urgent_longest_wait_seconds",
+        "the longest an urgent change waited for its evaluation since the start (answers use what is evaluated)",
+        value=health.longest_wait,
+    )
+
+
 def answering_workers(scrape: Scrape) -> Iterator[Metric | None]:
     """The answering worker processes (none without them)."""
     workers = scrape.service.workers
@@ -475,6 +490,7 @@ FAMILIES: tuple[Families, ...] = (
     peer_admission,
     store,
     kept_decisions,
+    health_evaluation,
     answering_workers,
     garbage_collection,
     api,

@@ -10,16 +10,26 @@ balancer's to apply: the tracker keeps them in the snapshot (`HealthSnapshot.adm
 tells its `wideip_listeners` which wide IPs they concern, so only those wide IPs' kept
 decisions end. Dirty subjects
 are evaluated once (`health.status`: each reads its own records only) when the tracker
-flushes: on the next reactor turn when the node gave it a `schedule` (so a reconcile that
-merges a hundred verdicts in one turn evaluates each server once), at once without one
-(tests, tools), and in any case before anyone reads the snapshot, so readers never see it
-behind the store. A link whose state changed marks the servers bound to it; a server whose
-status changed marks the servers that depend on it. One verdict change thus costs the
+flushes: with a `schedule` (the node's), on the reactor's next turns, a bounded number a turn
+and never inside a DNS read (the answer path reads what is evaluated so far); without one
+(tests, tools) at once. A link whose state changed marks the servers bound to it; a server
+whose status changed marks the servers that depend on it. One verdict change thus costs the
 evaluation of its subject (and of what hangs on it), never a walk over the config.
 
+**How old a verdict an answer uses may be.** A mark that may take a server out (a verdict
+that is not "up", one that lapsed, an admin state, a hold, a link's, a server it depends on
+stopping, an observer whose "up" stops counting) is *urgent*: urgent marks are evaluated
+first, in the order they came, at a rate planned from the length of the last turns so that
+each is evaluated within `AIM` of its coming (more than a `SLICE` a turn only when that
+needs it). So an answer never names a server whose down verdict the store has held longer
+than `STALE` (250 ms), as long as a reactor turn takes under `STALE - AIM`. Other marks
+(a verdict of "up", an observer joining with "up" verdicts, a reload's changed servers
+that stayed in) come after, a `SLICE` a turn, oldest first.
+
 A change of the observers whose verdicts count (a peer connecting or leaving: see
-`observers_changed`) and a new config re-evaluate everything: every subject has verdicts
-from every observer.
+`observers_changed`) re-evaluates everything (every subject has verdicts from every
+observer), urgently only the servers that observer's verdict may take out: those it saw up,
+when it leaves, and those it sees down, when it joins.
 
 On each change of a virtual server or link the tracker logs a structured event (from, to,
 reason, observer). Two changes have effects:
@@ -33,14 +43,15 @@ It is also the `Availability` the balancer asks (delegating to the current snaps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 
 from twisted.logger import Logger
 
 from gtmcluster.config.changes import Changes, between
 from gtmcluster.config.model import Config, VirtualServer
+from gtmcluster.health.index import HealthIndex, index_of
 from gtmcluster.health.status import (
     HealthSnapshot,
     Observed,
@@ -60,15 +71,20 @@ log = Logger()
 WATCHED = (keys.OBS, keys.ADMIN, keys.HELD_VS, keys.TRAFFIC_LINK)
 #: how often (seconds) ramps that ended are dropped (a ramp's end needs no evaluation)
 RAMP_SWEEP = 1.0
-#: with a schedule, subjects evaluated at most per reactor turn (or per read of the
-#: snapshot, or per answer that finds some not evaluated yet): a change that touches
-#: everything (a peer leaving, a data center down, with 5,000 servers) is spread over
-#: turns of a few milliseconds (an evaluation at 5 members is 40-60 us: 500 a turn held
-#: the reactor 30-50 ms, and each answer as long, in an outage of 2,500 servers; an
-#: evaluation that changes a server's standing costs more, its wide IPs told: 100 such
-#: took 25-32 ms a turn), and readers meanwhile see each server either as it was or as it
-#: is now
+#: with a schedule, subjects evaluated per reactor turn (or per read of the snapshot) while
+#: no urgent mark needs more to be in time: a change that touches everything (a peer
+#: leaving, a data center down, with 5,000 servers) is spread over turns of a few
+#: milliseconds (an evaluation at 5 members is 40-60 us: 500 a turn held the reactor
+#: 30-50 ms; an evaluation that changes a server's standing costs more, its wide IPs
+#: told: 100 such took 25-32 ms a turn), and readers meanwhile see each server either as
+#: it was or as it is now
 SLICE = 50
+#: the oldest an urgent mark (a verdict that may take a server out) may be when an answer
+#: is made (seconds): the node's bound beside the failover bound (README, "Failover time")
+STALE = 0.25
+#: an urgent mark is planned to be evaluated this long after it came; the rest of `STALE`
+#: is for the turn that runs late (the node's stall target is 50 ms)
+AIM = 0.2
 
 Schedule = Callable[[Callable[[], None]], object]
 
@@ -90,6 +106,8 @@ class HealthTracker:
         #: tracker flushes at once on every change
         self.schedule = schedule
         self._scheduled = False
+        #: when the pending turn was asked for (its length, when it runs, plans the rate)
+        self._kicked_at = 0.0
         self._vs: dict[str, VsStatus] = {}
         self._links: dict[str, Observed] = {}
         self._ramps: dict[str, tuple[float, float]] = {}
@@ -103,9 +121,14 @@ class HealthTracker:
             MappingProxyType(self._ramps),
             MappingProxyType(self._admin),
         )
-        #: subjects to evaluate (dicts as ordered sets)
-        self._dirty_vs: dict[str, None] = {}
-        self._dirty_links: dict[str, None] = {}
+        #: subjects to evaluate, with when each was marked (in the order they came); the
+        #: urgent servers (see the module's doc) are in both dicts, with their first urgent mark
+        self._dirty_vs: dict[str, float] = {}
+        self._urgent_vs: dict[str, float] = {}
+        self._dirty_links: dict[str, float] = {}
+        #: the longest an urgent mark waited, when evaluated (seconds: a figure for tests,
+        #: benchmarks and /metrics)
+        self.longest_wait = 0.0
         self._flushing = False
         self._quiet = False  # the first evaluation: no events
         self._observers: Callable[[], frozenset[str]] | None = None
@@ -124,7 +147,7 @@ class HealthTracker:
         self.wideip_listeners: list[Callable[[list[str]], object]] = []
         self._index(config)
         self._read_admin()
-        self._all_dirty()
+        self._all_dirty(urgent=True)
         self._quiet = True
         try:
             self._flush(None)
@@ -153,9 +176,26 @@ class HealthTracker:
         pool = name.partition("/")[0] if level == "member" else name
         return list(self._using_pool.get(pool, ()))
 
-    def _all_dirty(self) -> None:
-        self._dirty_links.update(dict.fromkeys(self.config.links))
-        self._dirty_vs.update(dict.fromkeys(self.config.virtual_servers))
+    def _all_dirty(self, urgent: Iterable[str] | bool) -> None:
+        """Mark every link and server, the *urgent* ones (True: all) urgently."""
+        now = self.clock()
+        for name in self.config.links:
+            self._dirty_links.setdefault(name, now)
+        self._mark(self.config.virtual_servers, now, urgent is True)
+        if urgent is not True and urgent is not False:
+            self._mark(urgent, now, True)
+
+    def _mark(self, names: Iterable[str], since: float, urgent: bool) -> None:
+        """Mark the servers *names* dirty (urgently, when *urgent*) as of *since*."""
+        dirty = self._dirty_vs
+        for name in names:
+            if name not in dirty:
+                dirty[name] = since
+        if urgent:
+            marked = self._urgent_vs
+            for name in names:
+                if name not in marked:
+                    marked[name] = since
 
     # -- what readers see ---------------------------------------------------------------------
 
@@ -177,27 +217,18 @@ class HealthTracker:
         """Evaluate every change now, however many (before the node answers at all)."""
         self._flush(None)
 
-    def catch_up(self, servers: Collection[str] | None = None) -> None:
-        """Evaluate changes not yet evaluated (as a read of the snapshot does); with a
-        schedule and *servers* (those an answer may name), only the dirty links and those
-        of *servers* that are dirty (and the servers they depend on): an answer needs no
-        more, and the scheduled flushes take the rest a slice per turn. (Up to a slice at
-        every answer held the reactor 30-90 ms a read of the DNS socket in an outage.)"""
-        if not (self._dirty_vs or self._dirty_links):
-            return
-        if self.schedule is None or servers is None:
-            self._flush(None if self.schedule is None else SLICE)
-        elif self._dirty_links or not self._dirty_vs.keys().isdisjoint(servers):
-            self._flush(None, servers)
-
     @property
     def pending(self) -> int:
         """Subjects waiting to be evaluated."""
         return len(self._dirty_vs) + len(self._dirty_links)
 
-    # Availability, as the balancer asks it: with a schedule, as evaluated so far (an answer
-    # has caught up with its wide IP's servers first: `catch_up`; a read here must not
-    # evaluate a slice of others at every server a decision looks at)
+    @property
+    def urgent(self) -> int:
+        """Servers waiting to be evaluated that may go out (see the module's doc)."""
+        return len(self._urgent_vs)
+
+    # Availability, as the balancer asks it: with a schedule, as evaluated so far (the
+    # scheduled turns keep it within `STALE` of the store; an answer evaluates nothing)
     def _current(self) -> HealthSnapshot:
         if self.schedule is None and (self._dirty_vs or self._dirty_links):
             self._flush(None)
@@ -243,11 +274,15 @@ class HealthTracker:
             del self._vs[name]
             self._ramps.pop(name, None)
             self._dirty_vs.pop(name, None)
+            self._urgent_vs.pop(name, None)
         for name in [n for n in self._links if n not in config.links]:
             del self._links[name]
             self._dirty_links.pop(name, None)
-        self._dirty_links.update((name, None) for name in changes.links if name in config.links)
-        self._dirty_vs.update((name, None) for name in changes.virtual_servers if name in config.virtual_servers)
+        now = self.clock()
+        for name in changes.links:
+            if name in config.links:
+                self._dirty_links.setdefault(name, now)
+        self._mark([n for n in changes.virtual_servers if n in config.virtual_servers], now, False)
         self._generation += 1
         self._flush(None if self.schedule is None else SLICE)
         self._kick()
@@ -261,12 +296,30 @@ class HealthTracker:
 
     def refresh(self) -> HealthSnapshot:
         """Re-evaluate everything (with a schedule: the first `SLICE` now, the rest in the
-        next turns)."""
+        next turns; urgently those a change of the observers may take out)."""
+        before = self._counted
         self._counted = self.observers() if self.observers is not None else None
-        self._all_dirty()
+        self._all_dirty(self._weakened(before, self._counted))
         self._flush(None if self.schedule is None else SLICE)
         self._kick()
         return self._snapshot
+
+    def _weakened(self, before: frozenset[str] | None, after: frozenset[str] | None) -> list[str]:
+        """The servers a change of the counted observers from *before* to *after* (None:
+        every one) may take out: those an observer that stops counting sees up, those one
+        that starts counting sees down. (One look at each server's verdicts: a peer joining
+        or leaving concerns every server.)"""
+        if before == after:
+            return []
+        children = self.store.children
+        out = []
+        for name in self.config.virtual_servers:
+            for record in children(keys.observations("vs", name)):
+                counted = before is None or record.origin in before
+                if counted != (after is None or record.origin in after) and _says_up(record) is counted:
+                    out.append(name)
+                    break
+        return out
 
     def _changed(self, record: Record) -> None:
         key = record.key
@@ -275,14 +328,27 @@ class HealthTracker:
         observed = keys.observed(key)
         if observed is not None:
             subject, name = observed
-            if name not in (self.config.virtual_servers if subject == "vs" else self.config.links):
-                return
-            (self._dirty_vs if subject == "vs" else self._dirty_links)[name] = None
+            if subject != "vs":
+                if name not in self.config.links:
+                    return
+                if name not in self._dirty_links:
+                    self._dirty_links[name] = self.clock()
+            else:
+                if name not in self.config.virtual_servers:
+                    return
+                now = self.clock()
+                if name not in self._dirty_vs:
+                    self._dirty_vs[name] = now
+                # a verdict that is not "up", or one that lapsed (the store holds it no
+                # more), may take the server out
+                if name not in self._urgent_vs and (not _says_up(record) or self.store.raw(key) is not record):
+                    self._urgent_vs[name] = now
         elif (traffic := keys.traffic_link(key)) is not None:
             link = self.config.links.get(traffic)
             if link is None or link.max_utilisation is None:
                 return  # a figure that decides nothing about availability
-            self._dirty_links[traffic] = None
+            if traffic not in self._dirty_links:
+                self._dirty_links[traffic] = self.clock()
         else:
             parsed = admin.parse_key(key)
             if parsed is None:
@@ -302,7 +368,7 @@ class HealthTracker:
                 return
             if not servers:
                 return
-            self._dirty_vs.update(dict.fromkeys(servers))
+            self._mark(servers, self.clock(), True)  # an admin state or a hold, either way
         if self.schedule is None:
             self._flush(None)
         else:
@@ -339,20 +405,38 @@ class HealthTracker:
         """Have the next reactor turn evaluate what is dirty (with a schedule)."""
         if self.schedule is not None and not self._scheduled and (self._dirty_vs or self._dirty_links):
             self._scheduled = True
+            self._kicked_at = self.clock()
             self.schedule(self._scheduled_flush)
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False
-        self._flush(SLICE)
+        now = self.clock()
+        # how long the reactor took to come back (a turn), as the next turns' length; one
+        # longer than the bound leaves counts as that: a slow turn does not make the next
+        # one evaluate everything waiting
+        turn = min(now - self._kicked_at, STALE - AIM)
+        self._flush(SLICE, self._planned(now, turn), now + turn - AIM)
         self._kick()
+
+    def _planned(self, now: float, turn: float) -> int:
+        """Urgent marks to evaluate this turn: enough that all those waiting are done by
+        the oldest one's aim if the next turns are as long as this one, a `SLICE` at least."""
+        urgent = self._urgent_vs
+        if not urgent:
+            return SLICE
+        left = next(iter(urgent.values())) + AIM - now  # (about the oldest: see `_flush`)
+        if left <= turn:
+            return len(urgent)
+        return max(SLICE, math.ceil(len(urgent) * turn / left))
 
     # -- evaluation -----------------------------------------------------------------------------
 
-    def _flush(self, budget: int | None, only: Collection[str] | None = None) -> None:
-        """Evaluate the dirty subjects (at most *budget* of them, None: all), links first,
-        and what hangs on those that changed. Records written while reacting (held
-        servers) are evaluated in the same flush. With *only*, the dirty links and the
-        dirty servers among *only*."""
+    def _flush(self, budget: int | None, urgent: int | None = None, due: float = float("-inf")) -> None:
+        """Evaluate the dirty subjects, links first, then the urgent servers, then the
+        rest, each in the order they came, and what hangs on those that changed: at most
+        *budget* evaluations (None: all), or *urgent* (more) while urgent marks wait, and
+        every urgent mark made at *due* or before however many. Records written while
+        reacting (held servers) are evaluated in the same flush."""
         if self._flushing:
             return
         self._flushing = True
@@ -360,37 +444,39 @@ class HealthTracker:
             now = self.clock()
             counted = self._counted
             config = self.config
+            dirty, marked, links = self._dirty_vs, self._urgent_vs, self._dirty_links
             standing_changed: list[str] = []
-            left = -1 if budget is None else budget
-            # *only* is walked round from where the last look stopped, not from its start:
-            # a wide IP's hundreds of servers cost one pass, not one pass per server; a whole
-            # round without a dirty one ends the flush (one evaluated may dirty another)
-            wanted = list(only) if only is not None else []
-            cursor = 0
-            while (self._dirty_links or self._dirty_vs) and left != 0:
-                if self._dirty_links:
-                    name = next(iter(self._dirty_links))
-                    del self._dirty_links[name]
-                    self._evaluate_link(name, counted)
-                else:
-                    if only is None:
-                        name = next(iter(self._dirty_vs))
-                    else:
-                        found = None
-                        for _ in range(len(wanted)):
-                            candidate = wanted[cursor]
-                            cursor = (cursor + 1) % len(wanted)
-                            if candidate in self._dirty_vs:
-                                found = candidate
-                                break
-                        if found is None:
-                            break
-                        name = found
-                    del self._dirty_vs[name]
+            limit = -1 if budget is None else budget
+            first = limit if urgent is None or budget is None else max(budget, urgent)
+            done = 0
+            # (marks made in a flush, of the servers hanging on one evaluated, carry that
+            # one's time and come last: the urgent dict is in the order of its marks, about
+            # the order of their times)
+            while links or dirty:
+                if links:
+                    if 0 <= first <= done:
+                        break
+                    name = next(iter(links))
+                    self._evaluate_link(name, counted, links.pop(name))
+                elif marked:
+                    name, since = next(iter(marked.items()))
+                    if 0 <= first <= done and since > due:
+                        break
+                    del marked[name]
+                    dirty.pop(name, None)
+                    self.longest_wait = max(self.longest_wait, now - since)
                     vs = config.virtual_servers.get(name)
-                    if vs is not None and self._evaluate_vs(vs, counted, now):
+                    if vs is not None and self._evaluate_vs(vs, counted, now, since):
                         standing_changed.append(name)
-                left -= 1
+                else:
+                    if 0 <= limit <= done:
+                        break
+                    name = next(iter(dirty))
+                    since = dirty.pop(name)
+                    vs = config.virtual_servers.get(name)
+                    if vs is not None and self._evaluate_vs(vs, counted, now, since):
+                        standing_changed.append(name)
+                done += 1
             if standing_changed:
                 self._generation += 1
                 for listener in self.standing_listeners:
@@ -402,7 +488,7 @@ class HealthTracker:
         finally:
             self._flushing = False
 
-    def _evaluate_link(self, name: str, counted: frozenset[str] | None) -> None:
+    def _evaluate_link(self, name: str, counted: frozenset[str] | None, since: float) -> None:
         link = self.config.links.get(name)
         if link is None:
             return
@@ -412,7 +498,7 @@ class HealthTracker:
         if old == new:
             return
         self._links[name] = new
-        self._dirty_vs.update(dict.fromkeys(self._on_link.get(name, ())))
+        self._mark(self._on_link.get(name, ()), since, True)
         if old is not None and old.state != new.state and not self._quiet:
             log.info(
                 "link {link} {old} -> {new}: {reason}",
@@ -432,15 +518,16 @@ class HealthTracker:
                 event="link_utilisation",
             )
 
-    def _evaluate_vs(self, vs: VirtualServer, counted: frozenset[str] | None, now: float) -> bool:
-        """Evaluate *vs*; True when its availability or serving changed."""
+    def _evaluate_vs(self, vs: VirtualServer, counted: frozenset[str] | None, now: float, since: float) -> bool:
+        """Evaluate *vs* (marked at *since*); True when its availability or serving changed."""
         self.evaluations += 1
         new = vs_status(vs, self.store, self._links, self._dependency, counted)
         old = self._vs.get(vs.name)
         if old == new:
             return False
         self._vs[vs.name] = new
-        self._dirty_vs.update(dict.fromkeys(self._dependants.get(vs.name, ())))
+        # (one that stops serving may take out those depending on it)
+        self._mark(self._dependants.get(vs.name, ()), since, old is None or (old.serving and not new.serving))
         if old is None:
             return True
         if not self._quiet:
@@ -478,40 +565,13 @@ class HealthTracker:
             self._ramps[vs.name] = (now, now + vs.slow_start)
 
 
+def _says_up(record: Record) -> bool:
+    """Whether *record* is a verdict of "up" (one of another shape counts for nothing)."""
+    value = record.value
+    return isinstance(value, Mapping) and bool(value.get("up"))
+
+
 def _word(status: VsStatus) -> str:
     if status.available:
         return "available"
     return "draining" if status.serving else "unavailable"
-
-
-@dataclass(frozen=True)
-class HealthIndex:
-    """Who hangs on whom in a config: the servers bound to each link, in each data center,
-    depending on each server; the wide IPs using each pool."""
-
-    on_link: dict[str, list[str]]
-    in_dc: dict[str, list[str]]
-    dependants: dict[str, list[str]]
-    using_pool: dict[str, list[str]]
-    wideip_names: frozenset[str]
-
-
-def index_of(config: Config) -> HealthIndex:
-    """The `HealthIndex` of *config* (a reload makes it before its switch: 12 ms at 5,000
-    servers and 2,000 wide IPs)."""
-    on_link: dict[str, list[str]] = {}
-    in_dc: dict[str, list[str]] = {}
-    dependants: dict[str, list[str]] = {}
-    for vs in config.virtual_servers.values():
-        in_dc.setdefault(vs.datacenter, []).append(vs.name)
-        if vs.link is not None:
-            on_link.setdefault(vs.link.name, []).append(vs.name)
-        for dep in vs.depends_on:
-            dependants.setdefault(dep, []).append(vs.name)
-    using: dict[str, list[str]] = {}
-    for wideip in config.wideips.values():
-        for ref in (*wideip.pools, *((wideip.last_resort,) if wideip.last_resort else ())):
-            users = using.setdefault(ref.pool.name, [])
-            if wideip.name not in users:
-                users.append(wideip.name)
-    return HealthIndex(on_link, in_dc, dependants, using, frozenset(w.name for w in config.wideips.values()))

@@ -13,7 +13,10 @@ price: a reference cycle that is alive when frozen and becomes garbage later is 
 collected. So the node freezes rarely, at moments when nearly everything alive is
 long-lived state:
 
-- after the snapshot is loaded at start (`freeze_now`), and while its path records load
+- at start, once the node is built, before its first answer (`collect_and_freeze`, from
+  the tap: the config was built with the collector paused, so its objects are all in the
+  youngest generation, and the first collections after the start examined them all);
+  after the snapshot is loaded at start (`freeze_now`), and while its path records load
   after the node answers, every few thousand rows (`collect_and_freeze`);
 - after a full collection that took more than `SLOW` of CPU time (it has just removed
   every cycle that was garbage, and what it examined cost that much, so the next one would

@@ -102,7 +102,7 @@ def test_a_datacenter_change_evaluates_only_its_servers_and_keeps_other_wideips_
     ask(node, "plain.example.test")
     before = node.health.evaluations
     set_state(node, "datacenter", "DC1", "disable")
-    node.health.catch_up()
+    node.health.settle()
     assert node.health.evaluations - before == 2
     assert node.cached(wip(node, "other.example.test"), A, R1) is not None
     assert node.cached(wip(node, "plain.example.test"), A, R1) is None

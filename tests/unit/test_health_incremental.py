@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +13,6 @@ from gtmcluster.config.model import Config
 from gtmcluster.health import tracker as tracker_module
 from gtmcluster.health.status import evaluate
 from gtmcluster.health.tracker import HealthTracker
-from gtmcluster.lb.context import Client
-from gtmcluster.node import Node
 from gtmcluster.state.record import Record, Version
 from gtmcluster.state.store import Store
 from tests.support import configs
@@ -220,78 +216,3 @@ def test_a_reload_evaluates_only_what_it_changed(tmp_path: Path) -> None:
     tracker.reconfigure(load_config(tmp_path, changed))
     assert evaluated() == 1
     assert not tracker.snapshot.vs["s5"].serving
-
-
-def test_an_answer_catches_up_with_its_own_servers_only(tmp_path: Path) -> None:
-    """1,000 servers changed and not evaluated yet (an outage): an answer evaluates the
-    dirty ones it may name and no other (the scheduled turns take the rest), sees them as
-    they are now, and reading availability for its decision evaluates nothing more."""
-    tracker, store, reactor, evaluated = _counting(tmp_path, 1000)
-    for i in range(1000):
-        observe(store, "vs", f"s{i}", "n1", False)
-    assert tracker.pending == 1000 and evaluated() == 0
-    tracker.catch_up(frozenset({"s5", "s6", "not-a-server"}))
-    assert evaluated() == 2
-    assert not tracker.vs_up(tracker.config.virtual_servers["s5"])
-    assert tracker.vs_up(tracker.config.virtual_servers["s7"])  # as evaluated so far
-    assert evaluated() == 2 and tracker.pending == 998
-    tracker.catch_up(frozenset({"s5"}))  # nothing of its own left: nothing evaluated
-    assert evaluated() == 2
-    reactor.advance(0)
-    assert tracker.pending == 0 and not tracker.vs_up(tracker.config.virtual_servers["s7"])
-
-
-class _CountingDirty(dict[str, None]):
-    """The tracker's dirty servers, counting how often one is looked up."""
-
-    lookups = 0
-
-    def __contains__(self, key: object) -> bool:
-        type(self).lookups += 1
-        return super().__contains__(key)
-
-
-def test_catching_up_with_a_big_wide_ip_looks_at_each_server_about_once(tmp_path: Path) -> None:
-    """An answer whose wide IP may name 2,000 servers, all changed (an outage), catches up
-    with all of them in one walk of its servers: some 2,000 lookups of what is dirty, not one
-    walk of the servers per server evaluated (2 million)."""
-    tracker, store, _, evaluated = _counting(tmp_path, 2000)
-    for i in range(2000):
-        observe(store, "vs", f"s{i}", "n1", False)
-    dirty = _CountingDirty(tracker._dirty_vs)
-    tracker._dirty_vs = dirty
-    tracker.catch_up([f"s{i}" for i in reversed(range(2000))])
-    assert evaluated() == 2000 and tracker.pending == 0
-    assert _CountingDirty.lookups <= 2 * 2000 + 2
-    assert not tracker.vs_up(tracker.config.virtual_servers["s0"])
-
-
-def test_a_decision_in_a_busy_turn_sees_its_own_servers_as_they_are_now(tmp_path: Path) -> None:
-    """The node evaluates health on a schedule, and 300 servers of no pool changed this
-    turn: a decision first evaluates the servers its wide IP may name and those they
-    depend on (a server down makes the one that depends on it unavailable), so it never
-    names one the store says is down, and evaluates nothing else."""
-    raw = health_config(vs1={"depends_on": ["dep"]})
-    raw["virtual_servers"]["dep"] = {"address": "10.0.9.1", "datacenter": "DC1", "monitor": "web"}
-    for i in range(300):
-        address = f"10.8.{i // 250}.{i % 250 + 1}"
-        raw["virtual_servers"][f"x{i}"] = {"address": address, "datacenter": "DC2", "monitor": "web"}
-    reactor = Clock()
-    reactor.advance(1000)
-    node = Node(load_config(tmp_path, raw), "n1", clock=reactor.seconds, rng=random.Random(1))
-    node.health.schedule = lambda f: reactor.callLater(0, f)
-    wideip = next(w for w in node.config.wideips.values() if w.name == "gslb.example.test")
-    near_dc1 = Client.from_ldns(ipaddress.ip_address("198.51.100.53"))  # region r1: DC1 first
-    assert node.decide(wideip, 1, near_dc1).members == ("vs1",)
-    for i in range(300):
-        for observer in OBSERVERS:
-            observe(node.store, "vs", f"x{i}", observer, False)
-    for observer in OBSERVERS:
-        observe(node.store, "vs", "dep", observer, False)
-    before = node.health.evaluations
-    decision = node.decide(wideip, 1, near_dc1)
-    assert decision.members and "vs1" not in decision.members
-    assert node.health.evaluations - before <= 3  # dep, then vs1 (and nothing of the 300)
-    assert node.health.pending >= 300
-    reactor.advance(0)
-    assert node.health.pending == 0

@@ -111,10 +111,11 @@ def test_a_change_of_another_record_keeps_the_fresh_mark(tmp_path: Path) -> None
     twins.ask(query, source)
 
 
-def test_a_health_change_not_yet_evaluated_is_evaluated_first(tmp_path: Path) -> None:
-    """With the health tracker evaluating on a later turn (as a running node does), a server
-    disabled just now is not in the next answer: the kept reply is not trusted while a
-    change waits, the wide IP's servers are caught up, and its decision ends."""
+def test_a_health_change_waiting_ends_the_kept_reply_on_its_turn(tmp_path: Path) -> None:
+    """With the health tracker evaluating on later turns (as a running node does), a server
+    disabled just now is still in the answers until the tracker's turn (an answer evaluates
+    nothing: `health.tracker.STALE` bounds how long that is), and in none after it: the turn
+    ends the wide IP's kept decision and reply."""
     twins = Twins(tmp_path)
     waiting: list[Callable[[], object]] = []
     for node in (twins.node, twins.reference):
@@ -124,15 +125,19 @@ def test_a_health_change_not_yet_evaluated_is_evaluated_first(tmp_path: Path) ->
         assert bytes([10, 0, 1, 1]) in (twins.ask(query, source) or b"")
     hit = wide_hit(twins, query, source)
     twins.both(lambda n: n.store.put("admin/vs/vs1", {"state": "disabled"}))
-    assert waiting and twins.node.health.pending  # (evaluated on the next turn, not yet)
+    assert waiting and twins.node.health.urgent  # (evaluated on the next turn, not yet)
+    assert bytes([10, 0, 1, 1]) in (twins.ask(query, source) or b"")
+    assert hit.entry.fresh and twins.node.health.urgent
+    while waiting:
+        waiting.pop(0)()
+    assert not hit.entry.fresh
     reply = twins.ask(query, source)
     assert reply is not None and bytes([10, 0, 1, 1]) not in reply
-    assert not hit.entry.fresh
 
 
-def test_a_health_change_elsewhere_is_trusted_once_caught_up(tmp_path: Path) -> None:
-    """A change waiting for a server of no pool of this wide IP: the full check finds the
-    decision holds, the reply is sent again, and it stays fresh."""
+def test_a_health_change_elsewhere_is_trusted(tmp_path: Path) -> None:
+    """A change waiting for a server of no pool of this wide IP: the reply is sent again,
+    and it stays fresh."""
 
     def two_wideips(raw: dict[str, Any]) -> None:
         raw["virtual_servers"]["vs4"] = {"address": "10.0.4.1", "datacenter": "DC1"}
@@ -414,7 +419,8 @@ def test_tcp_replies_are_kept_by_their_bytes_apart_from_udps(tmp_path: Path) -> 
 
 def test_a_change_ends_a_tcp_reply_kept_by_its_bytes(tmp_path: Path) -> None:
     """A TCP reply kept by its bytes holds while its decision does: a server disabled is
-    not in the next answer over TCP, on both nodes alike."""
+    in no answer over TCP after the health tracker's turn (an answer evaluates nothing:
+    `health.tracker.STALE` bounds the wait), on both nodes alike."""
     twins = Twins(tmp_path)
     waiting: list[Callable[[], object]] = []
     for node in (twins.node, twins.reference):
@@ -424,5 +430,8 @@ def test_a_change_ends_a_tcp_reply_kept_by_its_bytes(tmp_path: Path) -> None:
         assert bytes([10, 0, 1, 1]) in ask_stream(twins, query, source)
     hit = twins.fast.stream_wide_hits[(query[2:], source)]
     twins.both(lambda n: n.store.put("admin/vs/vs1", {"state": "disabled"}))
-    assert bytes([10, 0, 1, 1]) not in ask_stream(twins, query, source)
+    assert bytes([10, 0, 1, 1]) in ask_stream(twins, query, source)  # (not evaluated yet)
+    while waiting:
+        waiting.pop(0)()
     assert not hit.entry.fresh
+    assert bytes([10, 0, 1, 1]) not in ask_stream(twins, query, source)

@@ -37,7 +37,36 @@ def test_each_family_comes_from_one_collector_in_order(tmp_path: Path) -> None:
     assert owner["gtm_dns_queries"] == "dns_queries"
     assert owner["gtm_link_up"] == "links_up"
     assert owner["gtm_api_refused"] == "api"
+    assert owner["gtm_health_urgent_longest_wait_seconds"] == "health_evaluation"
     text = slices.whole(metrics_steps(service, {"host": 1}, {"idle": 2})).body.decode()
     assert [line.split()[2] for line in text.splitlines() if line.startswith("# HELP")] == [
         name + ("_total" if f"# TYPE {name}_total counter" in text else "") for name in in_order
     ]
+
+
+def test_the_health_figures_say_what_waits_and_how_long_an_urgent_change_waited(tmp_path: Path) -> None:
+    """A change waiting for the tracker's turn shows as pending (urgent when it may take a
+    server out); once evaluated, the longest wait is how long it waited."""
+    raw = configs.base()
+    raw["state_dir"] = str(tmp_path / "state")
+    service = make_service(load(configs.write(tmp_path, raw)), "n1", MemoryReactorClock(), Sockets(dns=[]))
+    reactor = service.reactor
+    service.node.store.put("admin/vs/vs1", {"state": "disabled"})
+
+    def figures() -> dict[str, float]:
+        scrape = Scrape(service, reactor.seconds(), {}, {})
+        return {
+            f.name: f.samples[0].value
+            for collector in FAMILIES
+            if collector.__name__ == "health_evaluation"
+            for f in collector(scrape)
+            if isinstance(f, Metric)
+        }
+
+    assert figures()["gtm_health_urgent"] == 1 and figures()["gtm_health_pending"] == 1
+    reactor.advance(0.03)
+    assert figures() == {
+        "gtm_health_pending": 0,
+        "gtm_health_urgent": 0,
+        "gtm_health_urgent_longest_wait_seconds": 0.03,
+    }
