@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
                                       [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
-                                      [--transport tcp [--connections 64]] [--ecs 100000]
+                                      [--transport tcp [--connections 64]] [--ecs 100000] [--dnssec]
                                       (make bench-compare ARGS='...')
 
 Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import manyclients
 import peers
+import signedmix
 
 ROOT = Path(__file__).resolve().parent.parent
 # the targets: ours/NSD queries per second at least, CPU per query at most
@@ -137,6 +138,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, metavar="FILE", help="write every run's figures and the summary here")
     p.add_argument("--keep", action="store_true", help="keep the work folder (configs, logs)")
     manyclients.add_arguments(p)
+    signedmix.add_arguments(p)
     args = p.parse_args(argv)
     manyclients.check(args, p)
     try:
@@ -155,6 +157,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     args.mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
     if any(m not in ("static", "wideip") for m in args.mixes) or not args.mixes:
         p.error("--mixes: static, wideip or static,wideip")
+    signedmix.check(args)
     if not 0 <= args.ecs <= lib.ECS_LIMIT:
         p.error(f"--ecs: 0 to {lib.ECS_LIMIT}")
     if args.sources < 1 or args.sources > 250 or args.clients < 1 or args.rounds < 1:
@@ -225,6 +228,7 @@ class Bench:
         )
         peers.write_files(work, keys, addresses, args.peer_threads, args.sources)
         self.mixes = lib.write_mixes(work, args.sources, args.ecs)
+        self.mixes |= signedmix.prepare(work, args.sources) if args.dnssec else {}
         self.servers = peers.make_servers(args, work, keys)
         self.runs: list[Run] = []
 
@@ -462,7 +466,7 @@ def report(bench: Bench, elapsed: float) -> dict[str, Any]:
                     f"{fmt_ms(f['p999']):>10}{f['fixed_cpu_us_per_query']:>9.1f}{f['fixed_lost']:>6}"
                 )
             print("\n".join(peers.ratio_lines(s)))
-            if "ours" in s and "nsd" in s:
+            if "ours" in s and "nsd" in s and mix in TARGETS:
                 targets += nsd_targets(a, pinning, mix, s["ours"], s["nsd"])
             for key, server in bench.servers.items():
                 codes = s[key]["rcodes"]
