@@ -121,7 +121,8 @@ class ZoneSigning:
         """The chain's signed NSECs that deny *key*, or None when it exists (`Chain.nxdomain`)."""
         chain = self.chains.get(zone.origin_key)
         if chain is None:
-            chain = self.chains[zone.origin_key] = Chain(zone, self.wideip_types)
+            chain = Chain(zone, self.wideip_types, lambda key: self.zones.find(key) is zone)
+            self.chains[zone.origin_key] = chain
         found = chain.nxdomain(key)
         if found is None:
             return None

@@ -3,8 +3,8 @@
 The chain (`dnssec.chain`) makes NXDOMAIN cost no signature, and a kept signature costs a
 lookup; what is left that a client can make us sign anew with each name it chooses is an
 answer at a name only a wildcard makes (signed at the name asked) and a compact NODATA at
-such a name. Those fresh signatures are capped, for all zones together: a token bucket of
-`RATE` signatures a second, `BURST` at once. Past the cap a UDP query that needs a fresh
+such a name. Those fresh signatures are capped, for all zones together (in each answering
+process): a token bucket of `RATE` signatures a second, `BURST` at once. Past the cap a UDP query that needs a fresh
 signature is answered empty with TC set (`OverBudget`): a resolver asks again over TCP,
 where it gets the signed answer (a TCP client has shown its address, so TCP is not capped;
 a flood from spoofed addresses cannot follow). So the fallback stays valid: no answer is

@@ -13,17 +13,18 @@ names from the cached NSECs itself (RFC 8198).
 
 The chain's names are every name with records in the zone, the wide IP names and wildcards
 (which the config adds as empty nodes) and the cuts, in canonical order (RFC 4034 6.1), less
-the names below a cut (the child's); an empty non-terminal is not in it (an NSEC covers it).
-Each NSEC's bitmap lists the types that may be there: the static records, every type of the
-wide IP answering there (a type with no answer now is still listed: this chain never denies
-one; NODATA stays a compact answer at the name), DNSKEY at the apex. It is made on the
-first NXDOMAIN of a config, once (a few microseconds a name).
+the names below a cut (the child's) and those of another zone served below it (*owns*); an
+empty non-terminal is not in it (an NSEC covers it). Each NSEC's bitmap lists the types that
+may be there: the static records, every type of the wide IP answering there (a type with no
+answer now is still listed: this chain never denies one; NODATA stays a compact answer at
+the name), DNSKEY at the apex. It is made on the first NXDOMAIN of a config, once (a few
+microseconds a name).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import RRset, Zone
@@ -41,9 +42,11 @@ def canonical(key: Name) -> tuple[bytes, ...]:
 class Chain:
     """The NSEC records of one zone's names in canonical order (see the module docstring)."""
 
-    def __init__(self, zone: Zone, extra_types: Mapping[Name, frozenset[int]]):
+    def __init__(
+        self, zone: Zone, extra_types: Mapping[Name, frozenset[int]], owns: Callable[[Name], bool] | None = None
+    ):
         self.zone = zone
-        owners = [k for k in zone.nodes if zone.delegation_for(k) in (None, k)]
+        owners = [k for k in zone.nodes if zone.delegation_for(k) in (None, k) and (owns is None or owns(k))]
         owners.sort(key=canonical)
         self.owners = owners
         self._order = [canonical(k) for k in owners]

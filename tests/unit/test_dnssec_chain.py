@@ -240,3 +240,10 @@ def test_the_fast_path_gives_the_general_paths_nxdomain(node: Node) -> None:
     fast = FastPath(node.responder)
     data = query("nope.example.test")
     assert fast.handle(data, "192.0.2.200") == node.responder.handle(data, "192.0.2.200")
+
+
+def test_names_another_served_zone_owns_are_left_out(node: Node) -> None:
+    zone = node.config.zones.by_origin[ZONE_KEY]
+    child = (b"www", b"example", b"test")  # (as if www.example.test were a zone we serve too)
+    chain = Chain(zone, {}, owns=lambda key: key[-3:] != child)
+    assert child not in chain.owners and len(chain) == len(Chain(zone, {})) - 1
