@@ -3,7 +3,7 @@
     .venv/bin/python bench/compare.py [--rounds 3] [--seconds 10] [--pin-load 0 [--also-unpinned]]
                                       [--servers ours,nsd,pdns,pdns-nocache,gdnsd,floor] [--json FILE]
                                       [--transport tcp [--connections 64]] [--ecs 100000] [--query-log]
-                                      [--names random [--random-lines 600000]]
+                                      [--names random [--random-lines 600000]] [--dnssec]
                                       (make bench-compare ARGS='...')
 
 Starts, each on its own loopback address with the same zone `bench.test` (bench/peers.py,
@@ -74,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import manyclients
 import peers
+import signedmix
 
 ROOT = Path(__file__).resolve().parent.parent
 # the targets: ours/NSD queries per second at least, CPU per query at most
@@ -160,6 +161,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, metavar="FILE", help="write every run's figures and the summary here")
     p.add_argument("--keep", action="store_true", help="keep the work folder (configs, logs)")
     manyclients.add_arguments(p)
+    signedmix.add_arguments(p)
     args = p.parse_args(argv)
     manyclients.check(args, p)
     try:
@@ -181,6 +183,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(f"--mixes: with --names {args.names}, {' or '.join(allowed)} or both")
     if args.names == "random" and (args.transport != "udp" or args.random_lines < 1000):
         p.error("--names random: over UDP, with --random-lines at least 1000")
+    signedmix.check(args)
     if not 0 <= args.ecs <= lib.ECS_LIMIT:
         p.error(f"--ecs: 0 to {lib.ECS_LIMIT}")
     if args.sources < 1 or args.sources > 250 or args.clients < 1 or args.rounds < 1:
@@ -267,6 +270,7 @@ class Bench:
             self.mixes = lib.write_random_mixes(work, args.sources, args.random_lines)
         else:
             self.mixes = lib.write_mixes(work, args.sources, args.ecs)
+        self.mixes |= signedmix.prepare(work, args.sources) if args.dnssec else {}
         self.servers = peers.make_servers(args, work, keys)
         self.runs: list[Run] = []
 

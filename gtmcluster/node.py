@@ -143,7 +143,7 @@ class Node:
             ecs_trusted=config.dns_server.ecs_trusted,
             wideip_names=config.wideip_names,
             # (the running signers, where a zone's keys are unchanged: their kept signatures too)
-            signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None)),
+            signing=zone_signing(config.zones, config.dnssec, getattr(self, "responder", None), config.wideip_names),
             # (the running transfers' IXFR journals continue; big transfers yield to the reactor)
             transfers=Transfers(
                 config.zones,

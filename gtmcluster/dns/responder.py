@@ -21,7 +21,9 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
   specific wide IP answers (`WideIPNames`), in place of the zone's records for its types;
   where the zone has no name there, other types get NODATA. A delegation still wins.
 - DNSSEC (`zones[].dnssec`, docs/dnssec.md): a signed zone answers DNSKEY at its apex, and
-  a DO=1 query gets RRSIGs and compact denial (`dnssec.answers`); DO=0 answers are unsigned.
+  a DO=1 query gets RRSIGs and its denial (`dnssec.answers`); DO=0 answers are unsigned.
+  Past the cap on fresh signatures (`dnssec.budget`), a UDP query that needs one is answered
+  empty with TC.
 - A CNAME wide IP answers every type with its CNAME (RFC 1034 3.6.2), followed inside our
   zones like a static one; MX and SRV answers carry their targets' addresses from our
   zones as additional data (docs/wideip-types.md).
@@ -61,6 +63,7 @@ from gtmcluster.dnsdata.zone import (
     ZoneSet,
 )
 from gtmcluster.dnssec.answers import Denial, ZoneSigning
+from gtmcluster.dnssec.budget import OverBudget
 from gtmcluster.dnssec.rrsets import TYPE_DNSKEY
 from gtmcluster.lb.cache import Entry
 from gtmcluster.lb.context import Client
@@ -128,6 +131,8 @@ class _Answer:
     glue_required: bool = True
     #: where a negative answer ended, for its denial of existence when signed
     denial: Denial | None = None
+    #: answered empty with TC: past the cap on fresh signatures (`dnssec.budget`)
+    truncated: bool = False
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
     decided: Tally | None = None  # for the query log (`Answered`): the same, with the pool and members
@@ -287,7 +292,11 @@ class Responder:
         if self.signing and query.edns is not None and query.edns.do and query.qclass != wire.CLASS_CH:
             signed = answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
             if signed:
-                self._sign(answer, query.qtype)
+                try:
+                    self._sign(answer, query.qtype, not tcp)
+                except OverBudget:  # (past the cap on fresh signatures: ask again over TCP)
+                    answer.answer = answer.authority = answer.additional = None
+                    answer.truncated = True
         reply = self._write(query, answer, tcp)
         static = (
             not signed
@@ -423,8 +432,9 @@ class Responder:
             return result
         return result
 
-    def _sign(self, answer: _Answer, qtype: int) -> None:
-        """Add the RRSIGs and the denial of existence to *answer*, for a DO=1 query."""
+    def _sign(self, answer: _Answer, qtype: int, capped: bool) -> None:
+        """Add the RRSIGs and the denial of existence to *answer*, for a DO=1 query (*capped*:
+        over UDP, `dnssec.budget`)."""
         signed = self.signing.sign(
             answer.answer or [],
             answer.authority or [],
@@ -432,6 +442,7 @@ class Responder:
             answer.denial,
             answer.rcode == wire.NXDOMAIN,
             qtype,
+            capped,
         )
         answer.answer, answer.authority, answer.additional = signed.answer, signed.authority, signed.additional
         if signed.nxdomain_denied:
@@ -481,6 +492,8 @@ class Responder:
         flags = wire.QR | (query.flags & (0xF << wire.OPCODE_SHIFT | wire.RD | wire.CD))
         if answer.aa:
             flags |= wire.AA
+        if answer.truncated:
+            flags |= wire.TC
         opt = None
         if edns is not None:
             options = b""

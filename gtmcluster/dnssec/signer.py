@@ -102,15 +102,20 @@ class Signer:
             kept.rrsig = to_dnspython(kept.written)
         return kept.rrsig
 
-    def written_rrset(self, key: Hashable, rrset: RRset, owner: Name | None = None) -> tuple[RRset, float]:
+    def written_rrset(
+        self, key: Hashable, rrset: RRset, owner: Name | None = None, spend: Callable[[], None] | None = None
+    ) -> tuple[RRset, float]:
         """`written` for the responder's *rrset* (at *owner*, for a wildcard answer): signed
         from its wire pieces (`dnssec.wiresign`) when its records hold no names, else by
-        dnspython. Kept under *key* as `rrsig` keeps it."""
+        dnspython. Kept under *key* as `rrsig` keeps it; *spend* is called before a fresh
+        signature is made (`budget.FreshSignatures.spend`, which may refuse it)."""
         if not wiresign.signable(rrset):
-            return self.written(key, lambda: to_dnspython(rrset, owner))
+            return self.written(key, lambda: to_dnspython(rrset, owner), spend)
         now = self.clock()
         kept = self._kept.get(key)
         if kept is None or now >= kept.refresh_at:
+            if spend is not None:
+                spend()
             inception, expiration = self._times(now)
             signing = self._wire_key_keys if rrset.rtype == TYPE_DNSKEY else self._wire_zone_keys
             written = wiresign.rrsig(rrset, owner, signing, inception, expiration)
@@ -121,20 +126,26 @@ class Signer:
             kept.written = from_dnspython(kept.rrsig)
         return kept.written, kept.refresh_at
 
-    def written(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> tuple[RRset, float]:
+    def written(
+        self, key: Hashable, make: Callable[[], dns.rrset.RRset], spend: Callable[[], None] | None = None
+    ) -> tuple[RRset, float]:
         """`rrsig` as the responder writes it (a kept signature costs a lookup, no conversion),
-        and when it is due for renewal."""
-        kept = self._get(key, make)
+        and when it is due for renewal (*spend*: as for `written_rrset`)."""
+        kept = self._get(key, make, spend)
         if kept.written is None:
             assert kept.rrsig is not None
             kept.written = from_dnspython(kept.rrsig)
         return kept.written, kept.refresh_at
 
-    def _get(self, key: Hashable, make: Callable[[], dns.rrset.RRset]) -> _Kept:
+    def _get(
+        self, key: Hashable, make: Callable[[], dns.rrset.RRset], spend: Callable[[], None] | None = None
+    ) -> _Kept:
         now = self.clock()
         kept = self._kept.get(key)
         if kept is not None and now < kept.refresh_at:
             return kept
+        if spend is not None:
+            spend()
         rrset = make()
         signing = self.key_keys if rrset.rdtype == dns.rdatatype.DNSKEY else self.zone_keys
         rrsig = self._sign(rrset, signing, now)

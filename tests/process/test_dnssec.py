@@ -1,10 +1,13 @@
 """DNSSEC online signing seen by a real validator: a real node (``twistd gtm``) serving a
 zone with `zones[].dnssec`, asked by BIND's `delv` with the zone's DS as its trust anchor
 (made by ``gtmcluster dnssec keygen`` and ``ds``): wide IP answers, the apex, a CNAME into
-the zone, a wildcard, NODATA and NXDOMAIN all validate; DO=0 answers stay unsigned."""
+the zone, a wildcard, NODATA and NXDOMAIN all validate, random names too while a client
+floods the node with them; DO=0 answers stay unsigned."""
 
 from __future__ import annotations
 
+import random
+import string
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ import pytest
 from tests.conftest import require_tool
 from tests.support import configs
 from tests.support.dig import dig
+from tests.support.dnsflood import Flood
 from tests.support.dnsseckeys import VARIANTS, keygen_and_ds
 from tests.support.nodeproc import loopback_address, running_node
 
@@ -81,7 +85,6 @@ def test_positive_answers_validate(node: SignedNode, name: str, rdtype: str, exp
 @pytest.mark.parametrize(
     ("name", "rdtype", "bitmap"),
     [
-        ("nope.example.test", "A", "RRSIG NSEC TYPE128"),  # NXDOMAIN, as compact NXNAME
         ("www.example.test", "AAAA", "A TXT RRSIG NSEC"),  # NODATA
         ("c.example.test", "A", "RRSIG NSEC"),  # an empty non-terminal
         ("gslb.example.test", "MX", "A AAAA RRSIG NSEC"),  # NODATA at a wide IP
@@ -104,5 +107,40 @@ def test_do0_answers_are_unsigned_and_nxdomain_stays(node: SignedNode) -> None:
         assert wide.answer_data() == ["10.0.3.1"]
         assert len(wide.answer) == 1
     signed = dig(node.address, DNS_PORT, "nope.example.test", "A", "+dnssec")
-    assert signed.status == "NOERROR"  # compact denial: NXDOMAIN is told by NXNAME
+    assert signed.status == "NXDOMAIN"  # proved by the zone's NSEC chain
     assert any(" NSEC " in r.replace("\t", " ") for r in signed.authority)
+
+
+@pytest.mark.parametrize(
+    ("name", "proof"),
+    [
+        # the NSEC covering the name (from the chain), and the one covering *.example.test
+        ("nope.example.test", ["mail.example.test. NSEC ns1.example.test. A RRSIG NSEC", "example.test. NSEC"]),
+        # below an empty non-terminal (c): the name, and *.c.example.test
+        ("x.c.example.test", ["a.b.c.example.test. NSEC chain.example.test.", "alias.example.test. NSEC a.b.c."]),
+        ("zzz.example.test", ["www.example.test. NSEC example.test. A TXT RRSIG NSEC"]),  # the chain's last
+    ],
+)
+def test_nxdomain_validates(node: SignedNode, name: str, proof: list[str]) -> None:
+    out = node.delv(name, "A")
+    assert "; negative response, fully validated" in out, out
+    assert "NXDOMAIN" in out, out
+    for nsec in proof:
+        assert f"; {nsec}" in out, out
+    assert "NSEC \\000." not in out  # not a compact answer
+
+
+def test_random_names_validate_under_a_flood_of_random_names(node: SignedNode) -> None:
+    """While a client floods the node with DO=1 queries for random names, `delv` asks for
+    more random names: each is a validated NXDOMAIN, and every flood query is answered
+    NXDOMAIN (none truncated: a denial costs the cap nothing)."""
+    rng = random.Random(11)
+    flood = Flood(node.address, DNS_PORT, rng)
+    with flood.running(at_least=2000):
+        for _ in range(5):
+            name = "".join(rng.choice(string.ascii_lowercase + string.digits) for _ in range(14)) + ".example.test"
+            out = node.delv(name, "A")
+            assert "; negative response, fully validated" in out and "NXDOMAIN" in out, out
+    assert flood.answered >= 2000, flood.answered
+    assert flood.rcodes == {3}, flood.rcodes  # NXDOMAIN
+    assert not flood.truncated

@@ -4,7 +4,8 @@ Two online signers never give the same bytes (their keys, signature times and TT
 differ), so what is compared is the shape: the header fields a validator acts on, and per
 section which RRsets there are and which are signed (``owner TYPE`` for an RRset, ``owner
 RRSIG TYPE`` for the signatures over it), every NSEC with its type bitmap (``owner TYPES``;
-its next name is a field apart), and the RRSIGs whose TTL is not their RRset's.
+its next name is a field apart), the RRSIGs whose TTL is not their RRset's, and the
+RRSIGs whose Original TTL is not their RRset's TTL in the reply.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ FIELDS = (
     "nsec",
     "nsec_next",
     "rrsig_ttl",
+    "original_ttl",
 )
 COMPARED = FIELDS
 
@@ -59,6 +61,7 @@ def shape(reply: bytes | None) -> View:
         "nsec": frozenset(f"{_owner(r)} {_types(rd)}" for r in nsecs for rd in r),
         "nsec_next": frozenset(_next(r, rd) for r in nsecs for rd in r),
         "rrsig_ttl": _ttl_mismatches(sections),
+        "original_ttl": _original_ttls(sections),
     }
     return out
 
@@ -94,6 +97,23 @@ def _ttl_mismatches(sections: tuple[list[dns.rrset.RRset], ...]) -> frozenset[st
                 if covered is not None and covered != r.ttl:
                     kind = dns.rdatatype.to_text(rd.type_covered)
                     out.add(f"{_owner(r)} RRSIG {kind} ttl {r.ttl}, {kind} ttl {covered}")
+    return frozenset(out)
+
+
+def _original_ttls(sections: tuple[list[dns.rrset.RRset], ...]) -> frozenset[str]:
+    """Each RRSIG's Original TTL where the RRset it covers has another TTL in the reply (RFC
+    4034 3.1.4: the Original TTL is the RRset's TTL in the zone, as the SOA of a negative
+    answer, given with the negative TTL, shows)."""
+    out = set()
+    for section in sections:
+        ttls = {(r.name, r.rdtype): r.ttl for r in section if r.rdtype != dns.rdatatype.RRSIG}
+        for r in section:
+            for rd in r if r.rdtype == dns.rdatatype.RRSIG else ():
+                assert isinstance(rd, dns.rdtypes.ANY.RRSIG.RRSIG)
+                covered = ttls.get((r.name, rd.type_covered))
+                if covered is not None and covered != rd.original_ttl:
+                    kind = dns.rdatatype.to_text(rd.type_covered)
+                    out.add(f"{_owner(r)} RRSIG {kind} original {rd.original_ttl}, {kind} ttl {covered}")
     return frozenset(out)
 
 

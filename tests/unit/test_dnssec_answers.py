@@ -1,6 +1,7 @@
 """Signed answers in memory (a node with `zones[].dnssec`, asked through the fast path):
 RRSIGs that validate, signatures reused for kept decisions, DO=0 replies byte for byte as
-without DNSSEC, the DNSKEY at the apex, insecure delegations, and config errors."""
+without DNSSEC, the DNSKEY at the apex, insecure delegations, and config errors. The NSEC
+chain for NXDOMAIN and the cap on fresh signatures: tests/unit/test_dnssec_chain.py."""
 
 from __future__ import annotations
 
@@ -108,14 +109,15 @@ def test_the_apex_serves_its_dnskey_set_signed(tmp_path: Path) -> None:
     assert dns.rdatatype.DNSKEY not in {t for w in nsec[0].windows for t in _types(w)}
 
 
-def test_nxdomain_becomes_a_compact_noerror_with_nxname(tmp_path: Path) -> None:
+def test_nodata_is_a_compact_nsec_at_the_name(tmp_path: Path) -> None:
     node = make_node(tmp_path)
-    msg = dns.message.from_wire(ask(FastPath(node.responder), "nope.example.test"))
+    msg = dns.message.from_wire(ask(FastPath(node.responder), "www.example.test", "AAAA"))
     assert msg.rcode() == dns.rcode.NOERROR and not msg.answer
     validated(msg, msg.authority, node, dns.rdatatype.SOA)
     nsec = validated(msg, msg.authority, node, dns.rdatatype.NSEC)
-    assert nsec.name == dns.name.from_text("nope.example.test")
-    assert {t for w in nsec[0].windows for t in _types(w)} == {46, 47, 128}
+    assert nsec.name == dns.name.from_text("www.example.test")
+    assert nsec[0].next == dns.name.from_text("\\000.www.example.test")
+    assert {t for w in nsec[0].windows for t in _types(w)} == {dns.rdatatype.A, dns.rdatatype.TXT, 46, 47}
 
 
 def test_a_referral_proves_the_child_unsigned_and_leaves_glue_unsigned(tmp_path: Path) -> None:
@@ -228,7 +230,8 @@ def test_every_signed_rrset_validates(signed_node: Node, name: str, rdtype: str,
     validates, and a reply with no answer proves the denial with a signed NSEC at the name."""
     qname = name if name == "example.test" else f"{name}.example.test"
     msg = dns.message.from_wire(ask(FastPath(signed_node.responder), qname, rdtype, source=source))
-    assert msg.rcode() == dns.rcode.NOERROR
+    # (a name that does not exist: NXDOMAIN from the NSEC chain, tests/unit/test_dnssec_chain.py)
+    assert msg.rcode() == (dns.rcode.NXDOMAIN if name == "nope" else dns.rcode.NOERROR)
     keyring: dict[dns.name.Name, dns.node.Node | dns.rdataset.Rdataset] = {ORIGIN: dnskeys(signed_node)}
     below_cut = dns.name.from_text("sub.example.test")
     for section in (msg.answer, msg.authority, msg.additional):
@@ -244,7 +247,12 @@ def test_every_signed_rrset_validates(signed_node: Node, name: str, rdtype: str,
                 if r.rdtype == dns.rdatatype.RRSIG and r.covers == rrset.rdtype and r.name == rrset.name
             )
             dns.dnssec.validate(rrset, sig, keyring)
-    if rdtype == "NSEC" and msg.flags & dns.flags.AA:  # the NSEC at the name is the answer
+    if name == "nope":
+        assert not msg.answer and [r.name.to_text() for r in msg.authority if r.rdtype == dns.rdatatype.NSEC] == [
+            "mail.example.test.",  # covers nope
+            "example.test.",  # covers *.example.test
+        ]
+    elif rdtype == "NSEC" and msg.flags & dns.flags.AA:  # the NSEC at the name is the answer
         # (at the end of a CNAME chain, if any)
         assert [r.rdtype for r in msg.answer[-2:]] == [dns.rdatatype.NSEC, dns.rdatatype.RRSIG]
     elif rdtype != "RRSIG" and not msg.answer and msg.flags & dns.flags.AA:
