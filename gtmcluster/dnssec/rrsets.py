@@ -7,11 +7,12 @@ converted when, and only when, it has to be signed (a kept signature needs no co
 `kept_key` is what a signature is kept under, `to_dnspython` builds the RRset to sign, and
 `rrsig_rrset` turns the signatures back into an RRset the responder writes.
 
-Denial of existence is by compact answers (RFC 9824): a name that does not exist, or has no
-record of the type asked, is answered NOERROR with one NSEC at the name itself whose next
-name is the name with a ``\\000`` label before it (the least name after it, so the NSEC
-covers no other name and the zone cannot be walked) and whose type bitmap lists the types
-at the name (NODATA) or NXNAME (NXDOMAIN). `compact_nsec` makes it.
+A name with no record of the type asked is denied by a compact answer (RFC 9824): NOERROR
+with one NSEC at the name itself whose next name is the name with a ``\\000`` label before it
+(the least name after it, so the NSEC covers no other name) and whose type bitmap lists the
+types at the name (NODATA), or NXNAME for a wide IP's NXDOMAIN at its own name.
+`compact_nsec` makes it; a name that does not exist is denied by the zone's NSEC chain
+(`dnssec.chain`).
 """
 
 from __future__ import annotations

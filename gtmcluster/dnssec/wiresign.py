@@ -1,7 +1,7 @@
 """Signing an RRset straight from the responder's wire pieces, without dnspython.
 
-A random-name flood of DO=1 queries needs a fresh signature per query (each compact denial
-is an NSEC at the name asked, `dnssec.rrsets`); through dnspython (converting the RRset,
+A fresh signature over a compact denial or an address answer (a NODATA at a name asked, an
+answer a wildcard makes there: `dnssec.rrsets`) is made often; through dnspython (converting the RRset,
 building the RRSIG template, the canonical form, back again) that cost over ten times the
 signature itself. Here the signed data (RFC 4034 3.1.8.1) is put together from bytes:
 
