@@ -3,6 +3,7 @@
     .venv/bin/python bench/querylog.py [--rounds 4] [--seconds 8] [--clients 4] [--sources 2]
                                        [--ecs 1000] [--rate QPS] [--processes N] [--queue N]
                                        [--variants off,on,thread] [--json FILE]
+    .venv/bin/python bench/querylog.py --in-process | --parts [--rounds N] [--count N]
 
 Starts three nodes (twistd gtm, one member each, the zone and wide IP of bench/compare.py)
 on 127.0.0.243-245:5300: ``off`` without a query log, ``on`` with ``dns_server.query_log``
@@ -30,8 +31,9 @@ fast and general paths, a transport that sends nothing), the same queries throug
 the log off and on alternating, and with it on the writer's whole work too (encoding, and
 the file writes done in place); CPU time (time.process_time) per query. No sockets and no
 dnsperf: the difference on, minus off, is what the log adds to a query, measured with
-less noise than the end-to-end runs. Not a test: figures depend on the machine and what
-else runs.
+less noise than the end-to-end runs. With --parts: each part of the log's work alone, per
+record (the queue's add, the encoding, the file's write), --count x 10 records. Not a
+test: figures depend on the machine and what else runs.
 """
 
 from __future__ import annotations
@@ -162,6 +164,41 @@ def in_process(rounds: int, count: int, ecs: int) -> None:
         writer.stop()
 
 
+def parts(count: int) -> None:
+    """Each part of the log's work a record, alone (--parts): the queue's add (the clock, the
+    tuple, the bound check), the encoding (in batches of `writer.MAX_BATCH`) and the file's
+    write; CPU time (time.process_time) per record, one wide IP query with a client subnet."""
+    from gtmcluster.querylog.logfile import LogFile
+    from gtmcluster.querylog.writer import MAX_BATCH, Encoder, QueryQueue
+    from gtmcluster.runtime.stats import QueryStats
+
+    query = lib.query(lib.WIDEIP, "A", lib.ecs_network(3), qid=7)
+    reply = query[:2] + b"\x84\x00" + query[4:] + b"\x00" * 40
+    queue = QueryQueue(count + 1, QueryStats())
+    clients = [(f"127.0.200.{i % 4 + 1}", 10000 + i % 50000) for i in range(count)]
+    local = ("127.0.0.1", PORT)
+    started = time.process_time()
+    for client in clients:
+        queue.add(client, local, 1, query, reply, None)
+    add = time.process_time() - started
+    entries = list(queue.take())
+    encoder = Encoder(b"bench", b"gtmcluster")
+    started = time.process_time()
+    frames = [f for i in range(0, count, MAX_BATCH) for f in encoder.frames(entries[i : i + MAX_BATCH])]
+    encode = time.process_time() - started
+    with tempfile.TemporaryDirectory(prefix="querylog-bench-") as tmp:
+        file = LogFile(Path(tmp) / "q.dnstap", 1 << 40, 1, Path(tmp))
+        started = time.process_time()
+        for i in range(0, count, MAX_BATCH):
+            file.write(frames[i : i + MAX_BATCH])
+        write = time.process_time() - started
+        file.close()
+    print(
+        f"per record: add {add / count * 1e6:.2f} us, encode {encode / count * 1e6:.2f} us,"
+        f" write {write / count * 1e6:.2f} us ({len(frames[0])} bytes a frame, {count} records)"
+    )
+
+
 def rss_mb(server: lib.Server) -> float:
     """The resident memory of *server*'s process tree (the node and its workers), MB."""
     total = 0
@@ -197,10 +234,15 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="which nodes run (default %(default)s)")
     parser.add_argument("--in-process", action="store_true", help="the answer path in this process, no sockets")
     parser.add_argument("--count", type=int, default=20000, help="queries a run, with --in-process")
+    parser.add_argument("--parts", action="store_true", help="each part of the log's work a record, alone")
     args = parser.parse_args()
     print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
     python = f"{platform.python_implementation()} {platform.python_version()}"
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {python}")
+    if args.parts:
+        for _ in range(args.rounds):
+            parts(args.count * 10)
+        return
     if args.in_process:
         in_process(args.rounds, args.count, args.ecs)
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
