@@ -21,15 +21,8 @@ at unlimited rate and at a fixed rate of 70% of that server's max:
 - static: the PERF-BASELINE mix (87% www A, 10% hostN A, 3% NXDOMAIN, 2% NODATA), no EDNS;
 - wideip: `gslb.bench.test A`, each query with an EDNS client subnet, 10,000 distinct /24s.
 
-With `--names random` (the names an attacker chooses: issue 34), the mixes are instead
-- nxdomain: a fresh random label below the zone each query (NXDOMAIN), no EDNS;
-- wildcard: a fresh random label below `apps.bench.test` each query: in our node the wildcard
-  wide IP `*.apps.bench.test` over the same servers (topology by the LDNS, no persistence), in NSD
-  and the floor a static `*.apps` wildcard with the pool's three addresses.
-Each dnsperf process reads its own file of `--random-lines` names from the top in every run,
-so every server gets the same names and no name is asked twice in a run; the warm-up is
-`--warmup` seconds only (there is nothing to learn). The report adds ours/floor CPU per query
-against the issue's target (at most 2x).
+With `--names random` (issue 34) the mixes are a fresh random name each query instead:
+NXDOMAIN, and below a wildcard wide IP (bench/randommix.py).
 
 Clients: dnsperf 2.10 sends from one source address per process and its `-E` option puts
 the same EDNS option in every query, so one process cannot be many clients. Instead several
@@ -74,14 +67,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import manyclients
 import peers
+import randommix
 import signedmix
 
 ROOT = Path(__file__).resolve().parent.parent
 # the issue's targets: ours/NSD queries per second at least, CPU per query at most
 TARGETS: dict[str, dict[str, float]] = {"wideip": {"qps": 0.8, "cpu": 1.3}, "static": {"qps": 0.9}}
-#: issue 34: with --names random, ours/floor CPU per query at most
-FLOOR_TARGET = 2.0
-MIXES = {"fixed": ("static", "wideip"), "random": ("nxdomain", "wildcard")}
 P99_TARGET = 0.002  # seconds, our node at 70% of its max
 
 
@@ -130,11 +121,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--fixed-load", type=float, default=0.7, help="fixed rate, as a share of the max (default 0.7)")
     p.add_argument("--fixed-rate", type=float, metavar="QPS", help="fixed rate in queries/s instead (both servers)")
     p.add_argument("--warmup", type=float, default=2.0, help="unrecorded seconds per server and mix first (2)")
-    p.add_argument(
-        "--mixes", help="static, wideip or both (default static,wideip); with --names random: nxdomain, wildcard"
-    )
-    p.add_argument("--names", choices=tuple(MIXES), default="fixed", help="fixed (the mixes above) or random")
-    p.add_argument("--random-lines", type=int, default=600_000, help="names per dnsperf process (600,000)")
+    randommix.add_arguments(p)
     p.add_argument("--sources", type=int, default=4, help="dnsperf processes, one per source address (default 4)")
     p.add_argument("--clients", type=int, default=2, help="dnsperf -c of each process (default 2)")
     p.add_argument("--outstanding", type=int, default=200, help="queries in flight, all processes (200)")
@@ -177,12 +164,7 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.peer_threads < 1:
         p.error("--peer-threads: at least 1")
     args.fixed_seconds = args.fixed_seconds or args.seconds
-    allowed = MIXES[args.names]
-    args.mixes = [m.strip() for m in (args.mixes or ",".join(allowed)).split(",") if m.strip()]
-    if any(m not in allowed for m in args.mixes) or not args.mixes:
-        p.error(f"--mixes: with --names {args.names}, {' or '.join(allowed)} or both")
-    if args.names == "random" and (args.transport != "udp" or args.random_lines < 1000):
-        p.error("--names random: over UDP, with --random-lines at least 1000")
+    randommix.check(args, p)
     signedmix.check(args)
     if not 0 <= args.ecs <= lib.ECS_LIMIT:
         p.error(f"--ecs: 0 to {lib.ECS_LIMIT}")
@@ -267,7 +249,7 @@ class Bench:
             config.write_text(yaml.safe_dump(raw, sort_keys=False))
         peers.write_files(work, keys, addresses, args.peer_threads, args.sources)
         if random_names:
-            self.mixes = lib.write_random_mixes(work, args.sources, args.random_lines)
+            self.mixes = randommix.write_mixes(work, args.sources, args.random_lines)
         else:
             self.mixes = lib.write_mixes(work, args.sources, args.ecs)
         self.mixes |= signedmix.prepare(work, args.sources) if args.dnssec else {}
@@ -482,14 +464,6 @@ def nsd_targets(
     return found
 
 
-def floor_target(pinning: str, mix: str, ours: dict[str, Any], floor: dict[str, Any]) -> list[dict[str, Any]]:
-    """Print ours/floor CPU per query against issue 34's target; the verdict."""
-    ratio = ours["cpu_us_per_query"] / floor["cpu_us_per_query"] if floor["cpu_us_per_query"] else 0.0
-    met = ratio <= FLOOR_TARGET
-    print(f"  ours/floor: CPU/query {ratio:.2f}x (target <= {FLOOR_TARGET}x: {verdict(met)})")
-    return [_target(pinning, mix, "CPU/query ratio to the floor", ratio, f"<= {FLOOR_TARGET}", met)]
-
-
 def report(bench: Bench, elapsed: float) -> dict[str, Any]:
     a = bench.args
     summary: dict[str, Any] = {}
@@ -521,7 +495,7 @@ def report(bench: Bench, elapsed: float) -> dict[str, Any]:
             if "ours" in s and "nsd" in s and mix in TARGETS:
                 targets += nsd_targets(a, pinning, mix, s["ours"], s["nsd"])
             if "ours" in s and "floor" in s and mix not in TARGETS:
-                targets += floor_target(pinning, mix, s["ours"], s["floor"])
+                targets += randommix.floor_target(pinning, mix, s["ours"], s["floor"])
             for key, server in bench.servers.items():
                 codes = s[key]["rcodes"]
                 total = sum(codes.values()) or 1

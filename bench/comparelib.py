@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ipaddress
 import os
@@ -335,38 +334,6 @@ def write_mixes(directory: Path, sources: int, ecs: int) -> dict[str, Mix]:
         True,
         f"{ecs} distinct ECS client subnets (/24) from {sources} LDNS (source) addresses",
     )
-    return mixes
-
-
-def random_labels(rng: random.Random, count: int) -> list[str]:
-    """*count* random labels of 12 letters and digits (60 bits each: none repeats in a run)."""
-    text = base64.b32encode(rng.randbytes(count * 15 // 2 + 8)).decode().lower()
-    return [text[i : i + 12] for i in range(0, count * 12, 12)]
-
-
-def write_random_mixes(directory: Path, sources: int, lines: int, seed: int = 7) -> dict[str, Mix]:
-    """Query files for --names random, one per dnsperf process (each its own names, *lines*
-    of them): `nxdomain`, a fresh label below the zone each query; `wildcard`, a fresh label
-    below the wildcard `*.apps` each query. No EDNS. Each run reads its file from the top, so
-    every server gets the same names, none of them asked twice in one run."""
-    rng = random.Random(seed)
-    mixes = {}
-    for mix, parent, what in (
-        ("nxdomain", ORIGIN, "NXDOMAIN"),
-        ("wildcard", APPS, "the wildcard wide IP (NSD, floor: a static wildcard)"),
-    ):
-        files = []
-        for s in range(sources):
-            path = directory / f"{mix}-{s}.txt"
-            path.write_text("".join(f"{label}.{parent} A\n" for label in random_labels(rng, lines)))
-            files.append(path)
-        mixes[mix] = Mix(
-            mix,
-            f"<random 12 letters>.{parent} A, a fresh name each query: {what}; no EDNS; {lines:,} names per process",
-            tuple(files),
-            False,
-            f"{sources} source addresses",
-        )
     return mixes
 
 

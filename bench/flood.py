@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import manyclients
 import peers
+import randommix
 
 HONEST = "127.0.201.1"
 PERIOD = 0.020  # the honest client's interval
@@ -71,7 +72,7 @@ def write_flood(directory: Path, sources: int, lines: int) -> tuple[Path, ...]:
     files = []
     for s in range(sources):
         path = directory / f"flood-{s}.txt"
-        labels = lib.random_labels(rng, lines)
+        labels = randommix.random_labels(rng, lines)
         parents = (lib.ORIGIN, lib.APPS)
         path.write_text("".join(f"{label}.{parents[i % 2]} A\n" for i, label in enumerate(labels)))
         files.append(path)

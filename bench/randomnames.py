@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import floor
+import randommix
 
 from gtmcluster.config.load import load
 from gtmcluster.dns.fastpath import FastPath
@@ -48,7 +49,7 @@ def main() -> int:
         for parent in (lib.ORIGIN, lib.APPS):
             queries = [
                 lib.query(f"{label}.{parent}", "A", qid=i & 0xFFFF)
-                for i, label in enumerate(lib.random_labels(rng, args.names))
+                for i, label in enumerate(randommix.random_labels(rng, args.names))
             ]
             for query in queries[:100]:  # (the first of each kind goes the general path)
                 fast.answer(query, lib.source_address(0))
