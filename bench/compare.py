@@ -67,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import manyclients
 import peers
+import proctree
 import randommix
 import signedmix
 
@@ -291,7 +292,7 @@ class Bench:
         load_cpu = self.args.pin_load if pinning == "pinned" else None
         server_cpus = self.cpus - {load_cpu} if load_cpu is not None else self.cpus
         for server in self.servers.values():
-            lib.set_tree_affinity(server.pid, server_cpus)
+            proctree.set_tree_affinity(server.pid, server_cpus)
         return load_cpu
 
     def measure(
@@ -564,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.names == "random":
             problems += bench.sanity(peers.random_asks())
         ours = bench.servers.get("ours")
-        rss_before = manyclients.rss_kib(lib.descendants(ours.pid)) if ours else 0
+        rss_before = manyclients.rss_kib(proctree.descendants(ours.pid)) if ours else 0
         for problem in problems:
             print(f"  WRONG: {problem}")
         passes = f"{WARM_PASSES} passes through every query file, then " if args.names == "fixed" else ""
@@ -573,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kept_before = manyclients.kept_metrics(args.node_address.host, args.api_port) if ours else {}
         bench.schedule()
         kept_after = manyclients.kept_metrics(args.node_address.host, args.api_port) if ours else {}
-        rss_after = manyclients.rss_kib(lib.descendants(ours.pid)) if ours else 0
+        rss_after = manyclients.rss_kib(proctree.descendants(ours.pid)) if ours else 0
         metrics = peers.node_metrics(args.node_address.host, args.api_port) if "ours" in keys else {}
         processes = {key: s.processes() for key, s in bench.servers.items()}
         results = report(bench, time.monotonic() - started)

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
 import manyclients
 import peers
+import proctree
 import randommix
 
 HONEST = "127.0.201.1"
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     honest = Honest(endpoint)
     try:
         took = server.start(lib.query(lib.ORIGIN, "SOA"))
-        rss_start = manyclients.rss_kib(lib.descendants(server.pid))
+        rss_start = manyclients.rss_kib(proctree.descendants(server.pid))
         print(f"  up after {took:.1f} s, RSS {rss_start / 1024:.1f} MiB", flush=True)
         cpu_start, answered_start = server.cpu_seconds(), queries_answered(endpoint.host, api_port)
         for i, file in enumerate(files):
@@ -178,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         while time.monotonic() - started < seconds:
             time.sleep(min(args.sample, max(0.0, seconds - (time.monotonic() - started))))
             now = time.monotonic()
-            rss = manyclients.rss_kib(lib.descendants(server.pid))
+            rss = manyclients.rss_kib(proctree.descendants(server.pid))
             answered = queries_answered(endpoint.host, api_port)
             window = honest.results[seen:]
             seen += len(window)
@@ -203,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             process.wait(timeout=30)
         cpu = server.cpu_seconds() - cpu_start
         answered = queries_answered(endpoint.host, api_port) - answered_start
-        rss_end = manyclients.rss_kib(lib.descendants(server.pid))
+        rss_end = manyclients.rss_kib(proctree.descendants(server.pid))
         total = summary_of(honest.results)
         result = {
             "settings": {k: str(v) for k, v in vars(args).items()},

@@ -55,6 +55,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import comparelib as lib  # bench/ is not a package: its folder is on sys.path
+import proctree
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("off", "on", "thread")
@@ -202,7 +203,7 @@ def parts(count: int) -> None:
 def rss_mb(server: lib.Server) -> float:
     """The resident memory of *server*'s process tree (the node and its workers), MB."""
     total = 0
-    for pid in lib.descendants(server.pid):
+    for pid in proctree.descendants(server.pid):
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
