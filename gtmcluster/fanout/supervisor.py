@@ -95,6 +95,8 @@ class _Slot:
         self.started = 0.0
         self.delay = FIRST_RESTART
         self.answered = 0
+        #: batches of records sent to the worker that it has not yet said it holds
+        self.unacknowledged = 0
         #: the node's own ports on this worker's sockets while it is down
         self.covering: list[Any] = []
         self.restart: Any = None
@@ -277,7 +279,7 @@ class Workers(Service):
                 return  # the worker went away
             now = self.reactor.seconds()
             for batch, _ in codec.batches([r for r in chunk if r.live(now)], now):
-                side.callRemote(feed.Records, batch=batch).addErrback(lambda _: None)
+                self._send_batch(slot, side, batch)
             yield None
         if slot.side is side:
             slot.fed = True
@@ -308,7 +310,17 @@ class Workers(Service):
         for batch, _ in codec.batches(latest, self.reactor.seconds()):
             for slot in self.slots:
                 if slot.side is not None:
-                    slot.side.callRemote(feed.Records, batch=batch).addErrback(lambda _: None)
+                    self._send_batch(slot, slot.side, batch)
+
+    def _send_batch(self, slot: _Slot, side: feed.NodeSide, batch: bytes) -> None:
+        """Send one batch of records; the slot counts it until the worker says it holds it
+        (or the feed is lost)."""
+        slot.unacknowledged += 1
+
+        def done(_: object) -> None:
+            slot.unacknowledged -= 1
+
+        side.callRemote(feed.Records, batch=batch).addBoth(done)
 
     def send_state(self) -> None:
         """Tell every worker whose verdicts count and whether the node is ready."""
@@ -372,6 +384,11 @@ class Workers(Service):
                 "up_for": round(now - slot.started, 3) if slot.process is not None else None,
                 "answered": slot.answered,
                 "covered_by_node": bool(slot.covering),
+                # changes the node holds that this worker does not hold yet: batches sent
+                # and not acknowledged, and the changes of this turn not sent yet
+                "record_batches_behind": (slot.unacknowledged + (1 if self._outbox else 0))
+                if slot.side is not None
+                else None,
             }
             for slot in self.slots
         ]

@@ -116,13 +116,18 @@ def persist_records(node: RunningNode) -> float:
     return 0.0
 
 
+def workers_hold_what_the_node_holds(node: RunningNode) -> bool:
+    return all(w["record_batches_behind"] == 0 for w in status(node)["workers"])
+
+
 def test_persistence_written_for_a_workers_answer_holds_everywhere(
     nodes: tuple[RunningNode, RunningNode, Path],
 ) -> None:
     """Round robin picks in turn; persistence then holds the client's network to its first
     answer, whichever process answered first and whichever answers next. The record is
     written by the node and reaches the workers within a moment (as it reaches the other
-    GTMs of the group): the test waits until the node holds it."""
+    GTMs of the group): the test waits until the node holds it and every worker has
+    acknowledged the node's batches of records (the status API's ``record_batches_behind``)."""
     multi, _, path = nodes
     raw = yaml.safe_load(path.read_text())
     raw["pools"]["p"]["load_balancing"] = {"preferred": "round_robin"}
@@ -137,6 +142,7 @@ def test_persistence_written_for_a_workers_answer_holds_everywhere(
         first = dnsclient.addresses(ask(multi, subnet))
         firsts.add(tuple(first))
         poll.until(lambda: persist_records(multi) > held, 5, f"the persistence record of {subnet}")  # noqa: B023
+        poll.until(lambda: workers_hold_what_the_node_holds(multi), 5, f"the workers' copies of the record of {subnet}")
         for _ in range(5):
             assert dnsclient.addresses(ask(multi, subnet)) == first, subnet
     assert len(firsts) > 1  # round robin did pick in turn
