@@ -1,6 +1,7 @@
 """The shipped alerting rules in a real Prometheus scraping a real node: a monitored virtual
 server whose backend stops goes from healthy to a firing GtmVirtualServerDown alert that
-names it (etc/prometheus/gtmcluster-rules.yml, its `for:` cut to 1 s for the test)."""
+names it (etc/prometheus/gtmcluster-rules.yml, its `for:` cut to 1 s for the test); and
+every expression of the Grafana dashboard (etc/grafana/gtmcluster.json) runs there."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_tool
-from tests.support import configs, poll
+from tests.support import configs, poll, promql
 from tests.support.backends import Backend, running_backends
 from tests.support.nodeproc import loopback_address, running_node
 from tests.support.prometheus import rules_with_short_for, running_prometheus
@@ -65,3 +66,12 @@ def test_a_virtual_server_whose_backend_stops_fires_its_alert(tmp_path: Path) ->
         assert firing[0]["labels"]["severity"] == "warning"
         assert firing[0]["labels"]["datacenter"] == "DC1"
         assert firing[0]["annotations"]["summary"] == "Virtual server vs1 in data center DC1 is down"
+        # every expression of the dashboard runs on this Prometheus over this node's series
+        failed = [
+            where
+            for where, expr in promql.dashboard_expressions()
+            if prometheus.get("/api/v1/query", query=promql.with_variables(expr)) is None
+        ]
+        assert not failed
+        pools = prometheus.query("max by (pool) (gtm_pool_members_available)")
+        assert {r["metric"]["pool"]: r["value"][1] for r in pools} == {"p": "2", "p6": "2"}
