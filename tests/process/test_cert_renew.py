@@ -145,8 +145,9 @@ def test_a_renewal_under_dns_load_loses_no_query_and_keeps_the_peer_link(tmp_pat
             link = peer(statuses[node], other)
             assert link["connected"] and link["connected_for"] >= up_for - 1.0, link
         assert peer(statuses["n2"], "n1")["certificate"]["serial"] == old_serial
-        https = ssl.create_default_context(cafile=str(group.certs / "ca.pem"))
-        code, body = apiclient.call(n1.api, "/api/v1/virtual-servers/vs3/disable", "POST", TOKEN, tls=https, name="n1")
+        context = ssl.create_default_context(cafile=str(group.certs / "ca.pem"))
+        disable = "/api/v1/virtual-servers/vs3/disable"
+        code, body = apiclient.call(n1.api, disable, "POST", TOKEN, tls=context, name="n1")
         assert code == 200, body
         group.wait_for(
             lambda: group.status("n2")["health"]["virtual_servers"]["vs3"]["admin"] == "disabled",
