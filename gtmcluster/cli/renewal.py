@@ -84,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
     if new.capped:
         print(f"note: {new.cert} expires with the CA, sooner than --days {args.days}", file=sys.stderr)
     if config is None or not args.reload:
-        print(f"{new.node} takes them on its next reload (SIGHUP, or this command with --config FILE --reload)")
+        print(
+            f"{new.node} takes them on its next reload (SIGHUP: systemctl reload gtm@{new.node}) once they are "
+            "where its sync_group.tls names them"
+        )
         return 0
     try:
         tokens = Tokens.from_args(config, args)

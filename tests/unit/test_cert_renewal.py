@@ -227,7 +227,8 @@ def test_the_command_renews_and_says_what_it_replaced(
     assert lines[2:] == [
         "wrote certs/n1.key (mode 0600)",
         "wrote certs/n1.pem (mode 0644)",
-        "n1 takes them on its next reload (SIGHUP, or this command with --config FILE --reload)",
+        "n1 takes them on its next reload (SIGHUP: systemctl reload gtm@n1) once they are where its "
+        "sync_group.tls names them",
     ]
     assert out.err == ""
 
