@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # command:Debian package, installed by tools/ensure-system-tools when missing
-TEST_TOOLS := dig:bind9-dnsutils delv:bind9-dnsutils dnstap-read:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium gdnsd:gdnsd knotd:knot dnsviz:dnsviz systemd-analyze:systemd snmpd:snmpd snmpget:snmp haproxy:haproxy nginx:nginx pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind' promtool:prometheus prometheus:prometheus
+TEST_TOOLS := dig:bind9-dnsutils openssl:openssl delv:bind9-dnsutils dnstap-read:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium gdnsd:gdnsd knotd:knot dnsviz:dnsviz systemd-analyze:systemd snmpd:snmpd snmpget:snmp haproxy:haproxy nginx:nginx pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind' promtool:prometheus prometheus:prometheus
 DEMO_TOOLS := dig:bind9-dnsutils
 BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux gdnsd:gdnsd pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind'
 CHAOS_TOOLS := ip:iproute2 faketime:faketime

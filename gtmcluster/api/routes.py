@@ -15,7 +15,7 @@ from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status_steps
-from gtmcluster.api.tls import ApiTLS
+from gtmcluster.api.tls import ApiTLS, expiries
 from gtmcluster.runtime import slices
 from gtmcluster.runtime.objectstats import object_stats_steps
 
@@ -68,6 +68,8 @@ def routes(
             answer["workers"] = service.workers.describe() if service.workers is not None else []
             answer["tls"] = service.peers.tls.describe() if service.peers is not None else None
             answer["api_tls"] = api_tls.describe() if api_tls is not None else None
+            now = service.reactor.seconds()
+            answer["certificates"] = {e.certificate: e.to_json(now) for e in expiries(service)}
             return answer
 
         steps = status_steps(node, service.replicator, service.reactor.seconds())

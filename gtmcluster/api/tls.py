@@ -9,12 +9,14 @@ beyond that: the bearer token still decides what a request may do.
 Like the peers' `gtmcluster.sync.tls.TLSContexts`, every new connection is built from the
 credentials in use at that moment, so a reload that finds renewed files (`ApiTLS.use`)
 changes the certificate without a restart; open connections keep theirs.
+
+`expiries` reads when the certificates a node uses end, for the status page and ``/metrics``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from OpenSSL import SSL
 from twisted.internet import ssl
@@ -24,7 +26,10 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from zope.interface import implementer
 
 from gtmcluster.nodeparts import Reload
-from gtmcluster.sync.tls import MIN_TLS, Credentials
+from gtmcluster.sync.tls import MIN_TLS, Credentials, Expiry, expiry
+
+if TYPE_CHECKING:
+    from gtmcluster.nodeservice import NodeService
 
 #: (a reload's lines keep the system name of the node's reload)
 log = Logger(namespace="gtmcluster.service")
@@ -100,3 +105,18 @@ def wrap(factory: Any, tls: ApiTLS, clock: Any) -> TLSMemoryBIOFactory:
     wrapped = TLSMemoryBIOFactory(tls, False, factory, clock)
     wrapped.noisy = False
     return wrapped
+
+
+def expiries(service: NodeService) -> list[Expiry]:
+    """When the certificates *service* uses now end, in `gtmcluster.sync.tls.EXPIRING` order:
+    ``node`` and ``ca`` from the credentials its peers use (else its HTTPS API's), ``api``
+    from the certificate its HTTPS API serves (absent without ``api.tls``); empty for a node
+    with neither. Read from the credentials in use, which a reload replaces: no file is read."""
+    api = next((part for part in service.parts if isinstance(part, ApiTLS)), None)
+    creds = service.peers.tls.creds if service.peers is not None else api.creds if api is not None else None
+    found = []
+    if creds is not None:
+        found += [expiry("node", creds.certificate), expiry("ca", creds.ca_certificate)]
+    if api is not None:
+        found.append(expiry("api", api.creds.certificate))
+    return found

@@ -2,8 +2,10 @@
 
 Asks every member (or only the --node ones) for its /api/v1/status, all at once, and prints
 one row per node (data center, config generation and digest, state digest and record count,
-peers, virtual servers and links), the problems each node sees (peers not connected or with
-another config, virtual servers not available, links not up), then whether every node that
+peers, virtual servers and links), each node's certificates' days left (its own, the group
+CA's, its HTTPS API's: `gtmcluster.cli.certdays`), the problems each node sees (peers not
+connected or with another config, virtual servers not available, links not up, certificates
+near their end), then whether every node that
 answered has the same state digest and the same config digest, and which nodes could not be
 reached and why.
 
@@ -29,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gtmcluster.cli import certdays
 from gtmcluster.cli.admin import ADMIN_STATE, when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
 from gtmcluster.cli.settle import MAX_SETTLE, SETTLE, Settled, settle
@@ -81,6 +84,7 @@ STATUS = Obj(
         "bundle": Maybe(BUNDLE),
         "dnssec_keys": Maybe(MapOf(str)),
         "admin": Maybe(ListOf(ADMIN_STATE)),
+        "certificates": certdays.CERTIFICATES,
     },
 )
 
@@ -217,6 +221,7 @@ def summarize(statuses: dict[str, dict[str, Any]], settled: Settled | None = Non
         summary.polls, summary.waited, summary.in_flight = settled.polls, settled.waited, settled.moving
     for node, s in answered.items():
         summary.problems.extend(f"{node}: {p}" for p in problems(s))
+        summary.problems.extend(f"{node}: {p}" for p in certdays.problems(node, s))
     return summary
 
 
@@ -350,6 +355,8 @@ def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], sum
             ]
         )
     lines = table(rows)
+    if cert_rows := certdays.rows(statuses):
+        lines.extend(["", *table(cert_rows)])
     lines.extend(admin_lines(statuses))
     if summary.problems:
         lines.append("")
