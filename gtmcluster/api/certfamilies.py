@@ -8,35 +8,15 @@ reads no file and parses nothing.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from cryptography import x509
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gtmcluster.api.scrape import Scrape
-from gtmcluster.api.tls import ApiTLS
-
-if TYPE_CHECKING:
-    from gtmcluster.nodeservice import NodeService
-
-
-def certificates(service: NodeService) -> dict[str, x509.Certificate]:
-    """The certificates in use, by role: ``node`` and ``ca`` (the peers' credentials, or
-    the API's in a group of one), ``api`` (with ``api.tls``). Empty for a group of one
-    without HTTPS: it loads no certificate."""
-    api = next((part.creds for part in service.parts if isinstance(part, ApiTLS)), None)
-    group = service.peers.tls.creds if service.peers is not None else api
-    found = {}
-    if group is not None:
-        found["node"] = group.certificate
-        found["ca"] = group.ca_certificate
-    if api is not None:
-        found["api"] = api.certificate
-    return found
+from gtmcluster.api.tls import expiries
 
 
 def certificate_expiry(scrape: Scrape) -> Iterator[Metric | None]:
-    held = certificates(scrape.service)
+    held = expiries(scrape.service)
     if not held:
         return
     expiry = GaugeMetricFamily(
@@ -45,6 +25,6 @@ def certificate_expiry(scrape: Scrape) -> Iterator[Metric | None]:
         "api (the one the HTTPS API serves)",
         labels=["certificate"],
     )
-    for role, cert in held.items():
-        expiry.add_metric([role], cert.not_valid_after_utc.timestamp())
+    for e in held:
+        expiry.add_metric([e.certificate], e.timestamp)
     yield expiry
