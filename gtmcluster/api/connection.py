@@ -43,7 +43,7 @@ from gtmcluster.runtime.tokenhash import Hash
 #: closed: time to finish sending a small body and read the answer, never to hold on
 DRAIN_SECONDS = 2.0
 #: status texts twisted.web does not know
-_REASONS = {421: "Misdirected Request", 431: "Request Header Fields Too Large"}
+_REASONS = {421: "Misdirected Request", 429: "Too Many Requests", 431: "Request Header Fields Too Large"}
 log = Logger()
 #: what a connection over a cap is told
 BUSY_CONNECTIONS = "too many connections to this node's API{where}; try again shortly"

@@ -6,9 +6,10 @@ in its state_dir (``STATE_DIR/api-token``, readable where the CLI runs on the no
 its user or root). It is sent with every request; a node that refuses for want of it, or
 refuses it, gets an error saying where the token was taken from and where to give it. A
 token of the users file (``api.users_file``, `gtmcluster users add`) is given the same way.
-Where a client certificate is given (``--cert``, ``GTM_API_CLIENT_CERT``), it is the
-identity: only a token given as plainly (``--token-file``, ``GTM_API_TOKEN``) is sent
-beside it, never one the CLI found in the config or the state_dir.
+Where a client certificate is given (``--cert``, ``GTM_API_CLIENT_CERT``) and the config
+names an operators' CA (``api.tls.client_ca``), the certificate is the identity: only a
+token given as plainly (``--token-file``, ``GTM_API_TOKEN``) is sent beside it, never one
+the CLI found in the config or the state_dir.
 
 With ``api: {tls: true}`` the node is asked over HTTPS, its certificate checked against the
 group CA and the member's name, with a client certificate when one is given
@@ -138,7 +139,7 @@ class Tokens:
             self.given = Token(value, f"--token-file {token_file}")
         elif (env := environ.get(ENV_TOKEN, "").strip()) != "":
             self.given = Token(env, ENV_TOKEN)
-        elif self.trust.client is not None:
+        elif self.trust.client is not None and config.api.client_ca is not None:
             #: the certificate given is the identity: no token found elsewhere is sent
             self.certificate_only = True
         elif config.api.token is not None:
