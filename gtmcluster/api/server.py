@@ -213,9 +213,10 @@ def default_limits() -> ApiLimits:
 
 
 class Api(resource.Resource):
-    """Every path of the API, routed by method and path pattern; the checks a request
-    passes before its body is read (`admit`, called by `connection.ApiChannel`); the answers in
-    progress, by kind of client and source (`answers`)."""
+    """Every path of the API, routed by method and path pattern; the role a request's route
+    needs (`need_of`, asked by `connection.ApiChannel` before the body is read) and what is
+    known of tokens (`known`); the answers in progress, by kind of client and source
+    (`answers`)."""
 
     isLeaf = True
 
