@@ -241,7 +241,7 @@ class Api(resource.Resource):
         self.known = Known(clock or time.monotonic)
         self.policy = policy
         self.limits = limits
-        #: requests refused by `admit` or for want of a slot, by reason (see
+        #: requests refused by their checks or for want of a slot, by reason (see
         #: `guard.Refusal.reason`; "busy": no slot for the answer)
         self.refused: Counter[str] = refused if refused is not None else Counter()
         #: connections (and followers) the node closed, by why: displaced, idle, stalled,
