@@ -236,7 +236,7 @@ def make_service(
     if sockets.api is not None and config.api.tls:
         if sockets.credentials is None:
             raise CredentialError("api.tls is on but no certificate was loaded for the API")
-        api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required)
+        api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required, config.api.client_ca_pem)
     # What takes a new config, in the order it switches (after the answer path):
     parts: list[Reconfigurable] = [
         DNSPart(dns),
@@ -295,7 +295,8 @@ def make_service(
         if api_tls is not None:
             factory = wrap(factory, api_tls, reactor)
             required = api_tls.require_client
-            what = "HTTPS API (" + ("client certificates required" if required else "no client certificate") + ")"
+            asked = "client certificates asked for" if api_tls.client_ca_pem else "no client certificate"
+            what = "HTTPS API (" + ("client certificates required" if required else asked) + ")"
         api = AdoptedPort(reactor, sockets.api, factory, what)
         api.setName("api")
         api.setServiceParent(top)

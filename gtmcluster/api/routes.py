@@ -16,7 +16,7 @@ from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route
 from gtmcluster.api.status import status_steps
 from gtmcluster.api.tls import ApiTLS, expiries
-from gtmcluster.runtime import slices
+from gtmcluster.runtime import slices, tokenhash
 from gtmcluster.runtime.objectstats import object_stats_steps
 
 log = Logger()
@@ -41,6 +41,14 @@ def api_site(service: NodeService, generated: str, api_tls: ApiTLS | None = None
         "API writes need the bearer token: {where}",
         where="the config's api.token" if node.config.api.token else f"the node's own, kept in {kept}",
     )
+    users = node.config.api.users
+    if node.config.api.users_file is not None:
+        log.info(
+            "API identities: {count} of {file}{ca}",
+            count=len(users),
+            file=node.config.api.users_file,
+            ca=f", client certificates of {node.config.api.client_ca}" if node.config.api.client_ca else "",
+        )
     return site(
         routes(service, refused, closed, api_tls),
         lambda: guard.policy(node.config.api, node.member, generated),
@@ -48,6 +56,7 @@ def api_site(service: NodeService, generated: str, api_tls: ApiTLS | None = None
         lambda: node.config.api.limits,
         service.reactor,
         closed,
+        lambda token, stored: service.in_thread(lambda: tokenhash.verify(token, stored)),
     )
 
 
@@ -120,42 +129,75 @@ def routes(
         lambda: node.config.api.limits,
         closed,
     )
+    # The one table: each route, the role it needs (identity.RANKS: viewer reads what holds
+    # no secret, operator changes admin state, admin changes config, reads config text and
+    # names of files, reloads)
     return [
-        Route("GET", "/", dashboard, public=True),
-        Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow")),
-        Route("GET", "/api/v1/status", get_status),
-        Route("GET", "/api/v1/health", lambda a, p: slices.run(admin.health_steps(node), service.reactor)),
-        Route("GET", "/api/v1/wideips", lambda a, p: slices.run(admin.wideips_steps(node), service.reactor)),
-        Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit")),
-        Route("GET", "/api/v1/explain", lambda a, p: proximity.explain(node, a), ("wideip", "ldns", "subnet", "type")),
-        Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
-        Route("GET", "/api/v1/history", get_history),
-        Route("GET", "/api/v1/stats", get_stats, ("wideip",)),
-        Route("GET", "/api/v1/admin", lambda a, p: {"node": node.member.name, "admin": admin.admin_states(node)}),
+        Route("GET", "/", dashboard, role="anyone"),
+        Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow"), role="viewer"),
+        Route("GET", "/api/v1/status", get_status, role="viewer"),
+        Route("GET", "/api/v1/health", lambda a, p: slices.run(admin.health_steps(node), reactor), role="viewer"),
+        Route("GET", "/api/v1/wideips", lambda a, p: slices.run(admin.wideips_steps(node), reactor), role="viewer"),
+        Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit"), role="viewer"),
+        Route(
+            "GET",
+            "/api/v1/explain",
+            lambda a, p: proximity.explain(node, a),
+            ("wideip", "ldns", "subnet", "type"),
+            role="viewer",
+        ),
+        Route(
+            "POST",
+            r"/api/v1/virtual-servers/(?P<name>[^/]+)/(?P<action>[^/]+)",
+            post_admin,
+            body=ADMIN_FIELDS,
+            role="operator",
+        ),
+        Route("GET", "/api/v1/history", get_history, role="viewer"),
+        Route("GET", "/api/v1/stats", get_stats, ("wideip",), role="viewer"),
+        Route(
+            "GET",
+            "/api/v1/admin",
+            lambda a, p: {"node": node.member.name, "admin": admin.admin_states(node)},
+            role="viewer",
+        ),
         # a pool member's NAME is POOL/SERVER: the action is the last segment
-        Route("POST", r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)", post_admin, body=ADMIN_FIELDS),
-        Route("POST", "/api/v1/reload", post_reload),
-        # the group's config: the token on every address (config text, names of files)
-        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service), secret=True),
+        Route(
+            "POST",
+            r"/api/v1/admin/(?P<target>[^/]+)/(?P<name>.+)/(?P<action>[^/]+)",
+            post_admin,
+            body=ADMIN_FIELDS,
+            role="operator",
+        ),
+        Route("POST", "/api/v1/reload", post_reload, role="admin"),
+        # the group's config: config text, names of files
+        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service), role="admin"),
         Route(
             "POST",
             "/api/v1/config",
             lambda a, p, raw: groupconfig.push(service, a, raw),
             ("force",),
             raw_body=groupconfig.MAX_PUSH,
+            role="admin",
         ),
-        Route("GET", "/api/v1/config/history", lambda a, p: groupconfig.history(service), secret=True),
+        Route("GET", "/api/v1/config/history", lambda a, p: groupconfig.history(service), role="admin"),
         Route(
             "GET",
             r"/api/v1/config/bundles/(?P<generation>[0-9]{1,18})",
             lambda a, p: groupconfig.one(service, p["generation"]),
-            secret=True,
+            role="admin",
         ),
         Route(
             "POST",
             r"/api/v1/config/rollback/(?P<generation>[0-9]{1,18})",
             lambda a, p: groupconfig.rollback(service, a, p["generation"]),
             body=("based_on", "force"),
+            role="admin",
         ),
-        Route("GET", "/metrics", lambda a, p: slices.run(metrics_steps(service, refused, closed), service.reactor)),
+        Route(
+            "GET",
+            "/metrics",
+            lambda a, p: slices.run(metrics_steps(service, refused, closed), reactor),
+            role="viewer",
+        ),
     ]

@@ -21,9 +21,10 @@ import io
 import json
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from cryptography.x509.oid import NameOID
@@ -34,10 +35,13 @@ from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
-from gtmcluster.api.guard import Policy, Refusal
+from gtmcluster.api.guard import Policy
+from gtmcluster.api.identity import RANKS, Identity, Known
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.runtime import tokenhash
 from gtmcluster.runtime.slots import Caps, Held, Slots
 from gtmcluster.runtime.sources import source_of
+from gtmcluster.runtime.tokenhash import Hash
 
 log = Logger()
 
@@ -89,17 +93,16 @@ class Route:
     pattern: str  # a regular expression for the whole path, with named groups
     handler: Handler
     params: tuple[str, ...] = ()  # query parameters it accepts
-    #: served without the token even where reads need one: the dashboard page holds no
-    #: data (it asks the API with the token from its #token=... fragment)
-    public: bool = False
-    #: needs the token on every address, reads too: config text and what names its files
-    secret: bool = False
     #: text fields a POST's JSON object body may give (passed with the query arguments,
     #: with "caller": who the connection is, see `caller`); empty: the body is not read
     body: tuple[str, ...] = ()
     #: the body is taken whole, up to this many bytes (over the policy's limit: a config
     #: bundle), and passed to the handler as a third argument; 0: not so
     raw_body: int = 0
+    #: the role it needs (`identity.RANKS`): viewer, operator, admin; anyone for the
+    #: dashboard page alone, which holds no data (it asks the API with the token from its
+    #: #token=... fragment). Every route says which: the table is `routes.routes`
+    role: str = field(kw_only=True)
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
@@ -151,8 +154,16 @@ def body_fields(request: IRequest, fields: tuple[str, ...]) -> dict[str, str]:
 
 
 def token_shown(request: IRequest) -> bool:
-    """Whether the request carried the API's token (valid), needed or not."""
+    """Whether the request proved an identity (a valid token or client certificate), needed
+    or not."""
     return bool(getattr(request, "token_shown", False))
+
+
+def identity_of(request: IRequest) -> Identity | None:
+    """Who made the request (`connection.ApiRequest.identity`): None only for the
+    dashboard page asked by someone who showed nothing."""
+    who = getattr(request, "identity", None)
+    return who if isinstance(who, Identity) else None
 
 
 def source_key(request: IRequest) -> str:
@@ -202,9 +213,10 @@ def default_limits() -> ApiLimits:
 
 
 class Api(resource.Resource):
-    """Every path of the API, routed by method and path pattern; the checks a request
-    passes before its body is read (`admit`, called by `connection.ApiChannel`); the answers in
-    progress, by kind of client and source (`answers`)."""
+    """Every path of the API, routed by method and path pattern; the role a request's route
+    needs (`need_of`, asked by `connection.ApiChannel` before the body is read) and what is
+    known of tokens (`known`); the answers in progress, by kind of client and source
+    (`answers`)."""
 
     isLeaf = True
 
@@ -215,12 +227,21 @@ class Api(resource.Resource):
         refused: Counter[str] | None = None,
         limits: Callable[[], ApiLimits] = default_limits,
         closed: Counter[str] | None = None,
+        check_token: Callable[[str, Hash], defer.Deferred[bool]] | None = None,
+        clock: Callable[[], float] | None = None,
     ):
         super().__init__()
+        for route in routes:
+            if route.role not in RANKS:
+                raise ValueError(f"{route.method} {route.pattern}: no role {route.role!r} (roles: {', '.join(RANKS)})")
         self.routes = routes
+        #: checks a token of the users file against its hash (slow: in a thread)
+        self.check_token = check_token or (lambda token, h: defer.maybeDeferred(tokenhash.verify, token, h))
+        #: the tokens of the users file checked already, and the bound on checks
+        self.known = Known(clock or time.monotonic)
         self.policy = policy
         self.limits = limits
-        #: requests refused by `admit` or for want of a slot, by reason (see
+        #: requests refused by their checks or for want of a slot, by reason (see
         #: `guard.Refusal.reason`; "busy": no slot for the answer)
         self.refused: Counter[str] = refused if refused is not None else Counter()
         #: connections (and followers) the node closed, by why: displaced, idle, stalled,
@@ -233,15 +254,13 @@ class Api(resource.Resource):
         asked = "GET" if method == "HEAD" else method
         return [r for r in self.routes if r.method == asked and r.match(path) is not None]
 
-    def admit(self, incoming: guard.Incoming) -> Refusal | None:
-        """Why this request is refused, or None; counted by reason."""
+    def need_of(self, incoming: guard.Incoming) -> str:
+        """The role the route asked for needs (the highest of those matching); where none
+        matches, what a read or a write needs at least: its 404 or 405 tells no more."""
         matching = self._routes_for(incoming.method, guard.path_of(incoming.target))
-        public = any(r.public for r in matching)
-        secret = any(r.secret for r in matching)
-        refusal = guard.check(incoming, self.policy_for(incoming), public, secret)
-        if refusal is not None:
-            self.refused[refusal.reason] += 1
-        return refusal
+        if not matching:
+            return "viewer" if guard.is_read(incoming) else "operator"
+        return max((r.role for r in matching), key=RANKS.__getitem__)
 
     def policy_for(self, incoming: guard.Incoming) -> Policy:
         """The policy, with the body limit of the route asked for when it takes more."""

@@ -20,6 +20,7 @@ from gtmcluster.cli import (
     replay,
     stats,
     status,
+    users,
 )
 
 
@@ -39,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
     logs.add_parser(sub)
     replay.add_parser(sub)
     status.add_parser(sub)
+    users.add_parser(sub)
     admin.add_parser(sub)  # enable, disable, drain
     return p
 
