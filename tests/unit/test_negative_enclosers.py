@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gtmcluster.dns.negative import suffixes_of_soas
+from gtmcluster.dns.negative import MAX_TAILS, suffixes_of_soas
 from gtmcluster.dnsdata import keys
 from tests.support.twins import Twins, make_query, wire_name
 
@@ -261,3 +261,16 @@ def test_a_signed_zones_do1_denial_is_never_kept(tmp_path: Path) -> None:
         for edns in options({}, {"edns": True}, {"ecs": ECS[4]}):
             pair.ask(make_query(below(rng, "example.test", depth), 1, **edns))
     assert {key[2] for key in pair.node.kept.negatives} == {0, 1}
+
+
+def test_the_tails_kept_per_name_length_are_bounded(pair: Twins) -> None:
+    """Names of every length: each answer is the general path's, and one kept answer holds
+    at most `MAX_TAILS` tails (then it starts again)."""
+    pair.ask(make_query("x.example.test", 1))
+    pair.general_path_off()
+    for _ in range(2):
+        for size in range(1, 64):
+            pair.ask(make_query(f"{'z' * size}.{'y' * (64 - size)}.example.test", 1))
+            pair.ask(make_query(f"{'z' * size}.example.test", 1))
+            (negative,) = pair.node.kept.negatives.values()
+            assert len(negative.tails) <= MAX_TAILS
