@@ -18,8 +18,9 @@ It holds, keyed as the paths look them up:
 - `replies`: encoded wide IP replies by (wide IP, or the name when signed, type, EDNS
   class, client key), each with the decision it encodes (sent again only while that
   decision is the one kept);
-- `negatives`: NXDOMAIN and NODATA answers by (parent name, type, EDNS class, size limit),
-  for every absent name below that parent (`dns.negative.Negative`);
+- `negatives`: NXDOMAIN and NODATA answers by (closest encloser, type, EDNS class), for
+  every absent name below that name of the zone, with or without a client subnet
+  (`dns.negative.Negative`);
 - `decisions`: the kept decisions themselves (`lb.cache.DecisionCache`), None when the
   node keeps none.
 
@@ -33,8 +34,8 @@ a static reply depends on the config alone and so on none of them.
 
 Every dict is capped (the ``MAX_*`` below: when full it starts again), and none is keyed by
 a name the zones do not hold: a flood of random names (NXDOMAIN, NODATA, or names below a
-wildcard wide IP) is answered from `negatives` and `client_hits`, keyed by the parent and by
-the wide IP, so it keeps nothing per name (docs/performance.md, "Random names").
+wildcard wide IP) is answered from `negatives` and `client_hits`, keyed by the closest
+encloser (a name the zone holds) and by the wide IP, so it keeps nothing per name (docs/performance.md, "Random names").
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ MAX_WIDE_HITS = 250_000
 #: the same over TCP (fewer clients: resolvers come over TCP for what UDP truncated)
 MAX_STREAM_WIDE_HITS = 50_000
 
-#: negative answers kept at most (one per parent name, type, EDNS class and size limit)
+#: negative answers kept at most (one per closest encloser, a name of a zone, type and EDNS class)
 MAX_NEGATIVES = 10_000
 
 #: the counter labels of a reply (wide IP, type, rcode, method: `QueryStats.queries`)
@@ -97,7 +98,7 @@ class KeptReplies:
         self.stream_wide_hits: dict[tuple[bytes, str], WideHit] = {}
         self.client_hits: dict[tuple[object, ...], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
-        self.negatives: dict[tuple[bytes, int, int, int], Negative] = {}
+        self.negatives: dict[tuple[bytes, int, int], Negative] = {}
 
     def invalidate(
         self, *, keys: Collection[str] = (), wideips: Collection[str] = (), everything: bool = False
@@ -149,7 +150,7 @@ class KeptReplies:
             hits.clear()
         hits[key] = hit
 
-    def keep_negative(self, key: tuple[bytes, int, int, int], negative: Negative) -> None:
+    def keep_negative(self, key: tuple[bytes, int, int], negative: Negative) -> None:
         negatives = self.negatives
         if len(negatives) >= MAX_NEGATIVES:
             negatives.clear()
