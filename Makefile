@@ -42,9 +42,12 @@ unit: $(STAMP)
 	$(BIN)/pytest -m "not process"
 
 # docs/architecture.md's package table, written from the code (tests/unit/test_docs_table.py
-# fails when it is out of date); tools/docnames.py lists names the docs give that do not exist
+# fails when it is out of date), and docs/openapi.json, the API's OpenAPI description written
+# from the route table (tests/unit/test_api_openapi.py fails when it is out of date);
+# tools/docnames.py lists names the docs give that do not exist
 docs: $(STAMP)
 	$(BIN)/python -m tools.packagetable
+	$(BIN)/python -m tools.openapi
 	$(BIN)/python -m tools.docnames
 
 # every fuzz target under atheris, FUZZ_SECONDS each (make test runs them briefly):

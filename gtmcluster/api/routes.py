@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from gtmcluster.api import admin, groupconfig, guard, proximity, token
+from gtmcluster.api import admin, apischema, groupconfig, guard, openapi, proximity, token
 from gtmcluster.api.connection import Site, site
 from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.logs import Logs
@@ -131,20 +131,41 @@ def routes(
     )
     # The one table: each route, the role it needs (identity.RANKS: viewer reads what holds
     # no secret, operator changes admin state, admin changes config, reads config text and
-    # names of files, reloads)
-    return [
-        Route("GET", "/", dashboard, role="anyone"),
-        Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow"), role="viewer"),
-        Route("GET", "/api/v1/status", get_status, role="viewer"),
-        Route("GET", "/api/v1/health", lambda a, p: slices.run(admin.health_steps(node), reactor), role="viewer"),
-        Route("GET", "/api/v1/wideips", lambda a, p: slices.run(admin.wideips_steps(node), reactor), role="viewer"),
-        Route("GET", "/api/v1/ldns", lambda a, p: proximity.ldns_table(node, a), ("address", "limit"), role="viewer"),
+    # names of files, reloads); each with its description (`apischema`), for the OpenAPI
+    # document (`openapi`), which refuses a route without one
+    table = [
+        Route("GET", "/", dashboard, role="anyone", doc=apischema.DASHBOARD),
+        Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow"), role="viewer", doc=apischema.LOGS),
+        Route("GET", "/api/v1/status", get_status, role="viewer", doc=apischema.STATUS),
+        Route(
+            "GET",
+            "/api/v1/health",
+            lambda a, p: slices.run(admin.health_steps(node), reactor),
+            role="viewer",
+            doc=apischema.HEALTH,
+        ),
+        Route(
+            "GET",
+            "/api/v1/wideips",
+            lambda a, p: slices.run(admin.wideips_steps(node), reactor),
+            role="viewer",
+            doc=apischema.WIDEIPS,
+        ),
+        Route(
+            "GET",
+            "/api/v1/ldns",
+            lambda a, p: proximity.ldns_table(node, a),
+            ("address", "limit"),
+            role="viewer",
+            doc=apischema.LDNS,
+        ),
         Route(
             "GET",
             "/api/v1/explain",
             lambda a, p: proximity.explain(node, a),
             ("wideip", "ldns", "subnet", "type"),
             role="viewer",
+            doc=apischema.EXPLAIN,
         ),
         Route(
             "POST",
@@ -152,14 +173,16 @@ def routes(
             post_admin,
             body=ADMIN_FIELDS,
             role="operator",
+            doc=apischema.VS_ADMIN,
         ),
-        Route("GET", "/api/v1/history", get_history, role="viewer"),
-        Route("GET", "/api/v1/stats", get_stats, ("wideip",), role="viewer"),
+        Route("GET", "/api/v1/history", get_history, role="viewer", doc=apischema.HISTORY),
+        Route("GET", "/api/v1/stats", get_stats, ("wideip",), role="viewer", doc=apischema.STATS),
         Route(
             "GET",
             "/api/v1/admin",
             lambda a, p: {"node": node.member.name, "admin": admin.admin_states(node)},
             role="viewer",
+            doc=apischema.ADMIN_STATES,
         ),
         # a pool member's NAME is POOL/SERVER: the action is the last segment
         Route(
@@ -168,10 +191,11 @@ def routes(
             post_admin,
             body=ADMIN_FIELDS,
             role="operator",
+            doc=apischema.ADMIN_CHANGE_DOC,
         ),
-        Route("POST", "/api/v1/reload", post_reload, role="admin"),
+        Route("POST", "/api/v1/reload", post_reload, role="admin", doc=apischema.RELOAD),
         # the group's config: config text, names of files
-        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service), role="admin"),
+        Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service), role="admin", doc=apischema.CONFIG),
         Route(
             "POST",
             "/api/v1/config",
@@ -179,13 +203,21 @@ def routes(
             ("force",),
             raw_body=groupconfig.MAX_PUSH,
             role="admin",
+            doc=apischema.PUSH,
         ),
-        Route("GET", "/api/v1/config/history", lambda a, p: groupconfig.history(service), role="admin"),
+        Route(
+            "GET",
+            "/api/v1/config/history",
+            lambda a, p: groupconfig.history(service),
+            role="admin",
+            doc=apischema.CONFIG_HISTORY,
+        ),
         Route(
             "GET",
             r"/api/v1/config/bundles/(?P<generation>[0-9]{1,18})",
             lambda a, p: groupconfig.one(service, p["generation"]),
             role="admin",
+            doc=apischema.BUNDLE,
         ),
         Route(
             "POST",
@@ -193,11 +225,25 @@ def routes(
             lambda a, p: groupconfig.rollback(service, a, p["generation"]),
             body=("based_on", "force"),
             role="admin",
+            doc=apischema.ROLLBACK,
         ),
         Route(
             "GET",
             "/metrics",
             lambda a, p: slices.run(metrics_steps(service, refused, closed), reactor),
             role="viewer",
+            doc=apischema.METRICS,
         ),
     ]
+    described: list[dict[str, Any]] = []
+
+    def get_openapi(args: Args, parts: Args) -> Any:
+        # (written once, on first asking: the table does not change while the node runs)
+        if not described:
+            described.append(openapi.document(table))
+        return described[0]
+
+    # the API described (OpenAPI 3.1), for viewers like every read: it holds no secret, but
+    # "anyone" stays the dashboard page alone (nothing else answers who shows nothing)
+    table.append(Route("GET", "/api/v1/openapi.json", get_openapi, role="viewer", doc=apischema.OPENAPI))
+    return table

@@ -35,6 +35,7 @@ from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
+from gtmcluster.api.apidoc import RouteDoc
 from gtmcluster.api.guard import Policy
 from gtmcluster.api.identity import RANKS, Identity, Known
 from gtmcluster.config.model import ApiLimits
@@ -103,6 +104,9 @@ class Route:
     #: dashboard page alone, which holds no data (it asks the API with the token from its
     #: #token=... fragment). Every route says which: the table is `routes.routes`
     role: str = field(kw_only=True)
+    #: what it takes and answers, for the API's OpenAPI description (`gtmcluster.api.openapi`,
+    #: which refuses a route without one): see `gtmcluster.api.apischema`
+    doc: RouteDoc | None = field(default=None, kw_only=True, compare=False)
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
