@@ -13,7 +13,7 @@ from gtmcluster.cli.audit import AuditPrinter, describe, params_for
 from gtmcluster.cli.logs import make_line
 from gtmcluster.state import admin, schema
 
-ENTRY = {
+ENTRY: dict[str, object] = {
     "time": "2027-01-15T08:00:00.123456Z",
     "node": "n2",
     "origin": "n1",
