@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
+from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.routes import api_site
 from gtmcluster.config.load import load
 from gtmcluster.nodelog.audit import AuditFile, audit_path
 from gtmcluster.nodeservice import NodeService
+from gtmcluster.runtime import slices
 from gtmcluster.service import Sockets, make_service
 from gtmcluster.state import admin
 from gtmcluster.state.record import Record, Version
@@ -104,6 +106,9 @@ def test_a_write_the_audit_log_cannot_take_is_refused_and_not_made(service: Node
     path.unlink()  # room again
     assert ask(site, "POST", DISABLE_DC2, TOKENS["operator"], b"{}")[0] == 200
     assert [e["result"] for e in entries(service)] == ["requested", "applied"]
+    text = slices.whole(metrics_steps(service, {}, {})).body.decode()
+    assert 'gtm_audit_writes_total{outcome="failed"} 2.0' in text
+    assert 'gtm_audit_writes_total{outcome="ok"} 2.0' in text
 
 
 def test_refused_requests_are_recorded_at_most_so_many_per_source_a_minute(service: NodeService) -> None:
