@@ -8,6 +8,7 @@ Waits are polls with deadlines."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -121,3 +122,32 @@ def test_a_replicated_admin_change_is_in_both_members_audit_and_the_cli_merges_t
     times = [json.loads(line)["time"] for line in as_json.stdout.splitlines()]
     assert times == sorted(times) and {json.loads(line)["node"] for line in as_json.stdout.splitlines()} == {"n1", "n2"}
     assert gtmcluster(group.workdir, "enable", "datacenter", "DC1", *as_alice).returncode == 0
+
+
+def test_on_a_full_disk_a_write_is_refused_and_not_made(tmp_path: Path) -> None:
+    """A real full file system (a 16 KiB tmpfs under the audit folder, filled): the change is
+    refused (exit 1, the node's 503 saying why) and not made; with room again it is made."""
+    folder = tmp_path / "var" / "log" / "audit"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)], check=False)
+    if mounted.returncode != 0:
+        pytest.skip("needs to mount a tmpfs (root, or CAP_SYS_ADMIN)")
+    try:
+        with running_group(tmp_path, size=1) as g:
+            with (folder / "filler").open("wb") as filler, contextlib.suppress(OSError):
+                filler.write(b"\0" * 16 * 1024)  # (till it is full)
+                filler.flush()
+            args = ("disable", "datacenter", "DC1", "--config", str(g.config_path))
+            refused = gtmcluster(g.workdir, *args)
+            assert refused.returncode == 1
+            assert refused.stderr == (
+                f"gtmcluster disable: n1: the audit log cannot be written: {folder}/n1.jsonl: No space left on "
+                "device; nothing was changed\n"
+            )
+            assert "admin states:" not in gtmcluster(g.workdir, "status", "--config", str(g.config_path)).stdout
+            (folder / "filler").unlink()
+            made = gtmcluster(g.workdir, *args)
+            assert made.returncode == 0, made.stderr
+            assert [e["result"] for e in entries(g, "n1")] == ["requested", "applied"]
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=False)
