@@ -28,6 +28,7 @@ from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.linktraffic import traffic_poller
 from gtmcluster.history import History
 from gtmcluster.node import Node
+from gtmcluster.nodelog.audit import AuditFile
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import (
     ConfigSyncPart,
@@ -97,6 +98,7 @@ def make_service(
     config_path: str | None = None,
     node_log: NodeLog | None = None,
     start: Start | None = None,
+    audit_log: AuditFile | None = None,
 ) -> NodeService:
     """The node's services. *config* is what it runs: its own file's (*config_path*), or
     when *start* says so a bundle of the group's (`groupconfig.shared.at_start`); without
@@ -287,6 +289,7 @@ def make_service(
         history=history,
         node_log=node_log,
         group_config=group_config,
+        audit_log=audit_log,
     )
     if sockets.api is not None:
         generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))

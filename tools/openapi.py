@@ -28,7 +28,7 @@ PAGE = Path("docs/openapi.json")
 
 def table() -> list[Any]:
     """The route table, as a node builds it, with no node behind it."""
-    unbound = SimpleNamespace(node=None, node_log=None, reactor=None, in_thread=None)
+    unbound = SimpleNamespace(node=None, node_log=None, audit_log=None, reactor=None, in_thread=None)
     return routes.routes(cast("NodeService", unbound))
 
 

@@ -78,6 +78,25 @@ LOGS = RouteDoc(
     errors={404: "this node keeps no log of its own"},
 )
 
+AUDIT = RouteDoc(
+    "the node's audit log, as JSON lines",
+    {"type": "string"},
+    "the audit entries, one JSON object a line (application/x-ndjson): time, who, role, proof, source, node, "
+    "the change and its result; a follower's answer stays open",
+    "Every write through the API (recorded before it is made, and again with how it ended), refused requests "
+    "(bounded per source) and the admin changes of other members this node took. The last `limit` entries "
+    "(100 by default), those since a time, or one identity's (`who`); `follow` keeps the answer open and sends "
+    "each new entry. Followers are capped (api.limits.followers).",
+    params={
+        "since": Param("only entries at or after this time (ISO 8601, UTC unless it has an offset)"),
+        "who": Param("only this identity's entries (its name)"),
+        "limit": Param("the last N entries (100 by default)", {"type": "string", "pattern": "^[0-9]{1,9}$"}),
+        "follow": Param(f"keep the answer open and send new entries ({BOOLEAN_TEXT})"),
+    },
+    content_type="application/x-ndjson",
+    errors={404: "this node keeps no audit log"},
+)
+
 PEER = obj(
     {"name": STRING, "connected": BOOLEAN},
     {

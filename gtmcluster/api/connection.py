@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 from twisted.web import http, server
 
 from gtmcluster.api import clientcert, guard, sending
+from gtmcluster.api.audit import Auditor
 from gtmcluster.api.guard import Policy, Refusal
 from gtmcluster.api.identity import ANONYMOUS, Identity
 from gtmcluster.api.server import Api, Route, default_limits, dumps
@@ -45,6 +46,9 @@ DRAIN_SECONDS = 2.0
 #: status texts twisted.web does not know
 _REASONS = {421: "Misdirected Request", 429: "Too Many Requests", 431: "Request Header Fields Too Large"}
 log = Logger()
+#: the refusals of reads that the audit log records too (of writes: every one): those of
+#: their credentials (`guard.Refusal.reason`)
+AUDITED = frozenset({"token", "role", "token_checks"})
 #: what a connection over a cap is told
 BUSY_CONNECTIONS = "too many connections to this node's API{where}; try again shortly"
 
@@ -185,7 +189,7 @@ class ApiChannel(http.HTTPChannel):
         given = guard.bearer(incoming)
         refusal = guard.screen(incoming, policy) or (given if isinstance(given, Refusal) else None)
         if refusal is not None:
-            self._refused(refusal)
+            self._refused(refusal, incoming)
             return
         who: Identity | None = None
         why_none = ""
@@ -196,7 +200,7 @@ class ApiChannel(http.HTTPChannel):
             elif guard.open_to_all(incoming, policy, need):
                 pass  # (not looked at: anonymous)
             elif isinstance(found, Refusal):
-                self._refused(found)
+                self._refused(found, incoming)
                 return
             else:
                 self._check_token(found, incoming, policy, need)
@@ -205,8 +209,14 @@ class ApiChannel(http.HTTPChannel):
             who, why_none = self._certificate(policy)
         self._admit(incoming, policy, need, who, why_none)
 
-    def _refused(self, refusal: Refusal) -> None:
-        self.site.api.refused[refusal.reason] += 1
+    def _refused(self, refusal: Refusal, incoming: guard.Incoming, who: Identity | None = None) -> None:
+        """Refuse *incoming* (from *who*, when known) for *refusal*: counted, recorded in the
+        audit log when it was a write or refused for its credentials, and answered."""
+        api = self.site.api
+        api.refused[refusal.reason] += 1
+        if api.auditor is not None and (not guard.is_read(incoming) or refusal.reason in AUDITED):
+            asked = f"{incoming.method[:10]} {guard.path_of(incoming.target)}"
+            api.auditor.refused(who, self.source, asked, refusal.code, refusal.message)
         self.refuse(refusal)
 
     def _certificate(self, policy: Policy) -> tuple[Identity | None, str]:
@@ -234,7 +244,7 @@ class ApiChannel(http.HTTPChannel):
         api = self.site.api
         why = api.known.may_check(self.source)
         if why is not None:
-            self._refused(Refusal(429, "token_checks", f"{why}: try again in a few seconds"))
+            self._refused(Refusal(429, "token_checks", f"{why}: try again in a few seconds"), incoming)
             return
         self._pending = True
         self._held = []
@@ -253,7 +263,7 @@ class ApiChannel(http.HTTPChannel):
             self._pending = False
             self._networkProducer.resumeProducing()
             if identity is None:
-                self._refused(Refusal(403, "token", f"wrong bearer token ({guard.TOKEN_HELP})"))
+                self._refused(Refusal(403, "token", f"wrong bearer token ({guard.TOKEN_HELP})"), incoming)
                 return
             if not self._admit(incoming, policy, need, identity, ""):
                 return
@@ -273,7 +283,7 @@ class ApiChannel(http.HTTPChannel):
         """Go on with a request from *who* (its route needing *need*), or refuse it."""
         refusal = guard.authorize(incoming, policy, need, who, why_none)
         if refusal is not None:
-            self._refused(refusal)
+            self._refused(refusal, incoming, who)
             return False
         request = self.requests[-1]
         request.admitted = True
@@ -391,14 +401,16 @@ def site(
     reactor: IReactorTime | None = None,
     closed: Counter[str] | None = None,
     check_token: Callable[[str, Hash], defer.Deferred[bool]] | None = None,
+    auditor: Auditor | None = None,
 ) -> Site:
     """The API of *routes* under *policy* and *limits* (each asked again for every
     connection and request: a reload changes them); *refused* and *closed*: where refusals
     and closings are counted; *reactor*: its timers' (the global one when None);
     *check_token*: checks a token of the users file against its hash, off the reactor's
-    thread (in it when None: tests)."""
+    thread (in it when None: tests); *auditor*: records writes and refusals in the audit log
+    (none when None)."""
     clock = reactor.seconds if reactor is not None else None
-    s = Site(Api(routes, policy, refused, limits, closed, check_token, clock), reactor)
+    s = Site(Api(routes, policy, refused, limits, closed, check_token, clock, auditor), reactor)
     s.noisy = False
     s.displayTracebacks = False
     return s

@@ -385,6 +385,22 @@ def api(scrape: Scrape) -> Iterator[Metric | None]:
         yield closed
 
 
+def audit_log(scrape: Scrape) -> Iterator[Metric | None]:
+    """The audit log's entries written and writes that failed (none without an audit log)."""
+    audit = scrape.service.audit_log
+    if audit is None:
+        return
+    writes = CounterMetricFamily(
+        "gtm_audit_writes",
+        "audit log entries written (ok) and writes that failed (failed: a full disk, a read-only file "
+        "system; the write through the API was refused, a change taken from a peer went unrecorded)",
+        labels=["outcome"],
+    )
+    writes.add_metric(["ok"], audit.counts["written"])
+    writes.add_metric(["failed"], audit.counts["failed"])
+    yield writes
+
+
 def reactor_lag(scrape: Scrape) -> Iterator[Metric | None]:
     """How late the reactor runs (none without the lag probe)."""
     probe = scrape.service.lag
@@ -438,6 +454,7 @@ FAMILIES: tuple[Families, ...] = (
     answering_workers,
     garbage_collection,
     api,
+    audit_log,
     reactor_lag,
     config_generation,
     config_bundles,

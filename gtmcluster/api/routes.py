@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 
 from gtmcluster.api import admin, apischema, groupconfig, guard, openapi, proximity, token
+from gtmcluster.api.audit import Auditor, Caller, admin_change
+from gtmcluster.api.auditlog import PARAMS as AUDIT_PARAMS
+from gtmcluster.api.auditlog import audit_route
 from gtmcluster.api.connection import Site, site
 from gtmcluster.api.dashboard import dashboard
 from gtmcluster.api.logs import Logs
@@ -18,6 +22,7 @@ from gtmcluster.api.status import status_steps
 from gtmcluster.api.tls import ApiTLS, expiries
 from gtmcluster.runtime import slices, tokenhash
 from gtmcluster.runtime.objectstats import object_stats_steps
+from gtmcluster.state.admin import LEVEL_NAMES
 
 log = Logger()
 
@@ -49,6 +54,10 @@ def api_site(service: NodeService, generated: str, api_tls: ApiTLS | None = None
             file=node.config.api.users_file,
             ca=f", client certificates of {node.config.api.client_ca}" if node.config.api.client_ca else "",
         )
+    auditor = None
+    if service.audit_log is not None:
+        auditor = Auditor(service.audit_log, node.member.name, service.reactor, held=node.store.raw)
+        node.store.subscribe(auditor.taken)  # (admin changes made on other members)
     return site(
         routes(service, refused, closed, api_tls),
         lambda: guard.policy(node.config.api, node.member, generated),
@@ -57,6 +66,7 @@ def api_site(service: NodeService, generated: str, api_tls: ApiTLS | None = None
         service.reactor,
         closed,
         lambda token, stored: service.in_thread(lambda: tokenhash.verify(token, stored)),
+        auditor,
     )
 
 
@@ -92,18 +102,36 @@ def routes(
             parts["action"],
             by=args.get("by", ""),
             reason=args.get("reason", ""),
-            certificate=args.get("caller", ""),
+            caller=Caller(
+                args.get("caller", ""),
+                args.get("caller_role", ""),
+                args.get("caller_proof", ""),
+                args.get("caller_source", ""),
+                args.get("change_id", ""),
+            ),
         )
         if service.snapshots is None:
             return answer
         # acknowledged means on disk: a node killed right after its 200 keeps the write
         return service.snapshots.flush().addCallback(lambda saved: admin.saved(answer, saved))
 
+    def certificate_serials() -> dict[str, str]:
+        return {e.certificate: e.serial for e in expiries(service)}
+
     def post_reload(args: Args, parts: Args) -> Any:
+        before = certificate_serials()
+
         def done(problems: list[str]) -> Any:
             if problems:
                 raise ApiError(422, "the new config is refused; the old one keeps serving:\n" + "\n".join(problems))
-            return {"reloaded": True, "generation": node.generation, "config_digest": node.config.digest}
+            # a certificate renewed (`gtmcluster certs renew`) is taken by a reload: say which
+            taken = sorted(name for name, serial in certificate_serials().items() if before.get(name) != serial)
+            return {
+                "reloaded": True,
+                "generation": node.generation,
+                "config_digest": node.config.digest,
+                "certificates_taken": taken,
+            }
 
         return service.reload().addCallback(done)
 
@@ -129,6 +157,12 @@ def routes(
         lambda: node.config.api.limits,
         closed,
     )
+    audit = audit_route(service.audit_log, reactor, service.in_thread, lambda: node.config.api.limits, closed)
+
+    def admin_described(a: Args, p: Args) -> str:
+        level = LEVEL_NAMES.get(p.get("target", "virtual-server"), p.get("target", ""))
+        return admin_change(level, urllib.parse.unquote(p["name"]), p["action"], a.get("reason", ""))
+
     # The one table: each route, the role it needs (identity.RANKS: viewer reads what holds
     # no secret, operator changes admin state, admin changes config, reads config text and
     # names of files, reloads); each with its description (`apischema`), for the OpenAPI
@@ -136,6 +170,7 @@ def routes(
     table = [
         Route("GET", "/", dashboard, role="anyone", doc=apischema.DASHBOARD),
         Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow"), role="viewer", doc=apischema.LOGS),
+        Route("GET", "/api/v1/audit", audit, AUDIT_PARAMS, role="viewer", doc=apischema.AUDIT),
         Route("GET", "/api/v1/status", get_status, role="viewer", doc=apischema.STATUS),
         Route(
             "GET",
@@ -174,6 +209,7 @@ def routes(
             body=ADMIN_FIELDS,
             role="operator",
             doc=apischema.VS_ADMIN,
+            change=admin_described,
         ),
         Route("GET", "/api/v1/history", get_history, role="viewer", doc=apischema.HISTORY),
         Route("GET", "/api/v1/stats", get_stats, ("wideip",), role="viewer", doc=apischema.STATS),
@@ -192,8 +228,16 @@ def routes(
             body=ADMIN_FIELDS,
             role="operator",
             doc=apischema.ADMIN_CHANGE_DOC,
+            change=admin_described,
         ),
-        Route("POST", "/api/v1/reload", post_reload, role="admin", doc=apischema.RELOAD),
+        Route(
+            "POST",
+            "/api/v1/reload",
+            post_reload,
+            role="admin",
+            doc=apischema.RELOAD,
+            change=lambda a, p: "reload the config (and the files it names: certificates, users, keys)",
+        ),
         # the group's config: config text, names of files
         Route("GET", "/api/v1/config", lambda a, p: groupconfig.describe(service), role="admin", doc=apischema.CONFIG),
         Route(
@@ -204,6 +248,7 @@ def routes(
             raw_body=groupconfig.MAX_PUSH,
             role="admin",
             doc=apischema.PUSH,
+            change=lambda a, p: "push a config bundle to the group" + (" (force)" if a.get("force") else ""),
         ),
         Route(
             "GET",
@@ -226,6 +271,9 @@ def routes(
             body=("based_on", "force"),
             role="admin",
             doc=apischema.ROLLBACK,
+            change=lambda a, p: (
+                f"roll the group's config back to generation {p['generation']}" + (" (force)" if a.get("force") else "")
+            ),
         ),
         Route(
             "GET",

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from cryptography.x509.oid import NameOID
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -36,9 +35,11 @@ from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
 from gtmcluster.api.apidoc import RouteDoc
+from gtmcluster.api.audit import UNWRITABLE, Auditor, outcome
 from gtmcluster.api.guard import Policy
 from gtmcluster.api.identity import RANKS, Identity, Known
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.nodelog.audit import AuditError
 from gtmcluster.runtime import tokenhash
 from gtmcluster.runtime.slots import Caps, Held, Slots
 from gtmcluster.runtime.sources import source_of
@@ -54,6 +55,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class _Unwritable(ApiError):
+    """A write refused because the audit log cannot be written (not recorded as a refusal:
+    that cannot be written either)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ class Route:
     handler: Handler
     params: tuple[str, ...] = ()  # query parameters it accepts
     #: text fields a POST's JSON object body may give (passed with the query arguments,
-    #: with "caller": who the connection is, see `caller`); empty: the body is not read
+    #: with who asks: `CALLER_ARGS`); empty: the body is not read
     body: tuple[str, ...] = ()
     #: the body is taken whole, up to this many bytes (over the policy's limit: a config
     #: bundle), and passed to the handler as a third argument; 0: not so
@@ -107,10 +113,18 @@ class Route:
     #: what it takes and answers, for the API's OpenAPI description (`gtmcluster.api.openapi`,
     #: which refuses a route without one): see `gtmcluster.api.apischema`
     doc: RouteDoc | None = field(default=None, kw_only=True, compare=False)
+    #: a write's change in a few words, from its arguments and path's parts, for the audit
+    #: log (`gtmcluster.api.audit`; None: the route says it)
+    change: Callable[[dict[str, str], dict[str, str]], str] | None = field(default=None, kw_only=True)
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
         return None if m is None else m.groupdict()
+
+
+#: what a route with a body gets of who asks, with its arguments: the identity's name, role
+#: and proof, the source address, and the id of the write's audit entries ("" unaudited)
+CALLER_ARGS = ("caller", "caller_role", "caller_proof", "caller_source", "change_id")
 
 
 def dumps(body: Any) -> bytes:
@@ -179,24 +193,6 @@ def source_key(request: IRequest) -> str:
     return source_of(str(getattr(request.getClientAddress(), "host", "")))
 
 
-def caller(request: IRequest) -> str:
-    """Who the API's client is, as far as the connection proves it: the common name of its
-    TLS client certificate, when it gave one; else "" (it holds the token, nothing more)."""
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    get_certificate = getattr(transport, "getPeerCertificate", None)
-    if get_certificate is None:
-        return ""
-    try:
-        certificate = get_certificate()
-        if certificate is None:
-            return ""
-        names = certificate.to_cryptography().subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    except Exception:  # not a TLS connection (yet): no certificate
-        return ""
-    name = names[0].value if names else ""
-    return name if isinstance(name, str) else ""
-
-
 def _answer(request: IRequest, result: Any) -> bytes:
     if isinstance(result, Raw):
         request.setHeader(b"content-type", result.content_type)
@@ -233,8 +229,11 @@ class Api(resource.Resource):
         closed: Counter[str] | None = None,
         check_token: Callable[[str, Hash], defer.Deferred[bool]] | None = None,
         clock: Callable[[], float] | None = None,
+        auditor: Auditor | None = None,
     ):
         super().__init__()
+        #: records every write and refusal (None: no audit log, as in tests of one part)
+        self.auditor = auditor
         for route in routes:
             if route.role not in RANKS:
                 raise ValueError(f"{route.method} {route.pattern}: no role {route.role!r} (roles: {', '.join(RANKS)})")
@@ -277,6 +276,7 @@ class Api(resource.Resource):
     def render(self, request: IRequest) -> bytes:
         method = request.method.decode(errors="replace") if request.method else "?"
         path = guard.path_of((request.path or b"/").decode(errors="replace"))
+        begun: dict[str, Any] | None = None
         try:
             if not getattr(request, "admitted", False):
                 # only requests that came through ApiChannel's checks are answered
@@ -299,8 +299,23 @@ class Api(resource.Resource):
                 raise ApiError(400, f"unknown parameter {unknown[0]!r} (parameters: {known})")
             if route.body:
                 args.update(body_fields(request, route.body))
-                args["caller"] = caller(request)
             held = self._hold(request)
+            begun = self._begin(request, route, args, parts, f"{method} {path}")
+            if route.body:
+                who = identity_of(request)
+                args.update(
+                    zip(
+                        CALLER_ARGS,
+                        (
+                            who.name if who else "",
+                            who.role if who else "",
+                            who.proof if who else "",
+                            source_key(request),
+                            begun["id"] if begun else "",
+                        ),
+                        strict=True,
+                    )
+                )
             if route.raw_body:
                 content = getattr(request, "content", None)
                 raw = content.getvalue() if isinstance(content, io.BytesIO) else b""
@@ -314,13 +329,41 @@ class Api(resource.Resource):
                 return server.NOT_DONE_YET  # type: ignore[return-value]
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(
-                    lambda value: self._late(request, lambda: self._result(request, value)),
-                    lambda failure: self._late(request, lambda: _error(request, failure.value, method, path)),
+                    lambda value: self._late(request, lambda: self._result(request, self._ended(begun, value))),
+                    lambda failure: self._late(request, lambda: self._failed(request, begun, failure.value, path)),
                 )
                 return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
-            return self._result(request, result)
+            return self._result(request, self._ended(begun, result))
         except Exception as e:
-            return _error(request, e, method, path)
+            if begun is None and method == "POST" and self.auditor is not None and not isinstance(e, _Unwritable):
+                code, message = (e.code, e.message) if isinstance(e, ApiError) else (500, "internal error")
+                self.auditor.refused(identity_of(request), source_key(request), f"{method} {path}", code, message)
+            return self._failed(request, begun, e, path)
+
+    def _begin(
+        self, request: IRequest, route: Route, args: dict[str, str], parts: dict[str, str], asked: str
+    ) -> dict[str, Any] | None:
+        """Record a write about to be made (None for a read, or with no audit log); refused
+        (503) when the audit log cannot be written."""
+        if route.method != "POST" or self.auditor is None:
+            return None
+        change = route.change(args, parts) if route.change is not None else ""
+        try:
+            return self.auditor.begin(identity_of(request), source_key(request), asked, change, self.auditor.new_id())
+        except AuditError as e:
+            raise _Unwritable(503, UNWRITABLE.format(problem=e)) from None
+
+    def _ended(self, begun: dict[str, Any] | None, result: Any) -> Any:
+        if begun is not None and self.auditor is not None:
+            self.auditor.end(begun, 200, detail=outcome(result))
+        return result
+
+    def _failed(self, request: IRequest, begun: dict[str, Any] | None, e: BaseException, path: str) -> bytes:
+        method = request.method.decode(errors="replace") if request.method else "?"
+        if begun is not None and self.auditor is not None:
+            code, message = (e.code, e.message) if isinstance(e, ApiError) else (500, "internal error")
+            self.auditor.end(begun, code, message)
+        return _error(request, e, method, path)
 
     def _hold(self, request: IRequest) -> Held:
         """A slot for this request's answer, given back when it is finished or its client

@@ -7,6 +7,7 @@ import sys
 
 from gtmcluster.cli import (
     admin,
+    audit,
     certs,
     check,
     configcmd,
@@ -27,6 +28,7 @@ from gtmcluster.cli import (
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gtmcluster", description="gtmcluster: a global traffic manager on Twisted.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    audit.add_parser(sub)
     certs.add_parser(sub)
     check.add_parser(sub)
     configcmd.add_parser(sub)

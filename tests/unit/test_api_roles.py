@@ -122,8 +122,8 @@ def test_every_route_refuses_each_role_below_its_own(service: NodeService) -> No
 
 
 def test_an_operator_changes_admin_state_and_the_single_token_is_an_admin(service: NodeService) -> None:
-    """An operator's token disables a data center (who is on the record as the caller says);
-    it may not reload; the config's single api.token may (an admin: the small-site form)."""
+    """An operator's token disables a data center (on the record under its identity, for whom
+    it says it acts); it may not reload; the config's single api.token may (an admin: the small-site form)."""
     site = api_site(service, SINGLE)
     code, answer = ask(site, "POST", "/api/v1/admin/datacenter/DC2/disable", TOKENS["operator"], b'{"by": "op"}')
     assert code == 200 and answer["admin"] == "disabled", answer
@@ -175,7 +175,7 @@ def test_a_token_is_checked_once_off_the_connection_then_remembered(service: Nod
     assert len(checks) == 1 and transport.value() == b"" and transport.producerState == "paused"
     checks[0].callback(True)
     code, _, answer = parse(transport.value())
-    assert code == 200 and answer["admin"] == "drain" and answer["by"] == "op", answer
+    assert code == 200 and answer["admin"] == "drain" and answer["by"] == "operator-1 (for op)", answer
     assert transport.producerState == "producing"
     assert ask(site, "GET", "/api/v1/status", TOKENS["operator"])[0] == 200
     assert len(checks) == 1 and site.api.known.counts["remembered"] == 1
