@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gtmcluster.config.users import NO_USERS, ApiUsers
+from gtmcluster.runtime.tokenhash import Hash
 
 #: roles by rank: a route needing one is open to it and to those above
 RANKS = {"anyone": 0, "viewer": 1, "operator": 2, "admin": 3}
@@ -108,6 +109,8 @@ class Known:
         self._key = secrets.token_bytes(32)
         self._users: ApiUsers = NO_USERS
         self._known: OrderedDict[bytes, Identity | None] = OrderedDict()
+        #: the token hash of each identity of the users file the known tokens were checked under
+        self._hashes: dict[str, Hash] = {}
         self.per_source = Rate(*self.PER_SOURCE)
         self.in_all = Rate(*self.IN_ALL, keys=1)
         #: checks in progress
@@ -119,9 +122,23 @@ class Known:
         return hmac.new(self._key, token.encode("utf-8", errors="replace"), hashlib.sha256).digest()
 
     def _current(self, users: ApiUsers) -> None:
-        if users is not self._users:  # a reload read the file again: forget what was learnt
-            self._users = users
-            self._known.clear()
+        if users is self._users:
+            return
+        # A reload read the file again: a token checked before stays known while its
+        # identity keeps the same hash (with the role the file gives it now), so a reload
+        # costs no hash check of the operators' tokens (nor, under a flood of bad tokens
+        # from their address, a 429 for them); refusals are forgotten (the file may now
+        # hold the token). At most `size` entries: bounded, whatever the file holds.
+        self._users = users
+        kept: OrderedDict[bytes, Identity | None] = OrderedDict()
+        for key, identity in self._known.items():
+            if identity is None:
+                continue
+            before, now = self._hashes.get(identity.name), users.by_name.get(identity.name)
+            if now is not None and now.token_hash is not None and now.token_hash == before:
+                kept[key] = Identity(identity.name, now.role, identity.proof)
+        self._known = kept
+        self._hashes = {name: u.token_hash for name, u in users.by_name.items() if u.token_hash is not None}
 
     def lookup(self, token: str, users: ApiUsers) -> Identity | object | None:
         """What is known of *token* under *users*: its identity, None (refused), or UNKNOWN."""

@@ -224,3 +224,38 @@ def test_a_check_in_progress_holds_the_bound_in_all(service: NodeService) -> Non
     code, _, answer = parse(transport.value())
     assert code == 429 and "in progress" in answer["error"] and len(pending) == 2
     json.dumps(answer)
+
+
+def test_a_reload_keeps_the_tokens_known_whose_hash_is_unchanged(tmp_path: Path) -> None:
+    """A reload reads the users file again: a token checked before stays known (no hash
+    check again, so a flood of bad tokens from the operators' address meanwhile cannot lock
+    them out with 429s), with the role the file now gives; a token whose identity's hash
+    changed, or that went, and every refusal, are checked again."""
+    from gtmcluster.api.identity import UNKNOWN, Identity, Known
+    from gtmcluster.config.users import ApiUser, ApiUsers
+    from gtmcluster.runtime import tokenhash
+
+    def parsed(text: str) -> tokenhash.Hash:
+        found = tokenhash.parse(text)
+        assert isinstance(found, tokenhash.Hash), found
+        return found
+
+    def file(**users: tuple[str, str]) -> ApiUsers:
+        by_name = {name: ApiUser(name, role, token_hash=parsed(h)) for name, (role, h) in users.items()}
+        return ApiUsers(by_name, {}, {})
+
+    vera, olga, gone = tokenhash.new_token("vera"), tokenhash.new_token("olga"), tokenhash.new_token("gone")
+    hashes = {t: tokenhash.make(t, log_n=10) for t in (vera, olga, gone)}
+    before = file(vera=("viewer", hashes[vera]), olga=("operator", hashes[olga]), gone=("admin", hashes[gone]))
+    known = Known(lambda: 0.0)
+    for token, role in ((vera, "viewer"), (olga, "operator"), (gone, "admin")):
+        assert known.lookup(token, before) is UNKNOWN
+        known.learn(token, before, Identity(tokenhash.name_of(token) or "", role, "token"))
+    wrong = "vera.not-her-token"
+    known.learn(wrong, before, None)
+    olga_again = tokenhash.new_token("olga")
+    after = file(vera=("operator", hashes[vera]), olga=("operator", tokenhash.make(olga_again, log_n=10)))
+    assert known.lookup(vera, after) == Identity("vera", "operator", "token")  # promoted, not checked again
+    assert known.lookup(olga, after) is UNKNOWN  # her hash changed: checked again (and refused)
+    assert known.lookup(gone, after) is UNKNOWN
+    assert known.lookup(wrong, after) is UNKNOWN
