@@ -17,7 +17,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gtmcluster.alerts.chooser import Handover, sender
+from gtmcluster.alerts.chooser import HANDOVER, Handover, sender
 from gtmcluster.alerts.delivery import Deliveries, Poster
 from gtmcluster.alerts.events import Event
 from gtmcluster.alerts.sources import CertificateEvents, HealthEvents, PeerEvents, Where, config_event
@@ -85,7 +85,14 @@ class AlertsService(Service):
         else:
             self.left += 1
             self.handover.keep(event, to)
-            log.debug("{kind} {id} left to {to}", kind=event.kind, id=event.id, to=to)
+            log.info(
+                "{kind} {id} left to {to}, the member that sends it (kept {hold:g}s, to send should {to} go)",
+                kind=event.kind,
+                id=event.id,
+                to=to,
+                hold=HANDOVER,
+                event="webhook_left",
+            )
 
     def peers_changed(self) -> None:
         """The members this node reaches may have changed."""
