@@ -57,7 +57,8 @@ class HTTPPoster:
         return d.addTimeout(self.settings().timeout, self.reactor, self._late)
 
     def _late(self, result: Any, timeout: float) -> Any:
-        if isinstance(result, Failure) and result.check(defer.CancelledError):
+        """The attempt was cancelled at its deadline (however its cancellation ended)."""
+        if isinstance(result, Failure):
             raise defer.TimeoutError(f"no answer within alerts.timeout ({timeout:g}s)")
         return result
 
