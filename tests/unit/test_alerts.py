@@ -21,6 +21,8 @@ from gtmcluster.alerts.events import OWN, Event
 from gtmcluster.alerts.service import AlertsService
 from gtmcluster.alerts.sources import CertificateEvents, PeerEvents, Where, config_event
 from gtmcluster.config.alerts import Alerts, Webhook
+from gtmcluster.config.load import load
+from tests.support import configs
 
 SECRET = b"0123456789abcdef-secret"
 
@@ -271,3 +273,21 @@ def test_a_certificate_ending_within_the_days_is_told_once(days_left: int, told:
     if told:
         certs.check([("node", "3c4d", days_left * 86400.0)], 21)  # renewed, and near its end too
         assert [dict(e.object)["serial"] for e in got] == ["1a2b", "3c4d"]
+
+
+def test_a_members_own_config_run_is_sent_by_it_and_a_reload_takes_new_webhooks(tmp_path: Path) -> None:
+    clock = Clock()
+    poster = FakePoster(200, 200)
+    kinds = ("config_applied", "config_refused")
+    service = AlertsService(clock, "gtm-c", "g", Alerts((hook(kinds=kinds),)), poster, lambda: frozenset({"gtm-a"}))
+    service.config_ran(7, "d1g35t", "gtm-a", [])  # gtm-a is reached and lower: still gtm-c's own
+    assert [json.loads(b)["object"] for _, b, _ in poster.calls] == [
+        {"generation": 7, "digest": "d1g35t", "publisher": "gtm-a"}
+    ]
+    configs.write_secret(tmp_path / "hook.key", "another-secret-0123456789")
+    raw = configs.base()
+    raw["alerts"] = {"webhooks": [{"url": "https://other.example.com/", "secret_file": "hook.key"}]}
+    service.prepare(load(configs.write(tmp_path, raw)))()
+    service.config_ran(8, "e2", "gtm-a", ["zones[0].file: cannot read"])
+    assert poster.calls[-1][0] == "https://other.example.com/"
+    assert json.loads(poster.calls[-1][1])["event"] == "config_refused"
