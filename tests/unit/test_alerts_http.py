@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from gtmcluster.alerts.http import MAX_BODY, HTTPPoster, Refused, _Capped
@@ -74,3 +75,16 @@ def test_the_answers_body_is_read_capped(size: int) -> None:
     reader.connectionLost()
     assert len(got) == 1 and len(got[0]) == min(-(-size // 1000) * 1000, MAX_BODY)
     assert transport.producerState == ("stopped" if size >= MAX_BODY else "producing")
+
+
+def test_https_is_tls_verified_for_the_urls_host() -> None:
+    """An https URL connects through TLS (`optionsForClientTLS` for the URL's host: the
+    certificate checked against it and the system's CAs); http connects plain."""
+    reactor = MemoryReactorClock()
+    poster = HTTPPoster(reactor, Alerts)
+    poster.post(hook("https://93.184.216.34/hook"), b"{}", {})
+    poster.post(hook("http://93.184.216.34/hook"), b"{}", {})
+    # (the endpoints' wrapping factories: Twisted's own, read through their attributes)
+    tls_factory, plain_factory = (getattr(client[2], "_wrappedFactory", None) for client in reactor.tcpClients)
+    assert isinstance(tls_factory, TLSMemoryBIOFactory)
+    assert not isinstance(plain_factory, TLSMemoryBIOFactory)
