@@ -159,6 +159,9 @@ class NodeService(MultiService):
         self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = runtime.in_turns
         #: the group's shared config (`groupconfig.shared`), when the node was started with it
         self.group_config = group_config(self) if group_config is not None else None
+        #: told each config this member runs or refuses, by a reload or a bundle of the
+        #: group's: (bundle generation, 0 for its own file; digest; publisher; the problems)
+        self.config_listeners: list[Callable[[int, str, str, list[str]], object]] = []
 
     def startService(self) -> None:
         if self.node_log is not None:
@@ -311,13 +314,26 @@ class NodeService(MultiService):
                 self.running_path, self.running_own_dir = path, own_dir
                 if self.group_config is not None:
                     self.group_config.sync.ran(header, new.digest)
+                self._tell_config(header, new.digest, [])
                 return []
         log.error(
             "reload refused, the running config stays: {problems}",
             problems="; ".join(problems),
             event="reload_refused",
         )
+        self._tell_config(header, "", problems)
         return problems
+
+    def _tell_config(self, header: Header | None, digest: str, problems: list[str]) -> None:
+        """Tell `config_listeners` of a config run (no *problems*) or refused."""
+        generation = header.generation if header is not None else 0
+        for listener in self.config_listeners:
+            listener(
+                generation,
+                header.digest if header is not None else digest,
+                header.publisher if header else "",
+                problems,
+            )
 
     def switch(self, new: Config, creds: Credentials | None = None, changes: Changes | None = None) -> None:
         """Answer from *new* (checked already) from now on, and retune every part; new peer

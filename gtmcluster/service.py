@@ -15,9 +15,11 @@ from twisted.application.service import IService, Service
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from gtmcluster.alerts.http import HTTPPoster
+from gtmcluster.alerts.service import AlertsService
 from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
-from gtmcluster.api.tls import ApiTLS, wrap
+from gtmcluster.api.tls import ApiTLS, expiries, wrap
 from gtmcluster.config.model import Config
 from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
@@ -31,6 +33,7 @@ from gtmcluster.node import Node
 from gtmcluster.nodelog.audit import AuditFile
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import (
+    AlertsPart,
     ConfigSyncPart,
     DNSPart,
     DNSSECKeysPart,
@@ -132,6 +135,18 @@ def make_service(
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
     node.health.observers = lambda: frozenset([node_name, *replicator.live_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
+    # Alerts: webhooks told of what the node notices, sent by one member of those reached
+    alerts = AlertsService(
+        reactor,
+        node_name,
+        config.sync_group.name,
+        config.alerts,
+        HTTPPoster(reactor, lambda: alerts.settings),
+        lambda: frozenset([node_name, *replicator.live_names()]),
+    )
+    alerts.watch_health(node.store, node.health, config)
+    replicator.peer_listeners.append(alerts.peers_changed)
+    alerts.setName("alerts")
     # Children stop in reverse order: the snapshot is written last, after everything else.
     # Path records (the bulk of a full table) are read after the node starts answering.
     snapshots = Snapshotter(
@@ -164,7 +179,7 @@ def make_service(
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")
-    services: list[IService] = [snapshots, keeper, lag, history, ticker]
+    services: list[IService] = [snapshots, keeper, lag, history, ticker, alerts]
     peers = None
     if sockets.peer is not None and sockets.credentials is not None:
         others = [m for m in config.sync_group.members if m.name != node_name]
@@ -257,6 +272,7 @@ def make_service(
         parts.append(api_tls)
     if workers is not None:
         parts.append(workers)
+    parts.append(AlertsPart(alerts))
 
     def read_credentials(new: Config) -> defer.Deferred[Credentials]:
         """This member's TLS files of *new*, read and checked off the reactor thread."""
@@ -291,6 +307,8 @@ def make_service(
         group_config=group_config,
         audit_log=audit_log,
     )
+    top.config_listeners.append(alerts.config_ran)
+    alerts.expiries = lambda: [(e.certificate, e.serial, e.timestamp) for e in expiries(top)]
     if sockets.api is not None:
         generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))
         factory: Any = api_site(top, generated, api_tls)

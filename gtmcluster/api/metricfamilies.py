@@ -1,8 +1,8 @@
 """The families of GET /metrics (`api.metrics`), one collector per part of the node: each
 takes the `Scrape` and yields its families, with None between parts of a big one (a
 step). `FAMILIES` lists them in the order of the text; adding a metric is one function here
-(or in `api.upfamilies`, what is up, or `api.certfamilies`, certificate expiry) and its
-place in that list.
+(or in `api.upfamilies`, what is up, `api.certfamilies`, certificate expiry, or
+`api.alertfamilies`, webhooks) and its place in that list.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gtmcluster.api import upfamilies
+from gtmcluster.api.alertfamilies import webhooks
 from gtmcluster.api.certfamilies import certificate_expiry
 from gtmcluster.api.scrape import ADD_STEP, Families, Scrape
 from gtmcluster.lb import linkload
@@ -459,6 +460,7 @@ FAMILIES: tuple[Families, ...] = (
     config_generation,
     config_bundles,
     certificate_expiry,
+    webhooks,
     ready,
 )
 

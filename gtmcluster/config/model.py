@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gtmcluster.config.addresses import HostPort, IPAddress, IPNetwork
+from gtmcluster.config.alerts import Alerts
 from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
 from gtmcluster.config.users import NO_USERS, ApiUsers
 from gtmcluster.config.wideipnames import WideIPNames
@@ -520,6 +521,8 @@ class Config:
     dns_server: DNSServer
     api: ApiSettings
     persistence: PersistenceTable = PersistenceTable()
+    #: the webhooks told of what the node notices (``alerts``)
+    alerts: Alerts = field(default_factory=Alerts)
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs
     digest: str = ""
