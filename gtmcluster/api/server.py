@@ -116,6 +116,9 @@ class Route:
     #: a write's change in a few words, from its arguments and path's parts, for the audit
     #: log (`gtmcluster.api.audit`; None: the route says it)
     change: Callable[[dict[str, str], dict[str, str]], str] | None = field(default=None, kw_only=True)
+    #: the handler gets who asks (`CALLER_ARGS`) with its arguments, as a route with a body
+    #: does (``GET /api/v1/whoami``)
+    who: bool = field(default=False, kw_only=True)
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
@@ -301,7 +304,7 @@ class Api(resource.Resource):
                 args.update(body_fields(request, route.body))
             held = self._hold(request)
             begun = self._begin(request, route, args, parts, f"{method} {path}")
-            if route.body:
+            if route.body or route.who:
                 who = identity_of(request)
                 args.update(
                     zip(
