@@ -27,8 +27,8 @@ SCRIPT_TYPE = b"text/javascript; charset=utf-8"
 #: the page's scripts (static/NAME.js), each a module: main draws the node's state and
 #: imports the others
 SCRIPTS = frozenset({"common", "main", "graphs", "access", "actions", "audit", "config", "linediff"})
-#: the path of a script, for the route table
-SCRIPT_PATH = r"/dashboard/(?P<script>[a-z]{1,16}\.js)"
+#: the path of a script, for the route table (NAME.js, of `SCRIPTS`; else 404)
+SCRIPT_PATH = r"/dashboard/(?P<script>[^/]{1,32})"
 
 
 @cache
@@ -54,6 +54,9 @@ def dashboard(args: Mapping[str, str], parts: Mapping[str, str]) -> Raw:
 
 def dashboard_script(args: Mapping[str, str], parts: Mapping[str, str]) -> Raw:
     try:
-        return Raw(SCRIPT_TYPE, script(parts["script"].removesuffix(".js")))
+        name, dot_js, rest = parts["script"].partition(".js")
+        if not dot_js or rest:
+            raise KeyError(name)
+        return Raw(SCRIPT_TYPE, script(name))
     except KeyError:
-        raise ApiError(404, f"no such script: {parts['script']}") from None
+        raise ApiError(404, f"no such script: {parts['script']!r}") from None

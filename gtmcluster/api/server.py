@@ -268,6 +268,11 @@ class Api(resource.Resource):
             return "viewer" if guard.is_read(incoming) else "operator"
         return max((r.role for r in matching), key=RANKS.__getitem__)
 
+    def tells_who(self, incoming: guard.Incoming) -> bool:
+        """Whether the route asked for answers who asks (`Route.who`): its token is checked
+        even where the read is open to all."""
+        return any(r.who for r in self._routes_for(incoming.method, guard.path_of(incoming.target)))
+
     def policy_for(self, incoming: guard.Incoming) -> Policy:
         """The policy, with the body limit of the route asked for when it takes more."""
         policy = self.policy()
