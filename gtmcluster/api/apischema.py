@@ -63,6 +63,30 @@ DASHBOARD = RouteDoc(
     content_type="text/html",
 )
 
+DASHBOARD_SCRIPT = RouteDoc(
+    "one of the dashboard page's scripts",
+    {"type": "string"},
+    "the script (an ES module); the page loads it from the node's own origin, its CSP allows no other",
+    parts={"script": Param("the script's file name", {"type": "string", "pattern": "^[a-z]{1,16}\\.js$"})},
+    content_type="text/javascript",
+    errors={404: "no such script"},
+)
+
+WHOAMI = RouteDoc(
+    "who the request's credentials prove it is, and its role",
+    obj(
+        {
+            **NODE,
+            "name": {"type": "string", "description": "the identity (anonymous: no identity shown, a loopback read)"},
+            "role": {"type": "string", "enum": ["viewer", "operator", "admin"]},
+            "proof": {"type": "string", "enum": ["token", "api.token", "certificate", "none"]},
+        }
+    ),
+    "the identity",
+    "What the dashboard asks to show only what the identity's role may do (the API checks each request "
+    "all the same): viewer reads, operator changes admin state, admin changes the config.",
+)
+
 LOGS = RouteDoc(
     "the node's own log, as JSON lines",
     {"type": "string"},

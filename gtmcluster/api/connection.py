@@ -197,8 +197,8 @@ class ApiChannel(http.HTTPChannel):
             found = guard.identify(given, policy, api.known)
             if isinstance(found, Identity):
                 who = found
-            elif guard.open_to_all(incoming, policy, need):
-                pass  # (not looked at: anonymous)
+            elif guard.open_to_all(incoming, policy, need) and not api.tells_who(incoming):
+                pass  # (not looked at: anonymous; but whoami looks, its answer is who)
             elif isinstance(found, Refusal):
                 self._refused(found, incoming)
                 return

@@ -14,7 +14,7 @@ from gtmcluster.api.audit import Auditor, Caller, admin_change
 from gtmcluster.api.auditlog import PARAMS as AUDIT_PARAMS
 from gtmcluster.api.auditlog import audit_route
 from gtmcluster.api.connection import Site, site
-from gtmcluster.api.dashboard import dashboard
+from gtmcluster.api.dashboard import SCRIPT_PATH, dashboard, dashboard_script
 from gtmcluster.api.logs import Logs
 from gtmcluster.api.metrics import metrics_steps
 from gtmcluster.api.server import ApiError, Route
@@ -149,6 +149,10 @@ def routes(
             raise ApiError(503, "this node keeps no history")
         return service.history.to_json()
 
+    def whoami(args: Args, parts: Args) -> Any:
+        who = {"name": args["caller"], "role": args["caller_role"], "proof": args["caller_proof"]}
+        return {"node": node.member.name, **who}
+
     reactor = service.reactor
     logs = Logs(
         service.node_log,
@@ -169,6 +173,8 @@ def routes(
     # document (`openapi`), which refuses a route without one
     table = [
         Route("GET", "/", dashboard, role="anyone", doc=apischema.DASHBOARD),
+        Route("GET", SCRIPT_PATH, dashboard_script, role="anyone", doc=apischema.DASHBOARD_SCRIPT),
+        Route("GET", "/api/v1/whoami", whoami, role="viewer", doc=apischema.WHOAMI, who=True),
         Route("GET", "/api/v1/logs", logs, ("since", "lines", "follow"), role="viewer", doc=apischema.LOGS),
         Route("GET", "/api/v1/audit", audit, AUDIT_PARAMS, role="viewer", doc=apischema.AUDIT),
         Route("GET", "/api/v1/status", get_status, role="viewer", doc=apischema.STATUS),

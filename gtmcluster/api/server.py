@@ -116,6 +116,9 @@ class Route:
     #: a write's change in a few words, from its arguments and path's parts, for the audit
     #: log (`gtmcluster.api.audit`; None: the route says it)
     change: Callable[[dict[str, str], dict[str, str]], str] | None = field(default=None, kw_only=True)
+    #: the handler gets who asks (`CALLER_ARGS`) with its arguments, as a route with a body
+    #: does (``GET /api/v1/whoami``)
+    who: bool = field(default=False, kw_only=True)
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
@@ -265,6 +268,11 @@ class Api(resource.Resource):
             return "viewer" if guard.is_read(incoming) else "operator"
         return max((r.role for r in matching), key=RANKS.__getitem__)
 
+    def tells_who(self, incoming: guard.Incoming) -> bool:
+        """Whether the route asked for answers who asks (`Route.who`): its token is checked
+        even where the read is open to all."""
+        return any(r.who for r in self._routes_for(incoming.method, guard.path_of(incoming.target)))
+
     def policy_for(self, incoming: guard.Incoming) -> Policy:
         """The policy, with the body limit of the route asked for when it takes more."""
         policy = self.policy()
@@ -301,7 +309,7 @@ class Api(resource.Resource):
                 args.update(body_fields(request, route.body))
             held = self._hold(request)
             begun = self._begin(request, route, args, parts, f"{method} {path}")
-            if route.body:
+            if route.body or route.who:
                 who = identity_of(request)
                 args.update(
                     zip(

@@ -27,6 +27,7 @@ from twisted.logger import LogLevel, capturedLogs
 
 from gtmcluster.api import guard
 from gtmcluster.api.connection import ApiChannel, Site
+from gtmcluster.api.dashboard import SCRIPT_PATH
 from gtmcluster.api.routes import api_site
 from gtmcluster.api.server import Route
 from gtmcluster.config.load import load
@@ -42,7 +43,7 @@ TOKEN = "a-generated-token-0123456789"
 HOST = "127.0.0.1:8053"
 #: routes whose answer (when not an error) is not JSON: the dashboard page, Prometheus
 #: text, the log's JSON lines
-NOT_JSON = ("/", "/metrics", "/api/v1/logs")
+NOT_JSON = ("/", SCRIPT_PATH, "/metrics", "/api/v1/logs")
 EXAMPLES_PER_ROUTE = 150
 #: what no input may have logged
 BAD = (LogLevel.error, LogLevel.critical)
@@ -108,6 +109,7 @@ HOSTILE = [
 #: (a name not here gets what its pattern matches, or any text)
 KNOWN = {
     "generation": "1",
+    "script": "main.js",
     "name": "vs1",
     "action": "disable",
     "target": "virtual-server",

@@ -37,7 +37,7 @@ HOST = "127.0.0.1:8053"
 #: a token of each role, as `gtmcluster users add` makes them
 TOKENS = {role: tokenhash.new_token(f"{role}-1") for role in ("viewer", "operator", "admin")}
 #: a value for each named part of a route's path
-SAMPLE = {"name": "vs1", "action": "disable", "target": "datacenter", "generation": "1"}
+SAMPLE = {"name": "vs1", "action": "disable", "target": "datacenter", "generation": "1", "script": "main.js"}
 
 
 def users_file(path: Path, tokens: dict[str, str]) -> Path:
@@ -259,3 +259,19 @@ def test_a_reload_keeps_the_tokens_known_whose_hash_is_unchanged(tmp_path: Path)
     assert known.lookup(olga, after) is UNKNOWN  # her hash changed: checked again (and refused)
     assert known.lookup(gone, after) is UNKNOWN
     assert known.lookup(wrong, after) is UNKNOWN
+
+
+def test_whoami_tells_each_identity_its_own_name_and_role(service: NodeService) -> None:
+    """``GET /api/v1/whoami`` (what the dashboard asks to show only what a role may do): each
+    identity of the users file, and the single token, an admin; no identity is 401 here
+    (reads need the token); a query naming a caller is refused, not believed."""
+    site = api_site(service, SINGLE)
+    for role, token in TOKENS.items():
+        code, answer = ask(site, "GET", "/api/v1/whoami", token)
+        assert (code, answer) == (200, {"node": "n1", "name": f"{role}-1", "role": role, "proof": "token"})
+    assert ask(site, "GET", "/api/v1/whoami", SINGLE) == (
+        200,
+        {"node": "n1", "name": "api-token", "role": "admin", "proof": "api.token"},
+    )
+    assert ask(site, "GET", "/api/v1/whoami", None)[0] == 401
+    assert ask(site, "GET", "/api/v1/whoami?caller_role=admin", TOKENS["viewer"])[0] == 400
