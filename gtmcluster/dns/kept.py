@@ -20,6 +20,9 @@ It holds, keyed as the paths look them up:
   decision is the one kept);
 - `negatives`: NXDOMAIN and NODATA answers by (parent name, type, EDNS class, size limit),
   for every absent name below that parent (`dns.negative.Negative`);
+- `signed_negatives`: signed (DO=1) NXDOMAIN answers by (parent name, type, size limit), one
+  per span of the zone's NSEC chain the names below it fall in (`dns.signednegative.Spans`),
+  each sent only until its earliest signature is due for renewal;
 - `decisions`: the kept decisions themselves (`lb.cache.DecisionCache`), None when the
   node keeps none.
 
@@ -29,7 +32,8 @@ lookups stay one ``dict.get``. What they hold ends in one way: `invalidate`, whi
 calls with what changed: records of the store (merged one by one or loaded in bulk), wide
 IPs whose health generation grew, or everything (the node becoming ready or not). Each
 change costs what it concerns (`lb.cache`'s fresh indexes), never the size of what is kept;
-a static reply depends on the config alone and so on none of them.
+a static reply depends on the config alone and so on none of them (a signed negative answer
+on the config and its signatures' times: it ends itself when one is due for renewal).
 
 Every dict is capped (the ``MAX_*`` below: when full it starts again), and none is keyed by
 a name the zones do not hold: a flood of random names (NXDOMAIN, NODATA, or names below a
@@ -43,6 +47,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from gtmcluster.dns.negative import Negative
+from gtmcluster.dns.signednegative import Spans
 from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.trace import Decision
 from gtmcluster.runtime.stats import Tally
@@ -59,6 +64,10 @@ MAX_STREAM_WIDE_HITS = 50_000
 
 #: negative answers kept at most (one per parent name, type, EDNS class and size limit)
 MAX_NEGATIVES = 10_000
+#: signed negative answers kept at most, all parents and spans together (each span is a name
+#: of a signed zone's chain: a zone's names bound them, this bounds the memory: each answer
+#: is about 500 bytes a kept length, `negative.MAX_TAILS` lengths at most)
+MAX_SIGNED_NEGATIVES = 1_000
 
 #: the counter labels of a reply (wide IP, type, rcode, method: `QueryStats.queries`)
 Counter = tuple[str, str, str, str]
@@ -98,6 +107,9 @@ class KeptReplies:
         self.client_hits: dict[tuple[object, ...], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
         self.negatives: dict[tuple[bytes, int, int, int], Negative] = {}
+        self.signed_negatives: dict[tuple[bytes, int, int], Spans] = {}
+        #: the answers `signed_negatives` holds, all spans together
+        self.signed_count = 0
 
     def invalidate(
         self, *, keys: Collection[str] = (), wideips: Collection[str] = (), everything: bool = False
@@ -154,3 +166,26 @@ class KeptReplies:
         if len(negatives) >= MAX_NEGATIVES:
             negatives.clear()
         negatives[key] = negative
+
+    def keep_signed_negative(
+        self,
+        key: tuple[bytes, int, int],
+        parent: tuple[bytes, ...],
+        order: list[tuple[bytes, ...]],
+        span: int,
+        negative: Negative,
+    ) -> None:
+        """Keep *negative*, the signed answer for the names below a parent (*key*: its wire
+        name, type, size limit; *parent*: its canonical sort key) in the *span*-th span of
+        the chain whose sort keys are *order*."""
+        spans = self.signed_negatives.get(key)
+        if spans is None or spans.order is not order:
+            spans = Spans(parent, order, negative)
+        if span not in spans.spans:
+            if self.signed_count >= MAX_SIGNED_NEGATIVES:
+                self.signed_negatives.clear()
+                self.signed_count = 0
+                spans = Spans(parent, order, negative)
+            self.signed_count += 1
+        spans.spans[span] = negative
+        self.signed_negatives[key] = spans

@@ -23,10 +23,17 @@ into the question's first label: `suffixes_of_soas`). A reply with anything but 
 authority (an answer, a referral, a signature) or with a pointer into the first label is
 never made into one, nor is a reply that is not for an absent name; a name whose reply
 would not fit the client's size goes to the general path (which truncates it).
+
+A signed NXDOMAIN (`made` with the signer's *refresh*) is one too: the SOA, then the NSECs of
+the zone's chain and the RRSIGs (their RDATA holds no compressed name), kept until the
+earliest of its signatures is due for renewal (`renew_at`); it holds for the names below the
+parent in one span of the chain only (`dns.signednegative` keeps one per span). At most
+`MAX_TAILS` lengths are kept per answer; a name of another length has its tail made anew.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterable, Set
 
@@ -35,6 +42,12 @@ from gtmcluster.dnsdata.zone import TYPE_OPT, TYPE_SOA, Zone
 
 _RR = struct.Struct("!HHIH")
 _U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+_TYPE_NSEC = 47
+_TYPE_RRSIG = 46
+#: the tails kept per answer at most (one per length of the names asked; 63 lengths below a
+#: parent are a label's): a name of another length has its tail made each time
+MAX_TAILS = 64
 #: what `Negative.tail` keeps for a length whose reply does not fit the client's size
 NO_FIT = b""
 
@@ -46,7 +59,19 @@ class Negative:
     """The general path's negative answer to a name below one parent, for any absent name
     below it (see the module's doc)."""
 
-    __slots__ = ("counter", "counts", "ents", "flags", "length", "limit", "nodes", "parent", "pointers", "tails")
+    __slots__ = (
+        "counter",
+        "counts",
+        "ents",
+        "flags",
+        "length",
+        "limit",
+        "nodes",
+        "parent",
+        "pointers",
+        "renew_at",
+        "tails",
+    )
 
     def __init__(
         self,
@@ -59,6 +84,7 @@ class Negative:
         parent: Name | None,
         zone: Zone,
         limit: int,
+        renew_at: float = math.inf,
     ):
         #: the reply's flags without RD and CD, and its QDCOUNT..ARCOUNT
         self.flags = flags
@@ -76,6 +102,9 @@ class Negative:
         self.pointers = pointers
         #: the bytes after the question by the queried name's wire length (NO_FIT: too big)
         self.tails: dict[int, bytes] = {length: tail}
+        #: when the earliest signature it carries is due for renewal (the signer's clock;
+        #: inf: it carries none): from then on the general path answers and signs anew
+        self.renew_at = renew_at
 
     def covers(self, label: bytes) -> bool:
         """Whether the name *label* (lowercased) followed by the parent is absent from the
@@ -99,7 +128,8 @@ class Negative:
         tail = bytes(made)
         if 12 + length + 4 + len(tail) > self.limit:
             tail = NO_FIT
-        self.tails[length] = tail
+        if len(self.tails) < MAX_TAILS:
+            self.tails[length] = tail
         return tail
 
     @classmethod
@@ -112,20 +142,28 @@ class Negative:
         zone: Zone,
         parent: Name,
         limit: int,
+        refresh: float | None = None,
     ) -> Negative | None:
         """The negative answer *reply* to the absent name *qname* (lowercased, wire form) of
         *zone*, whose question ends at *question_end*, kept for the names below *parent* (a
-        key); None when it is not one this can answer for every such name."""
-        if len(reply) < question_end or reply[4:8] != b"\x00\x01\x00\x00" or reply[8:10] != b"\x00\x01":
-            return None  # not one question, no answer, one authority record
+        key); None when it is not one this can answer for every such name. With *refresh*
+        (the signer's: how long before its expiration a signature is made anew), a signed
+        one: after the SOA, NSEC and RRSIG records (`renew_at`: the earliest expiration
+        less *refresh*)."""
+        if len(reply) < question_end or reply[4:8] != b"\x00\x01\x00\x00" or reply[8] or not reply[9]:
+            return None  # not one question, an answer, or no authority
+        authority = reply[9]
+        if authority != 1 and refresh is None:
+            return None  # (unsigned: the SOA alone)
         if reply[3] & 0xF not in (0, 3):
             return None
         first = 12 + 1 + qname[0]  # where the parent starts in the question
         found: list[int] = []
+        expires = math.inf
         at = question_end
         size = len(reply)
         try:
-            for index in range(1 + (reply[10] << 8 | reply[11])):
+            for index in range(authority + (reply[10] << 8 | reply[11])):
                 at = _name(reply, at, found)
                 rtype, _, _, rdlength = _RR.unpack_from(reply, at)
                 at += 10
@@ -135,6 +173,11 @@ class Negative:
                         return None
                     at = _name(reply, _name(reply, at, found), found)
                     if end - at != 20:
+                        return None
+                elif index < authority:
+                    if rtype == _TYPE_RRSIG:  # (its signer's name is never compressed)
+                        expires = min(expires, _U32.unpack_from(reply, at + 8)[0])
+                    elif rtype != _TYPE_NSEC:  # (nor the NSEC's next name)
                         return None
                 elif rtype != TYPE_OPT or rdlength:
                     return None  # (an OPT with options: a client subnet, kept nowhere)
@@ -160,6 +203,7 @@ class Negative:
             parent_key,
             zone,
             limit,
+            math.inf if refresh is None else expires - refresh,
         )
 
 
