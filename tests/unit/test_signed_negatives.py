@@ -25,6 +25,8 @@ import dns.rcode
 import dns.rdataset
 import dns.rdatatype
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gtmcluster.config.load import load
 from gtmcluster.dns import kept as kept_module
@@ -33,7 +35,7 @@ from gtmcluster.dns.responder import Answered
 from gtmcluster.dnsdata import keys
 from gtmcluster.node import Node
 from tests.support import configs
-from tests.support.twins import make_query
+from tests.support.twins import make_query, wire_name
 
 ORIGIN = dns.name.from_text("example.test")
 ZONE_KEY = (b"example", b"test")
@@ -263,3 +265,34 @@ def test_ed25519_and_a_do0_query_of_a_signed_zone(tmp_path: Path) -> None:
         signed.validate(signed.ask(make_query(name, 1, qid=i, do=True)))
         plain = dns.message.from_wire(signed.ask(make_query(name, 1, qid=i, edns=True)))
         assert plain.rcode() == dns.rcode.NXDOMAIN and len(plain.authority) == 1  # (the SOA, unsigned)
+
+
+@given(
+    labels=st.lists(
+        st.text(alphabet=string.ascii_letters + string.digits + "-_*", min_size=1, max_size=63), min_size=1, max_size=3
+    ),
+    parent=st.sampled_from(
+        [
+            "example.test",
+            "www.example.test",
+            "c.example.test",
+            "b.c.example.test",
+            "apps.example.test",
+            "wild.example.test",
+            "sub.example.test",
+            "hostmaster.example.test",
+            "gslb.example.test",
+        ]
+    ),
+    qtype=st.sampled_from([1, 2, 6, 16, 28, 43, 46, 47, 255]),
+    shape=st.sampled_from([*SHAPES, {"do": True, "payload": 512}, {"do": True, "payload": 1400}]),
+)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_name_gets_the_general_paths_reply(
+    signed: Signed, labels: list[str], parent: str, qtype: int, shape: dict[str, Any]
+) -> None:
+    """Whatever is kept by then (the node lives through the examples): names of the zone,
+    wildcards, referrals, NSEC and RRSIG asked for, any depth, case and size."""
+    name = ".".join([*labels, parent])
+    if len(wire_name(name)) <= 255:
+        signed.ask(make_query(name, qtype, **shape))
