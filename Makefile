@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # command:Debian package, installed by tools/ensure-system-tools when missing
-TEST_TOOLS := dig:bind9-dnsutils delv:bind9-dnsutils dnstap-read:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium gdnsd:gdnsd knotd:knot dnsviz:dnsviz systemd-analyze:systemd snmpd:snmpd snmpget:snmp haproxy:haproxy nginx:nginx pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind'
+TEST_TOOLS := dig:bind9-dnsutils openssl:openssl delv:bind9-dnsutils dnstap-read:bind9-dnsutils kdig:knot-dnsutils dnsperf:dnsperf unbound:unbound ip:iproute2 chromium:chromium gdnsd:gdnsd knotd:knot dnsviz:dnsviz systemd-analyze:systemd snmpd:snmpd snmpget:snmp haproxy:haproxy nginx:nginx pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind' promtool:prometheus prometheus:prometheus
 DEMO_TOOLS := dig:bind9-dnsutils
 BENCH_TOOLS := dig:bind9-dnsutils dnsperf:dnsperf nsd:nsd taskset:util-linux gdnsd:gdnsd pdns_server:pdns-server '/usr/lib/*/pdns/libbindbackend.so:pdns-backend-bind'
 CHAOS_TOOLS := ip:iproute2 faketime:faketime
@@ -42,9 +42,12 @@ unit: $(STAMP)
 	$(BIN)/pytest -m "not process"
 
 # docs/architecture.md's package table, written from the code (tests/unit/test_docs_table.py
-# fails when it is out of date); tools/docnames.py lists names the docs give that do not exist
+# fails when it is out of date), and docs/openapi.json, the API's OpenAPI description written
+# from the route table (tests/unit/test_api_openapi.py fails when it is out of date);
+# tools/docnames.py lists names the docs give that do not exist
 docs: $(STAMP)
 	$(BIN)/python -m tools.packagetable
+	$(BIN)/python -m tools.openapi
 	$(BIN)/python -m tools.docnames
 
 # every fuzz target under atheris, FUZZ_SECONDS each (make test runs them briefly):

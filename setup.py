@@ -51,6 +51,10 @@ setup(
             # make lint checks the layers of docs/architecture.md and that no import closes a
             # circle (the contracts in pyproject.toml; imports under TYPE_CHECKING count)
             "import-linter>=2.1",
+            # the API's OpenAPI description checked against a live node: every route asked
+            # with generated input by each role, no 500 and no answer the description does not
+            # allow (tests/process/test_api_openapi.py)
+            "schemathesis>=4.0,<5",
         ],
     },
     entry_points={"console_scripts": ["gtmcluster = gtmcluster.cli.main:main"]},

@@ -22,7 +22,8 @@ at unlimited rate and at a fixed rate of 70% of that server's max:
 - wideip: `gslb.bench.test A`, each query with an EDNS client subnet, 10,000 distinct /24s.
 
 With `--names random` (issue 34) the mixes are a fresh random name each query instead:
-NXDOMAIN, and below a wildcard wide IP (bench/randommix.py).
+NXDOMAIN, and below a wildcard wide IP; on request two random labels deep, or with a client
+subnet (`--mixes deep,nxecs`: bench/randommix.py).
 
 Clients: dnsperf 2.10 sends from one source address per process and its `-E` option puts
 the same EDNS option in every query, so one process cannot be many clients. Instead several
@@ -250,7 +251,7 @@ class Bench:
             config.write_text(yaml.safe_dump(raw, sort_keys=False))
         peers.write_files(work, keys, addresses, args.peer_threads, args.sources)
         if random_names:
-            self.mixes = randommix.write_mixes(work, args.sources, args.random_lines)
+            self.mixes = randommix.write_mixes(work, args.sources, args.random_lines, wanted=tuple(args.mixes))
         else:
             self.mixes = lib.write_mixes(work, args.sources, args.ecs)
         self.mixes |= signedmix.prepare(work, args.sources) if args.dnssec else {}

@@ -4,11 +4,13 @@
 
 Builds a node from bench/compare.py's `--names random` config (the bench zone, the wide IP
 and the wildcard wide IP `*.apps.bench.test`), then answers `--names` queries of a fresh
-12-letter label below the zone (NXDOMAIN) and as many below `apps` (the wildcard wide IP),
-from one LDNS, through `FastPath.answer`, and the same queries through the floor's
-`answer` (bench/floor.py: a reply written from its records). Prints µs per query for each,
-and how many entries each of the node's kept-reply dicts holds afterwards (`KeptReplies`):
-what the flood left behind. No sockets: the cost of the answer path alone.
+12-letter label below the zone (NXDOMAIN), as many below `apps` (the wildcard wide IP), as
+many two random labels below the zone (NXDOMAIN, the parent absent too) and as many one
+label below the zone with a client subnet (10,000 /24s), from one LDNS, through
+`FastPath.answer`, and the same queries through the floor's `answer` (bench/floor.py: a
+reply written from its records). Prints µs per query for each, and how many entries each
+of the node's kept-reply dicts holds afterwards (`KeptReplies`): what the flood left
+behind. No sockets: the cost of the answer path alone.
 """
 
 from __future__ import annotations
@@ -46,11 +48,19 @@ def main() -> int:
         records = floor.zone_records()
         names = {name for name, _ in records}
         rng = random.Random(3)
-        for parent in (lib.ORIGIN, lib.APPS):
-            queries = [
-                lib.query(f"{label}.{parent}", "A", qid=i & 0xFFFF)
-                for i, label in enumerate(randommix.random_labels(rng, args.names))
-            ]
+        kinds = {
+            f"<label>.{lib.ORIGIN}": lambda label, i: lib.query(f"{label}.{lib.ORIGIN}", "A", qid=i),
+            f"<label>.{lib.APPS}": lambda label, i: lib.query(f"{label}.{lib.APPS}", "A", qid=i),
+            f"<label>.<label>.{lib.ORIGIN}": lambda label, i: lib.query(
+                f"{label}.{label[::-1]}.{lib.ORIGIN}", "A", qid=i
+            ),
+            f"<label>.{lib.ORIGIN} with ECS": lambda label, i: lib.query(
+                f"{label}.{lib.ORIGIN}", "A", lib.ecs_network(i % randommix.ECS_CLIENTS), qid=i
+            ),
+        }
+        for kind, make in kinds.items():
+            labels = randommix.random_labels(rng, args.names)
+            queries = [make(label, i & 0xFFFF) for i, label in enumerate(labels)]
             for query in queries[:100]:  # (the first of each kind goes the general path)
                 fast.answer(query, lib.source_address(0))
             start = time.perf_counter()
@@ -62,7 +72,7 @@ def main() -> int:
                 floor.answer(query, records, names)
             bare = (time.perf_counter() - start) / len(queries) * 1e6
             kept = {k: len(v) for k, v in vars(node.kept).items() if isinstance(v, dict)}
-            print(f"<label>.{parent}: ours {ours:.2f} us a query, the floor's reply {bare:.2f} us; kept: {kept}")
+            print(f"{kind}: ours {ours:.2f} us a query, the floor's reply {bare:.2f} us; kept: {kept}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

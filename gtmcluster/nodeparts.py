@@ -24,6 +24,7 @@ from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
+from gtmcluster.alerts.service import AlertsService
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config
 from gtmcluster.dns.notify import NotifyService
@@ -202,3 +203,15 @@ class PeersPart:
                 peers.use_credentials(creds)
 
         return dial
+
+
+class AlertsPart:
+    """The alerts: the webhooks, their caps and the networks they may reach."""
+
+    label = "alerts"
+
+    def __init__(self, alerts: AlertsService):
+        self.alerts = alerts
+
+    def prepare(self, reload: Reload) -> Commit:
+        return self.alerts.prepare(reload.config)

@@ -27,6 +27,7 @@ from gtmcluster.groupconfig.shared import GroupConfig
 from gtmcluster.health.checker import HealthChecker
 from gtmcluster.history import History
 from gtmcluster.node import Node, Prepared
+from gtmcluster.nodelog.audit import AuditFile
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import Commit, Reconfigurable, Reload
 from gtmcluster.proximity.scheduler import ProbeScheduler
@@ -105,6 +106,7 @@ class NodeService(MultiService):
         history: History | None = None,
         node_log: NodeLog | None = None,
         group_config: Callable[[NodeService], GroupConfig[ConfigSync]] | None = None,
+        audit_log: AuditFile | None = None,
     ):
         super().__init__()
         self.node = node
@@ -131,6 +133,9 @@ class NodeService(MultiService):
         #: the node's own log file (gtmcluster.nodelog), when the tap made one; not a
         #: child: started before the children, stopped after them
         self.node_log = node_log
+        #: the node's audit log (gtmcluster.nodelog.audit), when the tap made one: the API
+        #: records every write there, and refuses one it cannot record
+        self.audit_log = audit_log
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: the config file run now: the node's own (`config_path`), or a bundle's
@@ -154,6 +159,9 @@ class NodeService(MultiService):
         self.in_turns: Callable[[slices.Steps[None]], defer.Deferred[None]] = runtime.in_turns
         #: the group's shared config (`groupconfig.shared`), when the node was started with it
         self.group_config = group_config(self) if group_config is not None else None
+        #: told each config this member runs or refuses, by a reload or a bundle of the
+        #: group's: (bundle generation, 0 for its own file; digest; publisher; the problems)
+        self.config_listeners: list[Callable[[int, str, str, list[str]], object]] = []
 
     def startService(self) -> None:
         if self.node_log is not None:
@@ -169,6 +177,16 @@ class NodeService(MultiService):
             wideips=len(c.wideips),
             digest=c.digest,
         )
+        if self.audit_log is not None:
+            try:
+                self.audit_log.open()
+            except OSError as e:
+                log.error(
+                    "the audit log cannot be written: {path}: {problem}; writes through the API are refused "
+                    "until it can be",
+                    path=str(self.audit_log.path),
+                    problem=e.strerror or str(e),
+                )
         super().startService()
         if threading.current_thread() is threading.main_thread():
             self._previous_hup = signal.signal(signal.SIGHUP, self._sighup)
@@ -224,6 +242,14 @@ class NodeService(MultiService):
                 return result
 
             stopped.addBoth(stop_log)
+        if self.audit_log is not None:
+            audit = self.audit_log
+
+            def close_audit(result: Any) -> Any:
+                audit.close()
+                return result
+
+            stopped.addBoth(close_audit)
         return stopped
 
     def _sighup(self, signum: int, frame: Any) -> None:
@@ -288,13 +314,26 @@ class NodeService(MultiService):
                 self.running_path, self.running_own_dir = path, own_dir
                 if self.group_config is not None:
                     self.group_config.sync.ran(header, new.digest)
+                self._tell_config(header, new.digest, [])
                 return []
         log.error(
             "reload refused, the running config stays: {problems}",
             problems="; ".join(problems),
             event="reload_refused",
         )
+        self._tell_config(header, "", problems)
         return problems
+
+    def _tell_config(self, header: Header | None, digest: str, problems: list[str]) -> None:
+        """Tell `config_listeners` of a config run (no *problems*) or refused."""
+        generation = header.generation if header is not None else 0
+        for listener in self.config_listeners:
+            listener(
+                generation,
+                header.digest if header is not None else digest,
+                header.publisher if header else "",
+                problems,
+            )
 
     def switch(self, new: Config, creds: Credentials | None = None, changes: Changes | None = None) -> None:
         """Answer from *new* (checked already) from now on, and retune every part; new peer

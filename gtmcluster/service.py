@@ -15,9 +15,11 @@ from twisted.application.service import IService, Service
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from gtmcluster.alerts.http import HTTPPoster
+from gtmcluster.alerts.service import AlertsService
 from gtmcluster.api import token as api_token
 from gtmcluster.api.routes import api_site
-from gtmcluster.api.tls import ApiTLS, wrap
+from gtmcluster.api.tls import ApiTLS, expiries, wrap
 from gtmcluster.config.model import Config
 from gtmcluster.dns.notify import NotifyService
 from gtmcluster.dns.server import DNSService
@@ -28,8 +30,10 @@ from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.linktraffic import traffic_poller
 from gtmcluster.history import History
 from gtmcluster.node import Node
+from gtmcluster.nodelog.audit import AuditFile
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import (
+    AlertsPart,
     ConfigSyncPart,
     DNSPart,
     DNSSECKeysPart,
@@ -97,6 +101,7 @@ def make_service(
     config_path: str | None = None,
     node_log: NodeLog | None = None,
     start: Start | None = None,
+    audit_log: AuditFile | None = None,
 ) -> NodeService:
     """The node's services. *config* is what it runs: its own file's (*config_path*), or
     when *start* says so a bundle of the group's (`groupconfig.shared.at_start`); without
@@ -130,6 +135,18 @@ def make_service(
     node.health.schedule = lambda flush: reactor.callLater(0, flush)
     node.health.observers = lambda: frozenset([node_name, *replicator.live_names()])
     replicator.peer_listeners.append(node.health.observers_changed)
+    # Alerts: webhooks told of what the node notices, sent by one member of those reached
+    alerts = AlertsService(
+        reactor,
+        node_name,
+        config.sync_group.name,
+        config.alerts,
+        HTTPPoster(reactor, lambda: alerts.settings),
+        lambda: frozenset([node_name, *replicator.live_names()]),
+    )
+    alerts.watch_health(node.store, node.health, config)
+    replicator.peer_listeners.append(alerts.peers_changed)
+    alerts.setName("alerts")
     # Children stop in reverse order: the snapshot is written last, after everything else.
     # Path records (the bulk of a full table) are read after the node starts answering.
     snapshots = Snapshotter(
@@ -162,7 +179,7 @@ def make_service(
     ticker = TimerService(TICK_INTERVAL, node.tick)
     ticker.clock = reactor
     ticker.setName("tick")
-    services: list[IService] = [snapshots, keeper, lag, history, ticker]
+    services: list[IService] = [snapshots, keeper, lag, history, ticker, alerts]
     peers = None
     if sockets.peer is not None and sockets.credentials is not None:
         others = [m for m in config.sync_group.members if m.name != node_name]
@@ -236,7 +253,7 @@ def make_service(
     if sockets.api is not None and config.api.tls:
         if sockets.credentials is None:
             raise CredentialError("api.tls is on but no certificate was loaded for the API")
-        api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required)
+        api_tls = ApiTLS(sockets.credentials, config.api.client_certificates_required, config.api.client_ca_pem)
     # What takes a new config, in the order it switches (after the answer path):
     parts: list[Reconfigurable] = [
         DNSPart(dns),
@@ -255,6 +272,7 @@ def make_service(
         parts.append(api_tls)
     if workers is not None:
         parts.append(workers)
+    parts.append(AlertsPart(alerts))
 
     def read_credentials(new: Config) -> defer.Deferred[Credentials]:
         """This member's TLS files of *new*, read and checked off the reactor thread."""
@@ -287,7 +305,10 @@ def make_service(
         history=history,
         node_log=node_log,
         group_config=group_config,
+        audit_log=audit_log,
     )
+    top.config_listeners.append(alerts.config_ran)
+    alerts.expiries = lambda: [(e.certificate, e.serial, e.timestamp) for e in expiries(top)]
     if sockets.api is not None:
         generated = sockets.api_token or api_token.settle(config.state_dir_for(node_name))
         factory: Any = api_site(top, generated, api_tls)
@@ -295,7 +316,8 @@ def make_service(
         if api_tls is not None:
             factory = wrap(factory, api_tls, reactor)
             required = api_tls.require_client
-            what = "HTTPS API (" + ("client certificates required" if required else "no client certificate") + ")"
+            asked = "client certificates asked for" if api_tls.client_ca_pem else "no client certificate"
+            what = "HTTPS API (" + ("client certificates required" if required else asked) + ")"
         api = AdoptedPort(reactor, sockets.api, factory, what)
         api.setName("api")
         api.setServiceParent(top)

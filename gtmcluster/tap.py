@@ -144,6 +144,7 @@ def makeService(options: Options) -> Any:
     from twisted.internet import reactor
 
     from gtmcluster.limits import needed_open_files, raise_open_files
+    from gtmcluster.nodelog.audit import AuditFile
     from gtmcluster.nodelog.writer import NodeLog
     from gtmcluster.service import Sockets, make_service
 
@@ -165,6 +166,7 @@ def makeService(options: Options) -> Any:
         options["config"],
         NodeLog(options.loaded.log_dir, options["node"], reactor.seconds, call_from_thread=threads.callFromThread),
         options.start,
+        AuditFile(options.loaded.log_dir, options["node"], reactor.seconds),
     )
     # What is alive now (the config, the node, the state it loaded) lives as long as the
     # process: collected once and frozen out of the collector's reach before the first

@@ -60,3 +60,8 @@ def dig_tool() -> None:
 @pytest.fixture
 def dnsperf_tool() -> None:
     require_tool("dnsperf", "dnsperf")
+
+
+@pytest.fixture
+def openssl_tool() -> None:
+    require_tool("openssl", "openssl")

@@ -9,7 +9,7 @@ below its own, its siblings where the contract lets them import each other, and 
 imports the contract still ignores). The list goes between the two markers in
 docs/architecture.md; nothing else of the page is touched. ``python -m tools.packagetable``
 writes it; with ``--check`` it only says whether the page holds what it would write.
-``tests/unit/test_docs_table.py`` fails when it does not, so a package moved, a docstring
+``tests/unit/test_docs_table.py`` fails when it does not (its line counts aside), so a package moved, a docstring
 changed or a new name imported across packages without `make docs` fails `make test`.
 
 It reads the code without importing it (the docstrings and imports from the AST, about a

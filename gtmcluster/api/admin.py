@@ -6,6 +6,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+from gtmcluster.api.audit import Caller
 from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import Config
 from gtmcluster.config.traffic import TYPE_NAMES
@@ -141,13 +142,16 @@ def set_admin(node: Node, name: str, action: str) -> dict[str, Any]:
 
 
 def change(
-    node: Node, target: str, name: str, action: str, by: str = "", reason: str = "", certificate: str = ""
+    node: Node, target: str, name: str, action: str, by: str = "", reason: str = "", caller: Caller | None = None
 ) -> dict[str, Any]:
     """enable / disable / drain an object (*target*: a level as the CLI names it, see
     `state.admin.LEVEL_NAMES`) for the whole sync group: a replicated admin record saying
-    who (*certificate*: the name on the caller's client certificate, when it gave one;
-    *by*: who the caller says it acts for), why and when. Enabling a virtual server also
-    releases a manual-resume hold."""
+    who, why and when. Who (the record's ``by``) is the *caller*'s identity when it is a
+    person's (a token of the users file, a certificate), with whom it says it acts for
+    (*by*) in brackets when that differs; with the shared single token, what it says (*by*,
+    else "api"). The record carries the caller too (`Caller.fields`: the identity, its role
+    and proof, the source, the audit entries' id), so that every member's audit shows who
+    made it. Enabling a virtual server also releases a manual-resume hold."""
     level = admin.LEVEL_NAMES.get(target)
     if level is None:
         raise ApiError(404, f"no admin target {target!r} (targets: {', '.join(admin.LEVEL_NAMES)})")
@@ -159,11 +163,12 @@ def change(
         raise ApiError(400, f"'by' is longer than {MAX_NAME} characters")
     if len(reason) > MAX_TEXT:
         raise ApiError(400, f"'reason' is longer than {MAX_TEXT} characters")
-    who = certificate or by or "api"
-    if certificate and by and by != certificate:
-        who = f"{certificate} (for {by})"
+    who = by or "api"
+    if caller is not None and caller.personal:
+        who = f"{caller.name} (for {by})" if by and by != caller.name else caller.name
     now = node.clock()
-    node.store.put(keys.admin(level, name), admin.value(state, who, reason, now, node.member.name))
+    carried = caller.fields() if caller is not None else {}
+    node.store.put(keys.admin(level, name), admin.value(state, who, reason, now, node.member.name, **carried))
     released = False
     if level == "vs" and state == admin.ENABLED and node.store.delete(keys.held(name)) is not None:
         released = True

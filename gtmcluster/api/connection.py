@@ -23,23 +23,32 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http, server
 
-from gtmcluster.api import guard, sending
+from gtmcluster.api import clientcert, guard, sending
+from gtmcluster.api.audit import Auditor
 from gtmcluster.api.guard import Policy, Refusal
+from gtmcluster.api.identity import ANONYMOUS, Identity
 from gtmcluster.api.server import Api, Route, default_limits, dumps
 from gtmcluster.api.slots import Connections
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.runtime.slots import Caps
 from gtmcluster.runtime.sources import source_of
+from gtmcluster.runtime.tokenhash import Hash
 
 #: seconds a refused request's client may go on sending (dropped) before the connection is
 #: closed: time to finish sending a small body and read the answer, never to hold on
 DRAIN_SECONDS = 2.0
 #: status texts twisted.web does not know
-_REASONS = {421: "Misdirected Request", 431: "Request Header Fields Too Large"}
+_REASONS = {421: "Misdirected Request", 429: "Too Many Requests", 431: "Request Header Fields Too Large"}
+log = Logger()
+#: the refusals of reads that the audit log records too (of writes: every one): those of
+#: their credentials (`guard.Refusal.reason`)
+AUDITED = frozenset({"token", "role", "token_checks"})
 #: what a connection over a cap is told
 BUSY_CONNECTIONS = "too many connections to this node's API{where}; try again shortly"
 
@@ -48,10 +57,13 @@ class ApiRequest(server.Request):
     """A request whose body is kept in memory, up to the policy's limit (a chunked body
     beyond it is cut: 413)."""
 
-    #: set by ApiChannel once the request passed `Api.admit`
+    #: set by ApiChannel once the request passed its checks
     admitted = False
-    #: it showed the API's token (valid), whether or not its route needed it
+    #: it proved an identity (a valid token, a client certificate), needed or not
     token_shown = False
+    #: who made it (`identity.Identity`: name, role, how proven), for its handler and the
+    #: record of changes; None only for the dashboard page asked with nothing shown
+    identity: Identity | None = None
     max_body = guard.MAX_BODY
     _received = 0
     _body: io.BytesIO
@@ -84,6 +96,14 @@ class ApiChannel(http.HTTPChannel):
     source = ""
     _drain: IDelayedCall | None = None
     _deadline: IDelayedCall | None = None
+    #: a token of the users file is being checked: what the client sends meanwhile waits
+    #: in _held (reading is paused), and the end of a request without a body is noted
+    _pending = False
+    _held: list[bytes]
+    _content_done = False
+    _gone = False
+    #: the identity the client certificate proves (or why none), by users file and CA
+    _certified: tuple[Any, Identity | str | None] | None = None
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -164,19 +184,118 @@ class ApiChannel(http.HTTPChannel):
             authorization=values(b"authorization"),
         )
         api = self.site.api
-        refusal = api.admit(incoming)
-        if refusal is not None:
-            self.refuse(refusal)
-            return
         policy = api.policy_for(incoming)
+        need = api.need_of(incoming)
+        given = guard.bearer(incoming)
+        refusal = guard.screen(incoming, policy) or (given if isinstance(given, Refusal) else None)
+        if refusal is not None:
+            self._refused(refusal, incoming)
+            return
+        who: Identity | None = None
+        why_none = ""
+        if isinstance(given, str) and need != "anyone":
+            found = guard.identify(given, policy, api.known)
+            if isinstance(found, Identity):
+                who = found
+            elif guard.open_to_all(incoming, policy, need):
+                pass  # (not looked at: anonymous)
+            elif isinstance(found, Refusal):
+                self._refused(found, incoming)
+                return
+            else:
+                self._check_token(found, incoming, policy, need)
+                return
+        elif given is None:
+            who, why_none = self._certificate(policy)
+        self._admit(incoming, policy, need, who, why_none)
+
+    def _refused(self, refusal: Refusal, incoming: guard.Incoming, who: Identity | None = None) -> None:
+        """Refuse *incoming* (from *who*, when known) for *refusal*: counted, recorded in the
+        audit log when it was a write or refused for its credentials, and answered."""
+        api = self.site.api
+        api.refused[refusal.reason] += 1
+        if api.auditor is not None and (not guard.is_read(incoming) or refusal.reason in AUDITED):
+            asked = f"{incoming.method[:10]} {guard.path_of(incoming.target)}"
+            api.auditor.refused(who, self.source, asked, refusal.code, refusal.message)
+        self.refuse(refusal)
+
+    def _certificate(self, policy: Policy) -> tuple[Identity | None, str]:
+        """The identity this connection's client certificate proves (None and why not, when
+        it shows none that counts), found once per connection and users file."""
+        if not self.isSecure() or not policy.client_ca_pem:
+            return None, ""
+        key = (policy.users, policy.client_ca_pem)
+        if self._certified is None or self._certified[0][0] is not key[0] or self._certified[0][1] != key[1]:
+            transport: Any = self.transport
+            try:
+                shown = transport.getPeerCertificate()
+            except Exception:  # no TLS connection (yet)
+                shown = None
+            found = None if shown is None else clientcert.identify(shown.to_cryptography(), key[1], key[0])
+            self._certified = (key, found)
+        found = self._certified[1]
+        if found is None:
+            return None, ""
+        return (found, "") if isinstance(found, Identity) else (None, found)
+
+    def _check_token(self, pending: guard.Pending, incoming: guard.Incoming, policy: Policy, need: str) -> None:
+        """Check a token of the users file against its hash, in a thread, reading nothing
+        more of the connection meanwhile; refused at once (429) past the bound on checks."""
+        api = self.site.api
+        why = api.known.may_check(self.source)
+        if why is not None:
+            self._refused(Refusal(429, "token_checks", f"{why}: try again in a few seconds"), incoming)
+            return
+        self._pending = True
+        self._held = []
+        self._content_done = False
+        self.setRawMode()  # what follows the head waits in _held
+        self._networkProducer.pauseProducing()
+        user = pending.user
+        assert user.token_hash is not None
+
+        def checked(good: object) -> None:
+            api.known.done()
+            identity = Identity(user.name, user.role, "token") if good is True else None
+            api.known.learn(pending.token, policy.users, identity)
+            if self._gone:
+                return
+            self._pending = False
+            self._networkProducer.resumeProducing()
+            if identity is None:
+                self._refused(Refusal(403, "token", f"wrong bearer token ({guard.TOKEN_HELP})"), incoming)
+                return
+            if not self._admit(incoming, policy, need, identity, ""):
+                return
+            if self._content_done:
+                super(ApiChannel, self).allContentReceived()
+            held, self._held = b"".join(self._held), []
+            if held:
+                self.rawDataReceived(held)
+
+        def failed(failure: Failure) -> bool:
+            log.failure("checking a token of the users file failed", failure)
+            return False
+
+        api.check_token(pending.token, user.token_hash).addErrback(failed).addCallback(checked)
+
+    def _admit(self, incoming: guard.Incoming, policy: Policy, need: str, who: Identity | None, why_none: str) -> bool:
+        """Go on with a request from *who* (its route needing *need*), or refuse it."""
+        refusal = guard.authorize(incoming, policy, need, who, why_none)
+        if refusal is not None:
+            self._refused(refusal, incoming, who)
+            return False
+        request = self.requests[-1]
         request.admitted = True
         request.max_body = policy.max_body
+        request.identity = who if who is not None or need == "anyone" else ANONYMOUS
         connections = self.site.connections
         connections.touch(self)
-        if guard.shows_token(incoming, policy):
+        if who is not None and who.proof != "none":
             request.token_shown = True
             connections.trust(self)
         super().allHeadersReceived()
+        return True
 
     def refuse(self, refusal: Refusal) -> None:
         """Answer *refusal* now and read nothing more: what the client still sends is
@@ -186,7 +305,10 @@ class ApiChannel(http.HTTPChannel):
         self.refused = True
         self._stop_deadline()
         self.setRawMode()
-        body = dumps({"error": refusal.message})
+        shown = {"error": refusal.message}
+        if refusal.role_needed:
+            shown["role_needed"] = refusal.role_needed
+        body = dumps(shown)
         head = [
             f"HTTP/1.1 {refusal.code} {_REASONS.get(refusal.code) or http.RESPONSES[refusal.code].decode()}",
             "Content-Type: application/json",
@@ -196,6 +318,8 @@ class ApiChannel(http.HTTPChannel):
         ]
         if refusal.code == 401:
             head.append('WWW-Authenticate: Bearer realm="gtmcluster"')
+        if refusal.code == 429:
+            head.append("Retry-After: 2")
         transport: Any = self.transport
         transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
         self.setTimeout(None)
@@ -232,14 +356,19 @@ class ApiChannel(http.HTTPChannel):
             super().lineReceived(line)
 
     def rawDataReceived(self, data: bytes) -> None:
-        if not self.refused:
+        if self._pending:
+            self._held.append(data)
+        elif not self.refused:
             super().rawDataReceived(data)
 
     def allContentReceived(self) -> None:
-        if not self.refused:
+        if self._pending:
+            self._content_done = True
+        elif not self.refused:
             super().allContentReceived()
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+        self._gone = True
         self._stop_deadline()
         if self._drain is not None and self._drain.active():
             self._drain.cancel()
@@ -271,11 +400,17 @@ def site(
     limits: Callable[[], ApiLimits] = default_limits,
     reactor: IReactorTime | None = None,
     closed: Counter[str] | None = None,
+    check_token: Callable[[str, Hash], defer.Deferred[bool]] | None = None,
+    auditor: Auditor | None = None,
 ) -> Site:
     """The API of *routes* under *policy* and *limits* (each asked again for every
     connection and request: a reload changes them); *refused* and *closed*: where refusals
-    and closings are counted; *reactor*: its timers' (the global one when None)."""
-    s = Site(Api(routes, policy, refused, limits, closed), reactor)
+    and closings are counted; *reactor*: its timers' (the global one when None);
+    *check_token*: checks a token of the users file against its hash, off the reactor's
+    thread (in it when None: tests); *auditor*: records writes and refusals in the audit log
+    (none when None)."""
+    clock = reactor.seconds if reactor is not None else None
+    s = Site(Api(routes, policy, refused, limits, closed, check_token, clock, auditor), reactor)
     s.noisy = False
     s.displayTracebacks = False
     return s

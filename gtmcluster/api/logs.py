@@ -28,7 +28,7 @@ import io
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IPushProducer
@@ -42,7 +42,7 @@ from gtmcluster.api import sending
 from gtmcluster.api.server import ApiError, Stream, source_key, token_shown
 from gtmcluster.config.model import ApiLimits
 from gtmcluster.nodelog import reader, record
-from gtmcluster.nodelog.writer import NodeLog
+from gtmcluster.nodelog.writer import Snapshot
 from gtmcluster.runtime.slots import Caps, Held, Slots
 
 log = Logger()
@@ -66,29 +66,48 @@ FALSE = ("0", "false", "no", "")
 _COUNT = re.compile(r"[0-9]{1,9}")
 
 
-def parse(args: Mapping[str, str]) -> tuple[str | None, int, bool]:
-    """(since, lines, follow) from the query; ApiError 400 for bad values."""
+#: which lines an answer keeps (None: all)
+Keep = Callable[[str], bool] | None
+#: (since, lines, follow, which lines) from a request's query
+Query = tuple[str | None, int, bool, Keep]
+
+
+class Source(Protocol):
+    """Lines of a node that are read and followed: the node's log (`NodeLog`), its audit
+    log (`nodelog.audit.AuditFile`)."""
+
+    @property
+    def node(self) -> str: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def follow(self, listener: Callable[[str], None]) -> Callable[[], None]: ...
+
+
+def query(args: Mapping[str, str], count_name: str = "lines", default: int = DEFAULT_LINES) -> Query:
+    """(since, count, follow) from the query, and no filter; ApiError 400 for bad values.
+    The count is given as *count_name* (*default* when neither it nor since is given)."""
     since: str | None = None
     if "since" in args:
         try:
             since = record.parse_time(args["since"])
         except (ValueError, OverflowError):  # (year 1 with an offset east of UTC overflows)
             raise ApiError(400, "since: not a time (ISO 8601, such as 2026-12-01T15:00:00Z)") from None
-    if "lines" in args:
-        text = args["lines"].strip()
+    if count_name in args:
+        text = args[count_name].strip()
         if text.startswith("-") and _COUNT.fullmatch(text[1:]):
-            raise ApiError(400, f"lines: must be 0 to {reader.MAX_LINES}")
+            raise ApiError(400, f"{count_name}: must be 0 to {reader.MAX_LINES}")
         if not _COUNT.fullmatch(text):
-            raise ApiError(400, f"lines: not a number: {args['lines'][:40]!r}")
+            raise ApiError(400, f"{count_name}: not a number: {args[count_name][:40]!r}")
         count = int(text)
         if not 0 <= count <= reader.MAX_LINES:
-            raise ApiError(400, f"lines: must be 0 to {reader.MAX_LINES}")
+            raise ApiError(400, f"{count_name}: must be 0 to {reader.MAX_LINES}")
     else:
-        count = DEFAULT_LINES if since is None else reader.MAX_LINES
+        count = default if since is None else reader.MAX_LINES
     follow_text = args.get("follow", "0").lower()
     if follow_text not in TRUE + FALSE:
         raise ApiError(400, "follow: give 1 or 0")
-    return since, count, follow_text in TRUE
+    return since, count, follow_text in TRUE, None
 
 
 def _default_limits() -> ApiLimits:
@@ -96,17 +115,23 @@ def _default_limits() -> ApiLimits:
 
 
 class Logs:
-    """The route's handler: owns the followers and their slots."""
+    """The route's handler: owns the followers and their slots. *node_log*: the lines it
+    reads (the node's log; the audit log, with *query_of* reading its own query, and *absent* what a
+    node without them answers, 404)."""
 
     def __init__(
         self,
-        node_log: NodeLog | None,
+        node_log: Source | None,
         clock: Any,
         in_thread: InThread[tuple[list[str], bool]],
         limits: Callable[[], ApiLimits] = _default_limits,
         closed: Counter[str] | None = None,
+        query_of: Callable[[Mapping[str, str]], Query] = query,
+        absent: str = "this node keeps no log of its own",
     ):
         self.node_log = node_log
+        self.query_of = query_of
+        self.absent = absent
         self.clock = clock
         self.in_thread = in_thread
         self.limits = limits
@@ -117,10 +142,10 @@ class Logs:
         self.slots = {True: Slots(), False: Slots()}
 
     def __call__(self, args: Mapping[str, str], parts: Mapping[str, str]) -> Stream:
-        since, count, follow = parse(args)
+        since, count, follow, keep = self.query_of(args)
         if self.node_log is None:
-            raise ApiError(404, "this node keeps no log of its own")
-        stream = LogStream(self, self.node_log, since, count, follow)
+            raise ApiError(404, self.absent)
+        stream = LogStream(self, self.node_log, since, count, follow, keep)
         return Stream(stream.start, lasting=follow)
 
     def take(self, request: Request) -> Held:
@@ -142,9 +167,10 @@ class Logs:
 class LogStream:
     """One answer: the lines from the files, then (following) the new ones."""
 
-    def __init__(self, owner: Logs, node_log: NodeLog, since: str | None, count: int, follow: bool):
+    def __init__(self, owner: Logs, node_log: Source, since: str | None, count: int, follow: bool, keep: Keep = None):
         self.owner = owner
         self.node_log = node_log
+        self.keep = keep
         self.since = since
         self.count = count
         self.follow = follow
@@ -188,7 +214,7 @@ class LogStream:
 
         def read() -> tuple[list[str], bool]:
             try:
-                return reader.within(snapshot, self.since, self.count, MAX_ANSWER_BYTES)
+                return reader.within(snapshot, self.since, self.count, MAX_ANSWER_BYTES, self.keep)
             finally:
                 snapshot.close()
 
@@ -250,7 +276,7 @@ class LogStream:
 
     def line(self, line: str) -> None:
         """A line the node just logged."""
-        if self.gone or self.request is None:
+        if self.gone or self.request is None or (self.keep is not None and not self.keep(line)):
             return
         if not self.live:
             size = len(line) + 1

@@ -1,24 +1,27 @@
 """The families of GET /metrics (`api.metrics`), one collector per part of the node: each
 takes the `Scrape` and yields its families, with None between parts of a big one (a
 step). `FAMILIES` lists them in the order of the text; adding a metric is one function here
-and its place in that list.
+(or in `api.upfamilies`, what is up, `api.certfamilies`, certificate expiry, or
+`api.alertfamilies`, webhooks) and its place in that list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from gtmcluster.api import upfamilies
+from gtmcluster.api.alertfamilies import webhooks
+from gtmcluster.api.certfamilies import certificate_expiry
+from gtmcluster.api.scrape import ADD_STEP, Families, Scrape
 from gtmcluster.lb import linkload
 from gtmcluster.runtime.objectstats import object_stats_steps
 from gtmcluster.runtime.stats import CheckStats, Histogram
 from gtmcluster.state.bounds import Bound
 
 if TYPE_CHECKING:
-    from gtmcluster.node import Node
     from gtmcluster.nodeservice import NodeService
     from gtmcluster.sync.service import Gate
 
@@ -80,31 +83,8 @@ def _object_families(figures: dict[str, Any]) -> Iterator[Metric]:
     yield from (wideips, pools, methods, members)
 
 
-#: samples added to a family between two steps (a collector yields None)
-ADD_STEP = 500
-
 #: `xfrslots.TransferSlots.refused` keys as the config names the caps (the metric's label)
 _TRANSFER_CAPS = {"total": "max_in_flight", "source": "max_per_source"}
-
-
-@dataclass(frozen=True, slots=True)
-class Scrape:
-    """What one scrape's families are read from: the node's service, the time of the scrape,
-    and the API's counts of refused requests and closed connections (None: not counted)."""
-
-    service: NodeService
-    now: float
-    api_refused: Mapping[str, int] | None = None
-    api_closed: Mapping[str, int] | None = None
-
-    @property
-    def node(self) -> Node:
-        return self.service.node
-
-
-#: a family collector: one family, or several of one part of the node, from a scrape; None
-#: between parts of a big one (a step: `metrics_steps`)
-Families = Callable[[Scrape], Iterator[Metric | None]]
 
 
 def dns_queries(scrape: Scrape) -> Iterator[Metric | None]:
@@ -178,42 +158,6 @@ def dns_tcp(scrape: Scrape) -> Iterator[Metric | None]:
     for cap, n in sorted(dns.tcp.slots.refused.items()):
         refused.add_metric([_TRANSFER_CAPS.get(cap, cap)], n)
     yield refused
-
-
-def virtual_servers(scrape: Scrape) -> Iterator[Metric | None]:
-    """Each virtual server's availability to new clients and to those held by persistence."""
-    node = scrape.node
-    snapshot = node.health.snapshot
-    available = GaugeMetricFamily(
-        "gtm_virtual_server_available", "1 when new clients may get it", labels=["virtual_server", "datacenter"]
-    )
-    serving = GaugeMetricFamily(
-        "gtm_virtual_server_serving",
-        "1 when it may serve clients held by persistence",
-        labels=["virtual_server", "datacenter"],
-    )
-    for i, (name, vs) in enumerate(sorted(node.config.virtual_servers.items())):
-        if i % ADD_STEP == ADD_STEP - 1:
-            yield None
-        status = snapshot.vs.get(name)
-        available.add_metric([name, vs.datacenter], 1.0 if status and status.available else 0.0)
-        serving.add_metric([name, vs.datacenter], 1.0 if status and status.serving else 0.0)
-    yield available
-    yield serving
-
-
-def links_up(scrape: Scrape) -> Iterator[Metric | None]:
-    """Each link's verdict."""
-    node = scrape.node
-    snapshot = node.health.snapshot
-    links = GaugeMetricFamily("gtm_link_up", "1 up, 0 down, -1 not known yet", labels=["link", "datacenter"])
-    for i, (name, link) in enumerate(sorted(node.config.links.items())):
-        if i % ADD_STEP == ADD_STEP - 1:
-            yield None
-        observed = snapshot.links.get(name)
-        state = observed.state if observed else "unknown"
-        links.add_metric([name, link.datacenter], {"up": 1.0, "down": 0.0}.get(state, -1.0))
-    yield links
 
 
 def link_traffic(scrape: Scrape) -> Iterator[Metric | None]:
@@ -442,6 +386,22 @@ def api(scrape: Scrape) -> Iterator[Metric | None]:
         yield closed
 
 
+def audit_log(scrape: Scrape) -> Iterator[Metric | None]:
+    """The audit log's entries written and writes that failed (none without an audit log)."""
+    audit = scrape.service.audit_log
+    if audit is None:
+        return
+    writes = CounterMetricFamily(
+        "gtm_audit_writes",
+        "audit log entries written (ok) and writes that failed (failed: a full disk, a read-only file "
+        "system; the write through the API was refused, a change taken from a peer went unrecorded)",
+        labels=["outcome"],
+    )
+    writes.add_metric(["ok"], audit.counts["written"])
+    writes.add_metric(["failed"], audit.counts["failed"])
+    yield writes
+
+
 def reactor_lag(scrape: Scrape) -> Iterator[Metric | None]:
     """How late the reactor runs (none without the lag probe)."""
     probe = scrape.service.lag
@@ -480,8 +440,9 @@ FAMILIES: tuple[Families, ...] = (
     rate_limited,
     query_log,
     dns_tcp,
-    virtual_servers,
-    links_up,
+    upfamilies.virtual_servers,
+    upfamilies.pools,
+    upfamilies.links_up,
     link_traffic,
     ldns_probes,
     health_checks,
@@ -494,9 +455,12 @@ FAMILIES: tuple[Families, ...] = (
     answering_workers,
     garbage_collection,
     api,
+    audit_log,
     reactor_lag,
     config_generation,
     config_bundles,
+    certificate_expiry,
+    webhooks,
     ready,
 )
 

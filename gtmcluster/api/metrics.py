@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from gtmcluster.api.metricfamilies import FAMILIES, Scrape
+from gtmcluster.api.metricfamilies import FAMILIES
+from gtmcluster.api.scrape import Scrape
 from gtmcluster.api.server import Raw
 from gtmcluster.runtime.slices import Steps
 

@@ -12,6 +12,8 @@ from gtmcluster.config.traffic import TYPE_NAMES, WIDEIP_TYPES
 from gtmcluster.dnsdata import names
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.dynamic import PATH_NOTE
+from gtmcluster.lb.pathwhy import datacenter_figures
+from gtmcluster.lb.trace import Step
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo
 
@@ -126,22 +128,29 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         "ttl": decision.ttl,
         "scope": decision.scope,
         "probe_requested": decision.probe is not None,
-        "trace": [
-            {
-                "subject": s.subject,
-                "slot": s.slot,
-                "method": s.method,
-                "candidates": list(s.candidates),
-                "scores": [[n, v] for n, v in s.scores],
-                "result": list(s.result),
-                "note": s.note,
-                "text": s.describe(),
-            }
-            for s in decision.trace
-        ],
+        "trace": [step_json(s, wideip, node, str(ldns)) for s in decision.trace],
         "admin": admin_out(node, wideip),
         "unhealthy": health_out(node, wideip),
     }
+
+
+def step_json(s: Step, wideip: WideIP, node: Node, ldns: str) -> dict[str, Any]:
+    """One step of the trace; a path-based method's (rtt, completion_rate, hops, qos) with
+    each data center's figure, read now as the method read it (`lb.pathwhy`)."""
+    out: dict[str, Any] = {
+        "subject": s.subject,
+        "slot": s.slot,
+        "method": s.method,
+        "candidates": list(s.candidates),
+        "scores": [[n, v] for n, v in s.scores],
+        "result": list(s.result),
+        "note": s.note,
+        "text": s.describe(),
+    }
+    figures = datacenter_figures(s, wideip, node.measurements, ldns)
+    if figures is not None:
+        out["datacenters"] = figures
+    return out
 
 
 def admin_out(node: Node, wideip: WideIP) -> list[dict[str, Any]]:

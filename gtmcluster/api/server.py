@@ -21,12 +21,12 @@ import io
 import json
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from cryptography.x509.oid import NameOID
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -34,10 +34,16 @@ from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
 from gtmcluster.api import guard, sending
-from gtmcluster.api.guard import Policy, Refusal
+from gtmcluster.api.apidoc import RouteDoc
+from gtmcluster.api.audit import UNWRITABLE, Auditor, outcome
+from gtmcluster.api.guard import Policy
+from gtmcluster.api.identity import RANKS, Identity, Known
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.nodelog.audit import AuditError
+from gtmcluster.runtime import tokenhash
 from gtmcluster.runtime.slots import Caps, Held, Slots
 from gtmcluster.runtime.sources import source_of
+from gtmcluster.runtime.tokenhash import Hash
 
 log = Logger()
 
@@ -49,6 +55,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class _Unwritable(ApiError):
+    """A write refused because the audit log cannot be written (not recorded as a refusal:
+    that cannot be written either)."""
 
 
 @dataclass(frozen=True)
@@ -89,21 +100,31 @@ class Route:
     pattern: str  # a regular expression for the whole path, with named groups
     handler: Handler
     params: tuple[str, ...] = ()  # query parameters it accepts
-    #: served without the token even where reads need one: the dashboard page holds no
-    #: data (it asks the API with the token from its #token=... fragment)
-    public: bool = False
-    #: needs the token on every address, reads too: config text and what names its files
-    secret: bool = False
     #: text fields a POST's JSON object body may give (passed with the query arguments,
-    #: with "caller": who the connection is, see `caller`); empty: the body is not read
+    #: with who asks: `CALLER_ARGS`); empty: the body is not read
     body: tuple[str, ...] = ()
     #: the body is taken whole, up to this many bytes (over the policy's limit: a config
     #: bundle), and passed to the handler as a third argument; 0: not so
     raw_body: int = 0
+    #: the role it needs (`identity.RANKS`): viewer, operator, admin; anyone for the
+    #: dashboard page alone, which holds no data (it asks the API with the token from its
+    #: #token=... fragment). Every route says which: the table is `routes.routes`
+    role: str = field(kw_only=True)
+    #: what it takes and answers, for the API's OpenAPI description (`gtmcluster.api.openapi`,
+    #: which refuses a route without one): see `gtmcluster.api.apischema`
+    doc: RouteDoc | None = field(default=None, kw_only=True, compare=False)
+    #: a write's change in a few words, from its arguments and path's parts, for the audit
+    #: log (`gtmcluster.api.audit`; None: the route says it)
+    change: Callable[[dict[str, str], dict[str, str]], str] | None = field(default=None, kw_only=True)
 
     def match(self, path: str) -> dict[str, str] | None:
         m = re.fullmatch(self.pattern, path)
         return None if m is None else m.groupdict()
+
+
+#: what a route with a body gets of who asks, with its arguments: the identity's name, role
+#: and proof, the source address, and the id of the write's audit entries ("" unaudited)
+CALLER_ARGS = ("caller", "caller_role", "caller_proof", "caller_source", "change_id")
 
 
 def dumps(body: Any) -> bytes:
@@ -151,8 +172,16 @@ def body_fields(request: IRequest, fields: tuple[str, ...]) -> dict[str, str]:
 
 
 def token_shown(request: IRequest) -> bool:
-    """Whether the request carried the API's token (valid), needed or not."""
+    """Whether the request proved an identity (a valid token or client certificate), needed
+    or not."""
     return bool(getattr(request, "token_shown", False))
+
+
+def identity_of(request: IRequest) -> Identity | None:
+    """Who made the request (`connection.ApiRequest.identity`): None only for the
+    dashboard page asked by someone who showed nothing."""
+    who = getattr(request, "identity", None)
+    return who if isinstance(who, Identity) else None
 
 
 def source_key(request: IRequest) -> str:
@@ -162,24 +191,6 @@ def source_key(request: IRequest) -> str:
     if isinstance(source, str):
         return source
     return source_of(str(getattr(request.getClientAddress(), "host", "")))
-
-
-def caller(request: IRequest) -> str:
-    """Who the API's client is, as far as the connection proves it: the common name of its
-    TLS client certificate, when it gave one; else "" (it holds the token, nothing more)."""
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    get_certificate = getattr(transport, "getPeerCertificate", None)
-    if get_certificate is None:
-        return ""
-    try:
-        certificate = get_certificate()
-        if certificate is None:
-            return ""
-        names = certificate.to_cryptography().subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    except Exception:  # not a TLS connection (yet): no certificate
-        return ""
-    name = names[0].value if names else ""
-    return name if isinstance(name, str) else ""
 
 
 def _answer(request: IRequest, result: Any) -> bytes:
@@ -202,9 +213,10 @@ def default_limits() -> ApiLimits:
 
 
 class Api(resource.Resource):
-    """Every path of the API, routed by method and path pattern; the checks a request
-    passes before its body is read (`admit`, called by `connection.ApiChannel`); the answers in
-    progress, by kind of client and source (`answers`)."""
+    """Every path of the API, routed by method and path pattern; the role a request's route
+    needs (`need_of`, asked by `connection.ApiChannel` before the body is read) and what is
+    known of tokens (`known`); the answers in progress, by kind of client and source
+    (`answers`)."""
 
     isLeaf = True
 
@@ -215,12 +227,24 @@ class Api(resource.Resource):
         refused: Counter[str] | None = None,
         limits: Callable[[], ApiLimits] = default_limits,
         closed: Counter[str] | None = None,
+        check_token: Callable[[str, Hash], defer.Deferred[bool]] | None = None,
+        clock: Callable[[], float] | None = None,
+        auditor: Auditor | None = None,
     ):
         super().__init__()
+        #: records every write and refusal (None: no audit log, as in tests of one part)
+        self.auditor = auditor
+        for route in routes:
+            if route.role not in RANKS:
+                raise ValueError(f"{route.method} {route.pattern}: no role {route.role!r} (roles: {', '.join(RANKS)})")
         self.routes = routes
+        #: checks a token of the users file against its hash (slow: in a thread)
+        self.check_token = check_token or (lambda token, h: defer.maybeDeferred(tokenhash.verify, token, h))
+        #: the tokens of the users file checked already, and the bound on checks
+        self.known = Known(clock or time.monotonic)
         self.policy = policy
         self.limits = limits
-        #: requests refused by `admit` or for want of a slot, by reason (see
+        #: requests refused by their checks or for want of a slot, by reason (see
         #: `guard.Refusal.reason`; "busy": no slot for the answer)
         self.refused: Counter[str] = refused if refused is not None else Counter()
         #: connections (and followers) the node closed, by why: displaced, idle, stalled,
@@ -233,15 +257,13 @@ class Api(resource.Resource):
         asked = "GET" if method == "HEAD" else method
         return [r for r in self.routes if r.method == asked and r.match(path) is not None]
 
-    def admit(self, incoming: guard.Incoming) -> Refusal | None:
-        """Why this request is refused, or None; counted by reason."""
+    def need_of(self, incoming: guard.Incoming) -> str:
+        """The role the route asked for needs (the highest of those matching); where none
+        matches, what a read or a write needs at least: its 404 or 405 tells no more."""
         matching = self._routes_for(incoming.method, guard.path_of(incoming.target))
-        public = any(r.public for r in matching)
-        secret = any(r.secret for r in matching)
-        refusal = guard.check(incoming, self.policy_for(incoming), public, secret)
-        if refusal is not None:
-            self.refused[refusal.reason] += 1
-        return refusal
+        if not matching:
+            return "viewer" if guard.is_read(incoming) else "operator"
+        return max((r.role for r in matching), key=RANKS.__getitem__)
 
     def policy_for(self, incoming: guard.Incoming) -> Policy:
         """The policy, with the body limit of the route asked for when it takes more."""
@@ -254,6 +276,7 @@ class Api(resource.Resource):
     def render(self, request: IRequest) -> bytes:
         method = request.method.decode(errors="replace") if request.method else "?"
         path = guard.path_of((request.path or b"/").decode(errors="replace"))
+        begun: dict[str, Any] | None = None
         try:
             if not getattr(request, "admitted", False):
                 # only requests that came through ApiChannel's checks are answered
@@ -276,8 +299,23 @@ class Api(resource.Resource):
                 raise ApiError(400, f"unknown parameter {unknown[0]!r} (parameters: {known})")
             if route.body:
                 args.update(body_fields(request, route.body))
-                args["caller"] = caller(request)
             held = self._hold(request)
+            begun = self._begin(request, route, args, parts, f"{method} {path}")
+            if route.body:
+                who = identity_of(request)
+                args.update(
+                    zip(
+                        CALLER_ARGS,
+                        (
+                            who.name if who else "",
+                            who.role if who else "",
+                            who.proof if who else "",
+                            source_key(request),
+                            begun["id"] if begun else "",
+                        ),
+                        strict=True,
+                    )
+                )
             if route.raw_body:
                 content = getattr(request, "content", None)
                 raw = content.getvalue() if isinstance(content, io.BytesIO) else b""
@@ -291,13 +329,41 @@ class Api(resource.Resource):
                 return server.NOT_DONE_YET  # type: ignore[return-value]
             if isinstance(result, defer.Deferred):
                 result.addCallbacks(
-                    lambda value: self._late(request, lambda: self._result(request, value)),
-                    lambda failure: self._late(request, lambda: _error(request, failure.value, method, path)),
+                    lambda value: self._late(request, lambda: self._result(request, self._ended(begun, value))),
+                    lambda failure: self._late(request, lambda: self._failed(request, begun, failure.value, path)),
                 )
                 return server.NOT_DONE_YET  # type: ignore[return-value]  # twisted.web: bytes or NOT_DONE_YET
-            return self._result(request, result)
+            return self._result(request, self._ended(begun, result))
         except Exception as e:
-            return _error(request, e, method, path)
+            if begun is None and method == "POST" and self.auditor is not None and not isinstance(e, _Unwritable):
+                code, message = (e.code, e.message) if isinstance(e, ApiError) else (500, "internal error")
+                self.auditor.refused(identity_of(request), source_key(request), f"{method} {path}", code, message)
+            return self._failed(request, begun, e, path)
+
+    def _begin(
+        self, request: IRequest, route: Route, args: dict[str, str], parts: dict[str, str], asked: str
+    ) -> dict[str, Any] | None:
+        """Record a write about to be made (None for a read, or with no audit log); refused
+        (503) when the audit log cannot be written."""
+        if route.method != "POST" or self.auditor is None:
+            return None
+        change = route.change(args, parts) if route.change is not None else ""
+        try:
+            return self.auditor.begin(identity_of(request), source_key(request), asked, change, self.auditor.new_id())
+        except AuditError as e:
+            raise _Unwritable(503, UNWRITABLE.format(problem=e)) from None
+
+    def _ended(self, begun: dict[str, Any] | None, result: Any) -> Any:
+        if begun is not None and self.auditor is not None:
+            self.auditor.end(begun, 200, detail=outcome(result))
+        return result
+
+    def _failed(self, request: IRequest, begun: dict[str, Any] | None, e: BaseException, path: str) -> bytes:
+        method = request.method.decode(errors="replace") if request.method else "?"
+        if begun is not None and self.auditor is not None:
+            code, message = (e.code, e.message) if isinstance(e, ApiError) else (500, "internal error")
+            self.auditor.end(begun, code, message)
+        return _error(request, e, method, path)
 
     def _hold(self, request: IRequest) -> Held:
         """A slot for this request's answer, given back when it is finished or its client

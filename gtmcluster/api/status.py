@@ -23,7 +23,8 @@ def status(node: Node, replicator: Replicator, now: float) -> dict[str, Any]:
 def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[str, Any]]:
     config = node.config
     store = node.store
-    origins = {origin: s.count for origin, s in sorted(store.summaries().items())}
+    summaries = sorted(store.summaries().items())
+    origins = {origin: s.count for origin, s in summaries}
     peers = []
     digests_agree = True
     for peer in replicator.peers.values():
@@ -93,6 +94,9 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
             },
             "records": len(store),
             "by_origin": origins,
+            # each origin's records in one word (as `digest`): where members differ, whose
+            # records are still on their way (`gtmcluster status`, `cli.settle`)
+            "origin_digests": {origin: f"{s.count}-{s.xor:016x}" for origin, s in summaries},
             "agrees": digests_agree,
         },
         "peers": peers,

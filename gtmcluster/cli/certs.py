@@ -5,8 +5,9 @@
 it, with NODE (the member's name in the config) as the certificate's DNS name;
 ``gtmcluster certs issue --client NAME [--dir certs]`` creates an operator's client
 certificate for the HTTPS API, ``clients/NAME.pem`` and ``clients/NAME.key`` (give them to
-the CLI with ``--client-cert``/``--client-key``). Keys are written mode 0600; nothing is
-overwritten without ``--force``.
+the CLI with ``--client-cert``/``--client-key``); ``gtmcluster certs renew NODE`` replaces a
+member's pair with a new one from the CA (`gtmcluster.cli.renewal`). Keys are written mode
+0600; nothing is overwritten without ``--force`` (or ``renew``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gtmcluster.cli import renewal
 from gtmcluster.sync import certs
 
 
@@ -49,6 +51,7 @@ def add_parser(sub: Any) -> None:
         f"(DIR/{certs.CLIENTS_DIR}/NAME.pem and NAME.key; for api.client_certificates: required)",
     )
     _common(issue, f"lifetime in days (default: {certs.NODE_DAYS}; never beyond the CA's expiry)", certs.NODE_DAYS)
+    renewal.add_parser(actions)
     p.set_defaults(run=run)
 
 
@@ -59,6 +62,8 @@ def _common(p: argparse.ArgumentParser, days_help: str, days: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.certs_action == "renew":
+        return renewal.run(args)
     try:
         if args.certs_action == "init":
             ca = certs.init_ca(args.dir, days=args.days, force=args.force)

@@ -20,7 +20,8 @@ EXPLAINED = Obj(
         "wideip": object,
         "type": object,
         "client": Obj({"ldns": object, "subnet": object, "keys": object}),
-        "trace": ListOf(Obj({"text": object})),
+        # (a path-based method's step: each data center's figure, from nodes that have them)
+        "trace": ListOf(Obj({"text": object}, optional={"datacenters": ListOf(Obj({"text": object}))})),
         "action": object,
         "answer": ListOf(str),
         "pool": object,
@@ -61,6 +62,7 @@ def render(e: dict[str, Any]) -> str:
     lines = [f"{asked} {e['type']} asked by {asker}", f"  ({e['client']['keys']})"]
     for step in e["trace"]:
         lines.append(f"  {step['text']}")
+        lines.extend(f"    {dc['text']}" for dc in step.get("datacenters", ()))
     for out in e.get("admin", ()):
         lines.append(f"  virtual server {out['virtual_server']} out by admin state {out['admin']}: {out['reason']}")
     for out in e.get("unhealthy", ()):

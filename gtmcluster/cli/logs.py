@@ -302,8 +302,8 @@ def use_color(no_color: bool, out: TextIO, environ: Mapping[str, str] = os.envir
     return bool(isatty and isatty())
 
 
-def note(text: str) -> None:
-    print(f"gtmcluster logs: {text}", file=sys.stderr, flush=True)
+def note(text: str, command: str = "logs") -> None:
+    print(f"gtmcluster {command}: {text}", file=sys.stderr, flush=True)
 
 
 # -- asking the nodes ------------------------------------------------------------------------
@@ -329,13 +329,13 @@ class Read:
     left_out: int = 0
 
 
-def read_all(m: Member, params: dict[str, str], tokens: Tokens) -> Read:
+def read_all(m: Member, params: dict[str, str], tokens: Tokens, path: str = PATH) -> Read:
     """The lines *m* gives for *params* (not following), within `READ_DEADLINE`, at most
     `MAX_LINES` lines of at most `MAX_LINE` bytes and `MAX_READ` bytes in all (Unreachable
-    beyond)."""
+    beyond); *path*: the API's route of its log (the audit log's, `gtmcluster.cli.audit`)."""
     out = Read([])
     size = 0
-    with nodeapi.open_stream(m, PATH, params, tokens, deadline=READ_DEADLINE) as response:
+    with nodeapi.open_stream(m, path, params, tokens, deadline=READ_DEADLINE) as response:
         for raw in _lines(m, response):
             if isinstance(raw, LongLine):
                 out.left_out += 1
@@ -377,8 +377,10 @@ class NodeFollower(threading.Thread):
         tokens: Tokens,
         out: queue.Queue[Line | tuple[str, str | None]],
         stop: threading.Event,
+        path: str = PATH,
     ):
         super().__init__(name=f"logs-{m.name}", daemon=True)
+        self.path = path
         self.m = m
         self.first = first
         self.tokens = tokens
@@ -398,7 +400,7 @@ class NodeFollower(threading.Thread):
             try:
                 with nodeapi.open_stream(
                     self.m,
-                    PATH,
+                    self.path,
                     self.params(),
                     self.tokens,
                     read_timeout=READ_TIMEOUT,
@@ -488,13 +490,21 @@ def show(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def follow(targets: list[Member], first: dict[str, str], tokens: Tokens, printer: Printer) -> int:
-    """Follow every target until Ctrl-C (0), or until every one of them refused (1)."""
+def follow(
+    targets: list[Member],
+    first: dict[str, str],
+    tokens: Tokens,
+    printer: Printer,
+    path: str = PATH,
+    command: str = "logs",
+) -> int:
+    """Follow every target until Ctrl-C (0), or until every one of them refused (1); the
+    log at *path* (notes under *command*'s name)."""
     # Ctrl-C stops following, even when started with SIGINT ignored (a background job)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     inbox: queue.Queue[Line | tuple[str, str | None]] = queue.Queue(MAX_WAITING)
     stop = threading.Event()
-    followers = [NodeFollower(m, first, tokens, inbox, stop) for m in targets]
+    followers = [NodeFollower(m, first, tokens, inbox, stop, path) for m in targets]
     for f in followers:
         f.start()
     holder = Holder()
@@ -519,7 +529,7 @@ def follow(targets: list[Member], first: dict[str, str], tokens: Tokens, printer
                 if kind == "fatal":
                     refused += 1
                 if text:
-                    note(text)
+                    note(text, command)
             printer.write(holder.due(now))
         printer.write(holder.due(time.monotonic(), everything=True))
         return 1

@@ -7,6 +7,7 @@ import sys
 
 from gtmcluster.cli import (
     admin,
+    audit,
     certs,
     check,
     configcmd,
@@ -20,12 +21,14 @@ from gtmcluster.cli import (
     replay,
     stats,
     status,
+    users,
 )
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gtmcluster", description="gtmcluster: a global traffic manager on Twisted.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    audit.add_parser(sub)
     certs.add_parser(sub)
     check.add_parser(sub)
     configcmd.add_parser(sub)
@@ -39,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     logs.add_parser(sub)
     replay.add_parser(sub)
     status.add_parser(sub)
+    users.add_parser(sub)
     admin.add_parser(sub)  # enable, disable, drain
     return p
 

@@ -4,7 +4,12 @@ The token is the first found of: ``--token-file PATH``, the ``GTM_API_TOKEN`` en
 variable, the config's ``api.token`` (or ``api.token_file``), and the token the member made
 in its state_dir (``STATE_DIR/api-token``, readable where the CLI runs on the node's host as
 its user or root). It is sent with every request; a node that refuses for want of it, or
-refuses it, gets an error saying where the token was taken from and where to give it.
+refuses it, gets an error saying where the token was taken from and where to give it. A
+token of the users file (``api.users_file``, `gtmcluster users add`) is given the same way.
+Where a client certificate is given (``--cert``, ``GTM_API_CLIENT_CERT``) and the config
+names an operators' CA (``api.tls.client_ca``), the certificate is the identity: only a
+token given as plainly (``--token-file``, ``GTM_API_TOKEN``) is sent beside it, never one
+the CLI found in the config or the state_dir.
 
 With ``api: {tls: true}`` the node is asked over HTTPS, its certificate checked against the
 group CA and the member's name, with a client certificate when one is given
@@ -134,6 +139,9 @@ class Tokens:
             self.given = Token(value, f"--token-file {token_file}")
         elif (env := environ.get(ENV_TOKEN, "").strip()) != "":
             self.given = Token(env, ENV_TOKEN)
+        elif self.trust.client is not None and config.api.client_ca is not None:
+            #: the certificate given is the identity: no token found elsewhere is sent
+            self.certificate_only = True
         elif config.api.token is not None:
             where = "the config's api.token_file" if config.api.token_file is not None else "the config's api.token"
             self.given = Token(config.api.token, where)
@@ -150,8 +158,11 @@ class Tokens:
             client_key=getattr(args, "client_key", None),
         )
 
+    #: a client certificate was given and no token as plainly: none is looked for
+    certificate_only = False
+
     def for_member(self, m: Member) -> Token | None:
-        if self.given is not None:
+        if self.given is not None or self.certificate_only:
             return self.given
         state_dir = self.config.state_dir_for(m.name)
         try:
@@ -323,7 +334,7 @@ def _json_answer(m: Member, answer: Answer, tokens: Tokens | None, fields: shape
         return value
     message = _refusal(answer)
     if answer.status in (401, 403) and tokens is not None and "token" in message:
-        raise CliError(_token_problem(m, answer.status, tokens.for_member(m), tokens)) from None
+        raise CliError(_token_problem(m, answer.status, tokens.for_member(m), tokens, message)) from None
     raise CliError(f"{m.name}: {message}")
 
 
@@ -340,7 +351,11 @@ def _refusal(answer: Answer) -> str:
     return escape(said, keep="\n") if isinstance(said, str) else f"{answer.status} {answer.reason}".strip()
 
 
-def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens) -> str:
+def _token_problem(m: Member, code: int, token: Token | None, tokens: Tokens, message: str = "") -> str:
+    if tokens.certificate_only and token is None:
+        # (the node says why the certificate given proves no identity, or which role it lacks)
+        shown = tokens.trust.client.source if tokens.trust.client is not None else "a client certificate"
+        return f"{m.name}: {message} (the identity given: {shown})"
     if code == 401 or token is None:
         why = tokens.unreadable.get(m.name)
         found = f" ({why})" if why else ""
@@ -372,7 +387,7 @@ def open_stream(
         return answer
     message = _refusal(answer)
     if answer.status in (401, 403) and tokens is not None and "token" in message:
-        raise CliError(_token_problem(m, answer.status, tokens.for_member(m), tokens))
+        raise CliError(_token_problem(m, answer.status, tokens.for_member(m), tokens, message))
     if answer.status >= 500:
         raise Unreachable(f"{m.name}: {message}")
     raise CliError(f"{m.name}: {message}")

@@ -4,9 +4,10 @@ against the group CA and the member's name, and shows a client certificate when 
 The CA is the config's ``sync_group.tls.ca`` (only ``ca.pem`` is needed where the CLI runs,
 never ``ca.key``). The node's certificate must chain to it and name the member (its DNS
 name), whatever address the API is reached at: the connection is made to the member's
-``api`` address and checked for the member's name. A client certificate (for
-``api.client_certificates: required``) is the first given of ``--client-cert FILE``
-(``--client-key FILE``, default: FILE with the suffix ``.key``) and ``GTM_API_CLIENT_CERT``
+``api`` address and checked for the member's name. A client certificate (an identity of the users file, from the
+operators' CA ``api.tls.client_ca``; or for ``api.client_certificates: required``) is the
+first given of ``--cert FILE`` (``--key FILE``, default: FILE with the suffix ``.key``;
+also spelt ``--client-cert``, ``--client-key``) and ``GTM_API_CLIENT_CERT``
 (``GTM_API_CLIENT_KEY``); ``gtmcluster certs issue --client NAME`` makes one. Without one,
 where the config requires client certificates, the member's own certificate and key
 (``sync_group.tls``) are shown when they can be read: on the node's host, as its user or
@@ -51,11 +52,16 @@ class ClientCert:
 def add_arguments(parser: Any) -> None:
     parser.add_argument(
         "--client-cert",
+        "--cert",
+        dest="client_cert",
         metavar="FILE",
-        help=f"a client certificate from the group CA for an HTTPS API that requires one (else ${ENV_CERT})",
+        help="a client certificate: of the operators' CA (api.tls.client_ca), the identity it names in the users "
+        f"file; or from the group CA for an HTTPS API that requires one (else ${ENV_CERT})",
     )
     parser.add_argument(
         "--client-key",
+        "--key",
+        dest="client_key",
         metavar="FILE",
         help=f"its key (default: the certificate's file name with .key; else ${ENV_KEY})",
     )

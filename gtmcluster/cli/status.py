@@ -2,13 +2,20 @@
 
 Asks every member (or only the --node ones) for its /api/v1/status, all at once, and prints
 one row per node (data center, config generation and digest, state digest and record count,
-peers, virtual servers and links), the problems each node sees (peers not connected or with
-another config, virtual servers not available, links not up), then whether every node that
+peers, virtual servers and links), each node's certificates' days left (its own, the group
+CA's, its HTTPS API's: `gtmcluster.cli.certdays`), the problems each node sees (peers not
+connected or with another config, virtual servers not available, links not up, certificates
+near their end), then whether every node that
 answered has the same state digest and the same config digest, and which nodes could not be
 reached and why.
 
+Digests that differ in one round of answers may only be in flight (a change written on one
+member a moment before it reaches the others): the nodes are asked again, for up to
+--settle seconds (3 by default), and only a difference that lasts counts (`cli.settle`);
+the verdict says when it waited.
+
 Exit status: 0 when every node asked answered and their digests agree, 1 otherwise (a node
-unreachable, digests that differ, or a config problem). An answer that is too slow, too
+unreachable, digests that differ for good, or a config problem). An answer that is too slow, too
 large, not JSON or without the fields read here (`STATUS`) counts as the node unreachable,
 with why; what the nodes say is shown with its control characters escaped.
 """
@@ -18,13 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gtmcluster.cli import certdays
 from gtmcluster.cli.admin import ADMIN_STATE, when
 from gtmcluster.cli.nodeapi import CliError, Tokens, add_token_argument, get, load_config, member
+from gtmcluster.cli.settle import MAX_SETTLE, SETTLE, Settled, settle
 from gtmcluster.cli.shape import ListOf, MapOf, Maybe, Obj
 from gtmcluster.cli.terminal import printable
 from gtmcluster.config.model import Member
@@ -55,7 +65,10 @@ STATUS = Obj(
     {
         "datacenter": str,
         "config_digest": str,
-        "state": Obj({"digest": str, "records": int}, optional={"digest_by_protocol": Maybe(MapOf(str))}),
+        "state": Obj(
+            {"digest": str, "records": int},
+            optional={"digest_by_protocol": Maybe(MapOf(str)), "origin_digests": Maybe(MapOf(str))},
+        ),
         "peers": ListOf(PEER),
         "health": Obj(
             {
@@ -71,6 +84,7 @@ STATUS = Obj(
         "bundle": Maybe(BUNDLE),
         "dnssec_keys": Maybe(MapOf(str)),
         "admin": Maybe(ListOf(ADMIN_STATE)),
+        "certificates": certdays.CERTIFICATES,
     },
 )
 
@@ -91,6 +105,14 @@ def add_parser(sub: Any) -> None:
         action="extend",
         help="ask only these members (repeatable; default: every member)",
     )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE,
+        metavar="SECONDS",
+        help=f"while digests differ, ask again for up to this long (default {SETTLE:g}, at most {MAX_SETTLE:g}; "
+        "0: one round)",
+    )
     p.add_argument("--json", action="store_true", help="{nodes: {NODE: status or {error}}, summary: {...}}")
     add_token_argument(p)
     p.set_defaults(run=run)
@@ -108,6 +130,11 @@ class Summary:
     #: each member's signed zones' DNSKEY set digests (members that predate them: left out)
     dnssec_keys: dict[str, dict[str, str]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: rounds of answers asked, and seconds between the first and the last (`cli.settle`)
+    polls: int = 1
+    waited: float = 0.0
+    #: origins whose records still differ among members that are taking them in
+    in_flight: list[str] = field(default_factory=list)
 
     @property
     def state_agree(self) -> bool:
@@ -122,8 +149,13 @@ class Summary:
         return len({json.dumps(k, sort_keys=True) for k in self.dnssec_keys.values()}) <= 1
 
     @property
+    def digests_agree(self) -> bool:
+        return self.state_agree and self.config_agree and self.dnssec_keys_agree
+
+    @property
     def ok(self) -> bool:
-        agree = self.state_agree and self.config_agree and self.dnssec_keys_agree
+        state = self.state_agree or bool(self.in_flight)  # (in flight: not a failure)
+        agree = state and self.config_agree and self.dnssec_keys_agree
         return bool(self.answered) and not self.unreachable and agree
 
     def to_json(self) -> dict[str, Any]:
@@ -139,6 +171,9 @@ class Summary:
             "dnssec_keys_agree": self.dnssec_keys_agree,
             "dnssec_keys": self.dnssec_keys,
             "problems": self.problems,
+            "polls": self.polls,
+            "waited": self.waited,
+            "state_in_flight": self.in_flight,
         }
 
 
@@ -160,7 +195,19 @@ def ask_all(members: Sequence[Member], tokens: Tokens | None = None) -> dict[str
     return {m.name: a for m, a in zip(members, answers, strict=True)}
 
 
-def summarize(statuses: dict[str, dict[str, Any]]) -> Summary:
+def ask_settled(
+    ask: Callable[[], dict[str, dict[str, Any]]],
+    within: float,
+    clock: Callable[[], float] = time.monotonic,
+    wait: Callable[[float], None] = time.sleep,
+) -> Settled:
+    """Rounds of *ask* until the digests agree or *within* seconds (at most `MAX_SETTLE`)
+    have passed: whether a difference lasts (`cli.settle`)."""
+    limit = min(max(0.0, within), MAX_SETTLE)
+    return settle(ask, lambda answers: summarize(answers).digests_agree, clock, wait, within=limit)
+
+
+def summarize(statuses: dict[str, dict[str, Any]], settled: Settled | None = None) -> Summary:
     answered = {n: s for n, s in statuses.items() if "error" not in s}
     summary = Summary(
         asked=list(statuses),
@@ -170,8 +217,11 @@ def summarize(statuses: dict[str, dict[str, Any]]) -> Summary:
         config_digests={n: s["config_digest"] for n, s in answered.items()},
         dnssec_keys={n: s["dnssec_keys"] for n, s in answered.items() if isinstance(s.get("dnssec_keys"), dict)},
     )
+    if settled is not None:
+        summary.polls, summary.waited, summary.in_flight = settled.polls, settled.waited, settled.moving
     for node, s in answered.items():
         summary.problems.extend(f"{node}: {p}" for p in problems(s))
+        summary.problems.extend(f"{node}: {p}" for p in certdays.problems(node, s))
     return summary
 
 
@@ -305,6 +355,8 @@ def render(statuses: dict[str, dict[str, Any]], datacenters: dict[str, str], sum
             ]
         )
     lines = table(rows)
+    if cert_rows := certdays.rows(statuses):
+        lines.extend(["", *table(cert_rows)])
     lines.extend(admin_lines(statuses))
     if summary.problems:
         lines.append("")
@@ -346,13 +398,21 @@ def verdict(summary: Summary) -> list[str]:
         config = next(iter(summary.config_digests.values()))
         nodes = f"{count} node{'s' if count != 1 else ''}"
         lines.append(f"digests agree across {nodes} (state {state}, config {config})")
+        if summary.polls > 1:
+            lines.append(f"  (they differed at first: a change was propagating; agreed{waited(summary, ' after ')})")
+    elif summary.config_agree and summary.in_flight:
+        origins = ", ".join(summary.in_flight)
+        lines.append(
+            f"state digests still settling{waited(summary, ' after ')}: the records of {origins} are on their "
+            "way to members taking them in (in flight, not a failure; ask again to see them agree)"
+        )
     else:
         differ = []
         if not summary.state_agree:
             differ.append("state " + ", ".join(f"{n}={d}" for n, d in summary.state_digests.items()))
         if not summary.config_agree:
             differ.append("config " + ", ".join(f"{n}={d}" for n, d in summary.config_digests.items()))
-        lines.append("DIGESTS DIFFER: " + "; ".join(differ))
+        lines.append(f"DIGESTS DIFFER{waited(summary, ' for ')}: " + "; ".join(differ))
     if not summary.dnssec_keys_agree:
         differ = []
         for zone in sorted({z for keys in summary.dnssec_keys.values() for z in keys}):
@@ -365,6 +425,13 @@ def verdict(summary: Summary) -> list[str]:
     return lines
 
 
+def waited(summary: Summary, word: str) -> str:
+    """How long the command waited for differing digests (nothing when one round sufficed)."""
+    if summary.polls <= 1:
+        return ""
+    return f"{word}{summary.waited:.1f}s ({summary.polls} polls)"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
@@ -374,12 +441,13 @@ def run(args: argparse.Namespace) -> int:
     except CliError as e:
         print(f"gtmcluster status: {e}", file=sys.stderr)
         return 1
-    statuses = ask_all(members, tokens)
-    summary = summarize(statuses)
+    settled = ask_settled(lambda: ask_all(members, tokens), args.settle)
+    statuses = settled.statuses
+    summary = summarize(statuses, settled)
     if args.json:
         print(json.dumps({"nodes": statuses, "summary": summary.to_json()}, indent=1, sort_keys=True))
     else:
         datacenters = {m.name: m.datacenter for m in config.sync_group.members}
         shown = printable(statuses)  # (what the nodes say, escaped for the terminal)
-        print(render(shown, datacenters, summarize(shown)))
+        print(render(shown, datacenters, summarize(shown, settled)))
     return 0 if summary.ok else 1

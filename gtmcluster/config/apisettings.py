@@ -6,16 +6,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cryptography import x509
+
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.model import ApiLimits, ApiSettings
 from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.config.users import NO_USERS, read_users
 from gtmcluster.runtime import files
 
 
 def api_beyond_loopback(api: HostPort, settings: ApiSettings) -> str | None:
     """Why a member's API may not listen on *api* (not loopback) under *settings*, if so."""
-    if not settings.token:
-        return f"{api} is not loopback: set api.token or api.token_file first"
+    if not settings.token and settings.users_file is None:
+        return f"{api} is not loopback: set api.token, api.token_file or api.users_file first"
     if not settings.tls and not settings.insecure_http:
         return (
             f"{api} is not loopback and api.tls is off: the bearer token would cross the network in clear "
@@ -33,13 +36,16 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
     show a certificate from the group CA), ``insecure_http: true`` (plain HTTP beyond
     loopback, knowingly), ``limits: {...}`` (`read_limits`). The token file is read as
     `files.SECRET`: a regular file of at most 8 KiB, which others may not read and only its
-    owner may write."""
+    owner may write. ``users_file: PATH``: identities with roles (`config.users`), read as
+    `files.USERS`; ``tls: {client_ca: FILE}`` (TLS on, and client certificates of the
+    operators' CA in FILE are identities of the users file)."""
     if not top.has("api"):
         return ApiSettings()
     m = r.mapping(
         ("api",),
         top.get("api"),
-        "a mapping {token or token_file, token_for_reads, names, tls, client_certificates, insecure_http, limits}",
+        "a mapping {token or token_file, users_file, token_for_reads, names, tls, client_certificates, "
+        "insecure_http, limits}",
     )
     if m is None:
         return ApiSettings()
@@ -57,9 +63,25 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
                 token = files.read_text(path, files.SECRET).strip()
             except OSError as e:
                 r.error(m.at("token_file"), f"cannot read {path}: {e.strerror or e}")
+    users, users_file = NO_USERS, None
+    if m.has("users_file"):
+        name = m.string("users_file", None)
+        if name is not None:
+            users_file = resolve(name)
+            try:
+                users, problems = read_users(users_file)
+            except OSError as e:
+                r.error(m.at("users_file"), f"cannot read {users_file}: {e.strerror or e}")
+            else:
+                r.problems.found.extend(problems)
     for_reads = bool(m.boolean("token_for_reads", False))
     names = _api_names(r, m)
-    tls = bool(m.boolean("tls", False))
+    client_ca, client_ca_pem = None, b""
+    if isinstance(m.get("tls"), dict):
+        tls = True
+        client_ca, client_ca_pem = _client_ca(r, m, resolve)
+    else:
+        tls = bool(m.boolean("tls", False))
     clients = m.string("client_certificates", "none", choices=("none", "required"))
     insecure = bool(m.boolean("insecure_http", False))
     limits = read_limits(r, m)
@@ -73,7 +95,9 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
         r.error(m.at("insecure_http"), "api.tls is on, so nothing is served over plain HTTP: remove insecure_http")
     # a tls or insecure_http that is not a boolean is its own problem: the members' API
     # addresses are not judged by a guess about it
-    unsure = any(m.has(k) and not isinstance(m.get(k), bool) for k in ("tls", "insecure_http"))
+    unsure = (m.has("tls") and not isinstance(m.get("tls"), bool | dict)) or (
+        m.has("insecure_http") and not isinstance(m.get("insecure_http"), bool)
+    )
     return ApiSettings(
         token,
         for_reads,
@@ -83,7 +107,35 @@ def read_api(r: Reader, top: Mapping, resolve: Any) -> ApiSettings:
         client_certificates_required=clients == "required",
         insecure_http=insecure or unsure,
         limits=limits,
+        users=users,
+        users_file=users_file,
+        client_ca=client_ca,
+        client_ca_pem=client_ca_pem,
     )
+
+
+def _client_ca(r: Reader, api: Mapping, resolve: Any) -> tuple[Any, bytes]:
+    """``api.tls: {client_ca: FILE}``: the operators' CA (its path, its PEM text)."""
+    m = r.mapping(api.at("tls"), api.get("tls"), "true, false or a mapping {client_ca}")
+    if m is None:
+        return None, b""
+    name = m.string("client_ca", None)
+    m.done()
+    if name is None:
+        r.error(api.at("tls"), "give client_ca: FILE (the operators' CA), or write tls: true")
+        return None, b""
+    path = resolve(name)
+    try:
+        pem = files.read_bytes(path, files.PEM)
+        if not x509.load_pem_x509_certificates(pem):
+            raise ValueError("no certificate in it")
+    except OSError as e:
+        r.error(m.at("client_ca"), f"cannot read {path}: {e.strerror or e}")
+        return None, b""
+    except ValueError as e:
+        r.error(m.at("client_ca"), f"{path} is not a PEM CA certificate: {e}")
+        return None, b""
+    return path, pem
 
 
 #: each limit's key, whether it is a whole number, and its range

@@ -76,10 +76,12 @@ def own_ground(old: Config, new: Config, node: str) -> list[str]:
     change of member *node*'s own ground, compared with what it runs (*old*): each refused
     with the reason. Its certificates and key (a new group CA is the out-of-band rotation,
     docs/reliability.md), whether its API is HTTPS, where its API token comes from, its
-    state and log folders and its query log are its own. A file of its own that *old* does
-    not name (a new TSIG key's ``secret_file``, a new signed zone's ``keys``) is taken only
-    inside the member's own folder (no absolute path, no ``..``), and not in its state or
-    log folder (where the bundles it receives are kept) nor one of the files above."""
+    state and log folders, its query log, where its users file and operators' CA are (a
+    users file it names is read again on each reload) are its own. A file of its own that
+    *old* does not name (a new TSIG key's ``secret_file``, a new signed zone's ``keys``) is
+    taken only inside the member's own folder (no absolute path, no ``..``), and not in its
+    state or log folder (where the bundles it receives are kept) nor one of the files
+    above."""
     problems = []
     if old.tls_for(node) != new.tls_for(node):
         t = new.sync_group.tls
@@ -91,6 +93,12 @@ def own_ground(old: Config, new: Config, node: str) -> list[str]:
         problems.append(f"api.tls changed: {_OWN}")
     if _token_source(old.api) != _token_source(new.api):
         problems.append(f"the API token changed from {_token_source(old.api)} to {_token_source(new.api)}: {_OWN}")
+    for key, before, after in (
+        ("api.users_file", old.api.users_file, new.api.users_file),
+        ("api.tls.client_ca", old.api.client_ca, new.api.client_ca),
+    ):
+        if before != after:
+            problems.append(f"{key} changed from {before or 'none'} to {after or 'none'}: {_OWN}")
     if old.state_dir_for(node) != new.state_dir_for(node):
         problems.append(f"state_dir changed to {new.state_dir_for(node)}: {_OWN}")
     if old.log_dir != new.log_dir:
@@ -123,8 +131,9 @@ def _fixed(config: Config, node: str) -> set[Path]:
     """The member's own files that only its own file sets: certificates, token, query log."""
     t, mine = config.sync_group.tls, config.tls_for(node)
     out = {t.ca, t.cert, t.key, mine.ca, mine.cert, mine.key, config.log_dir}
-    if config.api.token_file is not None:
-        out.add(config.api.token_file)
+    for own in (config.api.token_file, config.api.users_file, config.api.client_ca):
+        if own is not None:
+            out.add(own)
     if config.dns_server.query_log is not None:
         out.add(config.dns_server.query_log.path)
     return out

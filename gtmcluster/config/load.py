@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
+from gtmcluster.config import alerts as alert_settings
 from gtmcluster.config import geoip, health, membername, probersettings, querylog, sharing, traffic, transfer
 from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
@@ -71,6 +72,7 @@ TOP_LEVEL = (
     "prober",
     "tsig_keys",
     "zones",
+    "alerts",
 )
 #: the sections `build` reads last, in its order: the others come first, and a reload's
 #: YAML child sends them in this order (`yamlchild`), so the build starts before it is done
@@ -184,6 +186,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
                 f"{monitor.rule.quorum} is more than the sync group's {len(sync_group.members)} members",
             )
     prober = probersettings.read(r, top)
+    alerts = alert_settings.read(r, top, resolve)
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
     dns_server = _dns_server(r, top, resolve, log_dir)
     persistence = _persistence(r, top)
@@ -258,6 +261,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         dns_server=dns_server,
         api=api_settings,
         persistence=persistence,
+        alerts=alerts,
         digest=digest,
         wideips_of=wideips_of,
         wideip_names=wideip_names,

@@ -16,7 +16,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gtmcluster.config.addresses import HostPort, IPAddress, IPNetwork
+from gtmcluster.config.alerts import Alerts
 from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
+from gtmcluster.config.users import NO_USERS, ApiUsers
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import RData, ZoneSet
@@ -471,6 +473,13 @@ class ApiSettings:
     insecure_http: bool = False
     #: what clients may hold of the API (``api.limits``)
     limits: ApiLimits = ApiLimits()
+    #: the identities of ``api.users_file`` (read with the config), and where they were read
+    users: ApiUsers = NO_USERS
+    users_file: Path | None = None
+    #: the operators' CA (``api.tls: {client_ca: FILE}``): client certificates it issued are
+    #: identities of the users file, by subject or SAN
+    client_ca: Path | None = None
+    client_ca_pem: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -512,6 +521,8 @@ class Config:
     dns_server: DNSServer
     api: ApiSettings
     persistence: PersistenceTable = PersistenceTable()
+    #: the webhooks told of what the node notices (``alerts``)
+    alerts: Alerts = field(default_factory=Alerts)
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs
     digest: str = ""

@@ -18,9 +18,10 @@ client subnet), asking for a static record or a wide IP. For those the general p
   name). Wide IPs of the record types (CNAME, MX, SRV, NAPTR) are left
   to the general path;
 - an NXDOMAIN or NODATA for a name the zone does not hold comes from the negative answer
-  kept for its parent (`dns.negative`: the SOA's pointers written for the name's length),
-  never kept per name; in a signed zone, a DO=1 NXDOMAIN from the one kept for its parent
-  and the span of the zone's NSEC chain it falls in (`dns.signednegative`).
+  kept for its closest encloser (`dns.negative`: the SOA's pointers written for the name's
+  length; with a client subnet, the option echoed with scope 0), never kept per name; in a
+  signed zone, a DO=1 NXDOMAIN from the one kept for its parent and the span of the zone's
+  NSEC chain it falls in (`dns.signednegative`).
 
 In a signed zone (`dnssec.answers`), a DO=1 wide IP answer also carries its RRSIG, from the
 signatures the zone's signer keeps (signed once per RRset contents, written as the general
@@ -56,7 +57,7 @@ from typing import NamedTuple
 from gtmcluster.config.model import WideIP
 from gtmcluster.dns import wire
 from gtmcluster.dns.kept import Counter, Encoded, KeptReplies, WideHit
-from gtmcluster.dns.negative import NO_FIT, Negative, suffixes_of_soas
+from gtmcluster.dns.negative import Negative, ecs_option, suffixes_of_soas
 from gtmcluster.dns.ratelimit import SLIP, RateLimiter, truncated
 from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Answered, Responder, Streamed
 from gtmcluster.dns.transfer import Reply, transfer_type
@@ -74,6 +75,8 @@ _OPTION = struct.Struct("!HH")
 _COPIED = wire.RD | wire.CD
 #: the wide IP types answered here; CNAME, MX, SRV and NAPTR wide IPs go the general path
 _ADDRESS_TYPES = frozenset((TYPE_A, TYPE_AAAA))
+#: the longest name in wire form (RFC 1035 3.1): a longer one is FORMERR, the general path's
+_MAX_NAME = 255
 
 
 class _Plain(NamedTuple):
@@ -129,9 +132,9 @@ class FastPath:
         self.stream_wide_hits = kept.stream_wide_hits
         #: unsigned replies below wildcards by (wide IP, type, EDNS class, client), question left out
         self.client_hits = kept.client_hits
-        #: NXDOMAIN and NODATA answers by (parent, type, EDNS class, limit) (`dns.negative`)
+        #: NXDOMAIN and NODATA answers by (closest encloser, type, EDNS class) (`dns.negative`)
         self.negatives = kept.negatives
-        #: signed NXDOMAIN answers by (parent, type, limit), each by span (`dns.signednegative`)
+        #: signed NXDOMAIN answers by (parent, type), each by span (`dns.signednegative`)
         self.signed_negatives = kept.signed_negatives
         #: names no `Negative` answers for: the zones' origins, and the names the SOAs' names end with
         self.not_negative = frozenset(_wire_name(z.origin_key) for z in responder.zones) | suffixes_of_soas(
@@ -222,26 +225,25 @@ class FastPath:
             answered = self._wideip(data, source, plain, wideip, tcp)
             if answered is not None:
                 return answered
-        elif plain.ecs is None:
-            if plain.do and self.signing is not None:
-                reply = self._signed_negative(data, plain)
-                if reply is not None:
-                    return reply, None, False
-            else:
-                reply = self._static(data, plain, tcp)
-                if reply is not None:
-                    return reply, None, False
+        else:
+            reply = None
+            if plain.ecs is None:
+                if plain.do and self.signing is not None:
+                    reply = self._signed_negative(data, plain)
+                if reply is None:
+                    reply = self._static(data, plain, tcp)
+            if reply is None:
                 reply = self._negative(data, plain)
-                if reply is not None:
-                    return reply, None, False
+            if reply is not None:
+                return reply, None, False
         answered = self.responder.answer(data, source, tcp)
         reply = answered[0]
-        if reply is None or plain.ecs is not None:
+        if reply is None:
             return answered
         if answered[2]:
-            if not self._keep_negative(plain, reply):
+            if not self._keep_negative(plain, reply) and plain.ecs is None:
                 self._keep(data, plain, reply, tcp)
-        elif plain.do and self.signing is not None and reply[3] & 0xF == wire.NXDOMAIN:
+        elif plain.do and plain.ecs is None and self.signing is not None and reply[3] & 0xF == wire.NXDOMAIN:
             self._keep_signed_negative(plain, reply)
         return answered
 
@@ -276,22 +278,46 @@ class FastPath:
     # -- names the zones do not hold ------------------------------------------------------
 
     def _negative(self, data: bytes, plain: _Plain) -> bytes | None:
-        """The negative answer kept for the query's parent, if its name is absent (`dns.negative`)."""
+        """The negative answer kept for the query's closest encloser, if its name is absent
+        (`dns.negative`): the first name above it with one kept, whose child on the way
+        the zone does not hold; the walk stops at a name the SOA's names end with (the
+        general path points into it: the answer kept for it, if any, is the one)."""
         qname = plain.qname
-        cut = qname[0] + 1
-        negative = self.negatives.get((qname[cut:], plain.qtype, plain.edns_class, plain.limit))
-        if negative is None or qname in self.not_negative or not negative.covers(qname[1:cut]):
+        not_negative = self.not_negative
+        if qname in not_negative or not 1 < len(qname) <= _MAX_NAME:
+            return None  # (the root; a name too long: FORMERR)
+        negatives = self.negatives
+        qtype, edns_class = plain.qtype, plain.edns_class
+        at = 0  # where the name below the candidate encloser starts
+        while True:
+            cut = at + 1 + qname[at]
+            encloser = qname[cut:]
+            negative = negatives.get((encloser, qtype, edns_class))
+            if negative is not None:
+                break
+            if encloser in not_negative or len(encloser) == 1:
+                return None  # (a zone's origin, or the root, with nothing kept)
+            at = cut
+        if not negative.covers(qname[at + 1 : cut]):
             return None
         tail = negative.tail(len(qname))
-        if tail is NO_FIT:
+        end = plain.question_end
+        ecs = plain.ecs
+        if ecs is not None:
+            option = ecs_option(ecs)
+            if option is None:
+                return None  # (FORMERR, from the general path)
+            tail = tail[:-2] + option
+        if end + len(tail) > plain.limit:
             return None  # (the general path truncates it)
         self.stats.queries[negative.counter] += 1
         flags = negative.flags | (plain.flags & _COPIED)
-        return data[:2] + flags.to_bytes(2, "big") + negative.counts + data[12 : plain.question_end] + tail
+        return data[:2] + flags.to_bytes(2, "big") + negative.counts + data[12:end] + tail
 
     def _keep_negative(self, plain: _Plain, reply: bytes) -> bool:
         """Keep *reply*, the general path's static answer to *plain*, for every absent name
-        below the same parent if it is a negative answer to an absent name; whether it is."""
+        below the same closest encloser if it is a negative answer to an absent name;
+        whether it is."""
         if reply[6:8] != b"\x00\x00" or reply[3] & 0xF not in (wire.NOERROR, wire.NXDOMAIN):
             return False
         qname = plain.qname
@@ -301,19 +327,22 @@ class FastPath:
         zone = self.responder.zones.find(key)
         if zone is None or zone.exists(key) or len(key) <= len(zone.origin_key):
             return False  # (a name of the zone: its template, as any static answer)
+        encloser = key[1:]  # (or a name the SOA's names end with: see `dns.negative`)
+        while not zone.exists(encloser) and _wire_name(encloser) not in self.not_negative:
+            encloser = encloser[1:]  # (the origin exists)
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), RCODE_LABELS.get(reply[3] & 0xF, "other"), "static")
-        negative = Negative.made(reply, plain.question_end, qname, counter, zone, key[1:], plain.limit)
+        negative = Negative.made(reply, plain.question_end, qname, plain.ecs, counter, zone, encloser)
         if negative is not None:
-            self.kept.keep_negative((qname[qname[0] + 1 :], plain.qtype, plain.edns_class, plain.limit), negative)
+            self.kept.keep_negative((_wire_name(encloser), plain.qtype, plain.edns_class), negative)
         return True  # (a reply of its own otherwise: never kept by its name)
 
     def _signed_negative(self, data: bytes, plain: _Plain) -> bytes | None:
         """The signed NXDOMAIN kept for the query's parent and span (`dns.signednegative`)."""
         qname = plain.qname
         cut = qname[0] + 1
-        spans = self.signed_negatives.get((qname[cut:], plain.qtype, plain.limit))
-        if spans is None or qname in self.not_negative:
-            return None
+        spans = self.signed_negatives.get((qname[cut:], plain.qtype))
+        if spans is None or qname in self.not_negative or len(qname) > _MAX_NAME:
+            return None  # (nothing kept for the parent; a name too long: FORMERR)
         label = qname[1:cut]
         if not spans.covers(label):
             return None
@@ -321,11 +350,12 @@ class FastPath:
         if negative is None or self.now() >= negative.renew_at:
             return None  # (a span not asked yet, or a signature due: the general path signs)
         tail = negative.tail(len(qname))
-        if tail is NO_FIT:
+        end = plain.question_end
+        if end + len(tail) > plain.limit:
             return None  # (the general path truncates it)
         self.stats.queries[negative.counter] += 1
         flags = negative.flags | (plain.flags & _COPIED)
-        return data[:2] + flags.to_bytes(2, "big") + negative.counts + data[12 : plain.question_end] + tail
+        return data[:2] + flags.to_bytes(2, "big") + negative.counts + data[12:end] + tail
 
     def _keep_signed_negative(self, plain: _Plain, reply: bytes) -> None:
         """Keep *reply*, the general path's signed NXDOMAIN to *plain*, for the absent names
@@ -343,11 +373,11 @@ class FastPath:
         if chain is None or signer is None:
             return  # (not a signed zone: a DO=1 answer there is the general path's)
         counter = ("", TYPE_LABELS.get(plain.qtype, "other"), "NXDOMAIN", "static")
-        negative = Negative.made(reply, plain.question_end, qname, counter, zone, key[1:], plain.limit, signer.refresh)
+        parent = key[1:]  # (the encloser the answer is made for: see `dns.signednegative`)
+        negative = Negative.made(reply, plain.question_end, qname, None, counter, zone, parent, signer.refresh)
         if negative is not None:
-            parent = canonical(key[1:])
             self.kept.keep_signed_negative(
-                (qname[qname[0] + 1 :], plain.qtype, plain.limit), parent, chain.order, chain.covering(key), negative
+                (qname[qname[0] + 1 :], plain.qtype), canonical(parent), chain.order, chain.covering(key), negative
             )
 
     # -- wide IPs --------------------------------------------------------------------------

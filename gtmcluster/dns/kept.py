@@ -18,11 +18,13 @@ It holds, keyed as the paths look them up:
 - `replies`: encoded wide IP replies by (wide IP, or the name when signed, type, EDNS
   class, client key), each with the decision it encodes (sent again only while that
   decision is the one kept);
-- `negatives`: NXDOMAIN and NODATA answers by (parent name, type, EDNS class, size limit),
-  for every absent name below that parent (`dns.negative.Negative`);
-- `signed_negatives`: signed (DO=1) NXDOMAIN answers by (parent name, type, size limit), one
-  per span of the zone's NSEC chain the names below it fall in (`dns.signednegative.Spans`),
-  each sent only until its earliest signature is due for renewal;
+- `negatives`: NXDOMAIN and NODATA answers by (closest encloser, type, EDNS class), for
+  every absent name below that name of the zone, with or without a client subnet
+  (`dns.negative.Negative`);
+- `signed_negatives`: signed (DO=1) NXDOMAIN answers by (parent name, type), one per span
+  of the zone's NSEC chain the names below it fall in (`dns.signednegative.Spans`), each
+  sent only until its earliest signature is due for renewal (the size limit, as for
+  `negatives`, checked per query);
 - `decisions`: the kept decisions themselves (`lb.cache.DecisionCache`), None when the
   node keeps none.
 
@@ -37,8 +39,10 @@ on the config and its signatures' times: it ends itself when one is due for rene
 
 Every dict is capped (the ``MAX_*`` below: when full it starts again), and none is keyed by
 a name the zones do not hold: a flood of random names (NXDOMAIN, NODATA, or names below a
-wildcard wide IP) is answered from `negatives` and `client_hits`, keyed by the parent and by
-the wide IP, so it keeps nothing per name (docs/performance.md, "Random names").
+wildcard wide IP) is answered from `negatives` and `client_hits`, keyed by the closest
+encloser (a name the zone holds) and by the wide IP, and a DO=1 one under a signed zone
+from `signed_negatives`, by parent and span of the chain, so it keeps nothing per name
+(docs/performance.md, "Random names").
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ MAX_WIDE_HITS = 250_000
 #: the same over TCP (fewer clients: resolvers come over TCP for what UDP truncated)
 MAX_STREAM_WIDE_HITS = 50_000
 
-#: negative answers kept at most (one per parent name, type, EDNS class and size limit)
+#: negative answers kept at most (one per closest encloser, a name of a zone, type and EDNS class)
 MAX_NEGATIVES = 10_000
 #: signed negative answers kept at most, all parents and spans together (each span is a name
 #: of a signed zone's chain: a zone's names bound them, this bounds the memory: each answer
@@ -106,8 +110,8 @@ class KeptReplies:
         self.stream_wide_hits: dict[tuple[bytes, str], WideHit] = {}
         self.client_hits: dict[tuple[object, ...], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
-        self.negatives: dict[tuple[bytes, int, int, int], Negative] = {}
-        self.signed_negatives: dict[tuple[bytes, int, int], Spans] = {}
+        self.negatives: dict[tuple[bytes, int, int], Negative] = {}
+        self.signed_negatives: dict[tuple[bytes, int], Spans] = {}
         #: the answers `signed_negatives` holds, all spans together
         self.signed_count = 0
 
@@ -161,7 +165,7 @@ class KeptReplies:
             hits.clear()
         hits[key] = hit
 
-    def keep_negative(self, key: tuple[bytes, int, int, int], negative: Negative) -> None:
+    def keep_negative(self, key: tuple[bytes, int, int], negative: Negative) -> None:
         negatives = self.negatives
         if len(negatives) >= MAX_NEGATIVES:
             negatives.clear()
@@ -169,14 +173,14 @@ class KeptReplies:
 
     def keep_signed_negative(
         self,
-        key: tuple[bytes, int, int],
+        key: tuple[bytes, int],
         parent: tuple[bytes, ...],
         order: list[tuple[bytes, ...]],
         span: int,
         negative: Negative,
     ) -> None:
         """Keep *negative*, the signed answer for the names below a parent (*key*: its wire
-        name, type, size limit; *parent*: its canonical sort key) in the *span*-th span of
+        name and the type; *parent*: its canonical sort key) in the *span*-th span of
         the chain whose sort keys are *order*."""
         spans = self.signed_negatives.get(key)
         if spans is None or spans.order is not order:

@@ -108,9 +108,10 @@ Cached = Callable[[WideIP, int, Hashable, Callable[[], Client] | None], Entry | 
 #: What answering one query gives the transport: (the reply, None for no reply; what decided
 #: it, a `Tally` of wide IP, pool, slot, method and members for the query log, None when no
 #: wide IP did; whether it is static: any query with the same question in any case and the
-#: same EDNS presence and DO bit, without a client subnet, gets the same reply but for the
-#: ID and the RD and CD flags, so the fast path keeps it as a template). A plain tuple: one
-#: is made for every query, and a named tuple costs ten times as much to make.
+#: same EDNS presence and DO bit gets the same reply but for the ID and the RD and CD flags
+#: and the client subnet option, echoed with scope 0, so the fast path keeps it as a
+#: template). A plain tuple: one is made for every query, and a named tuple costs ten times
+#: as much to make.
 Answered = tuple[bytes | None, Tally | None, bool]
 
 
@@ -303,7 +304,7 @@ class Responder:
             and not answer.wideip
             and answer.aa
             and answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
-            and (query.edns is None or query.edns.ecs is None)
+            and answer.scope == 0
             and not reply[2] & (wire.TC >> 8)
         )
         return reply, answer.decided, static

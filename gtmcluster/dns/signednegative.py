@@ -6,15 +6,20 @@ RRSIGs (`dnssec.chain`, `dnssec.answers`). For the names below one parent, those
 depend on the name only through the span of the chain it falls in (the NSEC covering it):
 the closest encloser is the parent when it exists, else the same name above it for all of
 them, so the wildcard's NSEC is the same; the SOA and its RRSIG are the zone's. So the
-general path's reply is kept as a `dns.negative.Negative` per (parent, type, size limit,
-span), and every other absent name below the parent in a span already asked is answered
-from it: its question put in, the pointers of its names moved by the name's length, as the
-unsigned negative answers are (`dns.negative`).
+general path's reply is kept as a `dns.negative.Negative` (made with the parent as its
+encloser) per (parent, type, span), and every other absent name below the parent in a span
+already asked is answered from it: its question put in, the pointers of its names moved by
+the name's length, as the unsigned negative answers are (`dns.negative`), the reply's fit
+in the client's size checked per query, so one answer serves every size limit. Unlike an
+unsigned one, it is kept per parent, not per closest encloser: the parent fixes the closest
+encloser (so the NSEC that proves its wildcard absent), and a name's span is found from
+the parent's sort key and the name's first label.
 
 `Spans` holds the answers below one parent: the index of a name's span is found by
 ``bisect`` on the chain's canonical sort keys (`Chain.order`) with the name's key (the
 parent's, with the label added), one comparison of tuples per step. A span asked for the
-first time, a name whose reply would not fit the client's size (TC), and an answer whose
+first time, a name whose reply would not fit the client's size (TC), a name over 255
+bytes (FORMERR), and an answer whose
 earliest signature is due for renewal (`Negative.renew_at`, the signer's clock: a signature
 made anew changes the bytes) go to the general path, which answers and (for the first and
 the last) keeps the answer for the span again.

@@ -310,10 +310,21 @@ class GroupConfig(Generic[E]):
         return self.parse(got.main, got.config_text).addCallbacks(checked, unparsed)
 
     def apply(self, header: Header) -> defer.Deferred[list[str]]:
-        """Run bundle *header* (held): a reload from its files."""
+        """Run bundle *header* (held): a reload from its files, once no other reload or
+        publication runs; unless by then a newer bundle is held (this member published one
+        meanwhile: two pushes at once), which is then the one to run, never this one."""
         path = self.shelf.config_path(header)
-        ran = self.service.exclusive(lambda: self.service.read_and_switch(str(path), self.own_dir, header))
-        return ran.addCallback(as_named, path)
+
+        async def run() -> list[str]:
+            newest = self.shelf.newest()
+            if newest is not None and newest != header and bundle.newer(header, newest) is newest:
+                return [
+                    f"superseded by generation {newest.generation} ({newest.digest[:12]}) published by "
+                    f"{newest.publisher} before it ran"
+                ]
+            return as_named(await self.service.read_and_switch(str(path), self.own_dir, header), path)
+
+        return self.service.exclusive(run)
 
     def publish(self, candidate: Bundle, based_on: int | None, force: bool) -> defer.Deferred[Published]:
         """Publish *candidate*'s files as the group's next generation: checked by reading

@@ -145,6 +145,10 @@ class HealthTracker:
         self.standing_listeners: list[Callable[[list[str]], object]] = []
         #: told the wide IPs whose pools', pool members' or own admin state changed
         self.wideip_listeners: list[Callable[[list[str]], object]] = []
+        #: told each change of a server's status (name, before, after) and of a link's
+        #: state (name, before, after), after the first evaluation (the alerts' events)
+        self.vs_listeners: list[Callable[[str, VsStatus, VsStatus], object]] = []
+        self.link_listeners: list[Callable[[str, Observed, Observed], object]] = []
         self._index(config)
         self._read_admin()
         self._all_dirty(urgent=True)
@@ -205,6 +209,11 @@ class HealthTracker:
         up to a `SLICE` of them; the rest follow in the next turns)."""
         if self._dirty_vs or self._dirty_links:
             self._flush(None if self.schedule is None else SLICE)
+        return self._snapshot
+
+    @property
+    def evaluated(self) -> HealthSnapshot:
+        """The statuses as evaluated so far (evaluating nothing: what a listener reads)."""
         return self._snapshot
 
     @property
@@ -511,6 +520,8 @@ class HealthTracker:
                 observer="sync group",
                 event="link_state",
             )
+            for link_listener in self.link_listeners:
+                link_listener(name, old, new)
         if old is not None and bool(old.busy) != bool(new.busy) and not self._quiet:
             log.info(
                 "link {link} {what}",
@@ -545,6 +556,8 @@ class HealthTracker:
         return status
 
     def _vs_changed(self, vs: VirtualServer, before: VsStatus, after: VsStatus, now: float) -> None:
+        for listener in self.vs_listeners:
+            listener(vs.name, before, after)
         if (before.available, before.serving) != (after.available, after.serving):
             log.info(
                 "virtual server {vs} {old} -> {new}: {reason}",

@@ -5,7 +5,7 @@ than the bytes it is given."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 from gtmcluster.nodelog.record import line_time
@@ -41,9 +41,16 @@ def history(snapshot: Snapshot, since: str | None, count: int) -> list[str]:
     return within(snapshot, since, count, None)[0]
 
 
-def within(snapshot: Snapshot, since: str | None, count: int, max_bytes: int | None) -> tuple[list[str], bool]:
+def within(
+    snapshot: Snapshot,
+    since: str | None,
+    count: int,
+    max_bytes: int | None,
+    keep: Callable[[str], bool] | None = None,
+) -> tuple[list[str], bool]:
     """As `history`, and at most *max_bytes* bytes of lines (newlines counted; None: no
-    limit): (the lines, whether older lines were left out to keep within *max_bytes*)."""
+    limit), only lines *keep* keeps (None: all): (the lines, whether older lines were left
+    out to keep within *max_bytes*)."""
     count = min(count, MAX_LINES)
     kept: deque[str] = deque()
     size = 0
@@ -58,7 +65,7 @@ def within(snapshot: Snapshot, since: str | None, count: int, max_bytes: int | N
             stamp = line_time(line)
             if first is None and stamp is not None:
                 first = stamp
-            if since is None or (stamp is not None and stamp >= since):
+            if (since is None or (stamp is not None and stamp >= since)) and (keep is None or keep(line)):
                 older.append(line)
                 older_size += len(line.encode("utf-8")) + 1
                 while older and (

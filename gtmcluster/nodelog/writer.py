@@ -159,17 +159,24 @@ class NodeLog(Service):
     def snapshot(self) -> Snapshot:
         """Open the files as they stand (rotated ones, then the current one up to what has
         been written), for a reader to go through later, in a thread."""
-        files: list[tuple[IO[bytes], int | None]] = []
-        for n in range(self.keep, 0, -1):
-            try:
-                files.append((open(f"{self.path}.{n}", "rb"), None))  # noqa: SIM115 (closed by Snapshot.close)
-            except OSError:
-                continue
-        if self.file is not None:
-            try:
-                current = open(self.path, "rb")  # noqa: SIM115
-            except OSError:
-                pass
-            else:
-                files.append((current, int(self.file.size)))
-        return Snapshot(files)
+        return snapshot_of(self.path, self.keep, self.file)
+
+
+def snapshot_of(path: Path, keep: int, file: LogFile | None) -> Snapshot:
+    """The files of a log rotated as `LogFile` rotates (``PATH.KEEP`` ... ``PATH.1``, then
+    *path* itself up to the bytes *file*, its writer, has written; not *path* when *file*
+    is None) as they stand, opened for a reader."""
+    files: list[tuple[IO[bytes], int | None]] = []
+    for n in range(keep, 0, -1):
+        try:
+            files.append((open(f"{path}.{n}", "rb"), None))  # noqa: SIM115 (closed by Snapshot.close)
+        except OSError:
+            continue
+    if file is not None:
+        try:
+            current = open(path, "rb")  # noqa: SIM115
+        except OSError:
+            pass
+        else:
+            files.append((current, int(file.size)))
+    return Snapshot(files)

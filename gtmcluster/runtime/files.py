@@ -13,7 +13,7 @@ databases, monitors' CA files, TSIG secret files), is read here, the same way:
 - its size is capped by its `Kind`: a bigger file is refused before a byte is read, and one
   that grows past the cap while it is read (or says it is empty but is not, as the files
   of ``/proc`` do) is refused when it passes it. At most the cap and one byte are read;
-- a secret (`SECRET`: the API's token file, a TSIG key's secret file) may not be readable
+- a secret (`SECRET`: the API's token file, a TSIG key's secret file; `USERS`) may not be readable
   or writable by others nor writable by its group: any local process could then read it,
   or set its own;
 - a refusal is a `Refused`, an `OSError` (so callers' ``except OSError`` handle it) whose
@@ -59,6 +59,9 @@ ADDRESS_LIST = Kind("an address list", 64 * MiB)
 #: reads the node's own, which it reads up to 8 KiB of too) or a TSIG key's secret_file
 #: (a few dozen characters of base64)
 SECRET = Kind("a secret file", 8 * KiB, secret=True)
+#: the API's users file (``api.users_file``): names, roles and token hashes (some 150 bytes
+#: an identity), private as a secret is (a hash is no token, but it is kept as /etc/shadow is)
+USERS = Kind("a users file", 1 * MiB, secret=True)
 #: PEM certificates, keys and CA bundles (the whole Mozilla CA bundle is about 220 KB)
 PEM = Kind("a PEM file", 1 * MiB)
 #: a DNSSEC private key (PKCS#8 PEM of P-256 or Ed25519: under 300 bytes)

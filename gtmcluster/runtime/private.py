@@ -12,7 +12,8 @@ the node makes ``state_dir`` itself, mode 0700.
 The files only their owner may read (private keys: the sync group's, the zones' DNSSEC
 keys and their roll state) are written here (`write`): to a temporary name in the same
 directory, created with its final mode, synced and then moved into place, so a crash never
-leaves a half-written or readable key; nothing is overwritten unless asked. Their
+leaves a half-written or readable key; nothing is overwritten unless asked; a key and its
+certificate replaced together are staged first (`replace_together`). Their
 directories are made 0700 (`make_directory`). A failure is a `WriteError` whose message
 says why and what to do.
 
@@ -26,7 +27,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 #: a private key's mode, and its directory's
@@ -74,6 +75,13 @@ def refuse_existing(paths: Iterable[Path], hint: str) -> None:
         raise WriteError(f"{' and '.join(existing)} already {verb}: {hint}")
 
 
+def loose_mode(path: Path) -> int | None:
+    """*path*'s mode when its group or others may do anything with it (a private key's must
+    be 0600 or stricter), else None; FileNotFoundError when it is not there."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    return mode if mode & 0o077 else None
+
+
 def make_directory(directory: Path) -> None:
     """Make *directory* (and its parents), mode exactly 0700; one that is there is fine."""
     try:
@@ -96,19 +104,9 @@ def write(path: Path, data: bytes, mode: int, replace: bool) -> None:
     rename when `replace`, else by hard link, which fails rather than overwrite a file that
     appeared meanwhile.
     """
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(temp, flags, mode)
+        temp = _staged(path, data, mode)
         try:
-            try:
-                os.fchmod(fd, mode)  # the umask may have taken bits away (or, for certificates, we want 0644)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
             if replace:
                 os.replace(temp, path)
             else:
@@ -121,6 +119,54 @@ def write(path: Path, data: bytes, mode: int, replace: bool) -> None:
     except OSError as e:
         raise WriteError(f"cannot write {path}: {e.strerror or e}") from e
     _sync_directory(path.parent)
+
+
+def replace_together(entries: Sequence[tuple[Path, bytes, int]]) -> None:
+    """Replace each (path, data, mode) of *entries*, as `write` with `replace` does, but
+    staged first: every temporary file is written and synced before the first rename, so a
+    full disk or a write error changes none of them, and the renames follow each other with
+    nothing between (a key and its certificate are never a new key beside an old
+    certificate for longer than that)."""
+    staged: list[Path] = []
+    try:
+        for path, data, mode in entries:
+            try:
+                staged.append(_staged(path, data, mode))
+            except OSError as e:
+                raise WriteError(f"cannot write {path}: {e.strerror or e}") from e
+        for (path, _, _), temp in zip(entries, staged, strict=True):
+            try:
+                os.replace(temp, path)
+            except OSError as e:
+                raise WriteError(f"cannot write {path}: {e.strerror or e}") from e
+    finally:
+        for temp in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    for directory in dict.fromkeys(path.parent for path, _, _ in entries):
+        _sync_directory(directory)
+
+
+def _staged(path: Path, data: bytes, mode: int) -> Path:
+    """*data* in a new temporary file beside *path*, exactly *mode* before its first byte,
+    synced; removed again if writing it fails."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temp, flags, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask may have taken bits away (or, for certificates, we want 0644)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return temp
 
 
 def _link_new(temp: Path, path: Path) -> None:

@@ -13,7 +13,11 @@ replicated record ``admin/<level>/<name>`` (see `state.schema`):
                                  member, i.e. with its `failure_response`; persistence aside
 
 The value is ``{"state": enabled | disabled | drain, "by": who, "reason": why, "at": when
-(the node's clock, seconds since the epoch), "node": the member that took the request}``.
+(the node's clock, seconds since the epoch), "node": the member that took the request}``,
+and since the audit log what the API proved of who asked: ``"who"`` (the identity's name),
+``"role"``, ``"proof"``, ``"source"`` (its address) and ``"id"`` (of the audit entries of
+the write on the member that took it; `gtmcluster.api.audit`). Members of an older version
+carry these fields on unchanged (a field a version does not know is kept: `state.schema`).
 
 `disabled` takes the object out at once, for every client. `drain` takes it out for new
 clients only: clients held by persistence keep their answer until their record expires
@@ -145,9 +149,11 @@ def worst(states: list[AdminState]) -> AdminState | None:
     return found
 
 
-def value(state: str, by: str, reason: str, at: float, node: str) -> dict[str, Any]:
-    """The record value an admin change writes."""
-    return {"state": state, "by": by, "reason": reason, "at": at, "node": node}
+def value(state: str, by: str, reason: str, at: float, node: str, **caller: str) -> dict[str, Any]:
+    """The record value an admin change writes; *caller*: what it carries of who made it
+    (``who``, ``role``, ``proof``, ``source``, ``id``: text fields that members of an
+    older version carry on unchanged, see `state.schema`), for every member's audit."""
+    return {"state": state, "by": by, "reason": reason, "at": at, "node": node, **caller}
 
 
 __all__ = [

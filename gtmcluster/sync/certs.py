@@ -2,8 +2,9 @@
 
 `init_ca` makes the CA (``ca.pem``, ``ca.key``); `issue` makes ``NODE.pem`` and ``NODE.key``
 signed by it, with NODE as the certificate's only DNS name (SAN), which the TLS layer checks
-against the config's member names; `issue_client` makes an operator's client certificate for
-the HTTPS API (``clients/NAME.pem``, no DNS name: never a peer's). Keys are EC P-256,
+against the config's member names, and `renew` replaces them with a new pair;
+`issue_client` makes an operator's client certificate for the HTTPS API
+(``clients/NAME.pem``, no DNS name: never a peer's). Keys are EC P-256,
 unencrypted PKCS8 PEM. Every file is written to a temporary name in the same directory,
 created with its final mode (keys 0600, certificates 0644), synced and then renamed into
 place, so a crash never leaves a half-written or readable key; nothing is overwritten
@@ -219,6 +220,54 @@ def issue(
     )
     _write_pair(key_path, _key_pem(key), cert_path, certificate.public_bytes(serialization.Encoding.PEM), force)
     return NodeFiles(node=node, cert=cert_path, key=key_path, certificate=certificate, capped=not_after < wanted_end)
+
+
+@dataclass(frozen=True)
+class Renewed:
+    """What `renew` replaced, and with what."""
+
+    old: x509.Certificate
+    new: NodeFiles
+
+
+def renew(
+    directory: Path,
+    node: str,
+    *,
+    days: int = NODE_DAYS,
+    now: datetime.datetime | None = None,
+) -> Renewed:
+    """Replace NODE's key and certificate in `directory` with a new pair from its CA (as
+    `issue` with ``force``; both files staged, then renamed into place together).
+
+    Refused (`CertError`, saying what to do) when NODE has no certificate there yet (renew
+    replaces; `issue` makes the first), when the CA is incomplete, or when the CA's key may
+    be read by others than its owner (not 0600: the new certificate would rest on a key
+    that may have been copied). A running node takes the new pair on its next reload."""
+    directory = Path(directory)
+    node = node_name(node)
+    _check_days(days)
+    cert_path = directory / f"{node}.pem"
+    if not private.exists(cert_path):
+        raise CertError(
+            f"{node} has no certificate in {directory} ({cert_path.name}): renew replaces a member's key and "
+            f"certificate; make its first with gtmcluster certs issue {node} --dir {shlex.quote(str(directory))}"
+        )
+    old = load_certificate(cert_path)
+    ca_key = directory / CA_KEY
+    try:
+        loose = private.loose_mode(ca_key)
+    except FileNotFoundError:
+        loose = None  # (load_ca says what is missing)
+    except OSError as e:
+        raise CertError(f"cannot examine {ca_key}: {e.strerror or e}") from e
+    if loose is not None:
+        raise CertError(
+            f"{ca_key} is mode {loose:04o}: others than its owner may read the CA's key, which must be 0600; "
+            f"chmod 600 {shlex.quote(str(ca_key))}, and if it may have been copied, make a new group CA "
+            "(docs/operations.md, Certificates)"
+        )
+    return Renewed(old, issue(directory, node, days=days, force=True, now=now))
 
 
 #: where `issue_client` writes, under the CA's directory: apart from the nodes' files, so a
@@ -450,8 +499,12 @@ def _make_directory(directory: Path) -> None:
 
 
 def _write_pair(key_path: Path, key_data: bytes, cert_path: Path, cert_data: bytes, force: bool) -> None:
-    """Write a key, then its certificate. Without `force`, a failure removes the new key again."""
+    """Write a key, then its certificate. With `force`, both are staged before either replaces
+    what is there; without, a failure removes the new key again."""
     with _as_cert_error():
+        if force:  # both staged, then renamed one after the other
+            private.replace_together([(key_path, key_data, KEY_MODE), (cert_path, cert_data, CERT_MODE)])
+            return
         private.write(key_path, key_data, KEY_MODE, force)
         try:
             private.write(cert_path, cert_data, CERT_MODE, force)

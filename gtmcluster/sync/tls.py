@@ -19,6 +19,7 @@ producer its protocol registers to watch its output (`sync.peer`).
 from __future__ import annotations
 
 import datetime
+import math
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,40 @@ class Credentials:
     @property
     def serial(self) -> str:
         return f"{self.certificate.serial_number:x}"
+
+
+#: the certificates a node reports the expiry of (`Expiry.certificate`): its own (the peers'
+#: side), the group CA's, and the one its HTTPS API serves
+EXPIRING = ("node", "ca", "api")
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """When one certificate a node uses stops being valid: the one reading of a not-after that
+    the status page, the CLI and ``/metrics`` share (`expiry`; a node's: `api.tls.expiries`)."""
+
+    certificate: str  # one of `EXPIRING`
+    serial: str  # hex, as the logs and the status page write serials
+    not_after: datetime.datetime  # timezone-aware, UTC
+
+    @property
+    def timestamp(self) -> float:
+        """The not-after as Unix seconds (what a Prometheus gauge of it holds)."""
+        return self.not_after.timestamp()
+
+    def days_left(self, now: float) -> int:
+        """Whole days from *now* (Unix seconds) to the not-after, rounded down: 0 on its
+        last day, negative once it has passed."""
+        return math.floor((self.timestamp - now) / DAY)
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {"serial": self.serial, "not_after": _when(self.not_after), "days_left": self.days_left(now)}
+
+
+def expiry(certificate: str, cert: x509.Certificate) -> Expiry:
+    """*cert*'s expiry, reported as *certificate* (one of `EXPIRING`)."""
+    return Expiry(certificate, f"{cert.serial_number:x}", cert.not_valid_after_utc)
 
 
 def _read(path: Path, what: str, hint: str) -> bytes:

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 
 from gtmcluster.cli import status
 from tests.support import poll
+from tests.support.apiclient import call, token_of
 from tests.support.trio import Group, running_group
 
 GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
@@ -150,6 +152,40 @@ def test_status_json_and_chosen_nodes(group: Group) -> None:
     bad = gtmcluster("status", "--config", str(group.config_path), "--node", "n9")
     assert bad.returncode == 1
     assert "'n9' is not a member" in bad.stderr
+
+
+@pytest.mark.process
+def test_status_does_not_fail_while_changes_are_being_written(group: Group) -> None:
+    """Admin changes written on n1 and n2 all the while (each a record the others take in
+    a moment later): a round of answers catches some on their way, yet `status` exits 0,
+    the differences being in flight; once the writes stop the digests agree again."""
+    stop = threading.Event()
+    written = {"n1": 0, "n2": 0}
+
+    def write(node: str, vs: str) -> None:
+        token = token_of(group.config_path, node)
+        while not stop.is_set():
+            for action in ("disable", "enable"):
+                path = f"/api/v1/virtual-servers/{vs}/{action}"
+                if call(group.members[node].api, path, "POST", token, body=b'{"reason": "test"}')[0] == 200:
+                    written[node] += 1
+
+    writers = [threading.Thread(target=write, args=a) for a in (("n1", "vs1"), ("n2", "vs2"))]
+    for t in writers:
+        t.start()
+    try:
+        results = [gtmcluster("status", "--config", str(group.config_path), "--json") for _ in range(3)]
+    finally:
+        stop.set()
+        for t in writers:
+            t.join(TIMEOUT)
+    assert written["n1"] > 10 and written["n2"] > 10, written
+    for result in results:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout)["summary"]["ok"] is True
+    group.wait_converged()
+    quiet = gtmcluster("status", "--config", str(group.config_path))
+    assert quiet.returncode == 0 and "digests agree across 3 nodes" in quiet.stdout, quiet.stdout
 
 
 @pytest.mark.process

@@ -8,7 +8,8 @@ blanket "ignore certificate errors"); a Chromium without the pin refuses the pag
 Chromium saw of the TLS connection (protocol, subject, issuer) is checked separately.
 
 - opened with the token (``#token=``), the page polls the API over HTTPS and shows the node;
-  every request it made went to ``https://n1:8053``;
+  every request it made went to ``https://n1:8053``; its Certificates tile gives the days
+  left of the node's, the CA's and the API's certificates;
 - its buttons write over HTTPS (JSON POSTs from the page's own https origin): disabling a
   server takes it out of the DNS answers, enabling it puts it back.
 """
@@ -109,6 +110,17 @@ def test_the_page_polls_over_https(site: HttpsSite) -> None:
         snap = tab.wait_for(lambda s: s["polls"] >= 1, "a poll over HTTPS")
         assert snap["node"] == "n1" and not snap["error"] and not snap["banner"]
         assert snap["vs"]["vs1"] == "available"
+        # the certificates' days left, from the status's (the certificate HTTPS serves is n1's own)
+        tile = tab.evaluate(
+            'Array.from(document.querySelectorAll("#tiles .tile"))'
+            '.filter((t) => t.querySelector(".label").textContent === "Certificates")'
+            '.map((t) => [t.className, t.querySelector(".value").textContent, t.querySelector(".detail").textContent])'
+        )
+        end = certs.load_certificate(site.workdir / "certs" / "n1.pem").not_valid_after_utc.strftime("%Y-%m-%d")
+        ca_end = certs.load_certificate(site.workdir / "certs" / "ca.pem").not_valid_after_utc.strftime("%Y-%m-%d")
+        days, ca_days = certs.NODE_DAYS - 1, certs.CA_DAYS - 1
+        detail = f"node {days} d ({end}) · CA {ca_days} d ({ca_end}) · API {days} d ({end})"
+        assert tile == [["tile ok", f"{days} days left", detail]], tile
         requested = tab.requested()
         assert requested and all(u.startswith("https://n1:8053/") for u in requested), requested
         assert "https://n1:8053/api/v1/status" in requested

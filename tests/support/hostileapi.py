@@ -312,7 +312,7 @@ RENDERED: dict[str, tuple[list[str], Any]] = {
             "ttl": 30,
             "scope": 0,
             "probe_requested": False,
-            "trace": [{"text": f"pool p {ESCAPES[0]}"}],
+            "trace": [{"text": f"pool p {ESCAPES[0]}", "datacenters": [{"text": f"DC1 rtt {ESCAPES[2]}"}]}],
             "admin": [],
             "unhealthy": [{"virtual_server": "vs2", "health": "down", "reason": f"web {ESCAPES[2]}"}],
         },

@@ -9,7 +9,6 @@ reactor has not. That an acknowledged write is on disk is the process tests'.)""
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import json
 import random
@@ -17,18 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-from OpenSSL import crypto
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock
 
 from gtmcluster.api import admin as api_admin
+from gtmcluster.api.audit import Caller
 from gtmcluster.api.connection import ApiChannel
 from gtmcluster.api.routes import api_site
-from gtmcluster.api.server import caller
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.node import Node
@@ -88,7 +82,19 @@ def test_each_target_takes_a_change_with_who_and_why(service: NodeService, targe
     assert (answer["admin"], answer["by"], answer["why"], answer["node"]) == ("drain", "bob", "upgrade", "n1")
     held = service.node.store.get(record)
     assert held is not None
-    assert dict(held.value) == {"state": "drain", "by": "bob", "reason": "upgrade", "at": 1_800_000_000.0, "node": "n1"}
+    assert dict(held.value) == {
+        "state": "drain",
+        "by": "bob",  # (what the caller says: the single token is no person's)
+        "reason": "upgrade",
+        "at": 1_800_000_000.0,
+        "node": "n1",
+        # who asked, as the API proved it, for every member's audit
+        "who": "api-token",
+        "role": "admin",
+        "proof": "api.token",
+        "source": "127.0.0.9",
+        "id": "",  # (no audit log here: test_audit_api.py has one)
+    }
 
 
 def test_who_is_api_when_the_caller_says_nothing(service: NodeService) -> None:
@@ -188,41 +194,28 @@ def test_a_datacenter_disabled_on_one_member_moves_the_answers_of_another(tmp_pa
     assert nodes["n2"].decide(wideip, 1, r1, key="r1").members == ("vs1",)
 
 
-class _CertTransport:
-    def __init__(self, certificate: Any) -> None:
-        self.certificate = certificate
-
-    def getPeerCertificate(self) -> Any:
-        return self.certificate
-
-
-class _Request:
-    def __init__(self, transport: Any) -> None:
-        self.channel = type("Channel", (), {"transport": transport})()
-
-
-def test_who_is_the_client_certificate_when_one_was_given(service: NodeService) -> None:
-    """Over TLS with a client certificate, the change is recorded under the certificate's
-    name (what the caller says it acts for in brackets); without one, under what it says."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ops-alice")])
-    now = datetime.datetime.now(datetime.UTC)
-    made = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    certificate = crypto.X509.from_cryptography(made)
-    assert caller(_Request(_CertTransport(certificate))) == "ops-alice"  # type: ignore[arg-type]
-    assert caller(_Request(_CertTransport(None))) == ""  # type: ignore[arg-type]
-    assert caller(_Request(object())) == ""  # type: ignore[arg-type]  # plain TCP
+def test_who_is_the_proven_identity_when_it_is_a_persons(service: NodeService) -> None:
+    """A person's identity (a token of the users file, a client certificate) is who made the
+    change (what the caller says it acts for in brackets); with the shared single token,
+    what it says. The record carries the identity, its role and proof, the source and the
+    audit entries' id, for every member's audit."""
     node = service.node
-    assert (
-        api_admin.change(node, "pool", "p", "drain", by="bob", certificate="ops-alice")["by"] == "ops-alice (for bob)"
-    )
-    assert api_admin.change(node, "pool", "p", "drain", certificate="ops-alice")["by"] == "ops-alice"
+    carol = Caller("carol", "admin", "certificate", "192.0.2.7", "n1-0123456789ab")
+    assert api_admin.change(node, "pool", "p", "drain", by="bob", caller=carol)["by"] == "carol (for bob)"
+    assert api_admin.change(node, "pool", "p", "drain", by="carol", caller=carol)["by"] == "carol"
+    record = node.store.get("admin/pool/p")
+    assert record is not None and record.value == {
+        "state": "drain",
+        "by": "carol",
+        "reason": "",
+        "at": record.value["at"],
+        "node": "n1",
+        "who": "carol",
+        "role": "admin",
+        "proof": "certificate",
+        "source": "192.0.2.7",
+        "id": "n1-0123456789ab",
+    }
+    shared = Caller("api-token", "admin", "api.token", "127.0.0.1", "n1-1")
+    assert api_admin.change(node, "pool", "p", "drain", by="root", caller=shared)["by"] == "root"
+    assert api_admin.change(node, "pool", "p", "drain", caller=shared)["by"] == "api"

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmcluster.api.guard import MAX_BODY, Incoming, Policy, check, path_of, policy, shows_token
+from gtmcluster.api.guard import MAX_BODY, Incoming, Policy, check, path_of, policy, who_asks
+from gtmcluster.api.identity import ANONYMOUS, SINGLE_TOKEN
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.model import ApiSettings, Member
 
@@ -123,22 +124,23 @@ def test_reads_need_the_token_beyond_loopback_but_for_the_page() -> None:
     assert check(read(), guarded).code == 401  # type: ignore[union-attr]
     assert check(read(authorization=["Bearer nope-nope-nope-nope"]), guarded).code == 403  # type: ignore[union-attr]
     assert check(read(authorization=[f"Bearer {TOKEN}"]), guarded) is None
-    assert check(read(target="/"), guarded, public=True) is None
-    assert check(read(target="/", hosts=["attacker.example"]), guarded, public=True).code == 421  # type: ignore[union-attr]
+    assert check(read(target="/"), guarded, need="anyone") is None
+    assert check(read(target="/", hosts=["attacker.example"]), guarded, need="anyone").code == 421  # type: ignore[union-attr]
 
 
 def test_secret_reads_need_the_token_on_loopback_too() -> None:
     """A read of a secret route (the group's config) needs the token even on a loopback API
-    that opens other reads; shows_token says who gave it (valid), needed or not."""
+    that opens other reads; who_asks says who gave it (valid), needed or not."""
     assert check(read(target="/api/v1/config"), LOOPBACK) is None
-    assert check(read(target="/api/v1/config"), LOOPBACK, secret=True).code == 401  # type: ignore[union-attr]
-    assert check(read(method="HEAD"), LOOPBACK, secret=True).code == 401  # type: ignore[union-attr]
+    assert check(read(target="/api/v1/config"), LOOPBACK, need="admin").code == 401  # type: ignore[union-attr]
+    assert check(read(method="HEAD"), LOOPBACK, need="admin").code == 401  # type: ignore[union-attr]
     wrong = read(authorization=["Bearer nope-nope-nope-nope"])
-    assert check(wrong, LOOPBACK, secret=True).code == 403  # type: ignore[union-attr]
+    assert check(wrong, LOOPBACK, need="admin").code == 403  # type: ignore[union-attr]
     given = read(authorization=[f"Bearer {TOKEN}"])
-    assert check(given, LOOPBACK, secret=True) is None
-    assert shows_token(given, LOOPBACK) and not shows_token(wrong, LOOPBACK) and not shows_token(read(), LOOPBACK)
-    assert not shows_token(read(authorization=[f"Bearer {TOKEN}"] * 2), LOOPBACK)
+    assert check(given, LOOPBACK, need="admin") is None
+    assert who_asks(given, LOOPBACK, None) == SINGLE_TOKEN and who_asks(wrong, LOOPBACK, None) is None
+    assert who_asks(read(), LOOPBACK, None) == ANONYMOUS
+    assert who_asks(read(authorization=[f"Bearer {TOKEN}"] * 2), LOOPBACK, None) is None
 
 
 def test_localhost_only_on_loopback_and_the_connection_address_counts() -> None:

@@ -93,10 +93,10 @@ class Node:
             return FileAnswer(b"application/octet-stream", self.file.open("rb"))
 
         routes = [
-            Route("GET", "/api/v1/status", lambda a, p: {"ok": True}),
-            Route("GET", "/api/v1/wait", wait),
-            Route("GET", "/api/v1/big", lambda a, p: Raw(b"application/octet-stream", BIG)),
-            Route("GET", "/api/v1/file", from_file, secret=True),
+            Route("GET", "/api/v1/status", lambda a, p: {"ok": True}, role="viewer"),
+            Route("GET", "/api/v1/wait", wait, role="viewer"),
+            Route("GET", "/api/v1/big", lambda a, p: Raw(b"application/octet-stream", BIG), role="viewer"),
+            Route("GET", "/api/v1/file", from_file, role="admin"),
         ]
         policy = Policy(TOKEN, False, frozenset(), ipaddress.ip_address(NODE))
         self.site = site(routes, lambda: policy, limits=lambda: self.limits)

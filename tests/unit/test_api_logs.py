@@ -45,7 +45,7 @@ class Node:
         self.logs = logs.Logs(self.log, self.clock, defer.maybeDeferred, lambda: self.limits)
         policy = Policy(TOKEN, token_for_reads, frozenset(), ipaddress.ip_address(NODE))
         self.site = site(
-            [Route("GET", "/api/v1/logs", self.logs, ("since", "lines", "follow"))],
+            [Route("GET", "/api/v1/logs", self.logs, ("since", "lines", "follow"), role="viewer")],
             lambda: policy,
             limits=lambda: self.limits,
             closed=self.logs.closed,

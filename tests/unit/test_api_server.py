@@ -56,10 +56,10 @@ class Node:
             return self.later if self.later is not None else {"reloaded": True}
 
         routes = [
-            Route("GET", "/", lambda a, p: Raw(b"text/html", b"<html>page</html>"), public=True),
-            Route("GET", "/api/v1/status", status),
-            Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/disable", disable),
-            Route("POST", "/api/v1/reload", reload),
+            Route("GET", "/", lambda a, p: Raw(b"text/html", b"<html>page</html>"), role="anyone"),
+            Route("GET", "/api/v1/status", status, role="viewer"),
+            Route("POST", r"/api/v1/virtual-servers/(?P<name>[^/]+)/disable", disable, role="operator"),
+            Route("POST", "/api/v1/reload", reload, role="admin"),
         ]
         policy = Policy(TOKEN, token_for_reads, frozenset({"gtm1.example.com"}), ipaddress.ip_address(NODE))
         self.site = site(routes, lambda: policy)

@@ -152,3 +152,51 @@ def test_a_received_bundle_is_checked_in_the_thread_pool(tmp_path: Path, raw: di
         assert answers == [] and len(pool) == 1  # parsed; checked when the pool gets to it
         pool.pop()()
         assert answers == [expected]
+
+
+def test_a_bundle_superseded_while_it_waits_to_run_never_runs(tmp_path: Path, raw: dict[str, Any]) -> None:
+    """Two pushes at once (the CI race of test_two_pushes_at_once): this member is still
+    publishing its own bundle when another member's of the same generation arrives; that
+    one waits for the reload lock. By the time it gets it, this member's own, which wins
+    (`bundle.newer`), is held: the one that lost is never run here (before, it ran for a
+    moment, and its pusher saw every member run it and said it had won)."""
+    raw["state_dir"] = str(tmp_path / "state")
+    service = sharing(tmp_path / "member", raw)
+    group = service.group_config
+    assert group is not None
+    changed = copy.deepcopy(raw)
+    changed["wideips"]["shop.example.test"] = {"type": "A", "pools": ["p"]}
+    files = {"cluster.yaml": yaml.safe_dump(changed).encode(), "example.test.zone": configs.ZONE.encode()}
+    loser = Bundle("cluster.yaml", files, 1, 0, "n0", 1000.0)
+    winner = Bundle("cluster.yaml", files, 1, 0, "n1", 1000.0)
+    assert bundle.newer(loser.header, winner.header) == winner.header
+    publishing: defer.Deferred[None] = defer.Deferred()
+
+    async def publication() -> None:
+        await publishing
+
+    service.exclusive(publication)  # this member's own publication holds the reload lock
+    group.shelf.put(loser)
+    answers: list[list[str]] = []
+    group.apply(loser.header).addCallback(answers.append)
+    group.shelf.put(winner)  # its own publication ends by holding its bundle
+    assert answers == []
+    publishing.callback(None)
+    assert answers == [[f"superseded by generation 1 ({winner.digest[:12]}) published by n1 before it ran"]]
+    assert SHOP not in service.node.config.wideips  # the loser's config never ran
+
+
+def test_a_bundle_still_the_newest_when_it_gets_the_lock_runs(tmp_path: Path, raw: dict[str, Any]) -> None:
+    raw["state_dir"] = str(tmp_path / "state")
+    service = sharing(tmp_path / "member", raw)
+    group = service.group_config
+    assert group is not None
+    changed = copy.deepcopy(raw)
+    changed["wideips"]["shop.example.test"] = {"type": "A", "pools": ["p"]}
+    files = {"cluster.yaml": yaml.safe_dump(changed).encode(), "example.test.zone": configs.ZONE.encode()}
+    taken = Bundle("cluster.yaml", files, 1, 0, "n0", 1000.0)
+    group.shelf.put(taken)
+    answers: list[list[str]] = []
+    group.apply(taken.header).addCallback(answers.append)
+    assert answers == [[]]
+    assert SHOP in service.node.config.wideips

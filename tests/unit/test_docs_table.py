@@ -1,10 +1,11 @@
 """docs/architecture.md's package list is what tools/packagetable.py writes from the live
-tree (`make docs`), and it follows the code: a package's layer, its modules, lines, docstring,
+tree (`make docs`), and it follows the code: a package's layer, its modules, docstring,
 the names the rest of the code imports from it and what the layers contract lets it import."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,15 @@ import pytest
 from tools import packagetable
 from tools.packagetable import BEGIN, END, render, rows
 
+#: the sizes in the table ("4 modules, 836 lines", "In all: ... 47,240 lines"): an edit inside
+#: a module changes its lines, not what the table says of the package's place, so the check
+#: leaves the line counts out (`make docs` still writes them)
+LINES = re.compile(r"[\d,]+ lines")
+
 
 def test_the_package_table_is_up_to_date() -> None:
-    page = (packagetable.ROOT / packagetable.PAGE).read_text(encoding="utf-8")
-    wanted = render(page)
+    page = LINES.sub("N lines", (packagetable.ROOT / packagetable.PAGE).read_text(encoding="utf-8"))
+    wanted = LINES.sub("N lines", render(page))
     diff = "".join(difflib.unified_diff(page.splitlines(True), wanted.splitlines(True), "committed", "make docs"))
     assert wanted == page, f"{packagetable.PAGE}'s package table is out of date: run make docs\n{diff}"
 

@@ -71,7 +71,7 @@ def test_what_is_kept_is_bounded() -> None:
     assert len(replies.templates) == 1
     negative = cast(Negative, object())
     for i in range(kept.MAX_NEGATIVES + 1):
-        replies.keep_negative((b"p%d" % i, 1, 0, 512), negative)
+        replies.keep_negative((b"p%d" % i, 1, 0), negative)
     assert len(replies.negatives) == 1
     hit = cast(WideHit, object())
     for i in range(kept.MAX_WIDE_HITS + 1):

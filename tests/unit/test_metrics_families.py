@@ -8,8 +8,9 @@ from pathlib import Path
 from prometheus_client.core import Metric
 from twisted.internet.testing import MemoryReactorClock
 
-from gtmcluster.api.metricfamilies import FAMILIES, Scrape
+from gtmcluster.api.metricfamilies import FAMILIES
 from gtmcluster.api.metrics import NodeCollector, metrics_steps
+from gtmcluster.api.scrape import Scrape
 from gtmcluster.config.load import load
 from gtmcluster.runtime import slices
 from gtmcluster.service import Sockets, make_service

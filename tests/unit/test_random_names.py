@@ -163,10 +163,12 @@ def test_the_names_the_soa_ends_with_go_to_the_general_path(tmp_path: Path) -> N
             "apps.example.test",
             "wild.example.test",
             "sub.example.test",
+            "hostmaster.example.test",
+            "b.c.example.test",
         ]
     ),
     qtype=st.sampled_from([1, 2, 6, 15, 16, 28, 33, 43, 255]),
-    edns=st.sampled_from(EDNS),
+    edns=st.sampled_from([*EDNS, {"ecs": (1, 24, bytes([203, 0, 113]))}, {"ecs": (2, 0, b""), "do": True}]),
 )
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_name_gets_the_general_paths_reply(
