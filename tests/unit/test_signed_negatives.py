@@ -231,6 +231,32 @@ def test_a_reply_that_does_not_fit_gets_tc_as_the_general_path_gives_it(signed: 
     assert truncated == [False, False, True, True, True]
 
 
+def test_one_kept_answer_serves_every_size_limit(signed: Signed) -> None:
+    """The client's size is checked per query, not kept in the key (as `dns.negative`'s):
+    the answer kept at one payload serves another that it fits, and one it does not fit
+    goes to the general path (TC) and keeps nothing."""
+    size = len(signed.ask(make_query("abc.example.test", 1, do=True, payload=4096)))
+    general = signed.general
+    for i, payload in enumerate((4096, 1232, size + 1, size)):
+        signed.validate(signed.ask(make_query("abd.example.test", 1, qid=i, do=True, payload=payload)))
+    assert signed.general == general and len(signed.node.kept.signed_negatives) == 1
+    reply = signed.ask(make_query("abd.example.test", 1, do=True, payload=size - 1))
+    assert dns.message.from_wire(reply).flags & dns.flags.TC and signed.general == general + 1
+    assert signed.node.kept.signed_count == 1
+
+
+def test_a_name_over_255_bytes_below_a_kept_parent_gets_formerr(signed: Signed) -> None:
+    """A label that makes the name too long (FORMERR, the general path's) is never answered
+    from the span its parent's shorter names are kept for."""
+    parent = f"{'p' * 63}.{'q' * 63}.{'r' * 60}.example.test"  # (203 bytes in wire form)
+    signed.ask(make_query(f"short.{parent}", 1, do=True))
+    general = signed.general
+    signed.validate(signed.ask(make_query(f"other.{parent}", 1, do=True)))
+    assert signed.general == general  # kept for the parent
+    reply = signed.ask(make_query(f"{'s' * 60}.{parent}", 1, do=True))
+    assert reply[3] & 0xF == dns.rcode.FORMERR and signed.general == general + 1
+
+
 def test_a_signature_due_for_renewal_ends_the_kept_answer(signed: Signed) -> None:
     data = make_query("first.example.test", 1, do=True)
     before = signed.validate(signed.ask(data))
