@@ -19,7 +19,9 @@ client subnet), asking for a static record or a wide IP. For those the general p
   to the general path;
 - an NXDOMAIN or NODATA for a name the zone does not hold comes from the negative answer
   kept for its closest encloser (`dns.negative`: the SOA's pointers written for the name's
-  length; with a client subnet, the option echoed with scope 0), never kept per name.
+  length; with a client subnet, the option echoed with scope 0), never kept per name; in a
+  signed zone, a DO=1 NXDOMAIN from the one kept for its parent and the span of the zone's
+  NSEC chain it falls in (`dns.signednegative`).
 
 In a signed zone (`dnssec.answers`), a DO=1 wide IP answer also carries its RRSIG, from the
 signatures the zone's signer keeps (signed once per RRset contents, written as the general
@@ -61,6 +63,7 @@ from gtmcluster.dns.responder import RCODE_LABELS, TYPE_LABELS, Answered, Respon
 from gtmcluster.dns.transfer import Reply, transfer_type
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_OPT, RRset
+from gtmcluster.dnssec.chain import canonical
 from gtmcluster.dnssec.rrsets import TYPE_RRSIG
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Action, Decision, tally
@@ -131,6 +134,8 @@ class FastPath:
         self.client_hits = kept.client_hits
         #: NXDOMAIN and NODATA answers by (closest encloser, type, EDNS class) (`dns.negative`)
         self.negatives = kept.negatives
+        #: signed NXDOMAIN answers by (parent, type), each by span (`dns.signednegative`)
+        self.signed_negatives = kept.signed_negatives
         #: names no `Negative` answers for: the zones' origins, and the names the SOAs' names end with
         self.not_negative = frozenset(_wire_name(z.origin_key) for z in responder.zones) | suffixes_of_soas(
             responder.zones
@@ -221,15 +226,25 @@ class FastPath:
             if answered is not None:
                 return answered
         else:
-            reply = self._static(data, plain, tcp) if plain.ecs is None else None
+            reply = None
+            if plain.ecs is None:
+                if plain.do and self.signing is not None:
+                    reply = self._signed_negative(data, plain)
+                if reply is None:
+                    reply = self._static(data, plain, tcp)
             if reply is None:
                 reply = self._negative(data, plain)
             if reply is not None:
                 return reply, None, False
         answered = self.responder.answer(data, source, tcp)
         reply = answered[0]
-        if answered[2] and reply is not None and not self._keep_negative(plain, reply) and plain.ecs is None:
-            self._keep(data, plain, reply, tcp)
+        if reply is None:
+            return answered
+        if answered[2]:
+            if not self._keep_negative(plain, reply) and plain.ecs is None:
+                self._keep(data, plain, reply, tcp)
+        elif plain.do and plain.ecs is None and self.signing is not None and reply[3] & 0xF == wire.NXDOMAIN:
+            self._keep_signed_negative(plain, reply)
         return answered
 
     def _keep_hit(self, data: bytes, reply: bytes, counter: Counter, tcp: bool) -> None:
@@ -320,6 +335,50 @@ class FastPath:
         if negative is not None:
             self.kept.keep_negative((_wire_name(encloser), plain.qtype, plain.edns_class), negative)
         return True  # (a reply of its own otherwise: never kept by its name)
+
+    def _signed_negative(self, data: bytes, plain: _Plain) -> bytes | None:
+        """The signed NXDOMAIN kept for the query's parent and span (`dns.signednegative`)."""
+        qname = plain.qname
+        cut = qname[0] + 1
+        spans = self.signed_negatives.get((qname[cut:], plain.qtype))
+        if spans is None or qname in self.not_negative or len(qname) > _MAX_NAME:
+            return None  # (nothing kept for the parent; a name too long: FORMERR)
+        label = qname[1:cut]
+        if not spans.covers(label):
+            return None
+        negative = spans.get(label)
+        if negative is None or self.now() >= negative.renew_at:
+            return None  # (a span not asked yet, or a signature due: the general path signs)
+        tail = negative.tail(len(qname))
+        end = plain.question_end
+        if end + len(tail) > plain.limit:
+            return None  # (the general path truncates it)
+        self.stats.queries[negative.counter] += 1
+        flags = negative.flags | (plain.flags & _COPIED)
+        return data[:2] + flags.to_bytes(2, "big") + negative.counts + data[12:end] + tail
+
+    def _keep_signed_negative(self, plain: _Plain, reply: bytes) -> None:
+        """Keep *reply*, the general path's signed NXDOMAIN to *plain*, for the absent names
+        below the same parent in the same span of the zone's chain (`dns.signednegative`)."""
+        qname = plain.qname
+        if reply[6:8] != b"\x00\x00" or reply[2] & (wire.TC >> 8) or qname in self.not_negative:
+            return
+        key = _labels(qname)
+        zone = self.responder.zones.find(key)
+        if zone is None or zone.exists(key) or len(key) <= len(zone.origin_key):
+            return
+        assert self.signing is not None
+        chain = self.signing.chains.get(zone.origin_key)
+        signer = self.signing.signers.get(zone.origin_key)
+        if chain is None or signer is None:
+            return  # (not a signed zone: a DO=1 answer there is the general path's)
+        counter = ("", TYPE_LABELS.get(plain.qtype, "other"), "NXDOMAIN", "static")
+        parent = key[1:]  # (the encloser the answer is made for: see `dns.signednegative`)
+        negative = Negative.made(reply, plain.question_end, qname, None, counter, zone, parent, signer.refresh)
+        if negative is not None:
+            self.kept.keep_signed_negative(
+                (qname[qname[0] + 1 :], plain.qtype), canonical(parent), chain.order, chain.covering(key), negative
+            )
 
     # -- wide IPs --------------------------------------------------------------------------
 

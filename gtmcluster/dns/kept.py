@@ -21,6 +21,10 @@ It holds, keyed as the paths look them up:
 - `negatives`: NXDOMAIN and NODATA answers by (closest encloser, type, EDNS class), for
   every absent name below that name of the zone, with or without a client subnet
   (`dns.negative.Negative`);
+- `signed_negatives`: signed (DO=1) NXDOMAIN answers by (parent name, type), one per span
+  of the zone's NSEC chain the names below it fall in (`dns.signednegative.Spans`), each
+  sent only until its earliest signature is due for renewal (the size limit, as for
+  `negatives`, checked per query);
 - `decisions`: the kept decisions themselves (`lb.cache.DecisionCache`), None when the
   node keeps none.
 
@@ -30,12 +34,15 @@ lookups stay one ``dict.get``. What they hold ends in one way: `invalidate`, whi
 calls with what changed: records of the store (merged one by one or loaded in bulk), wide
 IPs whose health generation grew, or everything (the node becoming ready or not). Each
 change costs what it concerns (`lb.cache`'s fresh indexes), never the size of what is kept;
-a static reply depends on the config alone and so on none of them.
+a static reply depends on the config alone and so on none of them (a signed negative answer
+on the config and its signatures' times: it ends itself when one is due for renewal).
 
 Every dict is capped (the ``MAX_*`` below: when full it starts again), and none is keyed by
 a name the zones do not hold: a flood of random names (NXDOMAIN, NODATA, or names below a
 wildcard wide IP) is answered from `negatives` and `client_hits`, keyed by the closest
-encloser (a name the zone holds) and by the wide IP, so it keeps nothing per name (docs/performance.md, "Random names").
+encloser (a name the zone holds) and by the wide IP, and a DO=1 one under a signed zone
+from `signed_negatives`, by parent and span of the chain, so it keeps nothing per name
+(docs/performance.md, "Random names").
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from gtmcluster.dns.negative import Negative
+from gtmcluster.dns.signednegative import Spans
 from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.trace import Decision
 from gtmcluster.runtime.stats import Tally
@@ -60,6 +68,10 @@ MAX_STREAM_WIDE_HITS = 50_000
 
 #: negative answers kept at most (one per closest encloser, a name of a zone, type and EDNS class)
 MAX_NEGATIVES = 10_000
+#: signed negative answers kept at most, all parents and spans together (each span is a name
+#: of a signed zone's chain: a zone's names bound them, this bounds the memory: each answer
+#: is about 500 bytes a kept length, `negative.MAX_TAILS` lengths at most)
+MAX_SIGNED_NEGATIVES = 1_000
 
 #: the counter labels of a reply (wide IP, type, rcode, method: `QueryStats.queries`)
 Counter = tuple[str, str, str, str]
@@ -99,6 +111,9 @@ class KeptReplies:
         self.client_hits: dict[tuple[object, ...], WideHit] = {}
         self.replies: dict[tuple[object, ...], Encoded] = {}
         self.negatives: dict[tuple[bytes, int, int], Negative] = {}
+        self.signed_negatives: dict[tuple[bytes, int], Spans] = {}
+        #: the answers `signed_negatives` holds, all spans together
+        self.signed_count = 0
 
     def invalidate(
         self, *, keys: Collection[str] = (), wideips: Collection[str] = (), everything: bool = False
@@ -155,3 +170,26 @@ class KeptReplies:
         if len(negatives) >= MAX_NEGATIVES:
             negatives.clear()
         negatives[key] = negative
+
+    def keep_signed_negative(
+        self,
+        key: tuple[bytes, int],
+        parent: tuple[bytes, ...],
+        order: list[tuple[bytes, ...]],
+        span: int,
+        negative: Negative,
+    ) -> None:
+        """Keep *negative*, the signed answer for the names below a parent (*key*: its wire
+        name and the type; *parent*: its canonical sort key) in the *span*-th span of
+        the chain whose sort keys are *order*."""
+        spans = self.signed_negatives.get(key)
+        if spans is None or spans.order is not order:
+            spans = Spans(parent, order, negative)
+        if span not in spans.spans:
+            if self.signed_count >= MAX_SIGNED_NEGATIVES:
+                self.signed_negatives.clear()
+                self.signed_count = 0
+                spans = Spans(parent, order, negative)
+            self.signed_count += 1
+        spans.spans[span] = negative
+        self.signed_negatives[key] = spans

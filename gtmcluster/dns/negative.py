@@ -33,12 +33,22 @@ handful per zone) is kept as if it were an encloser: the names below it have an 
 for it, and the walk up from a queried name stops there. A name that exists, and a name one
 of the SOA's names ends with, never get a `Negative`'s answer. A reply with anything but one
 SOA in authority (an answer, a referral, a signature: a signed zone's DO=1 denial is never
-kept) or with a pointer into the question below E is never made into one, nor is a reply
-that is not for an absent name.
+kept here: see below) or with a pointer into the question below E is never made into one,
+nor is a reply that is not for an absent name.
+
+A signed NXDOMAIN (`made` with the signer's *refresh*) is one too, though not kept per
+closest encloser: the SOA, then the NSECs of the zone's chain and the RRSIGs (their RDATA
+holds no compressed name), kept until the earliest of its signatures is due for renewal
+(`renew_at`). The NSECs it carries depend on the span of the chain the name falls in, and
+the one for the closest encloser's wildcard on the parent, so it is made with the parent as
+its *encloser* and holds for the names below the parent in one span of the chain only
+(`dns.signednegative` keeps one per parent, type and span). It is bounded as an unsigned
+one: `MAX_TAILS` lengths, the fit checked per query.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterable, Set
 
@@ -47,10 +57,14 @@ from gtmcluster.dnsdata.zone import TYPE_OPT, TYPE_SOA, Zone
 
 _RR = struct.Struct("!HHIH")
 _U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+_TYPE_NSEC = 47
+_TYPE_RRSIG = 46
 _OPTION = struct.Struct("!HHH")  # the OPT's RDLENGTH, then the option's code and length
 _OPTION_ECS = 8
 #: the lengths of names one `Negative` keeps a tail for at most (then it starts again): a
-#: flood of names of every length costs a tail's writing per query, never more memory
+#: flood of names of every length costs a tail's writing per query, never more memory (a
+#: signed answer, kept per parent, sees at most 63 lengths: one label's)
 MAX_TAILS = 32
 
 #: the counter labels of a reply (`kept.Counter`)
@@ -61,7 +75,19 @@ class Negative:
     """The general path's negative answer to a name below one closest encloser, for any
     absent name below it (see the module's doc)."""
 
-    __slots__ = ("counter", "counts", "encloser", "ents", "first", "flags", "length", "nodes", "pointers", "tails")
+    __slots__ = (
+        "counter",
+        "counts",
+        "encloser",
+        "ents",
+        "first",
+        "flags",
+        "length",
+        "nodes",
+        "pointers",
+        "renew_at",
+        "tails",
+    )
 
     def __init__(
         self,
@@ -73,6 +99,7 @@ class Negative:
         counter: _Counter,
         encloser: Name,
         zone: Zone,
+        renew_at: float = math.inf,
     ):
         #: the reply's flags without RD and CD, and its QDCOUNT..ARCOUNT
         self.flags = flags
@@ -89,6 +116,9 @@ class Negative:
         self.pointers = pointers
         #: the bytes after the question by the queried name's wire length
         self.tails: dict[int, bytes] = {length: tail}
+        #: when the earliest signature it carries is due for renewal (the signer's clock;
+        #: inf: it carries none): from then on the general path answers and signs anew
+        self.renew_at = renew_at
 
     def covers(self, label: bytes) -> bool:
         """Whether the name *label* (lowercased) followed by the encloser is absent from the
@@ -122,25 +152,33 @@ class Negative:
         counter: _Counter,
         zone: Zone,
         encloser: Name,
+        refresh: float | None = None,
     ) -> Negative | None:
         """The negative answer *reply* to the absent name *qname* (lowercased, wire form) of
         *zone*, asked with the client subnet option *ecs* (its data, or None), whose
         question ends at *question_end*, kept for the absent names below *encloser* (their
-        closest encloser); None when it is not one this can answer for every such name."""
-        if len(reply) < question_end or reply[4:8] != b"\x00\x01\x00\x00" or reply[8:10] != b"\x00\x01":
-            return None  # not one question, no answer, one authority record
+        closest encloser); None when it is not one this can answer for every such name.
+        With *refresh* (the signer's: how long before its expiration a signature is made
+        anew), a signed one: after the SOA, NSEC and RRSIG records (`renew_at`: the
+        earliest expiration less *refresh*; *encloser*: the parent)."""
+        if len(reply) < question_end or reply[4:8] != b"\x00\x01\x00\x00" or reply[8] or not reply[9]:
+            return None  # not one question, an answer, or no authority
+        authority = reply[9]
+        if authority != 1 and refresh is None:
+            return None  # (unsigned: the SOA alone)
         if reply[3] & 0xF not in (0, 3):
             return None
         # where the encloser starts in the question
         first = question_end - 4 - (sum(len(label) + 1 for label in encloser) + 1)
         found: list[int] = []
+        expires = math.inf
         at = question_end
         size = len(reply)
         opt = b"\x00\x00"  # (the OPT's RDLENGTH, RDATA: none, or the client subnet's echo)
         if ecs is not None:  # (with scope 0; left out of what is kept)
             opt = _OPTION.pack(4 + len(ecs), _OPTION_ECS, len(ecs)) + ecs
         try:
-            for index in range(1 + (reply[10] << 8 | reply[11])):
+            for index in range(authority + (reply[10] << 8 | reply[11])):
                 at = _name(reply, at, found)
                 rtype, _, _, rdlength = _RR.unpack_from(reply, at)
                 at += 10
@@ -150,6 +188,11 @@ class Negative:
                         return None
                     at = _name(reply, _name(reply, at, found), found)
                     if end - at != 20:
+                        return None
+                elif index < authority:
+                    if rtype == _TYPE_RRSIG:  # (its signer's name is never compressed)
+                        expires = min(expires, _U32.unpack_from(reply, at + 8)[0])
+                    elif rtype != _TYPE_NSEC:  # (nor the NSEC's next name)
                         return None
                 elif rtype != TYPE_OPT or reply[at - 2 : end] != opt or end != size:
                     return None  # (an OPT with other options, or not last)
@@ -167,7 +210,8 @@ class Negative:
         tail = reply[question_end:]
         if ecs is not None:
             tail = tail[: -len(opt)] + b"\x00\x00"
-        return cls(tail, len(qname), tuple(pointers), flags, reply[4:12], counter, encloser, zone)
+        renew_at = math.inf if refresh is None else expires - refresh
+        return cls(tail, len(qname), tuple(pointers), flags, reply[4:12], counter, encloser, zone, renew_at)
 
 
 def ecs_option(ecs: bytes) -> bytes | None:

@@ -49,7 +49,9 @@ class Chain:
         owners = [k for k in zone.nodes if zone.delegation_for(k) in (None, k) and (owns is None or owns(k))]
         owners.sort(key=canonical)
         self.owners = owners
-        self._order = [canonical(k) for k in owners]
+        #: the owners' canonical sort keys (`canonical`), for `bisect` (the fast path's
+        #: signed negative answers look a name's span up in it: `dns.signednegative`)
+        self.order = [canonical(k) for k in owners]
         self._extra = extra_types
         self._nsec: dict[int, RRset] = {}
 
@@ -72,7 +74,7 @@ class Chain:
 
     def covering(self, key: Name) -> int:
         """The index of the NSEC at or before *key* (lowercased, inside the zone)."""
-        return bisect.bisect_right(self._order, canonical(key)) - 1
+        return bisect.bisect_right(self.order, canonical(key)) - 1
 
     def nxdomain(self, key: Name) -> tuple[int, ...] | None:
         """The indexes of the NSECs that prove *key* (lowercased, inside the zone, not below a

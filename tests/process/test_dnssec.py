@@ -144,3 +144,19 @@ def test_random_names_validate_under_a_flood_of_random_names(node: SignedNode) -
     assert flood.answered >= 2000, flood.answered
     assert flood.rcodes == {3}, flood.rcodes  # NXDOMAIN
     assert not flood.truncated
+
+
+def test_nxdomain_from_a_kept_span_validates(node: SignedNode) -> None:
+    """DO=1 NXDOMAIN for names in the same span of the chain: the first is the general path's,
+    kept for the span by the fast path (`dns.signednegative`), the others are answered from it
+    with their own question (their length, their case); each validates. One that does not fit
+    the client's 512 bytes is truncated, as the general path does."""
+    for label in ("zza", "zz" + "b" * 30, "ZZc", "mailz", "mail" + "z" * 50, "MAILy"):
+        name = f"{label}.example.test"
+        out = node.delv(name, "A")
+        assert "; negative response, fully validated" in out and "NXDOMAIN" in out, out
+        signed = dig(node.address, DNS_PORT, name, "A", "+dnssec", "+norecurse")
+        assert signed.status == "NXDOMAIN" and "tc" not in signed.flags
+    for _ in range(2):
+        long = dig(node.address, DNS_PORT, "zz" + "y" * 40 + ".example.test", "A", "+dnssec", "+bufsize=512", "+ignore")
+        assert "tc" in long.flags, long
