@@ -275,3 +275,27 @@ def test_whoami_tells_each_identity_its_own_name_and_role(service: NodeService) 
     )
     assert ask(site, "GET", "/api/v1/whoami", None)[0] == 401
     assert ask(site, "GET", "/api/v1/whoami?caller_role=admin", TOKENS["viewer"])[0] == 400
+
+
+def test_whoami_checks_a_token_where_reads_are_open_to_all(tmp_path: Path, users: Path) -> None:
+    """On loopback with ``token_for_reads`` off (reads open to all, no token looked at),
+    whoami still checks the token it is given: a users-file token answers that identity (the
+    dashboard then offers what its role may do), not anonymous; a request with none is
+    anonymous, and a wrong token is refused."""
+    raw = configs.base()
+    raw["state_dir"] = str(tmp_path / "state")
+    configs.write_secret(tmp_path / "api-token", SINGLE + "\n")
+    raw["api"] = {"token_file": "api-token", "token_for_reads": False, "users_file": str(users)}
+    top = make_service(load(configs.write(tmp_path, raw)), "n1", MemoryReactorClock(), Sockets(dns=[]))
+    top.snapshots = None
+    top.node.ready = True
+    site = api_site(top, SINGLE)
+    assert ask(site, "GET", "/api/v1/status", None)[0] == 200  # (reads are open here)
+    for role, token in TOKENS.items():
+        assert ask(site, "GET", "/api/v1/whoami", token) == (
+            200,
+            {"node": "n1", "name": f"{role}-1", "role": role, "proof": "token"},
+        )
+    code, answer = ask(site, "GET", "/api/v1/whoami", None)
+    assert code == 200 and answer["role"] == ANONYMOUS.role and answer["name"] == ANONYMOUS.name, answer
+    assert ask(site, "GET", "/api/v1/whoami", "operator-1." + "x" * 43)[0] == 403
