@@ -142,14 +142,22 @@ def set_admin(node: Node, name: str, action: str) -> dict[str, Any]:
 
 
 def change(
-    node: Node, target: str, name: str, action: str, by: str = "", reason: str = "", caller: Caller | None = None
+    node: Node,
+    target: str,
+    name: str,
+    action: str,
+    by: str = "",
+    reason: str = "",
+    caller: Caller | None = None,
+    certificate: str = "",
 ) -> dict[str, Any]:
     """enable / disable / drain an object (*target*: a level as the CLI names it, see
     `state.admin.LEVEL_NAMES`) for the whole sync group: a replicated admin record saying
     who, why and when. Who (the record's ``by``) is the *caller*'s identity when it is a
     person's (a token of the users file, a certificate), with whom it says it acts for
-    (*by*) in brackets when that differs; with the shared single token, what it says (*by*,
-    else "api"). The record carries the caller too (`Caller.fields`: the identity, its role
+    (*by*) in brackets when that differs; with the shared single token, the name on the
+    client certificate the connection showed (*certificate*, as before roles), else what it
+    says (*by*, else "api"). The record carries the caller too (`Caller.fields`: the identity, its role
     and proof, the source, the audit entries' id), so that every member's audit shows who
     made it. Enabling a virtual server also releases a manual-resume hold."""
     level = admin.LEVEL_NAMES.get(target)
@@ -163,9 +171,10 @@ def change(
         raise ApiError(400, f"'by' is longer than {MAX_NAME} characters")
     if len(reason) > MAX_TEXT:
         raise ApiError(400, f"'reason' is longer than {MAX_TEXT} characters")
-    who = by or "api"
-    if caller is not None and caller.personal:
-        who = f"{caller.name} (for {by})" if by and by != caller.name else caller.name
+    # a person's identity, else the name on the client certificate that came with the
+    # shared token, says who; *by* (who the caller says it acts for) in brackets
+    named = caller.name if caller is not None and caller.personal else certificate
+    who = (f"{named} (for {by})" if by and by != named else named) if named else (by or "api")
     now = node.clock()
     carried = caller.fields() if caller is not None else {}
     node.store.put(keys.admin(level, name), admin.value(state, who, reason, now, node.member.name, **carried))

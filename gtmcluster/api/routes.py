@@ -109,6 +109,7 @@ def routes(
                 args.get("caller_source", ""),
                 args.get("change_id", ""),
             ),
+            certificate=args.get("caller_certificate", ""),
         )
         if service.snapshots is None:
             return answer

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from cryptography.x509.oid import NameOID
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -127,7 +128,7 @@ class Route:
 
 #: what a route with a body gets of who asks, with its arguments: the identity's name, role
 #: and proof, the source address, and the id of the write's audit entries ("" unaudited)
-CALLER_ARGS = ("caller", "caller_role", "caller_proof", "caller_source", "change_id")
+CALLER_ARGS = ("caller", "caller_role", "caller_proof", "caller_source", "change_id", "caller_certificate")
 
 
 def dumps(body: Any) -> bytes:
@@ -185,6 +186,25 @@ def identity_of(request: IRequest) -> Identity | None:
     dashboard page asked by someone who showed nothing."""
     who = getattr(request, "identity", None)
     return who if isinstance(who, Identity) else None
+
+
+def certificate_name(request: IRequest) -> str:
+    """The common name of the TLS client certificate the request's connection showed (the
+    handshake verified it: `api.tls`'s ``client_certificates: required`` or ``client_ca``);
+    "" without one. With the shared token it says which operator holds it."""
+    transport = getattr(getattr(request, "channel", None), "transport", None)
+    get_certificate = getattr(transport, "getPeerCertificate", None)
+    if get_certificate is None:
+        return ""
+    try:
+        certificate = get_certificate()
+        if certificate is None:
+            return ""
+        names = certificate.to_cryptography().subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    except Exception:  # not a TLS connection (yet): no certificate
+        return ""
+    name = names[0].value if names else ""
+    return name if isinstance(name, str) else ""
 
 
 def source_key(request: IRequest) -> str:
@@ -320,6 +340,7 @@ class Api(resource.Resource):
                             who.proof if who else "",
                             source_key(request),
                             begun["id"] if begun else "",
+                            certificate_name(request),
                         ),
                         strict=True,
                     )
