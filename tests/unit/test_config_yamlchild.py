@@ -156,3 +156,30 @@ def test_a_key_like_line_inside_a_quoted_value_makes_the_child_read_it_whole() -
     with pytest.raises(yamlsrc.Resplit):
         from_child("q.yaml", text)
     assert from_child("q.yaml", text, split=False).value == {"first": 1, "a": "x b: y", "last": 2}
+
+
+def test_a_read_takes_the_sections_it_was_told_of_while_another_read_keeps_its_own(tmp_path: Path) -> None:
+    """Two reads overlap (a bundle received is vetted while another is run: the CI race of
+    test_two_pushes_at_once): the first one's child names sections as the same as those held
+    when it started; the second read ends first and keeps its own sections. The first still
+    takes the sections it was told of (before, "the child named a section this node does not
+    hold", and the bundle was refused with an internal error)."""
+    memory = yamlchild.Memory()
+    first = configs.write(tmp_path / "a", configs.base()).read_text()
+    other = configs.base()
+    other["virtual_servers"]["vs9"] = {"address": "10.0.9.9", "datacenter": "DC1"}
+    second = yaml.safe_dump(other)
+    kept = yamlchild.Child(None, "a.yaml", first, SECTION_ORDER, True, memory)  # type: ignore[arg-type]
+    kept.outReceived(child_output("a.yaml", first))
+    memory.keep(kept.parsed)
+    reading = yamlchild.Child(None, "a.yaml", first, SECTION_ORDER, True, memory)  # type: ignore[arg-type]
+    have = [arg for key, sha in memory.known().items() for arg in ("--have", f"{key}={sha}")]
+    args = [sys.executable, "-m", "gtmcluster.config.source.yamlframes", "--split", *have, "a.yaml", *SECTION_ORDER]
+    output = subprocess.run(args, input=first.encode(), capture_output=True, check=True, timeout=60).stdout
+    meanwhile = yamlchild.Child(None, "b.yaml", second, SECTION_ORDER, True, memory)  # type: ignore[arg-type]
+    meanwhile.outReceived(child_output("b.yaml", second))
+    memory.keep(meanwhile.parsed)  # the overlapping read ends first
+    reading.outReceived(output)
+    assert reading.parsed.ended and "virtual_servers" in reading.parsed.reused
+    slices.whole(reading.parsed.complete())
+    assert reading.parsed.value == yaml.safe_load(first)

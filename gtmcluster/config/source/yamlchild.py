@@ -68,12 +68,20 @@ class Memory:
         held = self._held.get(key)
         return None if held is None or held[0] != sha else (held[1], held[2])
 
+    def snapshot(self) -> Memory:
+        """What is held now, for one read: the sections it tells its child it has are the
+        ones it takes, even when another read (a bundle vetted while one runs: reads are
+        not one at a time) keeps its own sections here meanwhile."""
+        copy = Memory()
+        copy._held = dict(self._held)
+        return copy
+
     def keep(self, parsed: Parsed) -> None:
         """Remember the sections of *parsed* (its config was built), and only those."""
         self._held = {key: (sha, parsed.value[key], part) for key, (sha, part) in parsed.pieces.items()}
 
 
-#: what this process read last (a node reads one config at a time)
+#: what this process read last (reads may overlap: each child works from a `snapshot`)
 MEMORY = Memory()
 
 
@@ -227,7 +235,7 @@ class Child(protocol.ProcessProtocol):
         self.text = text
         self.order = order
         self.split = split
-        self.parsed = Parsed(memory if split else None)
+        self.parsed = Parsed(memory.snapshot() if split and memory is not None else None)
         #: fires with `parsed` when its first frame came (the builder may start), or when
         #: the child failed and the text was parsed in a thread instead
         self.started: defer.Deferred[Parsed] = defer.Deferred()
