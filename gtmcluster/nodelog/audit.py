@@ -35,7 +35,7 @@ from typing import Any
 from twisted.python.logfile import LogFile
 
 from gtmcluster.nodelog.record import iso_time
-from gtmcluster.nodelog.writer import DIR_MODE, FILE_MODE, Snapshot, snapshot_of
+from gtmcluster.nodelog.writer import DIR_MODE, FILE_MODE, Listener, Snapshot, following, snapshot_of
 
 #: bytes in the current file before it is rotated
 MAX_BYTES = 10 * 1024 * 1024
@@ -59,8 +59,6 @@ FIELDS = (
 )
 #: characters of one text field at most (longer text keeps its start and says how much more)
 MAX_FIELD = 1000
-
-Listener = Callable[[str], None]
 
 
 class AuditError(Exception):
@@ -197,13 +195,7 @@ class AuditFile:
 
     def follow(self, listener: Listener) -> Callable[[], None]:
         """Call *listener* with every line from now on; returns the function that stops it."""
-        self.listeners.append(listener)
-
-        def stop() -> None:
-            if listener in self.listeners:
-                self.listeners.remove(listener)
-
-        return stop
+        return following(self.listeners, listener)
 
     def snapshot(self) -> Snapshot:
         """The files as they stand, for a reader (`gtmcluster.nodelog.reader`) in a thread."""

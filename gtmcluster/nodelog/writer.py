@@ -148,18 +148,23 @@ class NodeLog(Service):
 
     def follow(self, listener: Listener) -> Callable[[], None]:
         """Call *listener* with every line from now on; returns the function that stops it."""
-        self.listeners.append(listener)
-
-        def stop() -> None:
-            if listener in self.listeners:
-                self.listeners.remove(listener)
-
-        return stop
+        return following(self.listeners, listener)
 
     def snapshot(self) -> Snapshot:
         """Open the files as they stand (rotated ones, then the current one up to what has
         been written), for a reader to go through later, in a thread."""
         return snapshot_of(self.path, self.keep, self.file)
+
+
+def following(listeners: list[Listener], listener: Listener) -> Callable[[], None]:
+    """Add *listener* to *listeners* (a log's followers); the function that takes it out."""
+    listeners.append(listener)
+
+    def stop() -> None:
+        if listener in listeners:
+            listeners.remove(listener)
+
+    return stop
 
 
 def snapshot_of(path: Path, keep: int, file: LogFile | None) -> Snapshot:
