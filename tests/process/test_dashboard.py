@@ -82,7 +82,7 @@ TOKEN = "dashboard-test-token-0123456789"
 SNAPSHOT_JS = """(() => {
   const all = (sel) => [...document.querySelectorAll(sel)];
   const banner = document.getElementById("banner");
-  if (!banner || !document.body.dataset.polls) return null;  // not loaded yet
+  if (!banner || document.readyState === "loading" || !document.body.dataset.polls) return null;  // not loaded yet
   return {
     node: document.body.dataset.node,
     polls: Number(document.body.dataset.polls),

@@ -38,7 +38,8 @@ GTMCLUSTER = Path(sys.executable).parent / "gtmcluster"
 
 #: what the page says of roles and the audit, read in the browser
 ROLES_JS = """(() => {
-  if (!document.body || !document.body.dataset.polls) return null;
+  // (data-polls="0" is in the markup: until the page is parsed whole, an element may not be there yet)
+  if (!document.body || document.readyState === "loading" || !document.body.dataset.polls) return null;
   const all = (sel) => [...document.querySelectorAll(sel)];
   const note = document.getElementById("config-note");
   return {
@@ -174,7 +175,8 @@ def test_an_operator_disables_a_pool_with_the_form_and_the_node_holds_it(group: 
 
 #: the config history and the diff, read in the browser
 CONFIG_JS = """(() => {
-  if (!document.body || !document.body.dataset.polls) return null;
+  // (data-polls="0" is in the markup: until the page is parsed whole, an element may not be there yet)
+  if (!document.body || document.readyState === "loading" || !document.body.dataset.polls) return null;
   const all = (sel) => [...document.querySelectorAll(sel)];
   const shown = document.querySelector("#diff-out [data-diff]");
   return {
