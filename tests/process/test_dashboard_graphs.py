@@ -43,7 +43,8 @@ GRAPH_TIMEOUT = 45.0
 #: what the page's graphs show, read in the browser
 GRAPHS_JS = """(() => {
   // not loaded yet
-  if (!document.body || document.readyState === "loading" || !document.getElementById("banner") || !document.body.dataset.polls) return null;
+  if (!document.body || document.readyState === "loading") return null;
+  if (!document.getElementById("banner") || !document.body.dataset.polls) return null;
   const graphs = {};
   for (const svg of document.querySelectorAll("svg[data-graph]")) {
     graphs[svg.dataset.graph] = {
