@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from gtmcluster.cli import logs, nodeapi
+from gtmcluster.cli import logs
 from gtmcluster.cli.logs import Line, Printer, Read
 from gtmcluster.cli.nodeapi import CliError, Tokens, load_config
 from gtmcluster.cli.terminal import escape
@@ -51,11 +51,7 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", "-c", required=True, metavar="FILE", help="the sync group's YAML config")
-    p.add_argument("--follow", "-f", action="store_true", help="keep following the audit logs until Ctrl-C")
-    p.add_argument(
-        "--since", metavar="WHEN", help="entries since a duration ago (10m, 2h) or a time (2026-11-30T08:00)"
-    )
+    logs.add_reading_arguments(p, "audit logs", "entries")
     p.add_argument("--who", metavar="NAME", help="only the entries of this identity")
     p.add_argument(
         "--limit",
@@ -64,10 +60,7 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help=f"the last N entries of each node (default {DEFAULT_LIMIT}, or all since --since)",
     )
-    p.add_argument("--json", action="store_true", help="print the nodes' JSON lines as they are")
-    p.add_argument("--no-color", action="store_true", help="no ANSI colours, even on a terminal")
-    nodeapi.add_token_argument(p)
-    p.add_argument("nodes", nargs="*", metavar="NODE", help="only these members (default: every member)")
+    logs.add_output_arguments(p)
     p.set_defaults(run=run)
 
 

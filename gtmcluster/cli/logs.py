@@ -92,9 +92,7 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", "-c", required=True, metavar="FILE", help="the sync group's YAML config")
-    p.add_argument("--follow", "-f", action="store_true", help="keep following the logs until Ctrl-C")
-    p.add_argument("--since", metavar="WHEN", help="lines since a duration ago (10m, 2h) or a time (2026-11-30T08:00)")
+    add_reading_arguments(p, "logs", "lines")
     p.add_argument(
         "--lines",
         "-n",
@@ -102,11 +100,26 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help=f"the last N lines of each node (default {DEFAULT_LINES}, or all since --since)",
     )
+    add_output_arguments(p)
+    p.set_defaults(run=run)
+
+
+def add_reading_arguments(p: argparse.ArgumentParser, what: str, items: str) -> None:
+    """The options of a command that reads the members' *what* (logs, audit logs) through
+    their APIs: the config, --follow, --since (*items*: what it counts, lines or entries)."""
+    p.add_argument("--config", "-c", required=True, metavar="FILE", help="the sync group's YAML config")
+    p.add_argument("--follow", "-f", action="store_true", help=f"keep following the {what} until Ctrl-C")
+    p.add_argument(
+        "--since", metavar="WHEN", help=f"{items} since a duration ago (10m, 2h) or a time (2026-11-30T08:00)"
+    )
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """How such a command prints (--json, --no-color), the identity it shows, the members it asks."""
     p.add_argument("--json", action="store_true", help="print the nodes' JSON lines as they are")
     p.add_argument("--no-color", action="store_true", help="no ANSI colours, even on a terminal")
     nodeapi.add_token_argument(p)
     p.add_argument("nodes", nargs="*", metavar="NODE", help="only these members (default: every member)")
-    p.set_defaults(run=run)
 
 
 def non_negative(text: str) -> int:
