@@ -12,9 +12,11 @@ import random
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP
+from gtmcluster.config.rum import Rum
 from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import PER_TURN, Transfers
@@ -27,12 +29,14 @@ from gtmcluster.lb.context import Availability, Client, PersistenceView, Rotatio
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.clients import ClientSources
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
 from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state import keys, persistence
 from gtmcluster.state.persistence import PersistRecord, StorePersistence
 from gtmcluster.state.record import Record
+from gtmcluster.state.schema import MAX_CLIENT_TTL
 from gtmcluster.state.store import Store
 
 
@@ -69,7 +73,16 @@ def make_balancer(
     """The balancer of *config* over a record store: *availability* and *persistence* its
     views, the measurements (paths, RTT) read from *store* once *ready* says so. A node's, and
     `gtmcluster replay`'s (over a state snapshot)."""
-    measurements = Measurements(store, config.prober, ready, frozenset(m.datacenter for m in config.sync_group.members))
+    rum = config.rum
+    clients = ClientSources(
+        store.get,
+        store.clock,
+        config.proximity.sources,
+        rum.min_samples if rum else 1,
+        float(rum.sample_ttl if rum else MAX_CLIENT_TTL),
+    )
+    datacenters = frozenset(m.datacenter for m in config.sync_group.members)
+    measurements = Measurements(store, config.prober, ready, datacenters, clients)
     return Balancer(config.topology, availability, persistence, clock, rng, rotations, measurements=measurements)
 
 
@@ -193,6 +206,12 @@ class Node:
         self.store.bound(persistence.KIND, config.persistence.max_records)
         datacenters = {m.datacenter for m in config.sync_group.members}
         self.store.bound(PATH_KIND, config.prober.max_ldns * max(1, len(datacenters)))
+        # (client subnets from each data center, measured by browsers or probes; LDNS
+        # populations; one-use ids, each member's own)
+        rum = config.rum or Rum(MappingProxyType({}))
+        self.store.bound("client", rum.max_subnets * max(1, len(config.datacenters)))
+        self.store.bound("pop", rum.max_populations)
+        self.store.bound("rumid", rum.max_pending_ids * len(config.sync_group.members))
 
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the

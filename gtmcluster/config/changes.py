@@ -46,11 +46,13 @@ def restart_needed(old: Config, new: Config, node: str, bundle: bool = False) ->
     if node not in names:
         return [f"{node} is no longer a member of the sync group: stop it instead"]
     before, after = old.member(node), new.member(node)
-    for what in ("dns", "peer", "api", "probe_source"):
+    for what in ("dns", "peer", "api", "probe_source", "rum"):
         if getattr(before, what) != getattr(after, what):
             problems.append(f"{node}'s {what} address changed: restart the node to apply it")
     if old.api.tls != new.api.tls and not bundle:
         problems.append("api.tls changed: restart the node to switch its API between HTTP and HTTPS")
+    if (old.rum and old.rum.tls) != (new.rum and new.rum.tls) and not bundle:
+        problems.append("rum.tls changed: restart the node to switch its beacon listener between HTTP and HTTPS")
     if old.sync_group.name != new.sync_group.name:
         problems.append("the sync group's name changed: restart every node")
     if (len(old.sync_group.members) > 1) != (len(new.sync_group.members) > 1):

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gtmcluster.config import alerts as alert_settings
-from gtmcluster.config import geoip, health, membername, probersettings, querylog, sharing, traffic, transfer
+from gtmcluster.config import geoip, health, membername, probersettings, querylog, rum, sharing, traffic, transfer
 from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
 from gtmcluster.config.addresses import HostPort
@@ -51,6 +51,7 @@ from gtmcluster.topology.geoip import GeoIP
 DEFAULT_PEER_PORT = 4353
 DEFAULT_DNS_PORT = 53
 DEFAULT_API_PORT = 8053
+DEFAULT_RUM_PORT = 443
 TOP_LEVEL = (
     "base_dir",
     "sync_group",
@@ -73,6 +74,8 @@ TOP_LEVEL = (
     "tsig_keys",
     "zones",
     "alerts",
+    "rum",
+    "proximity",
 )
 #: the sections `build` reads last, in its order: the others come first, and a reload's
 #: YAML child sends them in this order (`yamlchild`), so the build starts before it is done
@@ -187,6 +190,7 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
             )
     prober = probersettings.read(r, top)
     alerts = alert_settings.read(r, top, resolve)
+    rum_settings, proximity = rum.read(r, top, datacenters, resolve)
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
     dns_server = _dns_server(r, top, resolve, log_dir)
     persistence = _persistence(r, top)
@@ -262,6 +266,8 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
         api=api_settings,
         persistence=persistence,
         alerts=alerts,
+        rum=rum_settings,
+        proximity=proximity,
         digest=digest,
         wideips_of=wideips_of,
         wideip_names=wideip_names,
@@ -419,6 +425,7 @@ def _sync_group(
                 r.error(e.at("api"), problem)
                 api = None
         probe_source = r.address(e.at("probe_source"), e.get("probe_source")) if e.has("probe_source") else None
+        rum_listener = _hostport(r, e, "rum", DEFAULT_RUM_PORT) if e.has("rum") else None
         dns: list[HostPort] = []
         raw_dns = e.require("dns", "the addresses the node answers DNS on")
         dns_list = r.list(e.at("dns"), raw_dns, "a list of ADDRESS:PORT", allow_scalar=True)
@@ -438,13 +445,14 @@ def _sync_group(
         if any(x.name == member_name for x in members):
             r.error(e.at("name"), f"member {member_name!r} is listed twice")
             continue
-        for what, hp in [("peer", peer), ("api", api)] + [("dns", d) for d in dns]:
+        heard = [("peer", peer), ("api", api)] + [("dns", d) for d in dns] + [("rum", h) for h in [rum_listener] if h]
+        for what, hp in heard:
             if hp.host.is_loopback or hp.host.is_unspecified:
                 continue  # the same on every host: members on different machines may share it
             owner = listeners.setdefault(f"{what}/{hp}", member_name)
             if owner != member_name:
                 r.error(e.at(what), f"{what} address {hp} is also member {owner!r}'s")
-        members.append(Member(member_name, dc, peer, tuple(dns), api, probe_source))
+        members.append(Member(member_name, dc, peer, tuple(dns), api, probe_source, rum_listener))
     m.done()
     return SyncGroup(name, tuple(members), tls, settings)
 

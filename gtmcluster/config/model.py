@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from gtmcluster.config.addresses import HostPort, IPAddress, IPNetwork
 from gtmcluster.config.alerts import Alerts
 from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, TrafficSource
+from gtmcluster.config.rum import Proximity, Rum
 from gtmcluster.config.users import NO_USERS, ApiUsers
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dnsdata.names import Name
@@ -48,6 +49,8 @@ class Member:
     api: HostPort
     #: LDNS probes leave from this address (default: whatever the routing table picks)
     probe_source: IPAddress | None = None
+    #: the member's public listener of browsers' beacons (`config.rum`); None: takes none
+    rum: HostPort | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,6 +526,9 @@ class Config:
     persistence: PersistenceTable = PersistenceTable()
     #: the webhooks told of what the node notices (``alerts``)
     alerts: Alerts = field(default_factory=Alerts)
+    #: real-user measurements (``rum``; None: off) and the order of proximity's sources
+    rum: Rum | None = None
+    proximity: Proximity = field(default_factory=Proximity)
     #: identifies what this config makes nodes do (its YAML, zones and address lists):
     #: nodes of one group compare it to notice different configs
     digest: str = ""

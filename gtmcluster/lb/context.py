@@ -113,6 +113,9 @@ class Context:
     measurements: Any = None
     #: set by a method that missed or found stale paths: the node asks for a probe
     probe_wanted: bool = False
+    #: the client source a path method took its figures from (`proximity.clients.Chosen`:
+    #: source, scope, figures), None when the LDNS's own paths decided
+    proximity: Any = None
     #: set when the decision took a turn of a rotation or a random draw: the next query may
     #: get another answer, so the decision must not be reused
     varies: bool = False

@@ -3,7 +3,8 @@
 - `rtt`: the candidate whose data center has the lowest smoothed RTT to the asking LDNS.
   RTTs within the pool's `rtt_tolerance` of the best are ties, settled by the higher
   completion rate, then the fewer hops, then in turn.
-- `completion_rate`: the highest completion rate; `hops`: the fewest hops (measured ones).
+- `completion_rate`: the highest completion rate; `hops`: the fewest hops (measured ones),
+  from the LDNS's paths (a client figure is an RTT alone).
 - `qos`: a weighted score (BIG-IP DNS's quality of service): each measure normalised to
   0..1 against the best candidate (RTT, hops, completion rate, topology score, server
   capacity, packet rate, kbps, connections), times the pool's `qos` coefficients.
@@ -15,11 +16,15 @@
 - `dynamic_ratio`: weighted round robin over ratio × spare share, the spare share being
   (capacity - connections) / capacity, 0 when full (in tenths of the largest).
 
-Paths are per LDNS, not per EDNS client subnet: a data center's RTT is measured to the
-resolver that asks, so these choices hold for every client behind it (scope 0). A method
-without the data it needs yields nothing (so the chain moves on) and, for paths, asks the
-node to have the LDNS probed; until the node has reconciled with its peers after a start,
-they yield nothing at all.
+Paths are per LDNS: a data center's RTT is measured to the resolver that asks, so these
+choices hold for every client behind it (scope 0). With client sources on
+(``proximity.sources``, docs/client-proximity.md), the path methods first ask
+`Measurements.client_paths` for figures of the client itself: the ECS subnet's own (from
+browsers' beacons or probes; the answer's scope is then that subnet's prefix), or the
+LDNS's measured client population (scope 0); the LDNS's own paths decide when neither has a
+figure for every data center of the candidates. A method without the data it needs yields
+nothing (so the chain moves on) and, for paths, asks the node to have the LDNS probed;
+until the node has reconciled with its peers after a start, they yield nothing at all.
 """
 
 from __future__ import annotations
@@ -56,6 +61,15 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], li
     m = ctx.measurements
     ldns = str(ctx.client.ldns)
     best: dict[str, Any] = {}
+    if (chosen := _client_source(cands, ctx)) is not None:
+        for c in cands:
+            for dc in c.datacenters:
+                figure = chosen.figures[dc]
+                ctx.holds_until(ctx.now + m.clients.max_age - figure.age)
+                held = best.get(c.name)
+                if held is None or figure.rtt_us < held.rtt_us:
+                    best[c.name] = figure
+        return best, []
     waiting: set[str] = set()
     for c in cands:
         for dc in sorted(c.datacenters):
@@ -74,6 +88,29 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], li
             if held is None or path.rtt_us < held.rtt_us:
                 best[c.name] = path
     return best, sorted(waiting)
+
+
+def _client_source(cands: Sequence[Candidate], ctx: Context) -> Any:
+    """The client source that decides for this client (kept in the context for the
+    ranking's scope and note), or None: the LDNS's paths decide."""
+    m = ctx.measurements
+    if m.clients is None:
+        return None
+    client = ctx.client
+    dcs = {dc for c in cands for dc in c.datacenters}
+    chosen = m.client_paths(client.address, client.prefix, client.from_ecs, str(client.ldns), dcs)
+    ctx.proximity = chosen
+    return chosen
+
+
+def _scope_and_note(ctx: Context, note: str = PATH_NOTE) -> tuple[int, str]:
+    """The ranking's ECS scope and note for the source that decided."""
+    chosen = ctx.proximity
+    if chosen is None:
+        return 0, note
+    if chosen.source == "client":
+        return chosen.scope, f"client subnet {chosen.subject}'s own RTT ({chosen.samples} samples)"
+    return 0, f"LDNS {chosen.subject}'s measured clients ({chosen.samples} beacons)"
 
 
 def _seen(path: Any, ctx: Context) -> None:
@@ -106,7 +143,7 @@ def rtt(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
         return (-p.completion, p.hops if p.hops > 0 else 1 << 30)
 
     tied.sort(key=lambda t: (quality(t), t[0]))
-    note = PATH_NOTE
+    scope, note = _scope_and_note(ctx)
     equal = [t for t in tied if quality(t) == quality(tied[0])]
     if len(equal) > 1:  # equal in every criterion: take them in turn
         start = ctx.turn(slot.rotation) % len(equal)
@@ -114,7 +151,7 @@ def rtt(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
         note += f"; {len(equal)} tied within the RTT tolerance, taken in turn"
     elif len(tied) > 1:
         note += f"; {len(tied)} within the RTT tolerance, settled by completion rate and hops"
-    return Ranking(tuple(c for _, c in tied + rest), scores, 0, note)
+    return Ranking(tuple(c for _, c in tied + rest), scores, scope, note)
 
 
 def _by_path(key: Callable[[Any], float | None], higher_better: bool, what: str) -> Method:
@@ -317,7 +354,8 @@ def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
         return Ranking((), note="no paths and no load figures for these candidates")
     order = sorted(range(len(cands)), key=lambda i: (-score[cands[i].name], i))
     scores = tuple((cands[i].name, round(score[cands[i].name], 4)) for i in order)
-    return Ranking(tuple(cands[i] for i in order), scores, match.scope if w.topology else 0, PATH_NOTE)
+    scope, note = _scope_and_note(ctx)
+    return Ranking(tuple(cands[i] for i in order), scores, max(scope, match.scope if w.topology else 0), note)
 
 
 METHODS: dict[str, Method] = {

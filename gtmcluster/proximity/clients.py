@@ -1,37 +1,53 @@
-"""Client proximity (issue 36): client-subnet RTTs per data center, the client populations
-that each LDNS serves, and which of them decides a query's figures.
+"""Client proximity (issue 36): what the group knows of client subnets and of the clients
+each LDNS serves, as record values, and which source decides a query's figures.
 
-Pure and bounded; nothing here is wired into the node yet. A client is known only by its
-subnet (the /24 of an IPv4 source, the /48 of an IPv6 one): no address finer than that is
-kept. Sources in the ranges the prober leaves alone (`config.ranges`) are refused, the
-special-purpose ones unless an allow list opens them.
+A client is known only by its subnet (the /24 of an IPv4 source, the /48 of an IPv6 one): no
+address finer than that is kept. Sources in the ranges the prober leaves alone
+(`config.ranges`) are refused, the special-purpose ones unless ``rum.allow`` opens them.
 
-Per DC the table keeps the last `SAMPLES_PER_DC` samples and reads their **median**, not an
-EWMA: a beacon is one browser's fetch, so its figures are heavy-tailed (a cold TLS session,
-a busy tab); the median ignores such outliers where an EWMA would carry them for several
-samples, and it is the same whatever order replicated samples arrive in.
+The records (`state.keys`, checked by `state.schema`):
+
+- ``client/<subnet>/<dc>``: the subnet's last `SAMPLES_PER_DC` samples from one DC and their
+  **median** (not an EWMA: a beacon is one browser's fetch, heavy-tailed by a cold TLS
+  session or a busy tab; the median ignores such outliers where an EWMA would carry them).
+  Written by the node that took the beacon or probed the subnet (`merge_sample`).
+- ``pop/<ldns>``: per LDNS, how many beacons tied it to each client subnet (at most
+  `MAX_SUBNETS`, the least counted dropped first) and the RTT to each DC of those clients
+  weighted by their counts, recomputed from the client records held when a beacon is tied
+  (`population_after`).
+
+`ClientSources.paths` is what `lb.dynamic` asks: the figures of the first source, in the
+config's ``proximity.sources`` order, that has one for every data center of the candidates.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import statistics
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from gtmcluster.config.ranges import NEVER, SPECIAL_PURPOSE
+from gtmcluster.state import keys
+from gtmcluster.state.schema import MAX_CLIENT_RTT, MAX_CLIENT_SAMPLES, MAX_POPULATION_SUBNETS
 from gtmcluster.topology.prefixes import PrefixMap
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: the prefix a client is known by
 V4_PREFIX = 24
 V6_PREFIX = 48
 #: samples kept per subnet and DC (the median reads them)
-SAMPLES_PER_DC = 16
-#: the sources `decide_source` knows, and the default order
-SOURCES = ("client", "ldns-population", "ldns")
+SAMPLES_PER_DC = MAX_CLIENT_SAMPLES
+#: client subnets an LDNS's population keeps
+MAX_SUBNETS = MAX_POPULATION_SUBNETS
+#: a one-use name's id: what the snippet makes, what the schema takes
+ID = re.compile(r"[a-z0-9]{16,32}")
+#: the sources, as `config.rum.SOURCES` names them
+CLIENT, POPULATION, LDNS = "client", "population", "ldns"
 
 
 class Refused(ValueError):
@@ -52,189 +68,160 @@ class Ranges:
             address = ipaddress.ip_address(source)
         except ValueError:
             raise Refused("not an address") from None
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
         if address in self.never:
             raise Refused("multicast, broadcast or unspecified")
         if address in self.special and address not in self.allow:
             raise Refused("a special-purpose address (RFC 6890) that the allow list does not open")
-        prefix = V4_PREFIX if address.version == 4 else V6_PREFIX
-        return ipaddress.ip_network(f"{address}/{prefix}", strict=False)
+        return client_subnet(address)
 
 
-@dataclass
-class Entry:
-    """One client subnet: per DC its last samples as (time, ms)."""
-
-    seen: float
-    samples: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+def client_subnet(address: IPAddress) -> IPNetwork:
+    """The /24 or /48 *address* is in."""
+    prefix = V4_PREFIX if address.version == 4 else V6_PREFIX
+    return ipaddress.ip_network((address, prefix), strict=False)
 
 
-class ClientTable:
-    """Client-subnet RTT samples per DC, at most *max_subnets* subnets (the least recently
-    seen goes first), samples older than *max_age* seconds forgotten."""
-
-    def __init__(self, clock: Callable[[], float], max_subnets: int, max_age: float, ranges: Ranges | None = None):
-        if max_subnets < 1 or max_age <= 0:
-            raise ValueError("max_subnets and max_age must be positive")
-        self.clock = clock
-        self.max_subnets = max_subnets
-        self.max_age = max_age
-        self.ranges = ranges or Ranges()
-        self.entries: OrderedDict[IPNetwork, Entry] = OrderedDict()
-        self.evicted = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def add(self, source: str, samples: Mapping[str, float]) -> IPNetwork:
-        """Keep *samples* (DC name -> ms) for the subnet of *source*; Refused if it may not."""
-        subnet = self.ranges.subnet(source)
-        self.add_subnet(subnet, samples)
-        return subnet
-
-    def add_subnet(self, subnet: IPNetwork, samples: Mapping[str, float]) -> None:
-        now = self.clock()
-        entry = self.entries.pop(subnet, None) or Entry(now)
-        entry.seen = now
-        for dc, ms in samples.items():
-            entry.samples.setdefault(dc, deque(maxlen=SAMPLES_PER_DC)).append((now, ms))
-        self.entries[subnet] = entry
-        while len(self.entries) > self.max_subnets:
-            self.entries.popitem(last=False)
-            self.evicted += 1
-
-    def expire(self) -> None:
-        """Forget samples past max_age, and subnets left with none."""
-        cutoff = self.clock() - self.max_age
-        for subnet in list(self.entries):
-            entry = self.entries[subnet]
-            for dc in list(entry.samples):
-                kept = entry.samples[dc]
-                while kept and kept[0][0] < cutoff:
-                    kept.popleft()
-                if not kept:
-                    del entry.samples[dc]
-            if not entry.samples:
-                del self.entries[subnet]
-
-    def _live(self, subnet: IPNetwork, dc: str) -> list[float]:
-        entry = self.entries.get(subnet)
-        cutoff = self.clock() - self.max_age
-        return [ms for at, ms in entry.samples.get(dc, ()) if at >= cutoff] if entry else []
-
-    def rtt(self, subnet: IPNetwork, dc: str) -> float | None:
-        """The median of the subnet's live samples for *dc*, or None."""
-        live = self._live(subnet, dc)
-        return statistics.median(live) if live else None
-
-    def count(self, subnet: IPNetwork, dc: str) -> int:
-        return len(self._live(subnet, dc))
-
-    def figures(self, subnet: IPNetwork) -> dict[str, float]:
-        """Each DC's RTT for *subnet* (DCs with no live sample left out)."""
-        entry = self.entries.get(subnet)
-        out = {dc: self.rtt(subnet, dc) for dc in entry.samples} if entry else {}
-        return {dc: ms for dc, ms in out.items() if ms is not None}
+def merge_sample(value: Mapping[str, Any] | None, rtt_us: int, source: str, by: str) -> dict[str, Any]:
+    """A client record's value after one more sample of *rtt_us* (µs, clamped to the
+    schema's range), the oldest of `SAMPLES_PER_DC` forgotten."""
+    rtt_us = min(max(int(rtt_us), 1), MAX_CLIENT_RTT)
+    held = list(value.get("samples", ())) if value else []
+    samples = [*held[-(SAMPLES_PER_DC - 1) :], rtt_us]
+    return {"rtt": int(statistics.median_low(samples)), "samples": samples, "source": source, "by": by}
 
 
-class Populations:
-    """Which LDNS serves which client subnets, from (LDNS, client subnet) pairs tied by a
-    beacon's id: per LDNS a count per subnet, at most *max_ldns* LDNSes and *max_subnets*
-    subnets each (the least recently seen goes first), pairs older than *max_age* forgotten."""
-
-    def __init__(self, table: ClientTable, clock: Callable[[], float], max_ldns: int, max_subnets: int, max_age: float):
-        if max_ldns < 1 or max_subnets < 1 or max_age <= 0:
-            raise ValueError("max_ldns, max_subnets and max_age must be positive")
-        self.table = table
-        self.clock = clock
-        self.max_ldns = max_ldns
-        self.max_subnets = max_subnets
-        self.max_age = max_age
-        #: LDNS -> subnet -> [pairs, last seen]
-        self.ldns: OrderedDict[str, OrderedDict[IPNetwork, list[float]]] = OrderedDict()
-
-    def tie(self, ldns: str, subnet: IPNetwork) -> None:
-        now = self.clock()
-        subnets = self.ldns.pop(ldns, None) or OrderedDict()
-        count, _ = subnets.pop(subnet, (0.0, now))
-        subnets[subnet] = [count + 1, now]
-        while len(subnets) > self.max_subnets:
-            subnets.popitem(last=False)
-        self.ldns[ldns] = subnets
-        while len(self.ldns) > self.max_ldns:
-            self.ldns.popitem(last=False)
-
-    def expire(self) -> None:
-        cutoff = self.clock() - self.max_age
-        for ldns in list(self.ldns):
-            subnets = self.ldns[ldns]
-            for subnet in [s for s, (_, seen) in subnets.items() if seen < cutoff]:
-                del subnets[subnet]
-            if not subnets:
-                del self.ldns[ldns]
-
-    def shares(self, ldns: str) -> dict[IPNetwork, float]:
-        """Each live client subnet's share of the LDNS's pairs (they sum to 1, or nothing)."""
-        cutoff = self.clock() - self.max_age
-        live = {s: c for s, (c, seen) in self.ldns.get(ldns, {}).items() if seen >= cutoff}
-        total = sum(live.values())
-        return {s: c / total for s, c in live.items()} if total else {}
-
-    def weighted_rtt(self, ldns: str, dc: str, min_samples: int) -> float | None:
-        """The RTT to *dc* of the LDNS's clients weighted by their shares (over the subnets
-        the table measured), or None when fewer than *min_samples* samples stand behind it."""
-        weights: list[tuple[float, float]] = []
-        samples = 0
-        for subnet, share in self.shares(ldns).items():
-            rtt = self.table.rtt(subnet, dc)
-            if rtt is not None:
-                weights.append((share, rtt))
-                samples += self.table.count(subnet, dc)
-        total = sum(w for w, _ in weights)
-        if samples < max(min_samples, 1) or total <= 0:
-            return None
-        return sum(w * rtt for w, rtt in weights) / total
+def population_after(
+    value: Mapping[str, Any] | None, subnet: IPNetwork, figures: Callable[[str], Mapping[str, int]]
+) -> dict[str, Any]:
+    """An LDNS's population after one more beacon tied it to *subnet*: the subnet's count
+    grows by one (past `MAX_SUBNETS` subnets the least counted goes), and each DC's RTT is
+    the mean of its subnets' figures (*figures*: subnet key text -> {DC: µs}) weighted by
+    their counts, over the subnets measured from that DC."""
+    counts: dict[str, int] = dict(value.get("subnets", {})) if value else {}
+    text = keys.subnet_text(str(subnet))
+    counts[text] = counts.get(text, 0) + 1
+    if len(counts) > MAX_SUBNETS:
+        least = min((c, s) for s, c in counts.items() if s != text)
+        del counts[least[1]]
+    sums: dict[str, float] = {}
+    weights: dict[str, int] = {}
+    for name, count in counts.items():
+        for dc, us in figures(name).items():
+            sums[dc] = sums.get(dc, 0.0) + count * us
+            weights[dc] = weights.get(dc, 0) + count
+    rtt = {dc: max(1, min(round(sums[dc] / weights[dc]), MAX_CLIENT_RTT)) for dc in sorted(sums)}
+    return {"subnets": counts, "rtt": rtt, "n": sum(counts.values())}
 
 
-@dataclass(frozen=True)
-class Decision:
-    """Which source decided, its figure for each DC, and the ECS scope prefix to answer with."""
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One DC's figure from a client source, read as a path (`proximity.table.PathInfo`'s
+    fields the methods read)."""
+
+    datacenter: str
+    rtt_us: int
+    age: float
+    source: str
+    completion: int = 10_000
+    hops: int = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.rtt_us > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The source that decides: its name, the ECS scope its answer holds for (the client
+    subnet's prefix when a client measurement decides, 0 for the LDNS-wide ones), and its
+    figure per DC."""
 
     source: str
-    figures: dict[str, float]
     scope: int
+    figures: Mapping[str, Figure]
+    #: what was measured: the client subnet or the LDNS (for traces and explain)
+    subject: str
+    #: samples behind it (a population's beacons; a client figure's samples)
+    samples: int
 
 
-def decide_source(
-    order: Sequence[str],
-    dcs: Sequence[str],
-    table: ClientTable,
-    populations: Populations,
-    ldns: str,
-    ldns_rtts: Mapping[str, float],
-    min_samples: int,
-    ecs: IPNetwork | None = None,
-) -> Decision | None:
-    """The first source in *order* with a figure for some DC of *dcs*: the client subnet's
-    own (only for an ECS subnet at least as long as the table's, from a trusted resolver:
-    the caller checks the trust), the LDNS's client population, the LDNS's own RTT. The
-    scope is the client prefix when the client decided, else 0 (the answer is LDNS-wide)."""
-    for source in order:
-        if source == "client":
-            if ecs is None or ecs.prefixlen < (V4_PREFIX if ecs.version == 4 else V6_PREFIX):
-                continue
-            subnet = ecs.supernet(new_prefix=V4_PREFIX if ecs.version == 4 else V6_PREFIX)
-            measured = table.figures(subnet)
-            figures = {dc: measured[dc] for dc in dcs if dc in measured}
-            scope = subnet.prefixlen
-        elif source == "ldns-population":
-            weighted = {dc: populations.weighted_rtt(ldns, dc, min_samples) for dc in dcs}
-            figures = {dc: ms for dc, ms in weighted.items() if ms is not None}
-            scope = 0
-        elif source == "ldns":
-            figures = {dc: ldns_rtts[dc] for dc in dcs if dc in ldns_rtts}
-            scope = 0
-        else:
-            raise ValueError(f"unknown proximity source {source!r}: one of {', '.join(SOURCES)}")
-        if figures:
-            return Decision(source, figures, scope)
-    return None
+class ClientSources:
+    """Reads the client and population records for a decision, in the config's order.
+
+    *get* is the store's (it records what a decision read, so a kept decision ends when a
+    record it read changes); *clock* the store's; *max_age* drops figures older than that.
+    """
+
+    def __init__(
+        self,
+        get: Callable[[str], Any],
+        clock: Callable[[], float],
+        order: Sequence[str],
+        min_samples: int,
+        max_age: float,
+    ):
+        self._get = get
+        self._clock = clock
+        self.order = tuple(order)
+        self.min_samples = min_samples
+        self.max_age = max_age
+
+    @property
+    def on(self) -> bool:
+        """Whether a client source comes before the LDNS's own paths."""
+        return bool(self.order) and self.order[0] != LDNS
+
+    def paths(
+        self, client_address: IPAddress, prefix: int, from_ecs: bool, ldns: str, datacenters: Iterable[str]
+    ) -> Chosen | None:
+        """The first client source before ``ldns`` in the order with a live figure for every
+        one of *datacenters*; None: the LDNS's own paths decide (as without client sources)."""
+        dcs = sorted(set(datacenters))
+        if not dcs:
+            return None
+        for source in self.order:
+            if source == LDNS:
+                return None
+            if source == CLIENT and from_ecs:
+                chosen = self._client(client_address, prefix, dcs)
+            elif source == POPULATION:
+                chosen = self._population(ldns, dcs)
+            else:
+                chosen = None
+            if chosen is not None:
+                return chosen
+        return None
+
+    def _client(self, address: IPAddress, prefix: int, dcs: list[str]) -> Chosen | None:
+        """The ECS subnet's own figures, when it is at least as long as what the table
+        knows (a /16 from a resolver names 256 client subnets: none of them decides)."""
+        if prefix < (V4_PREFIX if address.version == 4 else V6_PREFIX):
+            return None
+        subnet = client_subnet(address)
+        now = self._clock()
+        figures: dict[str, Figure] = {}
+        samples = 0
+        for dc in dcs:
+            record = self._get(keys.client(str(subnet), dc))
+            value = None if record is None else record.value
+            if not value or now - record.born > self.max_age:
+                return None
+            figures[dc] = Figure(dc, int(value["rtt"]), now - record.born, str(value.get("source", "rum")))
+            samples += len(value.get("samples", ()))
+        return Chosen(CLIENT, subnet.prefixlen, figures, str(subnet), samples)
+
+    def _population(self, ldns: str, dcs: list[str]) -> Chosen | None:
+        record = self._get(keys.population(ldns))
+        value = None if record is None else record.value
+        if not value or int(value.get("n", 0)) < self.min_samples:
+            return None
+        age = self._clock() - record.born
+        if age > self.max_age:
+            return None
+        rtts = value.get("rtt", {})
+        if any(dc not in rtts for dc in dcs):
+            return None
+        figures = {dc: Figure(dc, int(rtts[dc]), age, POPULATION) for dc in dcs}
+        return Chosen(POPULATION, 0, figures, ldns, int(value["n"]))

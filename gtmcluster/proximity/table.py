@@ -18,6 +18,7 @@ from typing import Any
 from gtmcluster.config.model import Prober
 from gtmcluster.lb import linkload
 from gtmcluster.lb.linkload import LinkLoad
+from gtmcluster.proximity.clients import Chosen, ClientSources, IPAddress
 from gtmcluster.state import keys, values
 from gtmcluster.state.record import Record
 from gtmcluster.state.store import Store
@@ -232,10 +233,13 @@ class Measurements:
         prober: Prober,
         ready: Callable[[], bool],
         probing_datacenters: frozenset[str] = frozenset(),
+        clients: ClientSources | None = None,
     ):
         self.store = store
         self.prober = prober
         self._ready = ready
+        #: the client sources before the LDNS's paths (`proximity.clients`); None: off
+        self.clients = clients if clients is not None and clients.on else None
         #: data centers with a GTM to measure from: until each has measured a path to an
         #: LDNS, the path-based methods do not compare (see lb.dynamic)
         self.probing_datacenters = probing_datacenters
@@ -253,6 +257,14 @@ class Measurements:
         if info is None or info.age > self.prober.path_ttl:
             return None
         return info
+
+    def client_paths(
+        self, address: IPAddress, prefix: int, from_ecs: bool, ldns: str, datacenters: Iterable[str]
+    ) -> Chosen | None:
+        """The figures of the client source that decides for this client, if one does
+        before the LDNS's own paths (`proximity.clients.ClientSources.paths`)."""
+        clients = self.clients
+        return None if clients is None else clients.paths(address, prefix, from_ecs, ldns, datacenters)
 
     def stale(self, info: PathInfo) -> bool:
         return info.age > self.prober.probe_interval

@@ -11,6 +11,9 @@ record's kind (`state.schema.KINDS`, which checks every key that arrives); the s
     probe/<LDNS>                                  a request to probe an LDNS
     persist/<wide IP>/<qtype>/<network>           a client's persistence record
     persist/<wide IP>/<qtype>/<resolver>/ecs/<network>   ... of a client known by its subnet
+    client/<subnet>/<data center>                 a client subnet's RTT (`proximity.clients`)
+    pop/<LDNS>                                    the clients an LDNS serves (`proximity.clients`)
+    rumid/<id>                                    the LDNS that resolved a one-use name
 
 Each prefix (`OBS`, `ADMIN`, ...) is the start of every key of its kind, for `Store.scan`
 and for the watchers of changes.
@@ -34,6 +37,10 @@ PATH = "path/"
 _PATH_KIND = PATH[:-1]
 PROBE = "probe/"
 PERSIST = "persist/"
+CLIENT = "client/"
+_CLIENT_KIND = CLIENT[:-1]
+POP = "pop/"
+RUMID = "rumid/"
 
 
 def observation(subject: Subject, name: str, node: str) -> str:
@@ -135,3 +142,43 @@ def persist(key: Persisted) -> str:
     if key.resolver:
         return f"{PERSIST}{key.wideip}/{key.qtype}/{key.resolver}/ecs/{key.network}"
     return f"{PERSIST}{key.wideip}/{key.qtype}/{key.network}"
+
+
+def subnet_text(network: str) -> str:
+    """A subnet as a key segment: ``10.1.2.0/24`` is ``10.1.2.0_24`` (a key's segments are
+    cut at ``/``)."""
+    return network.replace("/", "_")
+
+
+def subnet_of_text(segment: str) -> str:
+    """The subnet a key segment names (`subnet_text` undone)."""
+    return segment.replace("_", "/")
+
+
+def client(subnet: str, datacenter: str) -> str:
+    """The RTT of client subnet *subnet* (``10.1.2.0/24``) from *datacenter*."""
+    return f"{CLIENT}{subnet_text(subnet)}/{datacenter}"
+
+
+def client_parts(key: str) -> tuple[str, str] | None:
+    """(subnet as ``10.1.2.0/24``, data center) of a client key, or None when *key* is not one."""
+    try:
+        kind, subnet, datacenter = key.split("/", 2)
+    except ValueError:
+        return None
+    return (subnet_of_text(subnet), datacenter) if kind == _CLIENT_KIND else None
+
+
+def population(ldns: str) -> str:
+    """The measured client population of *ldns*."""
+    return f"{POP}{ldns}"
+
+
+def population_ldns(key: str) -> str | None:
+    """The LDNS of a population key, or None when *key* is not one."""
+    return key[len(POP) :] if key.startswith(POP) else None
+
+
+def rum_id(ident: str) -> str:
+    """What the node that answered the one-use name of *ident* saw (the LDNS, its ECS)."""
+    return f"{RUMID}{ident}"

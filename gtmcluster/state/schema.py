@@ -17,6 +17,13 @@ A record's kind is its key's first segment. The kinds, their keys and values:
                                 (<client>: a network, or <resolver network>/ecs/<network>)
     traffic/link/<link>         {"bps_in": number, "bps_out": number, "by": str}  TTL required
                                 (a link's measured traffic: `lb.linkload`; version 4)
+    client/<subnet>/<dc>        {"rtt": µs, "samples": [µs, ...], "source": "rum" | "probe",
+                                 "by": str}   TTL required (a client subnet's RTT; version 5;
+                                 <subnet>: 10.1.2.0_24, the "/" written "_")
+    pop/<ldns>                  {"subnets": {<subnet>: count}, "rtt": {<dc>: µs}, "n": int}
+                                TTL required (an LDNS's measured clients; version 5)
+    rumid/<id>                  {"ldns": str, "ecs": str}   TTL required (who resolved a
+                                one-use name; version 5)
 
 A value of None is a tombstone (a deletion) of any kind; it needs a TTL, of at most
 `MAX_TOMBSTONE_TTL`.
@@ -216,12 +223,14 @@ ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
 ADMIN_LEVEL_VERSIONS = {"vs": 1, "datacenter": 2, "link": 2, "pool": 2, "member": 2, "wideip": 2}
 #: the peer protocol version that brought each kind of record after version 1 (a member of
 #: an older version refuses the kind as unknown)
-KIND_VERSIONS = {"traffic": 4}
+KIND_VERSIONS = {"traffic": 4, "client": 5, "pop": 5, "rumid": 5}
 #: the newest protocol version whose records this schema knows
 NEWEST_VERSION = max(*ADMIN_LEVEL_VERSIONS.values(), *KIND_VERSIONS.values())
-#: the kinds some of whose keys need a version above 1 (`version_needed`): none of them a
-#: numerous kind, so a node can list the records it withholds from an older peer
-VERSIONED_KINDS = ("admin", "traffic")
+#: the kinds some of whose keys need a version above 1 (`version_needed`): a node lists the
+#: records it withholds from an older peer (the client kinds are up to `rum.max_subnets`
+#: times the data centers: listed only while a member of version 4 or older is connected,
+#: during a rolling upgrade)
+VERSIONED_KINDS = ("admin", "traffic", "client", "pop", "rumid")
 
 
 def version_needed(key: str) -> int:
@@ -279,6 +288,85 @@ def _traffic(value: Mapping[str, Any]) -> str | None:
         if not (finite(value[field]) and value[field] >= 0):
             return f"{field!r} is not a non-negative number"
     return _text(value, "by")
+
+
+#: a client subnet in a key: an address, "_", a prefix length
+_SUBNET = re.compile(r"[0-9A-Fa-f:.]{2,45}_[0-9]{1,3}")
+#: a one-use name's id (`proximity.clients.ID`)
+_RUM_ID = re.compile(r"[a-z0-9]{16,32}")
+#: a client subnet's samples kept at most (`proximity.clients.SAMPLES_PER_DC`)
+MAX_CLIENT_SAMPLES = 16
+#: the client subnets of one LDNS's population at most, and its data centers
+MAX_POPULATION_SUBNETS = 32
+MAX_POPULATION_DCS = 64
+#: a client figure lives `rum.sample_ttl` (at most 30 days); a one-use name's record
+#: `rum.id_ttl` (at most an hour)
+MAX_CLIENT_TTL = 30 * DAY
+MAX_RUMID_TTL = 3600.0
+#: the largest RTT a client figure holds (µs): a beacon's sample is under 60 s
+MAX_CLIENT_RTT = 60_000_000
+CLIENT_SOURCES = ("rum", "probe")
+
+
+def _client_key(parts: list[str], origin: str) -> str | None:
+    if len(parts) != 2 or not _SUBNET.fullmatch(parts[0]) or not parts[1]:
+        return "is not client/<subnet, as 10.1.2.0_24>/<data center>"
+    return None
+
+
+def _pop_key(parts: list[str], origin: str) -> str | None:
+    if len(parts) != 1 or not _ADDRESS.fullmatch(parts[0]):
+        return "is not pop/<LDNS address>"
+    return None
+
+
+def _rumid_key(parts: list[str], origin: str) -> str | None:
+    if len(parts) != 1 or not _RUM_ID.fullmatch(parts[0]):
+        return "is not rumid/<16 to 32 of a-z and 0-9>"
+    return None
+
+
+def _rtt_us(number: Any) -> bool:
+    return type(number) is int and 0 < number <= MAX_CLIENT_RTT
+
+
+def _client(value: Mapping[str, Any]) -> str | None:
+    if not _rtt_us(value.get("rtt")):
+        return f"'rtt' is not a whole number of µs within 1..{MAX_CLIENT_RTT}"
+    samples = value.get("samples")
+    if not isinstance(samples, (list, tuple)) or not 0 < len(samples) <= MAX_CLIENT_SAMPLES:
+        return f"'samples' is not a list of 1 to {MAX_CLIENT_SAMPLES} figures"
+    if not all(_rtt_us(n) for n in samples):
+        return f"'samples' are not whole numbers of µs within 1..{MAX_CLIENT_RTT}"
+    if value.get("source") not in CLIENT_SOURCES or type(value.get("source")) is not str:
+        return f"'source' is not one of {', '.join(CLIENT_SOURCES)}"
+    return _text(value, "by", MAX_NAME, True)
+
+
+def _pop(value: Mapping[str, Any]) -> str | None:
+    subnets, rtts, n = value.get("subnets"), value.get("rtt"), value.get("n")
+    if type(subnets) is not dict or not 0 < len(subnets) <= MAX_POPULATION_SUBNETS:
+        return f"'subnets' is not a mapping of 1 to {MAX_POPULATION_SUBNETS} subnets"
+    counted = (type(k) is str and _SUBNET.fullmatch(k) and type(c) is int and 0 < c < 2**31 for k, c in subnets.items())
+    if not all(counted):
+        return "'subnets' is not subnet (10.1.2.0_24) -> a positive count"
+    if type(rtts) is not dict or len(rtts) > MAX_POPULATION_DCS:
+        return f"'rtt' is not a mapping of at most {MAX_POPULATION_DCS} data centers"
+    if not all(type(k) is str and 0 < len(k) <= MAX_NAME and _rtt_us(v) for k, v in rtts.items()):
+        return f"'rtt' is not data center -> µs within 1..{MAX_CLIENT_RTT}"
+    if type(n) is not int or not 0 <= n < 2**31:
+        return "'n' is not a count"
+    return None
+
+
+def _rumid(value: Mapping[str, Any]) -> str | None:
+    ldns = value.get("ldns")
+    if type(ldns) is not str or not _ADDRESS.fullmatch(ldns):
+        return "'ldns' is not an address"
+    ecs = value.get("ecs", "")
+    if type(ecs) is not str or (ecs and not _SUBNET.fullmatch(ecs)):
+        return "'ecs' is not a subnet (10.1.2.0_24) or empty"
+    return None
 
 
 #: a link's traffic lives a few of its polling intervals (`health.linktraffic`), which the
@@ -399,6 +487,13 @@ KINDS: dict[str, Kind] = {
             bounded=2,
             bound=_persist_bound,
         ),
+        # rum.max_subnets x the data centers measured (the config caps the product at the
+        # writer limit): one node may have taken every beacon
+        Kind("client", _client_key, _client, 1024, MAX_CLIENT_TTL, True, 2_000_000),
+        # rum.max_populations at most (the config caps it at the writer limit)
+        Kind("pop", _pop_key, _pop, 4096, MAX_CLIENT_TTL, True, 200_000),
+        # rum.max_pending_ids per node, each of which may answer one-use names
+        Kind("rumid", _rumid_key, _rumid, 256, MAX_RUMID_TTL, True, 1_000_000),
     )
 }
 

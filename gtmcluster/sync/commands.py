@@ -27,6 +27,8 @@ newer version than that (`state.schema.version_needed`, `sync.replicator`). The 
         version 1 knows admin/vs/... only, and drops a peer that sends the others
     3   config sync: ConfigState and ConfigFetch (sent to peers of version 3 only; an
         older member neither takes nor relays the group's bundles)
+    4   links' traffic records (``traffic/link/<link>``)
+    5   client proximity's records: ``client/<subnet>/<dc>``, ``pop/<ldns>``, ``rumid/<id>``
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from twisted.protocols import amp
 
 #: the newest version this node speaks (`state.schema.NEWEST_VERSION` is the newest of
 #: the records it knows: version 3 brought commands, not records; version 4 the records of
-#: links' traffic, ``traffic/link/<link>``)
-PROTOCOL_VERSION = 4
+#: links' traffic, ``traffic/link/<link>``; version 5 client proximity's, `state.schema`)
+PROTOCOL_VERSION = 5
 #: the oldest version it still speaks (a member of version 1 is taken: see `sync.replicator`)
 MIN_PROTOCOL_VERSION = 1
 

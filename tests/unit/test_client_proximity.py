@@ -1,21 +1,27 @@
-"""Client proximity's aggregation (issue 36): subnets, caps, eviction, expiry, populations'
-shares and weighted RTTs, and the order of sources."""
+"""Client proximity's values (issue 36): subnets and refused sources, the samples and their
+median, populations' counts, caps and weighted RTTs, and the order of sources read from a
+real record store (expiry by the store's TTL and by age)."""
 
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gtmcluster.proximity.clients import (
-    ClientTable,
-    Populations,
+    MAX_SUBNETS,
+    SAMPLES_PER_DC,
+    ClientSources,
     Ranges,
     Refused,
-    decide_source,
+    merge_sample,
+    population_after,
 )
+from gtmcluster.state import keys, schema
+from gtmcluster.state.store import Store
 
 
 class Clock:
@@ -30,194 +36,157 @@ def net(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(text)
 
 
-def public(i: int) -> str:
-    """The i-th public /24's .7 (in 1.0.0.0/8, no special-purpose range)."""
-    return f"1.{i // 256 % 256}.{i % 256}.7"
+def addr(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(text)
 
 
 def test_subnet_is_the_24_or_48_and_reserved_sources_are_refused() -> None:
     ranges = Ranges()
     assert ranges.subnet("8.8.4.4") == net("8.8.4.0/24")
     assert ranges.subnet("2a00:1450:4001:81a::200e") == net("2a00:1450:4001::/48")
-    for source in ("127.0.0.1", "10.1.2.3", "192.168.1.1", "::1", "fe80::1", "224.0.0.1", "nonsense"):
-        with pytest.raises(Refused):
+    assert ranges.subnet("::ffff:8.8.4.4") == net("8.8.4.0/24")  # a mapped source is its IPv4 one
+    for source, why in (
+        ("127.0.0.1", "special-purpose"),
+        ("10.1.2.3", "special-purpose"),
+        ("::ffff:10.1.2.3", "special-purpose"),
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "multicast"),
+        ("nonsense", "not an address"),
+    ):
+        with pytest.raises(Refused, match=why):
             ranges.subnet(source)
-    opened = Ranges(allow=[net("10.0.0.0/8"), net("224.0.0.0/4")])
-    assert opened.subnet("10.1.2.3") == net("10.1.2.0/24")
-    with pytest.raises(Refused, match="multicast"):
-        opened.subnet("224.0.0.1")  # never, whatever the allow list says
+    assert Ranges([net("10.0.0.0/8")]).subnet("10.1.2.3") == net("10.1.2.0/24")
+    with pytest.raises(Refused):
+        Ranges([net("10.0.0.0/8")]).subnet("224.0.0.1")  # never, whatever allow says
 
 
-def test_median_per_dc_and_counts() -> None:
+def test_samples_keep_the_last_sixteen_and_read_their_median() -> None:
+    value: dict[str, Any] | None = None
+    for us in (20_000, 21_000, 900_000, 19_000):
+        value = merge_sample(value, us, "rum", "n1")
+    assert value is not None and value["rtt"] == 20_000  # the outlier does not move it
+    for us in range(1, 40):
+        value = merge_sample(value, us * 1000, "rum", "n1")
+    assert len(value["samples"]) == SAMPLES_PER_DC and value["samples"][-1] == 39_000
+    assert schema.problem(keys.client("8.8.8.0/24", "DC1"), value, "n1", 60.0) is None
+    assert merge_sample(None, 10**12, "rum", "n1")["rtt"] == schema.MAX_CLIENT_RTT  # clamped
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 500)), min_size=1, max_size=300))
+def test_a_population_stays_within_its_cap_and_its_rtt_between_its_subnets(ties: list[tuple[int, int]]) -> None:
+    figures = {keys.subnet_text(f"1.0.{i}.0/24"): {"DC1": (i + 1) * 1000} for i in range(61)}
+    value: dict[str, Any] | None = None
+    for i, _ in ties:
+        value = population_after(value, net(f"1.0.{i}.0/24"), lambda s: figures.get(s, {}))
+        assert len(value["subnets"]) <= MAX_SUBNETS
+        assert keys.subnet_text(f"1.0.{i}.0/24") in value["subnets"]  # the newest is never the one dropped
+        held = [figures[s]["DC1"] for s in value["subnets"]]
+        assert min(held) <= value["rtt"]["DC1"] <= max(held)
+        assert value["n"] == sum(value["subnets"].values())
+    assert value is not None and schema.problem(keys.population("192.0.2.53"), value, "n1", 60.0) is None
+
+
+def test_population_weights_by_counts_over_the_subnets_measured() -> None:
+    figures = {"8.8.8.0_24": {"east": 10_000}, "9.9.9.0_24": {"east": 100_000, "west": 5_000}}
+    value = None
+    for subnet in ("8.8.8.0/24", "8.8.8.0/24", "8.8.8.0/24", "9.9.9.0/24"):
+        value = population_after(value, net(subnet), lambda s: figures.get(s, {}))
+    assert value == {
+        "subnets": {"8.8.8.0_24": 3, "9.9.9.0_24": 1},
+        "rtt": {"east": round((3 * 10_000 + 100_000) / 4), "west": 5_000},
+        "n": 4,
+    }
+
+
+def setup() -> tuple[Clock, Store]:
     clock = Clock()
-    table = ClientTable(clock, max_subnets=10, max_age=600)
-    subnet = table.add("8.8.8.8", {"east": 20.0, "west": 120.0})
-    table.add("8.8.8.9", {"east": 22.0})
-    table.add("8.8.8.10", {"east": 900.0})  # one slow tab moves the median little
-    assert table.rtt(subnet, "east") == 22.0
-    assert table.count(subnet, "east") == 3
-    assert table.figures(subnet) == {"east": 22.0, "west": 120.0}
-    assert table.rtt(subnet, "nowhere") is None and table.rtt(net("9.9.9.0/24"), "east") is None
-
-
-def test_expiry_by_age() -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=10, max_age=60)
-    subnet = table.add("8.8.8.8", {"east": 20.0})
-    clock.now += 30
-    table.add("8.8.8.8", {"east": 40.0})
-    clock.now += 31
-    assert table.rtt(subnet, "east") == 40.0  # reads skip what expired before expire() runs
-    table.expire()
-    assert table.count(subnet, "east") == 1
-    clock.now += 30
-    table.expire()
-    assert len(table) == 0
-
-
-def test_eviction_is_least_recently_seen() -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=2, max_age=600)
-    a = table.add(public(1), {"east": 1.0})
-    b = table.add(public(2), {"east": 1.0})
-    table.add(public(1), {"east": 1.0})  # a seen again: b is now the oldest
-    c = table.add(public(3), {"east": 1.0})
-    assert list(table.entries) == [a, c] and b not in table.entries and table.evicted == 1
-
-
-@given(st.lists(st.integers(0, 30), max_size=200), st.integers(1, 8))
-def test_cap_never_exceeded_and_eviction_order(visits: list[int], cap: int) -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=cap, max_age=600)
-    for i in visits:
-        clock.now += 1
-        table.add(public(i), {"east": 5.0})
-        assert len(table) <= cap
-    # what is kept is exactly the last `cap` distinct subnets seen, oldest first
-    recent: list[str] = []
-    for i in reversed(visits):
-        subnet = str(Ranges().subnet(public(i)))
-        if subnet not in recent:
-            recent.append(subnet)
-    assert [str(s) for s in table.entries] == list(reversed(recent[:cap]))
-
-
-# whole seconds: the boundary (a sample exactly max_age old is still read) without float noise
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 100)), max_size=60), st.integers(1, 100))
-def test_nothing_older_than_max_age_is_read_or_kept(steps: list[tuple[int, int]], max_age: int) -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=100, max_age=max_age)
-    added: dict[str, float] = {}
-    for i, wait in steps:
-        clock.now += wait
-        added[str(table.add(public(i), {"east": float(i)}))] = clock.now
-    table.expire()
-    for subnet, entry in table.entries.items():
-        assert all(clock.now - at <= max_age for at, _ in entry.samples["east"])
-        assert clock.now - added[str(subnet)] <= max_age
-    for subnet_text, at in added.items():
-        assert (table.rtt(net(subnet_text), "east") is not None) == (clock.now - at <= max_age)
-
-
-def test_populations_shares_and_weighted_rtt() -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=10, max_age=600)
-    near = table.add("8.8.8.8", {"east": 10.0})
-    far = table.add("9.9.9.9", {"east": 100.0})
-    pops = Populations(table, clock, max_ldns=10, max_subnets=10, max_age=600)
-    for _ in range(3):
-        pops.tie("192.0.2.53", near)
-    pops.tie("192.0.2.53", far)
-    assert pops.shares("192.0.2.53") == {near: 0.75, far: 0.25}
-    assert pops.weighted_rtt("192.0.2.53", "east", min_samples=2) == pytest.approx(32.5)
-    assert pops.weighted_rtt("192.0.2.53", "east", min_samples=3) is None  # two samples behind it
-    assert pops.weighted_rtt("192.0.2.53", "west", min_samples=1) is None
-    assert pops.weighted_rtt("unknown", "east", min_samples=0) is None
-
-
-@given(
-    st.lists(st.tuples(st.integers(0, 12), st.integers(0, 40)), min_size=1, max_size=200),
-    st.integers(1, 5),
-    st.integers(1, 6),
-)
-def test_population_caps_and_shares_sum_to_one(pairs: list[tuple[int, int]], max_ldns: int, max_subnets: int) -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=100, max_age=600)
-    pops = Populations(table, clock, max_ldns=max_ldns, max_subnets=max_subnets, max_age=600)
-    for ldns, client in pairs:
-        clock.now += 1
-        subnet = table.add(public(client), {"east": float(client)})
-        pops.tie(f"ldns{ldns}", subnet)
-        assert len(pops.ldns) <= max_ldns
-        assert all(len(subnets) <= max_subnets for subnets in pops.ldns.values())
-    assert next(reversed(pops.ldns)) == f"ldns{pairs[-1][0]}"  # the last tied is the newest
-    for name in pops.ldns:
-        shares = pops.shares(name)
-        assert sum(shares.values()) == pytest.approx(1.0)
-        weighted = pops.weighted_rtt(name, "east", min_samples=1)
-        rtts = [table.rtt(s, "east") or 0.0 for s in shares]
-        assert weighted is not None and min(rtts) - 1e-9 <= weighted <= max(rtts) + 1e-9
-
-
-def test_population_expiry() -> None:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=10, max_age=600)
-    pops = Populations(table, clock, max_ldns=10, max_subnets=10, max_age=60)
-    old = table.add("8.8.8.8", {"east": 10.0})
-    pops.tie("r", old)
-    clock.now += 50
-    new = table.add("9.9.9.9", {"east": 50.0})
-    pops.tie("r", new)
-    clock.now += 20
-    assert pops.shares("r") == {new: 1.0}
-    pops.expire()
-    assert list(pops.ldns["r"]) == [new]
-    clock.now += 60
-    pops.expire()
-    assert pops.ldns == {}
-
-
-def order_setup() -> tuple[Clock, ClientTable, Populations]:
-    clock = Clock()
-    table = ClientTable(clock, max_subnets=10, max_age=600)
-    pops = Populations(table, clock, max_ldns=10, max_subnets=10, max_age=600)
-    client = table.add("8.8.8.8", {"east": 20.0, "west": 120.0})
-    for _ in range(5):
-        pops.tie("r", table.add("9.9.9.9", {"east": 200.0, "west": 30.0}))
-    pops.tie("r", client)
-    return clock, table, pops
+    store = Store("n1", clock)
+    for dc, us in (("east", 20_000), ("west", 120_000)):
+        store.put(keys.client("8.8.8.0/24", dc), merge_sample(None, us, "rum", "n1"), ttl=600)
+    pop = {"subnets": {"9.9.9.0_24": 5, "8.8.8.0_24": 1}, "rtt": {"east": 170_000, "west": 45_000}, "n": 6}
+    store.put(keys.population("192.0.2.53"), pop, ttl=600)
+    return clock, store
 
 
 def test_sources_in_order_with_scopes() -> None:
-    _, table, pops = order_setup()
-    ldns_rtts = {"east": 80.0, "west": 40.0}
-    dcs = ["east", "west"]
-    order = ["client", "ldns-population", "ldns"]
-    decided = decide_source(order, dcs, table, pops, "r", ldns_rtts, 3, ecs=net("8.8.8.0/24"))
-    assert decided and (decided.source, decided.figures, decided.scope) == ("client", {"east": 20.0, "west": 120.0}, 24)
-    # a longer ECS subnet reads its /24; the scope is never wider than what the table knows
-    decided = decide_source(order, dcs, table, pops, "r", ldns_rtts, 3, ecs=net("8.8.8.128/25"))
-    assert decided and decided.source == "client" and decided.scope == 24
-    # a shorter one, or an unmeasured one, or none: the LDNS's population, LDNS-wide
-    for ecs in (net("8.8.0.0/16"), net("7.7.7.0/24"), None):
-        decided = decide_source(order, dcs, table, pops, "r", ldns_rtts, 3, ecs=ecs)
-        assert decided and decided.source == "ldns-population" and decided.scope == 0
-        assert decided.figures["east"] == pytest.approx((5 * 200 + 20) / 6)
-    # too few samples behind the population: the LDNS's own RTT
-    decided = decide_source(order, dcs, table, pops, "r", ldns_rtts, 50, ecs=None)
-    assert decided and (decided.source, decided.figures, decided.scope) == ("ldns", ldns_rtts, 0)
+    clock, store = setup()
+    sources = ClientSources(store.get, clock, ("client", "population", "ldns"), 3, 600)
+    dcs = ("east", "west")
+    chosen = sources.paths(addr("8.8.8.0"), 24, True, "192.0.2.53", dcs)
+    assert chosen and (chosen.source, chosen.scope, chosen.subject) == ("client", 24, "8.8.8.0/24")
+    assert {dc: f.rtt_us for dc, f in chosen.figures.items()} == {"east": 20_000, "west": 120_000}
+    # a longer ECS subnet reads its /24
+    chosen = sources.paths(addr("8.8.8.128"), 25, True, "192.0.2.53", dcs)
+    assert chosen and chosen.source == "client" and chosen.scope == 24
+    # a shorter one, an unmeasured one, one not from a trusted resolver: the population
+    for address, prefix, ecs in (("8.8.0.0", 16, True), ("7.7.7.0", 24, True), ("8.8.8.0", 24, False)):
+        chosen = sources.paths(addr(address), prefix, ecs, "192.0.2.53", dcs)
+        assert chosen and (chosen.source, chosen.scope, chosen.samples) == ("population", 0, 6)
+        assert chosen.figures["east"].rtt_us == 170_000
+    # a DC without a figure: the source does not decide
+    assert sources.paths(addr("7.7.7.0"), 24, True, "192.0.2.53", ("east", "north")) is None
+    # too few samples behind the population, or an LDNS never tied: the LDNS's own paths
+    assert (
+        ClientSources(store.get, clock, ("client", "population", "ldns"), 50, 600).paths(
+            addr("7.7.7.0"), 24, True, "192.0.2.53", dcs
+        )
+        is None
+    )
+    assert sources.paths(addr("7.7.7.0"), 24, True, "192.0.2.99", dcs) is None
     # the configured order wins
-    decided = decide_source(["ldns", "client"], dcs, table, pops, "r", ldns_rtts, 3, ecs=net("8.8.8.0/24"))
-    assert decided and decided.source == "ldns"
-    assert decide_source(["client"], dcs, table, pops, "r", ldns_rtts, 3) is None
-    with pytest.raises(ValueError, match="unknown proximity source"):
-        decide_source(["rum"], dcs, table, pops, "r", ldns_rtts, 3)
+    assert (
+        ClientSources(store.get, clock, ("ldns", "client"), 3, 600).paths(addr("8.8.8.0"), 24, True, "192.0.2.53", dcs)
+        is None
+    )
+    chosen = ClientSources(store.get, clock, ("population", "client"), 3, 600).paths(
+        addr("8.8.8.0"), 24, True, "192.0.2.53", dcs
+    )
+    assert chosen and chosen.source == "population"
+
+
+def test_figures_older_than_the_age_or_expired_are_not_read() -> None:
+    clock, store = setup()
+    sources = ClientSources(store.get, clock, ("client", "population", "ldns"), 3, 300)
+    clock.now += 301
+    assert sources.paths(addr("8.8.8.0"), 24, True, "192.0.2.53", ("east", "west")) is None
+    clock.now += 600  # past the records' TTL: the store holds them no more
+    assert store.get(keys.client("8.8.8.0/24", "east")) is None
 
 
 def test_ipv6_client_scope_is_48() -> None:
     clock = Clock()
-    table = ClientTable(clock, max_subnets=10, max_age=600)
-    pops = Populations(table, clock, max_ldns=10, max_subnets=10, max_age=600)
-    table.add("2a00:1450:4001:81a::200e", {"east": 9.0})
-    decided = decide_source(["client"], ["east"], table, pops, "r", {}, 1, ecs=net("2a00:1450:4001:800::/56"))
-    assert decided and decided.scope == 48 and decided.figures == {"east": 9.0}
+    store = Store("n1", clock)
+    store.put(keys.client("2a00:1450:4001::/48", "east"), merge_sample(None, 9000, "probe", "n1"), ttl=600)
+    chosen = ClientSources(store.get, clock, ("client",), 1, 600).paths(
+        addr("2a00:1450:4001:800::"), 56, True, "2001:db8::53", ("east",)
+    )
+    assert chosen and chosen.scope == 48 and chosen.figures["east"].rtt_us == 9000
+    assert chosen.figures["east"].source == "probe"
+
+
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_the_schema_refuses_client_keys_that_are_not_subnets(subnet: str, dc: str) -> None:
+    value = merge_sample(None, 1000, "rum", "n1")
+    problem = schema.problem(f"client/{subnet}/{dc}", value, "n1", 60.0)
+    if problem is None:
+        assert "_" in subnet and dc and "/" not in subnet
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("client/8.8.8.0_24/DC1", {"rtt": 0, "samples": [1], "source": "rum", "by": "n"}, "'rtt'"),
+        ("client/8.8.8.0_24/DC1", {"rtt": 1, "samples": [1] * 17, "source": "rum", "by": "n"}, "'samples'"),
+        ("client/8.8.8.0_24/DC1", {"rtt": 1, "samples": [1.5], "source": "rum", "by": "n"}, "'samples'"),
+        ("client/8.8.8.0_24/DC1", {"rtt": 1, "samples": [1], "source": "gps", "by": "n"}, "'source'"),
+        ("client/8.8.8.0/24/DC1", {"rtt": 1, "samples": [1], "source": "rum", "by": "n"}, "the key"),
+        ("pop/192.0.2.53", {"subnets": {}, "rtt": {}, "n": 0}, "'subnets'"),
+        ("pop/192.0.2.53", {"subnets": {"x": 1}, "rtt": {}, "n": 1}, "'subnets'"),
+        ("pop/192.0.2.53", {"subnets": {"8.8.8.0_24": 1}, "rtt": {"DC1": -1}, "n": 1}, "'rtt'"),
+        ("rumid/short", {"ldns": "192.0.2.53", "ecs": ""}, "the key"),
+        ("rumid/abcdefghij0123456789", {"ldns": "resolver", "ecs": ""}, "'ldns'"),
+    ],
+)
+def test_the_schema_refuses_malformed_client_records(key: str, value: dict[str, Any], fragment: str) -> None:
+    problem = schema.problem(key, value, "n1", 60.0)
+    assert problem is not None and fragment in problem.text

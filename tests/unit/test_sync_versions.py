@@ -86,11 +86,11 @@ def count_commands(
 
 
 def test_versions_and_the_schemas_they_take() -> None:
-    """Version 4 is the newest (links' traffic records; version 3 brought config sync's
-    commands); a member of version 1 refuses the admin levels other than vs (as the
+    """Version 5 is the newest (client proximity's records; version 4 brought links'
+    traffic records, version 3 config sync's commands); a member of version 1 refuses the admin levels other than vs (as the
     version-1 code did: only admin/vs/<vs> was known), tombstones too."""
-    assert commands.PROTOCOL_VERSION == 4
-    assert schema.NEWEST_VERSION == 4
+    assert commands.PROTOCOL_VERSION == 5
+    assert schema.NEWEST_VERSION == 5
     assert commands.MIN_PROTOCOL_VERSION == 1
     for key in (DATACENTER, "admin/link/L1", "admin/pool/p", "admin/member/p/www1", "admin/wideip/w.example"):
         assert schema.version_needed(key) == 2
@@ -110,7 +110,20 @@ def test_versions_and_the_schemas_they_take() -> None:
     for version in (1, 2, 3):
         refused = schema.problem(TRAFFIC, traffic(NEW), NEW, 30.0, version=version)
         assert refused is not None and refused.reason == "key", version
+    # client proximity's records are of version 5: members of 4 and older refuse them
+    for key, value in CLIENT_RECORDS:
+        assert schema.version_needed(key) == 5
+        assert schema.problem(key, value, NEW, 60.0) is None
+        refused = schema.problem(key, value, NEW, 60.0, version=4)
+        assert refused is not None and refused.reason == "key", key
     assert schema.problem(VS, admin("drain", NEW), NEW, None, version=1) is None
+
+
+CLIENT_RECORDS = (
+    ("client/198.51.100.0_24/DC1", {"rtt": 20000, "samples": [20000], "source": "rum", "by": NEW}),
+    ("pop/192.0.2.53", {"subnets": {"198.51.100.0_24": 3}, "rtt": {"DC1": 20000}, "n": 3}),
+    ("rumid/abcdefghij0123456789", {"ldns": "192.0.2.53", "ecs": ""}),
+)
 
 
 def test_the_old_member_drops_a_peer_that_sends_it_a_new_key(pair: MemoryCluster) -> None:
