@@ -493,7 +493,7 @@ KINDS: dict[str, Kind] = {
         # rum.max_populations at most (the config caps it at the writer limit)
         Kind("pop", _pop_key, _pop, 4096, MAX_CLIENT_TTL, True, 200_000),
         # rum.max_pending_ids per node, each of which may answer one-use names
-        Kind("rumid", _rumid_key, _rumid, 256, MAX_RUMID_TTL, True, 1_000_000),
+        Kind("rumid", _rumid_key, _rumid, 512, MAX_RUMID_TTL, True, 1_000_000),
     )
 }
 
