@@ -2,7 +2,7 @@
 
 Each source subnet (the /24 or /48 a beacon counts for, `beacon.subnet_of`) has a token
 bucket (`runtime.tokenbucket.TokenBucket`): ``rum.beacons_per_second`` flow in, up to
-``rum.burst`` kept. At most `BeaconRate.max_sources` buckets are tracked, the least recently
+``rum.burst`` kept. At most `Rates.sources` buckets are tracked, the least recently
 used forgotten beyond (a forgotten subnet starts full again); a bucket in all
 (`BeaconRate.total`) still bounds what many subnets send together, so rotating sources buys
 no more than the total. Every beacon POST takes its token before its body is read, whatever
