@@ -3,7 +3,7 @@
 Routes (anything else is 404 JSON, another method 405 JSON):
 
 - ``GET /rum/v1/snippet.js[?zone=ZONE]``: the measuring script (`gtmcluster.rum.snippet`),
-  cacheable for an hour;
+  cacheable for an hour, its one-use names under ``rum.zone`` (or ZONE, one of `Settings.zones`);
 - ``POST /rum/v1/beacon``: one beacon (`gtmcluster.rum.beacon`), answered 204 when kept and
   4xx JSON ``{"error": reason, "message": ...}`` when not; ``OPTIONS`` answers the CORS
   preflight (any origin, no credentials);
@@ -84,14 +84,17 @@ class Limits:
 class Settings:
     """What the listener serves and takes, from the config (``rum:``): each DC's target URL
     (the beacon's DC names are these), the special-purpose source networks accepted, the
-    beacon rates, the bound on a beacon's body; *zones*: the zones a snippet may name (any
-    DNS name when empty); *origin*: the listener's public origin as browsers reach it
-    (``https://rum.example.net``; when empty the snippet posts to where it was loaded from)."""
+    beacon rates, the bound on a beacon's body; *zone*: the zone of the one-use names
+    (``rum.zone``; none when empty); *zones*: the zones a snippet may be asked for instead
+    (``?zone=``: the wide IPs' zones; any DNS name when empty); *origin*: the listener's
+    public origin as browsers reach it (``https://rum.example.net``; when empty the snippet
+    posts to where it was loaded from)."""
 
     targets: Mapping[str, str]
     allow: tuple[IPNetwork, ...] = ()
     rates: Rates = field(default_factory=Rates)
     max_body: int = 4096
+    zone: str = ""
     zones: frozenset[str] = frozenset()
     origin: str = ""
     limits: Limits = field(default_factory=Limits)
@@ -326,7 +329,7 @@ class Routes(resource.Resource):
     def _snippet(self, request: server.Request) -> bytes:
         settings = self._site().settings
         asked = (request.args or {}).get(b"zone", [])
-        zone = ""
+        zone = settings.zone
         if asked:
             named = snippet.zone_name(asked[0].decode("utf-8", "replace")) if len(asked) == 1 else None
             if named is None or (settings.zones and named not in settings.zones):
@@ -399,6 +402,7 @@ def rum_site(
     allow: Iterable[IPNetwork] = (),
     rates: Rates | None = None,
     max_body: int = 4096,
+    zone: str = "",
     zones: Collection[str] = (),
     origin: str = "",
     limits: Limits | None = None,
@@ -411,6 +415,7 @@ def rum_site(
         allow=tuple(allow),
         rates=rates or Rates(),
         max_body=max_body,
+        zone=zone,
         zones=frozenset(zones),
         origin=origin,
         limits=limits or Limits(),

@@ -1,4 +1,4 @@
-"""The browser snippet (`gtmcluster/rum/snippet.js`, read once from the package) as a node serves it: the
+"""The browser snippet (snippet.js beside this module, read once from the package) as a node serves it: the
 data centers' target URLs, the zone of the one-use names and, when the wiring knows it, the
 listener's public origin filled in (without one, the browser takes the origin the script was
 loaded from). What is filled in is JSON with every character that could end a script element

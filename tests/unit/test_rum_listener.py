@@ -122,7 +122,9 @@ def test_a_source_over_its_rate_gets_429_before_its_body_is_read() -> None:
 
 
 def test_the_other_routes() -> None:
-    node = Listener(zones={"gslb.example.com"})
+    node = Listener(zone="example.com", zones={"gslb.example.com", "example.com"})
+    code, _, script = node.ask(b"GET /rum/v1/snippet.js HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert code == 200 and b'"zone": "example.com"' in script
     code, headers, script = node.ask(b"GET /rum/v1/snippet.js?zone=GSLB.example.com HTTP/1.1\r\nHost: x\r\n\r\n")
     assert code == 200 and headers["content-type"].startswith("application/javascript")
     assert "max-age" in headers["cache-control"]
