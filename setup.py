@@ -16,7 +16,7 @@ setup(
     # twistd only finds plugins in a twisted/plugins folder that is not a package
     # (no __init__.py); setuptools warns about that, which is expected.
     package_dir={"twisted.plugins": "twistd-plugins/twisted/plugins"},
-    package_data={"gtmcluster": ["py.typed", "api/static/*.html", "api/static/*.js"]},
+    package_data={"gtmcluster": ["py.typed", "api/static/*.html", "api/static/*.js", "rum/snippet.js"]},
     install_requires=[
         "twisted[tls]>=24.7",
         "pyopenssl>=24",

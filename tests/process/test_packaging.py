@@ -96,6 +96,7 @@ def test_wheel_holds_the_package_and_the_plugin_outside_a_package(installed: Ins
         "gtmcluster/tap.py",
         "gtmcluster/dns/responder.py",
         "gtmcluster/api/static/dashboard.html",
+        "gtmcluster/rum/snippet.js",
         "gtmcluster/demo/resolver.py",
     } <= names
     assert "twisted/__init__.py" not in names
