@@ -17,7 +17,7 @@ Shown here, as the proof that the harness measures what the feature test relies 
   120 ms for dc2;
 - swapping the client's delays at run time, with nothing restarted, swaps what the next
   page reads;
-- real GTM nodes in dc1 and dc2 (`start_gtms`) measure the LDNS and answer the wide IP
+- real GTM nodes in dc1 and dc2 (`start_gtms`, with `with_rum`'s config) measure the LDNS and answer the wide IP
   through that unbound with dc2 (the LDNS's nearer DC, the client's farther one), to `dig`
   in the client namespace and to the browser, which fetches the object there (its body
   names the DC).
@@ -36,7 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gtmcluster.config.load import load
 from tests.conftest import require_tool
 from tests.support.multisite import wait_for
 from tests.support.nsbrowser import Report
@@ -46,11 +48,14 @@ from tests.support.rumworld import (
     RTTS,
     WEB_NAMES,
     WIDEIP,
+    ZONE,
     RumWorld,
     base_config,
     require_rumworld,
     running_rumworld,
     unbound_config,
+    with_rum,
+    zone_text,
 )
 from tests.tools import wanem
 
@@ -127,6 +132,25 @@ def test_unbound_configs_check(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_configs_load(tmp_path: Path) -> None:
+    """`base_config` and `with_rum` of it are configs a node takes (the latter: rum on, each
+    member with its listener, the DCs' objects as targets)."""
+    (tmp_path / f"{ZONE}.zone").write_text(zone_text())
+    for made in (base_config(), with_rum(base_config())):
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(made, sort_keys=False))
+        config = load(path)
+    assert config.rum is not None
+    assert dict(config.rum.targets) == {
+        "DC1": "http://dc1.web.test:8080/object",
+        "DC2": "http://dc2.web.test:8080/object",
+    }
+    assert {m.name: str(m.rum) for m in config.sync_group.members} == {
+        "gtm-dc1": "10.36.1.1:8036",
+        "gtm-dc2": "10.36.2.1:8036",
+    }
+
+
 def test_page_times_both_dcs_through_the_wan(world: RumWorld) -> None:
     assert client_rtts_ms(world) == {"dc1": RTTS["client", "dc1"] * 1000, "dc2": RTTS["client", "dc2"] * 1000}
     report = timing_page(world)
@@ -147,10 +171,10 @@ def test_swapped_delays_swap_what_the_page_reads(world: RumWorld) -> None:
 
 
 def test_gtms_answer_the_browser_through_its_resolver(world: RumWorld) -> None:
-    """Once both DCs have probed the LDNS, rtt sends it to dc2, its nearer DC (20 ms, where
-    the client is 120 ms away): what the feature test must overturn with the client's own
-    figures. The browser gets that answer too."""
-    world.start_gtms(base_config())
+    """With rum on (no beacon yet), once both DCs have probed the LDNS, rtt sends it to dc2,
+    its nearer DC (20 ms, where the client is 120 ms away): what the feature test must
+    overturn with the client's own figures. The browser gets that answer too."""
+    world.start_gtms(with_rum(base_config()))
     wait_for(
         lambda: [world.answer() for _ in range(3)] == ["dc2"] * 3,
         45,

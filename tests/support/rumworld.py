@@ -9,7 +9,7 @@ the world of the real-browser tests of client proximity (issue 36).
   measurement URL and its virtual server's backend. The DC's address is free on ports 53
   (DNS), 4353 (peers) and 8036 (the RUM listener) and the namespace's 127.0.0.1:8053 (API)
   for a GTM node, which `start_gtms` starts with a config the test gives (`base_config` is
-  a working one to extend: add ``rum:``, and each member's ``rum:`` with `rum_listen`);
+  a working one to extend; `with_rum` adds ``rum:`` and each member's ``rum:`` listener);
 - at ``client`` (10.36.3.1, so its subnet is 10.36.3.0/24): a `webobject` server on
   ``10.36.3.1:8000`` serving the test pages and taking their reports (``POST /collect``),
   and headless Chromium, one per page (`load`), whose resolver is the LDNS
@@ -30,6 +30,7 @@ way out, failures included; `require_rumworld` skips (or, in CI, fails) without 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -207,6 +208,24 @@ def base_config() -> dict[str, Any]:
         "prober": {"protocols": ["udp", "tcp", "icmp"], "probe_interval": 10, "timeout": 1, "allow": [SUBNET]},
         "zones": [{"origin": ZONE, "file": f"{ZONE}.zone"}],
     }
+
+
+def with_rum(config: Mapping[str, Any], min_samples: int = 1, **rum: Any) -> dict[str, Any]:
+    """*config* (a `base_config`) with ``rum:`` on: one-use names under gslb.test, each DC's
+    object as its measurement URL, the WAN subnet allowed (it is private), *min_samples*, and
+    *rum*'s other keys; each member's ``rum:`` listener on its DC address, port `RUM_PORT`."""
+    by_name = {name: dc for dc, (name, _, _) in SITES.items()}
+    out = copy.deepcopy(dict(config))
+    out["rum"] = {
+        "zone": ZONE,
+        "targets": {name: RumWorld.object_url(dc) for name, dc in by_name.items()},
+        "allow": [SUBNET],
+        "min_samples": min_samples,
+        **rum,
+    }
+    for member in out["sync_group"]["members"]:
+        member["rum"] = RumWorld.rum_listen(by_name[member["datacenter"]])
+    return out
 
 
 @dataclass
