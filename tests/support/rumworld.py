@@ -347,6 +347,8 @@ class RumWorld:
             output.close()
         self.wan.close()
         shutil.rmtree(self._netns_etc, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self._netns_etc.parent.rmdir()  # /etc/netns, when nothing else is there
 
     # -- the WAN ---------------------------------------------------------------------------
 
