@@ -392,7 +392,7 @@ class Node:
 
     def record_rum_id(self, ident: str, ldns: str, ecs: str) -> None:
         """Write ``rumid/<ident>`` (the LDNS, the trusted client subnet or ""), for the
-        beacon with that id: not when held already the same, nor once
+        beacon with that id (`proximity.rumjoin`): not when held already the same, nor once
         a beacon used it (its tombstone is held: the id is spent)."""
         rum = self.config.rum
         if rum is None or not ID.fullmatch(ident) or not _subnet_or_empty(ecs):
