@@ -10,8 +10,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+import dns.dnssec
 import dns.flags
 import dns.message
+import dns.name
 import dns.rcode
 import dns.rdatatype
 import pytest
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from gtmcluster.config.load import load
 from gtmcluster.dns import rumnames
 from gtmcluster.dns.fastpath import FastPath
+from gtmcluster.dnsdata import keys as dnskeys
 from gtmcluster.fanout import feed
 from gtmcluster.node import Node
 from gtmcluster.proximity import clients
@@ -229,3 +232,31 @@ def test_a_workers_ids_reach_the_node(tmp_path: Path) -> None:
     node.record_rum_id("abcdefghij0123456789", "not an address", "")
     node.record_rum_id("abcdefghij0123456789", "198.51.100.7", "10.1.2.0_99")
     assert node.store.kinds()["rumid"] == 1
+
+
+@pytest.mark.parametrize("qtype", [1, 28])
+def test_in_a_signed_zone_the_answer_and_its_nodata_are_signed_alike_on_both_paths(tmp_path: Path, qtype: int) -> None:
+    raw = configs.base()
+    rum_on(raw)
+    dnskeys.keygen(tmp_path / "keys", "example.test", algorithm=13)
+    raw["zones"][0]["dnssec"] = {"keys": "keys"}
+    now = [1_800_000_000.0]
+    node = Node(load(configs.write(tmp_path, raw)), "n1", clock=lambda: now[0], rng=random.Random(7))
+    signing = node.responder.signing
+    signing.clock = lambda: now[0]
+    for signer in signing.signers.values():
+        signer.clock = lambda: now[0]
+    fast = FastPath(node.responder)
+    query = make_query(NAME, qtype, do=True)
+    got = fast.handle(query, "198.51.100.7")
+    assert got == node.responder.handle(query, "198.51.100.7")  # (the same node: the same signatures)
+    reply = parsed(got)
+    assert reply.rcode() == dns.rcode.NOERROR and reply.flags & dns.flags.AA
+    section = reply.answer if qtype == 1 else reply.authority
+    ring = {dns.name.from_text("example.test"): signing.signers[(b"example", b"test")].dnskey}
+    signed = [r for r in section if r.rdtype != dns.rdatatype.RRSIG]
+    assert signed and (qtype != 1 or signed[0].ttl == 0)
+    for rrset in signed:
+        sig = next(r for r in section if r.rdtype == dns.rdatatype.RRSIG and r.covers == rrset.rdtype)
+        dns.dnssec.validate(rrset, sig, ring, now=now[0])
+    assert held(node) == {"ldns": "198.51.100.7", "ecs": ""}
