@@ -14,7 +14,9 @@ import dns.dnssec
 import dns.flags
 import dns.message
 import dns.name
+import dns.node
 import dns.rcode
+import dns.rdataset
 import dns.rdatatype
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -253,7 +255,9 @@ def test_in_a_signed_zone_the_answer_and_its_nodata_are_signed_alike_on_both_pat
     reply = parsed(got)
     assert reply.rcode() == dns.rcode.NOERROR and reply.flags & dns.flags.AA
     section = reply.answer if qtype == 1 else reply.authority
-    ring = {dns.name.from_text("example.test"): signing.signers[(b"example", b"test")].dnskey}
+    ring: dict[dns.name.Name, dns.node.Node | dns.rdataset.Rdataset] = {
+        dns.name.from_text("example.test"): signing.signers[(b"example", b"test")].dnskey
+    }
     signed = [r for r in section if r.rdtype != dns.rdatatype.RRSIG]
     assert signed and (qtype != 1 or signed[0].ttl == 0)
     for rrset in signed:
