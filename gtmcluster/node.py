@@ -187,29 +187,31 @@ class Node:
         )
 
     def _one_use_names(self, config: Config, name: str) -> OneUseNames | None:
-        """The one-use names of *config* (``<id>.rum.<zone>``), None when ``rum`` is off or
-        names no zone we serve."""
+        """The one-use names of *config* (``<id>.rum.<zone>``, `dns.rumnames`) under
+        ``rum.zone`` (default: the first wide IP's zone) and every zone with a wide IP; None
+        when ``rum`` is off or names no zone we serve."""
         rum = config.rum
         if rum is None:
             return None
+        bases: list[tuple[bytes, ...]] = []
         if rum.zone is not None:
             try:
                 base = names.key(names.from_text(rum.zone))
             except names.BadName:
-                return None
-            if config.zones.find(base) is None:
-                return None
-        else:
-            first = next(iter(config.wideips.values()), None)
-            zone = None if first is None else config.zones.find(first.labels)
-            if zone is None:
-                return None
-            base = zone.origin_key
+                base = None
+            if base is not None and config.zones.find(base) is not None:
+                bases.append(base)
+        for wideip in config.wideips.values():
+            zone = config.zones.find(wideip.labels)
+            if zone is not None:
+                bases.append(zone.origin_key)
+        if not bases:
+            return None
         answer = rum.answer
         if not answer:
             listener = config.member(name).rum
             answer = (listener.host,) if listener is not None and not listener.host.is_unspecified else ()
-        return OneUseNames(base, answer, self.rum_id_seen, self.rum_limiter, self.stats)
+        return OneUseNames(bases, answer, self.rum_id_seen, self.rum_limiter, self.stats)
 
     def _use(self, built: Prepared) -> None:
         """Answer from *built* from now on: assignments, and the store's bounds (evictions),

@@ -2,7 +2,9 @@
 snippet resolves once per page view so that the group learns which resolver (LDNS) serves
 the browser that then posts a beacon with the same id.
 
-While ``rum`` is on, every node answers such a name itself, whatever the zone holds there:
+The zones are ``rum.zone`` (default: the first wide IP's zone) and every zone with a wide IP
+(the snippet may be asked for any of them: ``snippet.js?zone=``). While ``rum`` is on, every
+node answers such a name itself, whatever the zone holds there:
 A or AAAA of ``rum.answer`` when set, else of the member's own ``rum`` listener (of the
 query's family; none of it: NODATA), TTL 0 (a resolver must not reuse it), authoritative.
 Only a name of exactly one label of 16 to 32 of ``[a-z0-9]`` (the id, `ID`) directly under
@@ -102,20 +104,21 @@ def subnet_of(address: IPAddress, longest: int | None = None) -> IPNetwork:
 class OneUseNames:
     """The one-use names of one config: which names are, what they answer, who is told.
 
-    *zone*: the key of the zone they are under (``rum.<zone>``); *answer*: the addresses
+    *zones*: the keys of the zones they are under (``rum.<zone>``); *answer*: the addresses
     they answer with; *seen*: told of each within the bucket (`Seen`); *limiter*: the
     buckets (the node's, kept across reloads); *stats*: where the counts go.
     """
 
     def __init__(
         self,
-        zone: Name,
+        zones: Iterable[Name],
         answer: Iterable[IPAddress],
         seen: Seen,
         limiter: IdLimiter,
         stats: QueryStats,
     ):
-        self.suffix: Name = (LABEL, *(label.lower() for label in zone))
+        #: ``rum.<zone>`` of each zone, as keys
+        self.suffixes: frozenset[Name] = frozenset((LABEL, *(label.lower() for label in zone)) for zone in zones)
         addresses = tuple(answer)
         #: the answer's rdatas per type (empty: NODATA)
         self.rdatas: dict[int, tuple[tuple[bytes], ...]] = {
@@ -124,24 +127,25 @@ class OneUseNames:
         }
         #: the types answered (for a signed NODATA's denial)
         self.types = frozenset(t for t, r in self.rdatas.items() if r)
-        #: ``rum.<zone>`` in wire form, lowercased: what the fast path sends to the general path
-        self.wire_suffix = b"".join(bytes([len(label)]) + label for label in self.suffix) + b"\x00"
+        #: the same in wire form: what the fast path sends to the general path
+        self.wire_suffixes = frozenset(
+            b"".join(bytes([len(label)]) + label for label in suffix) + b"\x00" for suffix in self.suffixes
+        )
         self.seen = seen
         self.limiter = limiter
         self.stats = stats
 
     def ident(self, key: Name) -> str | None:
         """The id of the name *key* (lowercased) when it is a one-use name, else None."""
-        suffix = self.suffix
-        if len(key) != len(suffix) + 1 or key[1:] != suffix or not ID.fullmatch(key[0]):
+        if key[1:] not in self.suffixes or not ID.fullmatch(key[0]):
             return None
         return key[0].decode("ascii")
 
     def may_be_one(self, qname: bytes) -> bool:
         """Whether the lowercased wire name *qname* may be a one-use name (cheap: one label
-        of an id's length before ``rum.<zone>``); `ident` says exactly."""
-        suffix = self.wire_suffix
-        return 16 <= qname[0] <= 32 and len(qname) == 1 + qname[0] + len(suffix) and qname.endswith(suffix)
+        of an id's length before a ``rum.<zone>``); `ident` says exactly."""
+        size = qname[0]
+        return 16 <= size <= 32 and qname[1 + size :] in self.wire_suffixes
 
     def answer(self, qtype: int) -> tuple[int, tuple[tuple[bytes], ...]]:
         """The type and rdatas a *qtype* query is answered with (none: NODATA)."""

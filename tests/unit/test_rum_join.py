@@ -7,7 +7,6 @@ from __future__ import annotations
 import ipaddress
 import random
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,6 +20,7 @@ from gtmcluster.config.rum import Rum
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.node import Node
 from gtmcluster.proximity.rumjoin import RumJoin
+from gtmcluster.rum.beacon import Beacon
 from gtmcluster.state import keys
 from gtmcluster.state.store import Store
 from tests.support import configs
@@ -34,10 +34,9 @@ IDENT = "0123456789abcdefghij"
 LDNS = "198.51.100.7"
 
 
-@dataclass(frozen=True)
-class Beacon:
-    samples: dict[str, float] = field(default_factory=lambda: {"DC1": 20.0, "DC2": 120.0})
-    id: str | None = IDENT
+def beacon(samples: dict[str, float] | None = None, ident: str | None = IDENT) -> Beacon:
+    """A beacon as the listener keeps it (`gtmcluster.rum.beacon`)."""
+    return Beacon({"DC1": 20.0, "DC2": 120.0} if samples is None else samples, ident)
 
 
 def joined(store: Store, clock: task.Clock, rum: Rum | None = RUM, by: str = "n1") -> RumJoin:
@@ -62,7 +61,7 @@ def test_a_beacon_on_the_node_that_answered_its_name_ties_the_ldns_once(tmp_path
     node = Node(load(configs.write(tmp_path, raw)), "n1", clock=clock.seconds, rng=random.Random(1))
     join = RumJoin(node.store, "n1", lambda: node.config.rum, clock.callLater)
     FastPath(node.responder).handle(make_query(f"{IDENT}.rum.example.test", 1), LDNS)
-    join.keep(SUBNET, Beacon())
+    join.keep(SUBNET, beacon())
     store = node.store
     dc1 = store.get(keys.client("10.1.2.0/24", "DC1"))
     assert dc1 is not None and dc1.ttl == RUM.sample_ttl
@@ -74,7 +73,7 @@ def test_a_beacon_on_the_node_that_answered_its_name_ties_the_ldns_once(tmp_path
     assert spent is not None and spent.value is None and spent.live(clock.seconds())
     # one use: the same id again ties nothing, nor does its name asked again
     FastPath(node.responder).handle(make_query(f"{IDENT}.rum.example.test", 1), LDNS)
-    join.keep(SUBNET, Beacon())
+    join.keep(SUBNET, beacon())
     assert value(store, keys.population(LDNS))["n"] == 1
     assert join.counts["tied"] == 1 and join.counts["spent"] == 1
     assert value(store, keys.client("10.1.2.0/24", "DC1"))["samples"] == [20_000, 20_000]  # (samples still count)
@@ -87,7 +86,7 @@ def test_across_two_nodes_the_id_recorded_first(tmp_path: Path) -> None:
     join = joined(cluster.stores["b"], cluster.clock, by="b")
     asked(cluster.stores["a"])  # (a answered the name)
     cluster.settle()
-    join.keep(SUBNET, Beacon())  # (b took the beacon)
+    join.keep(SUBNET, beacon())  # (b took the beacon)
     cluster.settle()
     for store in cluster.stores.values():
         assert value(store, keys.population(LDNS))["subnets"] == {"10.1.2.0_24": 1}
@@ -101,7 +100,7 @@ def test_across_two_nodes_the_beacon_first_waits_for_the_id(tmp_path: Path) -> N
     cluster.clock.advance(1000)
     cluster.connect("a", "b")
     join = joined(cluster.stores["b"], cluster.clock, by="b")
-    join.keep(SUBNET, Beacon())
+    join.keep(SUBNET, beacon())
     assert IDENT in join.pending and value(cluster.stores["b"], keys.population(LDNS)) is None
     asked(cluster.stores["a"])
     cluster.settle()  # (the record reaches b; the tie is made on the next turn, then replicated)
@@ -116,7 +115,7 @@ def test_ids_never_resolved_leave_nothing() -> None:
     clock = task.Clock()
     store = Store("n1", clock.seconds)
     join = joined(store, clock)
-    join.keep(SUBNET, Beacon())
+    join.keep(SUBNET, beacon())
     clock.advance(RUM.id_ttl)
     join.expire()
     assert not join.pending and join.counts["expired"] == 1
@@ -128,7 +127,7 @@ def test_ids_never_resolved_leave_nothing() -> None:
     small = Rum(TARGETS, max_pending_ids=3)
     join = joined(Store("n2", clock.seconds), clock, small)
     for i in range(5):
-        join.keep(SUBNET, Beacon(id=f"{i:020d}"))
+        join.keep(SUBNET, beacon(ident=f"{i:020d}"))
     assert list(join.pending) == [f"{i:020d}" for i in (2, 3, 4)] and join.counts["dropped"] == 2
 
 
@@ -137,11 +136,11 @@ def test_the_beacons_subnet_is_tied_when_the_ecs_subnet_differs() -> None:
     store = Store("n1", clock.seconds)
     join = joined(store, clock)
     asked(store, ecs="10.9.0.0_24")
-    join.keep(SUBNET, Beacon())
+    join.keep(SUBNET, beacon())
     assert value(store, keys.population(LDNS))["subnets"] == {"10.1.2.0_24": 1}
     assert join.counts["ecs_differs"] == 1
     asked(store, "abcdefghij0123456789", ecs="10.1.0.0_16")  # (holds the beacon's subnet)
-    join.keep(SUBNET, Beacon(id="abcdefghij0123456789"))
+    join.keep(SUBNET, beacon(ident="abcdefghij0123456789"))
     assert join.counts["ecs_differs"] == 1 and value(store, keys.population(LDNS))["n"] == 2
 
 
@@ -149,9 +148,9 @@ def test_without_rum_a_beacon_does_nothing_and_unknown_dcs_are_left_out() -> Non
     clock = task.Clock()
     store = Store("n1", clock.seconds)
     asked(store)
-    joined(store, clock, None).keep(SUBNET, Beacon())
+    joined(store, clock, None).keep(SUBNET, beacon())
     assert sorted(store.kinds()) == ["rumid"]
-    joined(store, clock).keep(SUBNET, Beacon({"DC1": 30.0, "DC9": 5.0, "DC2": float("nan")}, None))
+    joined(store, clock).keep(SUBNET, beacon({"DC1": 30.0, "DC9": 5.0, "DC2": float("nan")}, None))
     assert sorted(store.kinds()) == ["client", "rumid"] and store.kinds()["client"] == 1
 
 
@@ -172,7 +171,7 @@ def test_populations_weigh_each_subnet_by_its_beacons(beacons: list[tuple[int, f
     for i, (subnet, dc1, dc2) in enumerate(beacons):
         ident = f"{i:020d}"
         asked(store, ident)
-        join.keep(ipaddress.ip_network(f"10.0.{subnet}.0/24"), Beacon({"DC1": dc1, "DC2": dc2}, ident))
+        join.keep(ipaddress.ip_network(f"10.0.{subnet}.0/24"), beacon({"DC1": dc1, "DC2": dc2}, ident))
         held = samples.setdefault(subnet, {"DC1": [], "DC2": []})
         held["DC1"].append(max(1, round(dc1 * 1000)))
         held["DC2"].append(max(1, round(dc2 * 1000)))

@@ -143,11 +143,14 @@ def test_rum_answer_and_any(tmp_path: Path) -> None:
     assert not parsed(pair.ask(make_query(NAME, 16))).answer  # (TXT: NODATA)
 
 
-def test_rum_zone_names_where_the_names_are(tmp_path: Path) -> None:
+def test_rum_zone_and_every_wide_ip_zone_have_one_use_names(tmp_path: Path) -> None:
+    """(the snippet may be asked for any wide IP's zone: ``snippet.js?zone=``)"""
     pair = Twins(tmp_path, lambda raw: rum_on(raw, zone="sub2.example.test"))
-    assert parsed(pair.ask(make_query(NAME, 1))).rcode() == dns.rcode.NXDOMAIN
-    reply = parsed(pair.ask(make_query(f"{IDENT}.rum.sub2.example.test", 1), "198.51.100.7"))
-    assert reply.rcode() == dns.rcode.NOERROR and reply.answer[0].ttl == 0
+    for name in (f"{IDENT}.rum.sub2.example.test", NAME):
+        reply = parsed(pair.ask(make_query(name, 1), "198.51.100.7"))
+        assert reply.rcode() == dns.rcode.NOERROR and reply.answer[0].ttl == 0
+    # (under a name of the zone that is no zone of its own: from the zone, as before)
+    assert parsed(pair.ask(make_query(f"{IDENT}.rum.www.example.test", 1))).rcode() == dns.rcode.NXDOMAIN
 
 
 def test_a_second_ask_writes_nothing_new_nor_once_the_id_is_spent(twins: Twins) -> None:
