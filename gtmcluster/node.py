@@ -8,6 +8,7 @@ it without a reactor.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -19,7 +20,9 @@ from gtmcluster.config.model import Config, Member, WideIP
 from gtmcluster.config.rum import Rum
 from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
+from gtmcluster.dns.rumnames import IdLimiter, OneUseNames
 from gtmcluster.dns.transfer import PER_TURN, Transfers
+from gtmcluster.dnsdata import names
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.index import HealthIndex, index_of
 from gtmcluster.health.status import record_keys
@@ -29,7 +32,7 @@ from gtmcluster.lb.context import Availability, Client, PersistenceView, Rotatio
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
 from gtmcluster.proximity.budget import Budget
-from gtmcluster.proximity.clients import ClientSources
+from gtmcluster.proximity.clients import ID, ClientSources
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
 from gtmcluster.runtime.stats import QueryStats
@@ -112,6 +115,10 @@ class Node:
         self.ready_listeners: list[Callable[[bool], object]] = []
         #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
         self.delegate: Callable[[PersistRecord | None, str | None], object] | None = None
+        #: where a worker sends the one-use names it answered (see `rum_id_seen`); None: here
+        self.rum_delegate: Callable[[str, str, str], object] | None = None
+        #: the one-use names' buckets per LDNS prefix (`dns.rumnames`): outlive a reload
+        self.rum_limiter = IdLimiter(clock)
         #: when set, a persistence record a decision asks for is written only through it:
         #: it is called with the record's key and the write, and writes when it sees fit
         #: (a node still loading its snapshot first asks its peers for the client's record)
@@ -166,6 +173,7 @@ class Node:
                 config.dns_server.transfer.tsig_max_fudge,
             ),
             kept=kept,
+            rum_names=self._one_use_names(config, name),
         )
         return Prepared(
             config,
@@ -177,6 +185,33 @@ class Node:
             cache,
             kept,
         )
+
+    def _one_use_names(self, config: Config, name: str) -> OneUseNames | None:
+        """The one-use names of *config* (``<id>.rum.<zone>``, `dns.rumnames`) under
+        ``rum.zone`` (default: the first wide IP's zone) and every zone with a wide IP; None
+        when ``rum`` is off or names no zone we serve."""
+        rum = config.rum
+        if rum is None:
+            return None
+        bases: list[tuple[bytes, ...]] = []
+        if rum.zone is not None:
+            try:
+                base = names.key(names.from_text(rum.zone))
+            except names.BadName:
+                base = None
+            if base is not None and config.zones.find(base) is not None:
+                bases.append(base)
+        for wideip in config.wideips.values():
+            zone = config.zones.find(wideip.labels)
+            if zone is not None:
+                bases.append(zone.origin_key)
+        if not bases:
+            return None
+        answer = rum.answer
+        if not answer:
+            listener = config.member(name).rum
+            answer = (listener.host,) if listener is not None and not listener.host.is_unspecified else ()
+        return OneUseNames(bases, answer, self.rum_id_seen, self.rum_limiter, self.stats)
 
     def _use(self, built: Prepared) -> None:
         """Answer from *built* from now on: assignments, and the store's bounds (evictions),
@@ -349,6 +384,32 @@ class Node:
         if probe is not None:
             request(self.store, self.probe_budget, probe, self.member.name)
 
+    def rum_id_seen(self, ident: str, ldns: str, ecs: str) -> None:
+        """*ldns* asked for the one-use name of *ident* (`dns.rumnames.Seen`): recorded here,
+        or by the node for a worker."""
+        if self.rum_delegate is not None:
+            self.rum_delegate(ident, ldns, ecs)
+        else:
+            self.record_rum_id(ident, ldns, ecs)
+
+    def record_rum_id(self, ident: str, ldns: str, ecs: str) -> None:
+        """Write ``rumid/<ident>`` (the LDNS, the trusted client subnet or ""), for the
+        beacon with that id (`proximity.rumjoin`): not when held already the same, nor once
+        a beacon used it (its tombstone is held: the id is spent)."""
+        rum = self.config.rum
+        if rum is None or not ID.fullmatch(ident) or not _subnet_or_empty(ecs):
+            return
+        try:
+            ipaddress.ip_address(ldns)
+        except ValueError:
+            return
+        key = keys.rum_id(ident)
+        value = {"ldns": ldns, "ecs": ecs}
+        held = self.store.raw(key)
+        if held is not None and held.live(self.clock()) and (held.value is None or held.value == value):
+            return
+        self.store.put(key, value, float(rum.id_ttl))
+
     def health_keys(self) -> list[str]:
         """The keys of every record health and the load-based methods read (see
         `health.status.record_keys`)."""
@@ -357,6 +418,17 @@ class Node:
     def tick(self) -> None:
         """Housekeeping, about once a second: expire records (verdicts, persistence, ...)."""
         self.store.expire()
+
+
+def _subnet_or_empty(text: str) -> bool:
+    """Whether *text* is "" or a subnet as a key segment (``10.1.2.0_24``)."""
+    if not text:
+        return True
+    try:
+        ipaddress.ip_network(keys.subnet_of_text(text))
+    except ValueError:
+        return False
+    return True
 
 
 def _running_transfers(node: Node) -> Transfers | None:

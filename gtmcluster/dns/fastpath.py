@@ -23,6 +23,10 @@ client subnet), asking for a static record or a wide IP. For those the general p
   signed zone, a DO=1 NXDOMAIN from the one kept for its parent and the span of the zone's
   NSEC chain it falls in (`dns.signednegative`).
 
+A one-use name (``<id>.rum.<zone>``, `dns.rumnames`) is never answered here nor kept: each
+is asked once, and its answer tells the node who asked. A name of that shape goes to the
+general path before anything kept is looked at, and what it answers is kept nowhere.
+
 In a signed zone (`dnssec.answers`), a DO=1 wide IP answer also carries its RRSIG, from the
 signatures the zone's signer keeps (signed once per RRset contents, written as the general
 path writes it, and made again when the signature it carries is due for renewal). Anything
@@ -140,6 +144,8 @@ class FastPath:
         self.not_negative = frozenset(_wire_name(z.origin_key) for z in responder.zones) | suffixes_of_soas(
             responder.zones
         )
+        #: the one-use names (None: ``rum`` off), answered by the general path only
+        self.rum_names = responder.rum_names
 
     def handle(self, data: bytes, source: str) -> bytes | None:
         """The reply to the UDP query *data* from *source*, or None for no reply."""
@@ -211,6 +217,9 @@ class FastPath:
             return self.responder.answer(data, source, tcp)
         if tcp:
             plain = plain._replace(limit=wire.MAX_MESSAGE)
+        rum = self.rum_names
+        if rum is not None and rum.may_be_one(plain.qname):
+            return self.responder.answer(data, source, tcp)  # (and nothing kept)
         wideip = self.wideips.get(plain.qname)
         if wideip is None and self.wildcards and plain.qname not in self.exact:
             wideip = _covering(self.wildcards, plain.qname)

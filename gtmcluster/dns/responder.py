@@ -27,6 +27,8 @@ Semantics (RFC 1034, 1035, 2181, 2308, 6891, 7871, 8482):
 - A CNAME wide IP answers every type with its CNAME (RFC 1034 3.6.2), followed inside our
   zones like a static one; MX and SRV answers carry their targets' addresses from our
   zones as additional data (docs/wideip-types.md).
+- One-use names (``<id>.rum.<zone>`` while ``rum`` is on, `dns.rumnames`) are answered
+  before the zone is looked at, with TTL 0, and never kept (not static, no decision).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from gtmcluster.config.model import RecordTarget, WideIP
 from gtmcluster.config.wideipnames import WideIPNames
 from gtmcluster.dns import wire
 from gtmcluster.dns.kept import KeptReplies
+from gtmcluster.dns.rumnames import OneUseNames
 from gtmcluster.dns.transfer import Outgoing, Reply, Transfers, transfer_type
 from gtmcluster.dns.wire import Query, Section
 from gtmcluster.dnsdata import names
@@ -134,6 +137,8 @@ class _Answer:
     denial: Denial | None = None
     #: answered empty with TC: past the cap on fresh signatures (`dnssec.budget`)
     truncated: bool = False
+    #: a one-use name's answer (`dns.rumnames`): never kept
+    once: bool = False
     wideip: str = ""  # for the query counters: the wide IP that decided, and how
     method: str = ""
     decided: Tally | None = None  # for the query log (`Answered`): the same, with the pool and members
@@ -156,6 +161,7 @@ class Responder:
         signing: ZoneSigning | None = None,
         transfers: Transfers | None = None,
         kept: KeptReplies | None = None,
+        rum_names: OneUseNames | None = None,
     ):
         self.zones = zones
         #: resolvers whose client subnet option is used (dns_server.ecs_trusted)
@@ -176,6 +182,8 @@ class Responder:
         self.signing = signing or ZoneSigning(zones, {})
         #: AXFR and IXFR of the zones with ``transfer`` (None or empty: refused as before)
         self.transfers = transfers or None
+        #: the one-use names (``rum`` on), None when off
+        self.rum_names = rum_names
 
     def direct_wideips(self) -> dict[Name, WideIP]:
         """Wide IPs a query for their own name (or an alias) and type is answered by
@@ -302,6 +310,7 @@ class Responder:
         static = (
             not signed
             and not answer.wideip
+            and not answer.once
             and answer.aa
             and answer.rcode in (wire.NOERROR, wire.NXDOMAIN)
             and answer.scope == 0
@@ -322,10 +331,28 @@ class Responder:
             return _Answer(rcode=wire.FORMERR, aa=False)
         if qtype in _NOTIMPTYPE_LABELS:
             return _Answer(rcode=wire.NOTIMP, aa=False)
-        if self.zones.find(names.key(query.qname)) is None or qtype in _REFUSEDTYPE_LABELS:
+        key = names.key(query.qname)
+        zone = self.zones.find(key)
+        if zone is None or qtype in _REFUSEDTYPE_LABELS:
             return _Answer(rcode=wire.REFUSED, aa=False)
         ecs = edns.ecs if edns is not None else None
-        return self._resolve(query, self.client_of(source, ecs), client_key(source, ecs))
+        client = self.client_of(source, ecs)
+        rum = self.rum_names
+        if rum is not None and (ident := rum.ident(key)) is not None:
+            return self._one_use(rum, query, client, ident, zone.negative_soa)
+        return self._resolve(query, client, client_key(source, ecs))
+
+    def _one_use(self, rum: OneUseNames, query: Query, client: Client, ident: str, soa: RRset) -> _Answer:
+        """A one-use name's answer (`dns.rumnames`), the LDNS that asked told on."""
+        rtype, rdatas = rum.answer(query.qtype)
+        result = _Answer(once=True, method="rum")
+        if rdatas:
+            result.answer = [(RRset(query.qname, rtype, 0, rdatas), None)]
+        else:
+            result.authority = [(soa, None)]
+            result.denial = Denial(query.qname, rum.types - {query.qtype})
+        rum.asked(ident, client.ldns, client.address if client.from_ecs else None, client.prefix)
+        return result
 
     def _chaos(self, query: Query) -> _Answer:
         """CH TXT version.bind (or version.server): the configured string, not authoritative

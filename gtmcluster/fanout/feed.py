@@ -11,7 +11,9 @@ its own sockets. So the node sends:
 and a worker sends back:
 
     Carry       what its decisions asked for: persistence records to keep, LDNSes to
-                probe; the node writes them (its records come back with the next batch)
+                probe; and the one-use names it answered (`dns.rumnames`: which LDNS
+                asked for which id); the node writes them (its records come back with
+                the next batch)
     Tally       its query counters since the last tally, for the node's /metrics
 
 Records travel in the peer codec's batches (the workers and the node share one clock).
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from twisted.internet.protocol import connectionDone
 from twisted.protocols import amp
@@ -74,9 +76,25 @@ def carry_ops(persist: PersistRecord | None, probe: str | None) -> bytes:
     return json.dumps(ops).encode()
 
 
-def read_ops(data: bytes, now: float) -> list[tuple[PersistRecord | None, str | None]]:
-    """The (persistence record, probe) pairs of a Carry. Raises ValueError if malformed."""
-    out: list[tuple[PersistRecord | None, str | None]] = []
+class RumId(NamedTuple):
+    """A one-use name a worker answered (`dns.rumnames.Seen`'s arguments)."""
+
+    ident: str
+    ldns: str
+    ecs: str
+
+
+def rum_id_ops(ident: str, ldns: str, ecs: str) -> bytes:
+    return json.dumps([["rumid", ident, ldns, ecs]]).encode()
+
+
+#: what a Carry asks for: a (persistence record, probe) pair, or a one-use name answered
+Wanted = tuple[PersistRecord | None, str | None] | RumId
+
+
+def read_ops(data: bytes, now: float) -> list[Wanted]:
+    """What a Carry asks for (`Wanted`). Raises ValueError if malformed."""
+    out: list[Wanted] = []
     for op in json.loads(data):
         if op[0] == "persist":
             _, wideip, qtype, network, resolver, pool, members, ttl = op
@@ -84,6 +102,9 @@ def read_ops(data: bytes, now: float) -> list[tuple[PersistRecord | None, str | 
             out.append((PersistRecord(key, str(pool), tuple(str(m) for m in members), now, float(ttl)), None))
         elif op[0] == "probe":
             out.append((None, str(op[1])))
+        elif op[0] == "rumid":
+            _, ident, ldns, ecs = op
+            out.append(RumId(str(ident), str(ldns), str(ecs)))
         else:
             raise ValueError(f"unknown operation {op[0]!r}")
     return out
@@ -101,6 +122,7 @@ def take_counts(stats: QueryStats) -> bytes:
         "rate_limited": [stats.rate_dropped, stats.rate_slipped],
         "answered": [[*key[:4], list(key[4]), n] for key, n in stats.answered.items()],
         "query_log": [stats.query_log_written, stats.query_log_dropped, stats.query_log_failed],
+        "rum_ids": [stats.rum_ids_recorded, stats.rum_ids_rate],
     }
     stats.queries.clear()
     stats.answered.clear()
@@ -111,6 +133,7 @@ def take_counts(stats: QueryStats) -> bytes:
     stats.kept_hits = stats.kept_misses = 0
     stats.rate_dropped = stats.rate_slipped = 0
     stats.query_log_written = stats.query_log_dropped = stats.query_log_failed = 0
+    stats.rum_ids_recorded = stats.rum_ids_rate = 0
     return json.dumps(counts).encode()
 
 
@@ -138,6 +161,9 @@ def add_counts(stats: QueryStats, data: bytes) -> int:
     stats.query_log_written += int(written)
     stats.query_log_dropped += int(dropped)
     stats.query_log_failed += int(failed)
+    recorded, over = counts.get("rum_ids", (0, 0))
+    stats.rum_ids_recorded += int(recorded)
+    stats.rum_ids_rate += int(over)
     for wideip, pool, slot, method, members, n in counts.get("answered", ()):
         stats.answered[(str(wideip), str(pool), str(slot), str(method), tuple(str(m) for m in members))] += int(n)
     return answered

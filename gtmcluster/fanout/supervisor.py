@@ -364,8 +364,11 @@ class Workers(Service):
         except (ValueError, KeyError, TypeError, IndexError, json.JSONDecodeError) as e:
             log.error("answering worker {index} sent a bad Carry: {e}", index=slot.index, e=e)
             return
-        for persist, probe in wanted:
-            self.node.carry_out(persist, probe)
+        for op in wanted:
+            if isinstance(op, feed.RumId):
+                self.node.record_rum_id(op.ident, op.ldns, op.ecs)
+            else:
+                self.node.carry_out(*op)
 
     def _tally(self, slot: _Slot, counts: bytes) -> None:
         try:

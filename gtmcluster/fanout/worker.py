@@ -7,9 +7,10 @@ The node starts it (see `supervisor`) with one UDP socket per DNS address, bound
 SO_REUSEPORT next to the node's own, and one end of the feed. It builds the same `Node` from
 the same config, fills its store from the feed, and answers through the same fast and
 general paths, so it answers as the node does. What its decisions ask for (persistence,
-probes) goes to the node, which writes it; its counters go to the node every second. It
-has no health checks, no prober, no peers, no API: the node does all that. When the feed
-closes (the node stopped or died) it exits.
+probes) and the one-use names it answered (`dns.rumnames`) go to the node, which writes
+them; its counters go to the node every second. It has no health checks, no prober, no
+peers, no API: the node does all that. When the feed closes (the node stopped or died) it
+exits.
 
 With ``dns_server.query_log`` it logs the queries it answers itself, to a file of its own
 (`logfile.worker_path`: ``queries.w1.dnstap`` beside the node's ``queries.dnstap``), with
@@ -71,6 +72,7 @@ class Worker:
         node.health.observers = lambda: self.observers
         node.health.writes = False
         node.delegate = self._carry
+        node.rum_delegate = self._carry_rum_id
         self.protocols: list[DNSDatagramProtocol] = []
         #: the UDP sockets, answered on from the first `State` (sent once every record is here)
         self._fds: list[int] = []
@@ -194,6 +196,10 @@ class Worker:
     def _carry(self, persist: PersistRecord | None, probe: str | None) -> None:
         if self.side is not None:
             self.side.callRemote(feed.Carry, ops=feed.carry_ops(persist, probe))
+
+    def _carry_rum_id(self, ident: str, ldns: str, ecs: str) -> None:
+        if self.side is not None:
+            self.side.callRemote(feed.Carry, ops=feed.rum_id_ops(ident, ldns, ecs))
 
     def _tally(self) -> None:
         if self.side is not None:

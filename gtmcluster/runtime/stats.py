@@ -64,6 +64,10 @@ class QueryStats:
         self.query_log_written = 0
         self.query_log_dropped = 0
         self.query_log_failed = 0
+        #: one-use names (``<id>.rum.<zone>``, `dns.rumnames`) answered and told to the node
+        #: to record, and those answered past their LDNS's bucket (nothing recorded)
+        self.rum_ids_recorded = 0
+        self.rum_ids_rate = 0
 
     def query(self, wideip: str, qtype: str, rcode: str, method: str) -> None:
         self.queries[(wideip, qtype, rcode, method)] += 1

@@ -5,7 +5,8 @@ with one, from the same config, get the same queries from many source ports (so 
 spreads them over the processes): their answers are the same, and every worker answered
 some. Persistence written for a worker's decision holds whoever answers next. A killed
 worker's queries are answered by the node until it is restarted; a reload reaches the
-workers; stopping the node stops them.
+workers; stopping the node stops them. The one-use names a worker answers (`dns.rumnames`)
+are recorded by the node.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def config(address: str, processes: int) -> dict[str, Any]:
     raw = configs.base(address, 5353)
     raw["dns_server"]["processes"] = processes
     raw["wideips"]["gslb.example.test"]["persistence"] = {"ttl": 600, "ipv4_prefix": 24}
+    raw["rum"] = {"targets": {"DC1": "https://dc1.example.net/o"}, "answer": ["192.0.2.10"]}
     return raw
 
 
@@ -108,12 +110,26 @@ def test_every_process_answers_as_one_process_does(nodes: tuple[RunningNode, Run
     )
 
 
-def persist_records(node: RunningNode) -> float:
+def persist_records(node: RunningNode, kind: str = "persist") -> float:
     with urllib.request.urlopen(f"http://{node.address}:8053/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith('gtm_store_records{kind="persist"}'):
+            if line.startswith(f'gtm_store_records{{kind="{kind}"}}'):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def test_one_use_names_any_process_answers_are_recorded_by_the_node(
+    nodes: tuple[RunningNode, RunningNode, Path],
+) -> None:
+    """Each from a fresh source port (any process may answer): TTL 0, the configured
+    address; every id reaches the node's store, those the workers answered through the feed."""
+    multi, _, _ = nodes
+    held = persist_records(multi, "rumid")
+    for i in range(40):
+        wire = dnsclient.query(f"{i:020d}.rum.example.test")
+        reply = dnsclient.parse(dnsclient.udp(wire, multi.server))
+        assert dnsclient.addresses(reply) == ["192.0.2.10"] and reply.answer[0].ttl == 0
+    poll.until(lambda: persist_records(multi, "rumid") == held + 40, 5, "the node's rumid records")
 
 
 def workers_hold_what_the_node_holds(node: RunningNode) -> bool:
