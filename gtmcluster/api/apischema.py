@@ -136,6 +136,16 @@ PEER = obj(
     },
 )
 
+#: client proximity in the node's status (`api.proximityfamilies.coverage`)
+PROXIMITY_COVERAGE = obj(
+    {
+        "sources": array(STRING),
+        "subnets": INTEGER,
+        "populations": INTEGER,
+        "decisions": obj({"client": INTEGER, "population": INTEGER, "ldns": INTEGER, "none": INTEGER}),
+    }
+)
+
 STATUS = RouteDoc(
     "the node: config, state digests, peers, health, admin states, certificates",
     obj(
@@ -161,6 +171,7 @@ STATUS = RouteDoc(
             "bundle": nullable(OBJECT),
             "dnssec_keys": nullable(OBJECT),
             "query_log": nullable(OBJECT),
+            "proximity": PROXIMITY_COVERAGE,
         },
     ),
     "the node's status (`gtmcluster status` reads it from every member)",
