@@ -272,6 +272,23 @@ LDNS = RouteDoc(
     errors={400: "address is not an IP address; limit is not a whole number from 1 to 100000"},
 )
 
+#: which proximity source decided an explained decision (`lb.sourcewhy.explained`)
+EXPLAINED_SOURCE = obj(
+    {
+        "source": nullable(STRING),
+        "name": STRING,
+        "text": STRING,
+        "datacenters": array(
+            obj(
+                {"datacenter": STRING, "rtt_ms": nullable(NUMBER), "ldns_rtt_ms": nullable(NUMBER), "text": STRING},
+                {"from_source": STRING, "age": NUMBER},
+            )
+        ),
+        "passed_over": array(obj({"source": STRING, "reason": STRING})),
+    },
+    {"subject": STRING, "samples": nullable(INTEGER), "scope": INTEGER, "step": STRING},
+)
+
 EXPLAIN = RouteDoc(
     "the decision the node would make for a query, step by step (nothing is recorded)",
     obj(
@@ -302,7 +319,13 @@ EXPLAIN = RouteDoc(
             "admin": array(OBJECT),
             "unhealthy": array(OBJECT),
         },
-        {"pool": nullable(STRING), "method": nullable(STRING), "ttl": nullable(INTEGER), "scope": nullable(INTEGER)},
+        {
+            "pool": nullable(STRING),
+            "method": nullable(STRING),
+            "ttl": nullable(INTEGER),
+            "scope": nullable(INTEGER),
+            "proximity": EXPLAINED_SOURCE,
+        },
     ),
     params={
         "wideip": Param("the name asked: a wide IP's name, an alias, or a name a wildcard wide IP covers"),
