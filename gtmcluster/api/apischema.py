@@ -272,6 +272,41 @@ LDNS = RouteDoc(
     errors={400: "address is not an IP address; limit is not a whole number from 1 to 100000"},
 )
 
+RUM_SUBNET = obj(
+    {"subnet": STRING, "age": NUMBER, "datacenters": map_of(OBJECT)},
+)
+RUM_POPULATION = obj(
+    {"ldns": STRING, "subnets": INTEGER, "n": INTEGER, "rtt_us": map_of(INTEGER), "age": NUMBER},
+    {"members": array(obj({"subnet": STRING, "count": INTEGER, "figures": nullable(RUM_SUBNET)}))},
+)
+
+RUM = RouteDoc(
+    "the client table (issue 36): client subnets' RTT per data center, newest first, and LDNS populations",
+    obj(
+        {**NODE, "sources": array(STRING), "held": obj({"client_figures": INTEGER, "populations": INTEGER})},
+        {
+            "min_samples": nullable(INTEGER),
+            "limit": INTEGER,
+            "subnets": array(RUM_SUBNET),
+            "populations": array(RUM_POPULATION),
+            "truncated": BOOLEAN,
+            "population": nullable(RUM_POPULATION),
+            "subnet": nullable(RUM_SUBNET),
+        },
+    ),
+    params={
+        "limit": Param(
+            "client subnets and populations listed at most, the most recently written first (1 to 1000; 50 by default)"
+        ),
+        "ldns": Param("one LDNS's population, with each of its client subnets and their counts (an IP address)"),
+        "subnet": Param("one client subnet: an address or a network within one /24 (IPv4) or /48 (IPv6)"),
+    },
+    errors={
+        400: "limit is not a whole number from 1 to 1000; ldns is not an IP address; subnet is not an address "
+        "or network, or wider than a /24 or /48",
+    },
+)
+
 #: which proximity source decided an explained decision (`lb.sourcewhy.explained`)
 EXPLAINED_SOURCE = obj(
     {
