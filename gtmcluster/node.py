@@ -305,6 +305,7 @@ class Node:
         self.stats.decisions.observe(time.perf_counter() - started)
         if decision.action is Action.ANSWER:
             self.stats.answered[tally(wideip.name, decision)] += 1
+            self.stats.proximity[decision.proximity] += 1
         return self._carry_out(decision)
 
     def _health_of(self, wideip: str) -> int:

@@ -136,6 +136,16 @@ PEER = obj(
     },
 )
 
+#: client proximity in the node's status (`api.proximityfamilies.coverage`)
+PROXIMITY_COVERAGE = obj(
+    {
+        "sources": array(STRING),
+        "subnets": INTEGER,
+        "populations": INTEGER,
+        "decisions": obj({"client": INTEGER, "population": INTEGER, "ldns": INTEGER, "none": INTEGER}),
+    }
+)
+
 STATUS = RouteDoc(
     "the node: config, state digests, peers, health, admin states, certificates",
     obj(
@@ -161,6 +171,7 @@ STATUS = RouteDoc(
             "bundle": nullable(OBJECT),
             "dnssec_keys": nullable(OBJECT),
             "query_log": nullable(OBJECT),
+            "proximity": PROXIMITY_COVERAGE,
         },
     ),
     "the node's status (`gtmcluster status` reads it from every member)",
@@ -261,6 +272,58 @@ LDNS = RouteDoc(
     errors={400: "address is not an IP address; limit is not a whole number from 1 to 100000"},
 )
 
+RUM_SUBNET = obj(
+    {"subnet": STRING, "age": NUMBER, "datacenters": map_of(OBJECT)},
+)
+RUM_POPULATION = obj(
+    {"ldns": STRING, "subnets": INTEGER, "n": INTEGER, "rtt_us": map_of(INTEGER), "age": NUMBER},
+    {"members": array(obj({"subnet": STRING, "count": INTEGER, "figures": nullable(RUM_SUBNET)}))},
+)
+
+RUM = RouteDoc(
+    "the client table (issue 36): client subnets' RTT per data center, newest first, and LDNS populations",
+    obj(
+        {**NODE, "sources": array(STRING), "held": obj({"client_figures": INTEGER, "populations": INTEGER})},
+        {
+            "min_samples": nullable(INTEGER),
+            "limit": INTEGER,
+            "subnets": array(RUM_SUBNET),
+            "populations": array(RUM_POPULATION),
+            "truncated": BOOLEAN,
+            "population": nullable(RUM_POPULATION),
+            "subnet": nullable(RUM_SUBNET),
+        },
+    ),
+    params={
+        "limit": Param(
+            "client subnets and populations listed at most, the most recently written first (1 to 1000; 50 by default)"
+        ),
+        "ldns": Param("one LDNS's population, with each of its client subnets and their counts (an IP address)"),
+        "subnet": Param("one client subnet: an address or a network within one /24 (IPv4) or /48 (IPv6)"),
+    },
+    errors={
+        400: "limit is not a whole number from 1 to 1000; ldns is not an IP address; subnet is not an address "
+        "or network, or wider than a /24 or /48",
+    },
+)
+
+#: which proximity source decided an explained decision (`lb.sourcewhy.explained`)
+EXPLAINED_SOURCE = obj(
+    {
+        "source": nullable(STRING),
+        "name": STRING,
+        "text": STRING,
+        "datacenters": array(
+            obj(
+                {"datacenter": STRING, "rtt_ms": nullable(NUMBER), "ldns_rtt_ms": nullable(NUMBER), "text": STRING},
+                {"from_source": STRING, "age": NUMBER},
+            )
+        ),
+        "passed_over": array(obj({"source": STRING, "reason": STRING})),
+    },
+    {"subject": STRING, "samples": nullable(INTEGER), "scope": INTEGER, "step": STRING},
+)
+
 EXPLAIN = RouteDoc(
     "the decision the node would make for a query, step by step (nothing is recorded)",
     obj(
@@ -291,7 +354,13 @@ EXPLAIN = RouteDoc(
             "admin": array(OBJECT),
             "unhealthy": array(OBJECT),
         },
-        {"pool": nullable(STRING), "method": nullable(STRING), "ttl": nullable(INTEGER), "scope": nullable(INTEGER)},
+        {
+            "pool": nullable(STRING),
+            "method": nullable(STRING),
+            "ttl": nullable(INTEGER),
+            "scope": nullable(INTEGER),
+            "proximity": EXPLAINED_SOURCE,
+        },
     ),
     params={
         "wideip": Param("the name asked: a wide IP's name, an alias, or a name a wildcard wide IP covers"),

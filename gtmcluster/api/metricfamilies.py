@@ -1,8 +1,9 @@
 """The families of GET /metrics (`api.metrics`), one collector per part of the node: each
 takes the `Scrape` and yields its families, with None between parts of a big one (a
 step). `FAMILIES` lists them in the order of the text; adding a metric is one function here
-(or in `api.upfamilies`, what is up, `api.certfamilies`, certificate expiry, or
-`api.alertfamilies`, webhooks) and its place in that list.
+(or in `api.upfamilies`, what is up, `api.proximityfamilies`, client proximity,
+`api.certfamilies`, certificate expiry, or `api.alertfamilies`, webhooks) and its place in
+that list.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from gtmcluster.api import upfamilies
 from gtmcluster.api.alertfamilies import webhooks
 from gtmcluster.api.certfamilies import certificate_expiry
+from gtmcluster.api.proximityfamilies import proximity_decisions, rum_table
 from gtmcluster.api.scrape import ADD_STEP, Families, Scrape
 from gtmcluster.lb import linkload
 from gtmcluster.runtime.objectstats import object_stats_steps
@@ -437,6 +439,7 @@ FAMILIES: tuple[Families, ...] = (
     dns_queries,
     object_answers,
     decisions,
+    proximity_decisions,
     rate_limited,
     query_log,
     dns_tcp,
@@ -445,6 +448,7 @@ FAMILIES: tuple[Families, ...] = (
     upfamilies.links_up,
     link_traffic,
     ldns_probes,
+    rum_table,
     health_checks,
     peers,
     refused_records,

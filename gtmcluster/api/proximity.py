@@ -10,6 +10,7 @@ from gtmcluster.api.server import ApiError
 from gtmcluster.config.model import WideIP, servers_of
 from gtmcluster.config.traffic import TYPE_NAMES, WIDEIP_TYPES
 from gtmcluster.dnsdata import names
+from gtmcluster.lb import sourcewhy
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.dynamic import PATH_NOTE
 from gtmcluster.lb.pathwhy import datacenter_figures
@@ -17,6 +18,8 @@ from gtmcluster.lb.trace import Step
 from gtmcluster.node import Node
 from gtmcluster.proximity.table import PathInfo
 
+#: what decides the path methods with client sources on (`proximity.sources`)
+CLIENT_NOTE = "RTT is the client subnet's own, else the LDNS's measured clients', else the LDNS's (proximity.sources)"
 #: paths listed by /api/v1/ldns without an address, by default and at most (`limit=`)
 LDNS_LIMIT = 1000
 MAX_LDNS_LIMIT = 100_000
@@ -94,18 +97,24 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         raise ApiError(400, "give ldns=ADDRESS (the asking resolver's address)") from None
     client = Client.from_ldns(ldns)
     subnet = args.get("subnet")
+    trusted = None
     if subnet:
         try:
             network = ipaddress.ip_network(subnet, strict=False)
         except ValueError:
             raise ApiError(400, f"subnet {subnet!r} is not a network") from None
-        if network.prefixlen and ldns in node.responder.ecs_trusted:
+        trusted = ldns in node.responder.ecs_trusted
+        if network.prefixlen and trusted:
             client = Client(network.network_address, network.prefixlen, ldns, True)
     qtype_name = args.get("type", TYPE_NAMES[min(wideip.types)]).upper()
     qtype = WIDEIP_TYPES.get(qtype_name)
     if qtype is None or qtype not in wideip.types:
         raise ApiError(400, f"type {qtype_name} is not answered by {wideip.name}")
     decision = node.balancer.explain(wideip, qtype, client)
+    why = sourcewhy.explained(decision, wideip, node.measurements, client)
+    # the step a client source decided shows that source's figures (beside the LDNS's)
+    deciding = sourcewhy.deciding_step(decision) if why["source"] in ("client", "population") else None
+    paths = PATH_NOTE if node.measurements.clients is None else CLIENT_NOTE
     return {
         "wideip": wideip.name,
         "name": names.to_text(key).rstrip("."),
@@ -113,12 +122,14 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         "client": {
             "ldns": str(ldns),
             "subnet": subnet or None,
-            "keys": "topology and persistence use the client subnet (persistence together with the LDNS); " + PATH_NOTE
+            "keys": "topology and persistence use the client subnet (persistence together with the LDNS); " + paths
             if client.from_ecs
             else "the client subnet is ignored: the LDNS is not in dns_server.ecs_trusted; "
             "topology, persistence and paths all use the LDNS address"
             if subnet
             else "topology, persistence and paths all use the LDNS address",
+            # with a subnet: whether the LDNS is one whose client subnet is taken
+            "ecs_trusted": trusted,
         },
         "action": decision.action.value,
         "answer": [str(a) for a in decision.addresses] + [t.text for t in decision.targets],
@@ -128,15 +139,22 @@ def explain(node: Node, args: Mapping[str, str]) -> dict[str, Any]:
         "ttl": decision.ttl,
         "scope": decision.scope,
         "probe_requested": decision.probe is not None,
-        "trace": [step_json(s, wideip, node, str(ldns)) for s in decision.trace],
+        "trace": [
+            step_json(s, wideip, node, str(ldns), why["datacenters"] if s is deciding else None) for s in decision.trace
+        ],
+        # which proximity source decided, each data center's RTT from it beside the LDNS's
+        "proximity": why,
         "admin": admin_out(node, wideip),
         "unhealthy": health_out(node, wideip),
     }
 
 
-def step_json(s: Step, wideip: WideIP, node: Node, ldns: str) -> dict[str, Any]:
+def step_json(
+    s: Step, wideip: WideIP, node: Node, ldns: str, rows: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """One step of the trace; a path-based method's (rtt, completion_rate, hops, qos) with
-    each data center's figure, read now as the method read it (`lb.pathwhy`)."""
+    each data center's figure, read now as the method read it (`lb.pathwhy`), or *rows*:
+    those of the client source that decided it (`lb.sourcewhy`)."""
     out: dict[str, Any] = {
         "subject": s.subject,
         "slot": s.slot,
@@ -147,7 +165,7 @@ def step_json(s: Step, wideip: WideIP, node: Node, ldns: str) -> dict[str, Any]:
         "note": s.note,
         "text": s.describe(),
     }
-    figures = datacenter_figures(s, wideip, node.measurements, ldns)
+    figures = rows if rows is not None else datacenter_figures(s, wideip, node.measurements, ldns)
     if figures is not None:
         out["datacenters"] = figures
     return out

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from gtmcluster.api import admin, apischema, groupconfig, guard, openapi, proximity, token
+from gtmcluster.api import admin, apischema, groupconfig, guard, openapi, proximity, rum, token
 from gtmcluster.api.audit import Auditor, Caller, admin_change
 from gtmcluster.api.auditlog import PARAMS as AUDIT_PARAMS
 from gtmcluster.api.auditlog import audit_route
@@ -200,6 +200,14 @@ def routes(
             ("address", "limit"),
             role="viewer",
             doc=apischema.LDNS,
+        ),
+        Route(
+            "GET",
+            "/api/v1/rum",
+            lambda a, p: rum.rum_table(node, a),
+            ("limit", "ldns", "subnet"),
+            role="viewer",
+            doc=apischema.RUM,
         ),
         Route(
             "GET",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gtmcluster.api.admin import admin_states
+from gtmcluster.api.proximityfamilies import coverage
 from gtmcluster.node import Node
 from gtmcluster.runtime.slices import Steps, whole
 from gtmcluster.sync import commands
@@ -102,6 +103,8 @@ def status_steps(node: Node, replicator: Replicator, now: float) -> Steps[dict[s
         "peers": peers,
         # the query log (dns_server.query_log), None when off: queries written and dropped
         "query_log": _query_log(node),
+        # client proximity (issue 36): the client table's size and the answers by source
+        "proximity": coverage(node),
         "health": {
             "virtual_servers": servers,
             "links": {

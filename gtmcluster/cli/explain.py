@@ -1,6 +1,11 @@
-"""`gtmcluster explain --config FILE --node N WIDEIP --ldns ADDR [--subnet CIDR]`: how a
+"""`gtmcluster explain --config FILE --node N WIDEIP --client ADDR [--ecs CIDR]`: how a
 running node would answer that asker now, and why: every method tried, its candidates,
-scores and result. Nothing changes on the node (no rotation advances, nothing recorded).
+scores and result, and which proximity source decided (client RUM, client probe, LDNS
+population, LDNS) with each data center's RTT from it beside the LDNS's own. ``--client``
+is the address the query comes from (the LDNS; ``--ldns`` is the same option), ``--ecs``
+an EDNS client subnet it sends (``--subnet``), taken only from a resolver in
+``dns_server.ecs_trusted`` (the output says when it is not). Nothing changes on the node
+(no rotation advances, nothing recorded).
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ EXPLAINED = Obj(
         "name": object,
         "admin": ListOf(Obj({"virtual_server": object, "admin": object, "reason": object})),
         "unhealthy": ListOf(Obj({"virtual_server": object, "health": object, "reason": object})),
+        # (which proximity source decided: nodes of issue 36 and later)
+        "proximity": Obj(
+            {
+                "name": object,
+                "text": object,
+                "datacenters": ListOf(Obj({"text": object})),
+                "passed_over": ListOf(Obj({"source": object, "reason": object})),
+            }
+        ),
     },
 )
 
@@ -44,8 +58,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--config", "-c", required=True, metavar="FILE")
     p.add_argument("--node", "-n", metavar="NAME", help="the member to ask (optional with one member)")
     p.add_argument("wideip")
-    p.add_argument("--ldns", required=True, metavar="ADDRESS", help="the asking resolver's address")
-    p.add_argument("--subnet", metavar="CIDR", help="an EDNS client subnet sent with the query")
+    p.add_argument(
+        "--client", "--ldns", dest="ldns", required=True, metavar="ADDRESS", help="the asking resolver's address"
+    )
+    p.add_argument(
+        "--ecs",
+        "--subnet",
+        dest="subnet",
+        metavar="CIDR",
+        help="an EDNS client subnet sent with the query (taken from a resolver in dns_server.ecs_trusted)",
+    )
     p.add_argument("--type", default=None, choices=("A", "AAAA", "CNAME", "MX", "SRV", "NAPTR"))
     p.add_argument("--json", action="store_true", help="the API's JSON")
     add_token_argument(p)
@@ -56,6 +78,8 @@ def render(e: dict[str, Any]) -> str:
     asker = f"LDNS {e['client']['ldns']}" + (
         f", client subnet {e['client']['subnet']}" if e["client"]["subnet"] else ""
     )
+    if e["client"]["subnet"] and e["client"].get("ecs_trusted") is False:
+        asker += " (not trusted from this LDNS: ignored)"
     asked = e["wideip"]
     if e.get("name", asked) != asked:  # an alias, or a name a wildcard answers
         asked = f"{e['name']} (wide IP {e['wideip']})"
@@ -63,6 +87,10 @@ def render(e: dict[str, Any]) -> str:
     for step in e["trace"]:
         lines.append(f"  {step['text']}")
         lines.extend(f"    {dc['text']}" for dc in step.get("datacenters", ()))
+    proximity = e.get("proximity")
+    if proximity is not None:
+        lines.append(f"  proximity: {proximity['text']}")  # (the figures: under the step that decided)
+        lines.extend(f"    passed over {p['source']}: {p['reason']}" for p in proximity["passed_over"])
     for out in e.get("admin", ()):
         lines.append(f"  virtual server {out['virtual_server']} out by admin state {out['admin']}: {out['reason']}")
     for out in e.get("unhealthy", ()):

@@ -19,6 +19,7 @@ from gtmcluster.cli import (
     ldns,
     logs,
     replay,
+    rum,
     stats,
     status,
     users,
@@ -41,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     stats.add_parser(sub)
     logs.add_parser(sub)
     replay.add_parser(sub)
+    rum.add_parser(sub)
     status.add_parser(sub)
     users.add_parser(sub)
     admin.add_parser(sub)  # enable, disable, drain

@@ -116,6 +116,10 @@ class Context:
     #: the client source a path method took its figures from (`proximity.clients.Chosen`:
     #: source, scope, figures), None when the LDNS's own paths decided
     proximity: Any = None
+    #: the proximity source of the last path method run (``client``, ``population``,
+    #: ``ldns``; "" for other methods): the engine takes it from the method that decided
+    #: into `Decision.proximity`
+    source: str = ""
     #: set when the decision took a turn of a rotation or a random draw: the next query may
     #: get another answer, so the decision must not be reused
     varies: bool = False

@@ -62,6 +62,7 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], li
     ldns = str(ctx.client.ldns)
     best: dict[str, Any] = {}
     if (chosen := _client_source(cands, ctx)) is not None:
+        ctx.source = chosen.source
         for c in cands:
             for dc in c.datacenters:
                 figure = chosen.figures[dc]
@@ -70,6 +71,7 @@ def _paths(cands: Sequence[Candidate], ctx: Context) -> tuple[dict[str, Any], li
                 if held is None or figure.rtt_us < held.rtt_us:
                     best[c.name] = figure
         return best, []
+    ctx.source = "ldns"
     waiting: set[str] = set()
     for c in cands:
         for dc in sorted(c.datacenters):
@@ -160,6 +162,7 @@ def _by_path(key: Callable[[Any], float | None], higher_better: bool, what: str)
             return early
         m = ctx.measurements
         ldns = str(ctx.client.ldns)
+        ctx.source = "ldns"  # (a client figure is an RTT alone)
         values: dict[str, float] = {}
         waiting: set[str] = set()
         for c in cands:
@@ -306,7 +309,9 @@ def qos(cands: Sequence[Candidate], ctx: Context, slot: Slot) -> Ranking:
         return early
     w = slot.qos
     paths, waiting = _paths(cands, ctx)
-    if waiting and (w.rtt or w.hops or w.completion_rate):
+    if not (w.rtt or w.hops or w.completion_rate):
+        ctx.source = ""  # (the paths weigh nothing)
+    elif waiting:
         return Ranking((), note=_missing(waiting, ctx))
     parts: dict[str, dict[str, float]] = {c.name: {} for c in cands}
 

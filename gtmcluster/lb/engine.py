@@ -41,6 +41,7 @@ from gtmcluster.lb.context import (
     Rotations,
 )
 from gtmcluster.lb.methods import METHODS, Slot
+from gtmcluster.lb.ranking import Ranking
 from gtmcluster.lb.trace import Action, Decision, Step
 from gtmcluster.state.admin import DISABLED, ENABLED, AdminState
 from gtmcluster.state.persistence import PersistKey, PersistRecord
@@ -56,6 +57,9 @@ class _Run:
     rtype: int  # the type answered: only servers answering it are candidates
     steps: list[Step] = field(default_factory=list)
     scope: int = 0
+    #: the proximity source of the wide IP's `pool_lb`, when a path method ranked the pools
+    #: (the answer's, unless the answering pool's own method read paths)
+    source: str = ""
     #: operators' admin states of pools, pool members and wide IPs, by "<level>/<name>"
     #: (usually empty: then nothing is looked up)
     admin: Mapping[str, AdminState] = field(default_factory=dict)
@@ -71,6 +75,12 @@ class _Run:
             action, scope=self.scope, trace=tuple(self.steps), probe=probe, varies=ctx.varies, until=ctx.until, **fields
         )
 
+    def rank(self, method: str, candidates: Any, slot: Slot) -> Ranking:
+        """*method*'s ranking of *candidates*, with the proximity source it read paths by
+        left in the context (`Context.source`, "" for a method that reads none)."""
+        self.ctx.source = ""
+        return METHODS[method](candidates, self.ctx, slot)
+
 
 @dataclass(frozen=True, slots=True)
 class _PoolOutcome:
@@ -80,6 +90,8 @@ class _PoolOutcome:
     method: str = ""
     slot: str = ""
     targets: tuple[RecordTarget, ...] = ()
+    #: the proximity source of the method that chose (`Decision.proximity`)
+    source: str = ""
 
 
 _FULL = Prefixes(32, 128)
@@ -181,6 +193,7 @@ class Balancer:
             return self._failure(wideip, run)
         if outcome.action is not Action.ANSWER:
             return run.decision(outcome.action, method=outcome.method)
+        source = outcome.source or (run.source if outcome.members else "")
         assert ref is not None
         pool = ref.pool
         record = None
@@ -197,6 +210,7 @@ class Balancer:
             persist=record,
             method=outcome.method,
             slot=outcome.slot,
+            proximity=source,
         )
 
     def _failure(self, wideip: WideIP, run: _Run) -> Decision:
@@ -334,7 +348,8 @@ class Balancer:
             slot = Slot(
                 ("wideip", wideip.name, "pool_lb"), wideip.persistence.prefixes if wideip.persistence else _FULL
             )
-            ranking = METHODS[wideip.pool_lb](available, run.ctx, slot)
+            ranking = run.rank(wideip.pool_lb, available, slot)
+            run.source = run.ctx.source if ranking.order else ""
             order = ranking.order  # type: ignore[assignment]
             run.scope = max(run.scope, ranking.scope)
             run.steps.append(
@@ -398,7 +413,7 @@ class Balancer:
                 continue
             slot = Slot(("pool", pool.name, slot_name), pool.static_persist, pool.rtt_tolerance, pool.qos)
             candidates, impl, ramp_note = self._slow_start(method, members, run)
-            ranking = METHODS[impl](candidates, run.ctx, slot)
+            ranking = run.rank(impl, candidates, slot)
             run.scope = max(run.scope, ranking.scope)
             # (a CNAME RRset holds one record, RFC 2181 10.1: whatever max_answers says)
             chosen = ranking.order[: 1 if run.rtype == TYPE_CNAME else pool.max_answers]
@@ -409,7 +424,7 @@ class Balancer:
             if chosen:
                 picked = tuple(c for c in chosen if isinstance(c, PoolMember))
                 addresses, targets = _records(tuple(m.vs for m in picked))
-                return _PoolOutcome(Action.ANSWER, picked, addresses, method, counted, targets)
+                return _PoolOutcome(Action.ANSWER, picked, addresses, method, counted, targets, run.ctx.source)
         return _PoolOutcome(Action.NOTHING)
 
 

@@ -72,6 +72,14 @@ class Decision:
     varies: bool = False
     #: it holds, all else equal, until this moment of the node's clock (see lb.cache)
     until: float = math.inf
+    #: the proximity source whose figures decided (`SOURCES`): ``client`` (the ECS client
+    #: subnet's own RTT), ``population`` (the LDNS's measured clients), ``ldns`` (the LDNS's
+    #: own paths); "" when no path method decided (static methods, load, persistence)
+    proximity: str = ""
+
+
+#: the proximity sources a decision names (`Decision.proximity`), "" aside
+SOURCES = ("client", "population", "ldns")
 
 
 def tally(wideip: str, decision: Decision) -> Tally:

@@ -180,6 +180,8 @@ class Store:
             index = self._index.get(kind)
             if index is None:
                 index = self._index[kind] = {}
+            if old is not None:  # (to the end: the index is in the order of writes, see `newest`)
+                del index[key]
             index[key] = record
             parent = key[: key.rfind("/") + 1]
             siblings = self._children.get(parent)
@@ -421,6 +423,24 @@ class Store:
         for record in held:
             if record.key.startswith(prefix) and record.value is not None and record.live(now):
                 yield record
+
+    def newest(self, kind: str, limit: int, skip: Callable[[Record], bool] | None = None) -> list[Record]:
+        """Up to *limit* live, non-deleted records of *kind* (one the store indexes: not a
+        numerous one, see `scan`), the most recently written on this node first, passing
+        over those *skip* says. The cost is the records looked at (those returned, skipped,
+        deleted or ended), not what the kind holds."""
+        out: list[Record] = []
+        index = self._index.get(kind)
+        if not index or limit <= 0:
+            return out
+        now = self.clock()
+        for record in reversed(index.values()):
+            if record.value is None or not record.live(now) or (skip is not None and skip(record)):
+                continue
+            out.append(record)
+            if len(out) >= limit:
+                break
+        return out
 
     def kinds(self) -> dict[str, int]:
         """Records held (tombstones too) by kind, the key's first segment."""

@@ -257,7 +257,28 @@ function renderTiles() {
       certs.map(([k, c]) => `${words[k] || k} ${c.days_left} d (${c.not_after.slice(0, 10)})`).join(" · ")));
   }
   if (data.ldns) tiles.push(tile("ok", "Proximity", `${data.ldns.ldns.length} LDNS`, "measured paths in the table"));
+  const rum = clientCoverage(s.proximity);
+  if (rum) tiles.push(rum);
   $("tiles").replaceChildren(...tiles);
+}
+
+// Client proximity (RUM): the client table's size and the share of answers each source
+// decided (those this node decided anew: reuses of a kept decision are not counted again).
+const SOURCE_NAMES = { client: "client", population: "LDNS population", ldns: "LDNS", none: "no paths" };
+function clientCoverage(p) {
+  if (!p || !(p.sources || []).some((s) => s !== "ldns")) return null; // client sources off
+  const decided = p.decisions || {};
+  const total = Object.values(decided).reduce((a, b) => a + b, 0);
+  const share = (n) => (total ? Math.round((100 * n) / total) : 0);
+  const parts = Object.keys(SOURCE_NAMES).filter((k) => decided[k]).map((k) => `${SOURCE_NAMES[k]} ${share(decided[k])} %`);
+  const el = tile(p.subnets || p.populations ? "ok" : "unk", "Client proximity",
+    `${p.subnets} client figures · ${p.populations} LDNS populations`,
+    total ? `answers decided by ${parts.join(" · ")}` : "no answers decided yet");
+  el.dataset.rum = "coverage";
+  el.dataset.subnets = String(p.subnets);
+  el.dataset.populations = String(p.populations);
+  for (const k of Object.keys(SOURCE_NAMES)) el.dataset[`share${k[0].toUpperCase()}${k.slice(1)}`] = String(share(decided[k] || 0));
+  return el;
 }
 
 // the group's config generation a member runs (config sync), and a newer one it holds

@@ -1,0 +1,71 @@
+"""The families of GET /metrics about client proximity (issue 36; `api.metricfamilies.FAMILIES`
+lists them): the answers decided anew by the proximity source that decided them, and what the
+store holds of the client table (client subnets' figures, LDNS populations), from its counts
+by kind (no walk over the table)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gtmcluster.api.scrape import Scrape
+from gtmcluster.lb.trace import SOURCES
+from gtmcluster.node import Node
+from gtmcluster.state.keys import CLIENT, POP
+
+#: the metric's label for a decision that no path method made (`Decision.proximity` "")
+NONE = "none"
+
+
+def by_source(counts: Mapping[str, int]) -> dict[str, int]:
+    """The node's answers decided anew by source (`QueryStats.proximity`), every source named
+    (0 where none), "" as `NONE`."""
+    return {source: counts.get(source, 0) for source in SOURCES} | {NONE: counts.get("", 0)}
+
+
+def held(kinds: Mapping[str, int]) -> dict[str, int]:
+    """Client subnet records (one per subnet and data center measured) and LDNS populations
+    the store holds (its count by kind: tombstones too, until they end)."""
+    return {"subnets": kinds.get(CLIENT[:-1], 0), "populations": kinds.get(POP[:-1], 0)}
+
+
+def coverage(node: Node) -> dict[str, Any]:
+    """What the dashboard shows of client proximity (in /api/v1/status): the table's size,
+    the answers by source, and the sources in the config's order."""
+    return {
+        "sources": list(node.config.proximity.sources),
+        **held(node.store.kinds()),
+        "decisions": by_source(node.stats.proximity),
+    }
+
+
+def proximity_decisions(scrape: Scrape) -> Iterator[Metric | None]:
+    """Answers by the proximity source that decided them."""
+    decided = CounterMetricFamily(
+        "gtm_proximity_decisions",
+        "wide IP answers this node decided anew (answers reused from a kept decision are not counted again), "
+        "by the proximity source that decided: client (the ECS client subnet's own RTT, from browsers or probes), "
+        "population (the LDNS's measured clients), ldns (the LDNS's own paths), none (a method that reads no paths)",
+        labels=["source"],
+    )
+    for source, n in by_source(scrape.node.stats.proximity).items():
+        decided.add_metric([source], n)
+    yield decided
+
+
+def rum_table(scrape: Scrape) -> Iterator[Metric | None]:
+    """The client table the store holds."""
+    figures = held(scrape.node.store.kinds())
+    yield GaugeMetricFamily(
+        "gtm_rum_subnets",
+        "client subnet figures held: one per client subnet (/24 or /48) and data center measured, "
+        "from browsers' beacons or probes",
+        value=figures["subnets"],
+    )
+    yield GaugeMetricFamily(
+        "gtm_rum_populations",
+        "LDNS populations held: resolvers tied to the client subnets they serve",
+        value=figures["populations"],
+    )
