@@ -22,7 +22,6 @@ from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.rumnames import IdLimiter, OneUseNames
 from gtmcluster.dns.transfer import PER_TURN, Transfers
-from gtmcluster.dnsdata import names
 from gtmcluster.dnssec.answers import zone_signing
 from gtmcluster.health.index import HealthIndex, index_of
 from gtmcluster.health.status import record_keys
@@ -191,20 +190,9 @@ class Node:
         ``rum.zone`` (default: the first wide IP's zone) and every zone with a wide IP; None
         when ``rum`` is off or names no zone we serve."""
         rum = config.rum
+        bases = list(config.rum_zones)
         if rum is None:
             return None
-        bases: list[tuple[bytes, ...]] = []
-        if rum.zone is not None:
-            try:
-                base = names.key(names.from_text(rum.zone))
-            except names.BadName:
-                base = None
-            if base is not None and config.zones.find(base) is not None:
-                bases.append(base)
-        for wideip in config.wideips.values():
-            zone = config.zones.find(wideip.labels)
-            if zone is not None:
-                bases.append(zone.origin_key)
         if not bases:
             return None
         answer = rum.answer

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -72,6 +73,16 @@ class AnsweringWorkers(Protocol):
     def describe(self) -> list[dict[str, Any]]: ...
 
 
+@dataclass(frozen=True)
+class RumCounts:
+    """The counts of a member's RUM listener (for /metrics): beacons by result ("kept", or
+    why refused), beacons' ids by what became of them, and the ids awaiting their record."""
+
+    beacons: Mapping[str, int]
+    ties: Mapping[str, int]
+    pending: Callable[[], int]
+
+
 class NodeService(MultiService):
     """The node: its parts as services, and the reload that swaps its config.
 
@@ -104,6 +115,7 @@ class NodeService(MultiService):
         heap: HeapKeeper | None = None,
         lag: ReactorLag | None = None,
         history: History | None = None,
+        rum: RumCounts | None = None,
         node_log: NodeLog | None = None,
         group_config: Callable[[NodeService], GroupConfig[ConfigSync]] | None = None,
         audit_log: AuditFile | None = None,
@@ -136,6 +148,9 @@ class NodeService(MultiService):
         #: the node's audit log (gtmcluster.nodelog.audit), when the tap made one: the API
         #: records every write there, and refuses one it cannot record
         self.audit_log = audit_log
+        #: what the member's RUM listener and its join counted, when it has a listener
+        #: (``members[].rum``; `gtmcluster.rum.listener`, `proximity.rumjoin`)
+        self.rum = rum
         self._previous_hup: Any = None
         self._reload_lock = defer.DeferredLock()
         #: the config file run now: the node's own (`config_path`), or a bundle's

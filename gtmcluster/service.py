@@ -45,12 +45,17 @@ from gtmcluster.nodeparts import (
     Reconfigurable,
     SyncGroupPart,
 )
-from gtmcluster.nodeservice import NodeService
+from gtmcluster.nodeservice import NodeService, RumCounts
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.rumjoin import RumJoin
 from gtmcluster.proximity.scheduler import ProbeScheduler
+from gtmcluster.rum import part as rum_part
+from gtmcluster.rum import tls as rum_tls
+from gtmcluster.rum.listener import RumSite
+from gtmcluster.rum.tls import RumTLS
 from gtmcluster.runtime import heap
 from gtmcluster.runtime.reactorlag import ReactorLag
 from gtmcluster.runtime.reactors import Runtime, Socket
@@ -80,6 +85,10 @@ class Sockets:
     api: socket.socket | None = None
     #: the API's own token (kept in state_dir), for when the config sets none
     api_token: str | None = None
+    #: the member's public listener of browsers' beacons (``members[].rum``), and its own
+    #: certificate and key (``rum.tls``) read by the tap
+    rum: socket.socket | None = None
+    rum_tls: tuple[bytes, bytes] | None = None
 
 
 class CloseOnStop(Service):
@@ -273,6 +282,9 @@ def make_service(
     if workers is not None:
         parts.append(workers)
     parts.append(AlertsPart(alerts))
+    rum, rum_counts = None, None
+    if sockets.rum is not None:
+        rum, rum_counts = rum_listener(node, sockets.rum, sockets.rum_tls, reactor, parts)
 
     def read_credentials(new: Config) -> defer.Deferred[Credentials]:
         """This member's TLS files of *new*, read and checked off the reactor thread."""
@@ -306,6 +318,7 @@ def make_service(
         node_log=node_log,
         group_config=group_config,
         audit_log=audit_log,
+        rum=rum_counts,
     )
     top.config_listeners.append(alerts.config_ran)
     alerts.expiries = lambda: [(e.certificate, e.serial, e.timestamp) for e in expiries(top)]
@@ -321,7 +334,24 @@ def make_service(
         api = AdoptedPort(reactor, sockets.api, factory, what)
         api.setName("api")
         api.setServiceParent(top)
+    if rum is not None:
+        rum.setServiceParent(top)
     return top
+
+
+def rum_listener(
+    node: Node, sock: socket.socket, pems: tuple[bytes, bytes] | None, reactor: Any, parts: list[Reconfigurable]
+) -> tuple[AdoptedPort, RumCounts]:
+    """The member's public RUM listener on *sock* (HTTPS with *pems*, ``rum.tls``): beacons
+    kept by the node's join (`proximity.rumjoin`), retuned by a reload (`rum.part.RumPart`)."""
+    join = RumJoin(node.store, node.member.name, lambda: node.config.rum, reactor.callLater)
+    site = RumSite(rum_part.settings_of(node.config), join.keep, reactor)
+    tls = RumTLS(*pems) if pems is not None else None
+    factory: Any = site if tls is None else rum_tls.wrap(site, tls, reactor)
+    parts.append(rum_part.RumPart(site, tls, rum_part.read_tls))
+    port = AdoptedPort(reactor, sock, factory, "HTTPS RUM listener" if tls else "HTTP RUM listener")
+    port.setName("rum")
+    return port, RumCounts(site.beacons, join.counts, lambda: len(join.pending))
 
 
 class AdoptedPort(Service):

@@ -23,6 +23,7 @@ from gtmcluster.groupconfig import shared
 from gtmcluster.probe.base import IcmpUnavailable
 from gtmcluster.probe.icmp import IcmpPinger, open_pinger
 from gtmcluster.probe.kinds import needs_pinger
+from gtmcluster.rum.part import read_tls
 from gtmcluster.runtime import heap, private, sockets
 from gtmcluster.sync.tls import CredentialError, Credentials, load_credentials
 
@@ -63,6 +64,7 @@ class Options(usage.Options):
     listeners: list[sockets.Listener]
     peer_socket: socket.socket | None
     api_socket: socket.socket | None
+    rum_socket: socket.socket | None
     api_token: str
     credentials: Credentials | None
     pinger: IcmpPinger | None
@@ -106,6 +108,8 @@ class Options(usage.Options):
         self.credentials = None
         self.peer_socket = None
         self.api_socket = None
+        self.rum_socket = None
+        self.rum_tls: tuple[bytes, bytes] | None = None
         self.pinger = None
         self.listeners = []
         try:
@@ -117,6 +121,9 @@ class Options(usage.Options):
             if len(members) > 1:
                 self.peer_socket = sockets.bind_tcp(member.peer, "sync group peers")
             self.api_socket = sockets.bind_tcp(member.api, "the HTTP API")
+            if member.rum is not None:
+                self.rum_tls = read_tls(config.rum)
+                self.rum_socket = sockets.bind_tcp(member.rum, "the RUM listener")
             if uses_icmp(config):
                 from twisted.internet import reactor
 
@@ -131,11 +138,14 @@ class Options(usage.Options):
         except IcmpUnavailable as e:
             self._release()
             raise usage.UsageError(f"icmp monitors cannot run: {e}") from None
+        except OSError as e:
+            self._release()
+            raise usage.UsageError(f"the RUM listener's certificate (rum.tls): {e}") from None
 
     def _release(self) -> None:
         for listener in self.listeners:
             listener.close()
-        for sock in (self.peer_socket, self.api_socket):
+        for sock in (self.peer_socket, self.api_socket, self.rum_socket):
             if sock is not None:
                 sock.close()
 
@@ -162,6 +172,8 @@ def makeService(options: Options) -> Any:
             options.pinger,
             options.api_socket,
             options.api_token,
+            options.rum_socket,
+            options.rum_tls,
         ),
         options["config"],
         NodeLog(options.loaded.log_dir, options["node"], reactor.seconds, call_from_thread=threads.callFromThread),

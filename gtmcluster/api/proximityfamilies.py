@@ -69,3 +69,42 @@ def rum_table(scrape: Scrape) -> Iterator[Metric | None]:
         "LDNS populations held: resolvers tied to the client subnets they serve",
         value=figures["populations"],
     )
+
+
+def rum_listener(scrape: Scrape) -> Iterator[Metric | None]:
+    """The member's RUM listener: beacons by result, their ids, the one-use names recorded."""
+    stats = scrape.node.stats
+    ids = CounterMetricFamily(
+        "gtm_rum_ids",
+        "one-use names (<id>.rum.<zone>) this node answered, by whether it recorded the LDNS that asked "
+        "(recorded) or its LDNS /24 was over its rate (rate)",
+        labels=["result"],
+    )
+    ids.add_metric(["recorded"], stats.rum_ids_recorded)
+    ids.add_metric(["rate"], stats.rum_ids_rate)
+    yield ids
+    rum = scrape.service.rum
+    if rum is None:
+        return
+    beacons = CounterMetricFamily(
+        "gtm_rum_beacons",
+        "beacons posted to this member's RUM listener, by result: kept, or the reason it was refused "
+        "(malformed, too_large, unknown_dc, bad_value, bad_id, refused_source, rate)",
+        labels=["result"],
+    )
+    for result, n in sorted(rum.beacons.items()):
+        beacons.add_metric([result], n)
+    yield beacons
+    ties = CounterMetricFamily(
+        "gtm_rum_ties",
+        "kept beacons' ids by what became of them: tied to the LDNS that resolved it (tied, tied_later once "
+        "its record arrived), spent (used before), expired or dropped unresolved, ecs_differs (tied although "
+        "the resolver's client subnet did not hold the beacon's)",
+        labels=["result"],
+    )
+    for result, n in sorted(rum.ties.items()):
+        ties.add_metric([result], n)
+    yield ties
+    yield GaugeMetricFamily(
+        "gtm_rum_pending_ids", "kept beacons' ids awaiting the record of who resolved them", value=rum.pending()
+    )

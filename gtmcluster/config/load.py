@@ -191,6 +191,11 @@ def build(file: str, parsed: yamlchild.Parsed, own_dir: Path | None = None) -> s
     prober = probersettings.read(r, top)
     alerts = alert_settings.read(r, top, resolve)
     rum_settings, proximity = rum.read(r, top, datacenters, resolve)
+    if rum_settings is None and not top.has("rum"):
+        for i, member in enumerate(sync_group.members):
+            if member.rum is not None:
+                where = ("sync_group", "members", i, "rum")
+                r.error(where, f"{member.name} has a RUM listener but the config has no rum section (its targets)")
     log_dir = resolve(top.string("log_dir", "var/log") or "var/log")
     dns_server = _dns_server(r, top, resolve, log_dir)
     persistence = _persistence(r, top)

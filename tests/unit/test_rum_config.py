@@ -91,6 +91,7 @@ def _member_rum(value: Any) -> Any:
             "out of range",
         ),
         (_member_rum("not an address"), "sync_group.members[0].rum", ""),
+        (_member_rum("127.0.0.1:8443"), "sync_group.members[0].rum", "no rum section"),
     ],
 )
 def test_a_bad_rum_setting_is_one_clear_problem(tmp_path: Path, mutation: Any, path: str, fragment: str) -> None:

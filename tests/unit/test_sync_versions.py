@@ -87,8 +87,9 @@ def count_commands(
 
 def test_versions_and_the_schemas_they_take() -> None:
     """Version 5 is the newest (client proximity's records; version 4 brought links'
-    traffic records, version 3 config sync's commands); a member of version 1 refuses the admin levels other than vs (as the
-    version-1 code did: only admin/vs/<vs> was known), tombstones too."""
+    traffic records, version 3 config sync's commands); a member of version 1 refuses the
+    admin levels other than vs (as the version-1 code did: only admin/vs/<vs> was known),
+    tombstones too."""
     assert commands.PROTOCOL_VERSION == 5
     assert schema.NEWEST_VERSION == 5
     assert commands.MIN_PROTOCOL_VERSION == 1
