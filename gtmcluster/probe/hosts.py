@@ -38,12 +38,14 @@ class HostProber:
         *,
         sockets: SocketFactory = socket.socket,
         source: IPAddress | None = None,
+        ports: tuple[int, ...] = PORTS,
     ) -> None:
         def prober(protocols: tuple[str, ...], port: int) -> PathProber:
             return PathProber(reactor, protocols, timeout, pinger, dns_port=port, sockets=sockets, source=source)
 
-        first, *rest = PORTS
-        #: a prober per port (`PORTS`), icmp riding with the first
+        first, *rest = ports
+        self._ports = ports
+        #: a prober per port, icmp riding with the first
         self._steps = [prober(("icmp", "tcp"), first), *(prober(("tcp",), port) for port in rest)]
 
     def probe(self, host: IPAddress) -> Deferred[Sample]:
@@ -56,7 +58,7 @@ class HostProber:
             if index >= len(self._steps):
                 out.callback(Sample(False, 0, 0, "", "all protocols failed: " + "; ".join(failures)))
                 return
-            port = PORTS[index]
+            port = self._ports[index]
 
             def judged(sample: Sample) -> None:
                 if sample.ok:
