@@ -9,8 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.support.probeservers import closed_port
-from tests.support.runpath import ROOT
+from tests.support.probeservers import ROOT, closed_port
 
 SCRIPT = textwrap.dedent(
     """
@@ -37,7 +36,12 @@ SCRIPT = textwrap.dedent(
 
 def probe(*ports: int) -> list[object]:
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(list(ports))], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", SCRIPT, json.dumps(list(ports))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     result: list[object] = json.loads(out.stdout.strip().splitlines()[-1])[0]
