@@ -30,7 +30,8 @@ from gtmcluster.lb.cache import DecisionCache, Entry
 from gtmcluster.lb.context import Availability, Client, PersistenceView, Rotations
 from gtmcluster.lb.engine import Balancer
 from gtmcluster.lb.trace import Action, Decision, tally
-from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.budget import Budget, request_ttl
+from gtmcluster.proximity.clientrequests import ClientRequests
 from gtmcluster.proximity.clients import ID, ClientSources
 from gtmcluster.proximity.scheduler import request
 from gtmcluster.proximity.table import PATH_KIND, Measurements
@@ -38,7 +39,7 @@ from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state import keys, persistence
 from gtmcluster.state.persistence import PersistRecord, StorePersistence
 from gtmcluster.state.record import Record
-from gtmcluster.state.schema import MAX_CLIENT_TTL
+from gtmcluster.state.schema import KINDS, MAX_CLIENT_TTL
 from gtmcluster.state.store import Store
 
 
@@ -82,6 +83,7 @@ def make_balancer(
         config.proximity.sources,
         rum.min_samples if rum else 1,
         float(rum.sample_ttl if rum else MAX_CLIENT_TTL),
+        config.proximity.client_probe.enabled,
     )
     datacenters = frozenset(m.datacenter for m in config.sync_group.members)
     measurements = Measurements(store, config.prober, ready, datacenters, clients)
@@ -113,7 +115,7 @@ class Node:
         #: told when `ready` changes (the answering workers follow it)
         self.ready_listeners: list[Callable[[bool], object]] = []
         #: where a worker sends what its decisions ask for (see `_carry_out`); None: here
-        self.delegate: Callable[[PersistRecord | None, str | None], object] | None = None
+        self.delegate: Callable[[PersistRecord | None, str | None, str | None], object] | None = None
         #: where a worker sends the one-use names it answered (see `rum_id_seen`); None: here
         self.rum_delegate: Callable[[str, str, str], object] | None = None
         #: the one-use names' buckets per LDNS prefix (`dns.rumnames`): outlive a reload
@@ -215,6 +217,14 @@ class Node:
         if old_budget is not None:
             budget.unfiled = old_budget.unfiled  # a counter: it outlives a reload
         self.probe_budget = budget
+        self.client_requests = ClientRequests(
+            config.proximity.client_probe,
+            [m.name for m in config.sync_group.members],
+            built.member.name,
+            self.clock,
+            request_ttl(config.prober.probe_interval),
+            getattr(self, "client_requests", None),
+        )
         self.balancer = built.balancer
         self.responder = built.responder
         self.cache = built.cache
@@ -235,6 +245,7 @@ class Node:
         self.store.bound("client", rum.max_subnets * max(1, len(config.datacenters)))
         self.store.bound("pop", rum.max_populations)
         self.store.bound("rumid", rum.max_pending_ids * len(config.sync_group.members))
+        self.store.bound("cprobe", min(rum.max_subnets, KINDS["cprobe"].writer_limit))
 
     def reload(self, config: Config) -> None:
         """Answer from *config* from now on (validated already). Rotations carry over; the
@@ -354,17 +365,17 @@ class Node:
         return ("persistence", persisted)
 
     def _carry_out(self, decision: Decision) -> Decision:
-        """What a decision asks of the node: a persistence record kept, a probe requested
-        (by the node itself, for a worker)."""
-        if decision.persist is None and decision.probe is None:
+        """What a decision asks of the node: a persistence record kept, an LDNS or a client
+        subnet probe requested (by the node itself, for a worker)."""
+        if decision.persist is None and decision.probe is None and decision.probe_subnet is None:
             return decision
         if self.delegate is not None:
-            self.delegate(decision.persist, decision.probe)
+            self.delegate(decision.persist, decision.probe, decision.probe_subnet)
             return decision
-        self.carry_out(decision.persist, decision.probe)
+        self.carry_out(decision.persist, decision.probe, decision.probe_subnet)
         return decision
 
-    def carry_out(self, persist: PersistRecord | None, probe: str | None) -> None:
+    def carry_out(self, persist: PersistRecord | None, probe: str | None, subnet: str | None = None) -> None:
         if persist is not None:
             if self.before_persisting is None:
                 self.persistence.put(persist)
@@ -372,6 +383,8 @@ class Node:
                 self.before_persisting(keys.persist(persist.key), lambda: self.persistence.put(persist))
         if probe is not None:
             request(self.store, self.probe_budget, probe, self.member.name)
+        if subnet is not None:
+            self.client_requests.file(self.store, self.probe_budget, subnet)
 
     def rum_id_seen(self, ident: str, ldns: str, ecs: str) -> None:
         """*ldns* asked for the one-use name of *ident* (`dns.rumnames.Seen`): recorded here,

@@ -34,6 +34,7 @@ from gtmcluster.health.checker import HealthChecker
 from gtmcluster.health.linktraffic import LinkTrafficPoller
 from gtmcluster.node import Prepared
 from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.clientprobe import ClientProbeScheduler
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.sync.configsync import ConfigSync
 from gtmcluster.sync.replicator import Replicator
@@ -127,6 +128,19 @@ class ProbesPart:
         measurements = reload.answers.measurements
         probes = self.probes
         return lambda: probes.reconfigure(measurements, budget)
+
+
+class ClientProbesPart:
+    """The client subnet probes: their settings (the prober's budget is the probes')."""
+
+    label = "client probes"
+
+    def __init__(self, probes: ClientProbeScheduler):
+        self.probes = probes
+
+    def prepare(self, reload: Reload) -> Commit:
+        config, probes = reload.config, self.probes
+        return lambda: probes.reconfigure(config)
 
 
 class NotifyPart:

@@ -34,6 +34,7 @@ from gtmcluster.nodelog.audit import AuditFile
 from gtmcluster.nodelog.writer import NodeLog
 from gtmcluster.nodeparts import (
     AlertsPart,
+    ClientProbesPart,
     ConfigSyncPart,
     DNSPart,
     DNSSECKeysPart,
@@ -46,10 +47,13 @@ from gtmcluster.nodeparts import (
     SyncGroupPart,
 )
 from gtmcluster.nodeservice import NodeService, RumCounts
+from gtmcluster.probe.hosts import HostProber
 from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.clientprobe import ClientProbeScheduler
+from gtmcluster.proximity.clientprobe import settings as client_probe_settings
 from gtmcluster.proximity.rumjoin import RumJoin
 from gtmcluster.proximity.scheduler import ProbeScheduler
 from gtmcluster.rum import part as rum_part
@@ -215,11 +219,23 @@ def make_service(
         reactor,
     )
     probes.setName("probes")
+    host_prober = HostProber(reactor, config.prober.timeout, pinger, source=member.probe_source)
+    client_probes = ClientProbeScheduler(
+        node.store,
+        lambda: probes.budget,
+        host_prober,
+        node_name,
+        member.datacenter,
+        reactor,
+        *client_probe_settings(config, node_name),
+        live=replicator.live_names,
+    )
+    client_probes.setName("client probes")
     checker = HealthChecker(config, node.store, reactor, node_name, lambda m: make_check(m, reactor, pinger))
     checker.setName("health")
     link_traffic = traffic_poller(config, node.store, reactor, node_name, member.datacenter)
     link_traffic.setName("link traffic")
-    services += [probes, checker, link_traffic]
+    services += [probes, client_probes, checker, link_traffic]
     if pinger is not None:
         closer = CloseOnStop(pinger.close)
         closer.setName("icmp")
@@ -269,6 +285,7 @@ def make_service(
         HealthChecksPart(checker),
         LinkTrafficPart(link_traffic),
         ProbesPart(probes, reactor),
+        ClientProbesPart(client_probes),
         NotifyPart(notify),
         SyncGroupPart(replicator),
         DNSSECKeysPart(replicator),

@@ -10,10 +10,10 @@ its own sockets. So the node sends:
 
 and a worker sends back:
 
-    Carry       what its decisions asked for: persistence records to keep, LDNSes to
-                probe; and the one-use names it answered (`dns.rumnames`: which LDNS
-                asked for which id); the node writes them (its records come back with
-                the next batch)
+    Carry       what its decisions asked for: persistence records to keep, LDNSes and
+                client subnets to probe; and the one-use names it answered
+                (`dns.rumnames`: which LDNS asked for which id); the node writes them (its
+                records come back with the next batch)
     Tally       its query counters since the last tally, for the node's /metrics
 
 Records travel in the peer codec's batches (the workers and the node share one clock).
@@ -64,7 +64,7 @@ class Tally(amp.Command):
 # -- what decisions ask for, as JSON -------------------------------------------------------
 
 
-def carry_ops(persist: PersistRecord | None, probe: str | None) -> bytes:
+def carry_ops(persist: PersistRecord | None, probe: str | None, subnet: str | None = None) -> bytes:
     ops: list[list[Any]] = []
     if persist is not None:
         k = persist.key
@@ -73,6 +73,8 @@ def carry_ops(persist: PersistRecord | None, probe: str | None) -> bytes:
         )
     if probe is not None:
         ops.append(["probe", probe])
+    if subnet is not None:
+        ops.append(["subnet", subnet])
     return json.dumps(ops).encode()
 
 
@@ -88,8 +90,9 @@ def rum_id_ops(ident: str, ldns: str, ecs: str) -> bytes:
     return json.dumps([["rumid", ident, ldns, ecs]]).encode()
 
 
-#: what a Carry asks for: a (persistence record, probe) pair, or a one-use name answered
-Wanted = tuple[PersistRecord | None, str | None] | RumId
+#: what a Carry asks for: a (persistence record, LDNS probe, client subnet probe), one of
+#: them set, or a one-use name answered
+Wanted = tuple[PersistRecord | None, str | None, str | None] | RumId
 
 
 def read_ops(data: bytes, now: float) -> list[Wanted]:
@@ -99,9 +102,11 @@ def read_ops(data: bytes, now: float) -> list[Wanted]:
         if op[0] == "persist":
             _, wideip, qtype, network, resolver, pool, members, ttl = op
             key = PersistKey(str(wideip), int(qtype), str(network), str(resolver))
-            out.append((PersistRecord(key, str(pool), tuple(str(m) for m in members), now, float(ttl)), None))
+            out.append((PersistRecord(key, str(pool), tuple(str(m) for m in members), now, float(ttl)), None, None))
         elif op[0] == "probe":
-            out.append((None, str(op[1])))
+            out.append((None, str(op[1]), None))
+        elif op[0] == "subnet":
+            out.append((None, None, str(op[1])))
         elif op[0] == "rumid":
             _, ident, ldns, ecs = op
             out.append(RumId(str(ident), str(ldns), str(ecs)))

@@ -193,9 +193,9 @@ class Worker:
 
     # -- to the node -----------------------------------------------------------------------
 
-    def _carry(self, persist: PersistRecord | None, probe: str | None) -> None:
+    def _carry(self, persist: PersistRecord | None, probe: str | None, subnet: str | None) -> None:
         if self.side is not None:
-            self.side.callRemote(feed.Carry, ops=feed.carry_ops(persist, probe))
+            self.side.callRemote(feed.Carry, ops=feed.carry_ops(persist, probe, subnet))
 
     def _carry_rum_id(self, ident: str, ldns: str, ecs: str) -> None:
         if self.side is not None:

@@ -113,6 +113,9 @@ class Context:
     measurements: Any = None
     #: set by a method that missed or found stale paths: the node asks for a probe
     probe_wanted: bool = False
+    #: set by a path method that decided for a trusted ECS subnet without its own figures,
+    #: with client probing on: the subnet (``10.1.2.0/24``) the node asks the group to probe
+    probe_subnet: str | None = None
     #: the client source a path method took its figures from (`proximity.clients.Chosen`:
     #: source, scope, figures), None when the LDNS's own paths decided
     proximity: Any = None

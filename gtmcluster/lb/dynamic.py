@@ -102,6 +102,8 @@ def _client_source(cands: Sequence[Candidate], ctx: Context) -> Any:
     dcs = {dc for c in cands for dc in c.datacenters}
     chosen = m.client_paths(client.address, client.prefix, client.from_ecs, str(client.ldns), dcs)
     ctx.proximity = chosen
+    if chosen is None or chosen.source != "client":
+        ctx.probe_subnet = m.clients.unmeasured(client.address, client.prefix, client.from_ecs)
     return chosen
 
 

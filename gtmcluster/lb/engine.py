@@ -72,7 +72,14 @@ class _Run:
         ctx = self.ctx
         probe = str(ctx.client.ldns) if ctx.probe_wanted else None
         return Decision(
-            action, scope=self.scope, trace=tuple(self.steps), probe=probe, varies=ctx.varies, until=ctx.until, **fields
+            action,
+            scope=self.scope,
+            trace=tuple(self.steps),
+            probe=probe,
+            probe_subnet=ctx.probe_subnet,
+            varies=ctx.varies,
+            until=ctx.until,
+            **fields,
         )
 
     def rank(self, method: str, candidates: Any, slot: Slot) -> Ranking:

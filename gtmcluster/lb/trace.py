@@ -67,6 +67,9 @@ class Decision:
     rcode: int = 0
     #: an LDNS whose paths are missing or stale: the node asks the group to probe it
     probe: str | None = None
+    #: a client subnet (``10.1.2.0/24``) with no figures of its own: the node asks the group
+    #: to probe it (``proximity.client_probe``)
+    probe_subnet: str | None = None
     #: it took a turn of a rotation or a random draw: the next query may be answered
     #: otherwise, so it is not reused
     varies: bool = False

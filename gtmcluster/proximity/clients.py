@@ -161,12 +161,15 @@ class ClientSources:
         order: Sequence[str],
         min_samples: int,
         max_age: float,
+        probing: bool = False,
     ):
         self._get = get
         self._clock = clock
         self.order = tuple(order)
         self.min_samples = min_samples
         self.max_age = max_age
+        #: ``proximity.client_probe.enabled`` (with ``client`` among the sources)
+        self.probing = probing and CLIENT in self.order
 
     @property
     def on(self) -> bool:
@@ -193,6 +196,14 @@ class ClientSources:
             if chosen is not None:
                 return chosen
         return None
+
+    def unmeasured(self, address: IPAddress, prefix: int, from_ecs: bool) -> str | None:
+        """The client subnet to have probed for a client whose own figures did not decide
+        (`proximity.clientrequests`), or None: probing is off, or the client is not known
+        by a trusted resolver's ECS of at least a /24 (/48)."""
+        if not self.probing or not from_ecs or prefix < (V4_PREFIX if address.version == 4 else V6_PREFIX):
+            return None
+        return str(client_subnet(address))
 
     def _client(self, address: IPAddress, prefix: int, dcs: list[str]) -> Chosen | None:
         """The ECS subnet's own figures, when it is at least as long as what the table

@@ -14,6 +14,8 @@ record's kind (`state.schema.KINDS`, which checks every key that arrives); the s
     client/<subnet>/<data center>                 a client subnet's RTT (`proximity.clients`)
     pop/<LDNS>                                    the clients an LDNS serves (`proximity.clients`)
     rumid/<id>                                    the LDNS that resolved a one-use name
+    cprobe/<subnet>                               a request to probe a client subnet, or its
+                                                  silent mark (`proximity.clientrequests`)
 
 Each prefix (`OBS`, `ADMIN`, ...) is the start of every key of its kind, for `Store.scan`
 and for the watchers of changes.
@@ -41,6 +43,7 @@ CLIENT = "client/"
 _CLIENT_KIND = CLIENT[:-1]
 POP = "pop/"
 RUMID = "rumid/"
+CPROBE = "cprobe/"
 
 
 def observation(subject: Subject, name: str, node: str) -> str:
@@ -182,3 +185,13 @@ def population_ldns(key: str) -> str | None:
 def rum_id(ident: str) -> str:
     """What the node that answered the one-use name of *ident* saw (the LDNS, its ECS)."""
     return f"{RUMID}{ident}"
+
+
+def client_probe(subnet: str) -> str:
+    """A request to probe client subnet *subnet* (``10.1.2.0/24``), or its silent mark."""
+    return f"{CPROBE}{subnet_text(subnet)}"
+
+
+def client_probe_subnet(key: str) -> str | None:
+    """The subnet (``10.1.2.0/24``) of a client probe key, or None when *key* is not one."""
+    return subnet_of_text(key[len(CPROBE) :]) if key.startswith(CPROBE) else None

@@ -24,6 +24,9 @@ A record's kind is its key's first segment. The kinds, their keys and values:
                                 TTL required (an LDNS's measured clients; version 5)
     rumid/<id>                  {"ldns": str, "ecs": str}   TTL required (who resolved a
                                 one-use name; version 5)
+    cprobe/<subnet>             {"by": str, "failures": int, "silent": bool}   TTL required
+                                (a request to probe a client subnet, or the mark of one
+                                that never answered; version 5)
 
 A value of None is a tombstone (a deletion) of any kind; it needs a TTL, of at most
 `MAX_TOMBSTONE_TTL`.
@@ -223,14 +226,14 @@ ADMIN_LEVELS = ("datacenter", "link", "vs", "pool", "member", "wideip")
 ADMIN_LEVEL_VERSIONS = {"vs": 1, "datacenter": 2, "link": 2, "pool": 2, "member": 2, "wideip": 2}
 #: the peer protocol version that brought each kind of record after version 1 (a member of
 #: an older version refuses the kind as unknown)
-KIND_VERSIONS = {"traffic": 4, "client": 5, "pop": 5, "rumid": 5}
+KIND_VERSIONS = {"traffic": 4, "client": 5, "pop": 5, "rumid": 5, "cprobe": 5}
 #: the newest protocol version whose records this schema knows
 NEWEST_VERSION = max(*ADMIN_LEVEL_VERSIONS.values(), *KIND_VERSIONS.values())
 #: the kinds some of whose keys need a version above 1 (`version_needed`): a node lists the
 #: records it withholds from an older peer (the client kinds are up to `rum.max_subnets`
 #: times the data centers: listed only while a member of version 4 or older is connected,
 #: during a rolling upgrade)
-VERSIONED_KINDS = ("admin", "traffic", "client", "pop", "rumid")
+VERSIONED_KINDS = ("admin", "traffic", "client", "pop", "rumid", "cprobe")
 
 
 def version_needed(key: str) -> int:
@@ -357,6 +360,27 @@ def _pop(value: Mapping[str, Any]) -> str | None:
     if type(n) is not int or not 0 <= n < 2**31:
         return "'n' is not a count"
     return None
+
+
+#: a silent client subnet's mark lives its back-off and a day more (`proximity.clientrequests`)
+MAX_CPROBE_TTL = 2 * DAY
+#: consecutive silent rounds a mark counts at most (the back-off is a day long by then)
+MAX_CPROBE_FAILURES = 64
+
+
+def _cprobe_key(parts: list[str], origin: str) -> str | None:
+    if len(parts) != 1 or not _SUBNET.fullmatch(parts[0]):
+        return "is not cprobe/<subnet, as 10.1.2.0_24>"
+    return None
+
+
+def _cprobe(value: Mapping[str, Any]) -> str | None:
+    wrong = _integer(value, "failures", 0, MAX_CPROBE_FAILURES)
+    if wrong:
+        return wrong
+    if type(value.get("silent")) is not bool:
+        return "'silent' is not true or false"
+    return _text(value, "by", MAX_NAME, True)
 
 
 def _rumid(value: Mapping[str, Any]) -> str | None:
@@ -494,6 +518,9 @@ KINDS: dict[str, Kind] = {
         Kind("pop", _pop_key, _pop, 4096, MAX_CLIENT_TTL, True, 200_000),
         # rum.max_pending_ids per node, each of which may answer one-use names
         Kind("rumid", _rumid_key, _rumid, 512, MAX_RUMID_TTL, True, 1_000_000),
+        # client probe requests (proximity.client_probe's share of each interval) and the
+        # marks of silent subnets (a store bound of rum.max_subnets at most)
+        Kind("cprobe", _cprobe_key, _cprobe, 512, MAX_CPROBE_TTL, True, 200_000),
     )
 }
 

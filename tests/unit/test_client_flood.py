@@ -223,7 +223,7 @@ def test_paths_are_bounded_per_data_center_and_a_reload_moves_the_bounds(tmp_pat
     bounds = {kind: b.limit for kind, b in node.store.bounds().items()}
     # (client proximity's kinds are bounded by rum's defaults even with rum off: client probes
     # write client figures, 100,000 subnets from each of the 3 data centers)
-    assert bounds == {"persist": 50, "path": 20, "client": 300_000, "pop": 10_000, "rumid": 200_000}
+    assert bounds == {"persist": 50, "path": 20, "client": 300_000, "pop": 10_000, "rumid": 200_000, "cprobe": 100_000}
     for i in range(30):
         clock[0] += 1
         for dc in ("DC1", "DC2"):
