@@ -143,7 +143,7 @@ class Chosen:
     figures: Mapping[str, Figure]
     #: what was measured: the client subnet or the LDNS (for traces and explain)
     subject: str
-    #: samples behind it (a population's beacons; a client figure's samples)
+    #: samples behind it (a population's beacons; the fewest of its client figures')
     samples: int
 
 
@@ -213,14 +213,14 @@ class ClientSources:
         subnet = client_subnet(address)
         now = self._clock()
         figures: dict[str, Figure] = {}
-        samples = 0
+        samples = SAMPLES_PER_DC
         for dc in dcs:
             record = self._get(keys.client(str(subnet), dc))
             value = None if record is None else record.value
             if not value or now - record.born > self.max_age:
                 return None
             figures[dc] = Figure(dc, int(value["rtt"]), now - record.born, str(value.get("source", "rum")))
-            samples += len(value.get("samples", ()))
+            samples = min(samples, len(value.get("samples", ())))
         return Chosen(CLIENT, subnet.prefixlen, figures, str(subnet), samples)
 
     def _population(self, ldns: str, dcs: list[str]) -> Chosen | None:

@@ -4,7 +4,8 @@
  * After the page loads: makes a one-use id; asks for https://ID.rum.ZONE/ only so that the
  * browser's resolver looks the name up (the node answering it ties the resolver to the id);
  * fetches each DC's target once, timed by Resource Timing (responseStart - requestStart,
- * without DNS and connect, where the target sends Timing-Allow-Origin; else the duration);
+ * without DNS and connect, where the target answers CORS and sends Timing-Allow-Origin;
+ * else, fetched again without CORS, the whole duration);
  * posts {"samples": {DC: ms}, "id": ID} to this listener's /rum/v1/beacon. */
 (function (C) {
   var w = window, P = w.performance, s = document.currentScript, u;
@@ -13,9 +14,9 @@
   var a = "abcdefghijklmnopqrstuvwxyz0123456789", r = new Uint8Array(20), id = "", i;
   w.crypto.getRandomValues(r);
   for (i = 0; i < 20; i++) id += a[r[i] % 36];
-  function get(url, ms) {
+  function get(url, ms, mode) {
     return Promise.race([
-      fetch(url, {mode: "no-cors", cache: "no-store", credentials: "omit"}).then(function (x) { return x.arrayBuffer(); }),
+      fetch(url, {mode: mode || "no-cors", cache: "no-store", credentials: "omit"}).then(function (x) { return x.arrayBuffer(); }),
       new Promise(function (ok, no) { setTimeout(no, ms); })
     ]);
   }
@@ -24,7 +25,7 @@
     url.searchParams.set("gtmrum", id);
     url = url.href;
     var t0 = P.now();
-    return get(url, 10000).then(function () {
+    return get(url, 10000, "cors").catch(function () { t0 = P.now(); return get(url, 10000); }).then(function () {
       var t = P.getEntriesByName ? P.getEntriesByName(url).pop() : null, v = P.now() - t0;
       if (t) v = t.responseStart > 0 && t.requestStart > 0 ? t.responseStart - t.requestStart : t.duration;
       if (v > 0 && v < 60000) out[dc] = Math.round(v * 10) / 10;
