@@ -52,6 +52,7 @@ from gtmcluster.probe.icmp import IcmpPinger
 from gtmcluster.probe.kinds import make_check
 from gtmcluster.probe.paths import PathProber
 from gtmcluster.proximity.budget import Budget
+from gtmcluster.proximity.clientprobe import SERVICE_NAME as CLIENT_PROBES
 from gtmcluster.proximity.clientprobe import ClientProbeScheduler
 from gtmcluster.proximity.clientprobe import settings as client_probe_settings
 from gtmcluster.proximity.rumjoin import RumJoin
@@ -230,7 +231,7 @@ def make_service(
         *client_probe_settings(config, node_name),
         live=replicator.live_names,
     )
-    client_probes.setName("client probes")
+    client_probes.setName(CLIENT_PROBES)
     checker = HealthChecker(config, node.store, reactor, node_name, lambda m: make_check(m, reactor, pinger))
     checker.setName("health")
     link_traffic = traffic_poller(config, node.store, reactor, node_name, member.datacenter)

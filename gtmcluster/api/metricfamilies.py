@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from gtmcluster.api import upfamilies
 from gtmcluster.api.alertfamilies import webhooks
 from gtmcluster.api.certfamilies import certificate_expiry
-from gtmcluster.api.proximityfamilies import proximity_decisions, rum_listener, rum_table
+from gtmcluster.api.proximityfamilies import client_probes, proximity_decisions, rum_listener, rum_table
 from gtmcluster.api.scrape import ADD_STEP, Families, Scrape
 from gtmcluster.lb import linkload
 from gtmcluster.runtime.objectstats import object_stats_steps
@@ -450,6 +450,7 @@ FAMILIES: tuple[Families, ...] = (
     ldns_probes,
     rum_table,
     rum_listener,
+    client_probes,
     health_checks,
     peers,
     refused_records,

@@ -1,5 +1,5 @@
 """The families of GET /metrics about client proximity (issue 36; `api.metricfamilies.FAMILIES`
-lists them): the answers decided anew by the proximity source that decided them, and what the
+lists them): the wide IP answers by the proximity source that decided them, and what the
 store holds of the client table (client subnets' figures, LDNS populations), from its counts
 by kind (no walk over the table)."""
 
@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gtmcluster.api.scrape import Scrape
 from gtmcluster.lb.trace import SOURCES
 from gtmcluster.node import Node
+from gtmcluster.proximity.clientprobe import SERVICE_NAME as CLIENT_PROBES
 from gtmcluster.state.keys import CLIENT, POP
 
 #: the metric's label for a decision that no path method made (`Decision.proximity` "")
@@ -20,7 +21,7 @@ NONE = "none"
 
 
 def by_source(counts: Mapping[str, int]) -> dict[str, int]:
-    """The node's answers decided anew by source (`QueryStats.proximity`), every source named
+    """The node's wide IP answers by source (`QueryStats.proximity`), every source named
     (0 where none), "" as `NONE`."""
     return {source: counts.get(source, 0) for source in SOURCES} | {NONE: counts.get("", 0)}
 
@@ -45,7 +46,7 @@ def proximity_decisions(scrape: Scrape) -> Iterator[Metric | None]:
     """Answers by the proximity source that decided them."""
     decided = CounterMetricFamily(
         "gtm_proximity_decisions",
-        "wide IP answers this node decided anew (answers reused from a kept decision are not counted again), "
+        "wide IP answers this node gave (its answering processes' included, answers of a kept decision too), "
         "by the proximity source that decided: client (the ECS client subnet's own RTT, from browsers or probes), "
         "population (the LDNS's measured clients), ldns (the LDNS's own paths), none (a method that reads no paths)",
         labels=["source"],
@@ -108,3 +109,32 @@ def rum_listener(scrape: Scrape) -> Iterator[Metric | None]:
     yield GaugeMetricFamily(
         "gtm_rum_pending_ids", "kept beacons' ids awaiting the record of who resolved them", value=rum.pending()
     )
+
+
+def client_probes(scrape: Scrape) -> Iterator[Metric | None]:
+    """Client-subnet probing (``proximity.client_probe``): requests filed, and what this
+    node's client prober did with the requests its data center's share gave it."""
+    requests = CounterMetricFamily(
+        "gtm_client_probe_requests",
+        "requests to probe a client subnet (an ECS subnet from a trusted resolver with no figure) by whether "
+        "this node filed it (filed) or its share of the group's subnets_per_interval was spent (over_share)",
+        labels=["result"],
+    )
+    for result, n in scrape.node.client_requests.counters().items():
+        requests.add_metric([result], n)
+    yield requests
+    try:
+        scheduler = scrape.service.getServiceNamed(CLIENT_PROBES)
+    except KeyError:
+        return
+    stats = scheduler.stats
+    done = CounterMetricFamily(
+        "gtm_client_probes",
+        "this node's client-subnet probing: requests taken (its data center's to probe), addresses probed, "
+        "subnets measured (a figure written) and silent (no address answered: backed off), requests ignored "
+        "(too many subnets waiting)",
+        labels=["result"],
+    )
+    for result in ("requests", "probes", "measured", "silent", "ignored"):
+        done.add_metric([result], getattr(stats, result))
+    yield done

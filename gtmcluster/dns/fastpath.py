@@ -185,6 +185,7 @@ class FastPath:
             return False
         stats.queries[hit.counter] += 1
         stats.answered[hit.tally] += 1
+        stats.proximity[hit.entry.decision.proximity] += 1
         return True
 
     def handle_stream(self, data: bytes, source: str) -> Reply:
@@ -428,6 +429,7 @@ class FastPath:
         stats = self.responder.stats
         stats.queries[kept[2]] += 1
         stats.answered[kept[3]] += 1
+        stats.proximity[decision.proximity] += 1
         flags = (wire.QR | wire.AA | (plain.flags & _COPIED)).to_bytes(2, "big")
         own = signed or plain.qname in self.wideips
         if decision.probe is None and not own:  # (below a wildcard: by wide IP and client)

@@ -29,6 +29,7 @@ from twisted.internet.protocol import connectionDone
 from twisted.protocols import amp
 from twisted.python.failure import Failure
 
+from gtmcluster.lb.trace import SOURCES
 from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state.persistence import PersistKey, PersistRecord
 
@@ -117,6 +118,9 @@ def read_ops(data: bytes, now: float) -> list[Wanted]:
 
 # -- counters, as JSON -------------------------------------------------------------------------
 
+#: the proximity sources a worker's counts may name (`lb.trace.Decision.proximity`)
+PROXIMITY_SOURCES = frozenset((*SOURCES, ""))
+
 
 def take_counts(stats: QueryStats) -> bytes:
     """The counters of *stats*, which start again from zero."""
@@ -128,6 +132,7 @@ def take_counts(stats: QueryStats) -> bytes:
         "answered": [[*key[:4], list(key[4]), n] for key, n in stats.answered.items()],
         "query_log": [stats.query_log_written, stats.query_log_dropped, stats.query_log_failed],
         "rum_ids": [stats.rum_ids_recorded, stats.rum_ids_rate],
+        "proximity": dict(stats.proximity),
     }
     stats.queries.clear()
     stats.answered.clear()
@@ -139,6 +144,7 @@ def take_counts(stats: QueryStats) -> bytes:
     stats.rate_dropped = stats.rate_slipped = 0
     stats.query_log_written = stats.query_log_dropped = stats.query_log_failed = 0
     stats.rum_ids_recorded = stats.rum_ids_rate = 0
+    stats.proximity.clear()
     return json.dumps(counts).encode()
 
 
@@ -169,6 +175,9 @@ def add_counts(stats: QueryStats, data: bytes) -> int:
     recorded, over = counts.get("rum_ids", (0, 0))
     stats.rum_ids_recorded += int(recorded)
     stats.rum_ids_rate += int(over)
+    for source, n in dict(counts.get("proximity", {})).items():
+        if source in PROXIMITY_SOURCES:  # (a label: never one a worker's bytes make up)
+            stats.proximity[source] += int(n)
     for wideip, pool, slot, method, members, n in counts.get("answered", ()):
         stats.answered[(str(wideip), str(pool), str(slot), str(method), tuple(str(m) for m in members))] += int(n)
     return answered

@@ -69,6 +69,10 @@ class _Job:
     failures: int
 
 
+#: the scheduler's name among the node's services (for /metrics)
+SERVICE_NAME = "client probes"
+
+
 @dataclass(slots=True)
 class ClientProbeStats:
     requests: int = 0  # requests taken (this node's to probe)

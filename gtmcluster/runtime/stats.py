@@ -54,7 +54,7 @@ class QueryStats:
         #: dashboard's answers per data center (gtmcluster.history)
         self.answered: defaultdict[Tally, int] = defaultdict(int)
         self.decisions = Histogram(DECISION_BUCKETS)
-        #: wide IP answers decided anew (not those reused from a kept decision) by the
+        #: wide IP answers (those of a kept decision too, as `answered`) by the
         #: proximity source that decided them: "client", "population", "ldns", or "" for a
         #: method that reads no paths (`lb.trace.Decision.proximity`)
         self.proximity: defaultdict[str, int] = defaultdict(int)

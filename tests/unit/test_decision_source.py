@@ -1,7 +1,8 @@
 """The decision names the proximity source that decided it (issue 36, item 5): ``client``
 (the ECS client subnet's own RTT), ``population`` (the LDNS's measured clients), ``ldns``
 (the LDNS's own paths) or none (a method that reads no paths); the kept decision keeps it,
-and the node counts the answers it decides anew by source (`QueryStats.proximity`)."""
+and the node counts its wide IP answers by source (`QueryStats.proximity`), those of a kept
+decision and its answering processes' too."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import ipaddress
 from pathlib import Path
 
 from gtmcluster.config.load import load
+from gtmcluster.fanout.feed import add_counts, take_counts
 from gtmcluster.lb.context import Client
 from gtmcluster.lb.trace import Decision
 from gtmcluster.node import Node
+from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.state import keys
 from tests.support import configs
-from tests.unit.test_client_decisions import CLIENT, client, node
+from tests.unit.test_client_decisions import CLIENT, ask, client, node
 from tests.unit.test_dynamic import LDNS, path
 
 POPULATION = {"subnets": {"198.51.100.0_24": 5}, "rtt": {"DC1": 10_000, "DC2": 90_000, "DC3": 95_000}, "n": 5}
@@ -42,14 +45,28 @@ def test_each_source_is_named_in_the_decision_and_counted(tmp_path: Path) -> Non
     assert dict(n.stats.proximity) == {"ldns": 1, "client": 1, "population": 1}
 
 
-def test_a_kept_decision_keeps_its_source_and_is_not_counted_again(tmp_path: Path) -> None:
+def test_a_kept_decision_keeps_its_source(tmp_path: Path) -> None:
     n = node(tmp_path)
     client(n, CLIENT, DC1=15_000, DC2=110_000, DC3=90_000)
     first = decided(n, CLIENT)
     wideip = next(iter(n.config.wideips.values()))
     kept = n.cached(wideip, 1, ("k", CLIENT))
     assert kept is first and kept.proximity == "client"
-    assert n.stats.proximity["client"] == 1  # answers decided anew, not the reuses
+    assert n.stats.proximity["client"] == 1  # (a look at the kept decision is no answer)
+
+
+def test_every_answer_is_counted_by_its_source_the_kept_and_the_workers_too(tmp_path: Path) -> None:
+    n = node(tmp_path)
+    client(n, CLIENT, DC1=15_000, DC2=110_000, DC3=90_000)
+    for _ in range(3):  # decided once, then answered from the kept decision (the fast path)
+        assert ask(n, CLIENT) == (["10.0.1.1"], 24)
+    assert n.stats.proximity["client"] == 3
+    worker = QueryStats()
+    worker.proximity["population"] += 2
+    worker.proximity["made-up"] += 5  # (a label a worker's bytes make up is not taken)
+    add_counts(n.stats, take_counts(worker))
+    assert dict(n.stats.proximity) == {"client": 3, "population": 2}
+    assert dict(worker.proximity) == {}
 
 
 def test_a_method_that_reads_no_paths_names_no_source(tmp_path: Path) -> None:

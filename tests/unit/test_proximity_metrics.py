@@ -1,11 +1,12 @@
 """/metrics on client proximity (issue 36): ``gtm_proximity_decisions_total{source}`` counts
-the answers a node decides anew by the source that decided them, ``gtm_rum_subnets`` and
+the wide IP answers of a node by the source that decided them, ``gtm_rum_subnets`` and
 ``gtm_rum_populations`` what the store holds of the client table; the text parses with
 prometheus_client's parser, and /api/v1/status carries the same figures for the dashboard."""
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,6 +17,7 @@ from gtmcluster.api.status import status_steps
 from gtmcluster.config.load import load
 from gtmcluster.lb.context import Client
 from gtmcluster.nodeservice import NodeService
+from gtmcluster.rum.beacon import Beacon
 from gtmcluster.runtime import slices
 from gtmcluster.service import Sockets, make_service
 from gtmcluster.state import keys
@@ -76,3 +78,32 @@ def test_decisions_by_source_and_the_client_table_are_exported(tmp_path: Path) -
         "populations": 1,
         "decisions": {"client": 2, "population": 1, "ldns": 1, "none": 0},
     }
+
+
+def test_the_rum_listener_and_client_probing_are_exported(tmp_path: Path) -> None:
+    """A member with a RUM listener exports its beacons by result, their ids' ties and the ids
+    pending; every node its one-use names recorded and its client-probe requests and probes."""
+    raw = configs.base()
+    raw["state_dir"] = str(tmp_path / "state")
+    raw["rum"] = {"targets": {"DC1": "https://dc1.example.net/o"}}
+    raw["sync_group"]["members"][0]["rum"] = "127.0.0.1:8443"  # (the socket is handed in, bound elsewhere)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    reactor = MemoryReactorClock()
+    top = make_service(load(configs.write(tmp_path, raw)), "n1", reactor, Sockets(dns=[], rum=sock))
+    try:
+        site = top.getServiceNamed("rum").factory
+        site.keep(ipaddress.ip_network("198.51.100.0/24"), Beacon({"DC1": 21.0}, "abcdefghij0123456789"))
+        site.beacons["kept"] += 1
+        site.beacons["rate"] += 2
+        top.node.stats.rum_ids_recorded += 4
+        got = scraped(top)
+    finally:
+        sock.close()
+    assert got["gtm_rum_beacons_total"][(("result", "kept"),)] == 1.0
+    assert got["gtm_rum_beacons_total"][(("result", "rate"),)] == 2.0
+    assert got["gtm_rum_pending_ids"] == {(): 1.0}  # (its id was never resolved)
+    assert got["gtm_rum_ids_total"][(("result", "recorded"),)] == 4.0
+    assert got["gtm_rum_subnets"] == {(): 1.0}
+    assert got["gtm_client_probe_requests_total"] == {(("result", "filed"),): 0.0, (("result", "over_share"),): 0.0}
+    assert got["gtm_client_probes_total"][(("result", "measured"),)] == 0.0

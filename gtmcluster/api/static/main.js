@@ -263,7 +263,7 @@ function renderTiles() {
 }
 
 // Client proximity (RUM): the client table's size and the share of answers each source
-// decided (those this node decided anew: reuses of a kept decision are not counted again).
+// decided (every wide IP answer of this node, those of a kept decision too).
 const SOURCE_NAMES = { client: "client", population: "LDNS population", ldns: "LDNS", none: "no paths" };
 function clientCoverage(p) {
   if (!p || !(p.sources || []).some((s) => s !== "ldns")) return null; // client sources off
