@@ -38,9 +38,14 @@ client subnet and an LDNS population cost in memory, and what one beacon's react
 3. Reaction. One beacon (three samples and an id tying an LDNS): for each DC the client
    record merged (`merge_sample`) and put, and the LDNS's population recomputed
    (`population_after`, reading the client records of its up to 32 subnets) and put, as
-   `proximity.rumjoin.RumJoin.keep` does (timed through it when it exists), in nodes that
+   the RUM join (proximity.rumjoin, RumJoin.keep) does (timed through it once it exists), in nodes that
    hold 1,000, 10,000 and ``--subnets`` client subnets (and a tenth as many populations):
-   it should not grow with the table.
+   it should not grow with the table: the store reads one beacon makes are counted, and a
+   random `Store.get` is timed alone at each size (what the memory hierarchy adds as the
+   table outgrows the CPU's caches, a constant factor per read).
+
+``--dict-values`` keeps the client values as dicts (the compact form of
+`proximity.clientvalue` unregistered): run with and without it for memory before and after.
 
 Prints a table per part and, last, one JSON line (``--json FILE`` writes it too). Not a
 test: figures depend on the machine and its load; compare the figures of one run.
@@ -74,7 +79,7 @@ from gtmcluster.node import Node
 from gtmcluster.proximity.clients import merge_sample, population_after
 from gtmcluster.proximity.table import updated
 from gtmcluster.runtime import heap
-from gtmcluster.state import keys
+from gtmcluster.state import keys, values
 from gtmcluster.state.store import Store
 
 DATACENTERS = ("DC1", "DC2", "DC3")
@@ -377,6 +382,28 @@ class Beacon:
         self.id = ident
 
 
+def random_gets(node: Node, subnets: int, count: int, rng: random.Random) -> float:
+    """CPU µs per `Store.get` of a random client record: what one read costs at this size
+    (the memory it touches grows with the table: the CPU's caches hold less of it)."""
+    wanted = [keys.client(measured_subnet(rng.randrange(subnets)), DATACENTERS[rng.randrange(3)]) for _ in range(count)]
+    get = node.store.get
+    started = time.process_time()
+    for key in wanted:
+        get(key)
+    return (time.process_time() - started) / count * 1e6
+
+
+def reads_per_beacon(node: Node, subnets: int, populations: int) -> int:
+    """The store reads one beacon makes (`Store.reads`), whatever the table's size."""
+    store = node.store
+    store.reads = []
+    try:
+        reaction(node, subnets, populations, 1, random.Random(11))
+        return len(store.reads)
+    finally:
+        store.reads = None
+
+
 def reaction(node: Node, subnets: int, populations: int, beacons: int, rng: random.Random) -> tuple[float, str]:
     """CPU µs per beacon merged and tied (see the module), and through what."""
     store, clock = node.store, node.clock
@@ -449,12 +476,20 @@ def main() -> int:
     p.add_argument("--answers", type=int, default=3_000, help="answers timed per case and round")
     p.add_argument("--repeat", type=int, default=500, help="clients asked again and again (decisions kept)")
     p.add_argument("--beacons", type=int, default=2_000, help="beacons timed per table size")
+    p.add_argument(
+        "--dict-values",
+        action="store_true",
+        help="keep client values as dicts (the compact form, proximity.clientvalue, unregistered): before/after",
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     started = time.monotonic()
+    if args.dict_values:
+        values._forms.pop(keys.CLIENT, None)
     print(
         f"clientsources.py at {commit()}: {args.subnets:,} client subnets x {len(DATACENTERS)} DCs, "
-        f"{args.populations:,} populations, {args.bare:,} LDNSes without; load average {os.getloadavg()[0]:.1f}",
+        f"{args.populations:,} populations, {args.bare:,} LDNSes without; "
+        f"client values {'as dicts' if args.dict_values else 'compact'}; load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     rng = random.Random(1)
@@ -546,14 +581,30 @@ def main() -> int:
             add_populations(held, range(pops), size, r)
         figures = [reaction(held, size, pops, args.beacons, random.Random(5 + k))[0] for k in range(3)]
         how = reaction(held, size, pops, 1, random.Random(9))[1]
-        reactions.append({"subnets": size, "populations": pops, "us_per_beacon": round(min(figures), 1)})
-        print(f"  {size:>9,} subnets, {pops:>7,} populations: {min(figures):8.1f} µs a beacon  ({how})", flush=True)
+        get = min(random_gets(held, size, 20_000, random.Random(13 + k)) for k in range(3))
+        reads = reads_per_beacon(held, size, pops)
+        reactions.append(
+            {
+                "subnets": size,
+                "populations": pops,
+                "us_per_beacon": round(min(figures), 1),
+                "store_reads_per_beacon": reads,
+                "us_per_random_get": round(get, 3),
+            }
+        )
+        print(
+            f"  {size:>9,} subnets, {pops:>7,} populations: {min(figures):8.1f} µs a beacon, {reads} store reads "
+            f"(a random Store.get alone: {get:.2f} µs)",
+            flush=True,
+        )
+    print(f"  (through {how})")
 
     report = {
         "bench": "clientsources",
         "commit": commit(),
         "subnets": args.subnets,
         "populations": args.populations,
+        "client_values": "dict" if args.dict_values else "compact",
         "rounds": args.rounds,
         "load_average": os.getloadavg()[0],
         "seconds": round(time.monotonic() - started, 1),
