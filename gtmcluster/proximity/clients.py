@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gtmcluster.config.ranges import NEVER, SPECIAL_PURPOSE
+from gtmcluster.proximity import clientvalue  # noqa: F401  (the store keeps client values compact)
 from gtmcluster.state import keys
 from gtmcluster.state.schema import MAX_CLIENT_RTT, MAX_CLIENT_SAMPLES, MAX_POPULATION_SUBNETS
 from gtmcluster.topology.prefixes import PrefixMap

@@ -8,7 +8,8 @@ that dict) and becomes that dict again where values leave the process, as JSON o
 wire and on disk (`plain`).
 
 A form is registered for a key prefix by the module that owns that kind of record
-(`proximity.table` for paths); the store applies it to every value it keeps (`compact`).
+(`proximity.table` for paths, `proximity.clientvalue` for client subnets' figures); the
+store applies it to every value it keeps (`compact`).
 A value that does not have exactly the form's shape stays as it is, so a record a newer
 version shapes otherwise is kept, relayed and saved unchanged.
 """
@@ -57,17 +58,26 @@ class Compact(Mapping[str, Any]):
 
 Form = Callable[[dict[str, Any]], Compact | None]
 _forms: dict[str, Form] = {}
+_numerous: set[str] = set()
 
 
-def register(prefix: str, form: Form) -> None:
-    """Keep values of keys under *prefix* in the form *form* makes (None: not its shape)."""
+def register(prefix: str, form: Form, *, indexed: bool = False) -> None:
+    """Keep values of keys under *prefix* in the form *form* makes (None: not its shape).
+    Unless *indexed*, the kind comes by the million and the store keeps no index of it
+    (see `numerous`); an indexed kind (client subnets: read per subnet, listed newest
+    first, withheld from older peers) is compact and indexed as well."""
     _forms[prefix] = form
+    if indexed:
+        _numerous.discard(prefix)
+    else:
+        _numerous.add(prefix)
 
 
 def numerous(kind: str) -> bool:
     """Whether records of *kind* (a key's first segment, as "path") come by the million:
-    the kinds with a compact form. The store indexes the other kinds (see Store.scan)."""
-    return f"{kind}/" in _forms
+    the kinds with a compact form that are not indexed. The store indexes the other kinds
+    (see Store.scan)."""
+    return f"{kind}/" in _numerous
 
 
 def compact(key: str, value: Any) -> Any:
