@@ -209,20 +209,26 @@ class ClientSources:
     def _client(self, address: IPAddress, prefix: int, dcs: list[str]) -> Chosen | None:
         """The ECS subnet's own figures, when it is at least as long as what the table
         knows (a /16 from a resolver names 256 client subnets: none of them decides)."""
-        if prefix < (V4_PREFIX if address.version == 4 else V6_PREFIX):
-            return None
-        subnet = client_subnet(address)
+        if address.version == 4:
+            if prefix < V4_PREFIX:
+                return None
+            a, b, c, _ = address.packed  # (the /24's text, without building a network: per query)
+            subnet, scope = f"{a}.{b}.{c}.0/24", V4_PREFIX
+        else:
+            if prefix < V6_PREFIX:
+                return None
+            subnet, scope = str(client_subnet(address)), V6_PREFIX
         now = self._clock()
         figures: dict[str, Figure] = {}
         samples = SAMPLES_PER_DC
         for dc in dcs:
-            record = self._get(keys.client(str(subnet), dc))
+            record = self._get(keys.client(subnet, dc))
             value = None if record is None else record.value
             if not value or now - record.born > self.max_age:
                 return None
             figures[dc] = Figure(dc, int(value["rtt"]), now - record.born, str(value.get("source", "rum")))
             samples = min(samples, len(value.get("samples", ())))
-        return Chosen(CLIENT, subnet.prefixlen, figures, str(subnet), samples)
+        return Chosen(CLIENT, scope, figures, subnet, samples)
 
     def _population(self, ldns: str, dcs: list[str]) -> Chosen | None:
         record = self._get(keys.population(ldns))
