@@ -8,6 +8,7 @@ on each member's public listener) and the order of the sources a proximity metho
       targets: {DC1: "https://dc1.example.net/rum/v1/object", DC2: ...}
       tls: {cert: certs/rum.pem, key: certs/rum.key}   # HTTPS on the listener (optional)
       allow: [10.0.0.0/8]                 # special-purpose sources accepted (as prober.allow)
+      trusted_proxies: [192.0.2.8/32]     # reverse proxies whose X-Forwarded-For names the client
       answer: [192.0.2.10]                # what one-use names answer (default: the node's
                                           # own rum listener address)
       min_samples: 10                     # samples behind an LDNS population before it decides
@@ -69,6 +70,7 @@ class Rum:
     tls: TLSPair | None = None
     allow: tuple[IPNetwork, ...] = ()
     answer: tuple[IPAddress, ...] = ()
+    trusted_proxies: tuple[IPNetwork, ...] = ()
     min_samples: int = 10
     max_subnets: int = 100_000
     max_populations: int = 10_000
@@ -129,6 +131,12 @@ def _rum(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any) ->
         address = r.address((*m.at("answer"), i), item)
         if address is not None:
             answer.append(address)
+    proxies: list[IPNetwork] = []
+    raw_proxies = r.list(m.at("trusted_proxies"), m.get("trusted_proxies", []), "a list of networks")
+    for i, item in enumerate(raw_proxies or []):
+        network = r.network((*m.at("trusted_proxies"), i), item)
+        if network is not None:
+            proxies.append(network)
     client_limit = schema.KINDS["client"].writer_limit // max(1, len(datacenters))
     numbers = (
         m.integer("min_samples", default.min_samples, 1, 1_000_000),
@@ -152,6 +160,7 @@ def _rum(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any) ->
         tls,
         tuple(allow),
         tuple(answer),
+        tuple(proxies),
         int(min_samples),
         int(max_subnets),
         int(max_pops),

@@ -17,6 +17,7 @@ never raises.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -132,6 +133,33 @@ def parse(body: bytes, known: Collection[str], max_body: int) -> Beacon | Reject
     if one_use is not None and not (isinstance(one_use, str) and ID.match(one_use)):
         return Rejected(400, BAD_ID, "the beacon's id is not 16 to 32 lowercase letters and digits")
     return Beacon(kept, one_use)
+
+
+#: X-Forwarded-For addresses read at most (the header a proxy relays may be long)
+MAX_FORWARDED = 32
+
+
+def forwarded_for(peer: str, headers: list[bytes] | None, proxies: tuple[IPNetwork, ...]) -> str:
+    """The address a beacon counts for: *peer* (the TCP source), or, when *peer* is one of
+    the operator's *proxies*, the last address of its ``X-Forwarded-For`` *headers* that is
+    not one of theirs (each proxy appends the address it took the request from, so the
+    addresses left of the last untrusted one are the client's own claims, never read). A
+    proxy that names no address yields "" (the beacon then counts for none)."""
+    if not _within(peer, proxies):
+        return peer
+    named = [a.strip() for h in (headers or ())[-MAX_FORWARDED:] for a in h.decode("latin-1").split(",")]
+    for address in reversed(named[-MAX_FORWARDED:]):
+        if not _within(address, proxies):
+            return address
+    return ""
+
+
+def _within(address: str, networks: tuple[IPNetwork, ...]) -> bool:
+    try:
+        parsed = ipaddress.ip_address(plain(address))
+    except ValueError:
+        return False
+    return any(parsed in n for n in networks if n.version == parsed.version)
 
 
 def subnet_of(host: str, ranges: Ranges) -> IPNetwork | Rejected:

@@ -98,6 +98,9 @@ class Settings:
     zones: frozenset[str] = frozenset()
     origin: str = ""
     limits: Limits = field(default_factory=Limits)
+    #: the operator's reverse proxies (``rum.trusted_proxies``): a beacon they relay counts
+    #: for the client their ``X-Forwarded-For`` names (the last address not theirs)
+    proxies: tuple[IPNetwork, ...] = ()
 
 
 Keep = Callable[[IPNetwork, Beacon], None]
@@ -189,7 +192,12 @@ class RumChannel(http.HTTPChannel):
         is_beacon = method == b"POST" and path == BEACON
         if is_beacon:
             transport: Any = self.transport
-            subnet = beacon.subnet_of(str(getattr(transport.getPeer(), "host", "")), self.site.ranges)
+            peer = str(getattr(transport.getPeer(), "host", ""))
+            if settings.proxies:
+                peer = beacon.forwarded_for(
+                    peer, request.requestHeaders.getRawHeaders(b"x-forwarded-for"), settings.proxies
+                )
+            subnet = beacon.subnet_of(peer, self.site.ranges)
             if isinstance(subnet, Rejected):
                 self.refuse(subnet)
                 return
@@ -407,6 +415,7 @@ def rum_site(
     origin: str = "",
     limits: Limits | None = None,
     reactor: IReactorTime | None = None,
+    proxies: tuple[IPNetwork, ...] = (),
 ) -> RumSite:
     """The listener's site (serve it on the member's ``rum`` address; over TLS through
     `gtmcluster.rum.tls.wrap`): beacons for the DCs of *targets* handed to *keep*."""
@@ -419,5 +428,6 @@ def rum_site(
         zones=frozenset(zones),
         origin=origin,
         limits=limits or Limits(),
+        proxies=proxies,
     )
     return RumSite(settings, keep, reactor)

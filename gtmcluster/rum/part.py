@@ -35,6 +35,7 @@ def settings_of(config: Config) -> Settings:
         max_body=rum.max_body,
         zone=next(iter(zones), ""),
         zones=frozenset(zones),
+        proxies=rum.trusted_proxies,
     )
 
 

@@ -27,7 +27,13 @@ def _rum(**settings: Any) -> Any:
 def test_rum_is_read_with_its_defaults_and_turns_client_sources_on(tmp_path: Path) -> None:
     config = configs.base()
     tls = {"cert": "r.pem", "key": "r.key"}
-    config["rum"] = {"targets": TARGETS, "allow": ["10.0.0.0/8"], "min_samples": 3, "tls": tls}
+    config["rum"] = {
+        "targets": TARGETS,
+        "allow": ["10.0.0.0/8"],
+        "min_samples": 3,
+        "tls": tls,
+        "trusted_proxies": ["192.0.2.8/32"],
+    }
     config["sync_group"]["members"][0]["rum"] = "127.0.0.1:8443"
     loaded = load(configs.write(tmp_path, config))
     assert loaded.rum is not None
@@ -35,6 +41,7 @@ def test_rum_is_read_with_its_defaults_and_turns_client_sources_on(tmp_path: Pat
     assert loaded.rum.allow == (ipaddress.ip_network("10.0.0.0/8"),)
     assert (loaded.rum.min_samples, loaded.rum.max_subnets, loaded.rum.id_ttl) == (3, 100_000, 120)
     assert loaded.rum.tls == rum.TLSPair(tmp_path / "r.pem", tmp_path / "r.key")
+    assert loaded.rum.trusted_proxies == (ipaddress.ip_network("192.0.2.8/32"),)
     assert loaded.proximity.sources == ("client", "population", "ldns")
     member = loaded.sync_group.members[0]
     assert member.rum is not None and (str(member.rum.host), member.rum.port) == ("127.0.0.1", 8443)
@@ -82,6 +89,7 @@ def _member_rum(value: Any) -> Any:
         (_rum(tls={"cert": "r.pem"}), "rum.tls.key", "key file is needed"),
         (_rum(zone=5), "rum.zone", ""),
         (_rum(colour="blue"), "rum.colour", "unknown key"),
+        (_rum(trusted_proxies=["proxy.example"]), "rum.trusted_proxies[0]", ""),
         (_proximity(sources=["client", "gps"]), "proximity.sources[1]", "'gps'"),
         (_proximity(sources=["ldns", "ldns"]), "proximity.sources[1]", "listed twice"),
         (_proximity(sources=[]), "proximity.sources", "names no source"),

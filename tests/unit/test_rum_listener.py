@@ -220,3 +220,20 @@ def test_keep_failing_is_a_503_not_a_traceback_to_the_client() -> None:
     code, _, body = parse(transport.value())
     assert (code, body["error"]) == (503, "not_kept")
     assert json.dumps(body).find("store full") == -1
+
+
+def test_behind_the_operators_proxy_a_beacon_counts_for_the_client_it_names() -> None:
+    """From a `trusted_proxies` address the beacon counts for the last X-Forwarded-For address
+    that is not a proxy's (what the client itself wrote left of it is never read); from any
+    other source the header is ignored; a proxy that names nobody counts for no subnet."""
+    proxy = "198.18.0.8"
+    node = Listener(proxies=(ipaddress.ip_network("198.18.0.0/28"),), rates=Rates(per_second=1.0, burst=100.0))
+    forwarded = "X-Forwarded-For: 10.1.1.1, 203.0.114.9\r\nX-Forwarded-For: 198.18.0.9\r\n"
+    code, _, _ = node.ask(post(GOOD, forwarded), host=proxy)
+    assert code == 204 and node.kept[-1][0] == ipaddress.ip_network("203.0.114.0/24")
+    code, _, _ = node.ask(post(GOOD, "X-Forwarded-For: 1.2.3.4\r\n"), host="8.8.8.8")  # not a proxy
+    assert code == 204 and node.kept[-1][0] == ipaddress.ip_network("8.8.8.0/24")
+    for header in ("", "X-Forwarded-For: 198.18.0.2\r\n", "X-Forwarded-For: nonsense\r\n"):
+        code, _, body = node.ask(post(GOOD, header), host=proxy)
+        assert (code, body["error"]) == (403, "refused_source"), header
+    assert len(node.kept) == 2
