@@ -36,6 +36,7 @@ from gtmcluster.api.identity import ANONYMOUS, Identity
 from gtmcluster.api.server import Api, Route, default_limits, dumps
 from gtmcluster.api.slots import Connections
 from gtmcluster.config.model import ApiLimits
+from gtmcluster.runtime.httpclose import end_after_refusal
 from gtmcluster.runtime.slots import Caps
 from gtmcluster.runtime.sources import source_of
 from gtmcluster.runtime.tokenhash import Hash
@@ -323,21 +324,7 @@ class ApiChannel(http.HTTPChannel):
         transport: Any = self.transport
         transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
         self.setTimeout(None)
-        if self.isSecure():
-            # Under TLS a half close would reach past TLS to the TCP connection, and TLS
-            # closes only once this channel stops being the transport's producer: it sends
-            # its close alert now, and the connection ends when the client answers it or
-            # after DRAIN_SECONDS
-            transport.unregisterProducer()
-            transport.loseConnection()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-            return
-        close_writing = getattr(transport, "loseWriteConnection", None)
-        if close_writing is not None:
-            close_writing()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-        else:
-            transport.loseConnection()
+        self._drain = end_after_refusal(transport, self.isSecure(), self.callLater, DRAIN_SECONDS)
 
     def lineLengthExceeded(self, line: bytes) -> None:
         """A request line or header over 16 KiB (twisted.web's limit): 414 or 431, as JSON."""

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gtmcluster.config.addresses import IPAddress, IPNetwork
-from gtmcluster.config.ranges import NEVER, SPECIAL_PURPOSE
+from gtmcluster.config.ranges import NEVER, SPECIAL_PURPOSE, read_allow
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.runtime import files
 
@@ -118,16 +118,7 @@ def read(r: Reader, top: Mapping, resolve: Callable[[str], Path]) -> Alerts:
     m = r.mapping(("alerts",), top.get("alerts"), "a mapping {webhooks, allow, max_attempts, ...}")
     if m is None:
         return default
-    allow: list[IPNetwork] = []
-    for i, item in enumerate(r.list(m.at("allow"), m.get("allow", []), "a list of networks") or []):
-        network = r.network((*m.at("allow"), i), item)
-        if network is None:
-            continue
-        if not any(network.overlaps(s) for s in _SPECIAL if s.version == network.version):
-            why = "holds no special-purpose address (RFC 6890): only those need opening"
-            r.error((*m.at("allow"), i), f"{network} {why}")
-            continue
-        allow.append(network)
+    allow = read_allow(r, m)
     hooks: list[Webhook] = []
     raw_hooks = r.list(m.at("webhooks"), m.get("webhooks", []), "a list of {url, secret_file, events}") or []
     if len(raw_hooks) > MAX_WEBHOOKS:

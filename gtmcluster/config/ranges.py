@@ -4,6 +4,13 @@ that only ``prober.allow`` opens (the config refuses an allow entry that holds n
 
 from __future__ import annotations
 
+import ipaddress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gtmcluster.config.addresses import IPNetwork
+    from gtmcluster.config.reader import Mapping, Reader
+
 #: never probed, whatever prober.allow says
 NEVER = (
     "0.0.0.0/8",  # "this network", the unspecified address
@@ -46,3 +53,20 @@ SPECIAL_PURPOSE = (
     "fc00::/7",  # unique local
     "fe80::/10",  # link local
 )
+
+
+def read_allow(r: Reader, m: Mapping, key: str = "allow") -> list[IPNetwork]:
+    """A section's list of special-purpose networks to open (``alerts.allow``, ``rum.allow``:
+    as ``prober.allow``); an entry that holds no special-purpose address is a problem."""
+    special = [ipaddress.ip_network(n) for n in SPECIAL_PURPOSE]
+    allow: list[IPNetwork] = []
+    for i, item in enumerate(r.list(m.at(key), m.get(key, []), "a list of networks") or []):
+        network = r.network((*m.at(key), i), item)
+        if network is None:
+            continue
+        if not any(network.overlaps(s) for s in special if s.version == network.version):
+            why = "holds no special-purpose address (RFC 6890): only those need opening"
+            r.error((*m.at(key), i), f"{network} {why}")
+            continue
+        allow.append(network)
+    return allow

@@ -31,7 +31,6 @@ decides by what the group measured).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping as MappingType
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gtmcluster.config.addresses import IPAddress, IPNetwork
-from gtmcluster.config.ranges import SPECIAL_PURPOSE
+from gtmcluster.config.ranges import read_allow
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.state import schema
 
@@ -50,7 +49,6 @@ SOURCES = ("client", "population", "ldns")
 MAX_BODY = 65536
 #: the longest measurement URL taken
 MAX_URL = 2048
-_SPECIAL = tuple(ipaddress.ip_network(n) for n in SPECIAL_PURPOSE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +113,7 @@ def _rum(r: Reader, top: Mapping, datacenters: tuple[str, ...], resolve: Any) ->
     targets = _targets(r, m, datacenters)
     zone = m.string("zone", None) if m.has("zone") else None
     tls = _tls(r, m, resolve)
-    allow: list[IPNetwork] = []
-    for i, item in enumerate(r.list(m.at("allow"), m.get("allow", []), "a list of networks") or []):
-        network = r.network((*m.at("allow"), i), item)
-        if network is None:
-            continue
-        if not any(network.overlaps(s) for s in _SPECIAL if s.version == network.version):
-            why = "holds no special-purpose address (RFC 6890): only those need opening"
-            r.error((*m.at("allow"), i), f"{network} {why}")
-            continue
-        allow.append(network)
+    allow = read_allow(r, m)
     answer: list[IPAddress] = []
     raw_answer = r.list(m.at("answer"), m.get("answer", []), "a list of addresses", allow_scalar=True)
     for i, item in enumerate(raw_answer or []):

@@ -46,6 +46,7 @@ from gtmcluster.proximity.clients import IPNetwork, Ranges
 from gtmcluster.rum import beacon, snippet
 from gtmcluster.rum.beacon import Beacon, Rejected
 from gtmcluster.rum.limits import BeaconRate, Rates
+from gtmcluster.runtime.httpclose import end_after_refusal
 from gtmcluster.runtime.slots import Caps, Held, Slots
 from gtmcluster.runtime.sources import source_of
 
@@ -248,18 +249,7 @@ class RumChannel(http.HTTPChannel):
         transport: Any = self.transport
         transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
         self.setTimeout(None)
-        if self.isSecure():
-            # (a half close would reach past TLS: send the close alert, abort later)
-            transport.unregisterProducer()
-            transport.loseConnection()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-            return
-        close_writing = getattr(transport, "loseWriteConnection", None)
-        if close_writing is not None:
-            close_writing()
-            self._drain = self.callLater(DRAIN_SECONDS, transport.abortConnection)
-        else:
-            transport.loseConnection()
+        self._drain = end_after_refusal(transport, self.isSecure(), self.callLater, DRAIN_SECONDS)
 
     def lineLengthExceeded(self, line: bytes) -> None:
         """A request line or header over `Limits.head_bytes`."""
