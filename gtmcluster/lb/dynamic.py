@@ -113,8 +113,13 @@ def _scope_and_note(ctx: Context, note: str = PATH_NOTE) -> tuple[int, str]:
     if chosen is None:
         return 0, note
     if chosen.source == "client":
-        return chosen.scope, f"client subnet {chosen.subject}'s own RTT ({chosen.samples} samples)"
-    return 0, f"LDNS {chosen.subject}'s measured clients ({chosen.samples} beacons)"
+        return chosen.scope, f"client subnet {chosen.subject}'s own RTT ({counted(chosen.samples, 'sample')})"
+    return 0, f"LDNS {chosen.subject}'s measured clients ({counted(chosen.samples, 'beacon')})"
+
+
+def counted(n: int, what: str) -> str:
+    """*n* of *what*, as words (``1 sample``, ``3 samples``)."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def _seen(path: Any, ctx: Context) -> None:
