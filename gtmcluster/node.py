@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from gtmcluster.config.changes import Changes
 from gtmcluster.config.model import Config, Member, WideIP
-from gtmcluster.config.rum import Rum
+from gtmcluster.config.rum import Rum, rum_zones
 from gtmcluster.dns.kept import KeptReplies
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.rumnames import IdLimiter, OneUseNames
@@ -192,7 +192,7 @@ class Node:
         ``rum.zone`` (default: the first wide IP's zone) and every zone with a wide IP; None
         when ``rum`` is off or names no zone we serve."""
         rum = config.rum
-        bases = list(config.rum_zones)
+        bases = list(rum_zones(config.rum, config.zones, config.wideips.values()))
         if rum is None:
             return None
         if not bases:

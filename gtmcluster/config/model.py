@@ -21,7 +21,6 @@ from gtmcluster.config.monitoring import HealthRule, Monitor, MonitorRule, Traff
 from gtmcluster.config.rum import Proximity, Rum
 from gtmcluster.config.users import NO_USERS, ApiUsers
 from gtmcluster.config.wideipnames import WideIPNames
-from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import RData, ZoneSet
 from gtmcluster.runtime import slices
@@ -557,27 +556,6 @@ class Config:
             if wideip.admin_state != "enabled":
                 found[f"wideip/{wideip.name}"] = AdminState("wideip", wideip.name, wideip.admin_state, configured=True)
         return MappingProxyType(found)
-
-    @cached_property
-    def rum_zones(self) -> tuple[Name, ...]:
-        """The zones of the one-use names (``<id>.rum.<zone>``, docs/client-proximity.md),
-        lowercased origins: ``rum.zone`` first when it is a zone served here, then every zone
-        holding a wide IP, in the order of their first wide IP; none with ``rum`` off."""
-        if self.rum is None:
-            return ()
-        found: list[Name] = []
-        if self.rum.zone is not None:
-            try:
-                base = names.key(names.from_text(self.rum.zone))
-            except names.BadName:
-                base = None
-            if base is not None and self.zones.find(base) is not None:
-                found.append(base)
-        for wideip in self.wideips.values():
-            zone = self.zones.find(wideip.labels)
-            if zone is not None and zone.origin_key not in found:
-                found.append(zone.origin_key)
-        return tuple(found)
 
     def member(self, name: str) -> Member:
         for m in self.sync_group.members:

@@ -31,16 +31,20 @@ decides by what the group measured).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from collections.abc import Mapping as MappingType
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from gtmcluster.config.addresses import IPAddress, IPNetwork
 from gtmcluster.config.ranges import read_allow
 from gtmcluster.config.reader import Mapping, Reader
+from gtmcluster.dnsdata import names
+from gtmcluster.dnsdata.names import Name
+from gtmcluster.dnsdata.zone import ZoneSet
 from gtmcluster.state import schema
 
 #: the sources a proximity method may take its figures from, in the default order
@@ -235,3 +239,32 @@ def _proximity(r: Reader, top: Mapping, rum: Rum | None) -> Proximity:
             r.error(m.at("sources"), f"names no source (of {', '.join(SOURCES)})")
     m.done()
     return Proximity(tuple(sources) or default, probe)
+
+
+class Named(Protocol):
+    """A wide IP, as far as finding its zone goes."""
+
+    @property
+    def labels(self) -> Name: ...
+
+
+def rum_zones(rum: Rum | None, zones: ZoneSet, wideips: Iterable[Named]) -> tuple[Name, ...]:
+    """The zones of the one-use names (``<id>.rum.<zone>``, docs/client-proximity.md), of a
+    config's *rum*, *zones* and *wideips*, as lowercased origins: ``rum.zone`` first when it is
+    a zone served here, then every zone holding a wide IP, in the order of their first wide
+    IP; none with ``rum`` off."""
+    if rum is None:
+        return ()
+    found: list[Name] = []
+    if rum.zone is not None:
+        try:
+            base = names.key(names.from_text(rum.zone))
+        except names.BadName:
+            base = None
+        if base is not None and zones.find(base) is not None:
+            found.append(base)
+    for wideip in wideips:
+        zone = zones.find(wideip.labels)
+        if zone is not None and zone.origin_key not in found:
+            found.append(zone.origin_key)
+    return tuple(found)

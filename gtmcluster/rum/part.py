@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gtmcluster.config.model import Config
-from gtmcluster.config.rum import Rum
+from gtmcluster.config.rum import Rum, rum_zones
 from gtmcluster.dnsdata import names
 from gtmcluster.nodeparts import Commit, Reload
 from gtmcluster.rum.limits import Rates
@@ -18,9 +18,11 @@ from gtmcluster.runtime import files
 
 
 def zones_of(config: Config) -> list[str]:
-    """The zones of the one-use names as text (`config.model.Config.rum_zones`): the first is
+    """The zones of the one-use names as text (`config.rum.rum_zones`): the first is
     the snippet's, the others what ``?zone=`` may ask for."""
-    return [names.to_text(origin).rstrip(".") for origin in config.rum_zones]
+    return [
+        names.to_text(origin).rstrip(".") for origin in rum_zones(config.rum, config.zones, config.wideips.values())
+    ]
 
 
 def settings_of(config: Config) -> Settings:

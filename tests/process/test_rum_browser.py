@@ -12,12 +12,12 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import require_tool
+from tests.support.poll import until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -61,9 +61,8 @@ def test_the_snippet_measures_and_posts_one_beacon_from_a_real_browser(tmp_path:
             check=False,
         )
         assert b"a shop" in browser.stdout, browser.stderr[-2000:]
-        deadline = time.monotonic() + 10
-        while not kept.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)  # (the beacon is on its way when the browser exits)
+        # (the beacon may still be on its way when the browser exits)
+        until(kept.exists, 10, "the listener kept the beacon")
         beacons = [json.loads(line) for line in kept.read_text().splitlines()]
     finally:
         server.terminate()
