@@ -23,8 +23,6 @@ from gtmcluster.state.record import Record
 #: subnets and populations listed by default, and at most (``limit=``)
 LIMIT = 50
 MAX_LIMIT = 1000
-#: the prefixes a client subnet is known by (`proximity.clients.client_subnet`)
-PREFIX = {4: 24, 6: 48}
 
 
 def _limit(args: Mapping[str, str]) -> int:
@@ -55,7 +53,7 @@ def _subnet(text: str) -> str:
         network = ipaddress.ip_network(text, strict=False)
     except ValueError:
         raise ApiError(400, f"subnet {text[:100]!r} is not an IP address or network") from None
-    wanted = PREFIX[network.version]
+    wanted = keys.CLIENT_PREFIX[network.version]
     if network.prefixlen < wanted:
         raise ApiError(400, f"subnet {network} is wider than the /{wanted} clients are known by")
     return str(network.supernet(new_prefix=wanted))

@@ -36,12 +36,13 @@ from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_ANY
 from gtmcluster.runtime.stats import QueryStats
 from gtmcluster.runtime.tokenbucket import TokenBucket
+from gtmcluster.state import keys
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-#: a one-use name's id (the same as `proximity.clients.ID` and the schema's ``rumid`` keys)
-ID = re.compile(rb"[a-z0-9]{16,32}")
+#: a one-use name's id (`state.keys.RUM_ID`), matched on the wire name's bytes
+ID = re.compile(keys.RUM_ID.pattern.encode())
 #: the label under the zone the one-use names are below
 LABEL = b"rum"
 #: ids recorded per LDNS /24 (/48) and second, on average, and at once
@@ -49,9 +50,6 @@ IDS_PER_SECOND = 20.0
 IDS_BURST = 100
 #: LDNS prefixes whose buckets an answering process remembers
 MAX_PREFIXES = 4096
-#: the prefixes an LDNS's bucket and a client subnet are known by
-V4_PREFIX = 24
-V6_PREFIX = 48
 
 #: told of each one-use name answered within its LDNS's bucket: (id, the query's source
 #: address, the client subnet a trusted resolver named, as ``10.1.2.0_24``, or "")
@@ -80,7 +78,7 @@ class IdLimiter:
 
     def take(self, ldns: IPAddress) -> bool:
         """Whether *ldns*'s prefix has a token now (one is spent if so)."""
-        prefix = subnet_of(ldns)
+        prefix = keys.client_subnet(ldns)
         now = self.clock()
         buckets = self._buckets
         bucket = buckets.get(prefix)
@@ -91,14 +89,6 @@ class IdLimiter:
         else:
             buckets.move_to_end(prefix)
         return bucket.take(1, now)
-
-
-def subnet_of(address: IPAddress, longest: int | None = None) -> IPNetwork:
-    """The /24 (/48) of *address*, or its network at *longest* bits when that is shorter."""
-    prefix = V4_PREFIX if address.version == 4 else V6_PREFIX
-    if longest is not None:
-        prefix = min(prefix, longest)
-    return ipaddress.ip_network((address, prefix), strict=False)
 
 
 class OneUseNames:
@@ -160,7 +150,7 @@ class OneUseNames:
         if not self.limiter.take(ldns):
             stats.rum_ids_rate += 1
             return False
-        ecs = "" if client is None else str(subnet_of(client, prefix)).replace("/", "_")
+        ecs = "" if client is None else keys.subnet_text(str(keys.client_subnet(client, prefix)))
         stats.rum_ids_recorded += 1
         self.seen(ident, str(ldns), ecs)
         return True

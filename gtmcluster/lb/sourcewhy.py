@@ -23,8 +23,6 @@ from gtmcluster.state import keys
 
 #: what each source is called for an operator
 NAMES = {"population": "LDNS population", "ldns": "LDNS"}
-#: the prefixes a client subnet is measured at (`proximity.clients.V4_PREFIX`, `V6_PREFIX`)
-CLIENT_PREFIX = {4: 24, 6: 48}
 
 
 def deciding_step(decision: Decision) -> Step | None:
@@ -131,7 +129,7 @@ def _held(measurements: Any, key: str) -> Any:
 def _why_not_client(measurements: Any, client: Client, dcs: list[str]) -> str:
     if not client.from_ecs:
         return "no client subnet from a trusted resolver in the query (EDNS client subnet, dns_server.ecs_trusted)"
-    wanted = CLIENT_PREFIX[client.address.version]
+    wanted = keys.CLIENT_PREFIX[client.address.version]
     if client.prefix < wanted:
         return f"the client subnet /{client.prefix} is shorter than the /{wanted} clients are measured at"
     subnet = str(client.network(wanted))

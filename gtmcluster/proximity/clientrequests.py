@@ -35,7 +35,6 @@ from typing import Any
 
 from gtmcluster.config.rum import ClientProbe
 from gtmcluster.proximity.budget import Budget
-from gtmcluster.proximity.clients import V4_PREFIX, V6_PREFIX
 from gtmcluster.proximity.table import BACKOFF_BASE, BACKOFF_MAX
 from gtmcluster.state import keys
 from gtmcluster.state.record import Record
@@ -83,7 +82,7 @@ def subnet_wanted(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | 
         network = ipaddress.ip_network(text)
     except ValueError:
         return None
-    return network if network.prefixlen == (V4_PREFIX if network.version == 4 else V6_PREFIX) else None
+    return network if network.prefixlen == keys.CLIENT_PREFIX[network.version] else None
 
 
 def share(members: int, index: int, per_interval: int, window: int) -> int:

@@ -23,7 +23,6 @@ config's ``proximity.sources`` order, that has one for every data center of the 
 from __future__ import annotations
 
 import ipaddress
-import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,15 +37,14 @@ from gtmcluster.topology.prefixes import PrefixMap
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-#: the prefix a client is known by
-V4_PREFIX = 24
-V6_PREFIX = 48
+#: the prefix a client is known by (`state.keys.CLIENT_PREFIX`)
+V4_PREFIX, V6_PREFIX = keys.CLIENT_PREFIX[4], keys.CLIENT_PREFIX[6]
 #: samples kept per subnet and DC (the median reads them)
 SAMPLES_PER_DC = MAX_CLIENT_SAMPLES
 #: client subnets an LDNS's population keeps
 MAX_SUBNETS = MAX_POPULATION_SUBNETS
 #: a one-use name's id: what the snippet makes, what the schema takes
-ID = re.compile(r"[a-z0-9]{16,32}")
+ID = keys.RUM_ID
 #: the sources, as `config.rum.SOURCES` names them
 CLIENT, POPULATION, LDNS = "client", "population", "ldns"
 
@@ -75,13 +73,7 @@ class Ranges:
             raise Refused("multicast, broadcast or unspecified")
         if address in self.special and address not in self.allow:
             raise Refused("a special-purpose address (RFC 6890) that the allow list does not open")
-        return client_subnet(address)
-
-
-def client_subnet(address: IPAddress) -> IPNetwork:
-    """The /24 or /48 *address* is in."""
-    prefix = V4_PREFIX if address.version == 4 else V6_PREFIX
-    return ipaddress.ip_network((address, prefix), strict=False)
+        return keys.client_subnet(address)
 
 
 def merge_sample(value: Mapping[str, Any] | None, rtt_us: int, source: str, by: str) -> dict[str, Any]:
@@ -202,9 +194,9 @@ class ClientSources:
         """The client subnet to have probed for a client whose own figures did not decide
         (`proximity.clientrequests`), or None: probing is off, or the client is not known
         by a trusted resolver's ECS of at least a /24 (/48)."""
-        if not self.probing or not from_ecs or prefix < (V4_PREFIX if address.version == 4 else V6_PREFIX):
+        if not self.probing or not from_ecs or prefix < keys.CLIENT_PREFIX[address.version]:
             return None
-        return str(client_subnet(address))
+        return str(keys.client_subnet(address))
 
     def _client(self, address: IPAddress, prefix: int, dcs: list[str]) -> Chosen | None:
         """The ECS subnet's own figures, when it is at least as long as what the table
@@ -217,7 +209,7 @@ class ClientSources:
         else:
             if prefix < V6_PREFIX:
                 return None
-            subnet, scope = str(client_subnet(address)), V6_PREFIX
+            subnet, scope = str(keys.client_subnet(address)), V6_PREFIX
         now = self._clock()
         figures: dict[str, Figure] = {}
         samples = SAMPLES_PER_DC

@@ -23,6 +23,8 @@ and for the watchers of changes.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Literal, Protocol
 
 #: a subject of verdicts: a virtual server or a link
@@ -145,6 +147,21 @@ def persist(key: Persisted) -> str:
     if key.resolver:
         return f"{PERSIST}{key.wideip}/{key.qtype}/{key.resolver}/ecs/{key.network}"
     return f"{PERSIST}{key.wideip}/{key.qtype}/{key.network}"
+
+
+#: the prefix a client is known by (its subnet: ``client/<subnet>/...``), per IP version
+CLIENT_PREFIX = {4: 24, 6: 48}
+#: a one-use name's id, as the RUM snippet makes it (``rumid/<id>``, ``<id>.rum.<zone>``)
+RUM_ID = re.compile(r"[a-z0-9]{16,32}")
+
+
+def client_subnet(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, longest: int | None = None
+) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """The client subnet (/24, /48) *address* is in, or its network at *longest* bits when
+    that is shorter (a client subnet a resolver names more widely)."""
+    prefix = CLIENT_PREFIX[address.version]
+    return ipaddress.ip_network((address, prefix if longest is None else min(prefix, longest)), strict=False)
 
 
 def subnet_text(network: str) -> str:

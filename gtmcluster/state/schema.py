@@ -295,8 +295,6 @@ def _traffic(value: Mapping[str, Any]) -> str | None:
 
 #: a client subnet in a key: an address, "_", a prefix length
 _SUBNET = re.compile(r"[0-9A-Fa-f:.]{2,45}_[0-9]{1,3}")
-#: a one-use name's id (`proximity.clients.ID`)
-_RUM_ID = re.compile(r"[a-z0-9]{16,32}")
 #: a client subnet's samples kept at most (`proximity.clients.SAMPLES_PER_DC`)
 MAX_CLIENT_SAMPLES = 16
 #: the client subnets of one LDNS's population at most, and its data centers
@@ -324,7 +322,7 @@ def _pop_key(parts: list[str], origin: str) -> str | None:
 
 
 def _rumid_key(parts: list[str], origin: str) -> str | None:
-    if len(parts) != 1 or not _RUM_ID.fullmatch(parts[0]):
+    if len(parts) != 1 or not keys.RUM_ID.fullmatch(parts[0]):
         return "is not rumid/<16 to 32 of a-z and 0-9>"
     return None
 
