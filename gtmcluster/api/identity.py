@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gtmcluster.config.users import NO_USERS, ApiUsers
+from gtmcluster.runtime.tokenbucket import Buckets
 from gtmcluster.runtime.tokenhash import Hash
 
 #: roles by rank: a route needing one is open to it and to those above
@@ -55,37 +56,13 @@ ANONYMOUS = Identity("anonymous", "viewer", "none")
 SINGLE_TOKEN = Identity("api-token", "admin", "api.token")
 
 
-@dataclass
-class Bucket:
-    """A token bucket: *rate* a second, at most *burst* kept."""
-
-    level: float
-    at: float
-
-
-class Rate:
+class Rate(Buckets[str]):
     """Checks allowed per second (*rate*, up to *burst* at once) per key, for at most
     *keys* keys (the least recently used forgotten beyond: it starts full again, and the
     bound in all still holds)."""
 
     def __init__(self, rate: float, burst: float, keys: int = 4096):
-        self.rate, self.burst, self.keys = rate, burst, keys
-        self._buckets: OrderedDict[str, Bucket] = OrderedDict()
-
-    def take(self, key: str, now: float) -> bool:
-        b = self._buckets.get(key)
-        if b is None:
-            b = self._buckets[key] = Bucket(self.burst, now)
-            while len(self._buckets) > self.keys:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(key)
-            b.level = min(self.burst, b.level + (now - b.at) * self.rate)
-            b.at = now
-        if b.level < 1:
-            return False
-        b.level -= 1
-        return True
+        super().__init__(rate, burst, keys)
 
 
 #: what `Known.lookup` says of a token it never checked

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA, TYPE_ANY
 from gtmcluster.runtime.stats import QueryStats
-from gtmcluster.runtime.tokenbucket import TokenBucket
+from gtmcluster.runtime.tokenbucket import Buckets
 from gtmcluster.state import keys
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -68,27 +67,14 @@ class IdLimiter:
         size: int = MAX_PREFIXES,
     ):
         self.clock = clock
-        self.rate = rate
-        self.burst = burst
-        self.size = size
-        self._buckets: OrderedDict[IPNetwork, TokenBucket] = OrderedDict()
+        self.buckets: Buckets[IPNetwork] = Buckets(rate, burst, size)
 
     def __len__(self) -> int:
-        return len(self._buckets)
+        return len(self.buckets)
 
     def take(self, ldns: IPAddress) -> bool:
         """Whether *ldns*'s prefix has a token now (one is spent if so)."""
-        prefix = keys.client_subnet(ldns)
-        now = self.clock()
-        buckets = self._buckets
-        bucket = buckets.get(prefix)
-        if bucket is None:
-            bucket = buckets[prefix] = TokenBucket(self.rate, self.burst, now)
-            if len(buckets) > self.size:
-                buckets.popitem(last=False)
-        else:
-            buckets.move_to_end(prefix)
-        return bucket.take(1, now)
+        return self.buckets.take(keys.client_subnet(ldns), self.clock())
 
 
 class OneUseNames:

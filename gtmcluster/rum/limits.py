@@ -11,13 +11,12 @@ the body turns out to be. Pure: the clock is given.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gtmcluster.proximity.clients import IPNetwork
 from gtmcluster.rum.beacon import RATE, Rejected
-from gtmcluster.runtime.tokenbucket import TokenBucket
+from gtmcluster.runtime.tokenbucket import Buckets, TokenBucket
 
 
 @dataclass(frozen=True)
@@ -42,25 +41,21 @@ class BeaconRate:
     def __init__(self, rates: Rates, clock: Callable[[], float]):
         self.rates = rates
         self.clock = clock
-        self.buckets: OrderedDict[IPNetwork, TokenBucket] = OrderedDict()
+        self.buckets: Buckets[IPNetwork] = Buckets(rates.per_second, rates.burst, rates.sources)
         self.total = TokenBucket(rates.total_per_second, rates.total_burst, clock())
-        #: buckets forgotten for the bound
-        self.forgotten = 0
 
     def __len__(self) -> int:
         return len(self.buckets)
 
+    @property
+    def forgotten(self) -> int:
+        """Buckets forgotten for the bound."""
+        return self.buckets.forgotten
+
     def take(self, subnet: IPNetwork) -> Rejected | None:
         """One beacon from *subnet*: None when it may come in, else why not (429)."""
         now = self.clock()
-        bucket = self.buckets.get(subnet)
-        if bucket is None:
-            bucket = self.buckets[subnet] = TokenBucket(self.rates.per_second, self.rates.burst, now)
-            while len(self.buckets) > self.rates.sources:
-                self.buckets.popitem(last=False)
-                self.forgotten += 1
-        else:
-            self.buckets.move_to_end(subnet)
+        bucket = self.buckets.bucket(subnet, now)
         if not bucket.take(1, now):
             wait = bucket.ready_in(1, now)
             return Rejected(429, RATE, f"over {self.rates.per_second:g} beacons a second from {subnet}", wait)
@@ -72,9 +67,5 @@ class BeaconRate:
     def configure(self, rates: Rates) -> None:
         """New rates (a reload): the buckets kept take them, the bound applies at once."""
         self.rates = rates
-        for bucket in self.buckets.values():
-            bucket.configure(rates.per_second, rates.burst)
-        while len(self.buckets) > rates.sources:
-            self.buckets.popitem(last=False)
-            self.forgotten += 1
+        self.buckets.configure(rates.per_second, rates.burst, rates.sources)
         self.total.configure(rates.total_per_second, rates.total_burst)
