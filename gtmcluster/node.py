@@ -192,10 +192,8 @@ class Node:
         ``rum.zone`` (default: the first wide IP's zone) and every zone with a wide IP; None
         when ``rum`` is off or names no zone we serve."""
         rum = config.rum
-        bases = list(rum_zones(config.rum, config.zones, config.wideips.values()))
-        if rum is None:
-            return None
-        if not bases:
+        bases = rum_zones(rum, config.zones, config.wideips.values())
+        if rum is None or not bases:
             return None
         answer = rum.answer
         if not answer:

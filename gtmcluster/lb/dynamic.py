@@ -112,9 +112,15 @@ def _scope_and_note(ctx: Context, note: str = PATH_NOTE) -> tuple[int, str]:
     chosen = ctx.proximity
     if chosen is None:
         return 0, note
+    return chosen.scope, described(chosen)
+
+
+def described(chosen: Any) -> str:
+    """What a client source read (`proximity.clients.Chosen`), in words: ``client subnet
+    198.51.100.0/24's own RTT (3 samples)``, ``LDNS 192.0.2.53's measured clients (12 beacons)``."""
     if chosen.source == "client":
-        return chosen.scope, f"client subnet {chosen.subject}'s own RTT ({counted(chosen.samples, 'sample')})"
-    return 0, f"LDNS {chosen.subject}'s measured clients ({counted(chosen.samples, 'beacon')})"
+        return f"client subnet {chosen.subject}'s own RTT ({counted(chosen.samples, 'sample')})"
+    return f"LDNS {chosen.subject}'s measured clients ({counted(chosen.samples, 'beacon')})"
 
 
 def counted(n: int, what: str) -> str:

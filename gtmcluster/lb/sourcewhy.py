@@ -16,7 +16,7 @@ from typing import Any
 
 from gtmcluster.config.model import WideIP
 from gtmcluster.lb.context import Client
-from gtmcluster.lb.dynamic import counted
+from gtmcluster.lb.dynamic import described
 from gtmcluster.lb.pathwhy import PATH_METHODS, candidates_of
 from gtmcluster.lb.trace import Decision, Step
 from gtmcluster.state import keys
@@ -61,10 +61,8 @@ def explained(decision: Decision, wideip: WideIP, measurements: Any, client: Cli
     figures = chosen.figures if chosen is not None else {}
     name = source_name(source, list(figures.values()))
     rows = [_row(dc, figures.get(dc), measurements.path(ldns, dc), source, ldns) for dc in dcs]
-    if chosen is not None and source == "client":
-        text = f"decided by {name}: client subnet {chosen.subject}'s own RTT ({counted(chosen.samples, 'sample')})"
-    elif chosen is not None:
-        text = f"decided by {name}: LDNS {chosen.subject}'s measured clients ({counted(chosen.samples, 'beacon')})"
+    if chosen is not None:
+        text = f"decided by {name}: {described(chosen)}"
     else:
         text = f"decided by the LDNS's own paths (LDNS {ldns})"
     text += f"; ECS scope /{chosen.scope}" if chosen is not None and chosen.scope else ""

@@ -228,12 +228,11 @@ class ClientProbeScheduler(Service):
 
         def finished(result: Any) -> None:
             self.budget().done()
-            if job.subnet not in self.queued:
-                pass  # answered
-            elif job.addresses:
-                self.waiting.appendleft(job)  # its next address, before the other subnets
-            else:
-                self._silent(job)
+            if job.subnet in self.queued:  # (not answered)
+                if job.addresses:
+                    self.waiting.appendleft(job)  # its next address, before the other subnets
+                else:
+                    self._silent(job)
             if self.waiting:
                 self._drain()
 
