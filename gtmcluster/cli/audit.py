@@ -28,15 +28,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any
 
 from gtmcluster.cli import logs
-from gtmcluster.cli.logs import Line, Printer, Read
-from gtmcluster.cli.nodeapi import CliError, Tokens, load_config
+from gtmcluster.cli.logs import Line, Printer
+from gtmcluster.cli.nodeapi import CliError
 from gtmcluster.cli.terminal import escape
-from gtmcluster.config.model import Member
 from gtmcluster.nodelog.audit import parse_entry
 
 PATH = "/api/v1/audit"
@@ -125,41 +122,9 @@ def params_for(since: str | None, limit: int | None, who: str | None, follow: bo
 
 
 def show(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    members = [m.name for m in config.sync_group.members]
-    unknown = [n for n in args.nodes if n not in members]
-    if unknown:
-        raise CliError(
-            f"not a member of sync group {config.sync_group.name!r}: {', '.join(unknown)} "
-            f"(members: {', '.join(members)})"
-        )
-    nodes = list(dict.fromkeys(args.nodes)) or members
-    try:
-        since = logs.log_time(logs.parse_since(args.since, datetime.now().astimezone())) if args.since else None
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    limit = args.limit if args.limit is not None else (None if since is not None else DEFAULT_LIMIT)
-    tokens = Tokens.from_args(config, args)
-    color = logs.use_color(args.no_color, sys.stdout)
-    printer = AuditPrinter(nodes, sys.stdout, color, members, raw=args.json)
-    targets = [config.member(n) for n in nodes]
+    a = logs.asked(args)
+    limit = args.limit if args.limit is not None else (None if a.since is not None else DEFAULT_LIMIT)
+    printer = AuditPrinter(a.nodes, sys.stdout, logs.use_color(args.no_color, sys.stdout), a.members, raw=args.json)
     if args.follow:
-        first = params_for(since, limit, args.who, True)
-        return logs.follow(targets, first, tokens, printer, PATH, COMMAND)
-
-    def ask(m: Member) -> Read | str:
-        try:
-            return logs.read_all(m, params_for(since, limit, args.who, False), tokens, PATH)
-        except CliError as e:
-            return str(e)
-
-    with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-        answers = list(pool.map(ask, targets))
-    printer.write(logs.merge(a.lines for a in answers if not isinstance(a, str)))
-    for m, answer in zip(targets, answers, strict=True):
-        if not isinstance(answer, str) and answer.left_out:
-            logs.note(logs.long_line(m, answer.left_out), COMMAND)
-    failed = [a for a in answers if isinstance(a, str)]
-    for problem in failed:
-        logs.note(problem, COMMAND)
-    return 1 if failed else 0
+        return logs.follow(a.targets, params_for(a.since, limit, args.who, True), a.tokens, printer, PATH, COMMAND)
+    return logs.read_every(a.targets, params_for(a.since, limit, args.who, False), a.tokens, printer, PATH, COMMAND)

@@ -48,7 +48,7 @@ from gtmcluster.cli import nodeapi
 from gtmcluster.cli.bounded import AnswerError, LongLine, Readable, lines
 from gtmcluster.cli.nodeapi import CliError, Tokens, Unreachable, load_config
 from gtmcluster.cli.terminal import escape, escape_json_line
-from gtmcluster.config.model import Member
+from gtmcluster.config.model import Config, Member
 from gtmcluster.nodelog.reader import MAX_LINES
 from gtmcluster.nodelog.record import line_time, parse_line
 
@@ -464,7 +464,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
-def show(args: argparse.Namespace) -> int:
+@dataclass
+class Asked:
+    """What a command that reads the members' logs was asked (`asked`): the config, the
+    group's members, the members to read (``--node``, else all) and their entries, the
+    time to read from (``--since``) and the API tokens."""
+
+    config: Config
+    members: list[str]
+    nodes: list[str]
+    targets: list[Member]
+    since: str | None
+    tokens: Tokens
+
+
+def asked(args: argparse.Namespace) -> Asked:
+    """The members and time *args* name, checked (a name not a member's, or a time not
+    one, is a `CliError` saying so)."""
     config = load_config(args.config)
     members = [m.name for m in config.sync_group.members]
     unknown = [n for n in args.nodes if n not in members]
@@ -478,16 +494,18 @@ def show(args: argparse.Namespace) -> int:
         since = log_time(parse_since(args.since, datetime.now().astimezone())) if args.since else None
     except ValueError as e:
         raise CliError(str(e)) from None
-    count = args.lines if args.lines is not None else (None if since is not None else DEFAULT_LINES)
-    tokens = Tokens.from_args(config, args)
-    printer = Printer(nodes, sys.stdout, use_color(args.no_color, sys.stdout), members, raw=args.json)
-    targets = [config.member(n) for n in nodes]
-    if args.follow:
-        return follow(targets, params_for(since, count, True), tokens, printer)
+    return Asked(config, members, nodes, [config.member(n) for n in nodes], since, Tokens.from_args(config, args))
+
+
+def read_every(
+    targets: list[Member], params: dict[str, str], tokens: Tokens, printer: Printer, path: str, command: str
+) -> int:
+    """Read *path* with *params* from every target at once, print the lines merged in time
+    order, and note what was left out and who could not be read (1 if anyone)."""
 
     def ask(m: Member) -> Read | str:
         try:
-            return read_all(m, params_for(since, count, False), tokens)
+            return read_all(m, params, tokens, path)
         except CliError as e:
             return str(e)
 
@@ -497,10 +515,19 @@ def show(args: argparse.Namespace) -> int:
     printer.write(merge(a.lines for a in answers if not isinstance(a, str)))
     for m, answer in zip(targets, answers, strict=True):
         if not isinstance(answer, str) and answer.left_out:
-            note(long_line(m, answer.left_out))
+            note(long_line(m, answer.left_out), command)
     for problem in failed:
-        note(problem)
+        note(problem, command)
     return 1 if failed else 0
+
+
+def show(args: argparse.Namespace) -> int:
+    a = asked(args)
+    count = args.lines if args.lines is not None else (None if a.since is not None else DEFAULT_LINES)
+    printer = Printer(a.nodes, sys.stdout, use_color(args.no_color, sys.stdout), a.members, raw=args.json)
+    if args.follow:
+        return follow(a.targets, params_for(a.since, count, True), a.tokens, printer)
+    return read_every(a.targets, params_for(a.since, count, False), a.tokens, printer, PATH, "logs")
 
 
 def follow(
