@@ -108,8 +108,8 @@ def in_process(rounds: int, count: int, ecs: int) -> None:
     """The log's cost a query, measured on the answer path in this process (see above)."""
     from twisted.internet import defer, task
 
+    from gtmcluster.config.dnsserver import QueryLog
     from gtmcluster.config.load import load
-    from gtmcluster.config.model import QueryLog
     from gtmcluster.dns.fastpath import FastPath
     from gtmcluster.dns.udpport import DNSDatagramProtocol
     from gtmcluster.node import Node

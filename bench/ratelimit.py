@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gtmcluster.config.dnsserver import RateLimit
 from gtmcluster.config.load import load
-from gtmcluster.config.model import RateLimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.ratelimit import RateLimiter
 from gtmcluster.node import Node

@@ -33,8 +33,9 @@ import dns.message
 from twisted.internet.task import Clock, Cooperator
 
 from fuzz.harness import Finding, no_tracebacks
+from gtmcluster.config.dnsserver import TransferLimits
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Config, TransferLimits
+from gtmcluster.config.model import Config
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import DNSStreamFactory
 from gtmcluster.dns.transfer import Transfers

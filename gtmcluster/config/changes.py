@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from gtmcluster.config.model import ApiSettings, Config, QueryLog
+from gtmcluster.config.dnsserver import QueryLog
+from gtmcluster.config.model import ApiSettings, Config
 
 
 @dataclass(frozen=True)

@@ -21,17 +21,15 @@ from gtmcluster.config import links as link_settings
 from gtmcluster.config import pools as pool_settings
 from gtmcluster.config.addresses import HostPort
 from gtmcluster.config.apisettings import api_beyond_loopback, read_api
+from gtmcluster.config.dnsserver import DNSServer, RateLimit, ZoneTransfer
 from gtmcluster.config.model import (
     ApiSettings,
     Config,
-    DNSServer,
     Member,
     PersistenceTable,
-    RateLimit,
     SyncGroup,
     SyncSettings,
     TLSFiles,
-    ZoneTransfer,
     wideips_by_server,
 )
 from gtmcluster.config.problems import ConfigError, Problem, Problems

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from gtmcluster.config.model import QueryLog
+from gtmcluster.config.dnsserver import QueryLog
 from gtmcluster.config.reader import Mapping, Reader
 
 FORMATS = ("dnstap",)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gtmcluster.config.addresses import IPNetwork
-from gtmcluster.config.model import TransferLimits, TSIGKey, ZoneTransfer
+from gtmcluster.config.dnsserver import TransferLimits, TSIGKey, ZoneTransfer
 from gtmcluster.config.problems import KeyPath
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.runtime import files

@@ -14,7 +14,7 @@ from typing import Any
 
 from gtmcluster.config import transfer
 from gtmcluster.config.dnssec import read_zone_dnssec
-from gtmcluster.config.model import TSIGKey, ZoneTransfer
+from gtmcluster.config.dnsserver import TSIGKey, ZoneTransfer
 from gtmcluster.config.reader import Mapping, Reader
 from gtmcluster.dnsdata import names, zonefile, zoneinclude
 from gtmcluster.dnsdata.keys import ZoneKey

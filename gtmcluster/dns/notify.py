@@ -31,7 +31,8 @@ from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
 
 from gtmcluster.config.addresses import IPAddress
-from gtmcluster.config.model import Config, TSIGKey
+from gtmcluster.config.dnsserver import TSIGKey
+from gtmcluster.config.model import Config
 from gtmcluster.dns.transfer import serial_of, to_dnspython
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import Zone

@@ -30,7 +30,7 @@ import ipaddress
 import socket
 from collections.abc import Callable
 
-from gtmcluster.config.model import RateLimit
+from gtmcluster.config.dnsserver import RateLimit
 from gtmcluster.runtime.stats import QueryStats
 
 #: what `RateLimiter.check` says about a query

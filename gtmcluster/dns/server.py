@@ -27,7 +27,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 
-from gtmcluster.config.model import TCP_MAX_PER_SOURCE, DNSServer, QueryLog, RateLimit, TransferLimits
+from gtmcluster.config.dnsserver import TCP_MAX_PER_SOURCE, DNSServer, QueryLog, RateLimit, TransferLimits
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder

@@ -27,7 +27,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gtmcluster.config.model import TCP_MAX_PER_SOURCE, TransferLimits
+from gtmcluster.config.dnsserver import TCP_MAX_PER_SOURCE, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.tcpclients import SOURCE_CAP, Clients

@@ -69,7 +69,7 @@ from twisted.internet.task import CooperativeTask, Cooperator
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import TSIGKey, ZoneTransfer
+from gtmcluster.config.dnsserver import TSIGKey, ZoneTransfer
 from gtmcluster.dns import wire
 from gtmcluster.dns.journal import Journal, Step, newer, rrsets_of, serial_of
 from gtmcluster.dns.xfrwire import algorithm, dns_key, finish, finish_each, messages, name_wire, single, tsig_room

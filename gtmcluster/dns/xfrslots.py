@@ -7,7 +7,7 @@ is handed to the transport or the connection goes. Past either cap a request is 
 A connection holds at most one slot, since it reads no request while its transfer is sent
 (`dns.stream.DNSStreamProtocol`). The counting is `gtmcluster.runtime.slots`' (the API's answers
 count the same way); this adds the caps a reload changes and the refusals, by cap. Pure
-bookkeeping, no Twisted: the caps are ``dns_server.transfer`` (`config.model.TransferLimits`).
+bookkeeping, no Twisted: the caps are ``dns_server.transfer`` (`config.dnsserver.TransferLimits`).
 """
 
 from __future__ import annotations

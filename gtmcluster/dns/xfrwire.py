@@ -19,7 +19,7 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.tsig
 
-from gtmcluster.config.model import TSIGKey
+from gtmcluster.config.dnsserver import TSIGKey
 from gtmcluster.dns import wire
 from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name

@@ -41,8 +41,8 @@ from twisted.logger import (
 )
 
 from gtmcluster.config import reload as config_reload
+from gtmcluster.config.dnsserver import QueryLog
 from gtmcluster.config.load import load
-from gtmcluster.config.model import QueryLog
 from gtmcluster.config.problems import ConfigError
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath

@@ -38,7 +38,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gtmcluster.config.model import QueryLog
+from gtmcluster.config.dnsserver import QueryLog
 from gtmcluster.querylog import dnstap
 from gtmcluster.querylog.logfile import LogFile, Unwritten
 from gtmcluster.runtime.reactors import Threads, to_pool

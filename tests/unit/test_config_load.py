@@ -10,18 +10,9 @@ from typing import Any, cast
 import pytest
 
 from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.dnsserver import DNSServer, RateLimit
 from gtmcluster.config.load import load
-from gtmcluster.config.model import (
-    Config,
-    DNSServer,
-    Methods,
-    Persistence,
-    PersistenceTable,
-    Prefixes,
-    Prober,
-    RateLimit,
-    TLSFiles,
-)
+from gtmcluster.config.model import Config, Methods, Persistence, PersistenceTable, Prefixes, Prober, TLSFiles
 from gtmcluster.dnsdata import names
 from gtmcluster.dnsdata.names import Name
 from gtmcluster.dnsdata.zone import TYPE_A, TYPE_AAAA

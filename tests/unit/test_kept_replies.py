@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from gtmcluster.config.model import RateLimit
+from gtmcluster.config.dnsserver import RateLimit
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.kept import WideHit

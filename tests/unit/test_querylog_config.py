@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from gtmcluster.config.dnsserver import QueryLog
 from gtmcluster.config.load import load
-from gtmcluster.config.model import QueryLog
 from gtmcluster.querylog.logfile import worker_path
 from tests.support import configs
 from tests.unit.test_config_errors import Mutation, assert_form, find, problems_of, put

@@ -18,8 +18,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.dnsserver import DNSServer, QueryLog
 from gtmcluster.config.load import load
-from gtmcluster.config.model import DNSServer, QueryLog
 from gtmcluster.dns.server import DNSService
 from gtmcluster.fanout.feed import add_counts, take_counts
 from gtmcluster.node import Node

@@ -15,8 +15,8 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransportWithDisconnection
 
+from gtmcluster.config.dnsserver import RateLimit
 from gtmcluster.config.load import load
-from gtmcluster.config.model import RateLimit
 from gtmcluster.dns import ratelimit
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.ratelimit import ANSWER, DROP, SLIP, RateLimiter, truncated

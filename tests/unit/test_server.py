@@ -16,8 +16,8 @@ from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisc
 from twisted.logger import capturedLogs, formatEvent
 
 from gtmcluster.config.addresses import HostPort
+from gtmcluster.config.dnsserver import DNSServer, RateLimit, TransferLimits
 from gtmcluster.config.load import load
-from gtmcluster.config.model import DNSServer, RateLimit, TransferLimits
 from gtmcluster.dns.fastpath import FastPath
 from gtmcluster.dns.server import DNSService
 from gtmcluster.dns.stream import DNSStreamFactory, DNSStreamProtocol, ListenerFactory

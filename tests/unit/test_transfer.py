@@ -23,8 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 
+from gtmcluster.config.dnsserver import TransferLimits
 from gtmcluster.config.load import load
-from gtmcluster.config.model import Config, TransferLimits
+from gtmcluster.config.model import Config
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.transfer import Outgoing, Transfers, transfer_type
 from gtmcluster.dnsdata.zone import TYPE_AXFR, TYPE_IXFR

@@ -18,7 +18,7 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, capturedLogs
 
-from gtmcluster.config.model import TransferLimits
+from gtmcluster.config.dnsserver import TransferLimits
 from gtmcluster.dns.responder import Responder
 from gtmcluster.dns.stream import PER_TURN, DNSStreamFactory, DNSStreamProtocol
 from gtmcluster.dns.transfer import Transfers
