@@ -76,6 +76,8 @@ class HealthEvents:
         self.config = config
         self._pools_of: dict[str, list[str]] = {}
         self._pool_up: dict[str, bool] = {}
+        #: per pool, the index of the member last found usable: asked first (`_up`)
+        self._witness: dict[str, int] = {}
         self._healthy_in: dict[str, int] = {}
         if config is None:
             return
@@ -83,7 +85,7 @@ class HealthEvents:
         for name, pool in config.pools.items():
             for member in pool.members:
                 self._pools_of.setdefault(member.vs.name, []).append(name)
-            self._pool_up[name] = self._usable(name, snapshot) > 0
+            self._pool_up[name] = self._up(name, snapshot)
         for dc in config.datacenters:
             self._healthy_in[dc] = 0
         for name, vs in config.virtual_servers.items():
@@ -112,7 +114,7 @@ class HealthEvents:
         if before.available != after.available:
             snapshot = self.snapshot()
             for pool in self._pools_of.get(name, ()):
-                up = self._usable(pool, snapshot) > 0
+                up = self._up(pool, snapshot)
                 if up == self._pool_up.get(pool):
                     continue
                 self._pool_up[pool] = up
@@ -128,19 +130,28 @@ class HealthEvents:
         kind = "link_up" if after.state == UP else "link_down"
         self.emit(self.where.event(kind, {"link": name}, after.reason, self._anchor("link", name, None)))
 
-    def _usable(self, pool: str, snapshot: HealthSnapshot) -> int:
-        """The members of *pool* that may take new clients (``gtm_pool_members_available``)."""
+    def _up(self, pool: str, snapshot: HealthSnapshot) -> bool:
+        """Whether a member of *pool* may take new clients (``gtm_pool_members_available``
+        above 0). The member last found so is asked first, then the others from there on:
+        while it stays usable a change of another member costs one look, and members going
+        down one after another (an outage of a big pool) are passed over once each, not
+        counted again at every change."""
         assert self.config is not None
         configured = self.config.admin_defaults
-        usable = 0
-        for member in self.config.pools[pool].members:
+        members = self.config.pools[pool].members
+        start = self._witness.get(pool, 0)
+        for k in range(len(members)):
+            i = (start + k) % len(members)
+            member = members[i]
             status = snapshot.vs.get(member.vs.name)
             if status is None or not status.available:
                 continue
             key = f"member/{pool}/{member.name}"
             admin = snapshot.admin.get(key) or configured.get(key)
-            usable += admin is None or admin.state == ENABLED
-        return usable
+            if admin is None or admin.state == ENABLED:
+                self._witness[pool] = i
+                return True
+        return False
 
     def _anchor(self, kind: str, name: str, link: str | None) -> str:
         """The newest version among the verdicts on *name* (and on its *link*)."""

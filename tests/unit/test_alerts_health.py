@@ -4,7 +4,12 @@ verdicts in another order."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from gtmcluster.alerts.events import Event
 from gtmcluster.alerts.sources import HealthEvents, Where
@@ -104,3 +109,46 @@ def test_two_members_give_one_event_the_same_id(tmp_path: Path) -> None:
     observe(s1, "vs", "vs3", "n2", False)
     later = [e for e in got1 if e.kind == "vs_down"]
     assert len(later) == 2 and later[1].id != later[0].id
+
+
+class CountingStatus(dict[str, Any]):
+    """A snapshot's servers, counting the looks at them."""
+
+    looks = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        CountingStatus.looks += 1
+        return super().get(key, default)
+
+
+@pytest.mark.parametrize("order", ["in turn", "reversed", "shuffled"])
+def test_a_big_pool_going_down_server_by_server_costs_its_size_not_its_square(order: str) -> None:
+    """Whether a pool is up is asked at each of its members' changes: the member last found
+    usable is asked first, so 2,000 members going down one after another cost a few looks
+    each (a count of every member at every change was 4,000,000; 2.9 s at 4,000 members)."""
+    n = 2000
+    members = tuple(SimpleNamespace(vs=SimpleNamespace(name=f"vs{i}"), name=f"vs{i}") for i in range(n))
+    config: Any = SimpleNamespace(
+        pools={"p": SimpleNamespace(members=members)},
+        datacenters=("DC1",),
+        virtual_servers={f"vs{i}": SimpleNamespace(datacenter="DC1", link=None) for i in range(n)},
+        admin_defaults={},
+    )
+    up = SimpleNamespace(available=True, healthy=True, reason="")
+    status = CountingStatus({f"vs{i}": up for i in range(n)})
+    snapshot: Any = SimpleNamespace(vs=status, admin={})
+    got: list[Event] = []
+    health = HealthEvents(Where("n1", "test", Clock()), Store("n1", Clock()), lambda: snapshot, got.append)
+    health.configure(config)
+    names = [f"vs{i}" for i in range(n)]
+    if order == "reversed":
+        names.reverse()
+    elif order == "shuffled":
+        random.Random(5).shuffle(names)
+    CountingStatus.looks = 0
+    for name in names:
+        down = SimpleNamespace(available=False, healthy=False, reason="HTTP 503")
+        status[name] = down
+        health.vs_changed(name, up, down)
+    assert [e.kind for e in got if e.kind.startswith("pool")] == ["pool_down"]  # once, at the last
+    assert CountingStatus.looks <= 4 * n, CountingStatus.looks
