@@ -134,7 +134,7 @@ def test_a_big_pool_going_down_server_by_server_costs_its_size_not_its_square(or
         virtual_servers={f"vs{i}": SimpleNamespace(datacenter="DC1", link=None) for i in range(n)},
         admin_defaults={},
     )
-    up = SimpleNamespace(available=True, healthy=True, reason="")
+    up: Any = SimpleNamespace(available=True, healthy=True, reason="")
     status = CountingStatus({f"vs{i}": up for i in range(n)})
     snapshot: Any = SimpleNamespace(vs=status, admin={})
     got: list[Event] = []
@@ -147,7 +147,7 @@ def test_a_big_pool_going_down_server_by_server_costs_its_size_not_its_square(or
         random.Random(5).shuffle(names)
     CountingStatus.looks = 0
     for name in names:
-        down = SimpleNamespace(available=False, healthy=False, reason="HTTP 503")
+        down: Any = SimpleNamespace(available=False, healthy=False, reason="HTTP 503")
         status[name] = down
         health.vs_changed(name, up, down)
     assert [e.kind for e in got if e.kind.startswith("pool")] == ["pool_down"]  # once, at the last
