@@ -26,7 +26,9 @@ class PeerState:
     sent: int = 0  # records sent to it
     received: int = 0  # records received from it
     synced: bool = False  # one full reconciliation has completed since it connected
-    #: the certificate its latest connection showed (serial, expiry)
+    #: the certificate (serial, expiry) its oldest open connection showed, the one
+    #: `connected_since` counts from: a second connection built after it renewed does not
+    #: hide that the first still runs on the old one (the last one shown once disconnected)
     certificate: dict[str, str] = field(default_factory=dict)
     #: since when every connection to it has been silent (see `live`), or None
     silent_since: float | None = None

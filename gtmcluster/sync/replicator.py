@@ -200,7 +200,8 @@ class Replicator:
         peer.datacenter = proto.datacenter
         peer.version = proto.version
         peer.config_digest = proto.config_digest
-        peer.certificate = proto.certificate
+        if first:  # (the connection `connected_for` counts from: a newer one does not replace it)
+            peer.certificate = proto.certificate
         if proto.dnssec_keys is None:  # (a member that predates them: not known, not a difference)
             peer.dnssec_keys, peer.dnssec_mismatch = None, []
         self.heard_keys(proto)
@@ -316,6 +317,7 @@ class Replicator:
             self._announce_connections()
             log.info("peer {peer} disconnected: {why}", peer=peer.name, why=why, event="peer_down")
         else:
+            peer.certificate = peer.channels[0].certificate  # (the oldest open connection's)
             self._liveness(peer)  # the connection that was not silent may be the one that went
 
     def connected_names(self) -> list[str]:

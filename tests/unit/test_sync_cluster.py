@@ -319,3 +319,29 @@ def test_a_dialled_peer_that_refuses_us_is_dialled_on_a_growing_backoff(trio: Me
     trio.clock.advance(STABLE)
     lasting.cut()  # an end after it lasted resets the wait
     assert dialler.refused == 0
+
+
+def test_a_peers_certificate_is_its_oldest_open_connections(trio: MemoryCluster) -> None:
+    """The two members of a pair dial each other, so a member may hold two connections to a
+    peer that renewed between them: its status keeps the certificate of the oldest open one
+    (the one `connected_since` counts from), and shows the newer one's once the oldest ends."""
+    trio.connect("gtm-a", "gtm-b")
+    old = f"{certs.load_certificate(trio.directory / 'gtm-a.pem').serial_number:x}"
+    peer = trio.replicators["gtm-b"].peers["gtm-a"]
+    assert peer.certificate["serial"] == old
+    since = peer.connected_since
+
+    certs.issue(trio.directory, "gtm-a", force=True)  # renewed: its next connection shows the new one
+    trio.credentials["gtm-a"] = load_credentials(trio.files("gtm-a"), "gtm-a")
+    new = f"{certs.load_certificate(trio.directory / 'gtm-a.pem').serial_number:x}"
+    assert new != old
+    trio.clock.advance(5)
+    second = trio.connect("gtm-a", "gtm-b")
+    assert [proto.certificate["serial"] for proto in peer.channels] == [old, new]
+    assert peer.certificate["serial"] == old and peer.connected_since == since
+
+    trio.links[0].cut()
+    assert [proto.certificate["serial"] for proto in peer.channels] == [new]
+    assert peer.certificate["serial"] == new and peer.connected
+    second.cut()
+    assert not peer.connected and peer.certificate["serial"] == new  # the last one shown
