@@ -10,6 +10,7 @@ than hangs.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 from gtmcluster.cli.main import main
 from gtmcluster.config.load import load
@@ -401,3 +403,41 @@ def assert_escaped(text: str) -> None:
     assert not CONTROLS.search(text), repr(text)
     for shown in SHOWN:
         assert shown in text, (shown, text)
+
+
+#: any JSON value, small: what a hostile answer puts where the CLI expects something else
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def places(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path to every value inside *value*."""
+    out = [at]
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            out.extend(places(inner, (*at, key)))
+    elif isinstance(value, list):
+        for n, inner in enumerate(value):
+            out.extend(places(inner, (*at, n)))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: Any) -> Any:
+    """*base* with one to three values replaced by any JSON, or dict entries dropped."""
+    value = copy.deepcopy(base)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(places(value)))
+        if not path:
+            return draw(JSON)
+        held = value
+        for key in path[:-1]:
+            held = held[key]
+        if isinstance(held, dict) and draw(st.booleans()):
+            del held[path[-1]]
+        else:
+            held[path[-1]] = draw(JSON)
+    return value

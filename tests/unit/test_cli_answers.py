@@ -5,7 +5,6 @@ the commands are in test_cli_hostile_node.py and test_cli_hostile_logs.py."""
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -21,7 +20,17 @@ from gtmcluster.cli import admin, explain, ldns, nodeapi, stats, status
 from gtmcluster.cli.bounded import MAX_DEPTH, AnswerError, LongLine, decode_json, depth_over, lines
 from gtmcluster.cli.shape import ListOf, Malformed, MapOf, Maybe, Obj, Spec, check
 from gtmcluster.cli.terminal import escape, escape_json_line, printable
-from tests.support.hostileapi import CONTROLS, RENDERED, STATUS, answer, hostile, member_at, trickle, whole
+from tests.support.hostileapi import (
+    CONTROLS,
+    RENDERED,
+    STATUS,
+    answer,
+    hostile,
+    member_at,
+    mutated,
+    trickle,
+    whole,
+)
 
 # -- terminal ------------------------------------------------------------------------------
 
@@ -92,43 +101,6 @@ def test_check_says_where_and_what(value: Any, said: str) -> None:
 def test_check_lets_through_what_fits() -> None:
     check(GOOD, SPEC)
     check({**GOOD, "rate": 3, "peers": [], "by": {"a": None, "b": 2}}, SPEC)
-
-
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=6,
-)
-
-
-def places(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """The path to every value inside *value*."""
-    out = [at]
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            out.extend(places(inner, (*at, key)))
-    elif isinstance(value, list):
-        for n, inner in enumerate(value):
-            out.extend(places(inner, (*at, n)))
-    return out
-
-
-@st.composite
-def mutated(draw: st.DrawFn, base: Any) -> Any:
-    """*base* with one to three values replaced by any JSON, or dict entries dropped."""
-    value = copy.deepcopy(base)
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(places(value)))
-        if not path:
-            return draw(JSON)
-        held = value
-        for key in path[:-1]:
-            held = held[key]
-        if isinstance(held, dict) and draw(st.booleans()):
-            del held[path[-1]]
-        else:
-            held[path[-1]] = draw(JSON)
-    return value
 
 
 def render_status(answer: Any) -> str:
