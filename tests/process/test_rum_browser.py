@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_tool
+from tests.support.nsbrowser import chromium_argv
 from tests.support.poll import until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -43,19 +44,11 @@ def test_the_snippet_measures_and_posts_one_beacon_from_a_real_browser(tmp_path:
         ports = json.loads(server.stdout.readline())
         net_log = tmp_path / "net.json"
         browser = subprocess.run(
-            [
-                "chromium",
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                f"--user-data-dir={tmp_path / 'profile'}",
-                f"--log-net-log={net_log}",
-                "--virtual-time-budget=5000",
-                "--dump-dom",
+            chromium_argv(
+                tmp_path / "profile",
                 f"http://127.0.0.1:{ports['page_port']}/page.html",
-            ],
+                [f"--log-net-log={net_log}", "--virtual-time-budget=5000", "--dump-dom"],
+            ),
             capture_output=True,
             timeout=120,
             check=False,
